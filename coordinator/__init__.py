@@ -1,0 +1,1 @@
+"""The consumer coordinator (seed 001). Built in the consumer-groups issue."""

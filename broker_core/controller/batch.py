@@ -1,0 +1,229 @@
+"""Accumulates the controller's commands per broker and sends one request per broker per type.
+
+Kafka's ``AbstractControllerBrokerRequestBatch``: while handling one event the controller adds
+LeaderAndIsr, StopReplica and UpdateMetadata entries for many partitions; ``send`` then issues at
+most one LeaderAndIsr, one StopReplica and one UpdateMetadata request to each broker (seed 000:
+"for efficiency, we can put multiple commands in one RPC request"). StopReplica goes before
+LeaderAndIsr, so a partition removed and re-created in the same event ends up created.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from broker_core.metadata_cache import LEADER_DURING_DELETE
+from broker_core.wire.apis import ApiKey
+
+LEADER_AND_ISR_VERSION = 5
+STOP_REPLICA_VERSION = 3
+UPDATE_METADATA_VERSION = 7
+
+TYPE_INCREMENTAL = 0
+TYPE_FULL = 1  # Kafka's "full" LeaderAndIsr is the seed's INIT flag
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDecision:
+    """What the controller decided for one partition (the LeaderAndISR znode plus AR)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    zk_version: int
+    controller_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBroker:
+    id: int
+    host: str
+    port: int
+    rack: str | None
+    epoch: int  # the czxid of its registration znode (Kafka's broker epoch, KIP-380)
+
+
+class RequestBatch:
+    """One event's worth of broker commands; see the module docstring."""
+
+    log = Logger(namespace="sluice.controller")
+
+    def __init__(self, controller_id: int, controller_epoch: int) -> None:
+        self.controller_id = controller_id
+        self.controller_epoch = controller_epoch
+        self._leader_and_isr: dict[int, dict[TopicPartition, tuple[PartitionDecision, bool]]] = (
+            defaultdict(dict))
+        self._full: set[int] = set()
+        self._stop: dict[int, dict[TopicPartition, tuple[int, bool]]] = defaultdict(dict)
+        self._metadata: dict[int, dict[TopicPartition, PartitionDecision | None]] = (
+            defaultdict(dict))
+
+    def leader_and_isr(self, brokers: Iterable[int], tp: TopicPartition,
+                       decision: PartitionDecision, *, is_new: bool = False) -> None:
+        for b in brokers:
+            self._leader_and_isr[b][tp] = (decision, is_new)
+
+    def full_leader_and_isr(self, broker: int) -> None:
+        """Mark the broker's LeaderAndIsr as full (INIT): it names every partition it hosts and the
+        broker deletes the ones it does not name."""
+        self._full.add(broker)
+        self._leader_and_isr.setdefault(broker, {})
+
+    def stop_replica(self, brokers: Iterable[int], tp: TopicPartition, *, leader_epoch: int,
+                     delete: bool) -> None:
+        for b in brokers:
+            self._stop[b][tp] = (leader_epoch, delete)
+
+    def update_metadata(self, brokers: Iterable[int], tp: TopicPartition | None = None,
+                        decision: PartitionDecision | None = None) -> None:
+        """Queue an UpdateMetadata for ``brokers``: ``tp`` with ``decision`` (``None`` deletes the
+        partition from their caches); with no ``tp`` only the broker list is refreshed."""
+        for b in brokers:
+            entry = self._metadata[b]
+            if tp is not None:
+                entry[tp] = decision
+
+    def is_empty(self) -> bool:
+        return not (self._leader_and_isr or self._stop or self._metadata)
+
+    def send(self, live: dict[int, LiveBroker],
+             channel_for: Callable[[int], Any]) -> defer.Deferred:
+        """Send everything queued to live brokers; fires when every broker has answered.
+
+        Requests to brokers that are not live are dropped: a broker learns its state at startup
+        from ZooKeeper (seed 000 E) and from the controller's command when it registers.
+        """
+        sends = []
+        for b, parts in self._stop.items():
+            if b in live:
+                sends.append(self._send(channel_for(b), ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION,
+                                        self._stop_body(live[b], parts), b))
+        for b, parts in self._leader_and_isr.items():
+            if b in live:
+                sends.append(self._send(channel_for(b), ApiKey.LEADER_AND_ISR,
+                                        LEADER_AND_ISR_VERSION,
+                                        self._leader_and_isr_body(live[b], parts, b in self._full,
+                                                                  live), b))
+        for b, parts in self._metadata.items():
+            if b in live:
+                sends.append(self._send(channel_for(b), ApiKey.UPDATE_METADATA,
+                                        UPDATE_METADATA_VERSION,
+                                        self._update_metadata_body(live[b], parts, live), b))
+        return defer.DeferredList(sends, consumeErrors=True)
+
+    def _send(self, channel: Any, api_key: int, version: int, body: dict, broker: int
+              ) -> defer.Deferred:
+        d = channel.send(api_key, version, body)
+
+        def check(resp: Any) -> Any:
+            code = getattr(resp, "error_code", 0)
+            if code:
+                self.log.warn("broker {b} answered {api} with error {code}", b=broker,
+                              api=ApiKey(api_key).name, code=code)
+            return resp
+
+        d.addCallback(check)
+        d.addErrback(lambda f: self.log.info("{api} to broker {b} not delivered: {e}",
+                                             api=ApiKey(api_key).name, b=broker,
+                                             e=f.getErrorMessage()))
+        return d
+
+    # -- request bodies (Kafka's schemas at the versions above) -------------------------------
+
+    @staticmethod
+    def _group(parts: Iterable[TopicPartition]) -> dict[str, list[int]]:
+        topics: dict[str, list[int]] = defaultdict(list)
+        for t, p in sorted(parts):
+            topics[t].append(p)
+        return topics
+
+    def _leader_and_isr_body(self, target: LiveBroker,
+                             parts: dict[TopicPartition, tuple[PartitionDecision, bool]],
+                             full: bool, live: dict[int, LiveBroker]) -> dict:
+        leaders = {d.leader for d, _ in parts.values() if d.leader in live}
+        topic_states = []
+        for topic, indexes in self._group(parts).items():
+            states = []
+            for i in indexes:
+                d, is_new = parts[(topic, i)]
+                states.append({
+                    "partition_index": i,
+                    "controller_epoch": d.controller_epoch,
+                    "leader": d.leader,
+                    "leader_epoch": d.leader_epoch,
+                    "isr": list(d.isr),
+                    "partition_epoch": d.zk_version,
+                    "replicas": list(d.replicas),
+                    "adding_replicas": [],
+                    "removing_replicas": [],
+                    "is_new": is_new,
+                })
+            topic_states.append({"topic_name": topic, "partition_states": states})
+        return {
+            "controller_id": self.controller_id,
+            "controller_epoch": self.controller_epoch,
+            "broker_epoch": target.epoch,
+            "type": TYPE_FULL if full else TYPE_INCREMENTAL,
+            "topic_states": topic_states,
+            "live_leaders": [{"broker_id": live[b].id, "host_name": live[b].host,
+                              "port": live[b].port} for b in sorted(leaders)],
+        }
+
+    def _stop_body(self, target: LiveBroker, parts: dict[TopicPartition, tuple[int, bool]]
+                   ) -> dict:
+        return {
+            "controller_id": self.controller_id,
+            "controller_epoch": self.controller_epoch,
+            "broker_epoch": target.epoch,
+            "topic_states": [
+                {"topic_name": topic, "partition_states": [
+                    {"partition_index": i, "leader_epoch": parts[(topic, i)][0],
+                     "delete_partition": parts[(topic, i)][1]} for i in indexes]}
+                for topic, indexes in self._group(parts).items()
+            ],
+        }
+
+    def _update_metadata_body(self, target: LiveBroker,
+                              parts: dict[TopicPartition, PartitionDecision | None],
+                              live: dict[int, LiveBroker]) -> dict:
+        topic_states = []
+        for topic, indexes in self._group(parts).items():
+            states = []
+            for i in indexes:
+                d = parts[(topic, i)]
+                if d is None:
+                    states.append({"partition_index": i, "controller_epoch": self.controller_epoch,
+                                   "leader": LEADER_DURING_DELETE, "leader_epoch": 0, "isr": [],
+                                   "zk_version": 0, "replicas": [], "offline_replicas": []})
+                    continue
+                states.append({
+                    "partition_index": i,
+                    "controller_epoch": d.controller_epoch,
+                    "leader": d.leader,
+                    "leader_epoch": d.leader_epoch,
+                    "isr": list(d.isr),
+                    "zk_version": d.zk_version,
+                    "replicas": list(d.replicas),
+                    "offline_replicas": [r for r in d.replicas if r not in live],
+                })
+            topic_states.append({"topic_name": topic, "partition_states": states})
+        return {
+            "controller_id": self.controller_id,
+            "controller_epoch": self.controller_epoch,
+            "broker_epoch": target.epoch,
+            "topic_states": topic_states,
+            "live_brokers": [
+                {"id": b.id, "endpoints": [{"port": b.port, "host": b.host,
+                                            "listener": "PLAINTEXT", "security_protocol": 0}],
+                 "rack": b.rack}
+                for b in sorted(live.values(), key=lambda x: x.id)
+            ],
+        }

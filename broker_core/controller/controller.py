@@ -1,0 +1,781 @@
+"""The controller (seed 000): one broker at a time, elected through ``/controller``, decides
+partition leadership, publishes each decision in ZooKeeper and pushes it to brokers by RPC.
+
+Event model (Kafka's single controller event thread, KAFKA-5027): ZooKeeper watches only enqueue
+an event; events run one at a time, in order, on the reactor, and each handler re-reads ZooKeeper
+when it runs rather than trusting the watch payload. A handler is an ``async`` method.
+
+Fencing: every ZooKeeper write the controller makes is a ``multi`` that starts with a ``check`` of
+``/controller_epoch`` at the version this controller set when it was elected (KAFKA-6082), so a
+deposed controller's writes fail atomically. LeaderAndISR znodes are also updated conditionally
+on their own version (seed 000 A 3.3). When the epoch check fails the controller resigns.
+
+Session states: on SUSPENDED the controller stops acting (queued events wait); on LOST it resigns
+(its ``/controller`` node is gone); when the session is CONNECTED again it stands for election.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch
+from broker_core.controller.election import Election, init_leader, offline_leader, shrink_isr
+from broker_core.metadata import (
+    BadVersion,
+    Check,
+    Create,
+    Delete,
+    MetadataStoreError,
+    NodeExists,
+    NoNode,
+    SessionState,
+    SetData,
+    TransactionFailed,
+)
+from broker_core.rpc import BrokerChannel
+from broker_core.zk import paths
+
+TopicPartition = tuple[str, int]
+
+#: ZooKeeper caps a whole multi at jute.maxbuffer (~1 MB); our ops are small, so 500 ops per multi
+#: stays far below it (python-zk/kazoo#630: ~3,200 creates already failed).
+MULTI_BATCH = 500
+
+
+class NotController(Exception):
+    """This broker lost the controllership while handling an event."""
+
+
+class Controller:
+    """See the module docstring. ``start()`` after the broker has registered itself."""
+
+    log = Logger(namespace="sluice.controller")
+
+    def __init__(
+        self,
+        broker_id: int,
+        store: Any,
+        *,
+        reactor: Any,
+        unclean_leader_election: Callable[[str], bool] = lambda topic: False,
+        request_timeout_s: float = 30.0,
+        metrics: Any = None,
+        channel_factory: Callable[[LiveBroker], Any] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.store = store
+        self.reactor = reactor
+        self.unclean_leader_election = unclean_leader_election
+        self.request_timeout_s = request_timeout_s
+        self.metrics = metrics
+        self._channel_factory = channel_factory or self._default_channel
+        self.active = False
+        self.epoch = -1
+        self.epoch_zk_version = -1
+        self._suspended = False
+        self._events: deque[tuple[str, Callable[[], Awaitable[None]]]] = deque()
+        self._running = False
+        self._watches: list[Any] = []
+        self._controller_watch: Any = None
+        self._started = False
+        self._reset_context()
+
+    def _reset_context(self) -> None:
+        self.live: dict[int, LiveBroker] = {}
+        self.assignments: dict[str, dict[int, tuple[int, ...]]] = {}
+        self.topic_versions: dict[str, int] = {}
+        self.states: dict[TopicPartition, PartitionDecision] = {}
+        self.channels: dict[int, Any] = {}
+        self._add_watched: dict[str, Any] = {}
+        self._remove_watched: dict[str, Any] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._started = True
+        self.store.add_state_listener(self._on_session_state)
+        self._controller_watch = self.store.watch_data(paths.CONTROLLER, self._on_controller_node)
+
+    async def stop(self) -> None:
+        """Resign (deleting ``/controller`` if it is ours) and stop watching."""
+        self._started = False
+        if self._controller_watch is not None:
+            self._controller_watch.cancel()
+            self._controller_watch = None
+        self.store.remove_state_listener(self._on_session_state)
+        was_active = self.active
+        await self._resign()
+        if was_active:
+            try:
+                data, _ = await self.store.get(paths.CONTROLLER)
+                if paths.ControllerRegistration.from_bytes(data).broker_id == self.broker_id:
+                    await self.store.delete(paths.CONTROLLER)
+            except (MetadataStoreError, ValueError):
+                pass
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _enqueue(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:
+        self._events.append((name, fn))
+        if self.metrics is not None:
+            self.metrics.controller_event_queue_size.set(len(self._events))
+        self._drain()
+
+    def _drain(self) -> None:
+        if self._running or self._suspended:
+            return
+        self._running = True
+        d = defer.Deferred.fromCoroutine(self._run_events())
+        d.addErrback(lambda f: self.log.failure("controller event loop failed", f))
+
+    async def _run_events(self) -> None:
+        try:
+            while self._events and not self._suspended:
+                name, fn = self._events.popleft()
+                started = time.monotonic()
+                try:
+                    await fn()
+                except NotController:
+                    self.log.warn("lost the controllership while handling {event}", event=name)
+                    await self._resign()
+                except Exception:
+                    self.log.failure("controller event {event} failed", event=name)
+                finally:
+                    if self.metrics is not None:
+                        self.metrics.controller_event_duration_seconds.observe(
+                            time.monotonic() - started)
+                        self.metrics.controller_event_queue_size.set(len(self._events))
+        finally:
+            self._running = False
+
+    def _active_only(self, name: str, fn: Callable[[], Awaitable[None]]) -> Callable[..., None]:
+        """A watch callback that enqueues ``fn`` while we are the active controller."""
+
+        def callback(*_: Any) -> None:
+            if self.active:
+                self._enqueue(name, fn)
+
+        return callback
+
+    def _on_controller_node(self, data: bytes | None, stat: Any) -> None:
+        if data is None:
+            if self._started:
+                self._enqueue("elect", self._elect)
+            return
+        try:
+            owner = paths.ControllerRegistration.from_bytes(data).broker_id
+        except ValueError:
+            self.log.error("unreadable /controller value {v!r}", v=data)
+            return
+        if owner != self.broker_id and self.active:
+            self._enqueue("resign", self._resign)
+
+    def _on_session_state(self, state: SessionState) -> None:
+        if state is SessionState.SUSPENDED:
+            self.log.warn("ZooKeeper connection suspended: controller pauses")
+            self._suspended = True
+        elif state is SessionState.LOST:
+            self.log.warn("ZooKeeper session lost: controller resigns")
+            self._suspended = False
+            self._events.clear()
+            self._enqueue("resign", self._resign)
+        elif state is SessionState.CONNECTED:
+            self._suspended = False
+            if self._started and not self.active:
+                self._enqueue("elect", self._elect)
+            self._drain()
+
+    # -- election (seed 000 D) -------------------------------------------------------------------
+
+    async def _elect(self) -> None:
+        if self.active or not self._started:
+            return
+        for _ in range(5):
+            try:
+                data, stat = await self.store.get(paths.CONTROLLER_EPOCH)
+                epoch, version = int(data.decode() or 0), stat.version
+            except NoNode:
+                try:
+                    await self.store.create(paths.CONTROLLER_EPOCH, b"0", makepath=True)
+                except NodeExists:
+                    pass
+                continue
+            reg = paths.ControllerRegistration(self.broker_id, int(time.time() * 1000))
+            try:
+                # Claiming /controller and bumping the epoch is one atomic step: a broker that
+                # wins the node always holds a fresh epoch.
+                await self.store.multi([
+                    Create(paths.CONTROLLER, reg.to_bytes(), ephemeral=True),
+                    SetData(paths.CONTROLLER_EPOCH, str(epoch + 1).encode(), version),
+                ])
+            except TransactionFailed as e:
+                if isinstance(e.first_error, BadVersion):
+                    continue  # someone bumped the epoch between our read and write; re-read
+                return  # NodeExists: another broker is controller; its node's watch tells us
+            self.epoch = epoch + 1
+            self.epoch_zk_version = version + 1
+            break
+        else:
+            return
+        self.active = True
+        self.log.info("broker {b} is now the controller (epoch {e})", b=self.broker_id, e=self.epoch)
+        if self.metrics is not None:
+            self.metrics.active_controller.set(1)
+            self.metrics.controller_epoch.set(self.epoch)
+        await self._on_controller_failover()
+
+    async def _resign(self) -> None:
+        if not self.active:
+            return
+        self.log.info("broker {b} resigns as controller (epoch {e})", b=self.broker_id,
+                      e=self.epoch)
+        self.active = False
+        for w in self._watches:
+            w.cancel()
+        self._watches.clear()
+        for w in list(self._add_watched.values()) + list(self._remove_watched.values()):
+            w.cancel()
+        channels = list(self.channels.values())
+        self._reset_context()
+        for ch in channels:
+            ch.stop()
+        if self.metrics is not None:
+            self.metrics.active_controller.set(0)
+
+    async def _on_controller_failover(self) -> None:
+        """Seed 000 D: load the state, tell every broker everything (INIT), then catch up on what
+        happened while there was no controller."""
+        await self._load_context()
+        batch = self._new_batch()
+        for b in self.live:
+            batch.full_leader_and_isr(b)
+        for tp, d in self.states.items():
+            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
+            batch.update_metadata(self.live, tp, d)
+        batch.update_metadata(self.live)
+        self._send(batch)
+        self._register_watches()
+        # Steps 5-9: broker changes, leaderless partitions, admin requests. Each is idempotent and
+        # re-reads ZooKeeper, so running them now is safe even if their watches also fire.
+        await self._on_broker_change()
+        await self._on_topic_change()
+        await self._elect_offline_partitions(self._new_batch(), send=True)
+        await self._on_partitions_add()
+        await self._on_partitions_remove()
+        await self._on_delete_topics()
+
+    def _register_watches(self) -> None:
+        s = self.store
+        self._watches = [
+            s.watch_children(paths.BROKER_IDS,
+                             self._active_only("broker_change", self._on_broker_change)),
+            s.watch_children(paths.TOPICS, self._active_only("topic_change", self._on_topic_change)),
+            s.watch_children(paths.DELETE_TOPICS,
+                             self._active_only("delete_topics", self._on_delete_topics)),
+            s.watch_children(paths.PARTITIONS_ADD,
+                             self._active_only("partitions_add", self._on_partitions_add)),
+            s.watch_children(paths.PARTITIONS_REMOVE,
+                             self._active_only("partitions_remove", self._on_partitions_remove)),
+        ]
+
+    # -- state loading ---------------------------------------------------------------------------
+
+    async def _read_brokers(self, ids: Iterable[str]) -> dict[int, LiveBroker]:
+        async def one(bid: str) -> LiveBroker | None:
+            try:
+                data, stat = await self.store.get(paths.broker(int(bid)))
+            except NoNode:
+                return None
+            reg = paths.BrokerRegistration.from_bytes(data)
+            return LiveBroker(reg.id, reg.host, reg.port, reg.rack, stat.czxid)
+
+        found = await _gather([one(b) for b in ids if b.isdigit()])
+        return {b.id: b for b in found if b is not None}
+
+    async def _read_assignment(self, topic: str) -> tuple[dict[int, tuple[int, ...]], int] | None:
+        try:
+            data, stat = await self.store.get(paths.topic(topic))
+        except NoNode:
+            return None
+        parts = paths.TopicAssignment.from_bytes(data).partitions
+        return {int(p): tuple(r) for p, r in parts.items()}, stat.version
+
+    async def _read_state(self, tp: TopicPartition) -> PartitionDecision | None:
+        try:
+            data, stat = await self.store.get(paths.leader_and_isr(*tp))
+        except NoNode:
+            return None
+        v = paths.LeaderAndIsr.from_bytes(data)
+        replicas = self.assignments.get(tp[0], {}).get(tp[1], ())
+        return PartitionDecision(v.leader, v.leader_epoch, tuple(v.isr), tuple(replicas),
+                                 stat.version, v.controller_epoch)
+
+    async def _load_context(self) -> None:
+        self._reset_context()
+        ids = await self._children(paths.BROKER_IDS)
+        self.live = await self._read_brokers(ids)
+        for b in self.live.values():
+            self._open_channel(b)
+        topics = await self._children(paths.TOPICS)
+        await self._load_topics(topics)
+        self.log.info("controller loaded {n} brokers, {t} topics, {p} partitions",
+                      n=len(self.live), t=len(self.assignments), p=len(self.states))
+
+    async def _load_topics(self, topics: Iterable[str]) -> list[TopicPartition]:
+        """Read assignments and leader states of ``topics``; return partitions with no state."""
+        topics = list(topics)
+        read = await _gather([self._read_assignment(t) for t in topics])
+        missing: list[TopicPartition] = []
+        tps: list[TopicPartition] = []
+        for t, r in zip(topics, read, strict=True):
+            if r is None:
+                continue
+            self.assignments[t], self.topic_versions[t] = r
+            tps.extend((t, p) for p in sorted(r[0]))
+        states = await _gather([self._read_state(tp) for tp in tps])
+        for tp, st in zip(tps, states, strict=True):
+            if st is None:
+                missing.append(tp)
+            else:
+                self.states[tp] = st
+        return missing
+
+    async def _children(self, path: str) -> list[str]:
+        try:
+            return sorted(await self.store.get_children(path))
+        except NoNode:
+            return []
+
+    # -- channels and batches --------------------------------------------------------------------
+
+    def _default_channel(self, b: LiveBroker) -> BrokerChannel:
+        return BrokerChannel(b.id, b.host, b.port, reactor=self.reactor,
+                             timeout_s=self.request_timeout_s)
+
+    def _open_channel(self, b: LiveBroker) -> None:
+        old = self.channels.pop(b.id, None)
+        if old is not None:
+            old.stop()
+        ch = self._channel_factory(b)
+        ch.start()
+        self.channels[b.id] = ch
+
+    def _new_batch(self) -> RequestBatch:
+        return RequestBatch(self.broker_id, self.epoch)
+
+    def _send(self, batch: RequestBatch) -> defer.Deferred:
+        if batch.is_empty() or not self.active:
+            return defer.succeed(None)
+        return batch.send(self.live, self.channels.__getitem__)
+
+    # -- fenced writes ---------------------------------------------------------------------------
+
+    async def _fenced(self, ops: Sequence[Any]) -> None:
+        """Apply ``ops`` in multis that each begin with the controller-epoch check.
+
+        A failed epoch check means a newer controller exists: raise :class:`NotController`.
+        Other failures are raised as :class:`TransactionFailed` for the caller to handle.
+        """
+        if not self.active:
+            raise NotController()
+        for i in range(0, len(ops), MULTI_BATCH):
+            chunk = list(ops[i:i + MULTI_BATCH])
+            try:
+                await self.store.multi([Check(paths.CONTROLLER_EPOCH, self.epoch_zk_version),
+                                        *chunk])
+            except TransactionFailed as e:
+                if e.results and isinstance(e.results[0], Exception) and not isinstance(
+                        e.results[0], _rolled_back_types()):
+                    raise NotController() from e
+                raise
+
+    def _state_value(self, d: PartitionDecision) -> bytes:
+        return paths.LeaderAndIsr(d.leader, d.leader_epoch, list(d.isr),
+                                  d.controller_epoch).to_bytes()
+
+    async def _write_decisions(
+        self, changes: dict[TopicPartition, Election]
+    ) -> dict[TopicPartition, PartitionDecision]:
+        """Write new leader/ISR for existing partitions conditionally (seed 000 A 3.3); on a
+        version conflict re-read those partitions and recompute (up to 3 rounds). Returns what
+        was written; unelectable or vanished partitions are left out."""
+        written: dict[TopicPartition, PartitionDecision] = {}
+        pending = dict(changes)
+        for _ in range(3):
+            if not pending:
+                break
+            ops = []
+            new: dict[TopicPartition, PartitionDecision] = {}
+            for tp, el in pending.items():
+                cur = self.states.get(tp)
+                if cur is None:
+                    continue
+                epoch = cur.leader_epoch + 1 if el.leader != cur.leader or el.leader == -1 \
+                    else cur.leader_epoch
+                d = PartitionDecision(el.leader, epoch, el.isr, cur.replicas,
+                                      cur.zk_version + 1, self.epoch)
+                new[tp] = d
+                ops.append(SetData(paths.leader_and_isr(*tp), self._state_value(d),
+                                   cur.zk_version))
+            try:
+                await self._fenced(ops)
+            except TransactionFailed:
+                # Someone changed a state under us: refresh every partition of this batch and
+                # recompute their elections from what ZooKeeper now says.
+                fresh = await _gather([self._read_state(tp) for tp in new])
+                for tp, st in zip(list(new), fresh, strict=True):
+                    if st is None:
+                        pending.pop(tp, None)
+                        self.states.pop(tp, None)
+                    else:
+                        self.states[tp] = st
+                continue
+            for tp, d in new.items():
+                self.states[tp] = d
+                written[tp] = d
+            pending = {}
+        return written
+
+    # -- broker changes (seed 000 A) -------------------------------------------------------------
+
+    async def _on_broker_change(self) -> None:
+        ids = await self._children(paths.BROKER_IDS)
+        now = await self._read_brokers(ids)
+        if not self.active:
+            return
+        dead = set(self.live) - set(now)
+        new = set(now) - set(self.live)
+        bounced = {b for b in set(now) & set(self.live) if now[b].epoch != self.live[b].epoch}
+        if not (dead or new or bounced):
+            return
+        self.log.info("broker change: new {new}, dead {dead}, restarted {bounced}",
+                      new=sorted(new), dead=sorted(dead), bounced=sorted(bounced))
+        for b in dead:
+            ch = self.channels.pop(b, None)
+            if ch is not None:
+                ch.stop()
+        self.live = now
+        for b in new | bounced:
+            self._open_channel(now[b])
+
+        batch = self._new_batch()
+        changes: dict[TopicPartition, Election] = {}
+        for tp, d in self.states.items():
+            if d.leader in dead or d.leader in bounced:
+                if d.leader in bounced:
+                    # Seed 003: a broker that came back with a new session starts a new leader
+                    # generation even if it keeps leading.
+                    changes[tp] = Election(d.leader, d.isr)
+                    continue
+                el = offline_leader(d.replicas, d.isr, self.live,
+                                    unclean_allowed=self.unclean_leader_election(tp[0]))
+                if el.unclean:
+                    self.log.warn("UNCLEAN leader election for {t}-{p}: broker {l} was not in "
+                                  "the ISR {isr}; committed messages may be lost",
+                                  t=tp[0], p=tp[1], l=el.leader, isr=list(d.isr))
+                    if self.metrics is not None:
+                        self.metrics.unclean_leader_elections_total.inc()
+                changes[tp] = el
+            elif dead & set(d.isr):
+                changes[tp] = Election(d.leader, shrink_isr(d.isr, dead))
+        written = await self._write_decisions(changes)
+        for tp, d in written.items():
+            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
+            batch.update_metadata(self.live, tp, d)
+        # New and restarted brokers learn everything they host, and the full metadata.
+        for b in new | bounced:
+            batch.full_leader_and_isr(b)
+            for tp, d in self.states.items():
+                if b in d.replicas:
+                    batch.leader_and_isr([b], tp, d)
+                batch.update_metadata([b], tp, d)
+        batch.update_metadata(self.live)
+        await self._elect_offline_partitions(batch, send=False)
+        self._send(batch)
+
+    async def _elect_offline_partitions(self, batch: RequestBatch, *, send: bool) -> None:
+        """Partitions without a leader whose replicas are back get one (OfflinePartition →
+        OnlinePartition); those with no live ISR member stay offline unless unclean election is
+        enabled for their topic."""
+        changes = {}
+        for tp, d in self.states.items():
+            if d.leader == -1 and any(r in self.live for r in d.replicas):
+                el = offline_leader(d.replicas, d.isr, self.live,
+                                    unclean_allowed=self.unclean_leader_election(tp[0]))
+                if el.leader != -1:
+                    if el.unclean:
+                        self.log.warn("UNCLEAN leader election for {t}-{p}: broker {l}; "
+                                      "committed messages may be lost", t=tp[0], p=tp[1],
+                                      l=el.leader)
+                        if self.metrics is not None:
+                            self.metrics.unclean_leader_elections_total.inc()
+                    changes[tp] = el
+        if not changes:
+            if send:
+                self._send(batch)
+            return
+        written = await self._write_decisions(changes)
+        for tp, d in written.items():
+            self.log.info("partition {t}-{p} back online with leader {l} (epoch {e})",
+                          t=tp[0], p=tp[1], l=d.leader, e=d.leader_epoch)
+            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
+            batch.update_metadata(self.live, tp, d)
+        if send:
+            self._send(batch)
+
+    # -- topics (seed 000 B) ---------------------------------------------------------------------
+
+    async def _on_topic_change(self) -> None:
+        children = set(await self._children(paths.TOPICS))
+        known = set(self.assignments)
+        new, gone = children - known, known - children
+        if not (new or gone):
+            return
+        batch = self._new_batch()
+        if new:
+            missing = await self._load_topics(sorted(new))
+            for t in sorted(new):
+                if t in self.assignments:
+                    self.log.info("new topic {t} with {n} partitions", t=t,
+                                  n=len(self.assignments[t]))
+            # Partitions that already had a state (created by a previous controller) are sent as is.
+            for tp, d in self.states.items():
+                if tp[0] in new:
+                    batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
+                    batch.update_metadata(self.live, tp, d)
+            await self._init_leaders(missing, batch)
+        for t in sorted(gone):
+            # The topic's znode vanished without going through /admin/delete_topics.
+            self.log.info("topic {t} removed from ZooKeeper", t=t)
+            self._forget_topic(t, batch)
+        self._send(batch)
+
+    async def _init_leaders(self, tps: Sequence[TopicPartition], batch: RequestBatch,
+                            extra_ops: Sequence[Any] = ()) -> None:
+        """Seed 000 B ``init_leaders``: elect among live AR, create the partition and
+        LeaderAndISR znodes in fenced multis, then queue LeaderAndIsr (is_new) and metadata."""
+        decisions: dict[TopicPartition, PartitionDecision] = {}
+        ops: list[Any] = []
+        existing = await _gather([self.store.exists(paths.partition(*tp)) for tp in tps])
+        for tp, st in zip(tps, existing, strict=True):
+            replicas = self.assignments[tp[0]][tp[1]]
+            el = init_leader(replicas, self.live)
+            d = PartitionDecision(el.leader, 0, el.isr, replicas, 0, self.epoch)
+            decisions[tp] = d
+            if st is None:
+                ops.append(Create(paths.partition(*tp)))
+            ops.append(Create(paths.leader_and_isr(*tp), self._state_value(d)))
+        ops.extend(extra_ops)
+        try:
+            await self._fenced(ops)
+        except TransactionFailed:
+            # A previous controller got part of the way: take what ZooKeeper has.
+            for tp in tps:
+                st = await self._read_state(tp)
+                if st is not None:
+                    decisions[tp] = st
+                else:
+                    await self._fenced([Create(paths.leader_and_isr(*tp),
+                                               self._state_value(decisions[tp]))])
+            if extra_ops:
+                await self._fenced(list(extra_ops))
+        for tp, d in decisions.items():
+            self.states[tp] = d
+            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d, is_new=True)
+            batch.update_metadata(self.live, tp, d)
+
+    def _forget_topic(self, topic: str, batch: RequestBatch) -> None:
+        parts = self.assignments.pop(topic, {})
+        self.topic_versions.pop(topic, None)
+        for p, replicas in parts.items():
+            tp = (topic, p)
+            d = self.states.pop(tp, None)
+            batch.stop_replica([r for r in replicas if r in self.live], tp,
+                               leader_epoch=-2 if d is None else d.leader_epoch, delete=True)
+            batch.update_metadata(self.live, tp, None)
+
+    async def _on_delete_topics(self) -> None:
+        marked = await self._children(paths.DELETE_TOPICS)
+        for topic in marked:
+            batch = self._new_batch()
+            parts = dict(self.assignments.get(topic, {}))
+            self._forget_topic(topic, batch)
+            self._send(batch)
+            ops: list[Any] = []
+            for p in sorted(parts):
+                ops.append(Delete(paths.leader_and_isr(topic, p)))
+                ops.append(Delete(paths.partition(topic, p)))
+            existing = await _gather([
+                self.store.exists(paths.leader_and_isr(topic, p)) for p in sorted(parts)])
+            ops = [op for op in ops if not (op.path.endswith("leaderAndISR") and
+                                            existing[sorted(parts).index(
+                                                int(op.path.split("/")[-2]))] is None)]
+            for path in (paths.topic(topic), paths.topic_config(topic)):
+                if await self.store.exists(path) is not None:
+                    ops.append(Delete(path))
+            ops.append(Delete(paths.delete_topic(topic)))
+            try:
+                await self._fenced(ops)
+            except TransactionFailed as e:
+                self.log.warn("could not delete the znodes of topic {t} in one step ({e}); "
+                              "deleting them one by one", t=topic, e=e.first_error)
+                for op in ops:
+                    try:
+                        await self._fenced([op])
+                    except TransactionFailed:
+                        pass
+            self.log.info("deleted topic {t}", t=topic)
+
+    # -- partitions add/remove (seed 000 H) ------------------------------------------------------
+
+    def _watch_admin_topics(self, root: str, watched: dict[str, Any], topics: Iterable[str],
+                            name: str, fn: Callable[[], Awaitable[None]]) -> None:
+        # New children under an already-existing /admin/partitions_*/[topic] do not fire the
+        # root's child watch, so each topic node gets a watch of its own.
+        for t in topics:
+            if t not in watched:
+                watched[t] = self.store.watch_children(f"{root}/{t}", self._active_only(name, fn))
+
+    async def _admin_requests(self, root: str) -> dict[str, dict[int, bytes]]:
+        out: dict[str, dict[int, bytes]] = {}
+        for topic in await self._children(root):
+            parts: dict[int, bytes] = {}
+            for child in await self._children(f"{root}/{topic}"):
+                if not child.isdigit():
+                    continue
+                try:
+                    data, _ = await self.store.get(f"{root}/{topic}/{child}")
+                except NoNode:
+                    continue
+                parts[int(child)] = data
+            out[topic] = parts
+        return out
+
+    async def _on_partitions_add(self) -> None:
+        requests = await self._admin_requests(paths.PARTITIONS_ADD)
+        self._watch_admin_topics(paths.PARTITIONS_ADD, self._add_watched, requests,
+                                 "partitions_add", self._on_partitions_add)
+        for topic, parts in requests.items():
+            cleanup = [Delete(paths.partition_add(topic, p)) for p in sorted(parts)]
+            cleanup.append(Delete(paths.partitions_add_topic(topic)))
+            current = self.assignments.get(topic)
+            new: dict[int, tuple[int, ...]] = {}
+            problem = None
+            if current is None:
+                problem = "unknown topic"
+            else:
+                for p, data in sorted(parts.items()):
+                    if p in current:
+                        continue
+                    try:
+                        replicas = tuple(int(b) for b in _json_list(data))
+                    except ValueError:
+                        problem = f"partition {p}: replicas are not a JSON list of broker ids"
+                        break
+                    if not replicas or len(set(replicas)) != len(replicas):
+                        problem = f"partition {p}: bad replica list {list(replicas)}"
+                        break
+                    new[p] = replicas
+                expected = list(range(len(current), len(current) + len(new)))
+                if problem is None and sorted(new) != expected:
+                    problem = f"new partitions {sorted(new)} are not the next ids {expected}"
+            if problem is not None:
+                self.log.error("rejecting partitions_add for {t}: {why}", t=topic, why=problem)
+                await self._fenced(cleanup)
+                continue
+            if not new:
+                await self._fenced(cleanup)
+                continue
+            assignment = {**current, **new}
+            version = self.topic_versions[topic]
+            update = SetData(paths.topic(topic), paths.TopicAssignment(
+                {p: list(r) for p, r in assignment.items()}).to_bytes(), version)
+            self.assignments[topic] = assignment
+            batch = self._new_batch()
+            # Seed 000 H: init leaders, remove the admin path, update the topic path; one fenced
+            # multi makes the three steps atomic.
+            await self._init_leaders([(topic, p) for p in sorted(new)], batch,
+                                     extra_ops=[*cleanup, update])
+            self.topic_versions[topic] = version + 1
+            self.log.info("added partitions {ps} to topic {t}", ps=sorted(new), t=topic)
+            self._send(batch)
+
+    async def _on_partitions_remove(self) -> None:
+        requests = await self._admin_requests(paths.PARTITIONS_REMOVE)
+        self._watch_admin_topics(paths.PARTITIONS_REMOVE, self._remove_watched, requests,
+                                 "partitions_remove", self._on_partitions_remove)
+        for topic, parts in requests.items():
+            cleanup = [Delete(paths.partition_remove(topic, p)) for p in sorted(parts)]
+            cleanup.append(Delete(f"{paths.PARTITIONS_REMOVE}/{topic}"))
+            current = self.assignments.get(topic)
+            remove = sorted(p for p in parts if current is not None and p in current)
+            problem = None
+            if current is None:
+                problem = "unknown topic"
+            elif remove and remove != list(range(len(current) - len(remove), len(current))):
+                problem = f"only the highest-numbered partitions can be removed, not {remove}"
+            elif len(remove) >= len(current):
+                problem = "a topic must keep at least one partition (delete the topic instead)"
+            if problem is not None or not remove:
+                if problem:
+                    self.log.error("rejecting partitions_remove for {t}: {why}", t=topic,
+                                   why=problem)
+                await self._fenced(cleanup)
+                continue
+            batch = self._new_batch()
+            assignment = {p: r for p, r in current.items() if p not in remove}
+            ops: list[Any] = []
+            for p in remove:
+                tp = (topic, p)
+                d = self.states.pop(tp, None)
+                batch.stop_replica([r for r in current[p] if r in self.live], tp,
+                                   leader_epoch=-2 if d is None else d.leader_epoch, delete=True)
+                batch.update_metadata(self.live, tp, None)
+                if d is not None:
+                    ops.append(Delete(paths.leader_and_isr(topic, p)))
+                ops.append(Delete(paths.partition(topic, p)))
+            version = self.topic_versions[topic]
+            ops.append(SetData(paths.topic(topic), paths.TopicAssignment(
+                {p: list(r) for p, r in assignment.items()}).to_bytes(), version))
+            await self._fenced([*ops, *cleanup])
+            self.assignments[topic] = assignment
+            self.topic_versions[topic] = version + 1
+            self.log.info("removed partitions {ps} from topic {t}", ps=remove, t=topic)
+            self._send(batch)
+
+
+def _rolled_back_types() -> tuple[type, ...]:
+    # In a failed multi, ops that were not the cause report a "rolled back" placeholder; only
+    # a real error on the leading epoch check means we were fenced.
+    from broker_core import metadata
+
+    kinds = [getattr(metadata, n) for n in ("RolledBack", "RuntimeInconsistency")
+             if hasattr(metadata, n)]
+    return tuple(kinds)
+
+
+def _json_list(data: bytes) -> list[Any]:
+    import json
+
+    try:
+        value = json.loads(data.decode() or "[]")
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(str(e)) from e
+    if not isinstance(value, list):
+        raise ValueError("not a list")
+    return value
+
+
+async def _gather(aws: Sequence[Awaitable[Any]]) -> list[Any]:
+    """Run awaitables concurrently (pipelined ZooKeeper requests) and return results in order."""
+    ds = [defer.Deferred.fromCoroutine(a) if not isinstance(a, defer.Deferred) else a
+          for a in aws]
+    if not ds:
+        return []
+    return list(await defer.gatherResults(ds, consumeErrors=True))

@@ -1,0 +1,90 @@
+"""Delayed produce (acks=all) and delayed fetch (long poll), parked in the shared purgatory.
+
+Both keep Kafka's contract (``DelayedProduce.scala``, ``DelayedFetch.scala``): ``try_complete``
+checks the condition and calls ``force_complete``; ``on_complete`` runs exactly once, either
+because the condition held or because the operation expired, and answers the request.
+Watch keys are ``(topic, partition)`` tuples; the replica manager calls ``check_and_complete`` on
+them after an append (fetch) or a high-watermark move (produce and fetch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from broker_core.purgatory import DelayedOperation
+
+TopicPartition = tuple[str, int]
+
+
+class DelayedProduce(DelayedOperation):
+    """Waits until the high watermark of every partition passes the offset its append reached.
+
+    ``pending`` maps a partition to the offset the HW must reach (last appended offset + 1).
+    ``hw_of(tp)`` returns the current HW or ``None`` if this broker no longer leads the partition
+    (then the partition completes with NOT_LEADER_OR_FOLLOWER).
+    """
+
+    def __init__(
+        self,
+        timeout_s: float,
+        pending: dict[TopicPartition, int],
+        hw_of: Callable[[TopicPartition], int | None],
+        respond: Callable[[dict[TopicPartition, str | None]], None],
+    ) -> None:
+        super().__init__(timeout_s)
+        self.pending = pending
+        self.hw_of = hw_of
+        self.respond = respond
+        self.outcome: dict[TopicPartition, str | None] = {}
+
+    def try_complete(self) -> bool:
+        for tp, needed in self.pending.items():
+            if tp in self.outcome:
+                continue
+            hw = self.hw_of(tp)
+            if hw is None:
+                self.outcome[tp] = "NOT_LEADER_OR_FOLLOWER"
+            elif hw >= needed:
+                self.outcome[tp] = None
+        if len(self.outcome) == len(self.pending):
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        result = {tp: self.outcome.get(tp, "REQUEST_TIMED_OUT") for tp in self.pending}
+        self.respond(result)
+
+    def on_expiration(self) -> None:
+        pass  # on_complete already answered the partitions still waiting with REQUEST_TIMED_OUT
+
+
+class DelayedFetch(DelayedOperation):
+    """Waits until ``min_bytes`` are available to read or the wait expires (long poll).
+
+    ``available()`` returns how many bytes the fetch would now return; ``respond()`` re-reads and
+    answers. Both run on the reactor thread.
+    """
+
+    def __init__(
+        self,
+        timeout_s: float,
+        min_bytes: int,
+        available: Callable[[], int],
+        respond: Callable[[], Any],
+    ) -> None:
+        super().__init__(timeout_s)
+        self.min_bytes = min_bytes
+        self.available = available
+        self.respond = respond
+
+    def try_complete(self) -> bool:
+        if self.available() >= self.min_bytes:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.respond()
+
+    def on_expiration(self) -> None:
+        pass

@@ -1,0 +1,231 @@
+"""Asynchronous Kafka-protocol client used inside the broker (controller → broker RPC, and later the
+replica fetchers): a thin Twisted shell over the sans-IO codec.
+
+:class:`KafkaClientProtocol` sends requests and fires one Deferred per response. Kafka answers in
+request order on one connection, so responses are matched by correlation id *and* checked against
+the oldest outstanding request.
+
+:class:`BrokerChannel` is the controller's channel to one broker (Kafka's ``RequestSendThread``): a
+reconnecting connection (``ClientService`` with backoff) and a queue of requests sent one at a time;
+a request that fails because the connection dropped or timed out is retried on the next connection
+until it succeeds or the channel is stopped (the broker left the cluster).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.application.internet import ClientService, backoffPolicy
+from twisted.internet import defer
+from twisted.internet.endpoints import HostnameEndpoint
+from twisted.internet.error import ConnectionLost
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from broker_core.wire import apis, errors, framing
+
+
+class RequestTimedOut(Exception):
+    """No response arrived within the request timeout."""
+
+
+class KafkaClientProtocol(Protocol):
+    """One client connection speaking the Kafka protocol.
+
+    Invariant: ``_pending`` holds exactly the requests written and not yet answered, oldest first;
+    on disconnect every pending Deferred fails with :class:`ConnectionLost`.
+    """
+
+    log = Logger(namespace="sluice.rpc")
+
+    def __init__(self, client_id: str = "sluice-broker", max_frame_bytes: int = 1 << 31) -> None:
+        self.client_id = client_id
+        self._decoder = framing.FrameDecoder(max_frame_bytes)
+        self._pending: deque[tuple[int, int, int, defer.Deferred]] = deque()
+        self._ids = itertools.count(1)
+        self.connected_d: defer.Deferred = defer.Deferred()
+        self.closed_d: defer.Deferred = defer.Deferred()
+        self._closed = False
+
+    def connectionMade(self) -> None:  # noqa: N802 (Twisted API)
+        self.connected_d.callback(self)
+
+    def request(self, api_key: int, api_version: int, body: Any) -> defer.Deferred:
+        """Send one request; the Deferred fires with the decoded response body (a ``Struct``)."""
+        if self._closed:
+            return defer.fail(ConnectionLost("connection closed"))
+        correlation_id = next(self._ids) & 0x7FFFFFFF
+        chunks = apis.encode_request(api_key, api_version, correlation_id, self.client_id, body)
+        d: defer.Deferred = defer.Deferred()
+        self._pending.append((correlation_id, api_key, api_version, d))
+        self.transport.writeSequence(framing.frame(chunks))
+        return d
+
+    def dataReceived(self, data: bytes) -> None:  # noqa: N802 (Twisted API)
+        try:
+            frames = self._decoder.feed(data)
+        except errors.ProtocolError as e:
+            self._protocol_error(str(e))
+            return
+        for frame in frames:
+            if not self._pending:
+                self._protocol_error("response without a request")
+                return
+            correlation_id, api_key, api_version, d = self._pending.popleft()
+            try:
+                got_id, body = apis.decode_response(api_key, api_version, frame)
+            except errors.ProtocolError as e:
+                if not d.called:
+                    d.errback(Failure(e))
+                self._protocol_error(f"undecodable response: {e}")
+                return
+            if got_id != correlation_id:
+                self._pending.appendleft((correlation_id, api_key, api_version, d))
+                self._protocol_error(f"expected correlation id {correlation_id}, got {got_id}")
+                return
+            if not d.called:
+                d.callback(body)
+
+    def _protocol_error(self, detail: str) -> None:
+        self.log.warn("protocol error from {peer}: {detail}", peer=self.transport.getPeer(),
+                      detail=detail)
+        self.transport.loseConnection()
+
+    def connectionLost(self, reason: Failure = None) -> None:  # noqa: N802 (Twisted API)
+        self._closed = True
+        pending, self._pending = self._pending, deque()
+        for _, _, _, d in pending:
+            if not d.called:  # a timed-out request was already cancelled
+                d.errback(Failure(ConnectionLost("connection lost before the response arrived")))
+        if not self.closed_d.called:
+            self.closed_d.callback(None)
+
+
+class KafkaClientFactory(Factory):
+    protocol = KafkaClientProtocol
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+
+    def buildProtocol(self, addr: Any) -> KafkaClientProtocol:  # noqa: N802 (Twisted API)
+        return KafkaClientProtocol(self.client_id)
+
+
+@dataclass
+class _Queued:
+    api_key: int
+    api_version: int
+    body: Any
+    result: defer.Deferred
+
+
+class BrokerChannel:
+    """The controller's request channel to one broker.
+
+    Requests are sent strictly one at a time, in the order queued (a LeaderAndIsr must not overtake
+    an earlier StopReplica for the same partition). A request whose connection drops or times out is
+    retried after reconnecting; ``stop()`` fails whatever is still queued with ``CancelledError``.
+    """
+
+    log = Logger(namespace="sluice.controller.channel")
+
+    def __init__(
+        self,
+        broker_id: int,
+        host: str,
+        port: int,
+        *,
+        reactor: Any,
+        timeout_s: float = 30.0,
+        client_id: str = "sluice-controller",
+        endpoint_factory: Callable[[Any, str, int], Any] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.address = (host, port)
+        self._reactor = reactor
+        self._timeout = timeout_s
+        make = endpoint_factory or (lambda r, h, p: HostnameEndpoint(r, h, p))
+        self._service = ClientService(
+            make(reactor, host, port),
+            KafkaClientFactory(client_id),
+            retryPolicy=backoffPolicy(initialDelay=0.05, maxDelay=2.0, factor=2.0),
+            clock=reactor,
+        )
+        self._queue: deque[_Queued] = deque()
+        self._busy = False
+        self._stopped = False
+
+    def start(self) -> None:
+        self._service.startService()
+
+    def stop(self) -> defer.Deferred:
+        self._stopped = True
+        queued, self._queue = self._queue, deque()
+        for q in queued:
+            q.result.errback(Failure(defer.CancelledError("channel to broker stopped")))
+        return self._service.stopService()
+
+    @property
+    def queue_size(self) -> int:
+        return len(self._queue) + (1 if self._busy else 0)
+
+    def send(self, api_key: int, api_version: int, body: Any) -> defer.Deferred:
+        """Queue a request; the Deferred fires with its response body."""
+        if self._stopped:
+            return defer.fail(defer.CancelledError("channel to broker stopped"))
+        q = _Queued(api_key, api_version, body, defer.Deferred())
+        self._queue.append(q)
+        self._pump()
+        return q.result
+
+    def _pump(self) -> None:
+        if self._busy or not self._queue or self._stopped:
+            return
+        self._busy = True
+        d = defer.Deferred.fromCoroutine(self._send_head())
+        d.addErrback(lambda f: self.log.failure("channel to broker {b} failed", f,
+                                                b=self.broker_id))
+
+    async def _send_head(self) -> None:
+        attempt = 0
+        try:
+            while self._queue and not self._stopped:
+                q = self._queue[0]
+                try:
+                    proto = await self._service.whenConnected()
+                    d = proto.request(q.api_key, q.api_version, q.body)
+                    d.addTimeout(self._timeout, self._reactor,
+                                 onTimeoutCancel=lambda *_: self._on_timeout(proto))
+                    body = await d
+                except (ConnectionLost, RequestTimedOut, defer.TimeoutError,
+                        defer.CancelledError) as e:
+                    if self._stopped:
+                        return
+                    attempt += 1
+                    self.log.info("request {api} to broker {b} failed ({e}); retry {n}",
+                                  api=q.api_key, b=self.broker_id, e=e, n=attempt)
+                    continue
+                except Exception as e:  # undecodable response, encode error: not retriable
+                    if self._queue and self._queue[0] is q:
+                        self._queue.popleft()
+                    q.result.errback(Failure(e))
+                    continue
+                attempt = 0
+                if self._queue and self._queue[0] is q:
+                    self._queue.popleft()
+                q.result.callback(body)
+        finally:
+            self._busy = False
+        if self._queue and not self._stopped:
+            self._pump()
+
+    def _on_timeout(self, proto: KafkaClientProtocol) -> Failure:
+        # The late response would still arrive on this connection; drop it and start afresh.
+        proto.transport.loseConnection()
+        return Failure(
+            RequestTimedOut(f"no response from broker {self.broker_id} in {self._timeout}s"))

@@ -1,0 +1,410 @@
+"""Request dispatch: one method per API, turning decoded requests into response bodies.
+
+Handlers never touch sockets or bytes (the protocol does) and never block: anything that waits
+(a long-poll fetch, an acks=all produce, a topic creation waiting for the controller) returns a
+Deferred. Errors a client can act on are answered with Kafka's error codes, per partition where the
+protocol allows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from broker_core import topic_admin
+from broker_core.metadata_cache import BrokerEndpoint, MetadataCache, PartitionState
+from broker_core.replica.manager import ReplicaManager
+from broker_core.replica.partition import LeaderAndIsrState
+from broker_core.server.protocol import NO_RESPONSE
+from broker_core.wire.apis import SUPPORTED, ApiKey
+from broker_core.wire.errors import ErrorCode
+
+INTERNAL_APIS = {ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA}
+
+
+def _code(name: str | None) -> int:
+    return 0 if name is None else int(ErrorCode[name])
+
+
+class RequestHandler:
+    """Dispatches decoded requests of one broker; see the module docstring."""
+
+    log = Logger(namespace="sluice.server")
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        config: Any,
+        cache: MetadataCache,
+        replicas: ReplicaManager,
+        store: Any,
+        clock: Any,
+        broker_epoch: Callable[[], int],
+        cluster_id: str = "sluice",
+        on_metadata_update: Callable[[set[str]], None] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.cache = cache
+        self.replicas = replicas
+        self.store = store
+        self.clock = clock
+        self.broker_epoch = broker_epoch
+        self.cluster_id = cluster_id
+        self.on_metadata_update = on_metadata_update
+        self._metadata_waiters: list[tuple[Callable[[], bool], defer.Deferred]] = []
+        self._dispatch = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.create_partitions,
+            ApiKey.LEADER_AND_ISR: self.leader_and_isr,
+            ApiKey.STOP_REPLICA: self.stop_replica,
+            ApiKey.UPDATE_METADATA: self.update_metadata,
+        }
+
+    def __call__(self, request: Any, proto: Any) -> Any:
+        handler = self._dispatch.get(request.header.api_key)
+        if handler is None:
+            raise NotImplementedError(f"api {request.header.api_key} has no handler")
+        return handler(request.header, request.body)
+
+    # -- ApiVersions ------------------------------------------------------------------------------
+
+    def api_versions(self, header: Any, body: Any) -> dict:
+        return {
+            "error_code": 0,
+            "api_keys": [
+                {"api_key": int(k), "min_version": s.min_version, "max_version": s.max_version}
+                for k, s in sorted(SUPPORTED.items()) if k in self._dispatch
+            ],
+            "throttle_time_ms": 0,
+        }
+
+    # -- Metadata ---------------------------------------------------------------------------------
+
+    async def metadata(self, header: Any, body: Any) -> dict:
+        requested = body.topics
+        names: list[str]
+        if requested is None:
+            names = sorted(self.cache.topics)
+        else:
+            names = [t.name for t in requested if t.name is not None]
+        auto = (header.api_version < 4 or body.allow_auto_topic_creation) and \
+            self.config.auto_create_topics_enable
+        topics = []
+        for name in names:
+            parts = self.cache.topics.get(name)
+            if parts is None:
+                topics.append(await self._unknown_topic_metadata(name, auto))
+                continue
+            topics.append({
+                "error_code": 0,
+                "name": name,
+                "is_internal": False,
+                "partitions": [self._partition_metadata(i, st) for i, st in sorted(parts.items())],
+                "topic_authorized_operations": -2147483648,
+            })
+        return {
+            "throttle_time_ms": 0,
+            "brokers": [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+                        for b in sorted(self.cache.brokers.values(), key=lambda b: b.id)],
+            "cluster_id": self.cluster_id,
+            "controller_id": self.cache.controller_id,
+            "topics": topics,
+            "cluster_authorized_operations": -2147483648,
+        }
+
+    def _partition_metadata(self, index: int, st: PartitionState) -> dict:
+        error = 0
+        if st.leader < 0 or st.leader not in self.cache.brokers:
+            error = int(ErrorCode.LEADER_NOT_AVAILABLE)
+        return {
+            "error_code": error,
+            "partition_index": index,
+            "leader_id": st.leader if st.leader in self.cache.brokers else -1,
+            "leader_epoch": st.leader_epoch,
+            "replica_nodes": list(st.replicas),
+            "isr_nodes": list(st.isr),
+            "offline_replicas": [r for r in st.replicas if r not in self.cache.brokers],
+        }
+
+    async def _unknown_topic_metadata(self, name: str, auto_create: bool) -> dict:
+        entry = {"name": name, "is_internal": False, "partitions": [],
+                 "topic_authorized_operations": -2147483648}
+        if not auto_create:
+            return {**entry, "error_code": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
+        try:
+            await topic_admin.create_topic(
+                self.store, name, self.config.num_partitions,
+                self.config.default_replication_factor, {})
+            self.log.info("auto-created topic {t}", t=name)
+            code = ErrorCode.LEADER_NOT_AVAILABLE  # clients retry until the leaders are known
+        except topic_admin.TopicExists:
+            code = ErrorCode.LEADER_NOT_AVAILABLE
+        except topic_admin.TopicAdminError as e:
+            self.log.info("auto-creation of topic {t} refused: {e}", t=name, e=e)
+            code = ErrorCode(e.error_code)
+        except Exception as e:  # ZooKeeper unreachable and the like
+            self.log.warn("auto-creation of topic {t} failed: {e}", t=name, e=e)
+            code = ErrorCode.LEADER_NOT_AVAILABLE
+        return {**entry, "error_code": int(code)}
+
+    # -- Produce ----------------------------------------------------------------------------------
+
+    def produce(self, header: Any, body: Any) -> Any:
+        acks = body.acks
+        if acks not in (0, 1, -1):
+            return self._produce_response(body, {}, "INVALID_REQUIRED_ACKS")
+        if body.transactional_id is not None:
+            return self._produce_response(body, {}, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+        entries = [(t.name, p.index, p.records) for t in body.topic_data for p in t.partition_data]
+        d = self.replicas.append(acks, body.timeout_ms, entries)
+        if acks == 0:
+            return NO_RESPONSE
+        d.addCallback(lambda results: self._produce_response(body, results, None))
+        return d
+
+    def _produce_response(self, body: Any, results: dict, all_error: str | None) -> dict:
+        responses = []
+        for t in body.topic_data:
+            parts = []
+            for p in t.partition_data:
+                r = results.get((t.name, p.index))
+                error = all_error if r is None else r.error
+                parts.append({
+                    "index": p.index,
+                    "error_code": _code(error),
+                    "base_offset": -1 if r is None else r.base_offset,
+                    "log_append_time_ms": -1,
+                    "log_start_offset": -1 if r is None else r.log_start_offset,
+                    "record_errors": [],
+                    "error_message": None if r is None else r.message,
+                })
+            responses.append({"name": t.name, "partition_responses": parts})
+        return {"responses": responses, "throttle_time_ms": 0}
+
+    # -- Fetch ------------------------------------------------------------------------------------
+
+    def fetch(self, header: Any, body: Any) -> Any:
+        if body.replica_id >= 0:
+            # Follower fetching arrives with replication (next issue); refuse clearly meanwhile.
+            return self._fetch_error(header, body, "NOT_LEADER_OR_FOLLOWER")
+        requests = []
+        for t in body.topics:
+            for p in t.partitions:
+                requests.append((t.topic, p.partition, p.fetch_offset, p.partition_max_bytes))
+        d = self.replicas.fetch(requests, max_wait_ms=body.max_wait_ms,
+                                min_bytes=body.min_bytes, max_bytes=body.max_bytes)
+        d.addCallback(self._fetch_response)
+        return d
+
+    def _fetch_response(self, results: list) -> dict:
+        topics: list[dict] = []
+        index: dict[str, dict] = {}
+        for topic, partition, r in results:
+            entry = index.get(topic)
+            if entry is None:
+                entry = index[topic] = {"topic": topic, "partitions": []}
+                topics.append(entry)
+            entry["partitions"].append({
+                "partition_index": partition,
+                "error_code": _code(r.error),
+                "high_watermark": r.high_watermark,
+                "last_stable_offset": r.high_watermark,
+                "log_start_offset": r.log_start_offset,
+                "aborted_transactions": [],
+                "preferred_read_replica": -1,
+                "records": r.records,
+            })
+        # Fetch sessions (KIP-227) are not kept: session id 0 tells the client to send full
+        # fetch requests every time.
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": topics}
+
+    def _fetch_error(self, header: Any, body: Any, error: str) -> dict:
+        from broker_core.replica.manager import FetchResult
+        return self._fetch_response([(t.topic, p.partition, FetchResult(error=error))
+                                     for t in body.topics for p in t.partitions])
+
+    # -- ListOffsets ------------------------------------------------------------------------------
+
+    def list_offsets(self, header: Any, body: Any) -> dict:
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                error, ts, offset, epoch = self.replicas.list_offset(t.name, p.partition_index,
+                                                                     p.timestamp)
+                parts.append({"partition_index": p.partition_index, "error_code": _code(error),
+                              "timestamp": ts, "offset": offset, "leader_epoch": epoch,
+                              "old_style_offsets": []})
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    # -- topic administration ---------------------------------------------------------------------
+
+    async def create_topics(self, header: Any, body: Any) -> dict:
+        results = []
+        created = []
+        for t in body.topics:
+            entry = {"name": t.name, "error_code": 0, "error_message": None,
+                     "topic_config_error_code": 0, "num_partitions": -1,
+                     "replication_factor": -1, "configs": []}
+            assignment = None
+            if t.assignments:
+                assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+            partitions = t.num_partitions if t.num_partitions != -1 else self.config.num_partitions
+            rf = t.replication_factor if t.replication_factor != -1 else \
+                self.config.default_replication_factor
+            try:
+                result = await topic_admin.create_topic(
+                    self.store, t.name, partitions, rf, {c.name: c.value for c in t.configs},
+                    assignment=assignment, validate_only=body.validate_only)
+                entry["num_partitions"] = len(result)
+                entry["replication_factor"] = len(next(iter(result.values()))) if result else rf
+                if not body.validate_only:
+                    created.append(t.name)
+            except topic_admin.TopicAdminError as e:
+                entry["error_code"], entry["error_message"] = int(e.error_code), str(e)
+            except Exception as e:
+                self.log.failure("CreateTopics {t} failed", t=t.name)
+                entry["error_code"] = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+                entry["error_message"] = f"could not create topic: {e}"
+            results.append(entry)
+        if created and body.timeout_ms > 0:
+            # Like Kafka, answer once the controller has published leaders for the new topics
+            # (or the timeout passes: the topics still get created).
+            await self._wait_metadata(
+                lambda: all(t in self.cache.topics and all(
+                    s.leader >= 0 for s in self.cache.topics[t].values()) for t in created),
+                body.timeout_ms)
+        return {"throttle_time_ms": 0, "topics": results}
+
+    async def delete_topics(self, header: Any, body: Any) -> dict:
+        names = list(body.topic_names)
+        results = []
+        deleted = []
+        for name in names:
+            entry = {"name": name, "error_code": 0, "error_message": None}
+            if not self.config.delete_topic_enable:
+                entry["error_code"] = int(ErrorCode.TOPIC_DELETION_DISABLED)
+                entry["error_message"] = "delete.topic.enable is false on this broker"
+            else:
+                try:
+                    await topic_admin.delete_topic(self.store, name)
+                    deleted.append(name)
+                except topic_admin.TopicAdminError as e:
+                    entry["error_code"], entry["error_message"] = int(e.error_code), str(e)
+            results.append(entry)
+        if deleted and body.timeout_ms > 0:
+            await self._wait_metadata(lambda: not any(t in self.cache.topics for t in deleted),
+                                      body.timeout_ms)
+        return {"throttle_time_ms": 0, "responses": results}
+
+    async def create_partitions(self, header: Any, body: Any) -> dict:
+        results = []
+        waits = []
+        for t in body.topics:
+            entry = {"name": t.name, "error_code": 0, "error_message": None}
+            assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
+            try:
+                if not body.validate_only:
+                    await topic_admin.add_partitions(self.store, t.name, t.count, assignment)
+                    waits.append((t.name, t.count))
+            except topic_admin.TopicAdminError as e:
+                entry["error_code"], entry["error_message"] = int(e.error_code), str(e)
+            results.append(entry)
+        if waits and body.timeout_ms > 0:
+            await self._wait_metadata(
+                lambda: all(len(self.cache.topics.get(n, {})) >= c for n, c in waits),
+                body.timeout_ms)
+        return {"throttle_time_ms": 0, "results": results}
+
+    def _wait_metadata(self, condition: Callable[[], bool], timeout_ms: int) -> defer.Deferred:
+        """Fires (with None) when ``condition()`` holds after a metadata update, or on timeout."""
+        d: defer.Deferred = defer.Deferred()
+        if condition():
+            d.callback(None)
+            return d
+        entry = (condition, d)
+        self._metadata_waiters.append(entry)
+
+        def expire() -> None:
+            if entry in self._metadata_waiters:
+                self._metadata_waiters.remove(entry)
+                d.callback(None)
+
+        call = self.clock.callLater(timeout_ms / 1000.0, expire)
+        d.addBoth(lambda r: (call.active() and call.cancel(), r)[1])
+        return d
+
+    def _metadata_changed(self) -> None:
+        for entry in list(self._metadata_waiters):
+            condition, d = entry
+            if condition():
+                self._metadata_waiters.remove(entry)
+                d.callback(None)
+
+    # -- controller → broker (seed 000 C) ---------------------------------------------------------
+
+    def _stale_broker_epoch(self, body: Any) -> bool:
+        return body.broker_epoch not in (-1, self.broker_epoch())
+
+    def leader_and_isr(self, header: Any, body: Any) -> dict:
+        if self._stale_broker_epoch(body):
+            return {"error_code": int(ErrorCode.STALE_BROKER_EPOCH), "topics": []}
+        states = []
+        for t in body.topic_states:
+            for s in t.partition_states:
+                states.append((t.topic_name, s.partition_index, LeaderAndIsrState(
+                    s.leader, s.leader_epoch, tuple(s.isr), tuple(s.replicas),
+                    s.controller_epoch, s.partition_epoch)))
+        result = self.replicas.apply_leader_and_isr(body.controller_epoch, states,
+                                                    full=body.type == 1)
+        if isinstance(result, str):
+            return {"error_code": _code(result), "topics": []}
+        errors = [{"partition_index": p, "error_code": _code(e)}
+                  for (_, p), e in result.items() if e is not None]
+        return {"error_code": 0, "topics": [{"partition_errors": errors}] if errors else []}
+
+    def stop_replica(self, header: Any, body: Any) -> dict:
+        if self._stale_broker_epoch(body):
+            return {"error_code": int(ErrorCode.STALE_BROKER_EPOCH), "partition_errors": []}
+        parts = [(t.topic_name, s.partition_index, s.delete_partition)
+                 for t in body.topic_states for s in t.partition_states]
+        result = self.replicas.apply_stop_replica(body.controller_epoch, parts)
+        if isinstance(result, str):
+            return {"error_code": _code(result), "partition_errors": []}
+        return {"error_code": 0, "partition_errors": [
+            {"topic_name": t, "partition_index": p, "error_code": _code(e)}
+            for (t, p), e in result.items()]}
+
+    def update_metadata(self, header: Any, body: Any) -> dict:
+        if self._stale_broker_epoch(body):
+            return {"error_code": int(ErrorCode.STALE_BROKER_EPOCH)}
+        if body.controller_epoch < self.cache.controller_epoch:
+            return {"error_code": int(ErrorCode.STALE_CONTROLLER_EPOCH)}
+        brokers = []
+        for b in body.live_brokers:
+            if b.endpoints:
+                ep = b.endpoints[0]
+                brokers.append(BrokerEndpoint(b.id, ep.host, ep.port, b.rack))
+        states = [
+            (t.topic_name, s.partition_index, PartitionState(
+                s.leader, s.leader_epoch, tuple(s.isr), tuple(s.replicas),
+                tuple(s.offline_replicas), s.zk_version))
+            for t in body.topic_states for s in t.partition_states
+        ]
+        changed = self.cache.apply(body.controller_id, body.controller_epoch, brokers, states)
+        if self.on_metadata_update is not None:
+            self.on_metadata_update(changed)
+        self._metadata_changed()
+        return {"error_code": 0}

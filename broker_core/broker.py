@@ -1,0 +1,318 @@
+"""The broker service: wires the parts together and runs the start-up and shut-down sequences.
+
+Start-up (seed 000 E, in order):
+
+1. open the log directory and recover every partition (unclean shutdown: torn tails truncated);
+2. connect to ZooKeeper (a dead ZooKeeper fails the start with a message naming the hosts);
+3. listen for Kafka clients;
+4. register ``/brokers/ids/[id]`` (ephemeral), waiting out a previous session's node after a
+   crash;
+5. read the assignment and leader state of every partition assigned here, become leader or
+   follower, delete local partitions no longer assigned;
+6. stand for controller election.
+
+Shut-down runs the reverse, each step awaited (``MultiService`` would not wait between children):
+stop listening, resign as controller, close the ZooKeeper session (the registration goes), stop
+the replica manager, flush and checkpoint the logs and mark the shutdown clean, stop the pools.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from twisted.application import service
+from twisted.internet import defer, endpoints
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.threadpool import ThreadPool
+
+from broker_core.config import BrokerConfig
+from broker_core.controller.controller import Controller
+from broker_core.log import LogConfig, LogManager
+from broker_core.metadata import NodeExists, NoNode, SessionState
+from broker_core.metadata_cache import MetadataCache
+from broker_core.metrics import BrokerMetrics, metrics_site
+from broker_core.replica.manager import ReplicaManager
+from broker_core.replica.partition import LeaderAndIsrState
+from broker_core.server.handlers import RequestHandler
+from broker_core.server.protocol import KafkaServerFactory
+from broker_core.zk import paths
+from broker_core.zk.store import ZooKeeperStore
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message says why and what to do."""
+
+
+def log_config_from(cfg: BrokerConfig) -> LogConfig:
+    """Broker-level log defaults as a :class:`LogConfig`."""
+    return LogConfig(
+        segment_bytes=cfg.log_segment_bytes,
+        segment_ms=cfg.log_roll_ms,
+        retention_bytes=cfg.log_retention_bytes,
+        retention_ms=cfg.log_retention_ms,
+        flush_messages=cfg.log_flush_interval_messages,
+        flush_ms=cfg.log_flush_interval_ms,
+        index_interval_bytes=cfg.log_index_interval_bytes,
+        max_message_bytes=cfg.message_max_bytes,
+    )
+
+
+class BrokerService(service.Service):
+    """One broker; see the module docstring for the start and stop sequences."""
+
+    log = Logger(namespace="sluice.broker")
+
+    def __init__(self, config: BrokerConfig, *, reactor: Any, registry: Any = None,
+                 store: Any = None) -> None:
+        self.config = config
+        self.reactor = reactor
+        self.clock: IReactorTime = reactor
+        self.broker_id = config.broker_id
+        self.metrics = BrokerMetrics(registry)
+        self.cache = MetadataCache()
+        self.io_pool = ThreadPool(minthreads=0, maxthreads=4, name="sluice-io")
+        self.store = store or ZooKeeperStore(
+            config.zookeeper_connect, reactor=reactor,
+            session_timeout=config.zookeeper_session_timeout_ms / 1000.0,
+            connect_timeout=config.zookeeper_connection_timeout_ms / 1000.0)
+        self.log_dir = Path(config.log_dirs)
+        self.default_log_config = log_config_from(config)
+        self.topic_configs: dict[str, dict[str, str]] = {}
+        self.log_manager = LogManager(self.log_dir, self.default_log_config,
+                                      time_ms=lambda: int(self.clock.seconds() * 1000))
+        self.replicas = ReplicaManager(
+            self.broker_id, self.log_manager, clock=self.clock, io_pool=self.io_pool,
+            reactor=reactor, topic_log_config=self._topic_log_config,
+            metadata_cache=self.cache, metrics=self.metrics,
+            retention_check_interval_s=config.log_retention_check_interval_ms / 1000.0,
+            flush_check_interval_s=(config.log_flush_scheduler_interval_ms or 1000) / 1000.0,
+            fetch_purge_interval=config.fetch_purgatory_purge_interval_requests,
+            produce_purge_interval=config.producer_purgatory_purge_interval_requests,
+        )
+        self.controller = Controller(
+            self.broker_id, self.store, reactor=reactor,
+            unclean_leader_election=self._unclean_allowed,
+            request_timeout_s=config.controller_socket_timeout_ms / 1000.0,
+            metrics=self.metrics)
+        self.registration_epoch = -1
+        self.handler = RequestHandler(
+            broker_id=self.broker_id, config=config, cache=self.cache, replicas=self.replicas,
+            store=self.store, clock=self.clock, broker_epoch=lambda: self.registration_epoch,
+            on_metadata_update=self._on_metadata_update)
+        self.factory = KafkaServerFactory(self.handler, clock=self.clock, metrics=self.metrics,
+                                          max_frame_bytes=config.socket_request_max_bytes)
+        self.port: Any = None
+        self.metrics_port: Any = None
+        self.advertised: tuple[str, int] | None = None
+        self.metrics.set_partition_source(self.replicas.partition_metrics)
+
+    # -- configuration -------------------------------------------------------------------------
+
+    def _topic_log_config(self, topic: str) -> LogConfig:
+        overrides = self.topic_configs.get(topic, {})
+        log_keys = {k: v for k, v in overrides.items() if k in _LOG_KEYS}
+        return LogConfig.from_topic_config(self.default_log_config, log_keys)
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        value = self.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
+        if value is None:
+            return bool(self.config.unclean_leader_election_enable)
+        return value.lower() == "true"
+
+    async def _load_topic_config(self, topic: str) -> None:
+        try:
+            data, _ = await self.store.get(paths.topic_config(topic))
+            self.topic_configs[topic] = dict(paths.TopicConfig.from_bytes(data).config)
+        except NoNode:
+            self.topic_configs[topic] = {}
+
+    def _on_metadata_update(self, topics: set[str]) -> None:
+        # Per-topic overrides are read when a topic first appears in the metadata.
+        for t in topics:
+            if t not in self.topic_configs:
+                self.topic_configs[t] = {}
+                d = defer.Deferred.fromCoroutine(self._load_topic_config(t))
+                d.addCallback(lambda _, t=t: self.replicas.update_topic_config(t))
+                d.addErrback(lambda f, t=t: self.log.warn(
+                    "could not read the config of topic {t}: {e}", t=t, e=f.getErrorMessage()))
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def startService(self) -> defer.Deferred:  # noqa: N802 (Twisted API)
+        super().startService()
+        d = defer.Deferred.fromCoroutine(self._start())
+
+        def failed(f: Any) -> None:
+            self.log.critical("broker {b} failed to start: {e}", b=self.broker_id,
+                              e=f.getErrorMessage())
+            if self.reactor.running:
+                self.reactor.stop()
+            return f
+
+        d.addErrback(failed)
+        self.ready = d
+        return d
+
+    async def _start(self) -> None:
+        cfg = self.config
+        self.io_pool.start()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_manager.load()
+        self._report_recovery()
+        try:
+            await self.store.start()
+        except Exception as e:
+            raise StartupError(
+                f"could not reach ZooKeeper at {cfg.zookeeper_connect}: {e}. Is it running? "
+                "(scripts/zookeeper-start.sh starts one)") from e
+        self.store.add_state_listener(self._on_session_state)
+        for path in paths.PERSISTENT_PATHS:
+            await self.store.ensure_path(path)
+        ep = endpoints.serverFromString(self.reactor, cfg.listeners)
+        self.port = await ep.listen(self.factory)
+        host = self.port.getHost()
+        self.advertised = _advertised(cfg.advertised_listeners, host)
+        self.log.info("broker {b} listening on {h}:{p}, advertised as {a}", b=self.broker_id,
+                      h=host.host, p=host.port, a="%s:%d" % self.advertised)
+        if cfg.metrics_listener:
+            mep = endpoints.serverFromString(self.reactor, cfg.metrics_listener)
+            self.metrics_port = await mep.listen(metrics_site(self.metrics.registry))
+        await self._register()
+        await self._startup_from_zookeeper()
+        self.replicas.start()
+        self.controller.start()
+        self.log.info("broker {b} started", b=self.broker_id)
+
+    def _report_recovery(self) -> None:
+        lm = self.log_manager
+        if not lm.clean_shutdown:
+            self.log.warn("log directory {d} was not shut down cleanly: recovering",
+                          d=str(self.log_dir))
+        for (topic, part), report in getattr(lm, "recovery_reports", {}).items():
+            truncated = getattr(report, "bytes_truncated", 0)
+            self.log.warn("recovered {t}-{p}: checked {n} batches, truncated {b} bytes, "
+                          "dropped {e} leader-epoch entries", t=topic, p=part,
+                          n=getattr(report, "batches_checked", "?"), b=truncated,
+                          e=getattr(report, "epoch_entries_dropped", 0))
+            self.metrics.log_recoveries_total.inc()
+            self.metrics.log_truncated_bytes_total.inc(truncated or 0)
+
+    async def _register(self) -> None:
+        """Create ``/brokers/ids/[id]``. After a crash the previous session's node lingers until
+        ZooKeeper expires that session; wait for it (bounded) rather than fail."""
+        host, port = self.advertised
+        reg = paths.BrokerRegistration(self.broker_id, host, port, self.config.broker_rack,
+                                       int(time.time() * 1000))
+        path = paths.broker(self.broker_id)
+        deadline = self.clock.seconds() + 2 * self.config.zookeeper_session_timeout_ms / 1000 + 5
+        while True:
+            try:
+                await self.store.create(path, reg.to_bytes(), ephemeral=True, makepath=True)
+                break
+            except NodeExists:
+                stat = await self.store.exists(path)
+                if stat is not None and stat.ephemeral_owner == self.store.session_id:
+                    break
+                if self.clock.seconds() > deadline:
+                    raise StartupError(
+                        f"broker id {self.broker_id} is registered by another live broker "
+                        f"({path} exists); broker ids must be unique") from None
+                self.log.info("{p} still held by a previous session; waiting for it to expire",
+                              p=path)
+                await _sleep(self.clock, 1.0)
+        stat = await self.store.exists(path)
+        self.registration_epoch = stat.czxid if stat is not None else -1
+        self.log.info("registered {p} (broker epoch {e})", p=path, e=self.registration_epoch)
+
+    async def _startup_from_zookeeper(self) -> None:
+        """Seed 000 E: take the last published state of every partition assigned here."""
+        try:
+            topics = await self.store.get_children(paths.TOPICS)
+        except NoNode:
+            topics = []
+        assigned: set[tuple[str, int]] = set()
+        states = []
+        for topic in topics:
+            try:
+                data, _ = await self.store.get(paths.topic(topic))
+            except NoNode:
+                continue
+            await self._load_topic_config(topic)
+            for p, replicas in paths.TopicAssignment.from_bytes(data).partitions.items():
+                if self.broker_id not in replicas:
+                    continue
+                assigned.add((topic, int(p)))
+                try:
+                    raw, stat = await self.store.get(paths.leader_and_isr(topic, int(p)))
+                except NoNode:
+                    continue
+                v = paths.LeaderAndIsr.from_bytes(raw)
+                states.append((topic, int(p), LeaderAndIsrState(
+                    v.leader, v.leader_epoch, tuple(v.isr), tuple(replicas),
+                    v.controller_epoch, stat.version)))
+        self.replicas.adopt_local_logs(assigned)
+        if states:
+            self.replicas.apply_leader_and_isr(-1, states, full=False)
+        self.log.info("startup: {n} partitions assigned to this broker", n=len(assigned))
+
+    def _on_session_state(self, state: SessionState) -> None:
+        self.metrics.zookeeper_session_state.state(state.name.lower())
+        if state is SessionState.LOST:
+            self.log.warn("ZooKeeper session expired: re-registering broker {b}",
+                          b=self.broker_id)
+            self._pending_reregister = True
+        elif state is SessionState.CONNECTED and getattr(self, "_pending_reregister", False):
+            self._pending_reregister = False
+            d = defer.Deferred.fromCoroutine(self._register())
+            d.addErrback(lambda f: self.log.failure("re-registration failed", f))
+
+    # -- stop ----------------------------------------------------------------------------------
+
+    def stopService(self) -> defer.Deferred:  # noqa: N802 (Twisted API)
+        super().stopService()
+        return defer.Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self) -> None:
+        self.log.info("broker {b} shutting down", b=self.broker_id)
+        if self.port is not None:
+            await self.port.stopListening()
+        self.factory.close_all()
+        try:
+            await self.controller.stop()
+        except Exception:
+            self.log.failure("controller stop failed")
+        try:
+            await self.store.stop()
+        except Exception:
+            self.log.failure("ZooKeeper close failed")
+        self.replicas.stop()
+        if self.metrics_port is not None:
+            await self.metrics_port.stopListening()
+        from twisted.internet import threads
+
+        await threads.deferToThreadPool(self.reactor, self.io_pool, self.log_manager.shutdown)
+        self.io_pool.stop()
+        self.log.info("broker {b} stopped cleanly", b=self.broker_id)
+
+
+_LOG_KEYS = {"segment.bytes", "segment.ms", "retention.bytes", "retention.ms", "flush.messages",
+             "flush.ms", "index.interval.bytes", "max.message.bytes"}
+
+
+def _advertised(advertised: str | None, host: Any) -> tuple[str, int]:
+    if advertised:
+        h, _, p = advertised.rpartition(":")
+        return h, int(p)
+    bound = host.host
+    if bound in ("0.0.0.0", "::", ""):
+        bound = "127.0.0.1"
+    return bound, host.port
+
+
+def _sleep(clock: Any, seconds: float) -> defer.Deferred:
+    from twisted.internet import task
+
+    return task.deferLater(clock, seconds, lambda: None)

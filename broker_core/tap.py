@@ -1,0 +1,77 @@
+"""``twistd broker``: command-line options and the service maker.
+
+Endpoint strings are parsed only here and in :class:`~broker_core.broker.BrokerService`'s start;
+library code takes objects. Options map onto config keys, so every option can also be given in a
+``--config`` properties file or as ``--set key=value``; the command line wins.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from twisted.application import service
+from twisted.python import usage
+
+from broker_core.config import BrokerConfig, ConfigError
+
+#: option name → config key
+OPTION_KEYS = {
+    "broker-id": "broker.id",
+    "listen": "listeners",
+    "advertised-listener": "advertised.listeners",
+    "zookeeper": "zookeeper.connect",
+    "log-dir": "log.dirs",
+    "metrics": "metrics.listener",
+}
+
+
+class Options(usage.Options):
+    synopsis = "[options]"
+    longdesc = ("Run a Sluice broker: a Kafka-compatible broker on ZooKeeper. "
+                "Example: twistd -n broker --broker-id 1 --listen tcp:9092:interface=127.0.0.1 "
+                "--zookeeper 127.0.0.1:2181 --log-dir ./run/broker-1")
+    optParameters = [
+        ["broker-id", None, None, "This broker's id (broker.id), a non-negative integer."],
+        ["listen", None, None,
+         "Twisted server endpoint for Kafka clients (listeners), e.g. tcp:9092:interface=127.0.0.1."],
+        ["advertised-listener", None, None,
+         "host:port clients should use (advertised.listeners); default: the bound address."],
+        ["zookeeper", None, None, "ZooKeeper connect string (zookeeper.connect), e.g. host:2181."],
+        ["log-dir", None, None, "Directory for partition logs (log.dirs)."],
+        ["metrics", None, None, "Twisted server endpoint for /metrics, e.g. tcp:9404."],
+        ["config", None, None, "A properties file of config keys (key=value lines)."],
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self["set"] = {}
+
+    def opt_set(self, value: str) -> None:
+        """Set a config key: --set key=value (repeatable)."""
+        key, sep, val = value.partition("=")
+        if not sep or not key.strip():
+            raise usage.UsageError(f"--set expects key=value, got {value!r}")
+        self["set"][key.strip()] = val.strip()
+
+    def postOptions(self) -> None:  # noqa: N802 (Twisted API)
+        overrides = dict(self["set"])
+        for opt, key in OPTION_KEYS.items():
+            if self[opt] is not None:
+                overrides[key] = self[opt]
+        try:
+            self.config = BrokerConfig.from_sources(
+                Path(self["config"]) if self["config"] else None, overrides)
+        except ConfigError as e:
+            raise usage.UsageError(str(e)) from None
+        except OSError as e:
+            raise usage.UsageError(f"cannot read --config file: {e}") from None
+
+
+def makeService(options: Options) -> service.IService:  # noqa: N802 (Twisted API)
+    from twisted.internet import reactor
+
+    from broker_core.broker import BrokerService
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 5000))
+    return BrokerService(options.config, reactor=reactor)

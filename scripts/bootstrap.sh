@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what Sluice needs on a fresh Debian/Ubuntu machine, only where it is missing:
+# Java + ZooKeeper and kcat from the distribution, and a virtualenv at .venv with Sluice
+# installed (editable, in "compat" mode so twistd finds the broker plugin from any directory).
+# Usage: scripts/bootstrap.sh [--extras test]   (run from anywhere; idempotent)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --extras) extras="$2"; shift 2 ;;
+        -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+        *) echo "bootstrap: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+        echo "bootstrap: need root (or sudo) to run: $*" >&2; exit 1; fi
+}
+
+need=()
+command -v java >/dev/null || need+=(default-jre-headless)
+[ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+command -v kcat >/dev/null || need+=(kcat)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "bootstrap: installing ${need[*]} from the distribution"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "bootstrap: creating .venv"
+    python3 -m venv .venv
+fi
+spec="."
+[ -n "$extras" ] && spec=".[${extras}]"
+stamp=".venv/.sluice-installed-${extras:-base}"
+if [ ! -e "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
+    echo "bootstrap: installing sluice${extras:+[$extras]} into .venv"
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q -e "$spec" --config-settings editable_mode=compat
+    touch "$stamp"
+fi

@@ -1,0 +1,151 @@
+"""Brokers for integration and system tests, against the real ZooKeeper of the test session.
+
+:func:`start_brokers` runs :class:`~broker_core.broker.BrokerService` objects inside the test's
+reactor (integration tests); :class:`BrokerProcess` runs a broker as a separate ``twistd``
+process that tests can kill -9 or stop with SIGSTOP (system tests). Both listen on free
+127.0.0.1 ports and keep their logs under the test's ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from twisted.internet import defer, task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def broker_config(broker_id: int, zk_hosts: str, log_dir: Path, port: int = 0,
+                  **overrides: str) -> Any:
+    from broker_core.config import BrokerConfig
+
+    values = {
+        "broker.id": str(broker_id),
+        "listeners": f"tcp:{port}:interface=127.0.0.1",
+        "zookeeper.connect": zk_hosts,
+        "zookeeper.session.timeout.ms": "6000",
+        "log.dirs": str(log_dir),
+    }
+    values.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
+    return BrokerConfig.from_mapping(values)
+
+
+async def start_brokers(zk_hosts: str, base: Path, count: int, **overrides: str) -> list[Any]:
+    """Start ``count`` in-process brokers (ids 1..count) and wait until each has started."""
+    from twisted.internet import reactor
+
+    from broker_core.broker import BrokerService
+
+    brokers = []
+    for i in range(1, count + 1):
+        svc = BrokerService(broker_config(i, zk_hosts, base / f"broker-{i}", **overrides),
+                            reactor=reactor)
+        brokers.append(svc)
+        await svc.startService()
+    return brokers
+
+
+async def stop_brokers(brokers: list[Any]) -> None:
+    for b in reversed(brokers):
+        if b.running:
+            await b.stopService()
+
+
+async def eventually(condition: Callable[[], Any], timeout: float = 15.0,
+                     interval: float = 0.05, what: str = "condition") -> Any:
+    """Poll ``condition`` on the reactor until it returns something truthy."""
+    from twisted.internet import reactor
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if isinstance(value, defer.Deferred):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await task.deferLater(reactor, interval, lambda: None)
+
+
+class BrokerProcess:
+    """A broker run as ``python -m twisted -n broker ...`` in its own process."""
+
+    def __init__(self, broker_id: int, zk_hosts: str, base: Path, *, port: int | None = None,
+                 extra: dict[str, str] | None = None) -> None:
+        self.broker_id = broker_id
+        self.zk_hosts = zk_hosts
+        self.port = port or free_port()
+        self.log_dir = base / f"broker-{broker_id}"
+        self.log_file = base / f"broker-{broker_id}.log"
+        self.extra = {"zookeeper.session.timeout.ms": "6000", **(extra or {})}
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        args = [sys.executable, "-m", "twisted", "--nodaemon", "--pidfile", "",
+                "--logfile", str(self.log_file), "broker",
+                "--broker-id", str(self.broker_id),
+                "--listen", f"tcp:{self.port}:interface=127.0.0.1",
+                "--zookeeper", self.zk_hosts, "--log-dir", str(self.log_dir)]
+        for k, v in self.extra.items():
+            args += ["--set", f"{k}={v}"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+
+    def wait_listening(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"broker {self.broker_id} exited: {self.log_tail()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"broker {self.broker_id} did not listen in {timeout}s: "
+                           f"{self.log_tail()}")
+
+    def log_text(self) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, n: int = 30) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                self.proc.wait(timeout=60)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

@@ -1,19 +1,26 @@
-"""The API registry: which Kafka APIs Sluice serves, at which versions, and the request/response
-entry points of the codec.
+"""The API registry and the codec's entry points for whole requests and responses.
 
-The advertised ranges are chosen so that kcat (librdkafka 2.0), confluent-kafka 2.x and
-kafka-python negotiate versions they support, while staying below versions that identify topics
-only by id (Fetch 13+, DeleteTopics 6+) since topic ids are not kept yet.
+``SUPPORTED`` says which APIs Sluice serves and at which versions (what ApiVersions advertises).
+The ranges let kcat/librdkafka 2.x, confluent-kafka 2.x and kafka-python 2.x/3.x negotiate a
+version they speak, and stop below versions that name topics only by id (Fetch 13+, DeleteTopics
+6+), since Sluice keeps no topic ids. The inter-broker APIs are served at exactly the version
+Sluice brokers send. ``docs/protocol.md`` explains each choice.
+
+The entry points work on frames *without* the 4-byte size prefix (see
+:mod:`broker_core.wire.framing`) and return/accept chunk lists, so large record data is never
+joined or copied on the way out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
+from types import ModuleType
 from typing import Any
 
-from broker_core.wire import messages as m
 from broker_core.wire.errors import (
+    EncodeError,
     ErrorCode,
     MalformedFrame,
     ProtocolError,
@@ -24,15 +31,33 @@ from broker_core.wire.header import (
     RequestHeader,
     read_request_header,
     read_response_header,
-    response_header_flexible,
+    request_header_version,
+    response_header_version,
     write_request_header,
     write_response_header,
+)
+from broker_core.wire.messages import (
+    api_versions,
+    controlled_shutdown,
+    create_partitions,
+    create_topics,
+    delete_topics,
+    fetch,
+    leader_and_isr,
+    list_offsets,
+    metadata,
+    offset_for_leader_epoch,
+    produce,
+    stop_replica,
+    update_metadata,
 )
 from broker_core.wire.primitives import Reader, Writer
 from broker_core.wire.schema import Message, Struct
 
 
 class ApiKey(IntEnum):
+    """Kafka's API keys (``ApiKeys.java``). Sluice-only APIs will take keys from 1000 up."""
+
     PRODUCE = 0
     FETCH = 1
     LIST_OFFSETS = 2
@@ -54,153 +79,304 @@ class ApiKey(IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
+    CREATE_DELEGATION_TOKEN = 38
+    RENEW_DELEGATION_TOKEN = 39
+    EXPIRE_DELEGATION_TOKEN = 40
+    DESCRIBE_DELEGATION_TOKEN = 41
+    DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    VOTE = 52
+    BEGIN_QUORUM_EPOCH = 53
+    END_QUORUM_EPOCH = 54
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
+    UPDATE_FEATURES = 57
+    ENVELOPE = 58
+    FETCH_SNAPSHOT = 59
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    UNREGISTER_BROKER = 64
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+    ALLOCATE_PRODUCER_IDS = 67
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
+    CONTROLLER_REGISTRATION = 70
+    GET_TELEMETRY_SUBSCRIPTIONS = 71
+    PUSH_TELEMETRY = 72
+    ASSIGN_REPLICAS_TO_DIRS = 73
+    LIST_CLIENT_METRICS_RESOURCES = 74
+    DESCRIBE_TOPIC_PARTITIONS = 75
+    ADD_RAFT_VOTER = 80
+    REMOVE_RAFT_VOTER = 81
+
+
+ErrorBody = Callable[[int, Any, int], dict | None]
 
 
 @dataclass(frozen=True)
 class ApiSpec:
+    """One served API. Invariant: ``request`` and ``response`` are valid over exactly
+    ``min_version..max_version``, and ``flexible_min_version`` is where both turn flexible
+    (``None`` when no served version is).
+
+    ``error_body(version, request_body_or_None, error_code)`` builds the response body that
+    reports an error for a request that could not be handled, or returns ``None`` when the API
+    cannot carry one.
+    """
+
     key: ApiKey
+    name: str
     min_version: int
     max_version: int
+    flexible_min_version: int | None
     request: Message
     response: Message
+    error_body: ErrorBody | None = None
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
 
+    def is_flexible(self, version: int) -> bool:
+        return self.flexible_min_version is not None and version >= self.flexible_min_version
 
-SUPPORTED: dict[ApiKey, ApiSpec] = {
-    s.key: s for s in [
-        ApiSpec(ApiKey.PRODUCE, 3, 9, m.PRODUCE_REQUEST, m.PRODUCE_RESPONSE),
-        ApiSpec(ApiKey.FETCH, 4, 12, m.FETCH_REQUEST, m.FETCH_RESPONSE),
-        ApiSpec(ApiKey.LIST_OFFSETS, 1, 7, m.LIST_OFFSETS_REQUEST, m.LIST_OFFSETS_RESPONSE),
-        ApiSpec(ApiKey.METADATA, 1, 12, m.METADATA_REQUEST, m.METADATA_RESPONSE),
-        ApiSpec(ApiKey.LEADER_AND_ISR, 5, 5, m.LEADER_AND_ISR_REQUEST, m.LEADER_AND_ISR_RESPONSE),
-        ApiSpec(ApiKey.STOP_REPLICA, 3, 3, m.STOP_REPLICA_REQUEST, m.STOP_REPLICA_RESPONSE),
-        ApiSpec(ApiKey.UPDATE_METADATA, 7, 7, m.UPDATE_METADATA_REQUEST,
-                m.UPDATE_METADATA_RESPONSE),
-        ApiSpec(ApiKey.API_VERSIONS, 0, 3, m.API_VERSIONS_REQUEST, m.API_VERSIONS_RESPONSE),
-        ApiSpec(ApiKey.CREATE_TOPICS, 2, 7, m.CREATE_TOPICS_REQUEST, m.CREATE_TOPICS_RESPONSE),
-        ApiSpec(ApiKey.DELETE_TOPICS, 1, 5, m.DELETE_TOPICS_REQUEST, m.DELETE_TOPICS_RESPONSE),
-        ApiSpec(ApiKey.CREATE_PARTITIONS, 0, 3, m.CREATE_PARTITIONS_REQUEST,
-                m.CREATE_PARTITIONS_RESPONSE),
-    ]
-}
+
+def spec_from_module(key: ApiKey, module: ModuleType) -> ApiSpec:
+    """An :class:`ApiSpec` from a ``messages`` module (``REQUEST``, ``RESPONSE``,
+    ``error_body``), checking that request and response agree on their versions."""
+    req: Message = module.REQUEST
+    resp: Message = module.RESPONSE
+    if (req.min_version, req.max_version) != (resp.min_version, resp.max_version):
+        raise ValueError(f"{key.name}: request and response version ranges differ")
+    if req.flexible_versions != resp.flexible_versions:
+        raise ValueError(f"{key.name}: request and response flexible versions differ")
+    flex = req.flexible_min_version
+    if flex is not None and flex > req.max_version:
+        flex = None
+    elif flex is not None:
+        flex = max(flex, req.min_version)
+    name = "".join(w.capitalize() for w in key.name.split("_"))
+    return ApiSpec(key, name, req.min_version, req.max_version, flex, req, resp,
+                   getattr(module, "error_body", None))
+
+
+SUPPORTED: dict[ApiKey, ApiSpec] = {}
+
+
+def register(spec: ApiSpec) -> None:
+    """Add (or replace) a served API. Used at import for Kafka's APIs and by later modules for
+    Sluice's own APIs (keys from 1000 up)."""
+    SUPPORTED[spec.key] = spec
+
+
+for _key, _module in [
+    (ApiKey.PRODUCE, produce),
+    (ApiKey.FETCH, fetch),
+    (ApiKey.LIST_OFFSETS, list_offsets),
+    (ApiKey.METADATA, metadata),
+    (ApiKey.LEADER_AND_ISR, leader_and_isr),
+    (ApiKey.STOP_REPLICA, stop_replica),
+    (ApiKey.UPDATE_METADATA, update_metadata),
+    (ApiKey.CONTROLLED_SHUTDOWN, controlled_shutdown),
+    (ApiKey.API_VERSIONS, api_versions),
+    (ApiKey.CREATE_TOPICS, create_topics),
+    (ApiKey.DELETE_TOPICS, delete_topics),
+    (ApiKey.OFFSET_FOR_LEADER_EPOCH, offset_for_leader_epoch),
+    (ApiKey.CREATE_PARTITIONS, create_partitions),
+]:
+    register(spec_from_module(_key, _module))
+del _key, _module
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
+    """A decoded request: its header and its body (a :class:`~broker_core.wire.schema.Struct`)."""
+
     header: RequestHeader
     body: Struct
 
 
-def _flexible(api_key: int, version: int) -> bool:
+_MIN_HEADER_BYTES = 8  # api_key, api_version, correlation_id
+
+
+def _spec(api_key: int, api_version: int) -> ApiSpec:
+    """The spec to encode/decode with locally; a programming error if not served."""
     spec = SUPPORTED.get(api_key)  # type: ignore[call-overload]
-    return spec is not None and spec.request.is_flexible(version)
+    if spec is None:
+        raise EncodeError(f"api key {api_key} is not served by this codec")
+    if not spec.supports(api_version):
+        raise EncodeError(f"{spec.name} v{api_version} is not served "
+                          f"(v{spec.min_version}-v{spec.max_version} are)")
+    return spec
+
+
+def _peek_client_id(r: Reader) -> str | None:
+    # Only to report who sent a request we will refuse; a bad client id must not hide that.
+    try:
+        return r.nullable_string()
+    except ProtocolError:
+        return None
 
 
 def decode_request(frame: bytes | memoryview) -> Request:
     """Decode one request frame (without its size prefix).
 
-    Raises :class:`UnknownApiKey` / :class:`UnsupportedVersion` carrying the header, so the caller
-    can answer, and :class:`MalformedFrame` for anything else wrong (including trailing bytes).
+    Raises :class:`UnknownApiKey` / :class:`UnsupportedVersion` carrying the parsed header so the
+    caller can answer or log it, and :class:`MalformedFrame` for anything else wrong, including
+    bytes left over after the body. Record data in the body are zero-copy slices of ``frame``.
     """
     r = Reader(frame)
-    try:
-        api_key = r.int16()
-        api_version = r.int16()
-        correlation_id = r.int32()
-    except MalformedFrame:
-        raise MalformedFrame("frame too short for a request header") from None
+    if r.remaining() < _MIN_HEADER_BYTES:
+        raise MalformedFrame(f"a frame of {r.remaining()} bytes is too short for a request header")
+    api_key, api_version = r.int16(), r.int16()
+    correlation_id = r.int32()
     spec = SUPPORTED.get(api_key)  # type: ignore[call-overload]
-    if spec is None:
-        header = RequestHeader(api_key, api_version, correlation_id, None)
-        raise UnknownApiKey(header, f"unknown api key {api_key}")
-    if not spec.supports(api_version):
-        r2 = Reader(frame, 8)
-        try:
-            client_id = r2.string(nullable=True, compact=False)
-        except ProtocolError:
-            client_id = None
-        header = RequestHeader(api_key, api_version, correlation_id, client_id)
-        raise UnsupportedVersion(
-            header, f"{spec.key.name} v{api_version} is not supported "
-                    f"(v{spec.min_version}-v{spec.max_version} are)")
+    if spec is None or not spec.supports(api_version):
+        header = RequestHeader(api_key, api_version, correlation_id, _peek_client_id(r))
+        if spec is None:
+            raise UnknownApiKey(header)
+        raise UnsupportedVersion(header, f"{spec.name} v{api_version} is not supported "
+                                         f"(v{spec.min_version}-v{spec.max_version} are)")
     r.pos = 0
-    header = read_request_header(r, _flexible)
     try:
-        body = spec.request.decode(r, api_version)
-    except ProtocolError:
-        raise
-    except (ValueError, OverflowError, IndexError) as e:
-        raise MalformedFrame(f"bad {spec.key.name} v{api_version} request: {e}") from None
+        header = read_request_header(
+            r, request_header_version(api_key, api_version, spec.is_flexible(api_version)))
+    except MalformedFrame as e:
+        raise e.at("request header") from None
+    body = spec.request.decode(r, api_version)
     if r.remaining():
-        raise MalformedFrame(f"{r.remaining()} trailing bytes after {spec.key.name} request")
+        raise MalformedFrame(f"{r.remaining()} unexpected bytes after the body",
+                             (f"{spec.request.name} v{api_version}",))
     return Request(header, body)
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
                    body: Any) -> list[bytes]:
-    spec = SUPPORTED[ApiKey(api_key)]
+    """Header plus body as chunks, without the size prefix (``framing.frame`` adds it)."""
+    spec = _spec(api_key, api_version)
     w = Writer()
-    write_request_header(w, RequestHeader(api_key, api_version, correlation_id, client_id),
-                         spec.request.is_flexible(api_version))
+    write_request_header(
+        w, RequestHeader(int(api_key), api_version, correlation_id, client_id),
+        request_header_version(api_key, api_version, spec.is_flexible(api_version)))
     spec.request.encode(body, api_version, w)
-    return w.getvalue()
+    return w.chunks()
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any
                     ) -> list[bytes]:
-    spec = SUPPORTED[ApiKey(api_key)]
+    """Header plus body as chunks, without the size prefix (``framing.frame`` adds it)."""
+    spec = _spec(api_key, api_version)
     w = Writer()
-    flexible = spec.response.is_flexible(api_version)
-    write_response_header(w, correlation_id, response_header_flexible(api_key, flexible))
+    write_response_header(
+        w, correlation_id,
+        response_header_version(api_key, api_version, spec.is_flexible(api_version)))
     spec.response.encode(body, api_version, w)
-    return w.getvalue()
+    return w.chunks()
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes | memoryview
                     ) -> tuple[int, Struct]:
-    spec = SUPPORTED[ApiKey(api_key)]
-    r = Reader(frame)
-    flexible = spec.response.is_flexible(api_version)
-    correlation_id = read_response_header(r, response_header_flexible(api_key, flexible))
+    """Decode a response to a request sent at ``api_version``: ``(correlation_id, body)``.
+
+    An ApiVersions response that does not parse at the requested version is parsed again as
+    v0: that is how a broker that does not speak the requested version answers (KIP-511), and
+    what Kafka's own clients do.
+    """
+    spec = SUPPORTED.get(api_key)  # type: ignore[call-overload]
+    if spec is None or not spec.supports(api_version):
+        raise ProtocolError(f"cannot decode a response of api {api_key} v{api_version}: "
+                            "not served by this codec")
     try:
-        body = spec.response.decode(r, api_version)
-    except ProtocolError:
-        raise
-    except (ValueError, OverflowError, IndexError) as e:
-        raise MalformedFrame(f"bad {spec.key.name} v{api_version} response: {e}") from None
+        return _decode_response(spec, api_version, frame)
+    except MalformedFrame:
+        if api_key != ApiKey.API_VERSIONS or api_version == 0:
+            raise
+        return _decode_response(spec, 0, frame)
+
+
+def _decode_response(spec: ApiSpec, api_version: int, frame: bytes | memoryview
+                     ) -> tuple[int, Struct]:
+    r = Reader(frame)
+    hv = response_header_version(spec.key, api_version, spec.is_flexible(api_version))
+    try:
+        correlation_id = read_response_header(r, hv)
+    except MalformedFrame as e:
+        raise e.at("response header") from None
+    body = spec.response.decode(r, api_version)
     if r.remaining():
-        raise MalformedFrame(f"{r.remaining()} trailing bytes after {spec.key.name} response")
+        raise MalformedFrame(f"{r.remaining()} unexpected bytes after the body",
+                             (f"{spec.response.name} v{api_version}",))
     return correlation_id, body
 
 
-def api_versions_body(error_code: int = 0) -> dict:
-    return {
-        "error_code": error_code,
-        "api_keys": [{"api_key": int(k), "min_version": s.min_version,
-                      "max_version": s.max_version} for k, s in sorted(SUPPORTED.items())],
-        "throttle_time_ms": 0,
-    }
+def error_response(request_header: RequestHeader | Request, error_code: int,
+                   request_body: Any = None) -> list[bytes] | None:
+    """A well-formed response carrying ``error_code``, or ``None`` when the API cannot carry one
+    (the caller then closes the connection, as Kafka does).
 
+    Pass the :class:`Request` (or the header and ``request_body``) when the body was decoded:
+    per-partition APIs (Produce, Fetch, Metadata, ListOffsets, topic admin) then answer every
+    partition/topic of the request with ``error_code``. With only a header, APIs with a
+    top-level error code still answer; the others return ``None``.
 
-def error_response(header: RequestHeader, error_code: ErrorCode) -> list[bytes] | None:
-    """A response carrying ``error_code`` for a request we cannot otherwise answer.
-
-    ApiVersions with an unsupported version gets a v0 response listing our versions (KIP-511).
-    For other APIs the request body is unknown, so there is no well-formed per-partition answer:
-    return ``None`` and let the caller close the connection, as Kafka does.
+    ApiVersions at a version Sluice does not serve is answered at v0 with UNSUPPORTED_VERSION
+    and, as Kafka does (KIP-511), the ApiVersions entry alone, so the client can retry with a
+    version it finds there.
     """
-    if header.api_key == ApiKey.API_VERSIONS:
+    if isinstance(request_header, Request):
+        request_body = request_header.body
+        header = request_header.header
+    else:
+        header = request_header
+    code = int(error_code)
+    spec = SUPPORTED.get(header.api_key)  # type: ignore[call-overload]
+    if header.api_key == ApiKey.API_VERSIONS and (
+            spec is None or not spec.supports(header.api_version)):
+        entries = []
+        if code == ErrorCode.UNSUPPORTED_VERSION and spec is not None:
+            entries = [{"api_key": int(ApiKey.API_VERSIONS), "min_version": spec.min_version,
+                        "max_version": spec.max_version}]
         w = Writer()
-        write_response_header(w, header.correlation_id, False)
-        m.API_VERSIONS_RESPONSE.encode(api_versions_body(int(error_code)), 0, w)
-        return w.getvalue()
-    return None
+        write_response_header(w, header.correlation_id, 0)
+        api_versions.RESPONSE.encode({"error_code": code, "api_keys": entries}, 0, w)
+        return w.chunks()
+    if spec is None or not spec.supports(header.api_version) or spec.error_body is None:
+        return None
+    body = spec.error_body(header.api_version, request_body, code)
+    if body is None:
+        return None
+    return encode_response(header.api_key, header.api_version, header.correlation_id, body)
+
+
+def advertised_versions(keys: Any = None) -> list[dict[str, int]]:
+    """ApiVersions ``api_keys`` entries for ``keys`` (default: every served API), by key."""
+    chosen = SUPPORTED if keys is None else {k: SUPPORTED[k] for k in keys}
+    return [{"api_key": int(k), "min_version": s.min_version, "max_version": s.max_version}
+            for k, s in sorted(chosen.items())]

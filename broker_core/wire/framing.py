@@ -1,53 +1,83 @@
-"""Kafka framing: a 4-byte big-endian size, then the message. Sans-IO."""
+"""Kafka framing, sans-IO: every message is a 4-byte big-endian signed size, then the message.
+
+:class:`FrameDecoder` turns a byte stream (in whatever pieces the transport delivers) into whole
+frames; :func:`frame` prefixes an encoded message with its size for the transport.
+"""
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 from broker_core.wire.errors import FrameTooLarge, MalformedFrame
 
 MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka socket.request.max.bytes default
 
-_size = struct.Struct(">i")
+SIZE_PREFIX_BYTES = 4
+_SIZE = struct.Struct(">i")
 
 
 class FrameDecoder:
-    """Splits a byte stream into frames (without their size prefix).
+    """Splits a byte stream into frames (returned without their size prefix).
 
-    Invariant: ``_buf`` never holds a complete frame after ``feed`` returns. A size above
-    ``max_frame_bytes`` raises :class:`FrameTooLarge` as soon as the prefix arrives, before the
-    body is buffered.
+    Invariants:
+
+    - after ``feed`` returns, the internal buffer holds less than one complete frame;
+    - a size prefix above ``max_frame_bytes`` raises :class:`FrameTooLarge` as soon as the prefix
+      itself has arrived, before any of the body is buffered; a negative size raises
+      :class:`MalformedFrame`; frames completed by the same ``feed`` call are dropped with it;
+    - after either error the decoder stays failed (the stream has lost its framing, so nothing
+      after it can be trusted): every later ``feed`` raises the same error again.
     """
 
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        if max_frame_bytes < 0:
+            raise ValueError("max_frame_bytes must not be negative")
         self.max_frame_bytes = max_frame_bytes
         self._buf = bytearray()
+        self._failed: Exception | None = None
 
-    def feed(self, data: bytes) -> list[bytes]:
+    @property
+    def buffered(self) -> int:
+        """Bytes received that are not yet part of a returned frame."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Add received bytes; return every frame they complete, in order."""
+        if self._failed is not None:
+            raise self._failed
         buf = self._buf
         buf += data
-        frames = []
+        frames: list[bytes] = []
         pos = 0
         n = len(buf)
-        while n - pos >= 4:
-            size = _size.unpack_from(buf, pos)[0]
-            if size < 0:
-                raise MalformedFrame(f"negative frame size {size}")
-            if size > self.max_frame_bytes:
-                raise FrameTooLarge(size, self.max_frame_bytes)
-            if n - pos - 4 < size:
-                break
-            frames.append(bytes(buf[pos + 4:pos + 4 + size]))
-            pos += 4 + size
+        limit = self.max_frame_bytes
+        with memoryview(buf) as view:  # released before ``buf`` is resized below
+            while n - pos >= SIZE_PREFIX_BYTES:
+                size = _SIZE.unpack_from(view, pos)[0]
+                if size < 0 or size > limit:
+                    self._failed = (MalformedFrame(f"negative frame size {size}") if size < 0
+                                    else FrameTooLarge(size, limit))
+                    break
+                start = pos + SIZE_PREFIX_BYTES
+                if n - start < size:
+                    break
+                # The one copy a frame costs: out of the stream buffer into its own bytes.
+                frames.append(bytes(view[start:start + size]))
+                pos = start + size
+        if self._failed is not None:
+            # Raise now rather than after handing out earlier frames: the peer may send nothing
+            # more, and the connection is going to be closed anyway.
+            buf.clear()
+            raise self._failed
         if pos:
             del buf[:pos]
         return frames
 
-    @property
-    def buffered(self) -> int:
-        return len(self._buf)
 
-
-def frame(chunks: list[bytes]) -> list[bytes]:
-    """Prepend the size prefix to a message given as chunks."""
-    return [_size.pack(sum(len(c) for c in chunks)), *chunks]
+def frame(payload_chunks: Sequence[bytes]) -> list[bytes]:
+    """Prepend the 4-byte size to an encoded message given as chunks (nothing is joined)."""
+    size = sum(len(c) for c in payload_chunks)
+    if size > 0x7FFFFFFF:
+        raise FrameTooLarge(size, 0x7FFFFFFF)
+    return [_SIZE.pack(size), *payload_chunks]

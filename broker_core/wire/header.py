@@ -1,60 +1,87 @@
-"""Request and response headers and which version goes with which API version.
+"""Request and response headers, and which header version goes with which API version.
 
-Request header v1 = api_key, api_version, correlation_id, client_id (nullable string); v2 adds a
-tagged-field section (flexible APIs). Response header v0 = correlation_id; v1 adds tagged fields.
-ApiVersions always answers with response header v0, so a client that does not know the broker's
-versions yet can read the answer (KIP-511).
+Request header
+    v0: ``api_key int16, api_version int16, correlation_id int32``
+    v1: v0 + ``client_id`` (nullable *classic* string, even in v2)
+    v2: v1 + a tagged-field section (used by flexible request versions)
+
+Response header
+    v0: ``correlation_id int32``
+    v1: v0 + a tagged-field section (used by flexible response versions)
+
+The rule: a flexible API version uses request header v2 and response header v1, a non-flexible
+one request header v1 and response header v0. Two exceptions: ApiVersions always answers with
+response header v0, because the client reads the answer before it knows which versions the broker
+speaks (KIP-511); and ControlledShutdown v0 used request header v0.
+
+Header tagged fields: none are defined for Sluice; unknown ones are skipped on decode and
+dropped (the header is rebuilt, not round-tripped).
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from broker_core.wire.primitives import Reader, Writer
 
 API_VERSIONS_KEY = 18
+CONTROLLED_SHUTDOWN_KEY = 7
+
+_FIXED = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 
 
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
+    """A parsed request header. ``client_id`` is ``None`` when the client sent a null id."""
+
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None = None
 
 
-def read_request_header(r: Reader, flexible_for: "callable") -> RequestHeader:
-    api_key = r.int16()
-    api_version = r.int16()
-    correlation_id = r.int32()
-    client_id = r.string(nullable=True, compact=False)
-    header = RequestHeader(api_key, api_version, correlation_id, client_id)
-    if flexible_for(api_key, api_version):
+def request_header_version(api_key: int, api_version: int, flexible: bool) -> int:
+    """The request header version used by ``api_key`` at ``api_version``."""
+    if flexible:
+        return 2
+    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+        return 0
+    return 1
+
+
+def response_header_version(api_key: int, api_version: int, flexible: bool) -> int:
+    """The response header version used by ``api_key`` at ``api_version``."""
+    if flexible and api_key != API_VERSIONS_KEY:
+        return 1
+    return 0
+
+
+def read_request_header(r: Reader, version: int) -> RequestHeader:
+    api_key, api_version, correlation_id = r.fixed(_FIXED)
+    client_id = r.nullable_string() if version >= 1 else None
+    if version >= 2:
         r.skip_tagged_fields()
-    return header
+    return RequestHeader(api_key, api_version, correlation_id, client_id)
 
 
-def write_request_header(w: Writer, h: RequestHeader, flexible: bool) -> None:
-    w.int16(h.api_key)
-    w.int16(h.api_version)
-    w.int32(h.correlation_id)
-    w.string(h.client_id, compact=False)
-    if flexible:
-        w.uvarint(0)
+def write_request_header(w: Writer, header: RequestHeader, version: int) -> None:
+    w.fixed(_FIXED, (header.api_key, header.api_version, header.correlation_id))
+    if version >= 1:
+        w.nullable_string(header.client_id)
+    if version >= 2:
+        w.tagged_fields()
 
 
-def response_header_flexible(api_key: int, flexible: bool) -> bool:
-    return flexible and api_key != API_VERSIONS_KEY
-
-
-def write_response_header(w: Writer, correlation_id: int, flexible: bool) -> None:
-    w.int32(correlation_id)
-    if flexible:
-        w.uvarint(0)
-
-
-def read_response_header(r: Reader, flexible: bool) -> int:
+def read_response_header(r: Reader, version: int) -> int:
+    """The correlation id."""
     correlation_id = r.int32()
-    if flexible:
+    if version >= 1:
         r.skip_tagged_fields()
     return correlation_id
+
+
+def write_response_header(w: Writer, correlation_id: int, version: int) -> None:
+    w.int32(correlation_id)
+    if version >= 1:
+        w.tagged_fields()

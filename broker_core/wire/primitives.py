@@ -1,190 +1,394 @@
-"""Kafka's primitive types: a bounds-checked ``Reader`` and a chunk-collecting ``Writer``.
+"""Kafka's primitive wire types: a bounds-checked :class:`Reader` and a chunking :class:`Writer`.
 
-Reads never raise anything but :class:`~broker_core.wire.errors.MalformedFrame`. Byte fields
-are returned as ``bytes`` copies of their slice (one copy, no per-record work); the writer keeps
-large payloads as separate chunks so a fetch response's record data is not copied before the
-transport's ``writeSequence``.
+Reading
+    :class:`Reader` walks a ``memoryview`` with an offset cursor. Every read checks the bounds
+    first, so a short or lying frame raises :class:`~broker_core.wire.errors.MalformedFrame`,
+    never ``IndexError``, ``struct.error`` or ``UnicodeDecodeError``.
+
+    Byte fields come back in two shapes, on purpose:
+
+    - ``bytes``/``nullable_bytes``/``compact_bytes`` return ``bytes`` (a copy): these are small
+      metadata blobs that outlive the frame.
+    - ``records`` returns a zero-copy ``memoryview`` slice of the frame. Record data is the bulk of
+      Produce and Fetch traffic and is handled as an opaque blob, so it is never copied or walked
+      record by record here. The slice keeps the frame alive while it is referenced.
+
+Writing
+    :class:`Writer` appends small values to a ``bytearray`` and keeps large ``bytes`` payloads
+    (record batches) as separate chunks, so a fetch response made of log slices is not copied
+    before the transport writes it (``transport.writeSequence``). ``chunks()`` returns the list.
+
+Lengths follow Kafka: classic strings have an int16 length, classic bytes and arrays an int32
+length, ``-1`` meaning null; compact types (flexible versions) store ``length + 1`` as an unsigned
+varint, ``0`` meaning null.
 """
 
 from __future__ import annotations
 
 import struct
 import uuid as _uuid
+from collections.abc import Iterable
 
-from broker_core.wire.errors import MalformedFrame
+from broker_core.wire.errors import EncodeError, MalformedFrame
 
-_i8 = struct.Struct(">b")
-_i16 = struct.Struct(">h")
-_u16 = struct.Struct(">H")
-_i32 = struct.Struct(">i")
-_u32 = struct.Struct(">I")
-_i64 = struct.Struct(">q")
-_f64 = struct.Struct(">d")
+MAX_STRING_BYTES = 0x7FFF
+"""Kafka strings carry an int16 length; compact strings are held to the same limit."""
+
+ZERO_COPY_MIN_BYTES = 1024
+"""Byte payloads at least this long become their own chunk instead of being copied into the
+writer's buffer; below it one copy is cheaper than another chunk."""
 
 ZERO_UUID = _uuid.UUID(int=0)
 
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_F64 = struct.Struct(">d")
+
+_MAX_U32 = 0xFFFFFFFF
+_MAX_U64 = 0xFFFFFFFFFFFFFFFF
+
 
 class Reader:
-    """A cursor over one frame; every read checks bounds."""
+    """A cursor over ``buf[pos:end]``.
 
-    __slots__ = ("data", "pos", "end")
+    Invariant: ``pos <= end <= len(buf)``; a read either advances ``pos`` by exactly the bytes it
+    consumed or raises :class:`MalformedFrame` (the cursor is then unspecified).
+    """
 
-    def __init__(self, data: bytes | memoryview, pos: int = 0) -> None:
-        self.data = data if isinstance(data, bytes) else bytes(data)
+    __slots__ = ("buf", "pos", "end")
+
+    def __init__(self, data: bytes | bytearray | memoryview, pos: int = 0,
+                 end: int | None = None) -> None:
+        buf = data if isinstance(data, memoryview) else memoryview(data)
+        if buf.format != "B" or buf.ndim != 1:
+            buf = buf.cast("B")
+        n = len(buf)
+        if end is None:
+            end = n
+        if not 0 <= pos <= end <= n:
+            raise ValueError(f"reader bounds {pos}:{end} outside a buffer of {n} bytes")
+        self.buf = buf
         self.pos = pos
-        self.end = len(self.data)
+        self.end = end
 
     def remaining(self) -> int:
         return self.end - self.pos
 
-    def _take(self, s: struct.Struct) -> int:
-        p = self.pos
-        if p + s.size > self.end:
-            raise MalformedFrame(f"truncated: need {s.size} bytes at offset {p}")
-        self.pos = p + s.size
-        return s.unpack_from(self.data, p)[0]
+    def _take(self, n: int, what: str) -> int:
+        """Reserve ``n`` bytes and return where they start."""
+        pos = self.pos
+        if n > self.end - pos:
+            raise MalformedFrame(f"{what} needs {n} bytes, only {self.end - pos} left")
+        self.pos = pos + n
+        return pos
+
+    # -- fixed-width integers -----------------------------------------------------------------
+
+    def fixed(self, st: struct.Struct) -> tuple:
+        """Several fixed-width values at once (the schema layer merges runs of them)."""
+        pos = self._take(st.size, "fixed-width fields")
+        return st.unpack_from(self.buf, pos)
 
     def int8(self) -> int:
-        return self._take(_i8)
+        return _I8.unpack_from(self.buf, self._take(1, "int8"))[0]
 
     def int16(self) -> int:
-        return self._take(_i16)
-
-    def uint16(self) -> int:
-        return self._take(_u16)
+        return _I16.unpack_from(self.buf, self._take(2, "int16"))[0]
 
     def int32(self) -> int:
-        return self._take(_i32)
-
-    def uint32(self) -> int:
-        return self._take(_u32)
+        return _I32.unpack_from(self.buf, self._take(4, "int32"))[0]
 
     def int64(self) -> int:
-        return self._take(_i64)
+        return _I64.unpack_from(self.buf, self._take(8, "int64"))[0]
+
+    def uint16(self) -> int:
+        return _U16.unpack_from(self.buf, self._take(2, "uint16"))[0]
+
+    def uint32(self) -> int:
+        return _U32.unpack_from(self.buf, self._take(4, "uint32"))[0]
 
     def float64(self) -> float:
-        return self._take(_f64)
+        return _F64.unpack_from(self.buf, self._take(8, "float64"))[0]
 
-    def bool(self) -> bool:
-        return self._take(_i8) != 0
+    def boolean(self) -> bool:
+        # Kafka reads any non-zero byte as true.
+        return self.buf[self._take(1, "bool")] != 0
+
+    # -- varints ------------------------------------------------------------------------------
+
+    def _uvar(self, max_bytes: int, limit: int, what: str) -> int:
+        buf = self.buf
+        pos = self.pos
+        end = self.end
+        if pos < end:
+            b = buf[pos]
+            if b < 0x80:  # the common case: a one-byte length or tag
+                self.pos = pos + 1
+                return b
+        result = 0
+        shift = 0
+        for _ in range(max_bytes):
+            if pos >= end:
+                raise MalformedFrame(f"truncated {what}")
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                if result > limit:
+                    raise MalformedFrame(f"{what} {result} out of range")
+                self.pos = pos
+                return result
+            shift += 7
+        raise MalformedFrame(f"{what} longer than {max_bytes} bytes")
 
     def uvarint(self) -> int:
-        shift = 0
-        result = 0
-        data, p, end = self.data, self.pos, self.end
-        while True:
-            if p >= end:
-                raise MalformedFrame("truncated varint")
-            b = data[p]
-            p += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-            if shift > 63:
-                raise MalformedFrame("varint too long")
-        self.pos = p
-        return result
+        """Unsigned 32-bit varint (at most 5 bytes)."""
+        return self._uvar(5, _MAX_U32, "unsigned varint")
 
     def varint(self) -> int:
-        v = self.uvarint()
-        return (v >> 1) ^ -(v & 1)
+        """Signed zigzag 32-bit varint."""
+        n = self._uvar(5, _MAX_U32, "varint")
+        return (n >> 1) ^ -(n & 1)
 
-    def raw(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > self.end:
-            raise MalformedFrame(f"truncated: need {n} bytes at offset {self.pos}")
-        p = self.pos
-        self.pos = p + n
-        return self.data[p:p + n]
+    def varlong(self) -> int:
+        """Signed zigzag 64-bit varint (at most 10 bytes)."""
+        n = self._uvar(10, _MAX_U64, "varlong")
+        return (n >> 1) ^ -(n & 1)
 
-    def _str(self, n: int) -> str:
+    # -- strings ------------------------------------------------------------------------------
+
+    def _utf8(self, n: int) -> str:
+        pos = self._take(n, "string")
         try:
-            return self.raw(n).decode("utf-8")
+            return str(self.buf[pos:pos + n], "utf-8")
         except UnicodeDecodeError as e:
-            raise MalformedFrame(f"invalid UTF-8 in string: {e}") from None
+            raise MalformedFrame(f"string is not valid UTF-8 ({e.reason})") from None
 
-    def string(self, nullable: bool, compact: bool) -> str | None:
-        n = self.uvarint() - 1 if compact else self.int16()
+    def string(self) -> str:
+        n = self.int16()
         if n < 0:
-            if n == -1 and nullable:
-                return None
-            raise MalformedFrame("null or negative length for a non-nullable string")
-        return self._str(n)
+            raise MalformedFrame(f"non-nullable string has length {n}")
+        return self._utf8(n)
 
-    def bytes_(self, nullable: bool, compact: bool) -> bytes | None:
-        n = self.uvarint() - 1 if compact else self.int32()
+    def nullable_string(self) -> str | None:
+        n = self.int16()
         if n < 0:
-            if n == -1 and nullable:
+            if n == -1:
                 return None
-            raise MalformedFrame("null or negative length for non-nullable bytes")
-        return self.raw(n)
+            raise MalformedFrame(f"string has invalid length {n}")
+        return self._utf8(n)
 
-    def array_len(self, nullable: bool, compact: bool) -> int | None:
-        n = self.uvarint() - 1 if compact else self.int32()
+    def compact_string(self) -> str:
+        n = self.uvarint() - 1
         if n < 0:
-            if n == -1 and nullable:
+            raise MalformedFrame("non-nullable compact string is null")
+        if n > MAX_STRING_BYTES:
+            raise MalformedFrame(f"compact string length {n} exceeds {MAX_STRING_BYTES}")
+        return self._utf8(n)
+
+    def compact_nullable_string(self) -> str | None:
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        if n > MAX_STRING_BYTES:
+            raise MalformedFrame(f"compact string length {n} exceeds {MAX_STRING_BYTES}")
+        return self._utf8(n)
+
+    # -- bytes and records ----------------------------------------------------------------------
+
+    def _slice(self, n: int, what: str) -> memoryview:
+        pos = self._take(n, what)
+        return self.buf[pos:pos + n]
+
+    def _bytes_len(self) -> int | None:
+        n = self.int32()
+        if n < 0:
+            if n == -1:
                 return None
-            raise MalformedFrame("null or negative array length")
-        if n > self.remaining():
-            # Every element takes at least one byte: a longer count is a lie.
-            raise MalformedFrame(f"array of {n} elements cannot fit in {self.remaining()} bytes")
+            raise MalformedFrame(f"bytes field has invalid length {n}")
         return n
 
-    def uuid(self) -> _uuid.UUID:
-        return _uuid.UUID(bytes=self.raw(16))
+    def _compact_len(self) -> int | None:
+        n = self.uvarint() - 1
+        return None if n < 0 else n
 
-    def skip_tagged_fields(self) -> dict[int, bytes]:
-        """Read a tagged-field section; returns ``{tag: raw bytes}`` of the tags present."""
-        n = self.uvarint()
-        if n > self.remaining():
-            raise MalformedFrame("tagged field count too large")
-        out = {}
-        last = -1
-        for _ in range(n):
-            tag = self.uvarint()
-            if tag <= last:
-                raise MalformedFrame("tagged fields out of order")
-            last = tag
-            out[tag] = self.raw(self.uvarint())
+    def bytes_(self) -> bytes:
+        n = self._bytes_len()
+        if n is None:
+            raise MalformedFrame("non-nullable bytes field is null")
+        return bytes(self._slice(n, "bytes"))
+
+    def nullable_bytes(self) -> bytes | None:
+        n = self._bytes_len()
+        return None if n is None else bytes(self._slice(n, "bytes"))
+
+    def compact_bytes(self) -> bytes:
+        n = self._compact_len()
+        if n is None:
+            raise MalformedFrame("non-nullable compact bytes field is null")
+        return bytes(self._slice(n, "bytes"))
+
+    def compact_nullable_bytes(self) -> bytes | None:
+        n = self._compact_len()
+        return None if n is None else bytes(self._slice(n, "bytes"))
+
+    def records(self) -> memoryview | None:
+        """Record data (int32 length, nullable) as a zero-copy slice of the frame."""
+        n = self._bytes_len()
+        return None if n is None else self._slice(n, "records")
+
+    def compact_records(self) -> memoryview | None:
+        n = self._compact_len()
+        return None if n is None else self._slice(n, "records")
+
+    # -- uuid, arrays, tagged fields ------------------------------------------------------------
+
+    def uuid(self) -> _uuid.UUID:
+        return _uuid.UUID(bytes=bytes(self._slice(16, "uuid")))
+
+    def array_length(self, min_element_bytes: int = 1) -> int | None:
+        """An int32 array count (``None`` for a null array).
+
+        The count is checked against the bytes left, so a lying count cannot make the decoder
+        loop or allocate far beyond the frame's size.
+        """
+        n = self.int32()
+        if n < 0:
+            if n == -1:
+                return None
+            raise MalformedFrame(f"array has invalid length {n}")
+        self._check_count(n, min_element_bytes)
+        return n
+
+    def compact_array_length(self, min_element_bytes: int = 1) -> int | None:
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        self._check_count(n, min_element_bytes)
+        return n
+
+    def _check_count(self, n: int, min_element_bytes: int) -> None:
+        if n * min_element_bytes > self.end - self.pos:
+            raise MalformedFrame(
+                f"array of {n} elements cannot fit in the {self.end - self.pos} bytes left")
+
+    def tagged_field_header(self) -> tuple[int, int]:
+        """One tagged field's ``(tag, size)``; the caller consumes ``size`` bytes next."""
+        tag = self.uvarint()
+        size = self.uvarint()
+        if size > self.end - self.pos:
+            raise MalformedFrame(
+                f"tagged field {tag} of {size} bytes exceeds the {self.end - self.pos} left")
+        return tag, size
+
+    def tagged_fields(self) -> dict[int, memoryview]:
+        """A whole tagged-field section as ``{tag: raw value}`` (used for headers and tests)."""
+        out: dict[int, memoryview] = {}
+        for _ in range(self.uvarint()):
+            tag, size = self.tagged_field_header()
+            out[tag] = self._slice(size, "tagged field")
         return out
+
+    def skip_tagged_fields(self) -> None:
+        for _ in range(self.uvarint()):
+            _, size = self.tagged_field_header()
+            self.pos += size
 
 
 class Writer:
-    """Collects encoded bytes as a list of chunks (see the module docstring)."""
+    """Accumulates an encoded message as a list of ``bytes`` chunks.
 
-    __slots__ = ("chunks", "_buf")
+    Invariant: ``b"".join(self.chunks())`` is everything written so far, in order. Small values
+    go to ``_buf``; a large ``bytes`` payload becomes its own chunk after ``_buf`` is flushed, so
+    it is never copied here.
+    """
+
+    __slots__ = ("_chunks", "_buf", "_size")
 
     def __init__(self) -> None:
-        self.chunks: list[bytes] = []
+        self._chunks: list[bytes] = []
         self._buf = bytearray()
+        self._size = 0  # bytes in _chunks
+
+    def __len__(self) -> int:
+        return self._size + len(self._buf)
+
+    def chunks(self) -> list[bytes]:
+        """The encoded message so far. The Writer may keep being used afterwards."""
+        if self._buf:
+            self._flush()
+        return list(self._chunks)
+
+    getvalue = chunks
+
+    def tobytes(self) -> bytes:
+        return b"".join(self.chunks())
+
+    def _flush(self) -> None:
+        data = bytes(self._buf)
+        self._chunks.append(data)
+        self._size += len(data)
+        self._buf.clear()
+
+    def raw(self, data: bytes | bytearray | memoryview) -> None:
+        """Append bytes as they are: a big ``bytes`` object is kept as its own chunk."""
+        if len(data) >= ZERO_COPY_MIN_BYTES:
+            if self._buf:
+                self._flush()
+            chunk = data if isinstance(data, bytes) else bytes(data)
+            self._chunks.append(chunk)
+            self._size += len(chunk)
+        else:
+            self._buf += data
+
+    # -- fixed-width --------------------------------------------------------------------------
+
+    def fixed(self, st: struct.Struct, values: Iterable) -> None:
+        self._buf += st.pack(*values)
+
+    def pack(self, fmt: str, values: Iterable) -> None:
+        """Like :meth:`fixed` for a one-off format (``struct`` caches compiled formats)."""
+        self._buf += struct.pack(fmt, *values)
 
     def int8(self, v: int) -> None:
-        self._buf += _i8.pack(v)
+        self._buf += _I8.pack(v)
 
     def int16(self, v: int) -> None:
-        self._buf += _i16.pack(v)
-
-    def uint16(self, v: int) -> None:
-        self._buf += _u16.pack(v)
+        self._buf += _I16.pack(v)
 
     def int32(self, v: int) -> None:
-        self._buf += _i32.pack(v)
-
-    def uint32(self, v: int) -> None:
-        self._buf += _u32.pack(v)
+        self._buf += _I32.pack(v)
 
     def int64(self, v: int) -> None:
-        self._buf += _i64.pack(v)
+        self._buf += _I64.pack(v)
+
+    def uint16(self, v: int) -> None:
+        self._buf += _U16.pack(v)
+
+    def uint32(self, v: int) -> None:
+        self._buf += _U32.pack(v)
 
     def float64(self, v: float) -> None:
-        self._buf += _f64.pack(v)
+        self._buf += _F64.pack(v)
 
-    def bool(self, v: bool) -> None:
+    def boolean(self, v: bool) -> None:
         self._buf.append(1 if v else 0)
 
+    # -- varints ------------------------------------------------------------------------------
+
     def uvarint(self, v: int) -> None:
-        if v < 0:
-            raise ValueError("unsigned varint cannot be negative")
+        if 0 <= v < 0x80:
+            self._buf.append(v)
+            return
+        if not 0 <= v <= _MAX_U32:
+            raise EncodeError(f"unsigned varint {v} out of range")
+        self._uvar(v)
+
+    def _uvar(self, v: int) -> None:
         buf = self._buf
         while v >= 0x80:
             buf.append((v & 0x7F) | 0x80)
@@ -192,45 +396,123 @@ class Writer:
         buf.append(v)
 
     def varint(self, v: int) -> None:
-        self.uvarint((v << 1) ^ (v >> 63))
+        if not -0x80000000 <= v <= 0x7FFFFFFF:
+            raise EncodeError(f"varint {v} out of the int32 range")
+        self._uvar(((v << 1) ^ (v >> 31)) & _MAX_U32)
 
-    def raw(self, b: bytes | bytearray | memoryview) -> None:
-        if len(b) > 4096:
-            # Big payloads (record batches) stay separate chunks: no copy here.
-            self._flush()
-            self.chunks.append(b if isinstance(b, bytes) else bytes(b))
+    def varlong(self, v: int) -> None:
+        if not -0x8000000000000000 <= v <= 0x7FFFFFFFFFFFFFFF:
+            raise EncodeError(f"varlong {v} out of the int64 range")
+        self._uvar(((v << 1) ^ (v >> 63)) & _MAX_U64)
+
+    # -- strings ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _utf8(v: str) -> bytes:
+        if not isinstance(v, str):
+            raise EncodeError(f"expected a string, got {type(v).__name__}")
+        data = v.encode("utf-8")
+        if len(data) > MAX_STRING_BYTES:
+            raise EncodeError(f"string of {len(data)} bytes exceeds {MAX_STRING_BYTES}")
+        return data
+
+    def string(self, v: str) -> None:
+        data = self._utf8(v)
+        self._buf += _I16.pack(len(data))
+        self._buf += data
+
+    def nullable_string(self, v: str | None) -> None:
+        if v is None:
+            self._buf += b"\xff\xff"
         else:
-            self._buf += b
+            self.string(v)
 
-    def _flush(self) -> None:
-        if self._buf:
-            self.chunks.append(bytes(self._buf))
-            self._buf = bytearray()
+    def compact_string(self, v: str) -> None:
+        data = self._utf8(v)
+        self.uvarint(len(data) + 1)
+        self._buf += data
 
-    def string(self, v: str | None, compact: bool) -> None:
+    def compact_nullable_string(self, v: str | None) -> None:
         if v is None:
-            self.uvarint(0) if compact else self.int16(-1)
-            return
-        b = v.encode("utf-8")
-        self.uvarint(len(b) + 1) if compact else self.int16(len(b))
-        self._buf += b
+            self._buf.append(0)
+        else:
+            self.compact_string(v)
 
-    def bytes_(self, v: bytes | None, compact: bool) -> None:
-        if v is None:
-            self.uvarint(0) if compact else self.int32(-1)
-            return
-        self.uvarint(len(v) + 1) if compact else self.int32(len(v))
+    # -- bytes and records ----------------------------------------------------------------------
+
+    def bytes_(self, v: bytes | bytearray | memoryview) -> None:
+        self._buf += _I32.pack(len(v))
         self.raw(v)
 
-    def array_len(self, n: int | None, compact: bool) -> None:
-        if n is None:
-            self.uvarint(0) if compact else self.int32(-1)
+    def nullable_bytes(self, v: bytes | bytearray | memoryview | None) -> None:
+        if v is None:
+            self._buf += b"\xff\xff\xff\xff"
         else:
-            self.uvarint(n + 1) if compact else self.int32(n)
+            self.bytes_(v)
 
-    def uuid(self, v: _uuid.UUID | None) -> None:
-        self._buf += (v or ZERO_UUID).bytes
+    def compact_bytes(self, v: bytes | bytearray | memoryview) -> None:
+        self.uvarint(len(v) + 1)
+        self.raw(v)
 
-    def getvalue(self) -> list[bytes]:
-        self._flush()
-        return self.chunks
+    def compact_nullable_bytes(self, v: bytes | bytearray | memoryview | None) -> None:
+        if v is None:
+            self._buf.append(0)
+        else:
+            self.compact_bytes(v)
+
+    def records(self, v: RecordsLike | None, compact: bool = False) -> None:
+        """Record data: ``None``, one bytes-like object, or a list/tuple of them (e.g. several
+        log slices) written back to back under one length prefix without being joined."""
+        if v is None:
+            if compact:
+                self._buf.append(0)
+            else:
+                self._buf += b"\xff\xff\xff\xff"
+            return
+        if isinstance(v, list | tuple):
+            size = sum(len(c) for c in v)
+            if compact:
+                self.uvarint(size + 1)
+            else:
+                self._buf += _I32.pack(size)
+            for c in v:
+                self.raw(c)
+            return
+        if compact:
+            self.uvarint(len(v) + 1)
+        else:
+            self._buf += _I32.pack(len(v))
+        self.raw(v)
+
+    # -- uuid, arrays, tagged fields ------------------------------------------------------------
+
+    def uuid(self, v: _uuid.UUID | bytes | None) -> None:
+        if v is None:
+            v = ZERO_UUID
+        if isinstance(v, _uuid.UUID):
+            self._buf += v.bytes
+        elif isinstance(v, bytes | bytearray | memoryview) and len(v) == 16:
+            self._buf += v
+        else:
+            raise EncodeError(f"expected a UUID or 16 bytes, got {v!r}")
+
+    def array_length(self, n: int | None) -> None:
+        self._buf += _I32.pack(-1 if n is None else n)
+
+    def compact_array_length(self, n: int | None) -> None:
+        self.uvarint(0 if n is None else n + 1)
+
+    def tagged_fields(self, fields: dict[int, bytes] | None = None) -> None:
+        """A tagged-field section from already-encoded values, written in tag order."""
+        if not fields:
+            self._buf.append(0)
+            return
+        self.uvarint(len(fields))
+        for tag in sorted(fields):
+            value = fields[tag]
+            self.uvarint(tag)
+            self.uvarint(len(value))
+            self.raw(value)
+
+
+RecordsLike = bytes | bytearray | memoryview | list | tuple

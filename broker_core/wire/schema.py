@@ -1,387 +1,866 @@
-"""A small declarative DSL for Kafka message schemas, compiled once per version.
+"""A small declarative DSL for Kafka message schemas, compiled per version.
 
-A schema is a list of :class:`Field`; a field has a type (a primitive name such as ``"int32"``,
-``"string"``, ``"records"``, an array ``"[]int32"``, or a nested list of fields for struct types),
-the versions it exists in, the versions it may be null in, a default, and optionally a tag (a
-tagged field of flexible versions). ``Message(fields, valid, flexible)`` compiles, per version, a
-plan of (name, reader, writer) steps, so encoding and decoding a Produce or Fetch body walks a
-precomputed list instead of re-checking version ranges per field.
+A message is declared once, the way Kafka's JSON specs describe it::
 
-Decoded values are :class:`Struct` objects that carry *every* field the message has in any
-version (absent ones hold their default), so callers need not branch on versions. Encoding accepts
-a ``Struct``, a ``dict`` or any object with the attributes; a missing value takes its default. A
-field absent from the target version is skipped when it holds its default and raises
-:class:`~broker_core.wire.errors.EncodeError` otherwise (Kafka's non-ignorable rule), unless the
-field is marked ``ignorable``. Unknown tagged fields are skipped on decode.
+    PRODUCE_REQUEST = Message("ProduceRequest", versions="3-9", flexible="9+", fields=[
+        Field("transactional_id", STRING, "3+", nullable="3+"),
+        Field("acks", INT16),
+        Field("timeout_ms", INT32),
+        Field("topic_data", Array(Schema("TopicProduceData", [
+            Field("name", STRING),
+            Field("partition_data", Array(Schema("PartitionProduceData", [
+                Field("index", INT32),
+                Field("records", RECORDS, nullable="0+"),
+            ]))),
+        ]))),
+    ])
+
+and then ``PRODUCE_REQUEST.decode(reader, version)`` / ``PRODUCE_REQUEST.encode(obj, version,
+writer)``.
+
+Rules the DSL keeps
+-------------------
+- **Names** are Kafka's field names in snake_case (``PartitionMaxBytes`` becomes
+  ``partition_max_bytes``).
+- **Versions** are ``"3+"``, ``"3-5"``, ``"3"``, ``"none"`` or a tuple ``(3, None)``.
+- **Flexible versions** (per message) switch strings, bytes, records and arrays to their compact
+  forms and add a tagged-field section to every struct. A field with ``tag=`` travels in that
+  section in its ``tagged_versions`` (default: its ``versions``), and is written only when it
+  differs from its default.
+- **Defaults**: an explicit ``default=``; otherwise ``None`` for a field that is nullable in every
+  version it exists in; otherwise the type's zero (0, False, "", b"", [], the zero UUID, a struct
+  of defaults). A decoded struct holds *every* field of its schema: fields missing at the decoded
+  version hold their default.
+- **Encoding a field the version does not have**: skipped when it holds its default (``None`` and
+  empty collections count as "nothing" there too). A non-default value raises
+  :class:`~broker_core.wire.errors.EncodeError` naming the field, unless the field is
+  ``ignorable=True`` (Kafka's flag), in which case it is silently dropped, as Kafka does. A key that
+  is no field of the schema at all always raises (it is a typo, not a version difference).
+- **Unknown tagged fields** met while decoding are kept as raw bytes in the struct's
+  ``_unknown_tags`` attribute (``{tag: bytes}``, only present when there were some) and written back
+  when the struct is encoded again in a flexible version; they do not take part in ``==``.
+
+Speed
+-----
+Produce and Fetch go through here thousands of times a second, so each ``(schema, version)`` is
+compiled once into a flat list of steps: runs of fixed-width fields become one ``struct`` call,
+arrays of fixed-width numbers are packed/unpacked in one call, and ``records`` are zero-copy
+``memoryview`` slices (see :mod:`broker_core.wire.primitives`). Messages compile all their
+versions at import.
 """
 
 from __future__ import annotations
 
+import struct
 import uuid as _uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar
 
-from broker_core.wire.errors import EncodeError, MalformedFrame
+from broker_core.wire.errors import EncodeError, MalformedFrame, ProtocolError
 from broker_core.wire.primitives import ZERO_UUID, Reader, Writer
 
-_MISSING = object()
+VersionSpec = str | int | tuple[int, int | None] | None
+ReadFn = Callable[[Reader], Any]
+WriteFn = Callable[[Writer, Any], None]
 
 
-def parse_versions(spec: str | None) -> tuple[int, int]:
-    """``"3+"`` → (3, 32767), ``"0-12"`` → (0, 12), ``"5"`` → (5, 5), None/``"none"`` → empty."""
-    if spec is None or spec == "none":
-        return (1, 0)
-    if spec.endswith("+"):
-        return (int(spec[:-1]), 0x7FFF)
-    if "-" in spec:
-        lo, hi = spec.split("-")
-        return (int(lo), int(hi))
-    return (int(spec), int(spec))
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
 
 
-def _in(rng: tuple[int, int], v: int) -> bool:
-    return rng[0] <= v <= rng[1]
+MISSING: Any = _Missing()
+"""Marks "no explicit default" on a :class:`Field`."""
+
+
+# -- version ranges ---------------------------------------------------------------------------
+
+
+def parse_versions(spec: VersionSpec) -> tuple[int, int | None] | None:
+    """``"3+"`` -> (3, None); ``"3-5"`` -> (3, 5); ``"3"``/3 -> (3, 3); ``"none"``/None -> None."""
+    if spec is None:
+        return None
+    if isinstance(spec, tuple):
+        lo, hi = spec
+        if lo < 0 or (hi is not None and hi < lo):
+            raise ValueError(f"bad version range {spec!r}")
+        return (lo, hi)
+    if isinstance(spec, int):
+        return (spec, spec)
+    s = spec.strip()
+    if s == "none":
+        return None
+    if s.endswith("+"):
+        return parse_versions((int(s[:-1]), None))
+    if "-" in s:
+        lo, hi = s.split("-", 1)
+        return parse_versions((int(lo), int(hi)))
+    return parse_versions((int(s), int(s)))
+
+
+def _contains(rng: tuple[int, int | None] | None, version: int) -> bool:
+    return rng is not None and rng[0] <= version and (rng[1] is None or version <= rng[1])
+
+
+def _covers(outer: tuple[int, int | None] | None, inner: tuple[int, int | None] | None) -> bool:
+    if inner is None:
+        return True
+    if outer is None:
+        return False
+    if outer[0] > inner[0]:
+        return False
+    return outer[1] is None or (inner[1] is not None and inner[1] <= outer[1])
+
+
+# -- values -----------------------------------------------------------------------------------
 
 
 class Struct:
-    """A decoded message or sub-struct: attribute access, equality (useful in tests), repr."""
+    """A decoded (or hand-built) message or nested struct.
 
-    def __init__(self, **fields: Any) -> None:
-        self.__dict__.update(fields)
+    Invariant: an instance holds exactly the fields of its schema (``_fields``) as attributes,
+    each either set by the caller or at its default. Build one with keyword arguments
+    (``ProduceRequest.cls(acks=1, ...)`` or ``message.make(acks=1)``); nested dicts and lists of
+    dicts are turned into structs. Instances compare equal when their classes and field values
+    are equal, which is what tests want.
+    """
+
+    _schema: ClassVar[Schema]
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, **kwargs: Any) -> None:
+        schema = self._schema
+        d = schema._fresh_defaults()
+        fields = schema.field_map
+        for k, v in kwargs.items():
+            f = fields.get(k)
+            if f is None:
+                raise TypeError(f"{schema.name} has no field {k!r}")
+            d[k] = f.type.coerce(v)
+        self.__dict__.update(d)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Struct):
-            return self.__dict__ == other.__dict__
-        return NotImplemented
+        if type(other) is not type(self):
+            return NotImplemented
+        a, b = self.__dict__, other.__dict__
+        return all(a[n] == b[n] for n in self._fields)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
-        return f"Struct({inner})"
+        d = self.__dict__
+        inner = ", ".join(f"{n}={_short_repr(d[n])}" for n in self._fields)
+        return f"{type(self).__name__}({inner})"
 
-    def get(self, name: str, default: Any = None) -> Any:
-        return self.__dict__.get(name, default)
+    def _asdict(self) -> dict[str, Any]:
+        """The fields as a plain (deep) dict; byte slices become ``bytes``."""
+        return {n: _plain(self.__dict__[n]) for n in self._fields}
 
-    def to_dict(self) -> dict[str, Any]:
-        def conv(v: Any) -> Any:
-            if isinstance(v, Struct):
-                return v.to_dict()
-            if isinstance(v, list):
-                return [conv(x) for x in v]
+
+def _short_repr(v: Any) -> str:
+    if isinstance(v, memoryview):
+        return f"<{len(v)} bytes>"
+    if isinstance(v, bytes | bytearray) and len(v) > 32:
+        return f"<{len(v)} bytes>"
+    return repr(v)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Struct):
+        return v._asdict()
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, memoryview):
+        return bytes(v)
+    return v
+
+
+# -- types ------------------------------------------------------------------------------------
+
+
+class Type:
+    """A field type. ``reader``/``writer`` return the function for one (version, flexible,
+    nullable) combination; compiled schemas call those functions directly."""
+
+    name = "?"
+    fixed: str | None = None  # struct format character for fixed-width types
+
+    def zero(self) -> Any:
+        raise NotImplementedError
+
+    def reader(self, version: int, flexible: bool, nullable: bool) -> ReadFn:
+        raise NotImplementedError
+
+    def writer(self, version: int, flexible: bool, nullable: bool) -> WriteFn:
+        raise NotImplementedError
+
+    def min_size(self, version: int, flexible: bool) -> int:
+        raise NotImplementedError
+
+    def coerce(self, v: Any) -> Any:
+        """Turn a value given by a caller into the value a decoded struct would hold."""
+        return v
+
+    def same(self, a: Any, b: Any) -> bool:
+        return a == b
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class _Fixed(Type):
+    def __init__(self, name: str, fmt: str, zero: Any) -> None:
+        self.name = name
+        self.fixed = fmt
+        self._zero = zero
+        self._st = struct.Struct(">" + fmt)
+
+    def zero(self) -> Any:
+        return self._zero
+
+    def min_size(self, version: int, flexible: bool) -> int:
+        return self._st.size
+
+    def reader(self, version: int, flexible: bool, nullable: bool) -> ReadFn:
+        st = self._st
+        return lambda r: r.fixed(st)[0]
+
+    def writer(self, version: int, flexible: bool, nullable: bool) -> WriteFn:
+        st = self._st
+        return lambda w, v: w.fixed(st, (v,))
+
+
+class _Variable(Type):
+    """A type read and written by one of four primitive methods (classic/compact x nullable)."""
+
+    def __init__(self, name: str, zero: Any, readers: dict[tuple[bool, bool], ReadFn],
+                 writers: dict[tuple[bool, bool], WriteFn], min_classic: int) -> None:
+        self.name = name
+        self._zero = zero
+        self._readers = readers
+        self._writers = writers
+        self._min_classic = min_classic
+
+    def zero(self) -> Any:
+        return self._zero
+
+    def min_size(self, version: int, flexible: bool) -> int:
+        return 1 if flexible else self._min_classic
+
+    def reader(self, version: int, flexible: bool, nullable: bool) -> ReadFn:
+        return self._readers[(flexible, nullable)]
+
+    def writer(self, version: int, flexible: bool, nullable: bool) -> WriteFn:
+        return self._writers[(flexible, nullable)]
+
+
+class _Records(Type):
+    """Opaque record data: decoded as a zero-copy ``memoryview``; encoded from bytes-like
+    objects or a list of them (written back to back, never joined)."""
+
+    name = "records"
+
+    def zero(self) -> Any:
+        return b""
+
+    def min_size(self, version: int, flexible: bool) -> int:
+        return 1 if flexible else 4
+
+    def reader(self, version: int, flexible: bool, nullable: bool) -> ReadFn:
+        read = Reader.compact_records if flexible else Reader.records
+        if nullable:
+            return read
+
+        def read_non_null(r: Reader) -> memoryview:
+            v = read(r)
+            if v is None:
+                raise MalformedFrame("non-nullable records field is null")
             return v
 
-        return {k: conv(v) for k, v in self.__dict__.items()}
+        return read_non_null
+
+    def writer(self, version: int, flexible: bool, nullable: bool) -> WriteFn:
+        def write(w: Writer, v: Any) -> None:
+            if v is None and not nullable:
+                raise EncodeError("records field is not nullable in this version")
+            w.records(v, flexible)
+
+        return write
+
+
+class _Uuid(Type):
+    name = "uuid"
+
+    def zero(self) -> Any:
+        return ZERO_UUID
+
+    def min_size(self, version: int, flexible: bool) -> int:
+        return 16
+
+    def reader(self, version: int, flexible: bool, nullable: bool) -> ReadFn:
+        return Reader.uuid
+
+    def writer(self, version: int, flexible: bool, nullable: bool) -> WriteFn:
+        return Writer.uuid
+
+    def coerce(self, v: Any) -> Any:
+        if v is None:
+            return ZERO_UUID
+        if isinstance(v, bytes | bytearray) and len(v) == 16:
+            return _uuid.UUID(bytes=bytes(v))
+        if isinstance(v, str):
+            return _uuid.UUID(v)
+        return v
+
+
+INT8 = _Fixed("int8", "b", 0)
+INT16 = _Fixed("int16", "h", 0)
+INT32 = _Fixed("int32", "i", 0)
+INT64 = _Fixed("int64", "q", 0)
+UINT16 = _Fixed("uint16", "H", 0)
+UINT32 = _Fixed("uint32", "I", 0)
+FLOAT64 = _Fixed("float64", "d", 0.0)
+BOOL = _Fixed("bool", "?", False)
+STRING = _Variable(
+    "string", "",
+    {(False, False): Reader.string, (False, True): Reader.nullable_string,
+     (True, False): Reader.compact_string, (True, True): Reader.compact_nullable_string},
+    {(False, False): Writer.string, (False, True): Writer.nullable_string,
+     (True, False): Writer.compact_string, (True, True): Writer.compact_nullable_string},
+    2)
+BYTES = _Variable(
+    "bytes", b"",
+    {(False, False): Reader.bytes_, (False, True): Reader.nullable_bytes,
+     (True, False): Reader.compact_bytes, (True, True): Reader.compact_nullable_bytes},
+    {(False, False): Writer.bytes_, (False, True): Writer.nullable_bytes,
+     (True, False): Writer.compact_bytes, (True, True): Writer.compact_nullable_bytes},
+    4)
+RECORDS = _Records()
+UUID = _Uuid()
+
+
+class Array(Type):
+    """An array of a primitive type or of a :class:`Schema` (Kafka's ``[]Type``)."""
+
+    def __init__(self, element: Type) -> None:
+        if not isinstance(element, Type):
+            raise TypeError(f"array element must be a type or a Schema, not {element!r}")
+        self.element = element
+        self.name = f"[]{element.name}"
+
+    def zero(self) -> Any:
+        return []
+
+    def min_size(self, version: int, flexible: bool) -> int:
+        return 1 if flexible else 4
+
+    def coerce(self, v: Any) -> Any:
+        if v is None:
+            return None
+        el = self.element
+        return [el.coerce(x) for x in v]
+
+    def reader(self, version: int, flexible: bool, nullable: bool) -> ReadFn:
+        el = self.element
+        # Every element takes at least this many bytes, which bounds a believable count.
+        min_el = max(1, el.min_size(version, flexible))
+        length = Reader.compact_array_length if flexible else Reader.array_length
+
+        def count(r: Reader) -> int | None:
+            n = length(r, min_el)
+            if n is None and not nullable:
+                raise MalformedFrame(f"non-nullable array {self.name} is null")
+            return n
+
+        if el.fixed is not None:
+            fmt = el.fixed
+            size = struct.calcsize(">" + fmt)
+
+            def read_fixed(r: Reader) -> list | None:
+                n = count(r)
+                if n is None:
+                    return None
+                pos = r.pos
+                r.pos = pos + n * size  # count() checked that these bytes exist
+                return list(struct.unpack_from(f">{n}{fmt}", r.buf, pos))
+
+            return read_fixed
+
+        read_el = el.reader(version, flexible, False)
+
+        def read_array(r: Reader) -> list | None:
+            n = count(r)
+            if n is None:
+                return None
+            return [read_el(r) for _ in range(n)]
+
+        return read_array
+
+    def writer(self, version: int, flexible: bool, nullable: bool) -> WriteFn:
+        el = self.element
+        length = Writer.compact_array_length if flexible else Writer.array_length
+
+        def write_null(w: Writer) -> None:
+            if not nullable:
+                raise EncodeError(f"array {self.name} is not nullable in this version")
+            length(w, None)
+
+        if el.fixed is not None:
+            fmt = el.fixed
+
+            def write_fixed(w: Writer, v: Any) -> None:
+                if v is None:
+                    write_null(w)
+                    return
+                n = len(v)
+                length(w, n)
+                w.pack(f">{n}{fmt}", v)
+
+            return write_fixed
+
+        write_el = el.writer(version, flexible, False)
+
+        def write_array(w: Writer, v: Any) -> None:
+            if v is None:
+                write_null(w)
+                return
+            length(w, len(v))
+            for i, item in enumerate(v):
+                try:
+                    write_el(w, item)
+                except EncodeError as e:
+                    raise e.at(f"[{i}]") from None
+
+        return write_array
 
 
 class Field:
-    """One field of a schema; see the module docstring."""
+    """One field of a schema: name, type and the versions it exists in (see module docstring)."""
 
-    def __init__(
-        self,
-        name: str,
-        type_: str | Sequence[Field],
-        versions: str = "0+",
-        *,
-        nullable: str | None = None,
-        default: Any = _MISSING,
-        tag: int | None = None,
-        ignorable: bool = False,
-    ) -> None:
+    def __init__(self, name: str, type: Type, versions: VersionSpec = "0+", *,
+                 nullable: VersionSpec = None, default: Any = MISSING, ignorable: bool = False,
+                 tag: int | None = None, tagged_versions: VersionSpec = MISSING) -> None:
+        if not isinstance(type, Type):
+            raise TypeError(f"field {name}: type must be a Type, not {type!r}")
         self.name = name
+        self.type = type
         self.versions = parse_versions(versions)
         self.nullable = parse_versions(nullable)
+        self.ignorable = ignorable
         self.tag = tag
-        self.ignorable = ignorable or tag is not None
-        self.is_array = False
-        self.struct: list[Field] | None = None
-        if isinstance(type_, str):
-            if type_.startswith("[]"):
-                self.is_array = True
-                self.elem = type_[2:]
-            else:
-                self.elem = type_
+        if tag is None:
+            self.tagged_versions = None
         else:
-            self.is_array = True
-            self.elem = "struct"
-            self.struct = list(type_)
-        self._default = default
-
-    def struct_field(self, single: bool) -> Field:
-        """Mark a struct-typed field as a single struct instead of an array of them."""
-        self.is_array = not single
-        return self
-
-    def default(self, version: int) -> Any:
-        if self._default is not _MISSING:
-            return self._default
-        if _in(self.nullable, version) and self.elem != "struct" or (
-                self.is_array and _in(self.nullable, version)):
-            return None
-        if self.is_array:
-            return []
-        if self.elem == "struct":
-            return None
-        return _PRIMITIVE_DEFAULTS[self.elem]
-
-    def plain_default(self) -> Any:
-        if self._default is not _MISSING:
-            return self._default
-        if self.is_array:
-            return []
-        if self.elem == "struct":
-            return None
-        return _PRIMITIVE_DEFAULTS[self.elem]
-
-
-def single(name: str, fields: Sequence[Field], versions: str = "0+", *, tag: int | None = None,
-           nullable: str | None = None) -> Field:
-    """A field holding one nested struct (not an array)."""
-    f = Field(name, fields, versions, tag=tag, nullable=nullable)
-    f.is_array = False
-    return f
-
-
-_PRIMITIVE_DEFAULTS: dict[str, Any] = {
-    "int8": 0, "int16": 0, "int32": 0, "int64": 0, "uint16": 0, "float64": 0.0, "bool": False,
-    "string": "", "bytes": b"", "records": None, "uuid": ZERO_UUID,
-}
-
-
-def _prim_reader(elem: str, nullable: bool, compact: bool) -> Callable[[Reader], Any]:
-    if elem == "int8":
-        return Reader.int8
-    if elem == "int16":
-        return Reader.int16
-    if elem == "int32":
-        return Reader.int32
-    if elem == "int64":
-        return Reader.int64
-    if elem == "uint16":
-        return Reader.uint16
-    if elem == "float64":
-        return Reader.float64
-    if elem == "bool":
-        return Reader.bool
-    if elem == "uuid":
-        return Reader.uuid
-    if elem == "string":
-        return lambda r: r.string(nullable, compact)
-    if elem in ("bytes", "records"):
-        return lambda r: r.bytes_(nullable or elem == "records", compact)
-    raise ValueError(f"unknown type {elem}")
-
-
-def _prim_writer(elem: str, compact: bool) -> Callable[[Writer, Any], None]:
-    if elem == "int8":
-        return Writer.int8
-    if elem == "int16":
-        return Writer.int16
-    if elem == "int32":
-        return Writer.int32
-    if elem == "int64":
-        return Writer.int64
-    if elem == "uint16":
-        return Writer.uint16
-    if elem == "float64":
-        return Writer.float64
-    if elem == "bool":
-        return Writer.bool
-    if elem == "uuid":
-        return lambda w, v: w.uuid(_as_uuid(v))
-    if elem == "string":
-        return lambda w, v: w.string(v, compact)
-    if elem in ("bytes", "records"):
-        return lambda w, v: w.bytes_(v, compact)
-    raise ValueError(f"unknown type {elem}")
-
-
-def _as_uuid(v: Any) -> _uuid.UUID | None:
-    if v is None or isinstance(v, _uuid.UUID):
-        return v
-    if isinstance(v, bytes | bytearray) and len(v) == 16:
-        return _uuid.UUID(bytes=bytes(v))
-    return _uuid.UUID(str(v))
-
-
-def _get(obj: Any, name: str) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, _MISSING)
-    return getattr(obj, name, _MISSING)
-
-
-class _Plan:
-    """The compiled steps of one struct at one version."""
-
-    __slots__ = ("readers", "writers", "absent", "tagged_readers", "tagged_writers", "flexible",
-                 "checks")
-
-    def __init__(self) -> None:
-        self.readers: list[tuple[str, Callable[[Reader], Any]]] = []
-        self.writers: list[tuple[str, Callable[[Writer, Any], None], Any]] = []
-        self.absent: list[tuple[str, Any]] = []
-        self.checks: list[tuple[str, Any]] = []
-        self.tagged_readers: dict[int, tuple[str, Callable[[Reader], Any]]] = {}
-        self.tagged_writers: list[tuple[int, str, Callable[[Writer, Any], None], Any]] = []
-        self.flexible = False
-
-
-class StructSchema:
-    """A list of fields compiled lazily per (version, flexible)."""
-
-    def __init__(self, fields: Sequence[Field]) -> None:
-        self.fields = list(fields)
-        self._plans: dict[tuple[int, bool], _Plan] = {}
-
-    def plan(self, version: int, flexible: bool) -> _Plan:
-        key = (version, flexible)
-        p = self._plans.get(key)
-        if p is None:
-            p = self._plans[key] = self._compile(version, flexible)
-        return p
-
-    def _compile(self, version: int, flexible: bool) -> _Plan:
-        plan = _Plan()
-        plan.flexible = flexible
-        for f in self.fields:
-            present = _in(f.versions, version)
-            if f.tag is not None and not flexible:
-                present = False
-            if not present:
-                plan.absent.append((f.name, f.plain_default()))
-                if not f.ignorable:
-                    plan.checks.append((f.name, f.plain_default()))
-                continue
-            reader, writer = self._accessors(f, version, flexible)
-            if f.tag is not None:
-                plan.tagged_readers[f.tag] = (f.name, reader)
-                plan.tagged_writers.append((f.tag, f.name, writer, f.default(version)))
-            else:
-                plan.readers.append((f.name, reader))
-                plan.writers.append((f.name, writer, f.default(version)))
-        plan.tagged_writers.sort(key=lambda t: t[0])
-        return plan
-
-    def _accessors(self, f: Field, version: int, flexible: bool
-                   ) -> tuple[Callable[[Reader], Any], Callable[[Writer, Any], None]]:
-        nullable = _in(f.nullable, version)
-        if f.elem == "struct":
-            sub = StructSchema(f.struct or [])
-
-            def read_one(r: Reader) -> Any:
-                return sub.decode(r, version, flexible)
-
-            def write_one(w: Writer, v: Any) -> None:
-                sub.encode(w, v, version, flexible)
+            self.tagged_versions = parse_versions(
+                versions if tagged_versions is MISSING else tagged_versions)
+        if self.nullable is not None and type.fixed is not None:
+            raise ValueError(f"field {name}: fixed-width {type.name} cannot be nullable")
+        if default is MISSING:
+            default = None if (self.nullable is not None
+                               and _covers(self.nullable, self.versions)) else type.zero()
         else:
-            read_one = _prim_reader(f.elem, nullable, flexible)
-            write_one = _prim_writer(f.elem, flexible)
+            default = type.coerce(default)
+        self.default = default
+        # Encoding never mutates a missing value, so an immutable stand-in serves for a list
+        # default, and an empty dict (= "all defaults") for a struct default.
+        if isinstance(default, list):
+            self._enc_default: Any = tuple(default)
+        elif isinstance(default, Struct):
+            self._enc_default = default.__dict__
+        else:
+            self._enc_default = default
 
-        if not f.is_array:
-            if f.elem == "struct":
-                if nullable:
-                    def read_opt(r: Reader) -> Any:
-                        return None if r.int8() < 0 else read_one(r)
+    def exists(self, version: int) -> bool:
+        return _contains(self.versions, version)
 
-                    def write_opt(w: Writer, v: Any) -> None:
-                        if v is None:
-                            w.int8(-1)
-                        else:
-                            w.int8(1)
-                            write_one(w, v)
-                    return read_opt, write_opt
-            return read_one, write_one
+    def is_tagged(self, version: int) -> bool:
+        return self.tag is not None and _contains(self.tagged_versions, version)
 
-        def read_arr(r: Reader) -> Any:
-            n = r.array_len(nullable, flexible)
-            if n is None:
-                return None
-            return [read_one(r) for _ in range(n)]
+    def nullable_in(self, version: int) -> bool:
+        return _contains(self.nullable, version)
 
-        def write_arr(w: Writer, v: Any) -> None:
-            if v is None:
-                if not nullable:
-                    raise EncodeError(f"field {f.name} is not nullable at v{version}")
-                w.array_len(None, flexible)
-                return
-            w.array_len(len(v), flexible)
-            for x in v:
-                write_one(w, x)
+    def fresh_default(self) -> Any:
+        d = self.default
+        if isinstance(d, list):
+            return list(d)
+        if isinstance(d, Struct):
+            return d._schema.build(d._asdict())
+        return d
 
-        return read_arr, write_arr
+    def holds_default(self, v: Any) -> bool:
+        """True when ``v`` says nothing beyond the default; ``None`` and empty values are the same
+        "nothing" here (used for fields the target version does not have)."""
+        if _is_empty(v) and _is_empty(self.default):
+            return True
+        if v is None:  # e.g. a UUID field: None means the zero UUID
+            return self.type.coerce(None) == self.default
+        return self.type.same(self.type.coerce(v), self.default)
 
-    def decode(self, r: Reader, version: int, flexible: bool) -> Struct:
-        plan = self.plan(version, flexible)
-        s = Struct()
-        d = s.__dict__
-        for name, reader in plan.readers:
-            d[name] = reader(r)
-        for name, default in plan.absent:
-            d[name] = default
-        if flexible:
-            tags = r.skip_tagged_fields()
-            for tag, (name, _) in plan.tagged_readers.items():
-                d.setdefault(name, None)
-            for tag, raw in tags.items():
-                entry = plan.tagged_readers.get(tag)
-                if entry is not None:
-                    sub = Reader(raw)
-                    d[entry[0]] = entry[1](sub)
-            for _tag, name, _w, default in plan.tagged_writers:
-                if d.get(name) is None:
-                    d[name] = default
-        return s
-
-    def encode(self, w: Writer, obj: Any, version: int, flexible: bool) -> None:
-        plan = self.plan(version, flexible)
-        for name, writer, default in plan.writers:
-            v = _get(obj, name)
-            if v is _MISSING:
-                v = default
-            try:
-                writer(w, v)
-            except EncodeError:
-                raise
-            except Exception as e:
-                raise EncodeError(f"cannot encode field {name}={v!r} at v{version}: {e}") from e
-        for name, default in plan.checks:
-            v = _get(obj, name)
-            if v is not _MISSING and v != default and v is not None:
-                raise EncodeError(f"field {name} does not exist at v{version} but holds {v!r}")
-        if flexible:
-            present = []
-            for tag, name, writer, default in plan.tagged_writers:
-                v = _get(obj, name)
-                if v is _MISSING or v is None or v == default:
-                    continue
-                sub = Writer()
-                writer(sub, v)
-                present.append((tag, b"".join(sub.getvalue())))
-            w.uvarint(len(present))
-            for tag, raw in present:
-                w.uvarint(tag)
-                w.uvarint(len(raw))
-                w.raw(raw)
+    def __repr__(self) -> str:
+        return f"Field({self.name!r}, {self.type!r}, {self.versions})"
 
 
-class Message:
-    """A top-level request or response schema with its valid and flexible version ranges."""
+def _is_empty(v: Any) -> bool:
+    return v is None or (isinstance(v, str | bytes | bytearray | memoryview | list | tuple)
+                         and len(v) == 0)
 
-    def __init__(self, name: str, fields: Sequence[Field], *, valid: str, flexible: str) -> None:
+
+# -- schemas ----------------------------------------------------------------------------------
+
+
+class _Codec:
+    """The compiled form of one schema at one (version, flexible) pair."""
+
+    __slots__ = ("decode", "encode", "min_size")
+
+    def __init__(self, decode: Callable[[Reader], Struct], encode: WriteFn, min_size: int) -> None:
+        self.decode = decode
+        self.encode = encode
+        self.min_size = min_size
+
+
+class Schema(Type):
+    """A struct type: an ordered list of fields (Kafka's nested ``fields`` / common structs).
+
+    Invariant: ``cls`` is the :class:`Struct` subclass whose instances this schema decodes to,
+    and a compiled codec exists for every (version, flexible) pair it has been used at.
+    """
+
+    def __init__(self, name: str, fields: Sequence[Field]) -> None:
         self.name = name
-        self.schema = StructSchema(fields)
-        self.valid = parse_versions(valid)
-        self.flexible = parse_versions(flexible)
+        self.fields = list(fields)
+        self.field_map = {f.name: f for f in self.fields}
+        if len(self.field_map) != len(self.fields):
+            raise ValueError(f"{name}: duplicate field names")
+        tags = [f.tag for f in self.fields if f.tag is not None]
+        if len(set(tags)) != len(tags):
+            raise ValueError(f"{name}: duplicate tags")
+        self.cls: type[Struct] = type(name, (Struct,), {
+            "_schema": self, "_fields": tuple(self.field_map), "__module__": __name__})
+        self._codecs: dict[tuple[int, bool], _Codec] = {}
+
+    # -- values ---------------------------------------------------------------------------------
+
+    def _fresh_defaults(self) -> dict[str, Any]:
+        return {f.name: f.fresh_default() for f in self.fields}
+
+    def make(self, **kwargs: Any) -> Struct:
+        """A struct of this schema; missing fields take their defaults."""
+        return self.cls(**kwargs)
+
+    def build(self, obj: Any) -> Struct:
+        """A struct from a dict (nested dicts included) or a struct of this schema."""
+        return self.coerce(obj)
+
+    def zero(self) -> Any:
+        return self.make()
+
+    def coerce(self, v: Any) -> Any:
+        if isinstance(v, Struct) or v is None:
+            return v
+        if isinstance(v, dict):
+            return self.cls(**v)
+        raise EncodeError(f"{self.name}: expected a dict or {self.name}, got {type(v).__name__}")
+
+    # -- compiled codecs --------------------------------------------------------------------------
+
+    def codec(self, version: int, flexible: bool) -> _Codec:
+        c = self._codecs.get((version, flexible))
+        if c is None:
+            c = self._codecs[(version, flexible)] = self._compile(version, flexible)
+        return c
+
+    def min_size(self, version: int, flexible: bool) -> int:
+        return self.codec(version, flexible).min_size
+
+    def reader(self, version: int, flexible: bool, nullable: bool) -> ReadFn:
+        return self.codec(version, flexible).decode
+
+    def writer(self, version: int, flexible: bool, nullable: bool) -> WriteFn:
+        return self.codec(version, flexible).encode
+
+    def _compile(self, version: int, flexible: bool) -> _Codec:
+        name = self.name
+        cls = self.cls
+        new = object.__new__
+        present = [f for f in self.fields if f.exists(version) and not f.is_tagged(version)]
+        tagged = sorted((f for f in self.fields if flexible and f.exists(version)
+                         and f.is_tagged(version)), key=lambda f: f.tag)
+        absent = [f for f in self.fields if f not in present and f not in tagged]
+        min_size = sum(f.type.min_size(version, flexible) for f in present) + (1 if flexible else 0)
+
+        # Decode steps: (name, read function, is_group). A run of fixed-width fields is one
+        # struct.unpack; its "name" is the tuple of field names.
+        dec_steps: list[tuple[Any, Callable, bool]] = []
+        enc_steps: list[tuple[str, Callable[[Writer, dict], None]]] = []
+        for run in _runs(present):
+            if run[0].type.fixed is not None:
+                names = tuple(f.name for f in run)
+                st = struct.Struct(">" + "".join(f.type.fixed for f in run))  # type: ignore[misc]
+                dec_steps.append((names, _fixed_reader(st), True))
+                # The run's writer names the failing field itself (a run has no single name).
+                enc_steps.append(("", _fixed_writer(st, run, version)))
+            else:
+                f = run[0]
+                nullable = f.nullable_in(version)
+                dec_steps.append((f.name, f.type.reader(version, flexible, nullable), False))
+                enc_steps.append((f.name, _var_writer(f, f.type.writer(version, flexible,
+                                                                         nullable))))
+
+        static_absent = {f.name: f.default for f in absent
+                         if not isinstance(f.default, list | Struct)}
+        factory_absent = [f for f in absent if isinstance(f.default, list | Struct)]
+        tag_fields = {f.tag: (f.name, f.type.reader(version, True, f.nullable_in(version)))
+                      for f in tagged}
+        tag_defaults = list(tagged)
+
+        def decode(r: Reader) -> Struct:
+            d: dict[str, Any] = {}
+            step: Any = name
+            try:
+                for step, read, group in dec_steps:
+                    if group:
+                        d.update(zip(step, read(r), strict=False))
+                    else:
+                        d[step] = read(r)
+                if flexible:
+                    step = "<tagged fields>"
+                    for f in tag_defaults:
+                        d[f.name] = f.fresh_default()
+                    unknown = _read_tagged(r, tag_fields, d)
+                    if unknown:
+                        d["_unknown_tags"] = unknown
+            except MalformedFrame as e:
+                raise e.at(step if isinstance(step, str) else ",".join(step)) from None
+            if static_absent:
+                d.update(static_absent)
+            for f in factory_absent:
+                d[f.name] = f.fresh_default()
+            obj = new(cls)
+            obj.__dict__ = d
+            return obj
+
+        present_names = frozenset(f.name for f in present) | {f.name for f in tagged}
+        tag_writers = [(f, f.type.writer(version, True, f.nullable_in(version))) for f in tagged]
+
+        field_map = self.field_map
+
+        def check_absent(f: Field, v: Any) -> None:
+            if f.ignorable or v is f.default or f.holds_default(v):
+                return
+            raise EncodeError(f"{_short_repr(v)} cannot be sent at version {version}, which "
+                              f"has no such field (and Kafka does not mark it ignorable)",
+                              (f.name,))
+
+        def check_dict_keys(d: dict) -> None:
+            for k, v in d.items():
+                if k in present_names or k == "_unknown_tags":
+                    continue
+                f = field_map.get(k)
+                if f is None:
+                    raise EncodeError(f"{name} has no field {k!r}")
+                check_absent(f, v)
+
+        def encode(w: Writer, obj: Any) -> None:
+            if type(obj) is dict:
+                d = obj
+                if not present_names.issuperset(d):
+                    check_dict_keys(d)
+            elif isinstance(obj, Struct):
+                if obj._schema is not self:
+                    raise EncodeError(f"expected {name}, got {type(obj).__name__}")
+                d = obj.__dict__
+                for f in absent:
+                    check_absent(f, d[f.name])
+            else:
+                raise EncodeError(f"expected a dict or {name}, got {type(obj).__name__}")
+            step = name
+            try:
+                for step, write in enc_steps:  # noqa: B007 (step names the field on error)
+                    write(w, d)
+                if flexible:
+                    step = "<tagged fields>"
+                    _write_tagged(w, tag_writers, d)
+            except EncodeError as e:
+                raise (e.at(step) if step else e) from None
+            except (struct.error, TypeError, ValueError, OverflowError, AttributeError) as e:
+                raise EncodeError(f"bad value: {e}", (step,) if step else ()) from None
+
+        return _Codec(decode, encode, min_size)
+
+
+def _runs(fields: list[Field]) -> Iterable[list[Field]]:
+    """Consecutive fixed-width fields grouped together; every other field alone."""
+    run: list[Field] = []
+    for f in fields:
+        if f.type.fixed is not None:
+            run.append(f)
+            continue
+        if run:
+            yield run
+            run = []
+        yield [f]
+    if run:
+        yield run
+
+
+def _fixed_reader(st: struct.Struct) -> Callable[[Reader], tuple]:
+    return lambda r: r.fixed(st)
+
+
+def _fixed_writer(st: struct.Struct, run: list[Field], version: int
+                  ) -> Callable[[Writer, dict], None]:
+    pairs = tuple((f.name, f.default) for f in run)
+
+    def write(w: Writer, d: dict) -> None:
+        try:
+            w.fixed(st, [d.get(n, dv) for n, dv in pairs])
+        except struct.error:
+            # Name the culprit rather than the whole run.
+            for f in run:
+                v = d.get(f.name, f.default)
+                try:
+                    struct.pack(">" + f.type.fixed, v)  # type: ignore[operator]
+                except struct.error as e:
+                    raise EncodeError(f"{_short_repr(v)} is not a valid {f.type.name} ({e})",
+                                      (f.name,)) from None
+            raise
+
+    return write
+
+
+def _var_writer(f: Field, write_value: WriteFn) -> Callable[[Writer, dict], None]:
+    name = f.name
+    dflt = f._enc_default
+    return lambda w, d: write_value(w, d.get(name, dflt))
+
+
+def _read_tagged(r: Reader, tag_fields: dict[int, tuple[str, ReadFn]],
+                 d: dict[str, Any]) -> dict[int, bytes] | None:
+    unknown: dict[int, bytes] | None = None
+    for _ in range(r.uvarint()):
+        tag, size = r.tagged_field_header()
+        start = r.pos
+        entry = tag_fields.get(tag)
+        if entry is None:
+            if unknown is None:
+                unknown = {}
+            unknown[tag] = bytes(r.buf[start:start + size])
+            r.pos = start + size
+            continue
+        fname, read = entry
+        sub = Reader(r.buf, start, start + size)
+        try:
+            d[fname] = read(sub)
+        except MalformedFrame as e:
+            raise e.at(fname) from None
+        if sub.pos != sub.end:
+            raise MalformedFrame(f"tagged field {fname} has {sub.end - sub.pos} extra bytes")
+        r.pos = start + size
+    return unknown
+
+
+def _write_tagged(w: Writer, tag_writers: list[tuple[Field, WriteFn]], d: dict) -> None:
+    unknown = d.get("_unknown_tags")
+    if unknown is None:
+        present = [(f, d[f.name]) for f, _ in tag_writers
+                   if f.name in d and not _tag_default(f, d[f.name])]
+        if not present:
+            w.uvarint(0)  # the usual case: nothing tagged to send
+            return
+    values: dict[int, bytes] = dict(unknown or {})
+    for f, write in tag_writers:
+        v = d.get(f.name, MISSING)
+        if v is MISSING or _tag_default(f, v):
+            continue
+        sub = Writer()
+        try:
+            write(sub, v)
+        except EncodeError as e:
+            raise e.at(f.name) from None
+        values[f.tag] = sub.tobytes()  # type: ignore[index]
+    w.tagged_fields(values)
+
+
+def _tag_default(f: Field, v: Any) -> bool:
+    # A tagged field is sent only when it says something: exactly its default stays home.
+    if v is None or f.default is None:
+        return v is f.default
+    return f.type.same(f.type.coerce(v), f.default)
+
+
+class Message(Schema):
+    """A top-level request or response body, valid at ``versions`` and flexible at
+    ``flexible``. ``encode``/``decode`` are the hot-path entry points."""
+
+    def __init__(self, name: str, fields: Sequence[Field], *, versions: VersionSpec,
+                 flexible: VersionSpec = "none") -> None:
+        super().__init__(name, fields)
+        rng = parse_versions(versions)
+        if rng is None or rng[1] is None:
+            raise ValueError(f"{name}: a message needs a closed version range")
+        self.min_version, self.max_version = rng
+        self.flexible_versions = parse_versions(flexible)
+        self.flexible_min_version = (None if self.flexible_versions is None
+                                     else self.flexible_versions[0])
+        for f in self.fields:
+            _check_tags(name, f, self.flexible_versions)
+        self._by_version: dict[int, _Codec] = {
+            v: self.codec(v, self.is_flexible(v)) for v in self.versions()}
+
+    def versions(self) -> range:
+        return range(self.min_version, self.max_version + 1)
 
     def is_flexible(self, version: int) -> bool:
-        return _in(self.flexible, version)
+        return _contains(self.flexible_versions, version)
 
-    def decode(self, r: Reader, version: int) -> Struct:
-        if not _in(self.valid, version):
-            raise MalformedFrame(f"{self.name} has no version {version}")
-        return self.schema.decode(r, version, self.is_flexible(version))
+    def decode(self, reader: Reader, version: int) -> Struct:
+        """Decode one body at ``version`` from ``reader`` (which is left after the body)."""
+        c = self._by_version.get(version)
+        if c is None:
+            raise ProtocolError(f"{self.name} has no version {version}")
+        try:
+            return c.decode(reader)
+        except MalformedFrame as e:
+            raise e.at(f"{self.name} v{version}") from None
+        except (struct.error, ValueError, OverflowError, IndexError) as e:
+            # A safety net: the readers check bounds themselves, so this means a bug, but a peer
+            # must still only ever see a MalformedFrame.
+            raise MalformedFrame(f"{type(e).__name__}: {e}", (f"{self.name} v{version}",)) from e
 
-    def encode(self, obj: Any, version: int, w: Writer | None = None) -> Writer:
-        if not _in(self.valid, version):
-            raise EncodeError(f"{self.name} has no version {version}")
-        w = w or Writer()
-        self.schema.encode(w, obj, version, self.is_flexible(version))
-        return w
+    def encode(self, obj: Any, version: int, writer: Writer) -> None:
+        """Append ``obj`` (a dict or a struct of this message) encoded at ``version``."""
+        c = self._by_version.get(version)
+        if c is None:
+            raise EncodeError(f"{self.name} has no version {version} "
+                              f"(v{self.min_version}-v{self.max_version})")
+        try:
+            c.encode(writer, obj)
+        except EncodeError as e:
+            raise e.at(f"{self.name} v{version}") from None
+
+    def to_bytes(self, obj: Any, version: int) -> bytes:
+        """Convenience for tests and tools: the body alone as one ``bytes``."""
+        w = Writer()
+        self.encode(obj, version, w)
+        return w.tobytes()
+
+    def from_bytes(self, data: bytes | memoryview, version: int) -> Struct:
+        """Convenience for tests and tools: decode a whole buffer, refusing trailing bytes."""
+        r = Reader(data)
+        body = self.decode(r, version)
+        if r.remaining():
+            raise MalformedFrame(f"{r.remaining()} bytes left after {self.name} v{version}")
+        return body
+
+
+def _check_tags(where: str, f: Field, flexible: tuple[int, int | None] | None) -> None:
+    if f.tag is not None and not _covers(flexible, f.tagged_versions):
+        raise ValueError(f"{where}.{f.name}: tagged versions {f.tagged_versions} are not all "
+                         f"flexible ({flexible})")
+    t = f.type
+    if isinstance(t, Array):
+        t = t.element
+    if isinstance(t, Schema):
+        for sub in t.fields:
+            _check_tags(f"{where}.{f.name}", sub, flexible)

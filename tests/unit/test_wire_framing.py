@@ -1,0 +1,72 @@
+"""FrameDecoder and frame(): any chunking of a stream yields the same frames; oversized and
+negative size prefixes fail at once."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker_core.wire.errors import FrameTooLarge, MalformedFrame
+from broker_core.wire.framing import MAX_FRAME_BYTES, FrameDecoder, frame
+
+
+def stream(payloads: list[bytes]) -> bytes:
+    return b"".join(b"".join(frame([p])) for p in payloads)
+
+
+def test_default_limit_is_kafkas_socket_request_max_bytes():
+    assert MAX_FRAME_BYTES == 104857600
+
+
+def test_frame_prepends_the_size_without_copying_chunks():
+    a, b = b"x" * 3, b"y" * 2
+    out = frame([a, b])
+    assert out[0] == struct.pack(">i", 5)
+    assert out[1] is a and out[2] is b
+
+
+@given(st.lists(st.binary(max_size=300), max_size=8), st.data())
+def test_any_chunking_yields_the_same_frames(payloads, data):
+    raw = stream(payloads)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=12)))
+    decoder = FrameDecoder(1000)
+    out = []
+    start = 0
+    for cut in [*cuts, len(raw)]:
+        out.extend(decoder.feed(raw[start:cut]))
+        start = cut
+    assert out == payloads
+    assert decoder.buffered == 0
+
+
+def test_partial_frames_stay_buffered():
+    raw = stream([b"hello"])
+    d = FrameDecoder()
+    assert d.feed(raw[:6]) == []
+    assert d.buffered == 6
+    assert d.feed(raw[6:]) == [b"hello"]
+
+
+def test_oversized_prefix_fails_before_the_body_arrives():
+    d = FrameDecoder(max_frame_bytes=10)
+    with pytest.raises(FrameTooLarge) as e:
+        d.feed(struct.pack(">i", 11))  # only the prefix
+    assert (e.value.size, e.value.limit) == (11, 10)
+    with pytest.raises(FrameTooLarge):  # and the decoder stays failed
+        d.feed(b"more")
+
+
+def test_exactly_the_limit_is_accepted():
+    d = FrameDecoder(max_frame_bytes=4)
+    assert d.feed(stream([b"abcd"])) == [b"abcd"]
+
+
+def test_negative_size_is_malformed():
+    d = FrameDecoder()
+    with pytest.raises(MalformedFrame):
+        d.feed(stream([b"ok"]) + struct.pack(">i", -5))
+    with pytest.raises(MalformedFrame):
+        d.feed(b"")

@@ -1,0 +1,111 @@
+"""Store-neutral types of the metadata store seam: node stats, multi operations, errors and
+session states. Neither kazoo nor Twisted is imported here; ZooKeeper's implementation
+(:mod:`broker_core.zk.store`) translates into these, and the Raft quorum's will too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Stat:
+    version: int
+    czxid: int
+    mzxid: int = 0
+    ctime: int = 0
+    mtime: int = 0
+    ephemeral_owner: int = 0
+    num_children: int = 0
+    cversion: int = 0
+
+
+@dataclass(frozen=True)
+class Check:
+    path: str
+    version: int
+
+
+@dataclass(frozen=True)
+class Create:
+    path: str
+    value: bytes = b""
+    ephemeral: bool = False
+    sequence: bool = False
+
+
+@dataclass(frozen=True)
+class SetData:
+    path: str
+    value: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True)
+class Delete:
+    path: str
+    version: int = -1
+
+
+class MetadataStoreError(Exception):
+    """Base of every metadata-store error."""
+
+
+class NoNode(MetadataStoreError):
+    pass
+
+
+class NodeExists(MetadataStoreError):
+    pass
+
+
+class BadVersion(MetadataStoreError):
+    pass
+
+
+class NotEmpty(MetadataStoreError):
+    pass
+
+
+class ConnectionLost(MetadataStoreError):
+    pass
+
+
+class SessionExpired(MetadataStoreError):
+    pass
+
+
+class RolledBack(MetadataStoreError):
+    """Placeholder result of a multi operation that was not applied because another failed."""
+
+
+@dataclass
+class TransactionFailed(MetadataStoreError):
+    """A multi failed atomically; ``results`` holds one result or exception per operation."""
+
+    results: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__init__(f"multi failed: {self.first_error!r}")
+
+    @property
+    def first_error(self) -> Exception | None:
+        for r in self.results:
+            if isinstance(r, Exception) and not isinstance(r, RolledBack):
+                return r
+        return None
+
+    @property
+    def failed_index(self) -> int | None:
+        for i, r in enumerate(self.results):
+            if isinstance(r, Exception) and not isinstance(r, RolledBack):
+                return i
+        return None
+
+
+class SessionState(Enum):
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"
+    LOST = "lost"

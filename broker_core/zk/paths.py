@@ -1,0 +1,217 @@
+"""Every ZooKeeper path Sluice uses, and the JSON codecs of their values, in one place.
+
+``docs/zookeeper.md`` documents each path: who writes it, whether it is ephemeral, and its value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKERS = "/brokers"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONFIG = "/config"
+TOPIC_CONFIGS = "/config/topics"
+ADMIN = "/admin"
+DELETE_TOPICS = "/admin/delete_topics"
+PARTITIONS_REASSIGNED = "/admin/partitions_reassigned"
+PARTITIONS_ADD = "/admin/partitions_add"
+PARTITIONS_REMOVE = "/admin/partitions_remove"
+CONSUMERS = "/consumers"
+CONSUMERS_COORDINATOR = "/consumers/coordinator"
+
+#: Persistent paths every broker ensures at start (watches need their parents to exist).
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, PARTITIONS_REASSIGNED,
+                    PARTITIONS_ADD, PARTITIONS_REMOVE, CONSUMERS)
+
+
+def broker(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic(name: str) -> str:
+    return f"{TOPICS}/{name}"
+
+
+def partition(name: str, index: int) -> str:
+    return f"{TOPICS}/{name}/{index}"
+
+
+def leader_and_isr(name: str, index: int) -> str:
+    return f"{TOPICS}/{name}/{index}/leaderAndISR"
+
+
+def topic_config(name: str) -> str:
+    return f"{TOPIC_CONFIGS}/{name}"
+
+
+def delete_topic(name: str) -> str:
+    return f"{DELETE_TOPICS}/{name}"
+
+
+def partition_reassigned(name: str, index: int) -> str:
+    return f"{PARTITIONS_REASSIGNED}/{name}/{index}"
+
+
+def partitions_add_topic(name: str) -> str:
+    return f"{PARTITIONS_ADD}/{name}"
+
+
+def partition_add(name: str, index: int) -> str:
+    return f"{PARTITIONS_ADD}/{name}/{index}"
+
+
+def partitions_remove_topic(name: str) -> str:
+    return f"{PARTITIONS_REMOVE}/{name}"
+
+
+def partition_remove(name: str, index: int) -> str:
+    return f"{PARTITIONS_REMOVE}/{name}/{index}"
+
+
+def consumer_offset(group: str, name: str, index: int) -> str:
+    return f"{CONSUMERS}/{group}/offsets/{name}/{index}"
+
+
+def consumer_owner(group: str, name: str, index: int) -> str:
+    return f"{CONSUMERS}/{group}/owners/{name}/{index}"
+
+
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_LENGTH = 249
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rules; ValueError says which one is broken."""
+    if not name:
+        raise ValueError("topic name is empty")
+    if name in (".", ".."):
+        raise ValueError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_LENGTH:
+        raise ValueError(f"topic name is {len(name)} characters; the limit is {MAX_TOPIC_LENGTH}")
+    if not _LEGAL.match(name):
+        raise ValueError(f"topic name {name!r} has characters other than ASCII letters, digits, "
+                         "'.', '_' and '-'")
+
+
+def _load(data: bytes, kind: str) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{kind}: not valid JSON ({e})") from None
+
+
+def _dump(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    """``/brokers/ids/[id]`` (ephemeral, written by the broker)."""
+
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+    timestamp_ms: int = 0
+
+    def to_bytes(self) -> bytes:
+        return _dump({"version": 1, "id": self.id, "host": self.host, "port": self.port,
+                      "rack": self.rack,
+                      "timestamp": str(self.timestamp_ms),
+                      "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"]})
+
+    @classmethod
+    def from_bytes(cls, data: bytes, broker_id: int | None = None) -> BrokerRegistration:
+        v = _load(data, "broker registration")
+        try:
+            return cls(int(broker_id if broker_id is not None else v.get("id", -1)),
+                       str(v["host"]), int(v["port"]), v.get("rack"),
+                       int(v.get("timestamp", 0)))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"broker registration: bad value ({e})") from None
+
+
+@dataclass(frozen=True)
+class ControllerRegistration:
+    """``/controller`` (ephemeral, written by the elected controller)."""
+
+    broker_id: int
+    timestamp_ms: int = 0
+
+    def to_bytes(self) -> bytes:
+        return _dump({"version": 1, "brokerid": self.broker_id,
+                      "timestamp": str(self.timestamp_ms)})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ControllerRegistration:
+        v = _load(data, "controller")
+        try:
+            return cls(int(v["brokerid"]), int(v.get("timestamp", 0)))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"controller: bad value ({e})") from None
+
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    """``/brokers/topics/[topic]``: replicas per partition, the preferred replica first."""
+
+    partitions: dict[int, list[int]] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        return _dump({"version": 1, "partitions": {str(p): list(r) for p, r in
+                                                   sorted(self.partitions.items())}})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> TopicAssignment:
+        v = _load(data, "topic assignment")
+        try:
+            return cls({int(p): [int(b) for b in r] for p, r in v["partitions"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"topic assignment: bad value ({e})") from None
+
+
+@dataclass(frozen=True)
+class LeaderAndIsr:
+    """``/brokers/topics/[topic]/[partition]/leaderAndISR`` (written by the controller)."""
+
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    controller_epoch: int
+
+    def to_bytes(self) -> bytes:
+        return _dump({"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
+                      "isr": list(self.isr), "controller_epoch": self.controller_epoch})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LeaderAndIsr:
+        v = _load(data, "leaderAndISR")
+        try:
+            return cls(int(v["leader"]), int(v["leader_epoch"]), [int(b) for b in v["isr"]],
+                       int(v.get("controller_epoch", 0)))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"leaderAndISR: bad value ({e})") from None
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """``/config/topics/[topic]``: per-topic config overrides."""
+
+    config: dict[str, str] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        return _dump({"version": 1, "config": dict(self.config)})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> TopicConfig:
+        v = _load(data, "topic config")
+        try:
+            return cls({str(k): str(x) for k, x in v["config"].items()})
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"topic config: bad value ({e})") from None

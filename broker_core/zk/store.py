@@ -1,0 +1,329 @@
+"""``IMetadataStore`` on ZooKeeper through kazoo, bridged onto the Twisted reactor.
+
+The bridge (twisted-kazoo notes §10):
+
+- requests use kazoo's ``*_async`` calls; the completion callback (on kazoo's thread) only reads
+  the result and hands it to the reactor with ``callFromThread`` — no thread hop per request;
+- watches are re-armed by this module, not by kazoo's recipes, whose constructors block on a
+  ZooKeeper round trip: a watch is an async read with a watcher, re-issued when the watcher fires,
+  switching to an ``exists`` watch while the node is absent, and re-issued for every live watch
+  when a new session starts (ZooKeeper keeps watches across reconnects of one session, not across
+  sessions);
+- session-state changes are re-dispatched on the reactor; nothing calls ZooKeeper from kazoo's
+  listener thread;
+- ``start``/``stop`` and recursive deletes block, so they run on this store's own one-thread
+  pool, never the reactor's shared pool.
+
+This is the only module of the project that imports kazoo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+from kazoo.retry import KazooRetry
+from twisted.internet import defer, threads
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+from zope.interface import implementer
+
+from broker_core.interfaces import IMetadataStore
+from broker_core.metadata import (
+    BadVersion,
+    Check,
+    ConnectionLost,
+    Create,
+    Delete,
+    MetadataStoreError,
+    NodeExists,
+    NoNode,
+    NotEmpty,
+    RolledBack,
+    SessionExpired,
+    SessionState,
+    SetData,
+    Stat,
+    TransactionFailed,
+)
+
+#: A whole multi must fit in jute.maxbuffer (1 MB); callers batch far below this.
+MAX_MULTI_OPS = 1000
+
+_ERRORS: list[tuple[type, type]] = [
+    (NoNodeError, NoNode),
+    (NodeExistsError, NodeExists),
+    (BadVersionError, BadVersion),
+    (NotEmptyError, NotEmpty),
+    (SessionExpiredError, SessionExpired),
+    (ConnectionLoss, ConnectionLost),
+    (RolledBackError, RolledBack),
+    (RuntimeInconsistency, RolledBack),
+]
+
+
+def translate(e: BaseException) -> BaseException:
+    """A kazoo exception as one of ours (others pass through)."""
+    if isinstance(e, MetadataStoreError):
+        return e
+    for theirs, ours in _ERRORS:
+        if isinstance(e, theirs):
+            return ours(str(e) or theirs.__name__)
+    return e
+
+
+def to_stat(s: Any) -> Stat | None:
+    if s is None:
+        return None
+    return Stat(version=s.version, czxid=s.czxid, mzxid=s.mzxid, ctime=s.ctime, mtime=s.mtime,
+                ephemeral_owner=s.ephemeralOwner, num_children=s.numChildren,
+                cversion=s.cversion)
+
+
+class _Watch:
+    """A live watch; ``cancel()`` stops further callbacks."""
+
+    def __init__(self, store: ZooKeeperStore, path: str, kind: str,
+                 callback: Callable[..., None]) -> None:
+        self.store = store
+        self.path = path
+        self.kind = kind
+        self.callback = callback
+        self.cancelled = False
+        self.generation = 0
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.store._watches.discard(self)
+
+
+@implementer(IMetadataStore)
+class ZooKeeperStore:
+    """See the module docstring."""
+
+    log = Logger(namespace="sluice.zookeeper")
+
+    def __init__(self, hosts: str, *, reactor: Any, session_timeout: float = 18.0,
+                 connect_timeout: float = 10.0) -> None:
+        self.hosts = hosts
+        self.reactor = reactor
+        self.connect_timeout = connect_timeout
+        self._client = KazooClient(
+            hosts=hosts, timeout=session_timeout,
+            connection_retry=KazooRetry(max_tries=-1, max_delay=2.0),
+        )
+        self._client.add_listener(self._on_kazoo_state)
+        self._pool = ThreadPool(minthreads=0, maxthreads=1, name="sluice-zookeeper")
+        self._listeners: list[Callable[[SessionState], None]] = []
+        self._watches: set[_Watch] = set()
+        self.state = SessionState.LOST
+        self._lost_since_connect = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> int | None:
+        sid = self._client.client_id
+        return sid[0] if sid else None
+
+    def _blocking(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> defer.Deferred:
+        return threads.deferToThreadPool(self.reactor, self._pool, fn, *args, **kw)
+
+    async def start(self) -> None:
+        self._pool.start()
+        try:
+            await self._blocking(self._client.start, self.connect_timeout)
+        except KazooTimeoutError:
+            await self._blocking(self._client.stop)
+            raise ConnectionLost(f"could not reach ZooKeeper at {self.hosts} within "
+                                 f"{self.connect_timeout:g}s") from None
+        self.state = SessionState.CONNECTED
+
+    async def stop(self) -> None:
+        for w in list(self._watches):
+            w.cancel()
+        try:
+            await self._blocking(self._client.stop)
+            await self._blocking(self._client.close)
+        finally:
+            self._pool.stop()
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _async(self, ar: Any, convert: Callable[[Any], Any] = lambda v: v) -> defer.Deferred:
+        d: defer.Deferred = defer.Deferred()
+        reactor = self.reactor
+
+        def done(result: Any) -> None:
+            try:
+                value = convert(result.get_nowait())
+            except BaseException as e:
+                reactor.callFromThread(d.errback, Failure(translate(e)))
+            else:
+                reactor.callFromThread(d.callback, value)
+
+        ar.rawlink(done)
+        return d
+
+    def get(self, path: str) -> defer.Deferred:
+        return self._async(self._client.get_async(path), lambda v: (v[0], to_stat(v[1])))
+
+    def exists(self, path: str) -> defer.Deferred:
+        return self._async(self._client.exists_async(path), to_stat)
+
+    def get_children(self, path: str) -> defer.Deferred:
+        return self._async(self._client.get_children_async(path), list)
+
+    def create(self, path: str, value: bytes = b"", ephemeral: bool = False,
+               sequence: bool = False, makepath: bool = False) -> defer.Deferred:
+        return self._async(self._client.create_async(
+            path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath))
+
+    def set(self, path: str, value: bytes, version: int = -1) -> defer.Deferred:
+        return self._async(self._client.set_async(path, value, version), to_stat)
+
+    def delete(self, path: str, version: int = -1, recursive: bool = False) -> defer.Deferred:
+        if recursive:
+            d = self._blocking(self._client.delete, path, version, recursive=True)
+            d.addErrback(lambda f: Failure(translate(f.value)))
+            return d
+        return self._async(self._client.delete_async(path, version), lambda v: None)
+
+    def ensure_path(self, path: str) -> defer.Deferred:
+        return self._async(self._client.ensure_path_async(path), lambda v: None)
+
+    def multi(self, ops: Sequence[Check | Create | SetData | Delete]) -> defer.Deferred:
+        if len(ops) > MAX_MULTI_OPS:
+            return defer.fail(ValueError(
+                f"multi of {len(ops)} operations exceeds the limit of {MAX_MULTI_OPS}; "
+                "split it (ZooKeeper caps a transaction at 1 MB)"))
+        t = self._client.transaction()
+        for op in ops:
+            if isinstance(op, Check):
+                t.check(op.path, op.version)
+            elif isinstance(op, Create):
+                t.create(op.path, op.value, ephemeral=op.ephemeral, sequence=op.sequence)
+            elif isinstance(op, SetData):
+                t.set_data(op.path, op.value, op.version)
+            elif isinstance(op, Delete):
+                t.delete(op.path, op.version)
+            else:
+                return defer.fail(TypeError(f"not a multi operation: {op!r}"))
+
+        def check(results: list) -> list:
+            translated = [translate(r) if isinstance(r, BaseException) else r for r in results]
+            if any(isinstance(r, BaseException) for r in translated):
+                raise TransactionFailed(translated)
+            return translated
+
+        return self._async(t.commit_async(), check)
+
+    # -- watches -------------------------------------------------------------------------------
+
+    def watch_data(self, path: str, callback: Callable[[bytes | None, Stat | None], None]
+                   ) -> _Watch:
+        w = _Watch(self, path, "data", callback)
+        self._watches.add(w)
+        self._arm(w)
+        return w
+
+    def watch_children(self, path: str, callback: Callable[[list[str] | None], None]) -> _Watch:
+        w = _Watch(self, path, "children", callback)
+        self._watches.add(w)
+        self._arm(w)
+        return w
+
+    def _deliver(self, w: _Watch, generation: int, *args: Any) -> None:
+        if not w.cancelled and generation == w.generation:
+            try:
+                w.callback(*args)
+            except Exception:
+                self.log.failure("watch callback for {p} failed", p=w.path)
+
+    def _arm(self, w: _Watch) -> None:
+        """Issue the read-with-watcher for ``w`` (any thread)."""
+        if w.cancelled:
+            return
+        w.generation += 1
+        gen = w.generation
+        client = self._client
+        reactor = self.reactor
+
+        def fired(event: Any) -> None:
+            if gen == w.generation:
+                self._arm(w)
+
+        if w.kind == "data":
+            ar = client.get_async(w.path, watch=fired)
+        else:
+            ar = client.get_children_async(w.path, watch=fired)
+
+        def done(result: Any) -> None:
+            try:
+                value = result.get_nowait()
+            except NoNodeError:
+                # Absent: watch for its creation, report absence.
+                client.exists_async(w.path, watch=fired)
+                if w.kind == "data":
+                    reactor.callFromThread(self._deliver, w, gen, None, None)
+                else:
+                    reactor.callFromThread(self._deliver, w, gen, None)
+                return
+            except (ConnectionLoss, SessionExpiredError):
+                return  # re-armed when the session is connected again
+            except BaseException:
+                self.log.failure("watch on {p} failed", p=w.path)
+                return
+            if w.kind == "data":
+                reactor.callFromThread(self._deliver, w, gen, value[0], to_stat(value[1]))
+            else:
+                reactor.callFromThread(self._deliver, w, gen, sorted(value))
+
+        ar.rawlink(done)
+
+    # -- session state -------------------------------------------------------------------------
+
+    def add_state_listener(self, callback: Callable[[SessionState], None]) -> None:
+        self._listeners.append(callback)
+
+    def remove_state_listener(self, callback: Callable[[SessionState], None]) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    def _on_kazoo_state(self, state: str) -> None:
+        # kazoo's connection thread: never call ZooKeeper here, only hand over.
+        ours = {KazooState.CONNECTED: SessionState.CONNECTED,
+                KazooState.SUSPENDED: SessionState.SUSPENDED,
+                KazooState.LOST: SessionState.LOST}[state]
+        self.reactor.callFromThread(self._set_state, ours)
+
+    def _set_state(self, state: SessionState) -> None:
+        if state is self.state:
+            return
+        previous = self.state
+        self.state = state
+        self.log.info("ZooKeeper session {prev} -> {state}", prev=previous.name,
+                      state=state.name)
+        if state is SessionState.CONNECTED:
+            # After LOST the server forgot our watches; after SUSPENDED a read may have failed.
+            for w in list(self._watches):
+                self._arm(w)
+        for cb in list(self._listeners):
+            try:
+                cb(state)
+            except Exception:
+                self.log.failure("session state listener failed")

@@ -50,7 +50,7 @@ def log_config_from(cfg: BrokerConfig) -> LogConfig:
     """Broker-level log defaults as a :class:`LogConfig`."""
     return LogConfig(
         segment_bytes=cfg.log_segment_bytes,
-        segment_ms=cfg.log_roll_ms,
+        segment_ms=cfg.log_roll_effective_ms,
         retention_bytes=cfg.log_retention_bytes,
         retention_ms=cfg.log_retention_ms,
         flush_messages=cfg.log_flush_interval_messages,
@@ -260,7 +260,7 @@ class BrokerService(service.Service):
 
     def _on_session_state(self, state: SessionState) -> None:
         self.metrics.zookeeper_session_state.state(state.name.lower())
-        if state is SessionState.LOST:
+        if state is SessionState.LOST and self.running:
             self.log.warn("ZooKeeper session expired: re-registering broker {b}",
                           b=self.broker_id)
             self._pending_reregister = True
@@ -276,6 +276,7 @@ class BrokerService(service.Service):
         return defer.Deferred.fromCoroutine(self._stop())
 
     async def _stop(self) -> None:
+        self._pending_reregister = False
         self.log.info("broker {b} shutting down", b=self.broker_id)
         if self.port is not None:
             await self.port.stopListening()

@@ -108,6 +108,7 @@ class KafkaClientProtocol(Protocol):
 
 class KafkaClientFactory(Factory):
     protocol = KafkaClientProtocol
+    noisy = False  # one line per connection attempt would drown the log
 
     def __init__(self, client_id: str) -> None:
         self.client_id = client_id

@@ -390,8 +390,7 @@ class Controller:
                 await self.store.multi([Check(paths.CONTROLLER_EPOCH, self.epoch_zk_version),
                                         *chunk])
             except TransactionFailed as e:
-                if e.results and isinstance(e.results[0], Exception) and not isinstance(
-                        e.results[0], _rolled_back_types()):
+                if e.failed_index == 0:  # the controller-epoch check itself failed
                     raise NotController() from e
                 raise
 
@@ -748,16 +747,6 @@ class Controller:
             self.topic_versions[topic] = version + 1
             self.log.info("removed partitions {ps} from topic {t}", ps=remove, t=topic)
             self._send(batch)
-
-
-def _rolled_back_types() -> tuple[type, ...]:
-    # In a failed multi, ops that were not the cause report a "rolled back" placeholder; only
-    # a real error on the leading epoch check means we were fenced.
-    from broker_core import metadata
-
-    kinds = [getattr(metadata, n) for n in ("RolledBack", "RuntimeInconsistency")
-             if hasattr(metadata, n)]
-    return tuple(kinds)
 
 
 def _json_list(data: bytes) -> list[Any]:

@@ -243,9 +243,11 @@ class RequestHandler:
             for p in t.partitions:
                 error, ts, offset, epoch = self.replicas.list_offset(t.name, p.partition_index,
                                                                      p.timestamp)
-                parts.append({"partition_index": p.partition_index, "error_code": _code(error),
-                              "timestamp": ts, "offset": offset, "leader_epoch": epoch,
-                              "old_style_offsets": []})
+                entry = {"partition_index": p.partition_index, "error_code": _code(error),
+                         "timestamp": ts, "offset": offset, "old_style_offsets": []}
+                if header.api_version >= 4:  # leader_epoch is not in v1-v3 (nor ignorable)
+                    entry["leader_epoch"] = epoch
+                parts.append(entry)
             topics.append({"name": t.name, "partitions": parts})
         return {"throttle_time_ms": 0, "topics": topics}
 

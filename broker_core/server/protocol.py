@@ -152,7 +152,7 @@ class KafkaServerProtocol(Protocol):
             peer=self.peer,
         )
         self.factory.count_error(header.api_key, "UNKNOWN_SERVER_ERROR")
-        chunks = apis.error_response(header, errors.ErrorCode.UNKNOWN_SERVER_ERROR)
+        chunks = apis.error_response(request, errors.ErrorCode.UNKNOWN_SERVER_ERROR)
         if chunks is None:
             self._disconnect("handler_error", "no error response possible")
         return chunks
@@ -190,6 +190,8 @@ class KafkaServerFactory(Factory):
     ``handler(request, protocol)`` returns a response body, ``NO_RESPONSE`` or a Deferred. The
     metrics object is optional (tests may leave it out).
     """
+
+    noisy = False
 
     def __init__(
         self,

@@ -56,9 +56,11 @@ def led(brokers, topic, p):
 
 @pytest.fixture
 def brokers(zk_hosts, tmp_path):
-    bs = pytest_twisted.blockon(start_brokers(zk_hosts, tmp_path, 3))
+    from twisted.internet.defer import Deferred
+
+    bs = pytest_twisted.blockon(Deferred.fromCoroutine(start_brokers(zk_hosts, tmp_path, 3)))
     yield bs
-    pytest_twisted.blockon(stop_brokers(bs))
+    pytest_twisted.blockon(Deferred.fromCoroutine(stop_brokers(bs)))
 
 
 @pytest_twisted.ensureDeferred
@@ -150,46 +152,37 @@ async def test_bad_input_gets_errors_and_broker_keeps_serving(brokers):
     for payload in (struct.pack(">i", 8) + b"\xff" * 8,
                     struct.pack(">i", 200 * 1024 * 1024),
                     struct.pack(">ihhi", 10, 9999, 0, 1) + b"\x00\x00"):
-        s = socket.create_connection(("127.0.0.1", port))
-        s.sendall(payload)
-        s.settimeout(5)
-        assert await pytest_twisted.blockon(_recv_closed(s))
+        assert await _exchange(port, payload) == b""
     # ApiVersions at an unknown version answers UNSUPPORTED_VERSION with our ranges (KIP-511).
-    s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(struct.pack(">ihhih", 10, 18, 99, 7, -1))
-    s.settimeout(5)
-    size = struct.unpack(">i", _recv_exact(s, 4))[0]
-    body = _recv_exact(s, size)
-    s.close()
-    assert struct.unpack(">ih", body[:6]) == (7, ErrorCode.UNSUPPORTED_VERSION)
+    body = await _exchange(port, struct.pack(">ihhih", 10, 18, 99, 7, -1))
+    assert struct.unpack(">iih", body[:10]) == (len(body) - 4, 7, ErrorCode.UNSUPPORTED_VERSION)
     # ...and the broker still serves.
     resp = await call(leader, ApiKey.PRODUCE, 8, {"acks": 1, "timeout_ms": 1000, "topic_data": [
         {"name": "bad", "partition_data": [{"index": 0, "records": good}]}]})
     assert resp.responses[0].partition_responses[0].error_code == 0
 
 
-def _recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
-
-
-async def _recv_closed(s):
+def _exchange(port, payload):
+    """Send raw bytes from a worker thread (the reactor must keep running) and return the first
+    response frame, or b"" if the broker closed the connection."""
     from twisted.internet import threads
 
-    def wait():
-        try:
-            return s.recv(1) == b""
-        except (ConnectionResetError, TimeoutError):
-            return True
-        finally:
-            s.close()
+    def run():
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(payload)
+            buf = b""
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except ConnectionResetError:
+                    return b""
+                if not chunk:
+                    return b""
+                buf += chunk
+                if len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">i", buf[:4])[0]:
+                    return buf
 
-    return await threads.deferToThread(wait)
+    return threads.deferToThread(run)
 
 
 @pytest_twisted.ensureDeferred

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twisted.application.internet import ClientService, backoffPolicy
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.error import ConnectionLost
 from twisted.internet.protocol import Factory, Protocol
@@ -210,6 +210,10 @@ class BrokerChannel:
                     attempt += 1
                     self.log.info("request {api} to broker {b} failed ({e}); retry {n}",
                                   api=q.api_key, b=self.broker_id, e=e, n=attempt)
+                    # Back off before retrying: the dead connection may still be the one
+                    # ClientService hands out until it notices the loss.
+                    await task.deferLater(self._reactor, min(2.0, 0.05 * 2 ** attempt),
+                                          lambda: None)
                     continue
                 except Exception as e:  # undecodable response, encode error: not retriable
                     if self._queue and self._queue[0] is q:

@@ -451,10 +451,6 @@ class Controller:
         dead = set(self.live) - set(now)
         new = set(now) - set(self.live)
         bounced = {b for b in set(now) & set(self.live) if now[b].epoch != self.live[b].epoch}
-        if not (dead or new or bounced):
-            return
-        self.log.info("broker change: new {new}, dead {dead}, restarted {bounced}",
-                      new=sorted(new), dead=sorted(dead), bounced=sorted(bounced))
         for b in dead:
             ch = self.channels.pop(b, None)
             if ch is not None:
@@ -465,14 +461,15 @@ class Controller:
 
         batch = self._new_batch()
         changes: dict[TopicPartition, Election] = {}
+        # Judge every partition against the live set, not just the brokers that left since the
+        # last event: after a failover the new controller never saw the old live set.
         for tp, d in self.states.items():
-            if d.leader in dead or d.leader in bounced:
-                if d.leader in bounced:
-                    # Seed 003: a broker that came back with a new session starts a new leader
-                    # generation even if it keeps leading.
-                    changes[tp] = Election(d.leader, d.isr)
-                    continue
-                el = offline_leader(d.replicas, d.isr, self.live,
+            if d.leader in bounced:
+                # Seed 003: a broker that came back with a new session starts a new leader
+                # generation even if it keeps leading.
+                changes[tp] = Election(d.leader, d.isr)
+            elif d.leader != -1 and d.leader not in now:
+                el = offline_leader(d.replicas, d.isr, now,
                                     unclean_allowed=self.unclean_leader_election(tp[0]))
                 if el.unclean:
                     self.log.warn("UNCLEAN leader election for {t}-{p}: broker {l} was not in "
@@ -481,8 +478,13 @@ class Controller:
                     if self.metrics is not None:
                         self.metrics.unclean_leader_elections_total.inc()
                 changes[tp] = el
-            elif dead & set(d.isr):
-                changes[tp] = Election(d.leader, shrink_isr(d.isr, dead))
+            elif d.leader != -1 and any(b not in now for b in d.isr):
+                changes[tp] = Election(d.leader, shrink_isr(d.isr, set(d.isr) - set(now)))
+        if not (dead or new or bounced or changes):
+            return
+        self.log.info("broker change: new {new}, dead {dead}, restarted {bounced}; "
+                      "{n} partitions to re-elect", new=sorted(new), dead=sorted(dead),
+                      bounced=sorted(bounced), n=len(changes))
         written = await self._write_decisions(changes)
         for tp, d in written.items():
             batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
@@ -606,15 +608,14 @@ class Controller:
             parts = dict(self.assignments.get(topic, {}))
             self._forget_topic(topic, batch)
             self._send(batch)
-            ops: list[Any] = []
+            # Children before parents; only what exists (a previous controller may have got
+            # part of the way).
+            candidates = []
             for p in sorted(parts):
-                ops.append(Delete(paths.leader_and_isr(topic, p)))
-                ops.append(Delete(paths.partition(topic, p)))
-            existing = await _gather([
-                self.store.exists(paths.leader_and_isr(topic, p)) for p in sorted(parts)])
-            ops = [op for op in ops if not (op.path.endswith("leaderAndISR") and
-                                            existing[sorted(parts).index(
-                                                int(op.path.split("/")[-2]))] is None)]
+                candidates += [paths.leader_and_isr(topic, p), paths.partition(topic, p)]
+            found = await _gather([self.store.exists(c) for c in candidates])
+            ops: list[Any] = [Delete(c) for c, st in zip(candidates, found, strict=True)
+                              if st is not None]
             for path in (paths.topic(topic), paths.topic_config(topic)):
                 if await self.store.exists(path) is not None:
                     ops.append(Delete(path))

@@ -358,7 +358,9 @@ class RequestHandler:
     # -- controller → broker (seed 000 C) ---------------------------------------------------------
 
     def _stale_broker_epoch(self, body: Any) -> bool:
-        return body.broker_epoch not in (-1, self.broker_epoch())
+        # KIP-380: a command addressed to an earlier incarnation of this broker (an older czxid
+        # of its registration) is refused. Ours may not be known yet while we register.
+        return 0 <= body.broker_epoch < self.broker_epoch()
 
     def leader_and_isr(self, header: Any, body: Any) -> dict:
         if self._stale_broker_epoch(body):

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 import pytest_twisted
-from twisted.internet import endpoints, reactor
+from twisted.internet import defer, endpoints, reactor
 
 from broker_core.rpc import KafkaClientProtocol
 from broker_core.wire.apis import ApiKey
@@ -219,8 +219,15 @@ async def test_delete_topic_and_add_partitions(brokers):
                                                             "timeout_ms": 10000})
     assert resp.responses[0].error_code == 0
     await eventually(lambda: not any(d.exists() for d in dirs), what="partition dirs deleted")
-    assert await brokers[0].store.exists(paths.topic("gone")) is None
-    assert await brokers[0].store.exists(paths.delete_topic("gone")) is None
+    store = brokers[0].store
+
+    async def znodes_gone():
+        return (await store.exists(paths.topic("gone")) is None
+                and await store.exists(paths.delete_topic("gone")) is None
+                and await store.exists(paths.topic_config("gone")) is None)
+
+    await eventually(lambda: defer.Deferred.fromCoroutine(znodes_gone()),
+                     what="topic znodes deleted")
     await eventually(lambda: all(not b.cache.has_topic("gone") for b in brokers),
                      what="topic gone from metadata")
 

@@ -1,0 +1,160 @@
+"""Admin client: topic and cluster administration through a broker (Kafka APIs) or directly
+through ZooKeeper (the same :mod:`broker_core.topic_admin` functions the brokers use).
+
+ZooKeeper mode runs a private reactor for the duration of each call (the admin tool is a one-shot
+process); bootstrap mode is a plain blocking connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from broker_core import topic_admin
+from broker_core.topic_admin import (
+    ClusterDescription,
+    PartitionDescription,
+    TopicDescription,
+)
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import ErrorCode
+from broker_core.zk import paths
+from consumer_client.connection import bootstrap
+
+
+class AdminError(Exception):
+    """An operation failed; the message names the Kafka error and says why."""
+
+    def __init__(self, code: int, message: str) -> None:
+        try:
+            name = ErrorCode(code).name
+        except ValueError:
+            name = str(code)
+        super().__init__(f"{name}: {message}" if message else name)
+        self.code = code
+
+
+def _run_on_store(zookeeper: str, fn: Callable[[Any], Any]) -> Any:
+    """Run ``await fn(store)`` against a fresh ZooKeeperStore on a private reactor."""
+    from twisted.internet import defer, task
+
+    from broker_core.zk.store import ZooKeeperStore
+
+    box: dict[str, Any] = {}
+
+    async def main(reactor: Any) -> None:
+        store = ZooKeeperStore(zookeeper, reactor=reactor, connect_timeout=10.0)
+        await store.start()
+        try:
+            box["result"] = await fn(store)
+        except BaseException as e:  # handed to the caller after the reactor stops
+            box["error"] = e
+        finally:
+            await store.stop()
+
+    try:
+        task.react(lambda r: defer.Deferred.fromCoroutine(main(r)))
+    except SystemExit as e:
+        if e.code not in (0, None) and "error" not in box:
+            raise AdminError(-1, f"could not reach ZooKeeper at {zookeeper}") from None
+    if "error" in box:
+        err = box["error"]
+        if isinstance(err, topic_admin.TopicAdminError):
+            raise AdminError(int(err.error_code), str(err)) from None
+        raise err
+    return box.get("result")
+
+
+class AdminClient:
+    """Exactly one of ``bootstrap_servers`` or ``zookeeper``."""
+
+    def __init__(self, bootstrap_servers: str | None = None, zookeeper: str | None = None,
+                 timeout: float = 30.0) -> None:
+        if (bootstrap_servers is None) == (zookeeper is None):
+            raise ValueError("give exactly one of bootstrap_servers or zookeeper")
+        self.bootstrap_servers = bootstrap_servers
+        self.zookeeper = zookeeper
+        self.timeout = timeout
+
+    def _conn(self) -> Any:
+        return bootstrap(self.bootstrap_servers, timeout=self.timeout)
+
+    def _zk(self, fn: Callable[[Any], Any]) -> Any:
+        return _run_on_store(self.zookeeper, fn)
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     config: Mapping[str, str] | None = None) -> None:
+        if self.zookeeper:
+            self._zk(lambda s: topic_admin.create_topic(s, name, partitions, replication_factor,
+                                                        config or {}))
+            return
+        with self._conn() as c:
+            resp = c.request(ApiKey.CREATE_TOPICS, {
+                "topics": [{"name": name, "num_partitions": partitions,
+                            "replication_factor": replication_factor, "assignments": [],
+                            "configs": [{"name": k, "value": v}
+                                        for k, v in (config or {}).items()]}],
+                "timeout_ms": int(self.timeout * 1000), "validate_only": False})
+        t = resp.topics[0]
+        if t.error_code:
+            raise AdminError(t.error_code, t.error_message or "")
+
+    def delete_topic(self, name: str) -> None:
+        if self.zookeeper:
+            self._zk(lambda s: topic_admin.delete_topic(s, name))
+            return
+        with self._conn() as c:
+            resp = c.request(ApiKey.DELETE_TOPICS, {"topic_names": [name],
+                                                    "timeout_ms": int(self.timeout * 1000)})
+        r = resp.responses[0]
+        if r.error_code:
+            raise AdminError(r.error_code, getattr(r, "error_message", None) or "")
+
+    def add_partitions(self, name: str, total: int) -> None:
+        if self.zookeeper:
+            self._zk(lambda s: topic_admin.add_partitions(s, name, total))
+            return
+        with self._conn() as c:
+            resp = c.request(ApiKey.CREATE_PARTITIONS, {
+                "topics": [{"name": name, "count": total, "assignments": None}],
+                "timeout_ms": int(self.timeout * 1000), "validate_only": False})
+        r = resp.results[0]
+        if r.error_code:
+            raise AdminError(r.error_code, r.error_message or "")
+
+    def list_topics(self) -> list[str]:
+        if self.zookeeper:
+            return self._zk(topic_admin.list_topics)
+        return sorted(t.name for t in self._metadata(None).topics if t.error_code == 0)
+
+    def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        if self.zookeeper:
+            return self._zk(lambda s: topic_admin.describe_topics(s, names))
+        md = self._metadata(list(names) if names else None)
+        out = []
+        for t in sorted(md.topics, key=lambda t: t.name):
+            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise AdminError(t.error_code, f"topic {t.name!r} does not exist")
+            parts = [PartitionDescription(p.partition_index, list(p.replica_nodes), p.leader_id,
+                                          p.leader_epoch, list(p.isr_nodes))
+                     for p in sorted(t.partitions, key=lambda p: p.partition_index)]
+            out.append(TopicDescription(t.name, parts, {}))
+        return out
+
+    def describe_cluster(self) -> ClusterDescription:
+        if self.zookeeper:
+            return self._zk(topic_admin.describe_cluster)
+        md = self._metadata([])
+        brokers = [paths.BrokerRegistration(b.node_id, b.host, b.port, b.rack)
+                   for b in sorted(md.brokers, key=lambda b: b.node_id)]
+        # The controller epoch lives in ZooKeeper only: ask with --zookeeper to see it.
+        return ClusterDescription(brokers, md.controller_id if md.controller_id >= 0 else None,
+                                  None)
+
+    def _metadata(self, names: list[str] | None) -> Any:
+        with self._conn() as c:
+            topics = None if names is None else [{"name": n} for n in names]
+            return c.request(ApiKey.METADATA, {"topics": topics,
+                                               "allow_auto_topic_creation": False})

@@ -1,0 +1,148 @@
+"""``sluice``: the admin command (Kafka's flag names).
+
+    sluice topics create --topic T --partitions N --replication-factor R [--config k=v ...]
+    sluice topics list | describe [--topic T] | delete --topic T | add-partitions --topic T --partitions N
+    sluice cluster describe
+
+Each takes ``--bootstrap-server HOST:PORT[,...]`` or ``--zookeeper HOST:PORT[/chroot]``. Errors go
+to stderr as one line: exit code 1 for a failed operation, 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from consumer_client.admin import AdminClient, AdminError
+
+
+class UsageError(Exception):
+    pass
+
+
+def _positive(name: str):
+    def parse(raw: str) -> int:
+        try:
+            v = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {raw!r}") from None
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be at least 1, got {v}")
+        return v
+    return parse
+
+
+def _config(raw: str) -> tuple[str, str]:
+    key, sep, value = raw.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"--config expects key=value, got {raw!r}")
+    return key.strip(), value.strip()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sluice", description="Administer a Sluice cluster.")
+    sub = p.add_subparsers(dest="area", required=True)
+
+    def connection(sp: argparse.ArgumentParser) -> None:
+        g = sp.add_mutually_exclusive_group(required=True)
+        g.add_argument("--bootstrap-server", help="HOST:PORT[,HOST:PORT...] of brokers")
+        g.add_argument("--zookeeper", help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
+
+    topics = sub.add_parser("topics", help="create, list, describe, delete topics")
+    tsub = topics.add_subparsers(dest="action", required=True)
+    c = tsub.add_parser("create", help="create a topic")
+    connection(c)
+    c.add_argument("--topic", required=True)
+    c.add_argument("--partitions", type=_positive("--partitions"), default=1)
+    c.add_argument("--replication-factor", type=_positive("--replication-factor"), default=1)
+    c.add_argument("--config", type=_config, action="append", default=[],
+                   help="per-topic override key=value (repeatable)")
+    ls = tsub.add_parser("list", help="list topics")
+    connection(ls)
+    d = tsub.add_parser("describe", help="leaders, epochs, ISR and replicas per partition")
+    connection(d)
+    d.add_argument("--topic", action="append", help="topic to describe (repeatable; default all)")
+    rm = tsub.add_parser("delete", help="delete a topic")
+    connection(rm)
+    rm.add_argument("--topic", required=True)
+    ap = tsub.add_parser("add-partitions", help="raise a topic's partition count")
+    connection(ap)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--partitions", type=_positive("--partitions"), required=True,
+                    help="the new total number of partitions")
+
+    cluster = sub.add_parser("cluster", help="describe the cluster")
+    csub = cluster.add_subparsers(dest="action", required=True)
+    cd = csub.add_parser("describe", help="brokers, controller, controller epoch")
+    connection(cd)
+    return p
+
+
+def _client(args: argparse.Namespace) -> AdminClient:
+    return AdminClient(bootstrap_servers=args.bootstrap_server, zookeeper=args.zookeeper)
+
+
+def run(args: argparse.Namespace, out=sys.stdout) -> None:
+    admin = _client(args)
+    if args.area == "topics":
+        if args.action == "create":
+            admin.create_topic(args.topic, args.partitions, args.replication_factor,
+                               dict(args.config))
+            print(f'Created topic "{args.topic}".', file=out)
+        elif args.action == "list":
+            for name in admin.list_topics():
+                print(name, file=out)
+        elif args.action == "describe":
+            for t in admin.describe_topics(args.topic):
+                rf = len(t.partitions[0].replicas) if t.partitions else 0
+                configs = ",".join(f"{k}={v}" for k, v in sorted(t.config.items()))
+                flag = "\tMarkedForDeletion: true" if t.marked_for_deletion else ""
+                print(f"Topic: {t.name}\tPartitionCount: {len(t.partitions)}\t"
+                      f"ReplicationFactor: {rf}\tConfigs: {configs}{flag}", file=out)
+                for p in t.partitions:
+                    print(f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: "
+                          f"{p.leader if p.leader >= 0 else 'none'}\tEpoch: {p.leader_epoch}\t"
+                          f"Replicas: {','.join(map(str, p.replicas))}\t"
+                          f"Isr: {','.join(map(str, p.isr))}", file=out)
+        elif args.action == "delete":
+            admin.delete_topic(args.topic)
+            print(f'Topic "{args.topic}" is marked for deletion.', file=out)
+        elif args.action == "add-partitions":
+            admin.add_partitions(args.topic, args.partitions)
+            print(f'Topic "{args.topic}" now has {args.partitions} partitions.', file=out)
+    elif args.area == "cluster":
+        c = admin.describe_cluster()
+        print(f"Controller: {c.controller_id if c.controller_id is not None else 'none'}",
+              file=out)
+        epoch = c.controller_epoch if c.controller_epoch is not None else \
+            "unknown (use --zookeeper)"
+        print(f"ControllerEpoch: {epoch}", file=out)
+        print(f"Brokers: {len(c.brokers)}", file=out)
+        for b in c.brokers:
+            rack = f"\tRack: {b.rack}" if b.rack else ""
+            print(f"\tBroker: {b.id}\tAddress: {b.host}:{b.port}{rack}", file=out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        run(args)
+    except AdminError as e:
+        print(f"sluice: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"sluice: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"sluice: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""A blocking Kafka-protocol connection over the sans-IO codec (no Twisted).
+
+Used by the admin tool now, and by the consumer, the producer and the PySpark workers later, where
+a reactor is not wanted. On connect it negotiates versions with ApiVersions and then sends every
+request at the highest version both sides speak.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from typing import Any
+
+from broker_core.wire import apis, framing
+from broker_core.wire.apis import SUPPORTED, ApiKey
+from broker_core.wire.schema import Struct
+
+
+class ConnectionError_(OSError):
+    """The broker closed the connection or answered nonsense."""
+
+
+class UnsupportedVersionError(Exception):
+    """The broker does not serve an API this client needs."""
+
+
+class NoBrokersAvailable(OSError):
+    pass
+
+
+class BrokerConnection:
+    """One blocking connection; see the module docstring. Not thread-safe."""
+
+    def __init__(self, host: str, port: int, *, client_id: str = "sluice",
+                 timeout: float = 30.0) -> None:
+        self.host, self.port = host, port
+        self.client_id = client_id
+        self._ids = itertools.count(1)
+        self._decoder = framing.FrameDecoder(framing.MAX_FRAME_BYTES * 2)
+        self._frames: list[bytes] = []
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.versions: dict[int, int] = {}
+        try:
+            self._negotiate()
+        except Exception:
+            self.close()
+            raise
+
+    def _negotiate(self) -> None:
+        resp = self._roundtrip(ApiKey.API_VERSIONS, 0, {})
+        theirs = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        for key, spec in SUPPORTED.items():
+            if key in theirs:
+                lo, hi = theirs[key]
+                best = min(hi, spec.max_version)
+                if best >= max(lo, spec.min_version):
+                    self.versions[int(key)] = best
+
+    def version_of(self, api_key: int) -> int:
+        try:
+            return self.versions[int(api_key)]
+        except KeyError:
+            raise UnsupportedVersionError(
+                f"broker {self.host}:{self.port} does not serve {ApiKey(api_key).name} at a "
+                "version this client speaks") from None
+
+    def request(self, api_key: int, body: Any, *, version: int | None = None) -> Struct:
+        """Send one request at the negotiated (or given) version and return the response."""
+        return self._roundtrip(api_key, self.version_of(api_key) if version is None else version,
+                               body)
+
+    def _roundtrip(self, api_key: int, version: int, body: Any) -> Struct:
+        cid = next(self._ids) & 0x7FFFFFFF
+        self.sock.sendall(b"".join(framing.frame(
+            apis.encode_request(api_key, version, cid, self.client_id, body))))
+        frame = self._read_frame()
+        got, resp = apis.decode_response(api_key, version, frame)
+        if got != cid:
+            raise ConnectionError_(f"expected correlation id {cid}, got {got}")
+        return resp
+
+    def _read_frame(self) -> bytes:
+        while not self._frames:
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError_(f"broker {self.host}:{self.port} closed the connection")
+            self._frames.extend(self._decoder.feed(data))
+        return self._frames.pop(0)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> BrokerConnection:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def parse_servers(servers: str) -> list[tuple[str, int]]:
+    out = []
+    for item in servers.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"bad bootstrap server {item!r}: expected host:port")
+        out.append((host, int(port)))
+    if not out:
+        raise ValueError("no bootstrap servers given")
+    return out
+
+
+def bootstrap(servers: str, **kw: Any) -> BrokerConnection:
+    """Connect to the first reachable ``host:port`` of a comma-separated list."""
+    errors = []
+    for host, port in parse_servers(servers):
+        try:
+            return BrokerConnection(host, port, **kw)
+        except OSError as e:
+            errors.append(f"{host}:{port} ({e})")
+    raise NoBrokersAvailable("could not connect to any of: " + ", ".join(errors))

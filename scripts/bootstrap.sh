@@ -41,6 +41,7 @@ stamp=".venv/.sluice-installed-${extras:-base}"
 if [ ! -e "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
     echo "bootstrap: installing sluice${extras:+[$extras]} into .venv"
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e "$spec" --config-settings editable_mode=compat
+    .venv/bin/python -m pip install -q -e "$spec" --config-settings editable_mode=compat 2>&1 \
+        | grep -v -e "^ *\(!!|\*\*\*|$\)" -e "compat. editable" -e "setuptools" -e "adapt your code" -e "development_mode" -e "lenient" -e "_EditableMode" || true
     touch "$stamp"
 fi

@@ -41,7 +41,12 @@ stamp=".venv/.sluice-installed-${extras:-base}"
 if [ ! -e "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
     echo "bootstrap: installing sluice${extras:+[$extras]} into .venv"
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e "$spec" --config-settings editable_mode=compat 2>&1 \
-        | grep -v -e "^ *\(!!|\*\*\*|$\)" -e "compat. editable" -e "setuptools" -e "adapt your code" -e "development_mode" -e "lenient" -e "_EditableMode" || true
+    # pip's deprecation chatter about compat mode is noise; show its output only on failure.
+    if ! .venv/bin/python -m pip install -q -e "$spec" --config-settings editable_mode=compat \
+            >.venv/pip-install.log 2>&1; then
+        cat .venv/pip-install.log >&2
+        echo "bootstrap: pip install failed" >&2
+        exit 1
+    fi
     touch "$stamp"
 fi

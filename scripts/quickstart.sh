@@ -19,8 +19,9 @@ stop_all() {
         pidfile="$RUN/broker-$id.pid"
         if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
             echo "stopping broker $id"
-            kill -TERM "$(cat "$pidfile")"
-            for _ in $(seq 50); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.2; done
+            pid=$(cat "$pidfile")
+            kill -TERM "$pid"
+            for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
         fi
     done
     scripts/zookeeper-stop.sh --pid-file "$RUN/zookeeper.pid" || true

@@ -83,7 +83,7 @@ async def eventually(condition: Callable[[], Any], timeout: float = 15.0,
 
 
 class BrokerProcess:
-    """A broker run as ``python -m twisted -n broker ...`` in its own process."""
+    """A broker run as ``python -m twisted broker ...`` (``twist``) in its own process."""
 
     def __init__(self, broker_id: int, zk_hosts: str, base: Path, *, port: int | None = None,
                  extra: dict[str, str] | None = None) -> None:
@@ -100,8 +100,8 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        args = [sys.executable, "-m", "twisted", "--nodaemon", "--pidfile", "",
-                "--logfile", str(self.log_file), "broker",
+        # ``python -m twisted`` is ``twist``: foreground, no pid file.
+        args = [sys.executable, "-m", "twisted", "--log-file", str(self.log_file), "broker",
                 "--broker-id", str(self.broker_id),
                 "--listen", f"tcp:{self.port}:interface=127.0.0.1",
                 "--zookeeper", self.zk_hosts, "--log-dir", str(self.log_dir)]

@@ -166,7 +166,7 @@ class BrokerService(service.Service):
             await self.store.start()
         except Exception as e:
             raise StartupError(
-                f"could not reach ZooKeeper at {cfg.zookeeper_connect}: {e}. Is it running? "
+                f"{e}. Is ZooKeeper running at {cfg.zookeeper_connect}? "
                 "(scripts/zookeeper-start.sh starts one)") from e
         self.store.add_state_listener(self._on_session_state)
         for path in paths.PERSISTENT_PATHS:

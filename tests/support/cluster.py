@@ -92,6 +92,7 @@ class BrokerProcess:
         self.port = port or free_port()
         self.log_dir = base / f"broker-{broker_id}"
         self.log_file = base / f"broker-{broker_id}.log"
+        base.mkdir(parents=True, exist_ok=True)
         self.extra = {"zookeeper.session.timeout.ms": "6000", **(extra or {})}
         self.proc: subprocess.Popen | None = None
 
@@ -101,15 +102,17 @@ class BrokerProcess:
 
     def start(self) -> None:
         # ``python -m twisted`` is ``twist``: foreground, no pid file.
-        args = [sys.executable, "-m", "twisted", "--log-file", str(self.log_file), "broker",
+        args = [sys.executable, "-m", "twisted", "--log-format", "text",
+                "--log-file", str(self.log_file), "broker",
                 "--broker-id", str(self.broker_id),
                 "--listen", f"tcp:{self.port}:interface=127.0.0.1",
                 "--zookeeper", self.zk_hosts, "--log-dir", str(self.log_dir)]
         for k, v in self.extra.items():
             args += ["--set", f"{k}={v}"]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        err = open(self.log_file.with_suffix(".stderr"), "ab")
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=err, stderr=err)
+        err.close()
 
     def wait_listening(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -131,7 +134,11 @@ class BrokerProcess:
             return ""
 
     def log_tail(self, n: int = 30) -> str:
-        return "\n".join(self.log_text().splitlines()[-n:])
+        try:
+            err = self.log_file.with_suffix(".stderr").read_text(errors="replace")
+        except OSError:
+            err = ""
+        return "\n".join((self.log_text() + err).splitlines()[-n:])
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -176,7 +176,7 @@ class BrokerService(service.Service):
         host = self.port.getHost()
         self.advertised = _advertised(cfg.advertised_listeners, host)
         self.log.info("broker {b} listening on {h}:{p}, advertised as {a}", b=self.broker_id,
-                      h=host.host, p=host.port, a="%s:%d" % self.advertised)
+                      h=host.host, p=host.port, a=f"{self.advertised[0]}:{self.advertised[1]}")
         if cfg.metrics_listener:
             mep = endpoints.serverFromString(self.reactor, cfg.metrics_listener)
             self.metrics_port = await mep.listen(metrics_site(self.metrics.registry))

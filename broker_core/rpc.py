@@ -201,7 +201,7 @@ class BrokerChannel:
                     proto = await self._service.whenConnected()
                     d = proto.request(q.api_key, q.api_version, q.body)
                     d.addTimeout(self._timeout, self._reactor,
-                                 onTimeoutCancel=lambda *_: self._on_timeout(proto))
+                                 onTimeoutCancel=lambda *_, p=proto: self._on_timeout(p))
                     body = await d
                 except (ConnectionLost, RequestTimedOut, defer.TimeoutError,
                         defer.CancelledError) as e:

@@ -1,1 +1,2 @@
-"""The client library apps import: admin client and the sluice CLI (consumer, producer, Spark source come later)."""
+"""The client library apps import: blocking connection, admin client and the sluice CLI
+(the consumer, the producer and the Spark source come later)."""

@@ -113,7 +113,6 @@ class KafkaServerProtocol(Protocol):
             self._disconnect("malformed_frame", str(e))
             return
 
-        header = request.header
         slot = _Slot()
         self._slots.append(slot)
         started = self.factory.clock.seconds()
@@ -143,15 +142,14 @@ class KafkaServerProtocol(Protocol):
         return apis.encode_response(header.api_key, header.api_version, header.correlation_id, body)
 
     def _handler_failed(self, failure: Failure, request: Any, started: float) -> list[bytes] | None:
-        header = request.header
         self.log.failure(
             "request api={api} v{version} from {peer} failed",
             failure,
-            api=header.api_key,
-            version=header.api_version,
+            api=request.header.api_key,
+            version=request.header.api_version,
             peer=self.peer,
         )
-        self.factory.count_error(header.api_key, "UNKNOWN_SERVER_ERROR")
+        self.factory.count_error(request.header.api_key, "UNKNOWN_SERVER_ERROR")
         chunks = apis.error_response(request, errors.ErrorCode.UNKNOWN_SERVER_ERROR)
         if chunks is None:
             self._disconnect("handler_error", "no error response possible")

@@ -41,8 +41,8 @@ class ProcessCluster:
 
     def wait_registered(self, n: int | None = None, timeout: float = 30.0) -> None:
         """Until Metadata from every running broker lists ``n`` brokers and a controller."""
-        from consumer_client.connection import BrokerConnection
         from broker_core.wire.apis import ApiKey
+        from consumer_client.connection import BrokerConnection
 
         n = n or len(self.brokers)
         deadline = time.monotonic() + timeout

@@ -8,6 +8,7 @@ process that tests can kill -9 or stop with SIGSTOP (system tests). Both listen 
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import socket
@@ -73,7 +74,7 @@ async def eventually(condition: Callable[[], Any], timeout: float = 15.0,
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
-        if isinstance(value, defer.Deferred):
+        if isinstance(value, defer.Deferred) or inspect.iscoroutine(value):
             value = await value
         if value:
             return value

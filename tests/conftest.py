@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -31,3 +32,20 @@ def zk_hosts(zookeeper_server):
         zk.stop()
         zk.close()
     return zookeeper_server.hosts + chroot
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if it leaves a non-daemon thread behind.
+
+    Python joins every non-daemon thread before it exits, so one forgotten thread pool makes
+    the test process hang after its last test instead of exiting (CI would wait for its
+    time limit). Reported here, it is an error with a name instead.
+    """
+    leftover = [t.name for t in threading.enumerate()
+                if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    # Twisted's reactor pool is stopped by pytest-twisted after this hook, so it is not a leak.
+    leftover = [n for n in leftover if not n.startswith("PoolThread-twisted.internet.reactor")]
+    if leftover:
+        session.config.get_terminal_writer().line(
+            f"ERROR: the tests left non-daemon threads running: {', '.join(leftover)}", red=True)
+        session.exitstatus = 1

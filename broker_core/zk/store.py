@@ -19,6 +19,7 @@ This is the only module of the project that imports kazoo.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -111,6 +112,21 @@ class _Watch:
         self.store._watches.discard(self)
 
 
+class _DaemonThreadPool(ThreadPool):
+    """A ThreadPool whose worker is a daemon thread.
+
+    Twisted's pool threads are not daemons, so a store that was never stopped (a test that
+    failed half-way, an embedding app that forgot ``stop()``) would keep the interpreter from
+    exiting: ``threading._shutdown`` joins every non-daemon thread. The work on this pool is
+    kazoo's connect/close, which is safe to abandon at exit.
+    """
+
+    def threadFactory(self, *args: Any, **kw: Any) -> threading.Thread:  # noqa: N802 (Twisted's name)
+        thread = threading.Thread(*args, **kw)
+        thread.daemon = True
+        return thread
+
+
 @implementer(IMetadataStore)
 class ZooKeeperStore:
     """See the module docstring."""
@@ -127,7 +143,7 @@ class ZooKeeperStore:
             connection_retry=KazooRetry(max_tries=-1, max_delay=2.0),
         )
         self._client.add_listener(self._on_kazoo_state)
-        self._pool = ThreadPool(minthreads=0, maxthreads=1, name="sluice-zookeeper")
+        self._pool = _DaemonThreadPool(minthreads=0, maxthreads=1, name="sluice-zookeeper")
         self._listeners: list[Callable[[SessionState], None]] = []
         self._watches: set[_Watch] = set()
         self.state = SessionState.LOST
@@ -144,13 +160,23 @@ class ZooKeeperStore:
         return threads.deferToThreadPool(self.reactor, self._pool, fn, *args, **kw)
 
     async def start(self) -> None:
+        """Connect; raises :class:`ConnectionLost` if ZooKeeper does not answer in
+        ``connect_timeout``. A failed start leaves nothing running (no kazoo threads, no pool
+        thread), so the caller need not call :meth:`stop`."""
         self._pool.start()
         try:
             await self._blocking(self._client.start, self.connect_timeout)
         except KazooTimeoutError:
-            await self._blocking(self._client.stop)
+            try:
+                await self._blocking(self._client.stop)
+                await self._blocking(self._client.close)
+            finally:
+                self._pool.stop()
             raise ConnectionLost(f"could not reach ZooKeeper at {self.hosts} within "
                                  f"{self.connect_timeout:g}s") from None
+        except BaseException:
+            self._pool.stop()
+            raise
         self.state = SessionState.CONNECTED
 
     async def stop(self) -> None:

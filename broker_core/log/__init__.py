@@ -1,16 +1,34 @@
-"""Log storage (sans-IO of Twisted): segments, sparse offset index, leader-epoch file,
-checkpoints, recovery after unclean shutdown."""
+"""Log storage, sans-IO of Twisted: segments with sparse offset and time indexes, the
+leader-epoch file, checkpoints, and recovery after an unclean shutdown. Time comes in as a
+``time_ms()`` callable; the broker runs :meth:`Log.flush` on an IO thread."""
 
+from broker_core.log.checkpoints import CheckpointError
+from broker_core.log.config import LogConfig
+from broker_core.log.leader_epoch import EpochEntry, LeaderEpochFile
 from broker_core.log.log import (
     AppendResult,
     Log,
-    LogConfig,
+    LogClosed,
     OffsetOutOfRange,
     ReadResult,
     RecordTooLarge,
     RecoveryReport,
+    UnexpectedAppendOffset,
 )
 from broker_core.log.manager import LogManager
 
-__all__ = ["AppendResult", "Log", "LogConfig", "LogManager", "OffsetOutOfRange", "ReadResult",
-           "RecordTooLarge", "RecoveryReport"]
+__all__ = [
+    "AppendResult",
+    "CheckpointError",
+    "EpochEntry",
+    "LeaderEpochFile",
+    "Log",
+    "LogClosed",
+    "LogConfig",
+    "LogManager",
+    "OffsetOutOfRange",
+    "ReadResult",
+    "RecordTooLarge",
+    "RecoveryReport",
+    "UnexpectedAppendOffset",
+]

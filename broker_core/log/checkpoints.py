@@ -1,4 +1,4 @@
-"""Checkpoint files, in Kafka's text format, always replaced atomically.
+"""Checkpoint files in Kafka's text format, always replaced atomically.
 
 Format::
 
@@ -7,8 +7,12 @@ Format::
     topic-a 0 1234        <- one entry per line
     topic-a 1 99
 
-Written to ``<name>.tmp``, fsynced, renamed over the old file and the directory fsynced, so a crash
-leaves either the old or the new file, never a torn one.
+The log directory's ``recovery-point-offset-checkpoint``, ``replication-offset-checkpoint`` and
+``log-start-offset-checkpoint`` use ``topic partition offset`` entries; a partition's
+``leader-epoch-checkpoint`` uses ``epoch start_offset`` entries.
+
+Every write goes to ``<name>.tmp``, is fsynced, renamed over the old file, and the directory is
+fsynced, so a crash leaves either the old or the new file, never a torn one.
 """
 
 from __future__ import annotations
@@ -18,53 +22,83 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 VERSION = 0
+TMP_SUFFIX = ".tmp"
 
 
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be parsed; the message names the file and the problem."""
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make renames, creations and deletions inside ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
 def format_lines(lines: Iterable[str]) -> str:
-    lines = list(lines)
-    return "\n".join([str(VERSION), str(len(lines)), *lines]) + "\n"
+    entries = list(lines)
+    return "\n".join([str(VERSION), str(len(entries)), *entries]) + "\n"
 
 
 def parse_lines(text: str, what: str) -> list[str]:
-    """The entry lines of a checkpoint; raises ValueError on a wrong version or count."""
+    """The entry lines of a checkpoint; raises :class:`CheckpointError` on a wrong version, a bad
+    count or a count that does not match the entries."""
     rows = text.splitlines()
     if len(rows) < 2:
-        raise ValueError(f"{what}: truncated checkpoint")
+        raise CheckpointError(f"{what}: truncated checkpoint ({len(rows)} lines)")
     if rows[0].strip() != str(VERSION):
-        raise ValueError(f"{what}: unsupported checkpoint version {rows[0]!r}")
-    count = int(rows[1])
+        raise CheckpointError(f"{what}: unsupported checkpoint version {rows[0]!r}")
+    try:
+        count = int(rows[1])
+    except ValueError:
+        raise CheckpointError(f"{what}: bad entry count {rows[1]!r}") from None
     entries = [r for r in rows[2:] if r.strip()]
     if len(entries) != count:
-        raise ValueError(f"{what}: expected {count} entries, found {len(entries)}")
+        raise CheckpointError(f"{what}: header says {count} entries, found {len(entries)}")
     return entries
 
 
+def parse_ints(line: str, n: int, what: str) -> list[int]:
+    parts = line.split()
+    try:
+        if len(parts) != n:
+            raise ValueError
+        return [int(p) for p in parts]
+    except ValueError:
+        raise CheckpointError(f"{what}: bad entry {line!r}") from None
+
+
 def write_offsets(path: Path, offsets: Mapping[tuple[str, int], int]) -> None:
+    """Write ``{(topic, partition): offset}`` atomically."""
     write_atomically(path, format_lines(f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())))
 
 
 def read_offsets(path: Path) -> dict[tuple[str, int], int]:
-    """Offsets by partition; a missing file is empty."""
+    """Offsets by partition; a missing file is empty. Raises :class:`CheckpointError`."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
-    out = {}
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{path}: not a text file") from None
+    out: dict[tuple[str, int], int] = {}
     for line in parse_lines(text, str(path)):
-        topic, part, offset = line.rsplit(" ", 2)
-        out[(topic, int(part))] = int(offset)
+        parts = line.split()
+        if len(parts) != 3:
+            raise CheckpointError(f"{path}: bad entry {line!r}")
+        partition, offset = parse_ints(" ".join(parts[1:]), 2, str(path))
+        out[(parts[0], partition)] = offset
     return out

@@ -1,88 +1,140 @@
-"""The leader-epoch file of a partition (seed 003's "leader generation sequence file").
+"""The leader-epoch file of a partition: seed 003's "leader generation sequence file", Kafka's
+``leader-epoch-checkpoint``.
 
-Each entry says "leader epoch E started at offset O". Entries are strictly increasing in both
-epoch and start offset; the file is the checkpoint format of :mod:`.checkpoints` with lines
-``epoch start_offset`` and is rewritten atomically on every change (changes are rare: one per
-leader change, truncation or retention).
+Each entry says "leader epoch E started at offset O". The file is the checkpoint format of
+:mod:`.checkpoints` with ``epoch start_offset`` lines, rewritten atomically (tmp, fsync, rename)
+on every change. Changes are rare — one per leader change, truncation or retention step — so the
+synchronous fsync costs nothing on the append path.
+
+The rules are Kafka's ``LeaderEpochFileCache``:
+
+- :meth:`LeaderEpochFile.assign` adds an entry when the epoch differs from the latest one (or
+  the latest epoch is re-assigned a smaller start offset), first removing every entry whose
+  epoch or start offset is not below the new one — so epochs and start offsets always strictly
+  increase;
+- :meth:`LeaderEpochFile.end_offset_for_epoch` answers OffsetForLeaderEpoch (KIP-101/KIP-279);
+- truncation at the end drops entries at or past the new log end; truncation at the start
+  (retention) drops entries wholly before the new log start and moves the one covering it up.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
-from broker_core.log.checkpoints import format_lines, parse_lines, write_atomically
+from broker_core.log.checkpoints import (
+    CheckpointError,
+    format_lines,
+    parse_ints,
+    parse_lines,
+    write_atomically,
+)
 
 FILE_NAME = "leader-epoch-checkpoint"
+UNDEFINED = -1
+
+
+class EpochEntry(NamedTuple):
+    epoch: int
+    start_offset: int
 
 
 class LeaderEpochFile:
-    """In-memory entries mirrored to ``leader-epoch-checkpoint``; see the module docstring."""
+    """In-memory epoch entries mirrored to ``leader-epoch-checkpoint`` (see the module
+    docstring). Invariant: ``entries`` strictly increase in both epoch and start offset, and the
+    file always holds exactly ``entries``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, log_end_offset: Callable[[], int]) -> None:
         self.path = directory / FILE_NAME
-        self.entries: list[tuple[int, int]] = []
+        self._log_end_offset = log_end_offset
+        self._entries: list[EpochEntry] = []
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return
+        except UnicodeDecodeError:
+            raise CheckpointError(f"{self.path}: not a text file") from None
+        loaded = []
         for line in parse_lines(text, str(self.path)):
-            epoch, offset = line.split()
-            self.entries.append((int(epoch), int(offset)))
+            epoch, offset = parse_ints(line, 2, str(self.path))
+            if epoch < 0 or offset < 0 or (loaded and (epoch <= loaded[-1].epoch
+                                                       or offset <= loaded[-1].start_offset)):
+                raise CheckpointError(f"{self.path}: entry {line!r} is out of order or negative")
+            loaded.append(EpochEntry(epoch, offset))
+        self._entries = loaded
 
     def _save(self) -> None:
-        write_atomically(self.path, format_lines(f"{e} {o}" for e, o in self.entries))
+        write_atomically(self.path, format_lines(f"{e} {o}" for e, o in self._entries))
+
+    @property
+    def entries(self) -> list[EpochEntry]:
+        return list(self._entries)
 
     @property
     def latest_epoch(self) -> int:
-        return self.entries[-1][0] if self.entries else -1
+        return self._entries[-1].epoch if self._entries else UNDEFINED
 
     @property
-    def latest_entry(self) -> tuple[int, int] | None:
-        return self.entries[-1] if self.entries else None
+    def latest_entry(self) -> EpochEntry | None:
+        return self._entries[-1] if self._entries else None
 
     def assign(self, epoch: int, start_offset: int) -> bool:
-        """Record that ``epoch`` starts at ``start_offset``; False if it adds nothing (an older or
-        the same epoch)."""
-        if epoch < 0 or (self.entries and epoch <= self.entries[-1][0]):
+        """Record that ``epoch`` starts at ``start_offset``; False if nothing changed."""
+        if epoch < 0 or start_offset < 0:
+            raise ValueError(f"leader epoch {epoch} / start offset {start_offset} must not be "
+                             "negative")
+        latest = self.latest_entry
+        if latest is not None and latest.epoch == epoch and start_offset >= latest.start_offset:
             return False
-        # A newer epoch starting at or before an existing entry's offset supersedes it.
-        self.entries = [(e, o) for e, o in self.entries if o < start_offset]
-        self.entries.append((epoch, start_offset))
+        self._entries = [e for e in self._entries
+                         if e.epoch < epoch and e.start_offset < start_offset]
+        self._entries.append(EpochEntry(epoch, start_offset))
         self._save()
         return True
 
-    def end_offset_for_epoch(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """OffsetForLeaderEpoch: ``(largest epoch <= epoch, offset where the next epoch starts
-        or the log end)``; ``(-1, -1)`` when the epoch is older than every entry."""
-        if not self.entries or epoch < self.entries[0][0]:
-            return (-1, -1)
-        if epoch >= self.entries[-1][0]:
-            return (self.entries[-1][0], log_end_offset)
-        for i, (e, _) in enumerate(self.entries):
-            if e > epoch:
-                return (self.entries[i - 1][0], self.entries[i][1])
-        return (self.entries[-1][0], log_end_offset)  # unreachable
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(epoch, end_offset)`` where ``end_offset`` is the start of the
+        first epoch after the requested one, or the log end offset if it is the latest.
+
+        - requested == latest epoch: ``(latest, log end offset)``;
+        - between known epochs: ``(largest known epoch <= requested, start of the next)``;
+        - below every known epoch: ``(requested, first start offset)``;
+        - above the latest, undefined (-1) or no entries: ``(-1, -1)``.
+        """
+        if epoch == UNDEFINED or not self._entries:
+            return (UNDEFINED, UNDEFINED)
+        if epoch == self._entries[-1].epoch:
+            return (epoch, self._log_end_offset())
+        floor: EpochEntry | None = None
+        for entry in self._entries:
+            if entry.epoch > epoch:
+                return (epoch if floor is None else floor.epoch, entry.start_offset)
+            floor = entry
+        return (UNDEFINED, UNDEFINED)  # newer than anything this replica has seen
 
     def truncate_from_end(self, end_offset: int) -> int:
-        """Drop entries starting at or after ``end_offset``; return how many were dropped."""
-        keep = [(e, o) for e, o in self.entries if o < end_offset]
-        dropped = len(self.entries) - len(keep)
+        """The log now ends at ``end_offset``: drop entries starting at or after it; return how
+        many were dropped."""
+        keep = [e for e in self._entries if e.start_offset < end_offset]
+        dropped = len(self._entries) - len(keep)
         if dropped:
-            self.entries = keep
+            self._entries = keep
             self._save()
         return dropped
 
-    def truncate_from_start(self, start_offset: int) -> None:
+    def truncate_from_start(self, start_offset: int) -> int:
         """The log now starts at ``start_offset``: drop entries wholly before it and move the
-        entry covering it up to ``start_offset``."""
-        older = [(e, o) for e, o in self.entries if o <= start_offset]
-        newer = [(e, o) for e, o in self.entries if o > start_offset]
-        if not older or (len(older) == 1 and older[0][1] == start_offset):
-            return
-        self.entries = [(older[-1][0], start_offset), *newer]
+        entry covering it up to ``start_offset``. Returns how many entries were dropped."""
+        older = [e for e in self._entries if e.start_offset <= start_offset]
+        if not older or (len(older) == 1 and older[0].start_offset == start_offset):
+            return 0
+        newer = self._entries[len(older):]
+        self._entries = [EpochEntry(older[-1].epoch, start_offset), *newer]
         self._save()
+        return len(older) - 1
 
     def clear(self) -> None:
-        if self.entries:
-            self.entries = []
+        if self._entries:
+            self._entries = []
             self._save()

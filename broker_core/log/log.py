@@ -4,81 +4,90 @@ bound what may be read.
 Invariants:
 
 - offsets are contiguous across segments: each segment's base offset is the previous segment's
-  ``next_offset``; ``log_start_offset <= high_watermark <= log_end_offset``;
-- every appended batch was validated (CRC, magic, lengths) and carries the leader epoch of the
-  leader that appended it; the epoch file has an entry where each epoch begins;
-- after an unclean shutdown, ``open`` re-validates everything after the recovery point and
-  truncates a torn or corrupt tail, so no torn batch is ever served.
+  ``next_offset``; ``log_start_offset <= high_watermark <= log_end_offset`` and
+  ``recovery_point <= log_end_offset``;
+- every appended batch was validated (magic, lengths, CRC) and carries the leader epoch it was
+  appended under; the epoch file has an entry where each epoch begins and none past the end;
+- after an unclean shutdown, :meth:`Log.open` re-validates everything after the recovery point
+  and cuts a torn or corrupt tail, so no torn batch is ever served or replicated;
+- everything below ``recovery_point`` has been fsynced.
 
-Threading: all methods run on one thread (the reactor) except :meth:`flush`, which the broker
-calls from its IO pool; ``_lock`` guards only the segment list, never an fsync.
+Threading: every method runs on one thread (the reactor) except :meth:`Log.flush`, which the
+broker runs on an IO thread while appends continue. ``_lock`` guards the segment list, the
+recovery point and the truncation counter, and is only ever held briefly — never across an
+fsync — so an append never waits for a disk flush.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
+from broker_core.log.checkpoints import TMP_SUFFIX, CheckpointError, fsync_dir
+from broker_core.log.config import INT32_MAX, LogConfig
+from broker_core.log.leader_epoch import FILE_NAME as EPOCH_FILE_NAME
 from broker_core.log.leader_epoch import LeaderEpochFile
-from broker_core.log.segment import Segment
-from broker_core.wire.records import assign_offsets, iter_batches
+from broker_core.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    BatchScan,
+    Segment,
+)
+from broker_core.wire.records import (
+    LOG_OVERHEAD,
+    BatchInfo,
+    assign_offsets,
+    batch_size_at,
+    iter_batches,
+)
 
-ONE_WEEK_MS = 7 * 24 * 3600 * 1000
+DELETE_SUFFIX = "-delete"
+_LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 class OffsetOutOfRange(Exception):
-    def __init__(self, offset: int, start: int, end: int) -> None:
-        super().__init__(f"offset {offset} is outside the log [{start}, {end}]")
-        self.offset, self.log_start_offset, self.log_end_offset = offset, start, end
+    """A read outside ``[log_start_offset, log_end_offset]`` -> OFFSET_OUT_OF_RANGE."""
+
+    error_code_name = "OFFSET_OUT_OF_RANGE"
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(f"offset {offset} is outside the log [{log_start_offset}, "
+                         f"{log_end_offset}]")
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
 
 
 class RecordTooLarge(Exception):
-    """A batch larger than ``max.message.bytes``."""
+    """A batch larger than ``max.message.bytes`` -> MESSAGE_TOO_LARGE."""
+
+    error_code_name = "MESSAGE_TOO_LARGE"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"record batch of {size} bytes exceeds max.message.bytes {limit}")
+        self.size = size
+        self.limit = limit
 
 
-@dataclass(frozen=True)
-class LogConfig:
-    segment_bytes: int = 1 << 30
-    segment_ms: int = ONE_WEEK_MS
-    retention_bytes: int = -1
-    retention_ms: int = ONE_WEEK_MS
-    flush_messages: int | None = None
-    flush_ms: int | None = None
-    index_interval_bytes: int = 4096
-    max_message_bytes: int = 1048588
+class UnexpectedAppendOffset(ValueError):
+    """A follower append whose batches do not continue the log at its end offset."""
 
-    _TOPIC_KEYS = {
-        "segment.bytes": "segment_bytes", "segment.ms": "segment_ms",
-        "retention.bytes": "retention_bytes", "retention.ms": "retention_ms",
-        "flush.messages": "flush_messages", "flush.ms": "flush_ms",
-        "index.interval.bytes": "index_interval_bytes", "max.message.bytes": "max_message_bytes",
-    }
+    def __init__(self, first_offset: int, expected: int) -> None:
+        super().__init__(f"follower append has a batch at offset {first_offset}, the log "
+                         f"expects offset {expected}")
+        self.first_offset = first_offset
+        self.expected = expected
 
-    @classmethod
-    def from_topic_config(cls, defaults: LogConfig, overrides: Mapping[str, str]) -> LogConfig:
-        """Apply per-topic keys (Kafka's names); ValueError names a bad key or value."""
-        changes = {}
-        for key, value in overrides.items():
-            attr = cls._TOPIC_KEYS.get(key)
-            if attr is None:
-                raise ValueError(f"unknown log config key {key!r}")
-            try:
-                n = int(value)
-            except (TypeError, ValueError):
-                raise ValueError(f"invalid value {value!r} for {key!r}: expected an integer") \
-                    from None
-            if attr in ("flush_messages", "flush_ms") and n >= (1 << 62):
-                changes[attr] = None
-            elif n < -1 or (n < 1 and attr in ("segment_bytes", "index_interval_bytes",
-                                                "max_message_bytes", "segment_ms")):
-                raise ValueError(f"invalid value {value!r} for {key!r}")
-            else:
-                changes[attr] = n
-        return replace(defaults, **changes)
+
+class LogClosed(RuntimeError):
+    """The log was closed or deleted; nothing may be appended or read any more."""
 
 
 @dataclass
@@ -100,22 +109,61 @@ class ReadResult:
 
 @dataclass
 class RecoveryReport:
+    """What :meth:`Log.open` found and repaired, for the broker to log and count."""
+
+    clean_shutdown: bool = True
     segments_checked: int = 0
     batches_checked: int = 0
     bytes_truncated: int = 0
     segments_deleted: int = 0
+    indexes_rebuilt: int = 0
     epoch_entries_dropped: int = 0
+    epoch_entries_added: int = 0
+    epoch_file_rebuilt: bool = False
+
+    @property
+    def changed(self) -> bool:
+        """True if opening the log repaired anything."""
+        return any(getattr(self, f.name) for f in fields(self)
+                   if f.name not in ("clean_shutdown", "segments_checked", "batches_checked"))
+
+
+def check_topic_name(topic: str) -> None:
+    """Kafka's rule for topic names (which become directory names): 1-249 characters of
+    ``[A-Za-z0-9._-]``, not ``.`` or ``..``. Raises ValueError naming the problem."""
+    if not isinstance(topic, str) or not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
+        raise ValueError(f"illegal topic name {topic!r}: use 1-249 characters from "
+                         "[A-Za-z0-9._-], not '.' or '..'")
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
 
 
 def parse_dir_name(name: str) -> tuple[str, int]:
+    """``(topic, partition)`` from a directory name ``<topic>-<partition>``; topics may contain
+    ``-``, so the partition is what follows the last one. Raises ValueError."""
     topic, sep, part = name.rpartition("-")
-    if not sep or not topic or not part.isdigit():
+    if not sep or not part.isdigit() or not part.isascii():
         raise ValueError(f"not a partition directory name: {name!r}")
+    check_topic_name(topic)
     return topic, int(part)
 
 
+def whole_batches_length(data: bytes | bytearray | memoryview) -> int:
+    """Length of the prefix of ``data`` made of batches whose declared size fits (no other
+    check): a fetch response may end with a partial batch, which a follower ignores."""
+    pos = 0
+    end = len(data)
+    while True:
+        size = batch_size_at(data, pos)
+        if size is None or size < LOG_OVERHEAD or pos + size > end:
+            return pos
+        pos += size
+
+
 class Log:
-    """See the module docstring."""
+    """See the module docstring. Build one with :meth:`Log.open`."""
 
     def __init__(self, directory: Path, config: LogConfig, time_ms: Callable[[], int]) -> None:
         self.directory = directory
@@ -123,85 +171,127 @@ class Log:
         self.config = config
         self.time_ms = time_ms
         self.segments: list[Segment] = []
-        self._lock = threading.Lock()
+        self.leader_epochs = LeaderEpochFile(directory, lambda: self.log_end_offset)
         self.log_start_offset = 0
-        self._hw = 0
         self.recovery_point = 0
-        self.unflushed_messages = 0
+        self.recovery_report = RecoveryReport()
         self.last_flush_ms = time_ms()
-        self.leader_epochs = LeaderEpochFile(directory)
-        self.recovery_report: RecoveryReport | None = None
+        self._hw = 0
+        self._lock = threading.Lock()
+        self._appended_messages = 0
+        self._flushed_messages = 0
+        self._truncations = 0  # bumped by truncation so a flush in flight cannot over-advance
+        self._dir_dirty = False  # segment files created or deleted since the last flush
+        self._closed = False
 
-    # -- opening -------------------------------------------------------------------------------
+    # -- opening ---------------------------------------------------------------------------------
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, time_ms: Callable[[], int],
              recovery_point: int = 0, log_start_offset: int = 0,
              clean_shutdown: bool = True) -> Log:
+        """Open (or create) the log in ``directory``.
+
+        After a clean shutdown the indexes are trusted (a segment whose index does not check
+        out is rebuilt). Otherwise every segment holding offsets at or past ``recovery_point``
+        is re-validated batch by batch: the first torn or corrupt batch and everything after it
+        (later segments included) is removed, the indexes are rebuilt, and leader-epoch entries
+        at or past the new end are dropped. ``recovery_report`` says what was done.
+        """
         directory.mkdir(parents=True, exist_ok=True)
-        log = cls(directory, config, time_ms)
-        for leftover in directory.glob("*.tmp"):
-            leftover.unlink()
-        bases = sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
-        for base in bases:
-            mtime = int(os.stat(directory / f"{base:020d}.log").st_mtime * 1000)
-            log.segments.append(Segment(directory, base,
-                                        index_interval_bytes=config.index_interval_bytes,
-                                        created_ms=mtime))
-        if not log.segments:
-            log.segments.append(log._new_segment(max(log_start_offset, 0)))
-        report = RecoveryReport()
-        if clean_shutdown:
-            for seg in log.segments:
-                if not seg.load_index():
-                    seg.recover(config.max_message_bytes)
-                else:
-                    seg.scan_tail()
-        else:
-            report = log._recover(recovery_point)
-            log.recovery_report = report
-        log.log_start_offset = max(log_start_offset, log.segments[0].base_offset)
-        leo = log.log_end_offset
-        dropped = log.leader_epochs.truncate_from_end(leo)
-        report.epoch_entries_dropped += dropped
-        log.leader_epochs.truncate_from_start(log.log_start_offset)
-        log.recovery_point = leo if clean_shutdown else min(recovery_point, leo)
-        if not clean_shutdown:
-            log.recovery_point = leo  # everything up to here was just re-validated
-        log._hw = log.log_start_offset
+        parse_dir_name(directory.name)
+        report = RecoveryReport(clean_shutdown=clean_shutdown)
+        try:
+            log = cls(directory, config, time_ms)
+        except CheckpointError:
+            # A damaged epoch file is rebuilt from the epochs stamped on the batches.
+            (directory / EPOCH_FILE_NAME).unlink()
+            log = cls(directory, config, time_ms)
+            report.epoch_file_rebuilt = True
+        log.recovery_report = report
+        try:
+            log._load(recovery_point, log_start_offset, clean_shutdown)
+        except BaseException:
+            log.close()
+            raise
         return log
 
-    def _recover(self, recovery_point: int) -> RecoveryReport:
-        """Re-validate segments from the one holding the recovery point on; after the first
-        truncation every later segment is garbage (offsets must stay contiguous) and goes."""
-        report = RecoveryReport()
+    def _remove_leftovers(self) -> list[int]:
+        """Delete temp files and index files without a segment; return the segment bases."""
+        bases = []
+        for p in self.directory.iterdir():
+            if p.name.endswith(TMP_SUFFIX):
+                p.unlink()
+            elif p.suffix == LOG_SUFFIX and p.stem.isdigit():
+                bases.append(int(p.stem))
+        for p in self.directory.iterdir():
+            if p.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and p.stem.isdigit() and \
+                    int(p.stem) not in bases:
+                p.unlink()
+        return sorted(bases)
+
+    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+        report = self.recovery_report
+        now = self.time_ms()
+        interval = self.config.index_interval_bytes
+        self.segments = [Segment(self.directory, b, now_ms=now)
+                         for b in self._remove_leftovers()]
+        if not self.segments:
+            self.segments.append(Segment.create(self.directory, max(log_start_offset, 0),
+                                                now_ms=now))
+            self._dir_dirty = True
+        epoch_starts: list[tuple[int, int]] = []
         for i, seg in enumerate(self.segments):
             following = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
-            if following is not None and following <= recovery_point:
-                if not seg.load_index():
-                    seg.recover(self.config.max_message_bytes)
-                else:
-                    seg.scan_tail()
+            validate = not clean_shutdown and (following is None or following > recovery_point)
+            if not validate and seg.load(now):
                 continue
-            checked, truncated = seg.recover(self.config.max_message_bytes)
+            found = seg.recover(now, interval)
+            report.batches_checked += found.batches_checked
+            report.bytes_truncated += found.bytes_truncated
+            epoch_starts += found.epoch_starts
+            if not validate:
+                report.indexes_rebuilt += 1  # a bad index met on the trusted path
+                continue
             report.segments_checked += 1
-            report.batches_checked += checked
-            report.bytes_truncated += truncated
-            if truncated or (following is not None and seg.next_offset != following):
+            if following is not None and (found.bytes_truncated or
+                                          following != seg.next_offset):
+                # The log ends inside this segment: later segments lie past a hole in the
+                # offsets (they were written after data that never reached the disk).
                 for later in self.segments[i + 1:]:
                     report.bytes_truncated += later.size
                     report.segments_deleted += 1
                     later.delete()
                 del self.segments[i + 1:]
+                self._dir_dirty = True
                 break
-        return report
+        leo = self.log_end_offset
+        epochs = self.leader_epochs
+        report.epoch_entries_dropped = epochs.truncate_from_end(leo)
+        if report.epoch_file_rebuilt:
+            epoch_starts = self._epoch_starts_from_batches()
+        for epoch, start in epoch_starts:
+            # Fills in an epoch start the file lacks; the file is written before the batches,
+            # so normally this adds nothing.
+            if 0 <= epoch and epoch > epochs.latest_epoch and start < leo:
+                epochs.assign(epoch, start)
+                report.epoch_entries_added += 1
+        self.log_start_offset = min(max(log_start_offset, self.segments[0].base_offset), leo)
+        epochs.truncate_from_start(self.log_start_offset)
+        self.recovery_point = leo if clean_shutdown else min(max(recovery_point, 0), leo)
+        self._hw = self.log_start_offset
 
-    def _new_segment(self, base_offset: int) -> Segment:
-        return Segment(self.directory, base_offset,
-                       index_interval_bytes=self.config.index_interval_bytes,
-                       created_ms=self.time_ms())
+    def _epoch_starts_from_batches(self) -> list[tuple[int, int]]:
+        starts: list[tuple[int, int]] = []
+        epoch = None
+        for seg in self.segments:
+            for _pos, info in BatchScan(seg.fd, 0, seg.size, verify_crc=False):
+                if info.partition_leader_epoch != epoch:
+                    epoch = info.partition_leader_epoch
+                    starts.append((epoch, info.base_offset))
+        return starts
 
-    # -- offsets -------------------------------------------------------------------------------
+    # -- offsets ---------------------------------------------------------------------------------
 
     @property
     def active(self) -> Segment:
@@ -223,72 +313,105 @@ class Log:
     def high_watermark(self, value: int) -> None:
         self._hw = max(self.log_start_offset, min(value, self.log_end_offset))
 
+    @property
+    def unflushed_messages(self) -> int:
+        return max(0, self._appended_messages - self._flushed_messages)
+
     def update_config(self, config: LogConfig) -> None:
+        """New settings apply from the next append, roll check, retention run or flush check."""
         self.config = config
 
-    # -- appending -----------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"log {self.directory.name} is closed")
+
+    # -- appending -------------------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes | memoryview, leader_epoch: int) -> AppendResult:
-        """Validate, stamp offsets and epoch, append (see the module docstring)."""
-        self._check_sizes(records)
+        """Validate a produced record set, stamp offsets from the log end and ``leader_epoch``,
+        and append it (rolling first if the active segment is full or old).
+
+        Raises :class:`~broker_core.wire.records.InvalidRecordBatch` subclasses for bad
+        batches and :class:`RecordTooLarge`; on any error nothing is appended.
+        """
+        self._check_open()
         buf, infos = assign_offsets(records, self.log_end_offset, leader_epoch)
-        if leader_epoch >= 0:
+        limit = self.config.max_message_bytes
+        for info in infos:
+            if info.size > limit:
+                raise RecordTooLarge(info.size, limit)
+        if leader_epoch > self.leader_epochs.latest_epoch:
+            # Seed 003: record where this leader generation begins before its first batch.
             self.leader_epochs.assign(leader_epoch, infos[0].base_offset)
         return self._append(buf, infos)
 
     def append_as_follower(self, records: bytes | memoryview) -> AppendResult:
-        """Append batches that already carry offsets and epochs (replication)."""
-        self._check_sizes(records)
-        data = bytes(records)
+        """Append batches fetched from the leader, keeping their offsets and epochs.
+
+        The batches must be valid (CRC included) and continue the log exactly at its end
+        offset (:class:`UnexpectedAppendOffset` otherwise). A trailing partial batch is ignored,
+        as a fetch response may end with one. Epoch entries follow the batches' epochs.
+        """
+        self._check_open()
+        view = memoryview(records)
+        data = bytes(view[:whole_batches_length(view)])
+        leo = self.log_end_offset
+        if not data:
+            return AppendResult(leo, leo - 1, 0, 0, 0, -1)
         infos = list(iter_batches(data))
-        if not infos:
-            raise ValueError("empty record set")
-        if infos[0].base_offset != self.log_end_offset:
-            raise ValueError(f"follower append starts at {infos[0].base_offset}, log ends at "
-                             f"{self.log_end_offset}")
+        expected = leo
         for info in infos:
-            self.leader_epochs.assign(info.partition_leader_epoch, info.base_offset)
+            if info.base_offset != expected:
+                raise UnexpectedAppendOffset(info.base_offset, expected)
+            expected = info.last_offset + 1
+        for info in infos:
+            if info.partition_leader_epoch >= 0:
+                self.leader_epochs.assign(info.partition_leader_epoch, info.base_offset)
         return self._append(data, infos)
 
-    def _check_sizes(self, records: bytes | memoryview) -> None:
-        for info in iter_batches(records, verify_crc=False):
-            if info.size > self.config.max_message_bytes:
-                raise RecordTooLarge(f"batch of {info.size} bytes exceeds max.message.bytes "
-                                     f"{self.config.max_message_bytes}")
-
-    def _append(self, data: bytes | bytearray, infos: list) -> AppendResult:
-        self._maybe_roll_for(len(data))
-        self.active.append(data, infos)
-        count = sum(i.last_offset - i.base_offset + 1 for i in infos)
-        self.unflushed_messages += count
+    def _append(self, data: bytes | bytearray, infos: list[BatchInfo]) -> AppendResult:
+        if self._should_roll(len(data), infos[-1].last_offset):
+            self._roll()
+        self.active.append(data, infos, now_ms=self.time_ms(),
+                           index_interval_bytes=self.config.index_interval_bytes)
+        count = sum(i.record_count for i in infos)
+        self._appended_messages += count
         return AppendResult(infos[0].base_offset, infos[-1].last_offset, count, len(infos),
                             len(data), max(i.max_timestamp for i in infos))
 
-    def _maybe_roll_for(self, incoming: int) -> None:
+    def _should_roll(self, incoming: int, last_offset: int) -> bool:
         seg = self.active
         if seg.size == 0:
-            return
-        if seg.size + incoming > self.config.segment_bytes or self._too_old(seg):
-            self._roll()
+            return False
+        cfg = self.config
+        return (seg.size + incoming > cfg.segment_bytes
+                or self._too_old(seg)
+                or len(seg.index) >= cfg.max_index_entries
+                # index entries hold offsets relative to the segment base as int32
+                or last_offset - seg.base_offset > INT32_MAX)
 
     def _too_old(self, seg: Segment) -> bool:
-        return self.time_ms() - seg.created_ms >= self.config.segment_ms
+        return seg.roll_base_ms is not None and \
+            self.time_ms() - seg.roll_base_ms >= self.config.segment_ms
 
     def _roll(self) -> None:
-        new = self._new_segment(self.log_end_offset)
+        new = Segment.create(self.directory, self.log_end_offset, now_ms=self.time_ms())
         with self._lock:
             self.segments.append(new)
+            self._dir_dirty = True
 
     def maybe_roll(self) -> bool:
-        """Time-based roll (``segment.ms``), called by the broker's timer."""
+        """Roll the active segment if it is older than ``segment.ms`` (the broker calls this on a
+        timer, so an idle partition still rolls). Empty segments never roll."""
+        self._check_open()
         if self.active.size > 0 and self._too_old(self.active):
             self._roll()
             return True
         return False
 
-    # -- reading -------------------------------------------------------------------------------
+    # -- reading ---------------------------------------------------------------------------------
 
-    def _segment_for(self, offset: int) -> int:
+    def _segment_index(self, offset: int) -> int:
         lo, hi = 0, len(self.segments) - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -300,123 +423,232 @@ class Log:
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
              min_one: bool = True) -> ReadResult:
-        """Whole batches from the one containing ``offset``, up to ``max_bytes`` (at least one
-        batch when ``min_one``), none reaching ``max_offset`` (the high watermark)."""
+        """Whole batches from the one containing ``offset``, at most ``max_bytes`` — but at
+        least one batch when ``min_one`` (KIP-74) — stopping before any batch whose last offset
+        is >= ``max_offset`` (the high watermark, for consumers).
+
+        ``offset == log_end_offset`` gives an empty result; an offset outside
+        ``[log_start_offset, log_end_offset]`` raises :class:`OffsetOutOfRange`. Each segment
+        touched is read once; records are never looked at.
+        """
+        self._check_open()
         leo = self.log_end_offset
-        if offset < self.log_start_offset or offset > leo:
-            raise OffsetOutOfRange(offset, self.log_start_offset, leo)
-        empty = ReadResult(b"", self.log_start_offset, leo)
+        start = self.log_start_offset
+        if offset < start or offset > leo:
+            raise OffsetOutOfRange(offset, start, leo)
         if offset == leo or (max_offset is not None and offset >= max_offset):
-            return empty
-        i = self._segment_for(offset)
-        while i < len(self.segments):
-            seg = self.segments[i]
-            found = seg.find(offset)
-            if found is None:
-                i += 1
+            return ReadResult(b"", start, leo)
+        chunks: list[bytes] = []
+        budget = max_bytes
+        need_one = min_one
+        for seg in self.segments[self._segment_index(offset):]:
+            if offset >= seg.next_offset:
                 continue
-            pos = found[0]
-            limit = max_bytes if max_bytes > 0 else 0
-            batches = seg.batches_from(pos, limit if limit else 1)
-            if max_offset is not None:
-                batches = [b for b in batches if b[3] < max_offset]
-            if not batches:
-                return empty
-            if not min_one and batches[-1][0] + batches[-1][1] - pos > max_bytes:
-                return empty
-            end = batches[-1][0] + batches[-1][1]
-            return ReadResult(seg.read_at(pos, end - pos), self.log_start_offset, leo)
-        return empty
+            offset = max(offset, seg.base_offset)
+            data, exhausted = seg.read(offset, budget, max_offset, need_one)
+            if data:
+                chunks.append(data)
+                budget -= len(data)
+                need_one = False
+            if not exhausted or budget <= 0:
+                break
+            offset = seg.next_offset
+        records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return ReadResult(records, start, leo)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record at or after the log start whose timestamp
+        is >= ``timestamp_ms`` (ListOffsets by time), or None."""
+        self._check_open()
         for seg in self.segments:
-            if seg.max_timestamp != -1 and seg.max_timestamp < timestamp_ms and \
-                    seg is not self.active:
+            if seg.next_offset <= self.log_start_offset:
                 continue
-            found = seg.timestamp_search(timestamp_ms)
+            found = seg.find_timestamp(timestamp_ms, self.log_start_offset)
             if found is not None:
-                return max(found[0], self.log_start_offset), found[1]
+                return found
         return None
 
-    # -- truncation and retention --------------------------------------------------------------
+    def offset_for_max_timestamp(self) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with the largest timestamp in the log
+        (ListOffsets MAX_TIMESTAMP, KIP-734), or None for an empty log."""
+        self._check_open()
+        best: Segment | None = None
+        for seg in self.segments:
+            if seg.next_offset > self.log_start_offset and seg.size and \
+                    (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None or best.max_timestamp < 0:
+            return None
+        return best.max_timestamp_record(self.log_start_offset)
+
+    # -- truncation and retention ----------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
+        """Drop every batch at or after ``offset``; a batch containing ``offset`` goes whole, so
+        the new log end may be below ``offset``. Epoch entries at or past the new end go too.
+        Below the log start this is :meth:`truncate_fully_and_start_at` (as in Kafka)."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        if offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
         if offset >= self.log_end_offset:
             return
-        offset = max(offset, self.log_start_offset)
         with self._lock:
-            while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
-                self.segments.pop().delete()
+            doomed = [s for s in self.segments[1:] if s.base_offset >= offset]
+            if doomed:
+                self.segments = self.segments[:len(self.segments) - len(doomed)]
+                self._dir_dirty = True
+            self._truncations += 1
+        for seg in doomed:
+            seg.delete()
         self.active.truncate_to(offset)
-        self.leader_epochs.truncate_from_end(self.log_end_offset)
-        self._hw = min(self._hw, self.log_end_offset)
-        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        leo = self.log_end_offset
+        self.leader_epochs.truncate_from_end(leo)
+        self._hw = min(self._hw, leo)
+        with self._lock:
+            self.recovery_point = min(self.recovery_point, leo)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete everything and continue at ``offset`` (a follower far behind the leader's log
+        start). The epoch file is cleared."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot start a log at negative offset {offset}")
         with self._lock:
-            old, self.segments = self.segments, []
-        for seg in old:
-            seg.delete()
-        self.segments.append(self._new_segment(offset))
+            # All under the lock: the segment list is never empty to a flush thread.
+            for seg in self.segments:
+                seg.delete()
+            self.segments = [Segment.create(self.directory, offset, now_ms=self.time_ms())]
+            self.recovery_point = offset
+            self._truncations += 1
+            self._dir_dirty = True
         self.log_start_offset = offset
         self._hw = offset
-        self.recovery_point = offset
         self.leader_epochs.clear()
 
     def delete_old_segments(self) -> int:
-        """Retention by time and size; never deletes the active segment or data at or above the
-        high watermark. Returns the number of segments deleted."""
+        """Retention: delete the oldest segments while they are past ``retention.ms`` (by their
+        largest timestamp), while the log stays at least ``retention.bytes`` without them, or
+        while they lie wholly below the log start. Never deletes a batch at or above the high
+        watermark; the active segment is rolled first if it has to go. Moves the log start and
+        trims the epoch file. Returns the number of segments deleted."""
+        self._check_open()
         now = self.time_ms()
         cfg = self.config
         total = self.size_bytes
-        doomed = []
-        for i, seg in enumerate(self.segments[:-1]):
-            following = self.segments[i + 1].base_offset
-            if following > self._hw:
+        doomed: list[Segment] = []
+        last = len(self.segments) - 1
+        for i, seg in enumerate(self.segments):
+            if seg.size == 0 or seg.next_offset > self._hw:
                 break
-            ts = seg.max_timestamp if seg.max_timestamp >= 0 else seg.created_ms
+            below_start = i < last and self.segments[i + 1].base_offset <= self.log_start_offset
+            ts = seg.max_timestamp if seg.max_timestamp >= 0 else seg.last_modified_ms
             expired = cfg.retention_ms >= 0 and now - ts > cfg.retention_ms
             oversize = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
-            if not (expired or oversize):
+            if not (below_start or expired or oversize):
                 break
             doomed.append(seg)
             total -= seg.size
         if not doomed:
             return 0
+        if doomed[-1] is self.active:
+            self._roll()
         with self._lock:
             self.segments = self.segments[len(doomed):]
+            self._dir_dirty = True
         for seg in doomed:
             seg.delete()
-        self.log_start_offset = self.segments[0].base_offset
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self._hw = max(self._hw, self.log_start_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         return len(doomed)
 
-    # -- durability ----------------------------------------------------------------------------
+    # -- durability ------------------------------------------------------------------------------
 
     def should_flush(self) -> bool:
+        """True when ``flush.messages`` unflushed records have piled up or ``flush.ms`` passed
+        since the last flush with something unflushed."""
+        unflushed = self.unflushed_messages
+        if unflushed <= 0:
+            return False
         cfg = self.config
-        if cfg.flush_messages is not None and self.unflushed_messages >= cfg.flush_messages:
+        if cfg.flush_messages is not None and unflushed >= cfg.flush_messages:
             return True
-        return (cfg.flush_ms is not None and self.unflushed_messages > 0
-                and self.time_ms() - self.last_flush_ms >= cfg.flush_ms)
+        return cfg.flush_ms is not None and self.time_ms() - self.last_flush_ms >= cfg.flush_ms
 
     def flush(self, up_to: int | None = None) -> None:
-        """fsync every segment with data past the recovery point (blocking; IO thread)."""
-        target = self.log_end_offset if up_to is None else up_to
-        pending = self.unflushed_messages
+        """fsync the segments (data and indexes) holding offsets from the recovery point up to
+        ``up_to`` (default: the log end), and the directory if segments were created or deleted,
+        then advance the recovery point.
+
+        BLOCKING: the broker calls this from an IO thread while the reactor keeps appending.
+        The lock is held only to snapshot descriptors (duplicated, so a segment closed or
+        deleted meanwhile is harmless) and to publish the result; a truncation during the fsync
+        keeps the recovery point where it was, as the flushed bytes may no longer be the log's.
+        The epoch file needs nothing here: it is fsynced whenever it changes.
+        """
         with self._lock:
-            segs = [s for s in self.segments if s.next_offset > self.recovery_point]
-        for seg in segs:
-            seg.flush()
-        self.recovery_point = max(self.recovery_point, target)
-        self.unflushed_messages = max(0, self.unflushed_messages - pending)
-        self.last_flush_ms = self.time_ms()
+            if self._closed:
+                return
+            leo = self.segments[-1].next_offset
+            target = leo if up_to is None else min(up_to, leo)
+            rp = self.recovery_point
+            generation = self._truncations
+            appended = self._appended_messages
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            fds: list[int] = []
+            try:
+                for seg in self.segments:
+                    if seg.next_offset > rp and seg.base_offset < target:
+                        fds.extend(seg.dup_fds() or ())
+            except OSError:
+                for fd in fds:
+                    os.close(fd)
+                self._dir_dirty = self._dir_dirty or dir_dirty
+                raise
+        try:
+            for fd in fds:
+                os.fsync(fd)
+            if dir_dirty:
+                fsync_dir(self.directory)
+        except OSError:
+            if self._closed:
+                return  # deleted under us: nothing left to make durable
+            with self._lock:
+                self._dir_dirty = self._dir_dirty or dir_dirty
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+        with self._lock:
+            if self._truncations == generation:
+                self.recovery_point = max(self.recovery_point, min(target,
+                                                                   self.log_end_offset))
+            self._flushed_messages = max(self._flushed_messages, appended)
+            self.last_flush_ms = self.time_ms()
 
     def close(self) -> None:
+        """Close every file (idempotent). Does not flush."""
         with self._lock:
+            self._closed = True
             for seg in self.segments:
                 seg.close()
 
     def delete(self) -> None:
+        """Close and remove the partition directory: renamed to ``<dir>.<id>-delete`` first, so a
+        crash half-way leaves a name that the manager cleans up, never a half-deleted log."""
         self.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        doomed = self.directory.with_name(
+            f"{self.directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+        try:
+            os.replace(self.directory, doomed)
+            fsync_dir(self.directory.parent)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (f"Log({self.directory.name}, start={self.log_start_offset}, "
+                f"end={self.log_end_offset}, hw={self._hw}, segments={len(self.segments)})")

@@ -1,73 +1,128 @@
 """All partition logs of one log directory, its checkpoint files and the clean-shutdown marker.
 
 A broker that stops cleanly flushes every log, writes the checkpoints and leaves a
-``.clean-shutdown`` marker; at start the marker is read and removed. Without it, every log is
-recovered from its recovery point (see :meth:`broker_core.log.log.Log.open`).
+``.clean-shutdown`` marker; :meth:`LogManager.load` reads and removes the marker. Without it,
+every log is recovered from its checkpointed recovery point (see :meth:`Log.open`).
+
+Threading: ``load``, ``get*``, ``delete`` and ``shutdown`` run on the reactor thread;
+:meth:`LogManager.checkpoint` may run on an IO thread (it only reads offsets and writes files,
+under its own lock so two checkpoints never interleave).
 """
 
 from __future__ import annotations
 
+import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from broker_core.log.checkpoints import read_offsets, write_offsets
-from broker_core.log.log import Log, LogConfig, RecoveryReport, parse_dir_name
+from broker_core.log.checkpoints import (
+    TMP_SUFFIX,
+    CheckpointError,
+    fsync_dir,
+    read_offsets,
+    write_atomically,
+    write_offsets,
+)
+from broker_core.log.config import LogConfig
+from broker_core.log.log import (
+    DELETE_SUFFIX,
+    Log,
+    RecoveryReport,
+    check_topic_name,
+    parse_dir_name,
+    partition_dir_name,
+)
 
 CLEAN_SHUTDOWN = ".clean-shutdown"
 RECOVERY_POINTS = "recovery-point-offset-checkpoint"
 HIGH_WATERMARKS = "replication-offset-checkpoint"
 LOG_START_OFFSETS = "log-start-offset-checkpoint"
 
+TopicPartition = tuple[str, int]
+
 
 class LogManager:
-    """See the module docstring."""
+    """Owns the :class:`Log` of every partition in one log directory (see the module docstring).
+
+    Invariant: ``logs()`` holds exactly the open logs of this directory, one per partition; the
+    checkpoint files name only partitions that had a log when they were written.
+    """
 
     def __init__(self, log_dir: Path, default_config: LogConfig, *,
                  time_ms: Callable[[], int]) -> None:
         self.log_dir = Path(log_dir)
         self.default_config = default_config
         self.time_ms = time_ms
-        self._logs: dict[tuple[str, int], Log] = {}
+        self._logs: dict[TopicPartition, Log] = {}
+        self._checkpoint_lock = threading.Lock()
         self.clean_shutdown = True
-        self.recovery_reports: dict[tuple[str, int], RecoveryReport] = {}
-        self.unreadable: list[str] = []
+        self.recovery_reports: dict[TopicPartition, RecoveryReport] = {}
+        # directory or file name -> why it was skipped (not fatal: the broker logs these)
+        self.load_errors: dict[str, str] = {}
 
-    def load(self) -> dict[tuple[str, int], Log]:
+    def load(self) -> dict[TopicPartition, Log]:
+        """Open every partition directory. A directory whose name does not parse, or whose log
+        cannot be opened, is recorded in ``load_errors`` and skipped; an unreadable checkpoint
+        is recorded and treated as empty (recovery points 0: full recovery, which is safe)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         marker = self.log_dir / CLEAN_SHUTDOWN
-        has_logs = any(p.is_dir() for p in self.log_dir.iterdir())
-        self.clean_shutdown = marker.exists() or not has_logs
-        if marker.exists():
-            marker.unlink()
-        recovery = read_offsets(self.log_dir / RECOVERY_POINTS)
-        hws = read_offsets(self.log_dir / HIGH_WATERMARKS)
-        starts = read_offsets(self.log_dir / LOG_START_OFFSETS)
-        for d in sorted(self.log_dir.iterdir()):
-            if not d.is_dir():
-                continue
+        had_marker = marker.exists()
+        for p in list(self.log_dir.iterdir()):
+            if p.is_dir() and p.name.endswith(DELETE_SUFFIX):
+                shutil.rmtree(p, ignore_errors=True)  # a deletion interrupted by a crash
+            elif p.is_file() and p.name.endswith(TMP_SUFFIX):
+                p.unlink()
+        dirs = sorted(p for p in self.log_dir.iterdir() if p.is_dir())
+        # A directory with no logs at all (first start) has nothing to recover.
+        self.clean_shutdown = had_marker or not dirs
+        recovery = self._read_checkpoint(RECOVERY_POINTS)
+        hws = self._read_checkpoint(HIGH_WATERMARKS)
+        starts = self._read_checkpoint(LOG_START_OFFSETS)
+        for d in dirs:
             try:
                 tp = parse_dir_name(d.name)
-            except ValueError:
-                self.unreadable.append(d.name)
+            except ValueError as e:
+                self.load_errors[d.name] = str(e)
                 continue
-            log = Log.open(d, self.default_config, time_ms=self.time_ms,
-                           recovery_point=recovery.get(tp, 0),
-                           log_start_offset=starts.get(tp, 0),
-                           clean_shutdown=self.clean_shutdown)
+            try:
+                log = Log.open(d, self.default_config, time_ms=self.time_ms,
+                               recovery_point=recovery.get(tp, 0),
+                               log_start_offset=starts.get(tp, 0),
+                               clean_shutdown=self.clean_shutdown)
+            except (OSError, ValueError, RuntimeError) as e:
+                self.load_errors[d.name] = f"cannot open log: {type(e).__name__}: {e}"
+                continue
             log.high_watermark = hws.get(tp, 0)
-            if log.recovery_report is not None:
+            if not self.clean_shutdown or log.recovery_report.changed:
                 self.recovery_reports[tp] = log.recovery_report
             self._logs[tp] = log
+        if had_marker:
+            # Gone (durably) before the first append: a crash from here on is unclean.
+            marker.unlink()
+            fsync_dir(self.log_dir)
         return dict(self._logs)
+
+    def _read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
+        try:
+            return read_offsets(self.log_dir / name)
+        except CheckpointError as e:
+            self.load_errors[name] = str(e)
+            return {}
 
     def get(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
     def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The partition's log, created empty if missing; ``config`` (if given) replaces the
+        log's settings. Raises ValueError for an illegal topic name or partition."""
         log = self._logs.get((topic, partition))
         if log is None:
-            log = Log.open(self.log_dir / f"{topic}-{partition}", config or self.default_config,
-                           time_ms=self.time_ms)
+            check_topic_name(topic)
+            if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+                raise ValueError(f"illegal partition {partition!r} for topic {topic!r}")
+            log = Log.open(self.log_dir / partition_dir_name(topic, partition),
+                           config or self.default_config, time_ms=self.time_ms)
             self._logs[(topic, partition)] = log
         elif config is not None:
             log.update_config(config)
@@ -82,18 +137,28 @@ class LogManager:
         return list(self._logs.values())
 
     def checkpoint(self) -> None:
-        logs = dict(self._logs)
-        write_offsets(self.log_dir / RECOVERY_POINTS,
-                      {tp: log.recovery_point for tp, log in logs.items()})
-        write_offsets(self.log_dir / HIGH_WATERMARKS,
-                      {tp: log.high_watermark for tp, log in logs.items()})
-        write_offsets(self.log_dir / LOG_START_OFFSETS,
-                      {tp: log.log_start_offset for tp, log in logs.items()})
+        """Write recovery points, high watermarks and log start offsets, each atomically."""
+        with self._checkpoint_lock:
+            logs = list(self._logs.items())
+            write_offsets(self.log_dir / RECOVERY_POINTS,
+                          {tp: log.recovery_point for tp, log in logs})
+            write_offsets(self.log_dir / HIGH_WATERMARKS,
+                          {tp: log.high_watermark for tp, log in logs})
+            write_offsets(self.log_dir / LOG_START_OFFSETS,
+                          {tp: log.log_start_offset for tp, log in logs})
 
     def shutdown(self) -> None:
+        """Flush every log, checkpoint, close, and leave the clean-shutdown marker. If a flush
+        fails the marker is not written (the next start recovers) and the error is raised."""
+        error: BaseException | None = None
         for log in self.logs():
-            log.flush()
+            try:
+                log.flush()
+            except OSError as e:
+                error = error or e
         self.checkpoint()
         for log in self.logs():
             log.close()
-        (self.log_dir / CLEAN_SHUTDOWN).write_text("")
+        if error is not None:
+            raise error
+        write_atomically(self.log_dir / CLEAN_SHUTDOWN, "")

@@ -1,247 +1,469 @@
-"""One log segment: ``%020d.log`` (record batches back to back) and ``%020d.index`` (a sparse
-offset index: one ``relative_offset int32, position int32`` entry every ``index_interval_bytes``).
+"""One log segment: ``%020d.log`` (whole record batches back to back, named by the base offset of
+its first batch) with its offset index and time index (:mod:`.index`).
 
-The index lives in memory as two arrays and is appended to its file as entries are added; it can
-always be rebuilt from the log, which recovery does for every segment it re-validates.
-
-Threading: ``append``/``truncate_to``/``recover`` run on the owner's thread (the reactor);
-``read_at`` uses ``os.pread`` and ``flush`` uses ``os.fsync`` on the descriptors, both safe to
-call from another thread while appends continue.
+Threading contract (Kafka's ``LogSegment`` split): :meth:`Segment.append`,
+:meth:`Segment.truncate_to`, :meth:`Segment.recover` and the reads run on the owning thread (the
+reactor). :meth:`Segment.dup_fds` is safe from any thread: it hands out duplicated descriptors
+under a small lock, so a flush thread can fsync them while appends go on and even after the
+segment is closed or deleted.
 """
 
 from __future__ import annotations
 
-import bisect
 import os
 import struct
-from array import array
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker_core.wire.records import HEADER_SIZE, BatchInfo, scan_valid_prefix
+from broker_core.log.index import OffsetIndex, TimeIndex
+from broker_core.wire.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchInfo,
+    InvalidRecordBatch,
+    batch_size_at,
+    decode_batch,
+    parse_batch,
+)
 
-_index_entry = struct.Struct(">ii")
-_batch_prefix = struct.Struct(">qi")
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+INT32_MAX = (1 << 31) - 1
+
+# Recovery and scans read the file in chunks of this size, so a 1 GiB segment never needs 1 GiB
+# of memory.
+SCAN_CHUNK_BYTES = 4 << 20
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# baseTimestamp, maxTimestamp: everything read/skip decisions need, without the CRC check.
+_head = struct.Struct(">qiibIhiqq")
+_HEAD = _head.size
 
 
-def segment_name(base_offset: int, suffix: str) -> str:
+def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
-class Segment:
-    """See the module docstring."""
+class BatchScan:
+    """Walk the whole batches of ``[start, end)`` of a file through a bounded buffer.
 
-    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                 created_ms: int) -> None:
+    Iterating yields ``(absolute_position, info)`` (``info.position`` is relative to an internal
+    buffer). When iteration ends by itself, ``valid_end`` is where the valid batches end and
+    ``error`` says why the walk stopped early (None if it reached ``end``).
+    """
+
+    def __init__(self, fd: int, start: int, end: int, *, verify_crc: bool,
+                 chunk_bytes: int = SCAN_CHUNK_BYTES) -> None:
+        self.fd = fd
+        self.start = start
+        self.end = end
+        self.verify_crc = verify_crc
+        self.chunk_bytes = chunk_bytes
+        self.valid_end = start
+        self.error: InvalidRecordBatch | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, BatchInfo]]:
+        pos = self.start
+        buf = b""
+        buf_start = pos
+        while pos < self.end:
+            rel = pos - buf_start
+            size = batch_size_at(buf, rel)
+            if size is None or rel + max(size, HEADER_SIZE) > len(buf):
+                # Refill from this batch on. A garbage length is capped by the region's end,
+                # so the parse below reports the batch as torn instead of reading gigabytes.
+                want = min(self.end - pos, max(self.chunk_bytes, size or 0))
+                buf = os.pread(self.fd, want, pos)
+                buf_start = pos
+                rel = 0
+            try:
+                info = parse_batch(buf, rel, verify_crc=self.verify_crc)
+            except InvalidRecordBatch as e:
+                self.error = e
+                break
+            yield pos, info
+            pos += info.size
+        self.valid_end = pos
+
+
+@dataclass
+class RecoveredSegment:
+    """What :meth:`Segment.recover` found."""
+
+    batches_checked: int = 0
+    bytes_truncated: int = 0
+    # (epoch, base offset) wherever the batches' partitionLeaderEpoch changes
+    epoch_starts: list[tuple[int, int]] = field(default_factory=list)
+
+
+class Segment:
+    """See the module docstring.
+
+    Invariants (after :meth:`load` or :meth:`recover` and after every method returns): the file
+    holds exactly ``size`` bytes of whole batches; their offsets run contiguously from
+    ``base_offset`` to ``next_offset - 1``; the offset index has an entry for the first batch and
+    then at least one every ``index_interval_bytes``; the time index has one entry per offset
+    index entry; ``max_timestamp`` is the largest batch max timestamp (-1 when empty).
+    """
+
+    def __init__(self, directory: Path, base_offset: int, *, now_ms: int) -> None:
         self.base_offset = base_offset
-        self.log_path = directory / segment_name(base_offset, ".log")
-        self.index_path = directory / segment_name(base_offset, ".index")
-        self.index_interval_bytes = index_interval_bytes
-        self.created_ms = created_ms
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self.fd).st_size
-        self.offsets = array("q")
-        self.positions = array("q")
-        self.next_offset = base_offset  # one past the last offset in this segment
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.index_path = directory / segment_file_name(base_offset, INDEX_SUFFIX)
+        self.time_index_path = directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.index = OffsetIndex(self.index_path, base_offset)
+            self.time_index = TimeIndex(self.time_index_path, base_offset)
+        except OSError:
+            os.close(self.fd)
+            raise
+        st = os.fstat(self.fd)
+        self.size = st.st_size
+        self.next_offset = base_offset  # one past the last offset held
         self.max_timestamp = -1
         self.bytes_since_index = 0
+        # Broker time of the first append (segment.ms counts from it); None while empty.
+        self.roll_base_ms: int | None = None
+        # Last append (or file mtime when opened): time retention's fallback when the batches
+        # carry no timestamps.
+        self.last_modified_ms = int(st.st_mtime * 1000) if self.size else now_ms
+        self._fd_lock = threading.Lock()
         self.closed = False
 
-    # -- loading -----------------------------------------------------------------------------
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, *, now_ms: int) -> Segment:
+        """A new, empty segment. Refuses to reuse a non-empty file of the same name."""
+        seg = cls(directory, base_offset, now_ms=now_ms)
+        if seg.size:
+            seg.close()
+            raise FileExistsError(f"segment {seg.log_path.name} already holds {seg.size} bytes")
+        seg.index.reset()
+        seg.time_index.reset()
+        return seg
 
-    def load_index(self) -> bool:
-        """Load the index file; False if it is unusable (then call :meth:`recover`)."""
-        raw = os.pread(self.index_fd, os.fstat(self.index_fd).st_size, 0)
-        if len(raw) % 8:
+    # -- loading and recovery --------------------------------------------------------------------
+
+    def load(self, now_ms: int) -> bool:
+        """Fast open after a clean shutdown: trust the indexes and walk only the batches after
+        the last index entry. False if anything is inconsistent; then call :meth:`recover`."""
+        if not self.index.load(self.size) or not self.time_index.load(self.index.offsets):
             return False
-        last_pos = -1
-        for rel, pos in _index_entry.iter_unpack(raw):
-            if pos <= last_pos or pos >= self.size or rel < 0:
-                return False
-            self.offsets.append(self.base_offset + rel)
-            self.positions.append(pos)
-            last_pos = pos
+        if not self._rescan_tail():
+            return False
+        self._init_roll_base(now_ms)
         return True
 
-    def scan_tail(self) -> None:
-        """Find ``next_offset`` by walking batch headers from the last index entry (no CRC)."""
-        pos = self.positions[-1] if self.positions else 0
-        while pos < self.size:
-            head = os.pread(self.fd, HEADER_SIZE, pos)
-            if len(head) < HEADER_SIZE:
-                break
-            base, length = _batch_prefix.unpack_from(head, 0)
-            last_delta = struct.unpack_from(">i", head, 23)[0]
-            max_ts = struct.unpack_from(">q", head, 35)[0]
-            self.next_offset = base + last_delta + 1
-            self.max_timestamp = max(self.max_timestamp, max_ts)
-            pos += length + 12
-
-    def recover(self, max_message_bytes: int) -> tuple[int, int]:
-        """Re-validate every batch (CRC, lengths, offsets increasing), truncate at the first bad
-        or torn one, and rebuild the index. Returns ``(batches_checked, bytes_truncated)``."""
-        data = os.pread(self.fd, self.size, 0)
-        valid, infos = scan_valid_prefix(data)
-        # Offsets must increase; a batch going backwards is garbage from a torn write.
-        good = 0
+    def recover(self, now_ms: int, index_interval_bytes: int) -> RecoveredSegment:
+        """Re-validate every batch (magic, lengths, CRC, offsets contiguous from the base
+        offset), cut the file at the first invalid or torn one, and rebuild both indexes."""
+        result = RecoveredSegment()
+        scan = BatchScan(self.fd, 0, self.size, verify_crc=True)
         expected = self.base_offset
-        for info in infos:
-            if info.base_offset < expected:
+        valid_end = 0
+        off_entries: list[tuple[int, int]] = []
+        ts_entries: list[int] = []
+        since = 0
+        max_ts = -1
+        epoch = None
+        for pos, info in scan:
+            # A batch that parses but does not continue the offsets is garbage that happens to
+            # carry a valid CRC (e.g. an old, overwritten region): the log ends before it.
+            if info.base_offset != expected or info.last_offset - self.base_offset > INT32_MAX:
                 break
+            if not off_entries or since >= index_interval_bytes:
+                off_entries.append((info.base_offset, pos))
+                ts_entries.append(max_ts)
+                since = 0
+            since += info.size
+            max_ts = max(max_ts, info.max_timestamp)
+            if info.partition_leader_epoch != epoch:
+                epoch = info.partition_leader_epoch
+                result.epoch_starts.append((epoch, info.base_offset))
             expected = info.last_offset + 1
-            good += 1
-        infos = infos[:good]
-        valid = infos[-1].position + infos[-1].size if infos else 0
-        truncated = self.size - valid
-        if truncated:
-            os.ftruncate(self.fd, valid)
-            self.size = valid
-        self._rebuild_index(infos)
-        return len(infos), truncated
+            valid_end = pos + info.size
+            result.batches_checked += 1
+        if valid_end < self.size:
+            os.ftruncate(self.fd, valid_end)
+            result.bytes_truncated = self.size - valid_end
+            self.size = valid_end
+        self.index.reset()
+        self.time_index.reset()
+        if off_entries:
+            self.index.add(off_entries, b"".join(self.index.encode(o, p) for o, p in off_entries))
+            self.time_index.add(ts_entries, b"".join(
+                self.time_index.encode(t, o) for t, (o, _) in zip(ts_entries, off_entries,
+                                                                  strict=True)))
+        self.next_offset = expected
+        self.max_timestamp = max_ts
+        self.bytes_since_index = since
+        self._init_roll_base(now_ms)
+        return result
 
-    def _rebuild_index(self, infos: list[BatchInfo]) -> None:
-        self.offsets = array("q")
-        self.positions = array("q")
-        os.ftruncate(self.index_fd, 0)
-        self.bytes_since_index = 0
-        self.next_offset = self.base_offset
-        self.max_timestamp = -1
-        entries = bytearray()
-        for info in infos:
-            if self._index_due(info.size):
-                self.offsets.append(info.base_offset)
-                self.positions.append(info.position)
-                entries += _index_entry.pack(info.base_offset - self.base_offset, info.position)
-            self.next_offset = info.last_offset + 1
-            self.max_timestamp = max(self.max_timestamp, info.max_timestamp)
-        if entries:
-            os.write(self.index_fd, bytes(entries))
+    def _rescan_tail(self) -> bool:
+        """Recompute ``next_offset``, ``max_timestamp`` and ``bytes_since_index`` from the last
+        index entry to the end of the file (no CRC check). False if that region is not whole,
+        contiguous batches."""
+        if not len(self.index):
+            if self.size:
+                return False
+            self.next_offset = self.base_offset
+            self.max_timestamp = -1
+            self.bytes_since_index = 0
+            return True
+        start = self.index.positions[-1]
+        expected = self.index.offsets[-1]
+        max_ts = self.time_index.timestamps[-1]
+        scan = BatchScan(self.fd, start, self.size, verify_crc=False)
+        for _pos, info in scan:
+            if info.base_offset != expected:
+                return False
+            expected = info.last_offset + 1
+            max_ts = max(max_ts, info.max_timestamp)
+        if scan.valid_end != self.size:
+            return False
+        self.next_offset = expected
+        self.max_timestamp = max_ts
+        self.bytes_since_index = self.size - start
+        return True
 
-    def _index_due(self, batch_size: int) -> bool:
-        due = not self.positions or self.bytes_since_index >= self.index_interval_bytes
-        if due:
-            self.bytes_since_index = batch_size
-        else:
-            self.bytes_since_index += batch_size
-        return due
+    def _init_roll_base(self, now_ms: int) -> None:
+        # After a restart the broker time of the first append is unknown; the first batch's
+        # timestamp stands in for it (as Kafka does), never later than now.
+        if not self.size:
+            self.roll_base_ms = None
+            return
+        head = os.pread(self.fd, _HEAD, 0)
+        first_ts = _head.unpack_from(head, 0)[8] if len(head) == _HEAD else -1
+        self.roll_base_ms = first_ts if 0 <= first_ts <= now_ms else now_ms
 
-    # -- writing -----------------------------------------------------------------------------
+    # -- writing ---------------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray, infos: list[BatchInfo]) -> None:
-        """Append whole batches (``infos`` describe them with positions relative to ``data``)."""
+    def append(self, data: bytes | bytearray, infos: list[BatchInfo], *, now_ms: int,
+               index_interval_bytes: int) -> None:
+        """Append whole batches; ``infos`` describe them with positions relative to ``data``.
+
+        On a write error the file and indexes are cut back to where they were, so a failed
+        append leaves no partial batch behind.
+        """
         start = self.size
         view = memoryview(data)
-        written = 0
-        while written < len(data):
-            written += os.write(self.fd, view[written:])
-        entries = bytearray()
+        done = 0
+        try:
+            while done < len(data):
+                done += os.pwrite(self.fd, view[done:], start + done)
+        except OSError:
+            os.ftruncate(self.fd, start)
+            raise
+        off_entries: list[tuple[int, int]] = []
+        ts_entries: list[int] = []
+        off_raw = bytearray()
+        ts_raw = bytearray()
+        since = self.bytes_since_index
+        max_ts = self.max_timestamp
+        have_entries = len(self.index) > 0
         for info in infos:
-            if self._index_due(info.size):
+            if not have_entries or since >= index_interval_bytes:
                 pos = start + info.position
-                self.offsets.append(info.base_offset)
-                self.positions.append(pos)
-                entries += _index_entry.pack(info.base_offset - self.base_offset, pos)
-            if info.max_timestamp > self.max_timestamp:
-                self.max_timestamp = info.max_timestamp
-        if entries:
-            os.write(self.index_fd, bytes(entries))
-        self.size += len(data)
+                off_entries.append((info.base_offset, pos))
+                ts_entries.append(max_ts)
+                off_raw += self.index.encode(info.base_offset, pos)
+                ts_raw += self.time_index.encode(max_ts, info.base_offset)
+                since = 0
+                have_entries = True
+            since += info.size
+            if info.max_timestamp > max_ts:
+                max_ts = info.max_timestamp
+        if off_entries:
+            kept = len(self.index)
+            try:
+                self.index.add(off_entries, bytes(off_raw))
+                self.time_index.add(ts_entries, bytes(ts_raw))
+            except OSError:
+                self.index.truncate_entries(kept)
+                self.time_index.truncate_entries(kept)
+                os.ftruncate(self.fd, start)
+                raise
+        self.size = start + len(data)
         self.next_offset = infos[-1].last_offset + 1
+        self.max_timestamp = max_ts
+        self.bytes_since_index = since
+        self.last_modified_ms = now_ms
+        if self.roll_base_ms is None:
+            self.roll_base_ms = now_ms
 
     def truncate_to(self, offset: int) -> int:
-        """Drop batches whose base offset is >= ``offset``; return the bytes removed."""
+        """Drop every batch whose last offset is >= ``offset`` (a batch containing ``offset`` goes
+        whole); return the bytes removed."""
         if offset >= self.next_offset:
             return 0
-        pos = self.position_of(offset)
-        if pos is None:
-            pos = self.size
-        data = os.pread(self.fd, pos, 0)
-        _, infos = scan_valid_prefix(data, verify_crc=False)
-        removed = self.size - pos
-        os.ftruncate(self.fd, pos)
-        self.size = pos
-        self._rebuild_index(infos)
+        cut = 0 if offset <= self.base_offset else self.locate(offset)
+        removed = self.size - cut
+        os.ftruncate(self.fd, cut)
+        self.size = cut
+        kept = self.index.entries_below(cut)
+        self.index.truncate_entries(kept)
+        self.time_index.truncate_entries(kept)
+        if not self._rescan_tail():  # cannot happen to a segment that was loaded or recovered
+            raise RuntimeError(f"segment {self.log_path.name} is inconsistent after truncation")
+        if not self.size:
+            self.roll_base_ms = None
         return removed
 
-    # -- reading -----------------------------------------------------------------------------
+    # -- reading ---------------------------------------------------------------------------------
 
-    def _floor(self, offset: int) -> int:
-        i = bisect.bisect_right(self.offsets, offset) - 1
-        return self.positions[i] if i >= 0 else 0
+    def _read_region(self, offset: int, extra: int) -> tuple[int, bytes]:
+        """Read from the index entry at or below ``offset`` far enough to hold the header of the
+        batch containing ``offset`` plus ``extra`` bytes: ``(file position, bytes)``."""
+        entry, start = self.index.lookup(offset)
+        bound = self.index.position_after(entry)
+        if bound is None:
+            bound = self.size
+        length = min(self.size - start, (bound - start) + max(extra, HEADER_SIZE))
+        return start, os.pread(self.fd, length, start)
 
-    def find(self, offset: int) -> tuple[int, int, int] | None:
-        """The batch containing ``offset`` or the first after it: ``(position, base, last)``."""
-        pos = self._floor(offset)
-        while pos < self.size:
-            head = os.pread(self.fd, 23 + 4, pos)
-            if len(head) < 27:
-                return None
-            base, length = _batch_prefix.unpack_from(head, 0)
-            last = base + struct.unpack_from(">i", head, 23)[0]
-            if last >= offset:
-                return pos, base, last
-            pos += length + 12
-        return None
-
-    def position_of(self, offset: int) -> int | None:
-        found = self.find(offset)
-        return None if found is None else found[0]
-
-    def read_at(self, position: int, size: int) -> bytes:
-        return os.pread(self.fd, size, position)
-
-    def batches_from(self, position: int, limit_bytes: int) -> list[tuple[int, int, int, int]]:
-        """Headers ``(position, size, base, last)`` of batches from ``position`` within
-        ``limit_bytes`` (always at least one if any)."""
-        out = []
-        pos = position
-        while pos < self.size:
-            head = os.pread(self.fd, 27, pos)
-            if len(head) < 27:
-                break
-            base, length = _batch_prefix.unpack_from(head, 0)
-            size = length + 12
-            if out and pos + size - position > limit_bytes:
-                break
-            out.append((pos, size, base, base + struct.unpack_from(">i", head, 23)[0]))
-            pos += size
-        return out
-
-    def timestamp_search(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """First batch with max timestamp >= target: ``(base_offset, max_timestamp)``."""
+    def locate(self, offset: int) -> int:
+        """Position of the batch containing ``offset`` (or the first batch after it; ``size`` if
+        there is none). One read."""
+        start, buf = self._read_region(offset, 0)
         pos = 0
-        while pos < self.size:
-            head = os.pread(self.fd, HEADER_SIZE, pos)
-            if len(head) < HEADER_SIZE:
+        while pos + _HEAD <= len(buf):
+            base, length, _e, _m, _c, _a, last_delta, _bt, _mt = _head.unpack_from(buf, pos)
+            if base + last_delta >= offset:
+                return start + pos
+            pos += length + LOG_OVERHEAD
+        return self.size
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None,
+             min_one: bool) -> tuple[bytes, bool]:
+        """Whole batches from the one containing ``offset`` (which must be below
+        ``next_offset``), within ``max_bytes`` — or one batch over it when ``min_one`` — and none
+        whose last offset reaches ``max_offset``.
+
+        Returns ``(data, exhausted)``: ``exhausted`` is True when the segment's end was reached
+        with budget left, so the caller may go on into the next segment. Reads the file once
+        (twice only for a first batch larger than ``max_bytes``); no per-record work.
+        """
+        budget = max(max_bytes, 0)
+        start, buf = self._read_region(offset, budget)
+        n = len(buf)
+        pos = 0
+        while True:  # skip the batches before the one holding `offset`
+            if pos + _HEAD > n:
+                return b"", pos + start >= self.size
+            base, length, _e, _m, _c, _a, last_delta, _bt, _mt = _head.unpack_from(buf, pos)
+            if base + last_delta >= offset:
                 break
-            base, length = _batch_prefix.unpack_from(head, 0)
-            max_ts = struct.unpack_from(">q", head, 35)[0]
-            if max_ts >= timestamp_ms:
-                return base, max_ts
-            pos += length + 12
+            pos += length + LOG_OVERHEAD
+        first = end = pos
+        stopped = False
+        while end < n:
+            if end + _HEAD > n:
+                stopped = True  # the next batch lies past the budget
+                break
+            base, length, _e, _m, _c, _a, last_delta, _bt, _mt = _head.unpack_from(buf, end)
+            size = length + LOG_OVERHEAD
+            if max_offset is not None and base + last_delta >= max_offset:
+                stopped = True
+                break
+            if end + size - first > budget:
+                stopped = True
+                if end == first and min_one:
+                    # KIP-74: a batch larger than the limit is still returned whole, so a
+                    # consumer can always make progress.
+                    if end + size <= n:
+                        end += size
+                    else:
+                        return os.pread(self.fd, size, start + first), False
+                break
+            end += size
+        exhausted = not stopped and start + end >= self.size
+        if first == 0 and end == n:
+            return buf, exhausted
+        return buf[first:end], exhausted
+
+    def find_timestamp(self, target_ms: int, min_offset: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record at or after ``min_offset`` whose
+        timestamp is >= ``target_ms``, or None if this segment has none."""
+        if not self.size or self.max_timestamp < target_ms:
+            return None
+        k = self.time_index.first_candidate(target_ms)
+        start = self.index.positions[k] if len(self.index) else 0
+        for pos, info in BatchScan(self.fd, start, self.size, verify_crc=False):
+            if info.last_offset < min_offset or info.max_timestamp < target_ms:
+                continue
+            found = self._first_record(pos, info, min_offset,
+                                       lambda ts: ts >= target_ms)
+            if found is not None:
+                return found
         return None
 
-    # -- durability and lifecycle ------------------------------------------------------------
+    def max_timestamp_record(self, min_offset: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record holding this segment's largest
+        timestamp (at or after ``min_offset``). Scans the segment: ListOffsets(MAX_TIMESTAMP)
+        is rare."""
+        best: tuple[int, BatchInfo] | None = None
+        for pos, info in BatchScan(self.fd, 0, self.size, verify_crc=False):
+            if info.last_offset < min_offset:
+                continue
+            if best is None or info.max_timestamp > best[1].max_timestamp:
+                best = (pos, info)
+        if best is None:
+            return None
+        pos, info = best
+        return self._first_record(pos, info, min_offset, lambda ts: ts >= info.max_timestamp)
 
-    def flush(self) -> None:
-        if self.closed:
-            return
+    def _first_record(self, pos: int, info: BatchInfo, min_offset: int,
+                      wanted: Callable[[int], bool]) -> tuple[int, int] | None:
+        # Looking inside one batch (decompressing it) is fine here: this serves ListOffsets,
+        # never the produce or fetch path.
+        raw = os.pread(self.fd, info.size, pos)
         try:
-            os.fsync(self.fd)
-            os.fsync(self.index_fd)
-        except OSError:
-            if not self.closed:  # closed under us by retention: nothing left to make durable
+            records = decode_batch(raw)
+        except InvalidRecordBatch:
+            return max(info.base_offset, min_offset), info.max_timestamp
+        for r in records:
+            if r.offset >= min_offset and wanted(r.timestamp):
+                return r.offset, r.timestamp
+        return None
+
+    # -- durability and lifecycle ----------------------------------------------------------------
+
+    def dup_fds(self) -> list[int] | None:
+        """Duplicates of the segment's descriptors for an fsync on another thread (the caller
+        closes them); None once the segment is closed. The duplicates keep the files open, so
+        closing or deleting the segment meanwhile is harmless."""
+        with self._fd_lock:
+            if self.closed:
+                return None
+            fds = [os.dup(self.fd)]
+            try:
+                fds.append(self.index.file.dup_fd())
+                fds.append(self.time_index.file.dup_fd())
+            except OSError:
+                for fd in fds:
+                    os.close(fd)
                 raise
+            return fds
 
     def close(self) -> None:
-        if not self.closed:
+        with self._fd_lock:
+            if self.closed:
+                return
             self.closed = True
-            os.close(self.fd)
-            os.close(self.index_fd)
+            for close in (lambda: os.close(self.fd), self.index.file.close,
+                          self.time_index.file.close):
+                try:
+                    close()
+                except OSError:
+                    pass
 
     def delete(self) -> None:
         self.close()
-        for p in (self.log_path, self.index_path):
+        for p in (self.log_path, self.index_path, self.time_index_path):
             try:
                 p.unlink()
             except FileNotFoundError:

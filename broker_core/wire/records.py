@@ -1,16 +1,22 @@
 """Kafka RecordBatch v2 (magic 2): header parsing and validation, offset and leader-epoch stamping,
 and a builder/decoder for clients and tests.
 
-Batch header layout (61 bytes)::
+Batch header layout (61 bytes, big-endian)::
 
-    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 | crc uint32 |
-    attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64 |
-    producerId int64 | producerEpoch int16 | baseSequence int32 | recordCount int32 | records...
+    0  baseOffset int64            | 8  batchLength int32 (bytes after this field)
+    12 partitionLeaderEpoch int32  | 16 magic int8 | 17 crc uint32
+    21 attributes int16            | 23 lastOffsetDelta int32 | 27 baseTimestamp int64
+    35 maxTimestamp int64          | 43 producerId int64 | 51 producerEpoch int16
+    53 baseSequence int32          | 57 recordCount int32 | 61 records...
 
 The CRC-32C covers ``attributes`` to the end of the batch, so ``baseOffset`` and
 ``partitionLeaderEpoch`` can be stamped without recomputing it and without touching the records:
-the broker's produce path is O(batches), never O(records), and compressed batches are stored as
-they came.
+the broker's produce path is O(batches), never O(records), and compressed batches are stored
+exactly as the producer sent them.
+
+The broker only uses :func:`parse_batch`, :func:`iter_batches`, :func:`scan_valid_prefix` and
+:func:`assign_offsets`. :func:`build_batch` and :func:`decode_batch` / :func:`decode_records` are
+for clients, tools and tests.
 """
 
 from __future__ import annotations
@@ -24,14 +30,31 @@ from enum import IntEnum
 import crc32c as _crc32c
 
 HEADER_SIZE = 61
-LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes before batchLength counts from
-_CRC_START = 21  # offset of attributes (CRC covers from here)
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not count
+MAGIC = 2
+_MAGIC_POS = 16
+_CRC_START = 21  # position of attributes: the CRC covers from here to the end of the batch
+_MIN_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # the smallest legal batchLength (no records)
+
 _header = struct.Struct(">qiibIhiqqqhii")
 _base_offset = struct.Struct(">q")
 _leader_epoch = struct.Struct(">i")
+_length = struct.Struct(">i")
+_after_crc = struct.Struct(">hiqqqhii")
+_before_crc = struct.Struct(">qiibI")
+
+_COMPRESSION_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
 
 
 class Compression(IntEnum):
+    """The codec in the low three bits of a batch's attributes."""
+
     NONE = 0
     GZIP = 1
     SNAPPY = 2
@@ -46,20 +69,29 @@ class InvalidRecordBatch(Exception):
 
 
 class CorruptRecordBatch(InvalidRecordBatch):
-    """Bad CRC, torn or short batch, impossible length → CORRUPT_MESSAGE."""
+    """Bad CRC, torn or short batch, impossible length -> CORRUPT_MESSAGE."""
 
     error_code_name = "CORRUPT_MESSAGE"
 
 
 class UnsupportedMagic(InvalidRecordBatch):
-    """A message format other than v2 → INVALID_RECORD (Sluice stores only v2)."""
+    """A message format other than v2 -> INVALID_RECORD (Sluice stores only v2)."""
+
+    error_code_name = "INVALID_RECORD"
+
+
+class InvalidRecordCount(InvalidRecordBatch):
+    """A produced batch whose record count and offset range disagree, that holds no records, or
+    that a client may not send (a control batch) -> INVALID_RECORD, as Kafka answers."""
 
     error_code_name = "INVALID_RECORD"
 
 
 @dataclass(frozen=True, slots=True)
 class BatchInfo:
-    """The header of one batch and where it sits in its buffer."""
+    """The header of one batch and where it sits in its buffer (``position``, ``size`` in bytes,
+    ``size`` including the 12-byte log overhead). ``last_offset`` is ``base_offset +
+    last_offset_delta``."""
 
     position: int
     size: int
@@ -79,67 +111,105 @@ class BatchInfo:
 
     @property
     def compression(self) -> Compression:
-        return Compression(self.attributes & 0x07)
+        try:
+            return Compression(self.attributes & _COMPRESSION_MASK)
+        except ValueError:
+            raise CorruptRecordBatch(
+                f"unknown compression codec {self.attributes & _COMPRESSION_MASK} in batch at "
+                f"offset {self.base_offset}") from None
 
     @property
     def timestamp_type(self) -> int:
-        return (self.attributes >> 3) & 1
+        """0 = CreateTime, 1 = LogAppendTime."""
+        return 1 if self.attributes & _TIMESTAMP_TYPE_BIT else 0
 
     @property
     def is_transactional(self) -> bool:
-        return bool(self.attributes & 0x10)
+        return bool(self.attributes & _TRANSACTIONAL_BIT)
 
     @property
     def is_control(self) -> bool:
-        return bool(self.attributes & 0x20)
+        return bool(self.attributes & _CONTROL_BIT)
+
+    @property
+    def end(self) -> int:
+        """Position just past this batch."""
+        return self.position + self.size
 
 
-def _parse(data: bytes | memoryview, pos: int, verify_crc: bool) -> BatchInfo:
-    end = len(data)
-    if end - pos < HEADER_SIZE:
-        raise CorruptRecordBatch(f"torn batch header at position {pos}")
-    (base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid, pepoch,
-     base_seq, count) = _header.unpack_from(data, pos)
-    if magic != 2:
-        raise UnsupportedMagic(f"record batch magic {magic} at position {pos}; only v2 is accepted")
+def batch_size_at(data: bytes | bytearray | memoryview, position: int) -> int | None:
+    """The declared total size of the batch at ``position`` (header overhead included), or None
+    when fewer than 12 bytes remain. Does not validate anything: for walking a buffer cheaply."""
+    if len(data) - position < LOG_OVERHEAD:
+        return None
+    return _length.unpack_from(data, position + 8)[0] + LOG_OVERHEAD
+
+
+def parse_batch(data: bytes | bytearray | memoryview, position: int = 0, *,
+                verify_crc: bool = True) -> BatchInfo:
+    """Parse and validate the batch at ``position``.
+
+    Raises :class:`UnsupportedMagic` for a magic other than 2, :class:`CorruptRecordBatch` for a
+    torn batch (the buffer ends inside it), an impossible length, an inconsistent record count or
+    a CRC mismatch (when ``verify_crc``).
+    """
+    remaining = len(data) - position
+    if remaining < _MAGIC_POS + 1:
+        raise CorruptRecordBatch(f"torn batch at position {position}: only {remaining} bytes")
+    # Magic sits at the same place in every message format, so check it first: an old-format
+    # message set gets "unsupported magic", not a confusing length error.
+    magic = data[position + _MAGIC_POS]
+    if magic != MAGIC:
+        raise UnsupportedMagic(f"record batch magic {magic} at position {position}; "
+                               "only v2 (magic 2) is accepted")
+    if remaining < HEADER_SIZE:
+        raise CorruptRecordBatch(f"torn batch header at position {position}: {remaining} of "
+                                 f"{HEADER_SIZE} bytes")
+    (base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid,
+     pepoch, base_seq, count) = _header.unpack_from(data, position)
+    if length < _MIN_LENGTH:
+        raise CorruptRecordBatch(f"batch length {length} at position {position} is smaller than "
+                                 f"a batch header ({_MIN_LENGTH})")
     size = length + LOG_OVERHEAD
-    if length < HEADER_SIZE - LOG_OVERHEAD:
-        raise CorruptRecordBatch(f"batch length {length} smaller than a header at {pos}")
-    if pos + size > end:
-        raise CorruptRecordBatch(f"torn batch at position {pos}: {size} bytes declared, "
-                                 f"{end - pos} present")
+    if size > remaining:
+        raise CorruptRecordBatch(f"torn batch at position {position}: {size} bytes declared, "
+                                 f"{remaining} present")
     if count < 0 or last_delta < 0 or (count > 0 and last_delta < count - 1):
-        raise CorruptRecordBatch(f"inconsistent record count {count} / last offset delta "
-                                 f"{last_delta} at {pos}")
+        raise CorruptRecordBatch(f"inconsistent record count {count} and last offset delta "
+                                 f"{last_delta} at position {position}")
     if verify_crc:
-        actual = _crc32c.crc32c(memoryview(data)[pos + _CRC_START:pos + size])
+        actual = _crc32c.crc32c(memoryview(data)[position + _CRC_START:position + size])
         if actual != crc:
-            raise CorruptRecordBatch(f"CRC mismatch at position {pos}: stored {crc:#010x}, "
-                                     f"computed {actual:#010x}")
-    return BatchInfo(pos, size, base_offset, base_offset + last_delta, epoch, magic, crc,
+            raise CorruptRecordBatch(f"CRC mismatch in batch at position {position}: stored "
+                                     f"{crc:#010x}, computed {actual:#010x}")
+    return BatchInfo(position, size, base_offset, base_offset + last_delta, epoch, magic, crc,
                      attributes, last_delta, base_ts, max_ts, pid, pepoch, base_seq, count)
 
 
-def iter_batches(data: bytes | memoryview, *, verify_crc: bool = True) -> Iterator[BatchInfo]:
-    """Every batch in ``data``; raises :class:`InvalidRecordBatch` at the first bad one."""
+def iter_batches(data: bytes | bytearray | memoryview, *,
+                 verify_crc: bool = True) -> Iterator[BatchInfo]:
+    """Every batch in ``data``; raises :class:`InvalidRecordBatch` at the first invalid or torn
+    one (after yielding the valid ones before it)."""
     pos = 0
     end = len(data)
     while pos < end:
-        info = _parse(data, pos, verify_crc)
+        info = parse_batch(data, pos, verify_crc=verify_crc)
         yield info
         pos += info.size
 
 
-def scan_valid_prefix(data: bytes | memoryview, *, verify_crc: bool = True
-                      ) -> tuple[int, list[BatchInfo]]:
-    """The length of the longest prefix of whole, valid batches, and those batches. Never raises:
-    used by recovery to find where a torn or corrupt tail begins."""
-    infos = []
+def scan_valid_prefix(data: bytes | bytearray | memoryview, *,
+                      verify_crc: bool = True) -> tuple[int, list[BatchInfo]]:
+    """The length of the longest prefix of whole, valid batches, and those batches.
+
+    Never raises: recovery uses it to find where a torn or corrupt tail begins.
+    """
+    infos: list[BatchInfo] = []
     pos = 0
     end = len(data)
     while pos < end:
         try:
-            info = _parse(data, pos, verify_crc)
+            info = parse_batch(data, pos, verify_crc=verify_crc)
         except InvalidRecordBatch:
             break
         infos.append(info)
@@ -147,22 +217,35 @@ def scan_valid_prefix(data: bytes | memoryview, *, verify_crc: bool = True
     return pos, infos
 
 
-def assign_offsets(data: bytes | memoryview, base_offset: int, leader_epoch: int
-                   ) -> tuple[bytearray, list[BatchInfo]]:
-    """Validate every batch and stamp consecutive base offsets and the leader epoch.
+def assign_offsets(data: bytes | bytearray | memoryview, base_offset: int,
+                   leader_epoch: int) -> tuple[bytearray, list[BatchInfo]]:
+    """Validate every batch of a produced record set and stamp offsets and the leader epoch.
 
-    Returns a copy of ``data`` with the stamps applied and the batches' infos (with their new
-    offsets). Raises :class:`InvalidRecordBatch` for an empty set, a non-v2 batch, a bad CRC, or
-    a batch with no records.
+    Each batch must be v2, whole, CRC-correct, hold at least one record and have
+    ``lastOffsetDelta == recordCount - 1``; control batches are refused (only a coordinator may
+    write them). ``data`` is copied once into a bytearray whose batches get consecutive base
+    offsets from ``base_offset`` and ``partitionLeaderEpoch = leader_epoch``; both fields lie
+    outside the CRC, so nothing else changes. Work is O(batches): records are never looked at.
+
+    Returns the stamped copy and the batches' infos (with their new offsets and epoch).
     """
     if len(data) == 0:
         raise CorruptRecordBatch("empty record set")
+    if base_offset < 0:
+        raise ValueError(f"base offset must not be negative, got {base_offset}")
     buf = bytearray(data)
-    infos = []
+    infos: list[BatchInfo] = []
     next_offset = base_offset
     for info in iter_batches(buf):
-        if info.record_count == 0:
-            raise CorruptRecordBatch(f"batch at position {info.position} holds no records")
+        if info.record_count < 1:
+            raise InvalidRecordCount(f"batch at position {info.position} holds no records")
+        if info.last_offset_delta != info.record_count - 1:
+            raise InvalidRecordCount(
+                f"batch at position {info.position} declares {info.record_count} records but "
+                f"last offset delta {info.last_offset_delta}")
+        if info.is_control:
+            raise InvalidRecordCount(f"batch at position {info.position} is a control batch; "
+                                     "clients may not produce those")
         _base_offset.pack_into(buf, info.position, next_offset)
         _leader_epoch.pack_into(buf, info.position + LOG_OVERHEAD, leader_epoch)
         infos.append(BatchInfo(
@@ -174,11 +257,14 @@ def assign_offsets(data: bytes | memoryview, base_offset: int, leader_epoch: int
     return buf, infos
 
 
-# -- records: building and decoding (clients and tests; the broker never does this) ---------------
+# -- records: building and decoding (clients, tools and tests; the broker never does this) -------
 
 
 @dataclass
 class Record:
+    """One record as an application sees it. ``offset`` is -1 until the record is read back from
+    a log (decoding fills it in)."""
+
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
@@ -186,22 +272,23 @@ class Record:
     offset: int = -1
 
 
-def _uvarint(v: int, out: bytearray) -> None:
+def _write_uvarint(v: int, out: bytearray) -> None:
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
         v >>= 7
     out.append(v)
 
 
-def _varint(v: int, out: bytearray) -> None:
-    _uvarint((v << 1) ^ (v >> 63), out)
+def _write_varint(v: int, out: bytearray) -> None:
+    # Zig-zag, as protobuf and Kafka do, so small negative numbers (-1 = null) stay one byte.
+    _write_uvarint((v << 1) ^ (v >> 63), out)
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+def _read_varint(data: bytes, pos: int, limit: int) -> tuple[int, int]:
     shift = result = 0
     while True:
-        if pos >= len(data):
-            raise CorruptRecordBatch("truncated varint in record")
+        if pos >= limit:
+            raise CorruptRecordBatch("truncated varint in a record")
         b = data[pos]
         pos += 1
         result |= (b & 0x7F) << shift
@@ -209,7 +296,7 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
             break
         shift += 7
         if shift > 63:
-            raise CorruptRecordBatch("varint too long in record")
+            raise CorruptRecordBatch("varint longer than 10 bytes in a record")
     return (result >> 1) ^ -(result & 1), pos
 
 
@@ -217,45 +304,60 @@ def _compress(codec: Compression, raw: bytes) -> bytes:
     if codec is Compression.NONE:
         return raw
     if codec is Compression.GZIP:
-        c = zlib.compressobj(wbits=31)
+        c = zlib.compressobj(wbits=31)  # 31 = gzip container, which every Kafka client reads
         return c.compress(raw) + c.flush()
     import cramjam
 
     if codec is Compression.SNAPPY:
         return bytes(cramjam.snappy.compress_raw(raw))
     if codec is Compression.LZ4:
-        return bytes(cramjam.lz4.compress(raw))
+        return bytes(cramjam.lz4.compress(raw))  # LZ4 frame format, as Kafka >= 0.10 expects
     if codec is Compression.ZSTD:
         return bytes(cramjam.zstd.compress(raw))
-    raise ValueError(f"unknown compression {codec}")
+    raise ValueError(f"unknown compression {codec!r}")
 
 
-_XERIAL = b"\x82SNAPPY\x00"
+# Java clients frame snappy the xerial way: this 8-byte magic, two int32 versions, then
+# (int32 length, raw snappy block) pairs. librdkafka and others send plain raw snappy.
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = 16
+
+
+def _snappy_decompress(data: bytes) -> bytes:
+    import cramjam
+
+    if not data.startswith(_XERIAL_MAGIC):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    out = bytearray()
+    pos = _XERIAL_HEADER
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise CorruptRecordBatch("truncated xerial snappy block length")
+        (n,) = _length.unpack_from(data, pos)
+        pos += 4
+        if n < 0 or pos + n > len(data):
+            raise CorruptRecordBatch(f"xerial snappy block of {n} bytes overruns the batch")
+        out += bytes(cramjam.snappy.decompress_raw(data[pos:pos + n]))
+        pos += n
+    return bytes(out)
 
 
 def _decompress(codec: Compression, data: bytes) -> bytes:
     if codec is Compression.NONE:
         return data
-    if codec is Compression.GZIP:
-        return zlib.decompress(data, wbits=47)
     import cramjam
 
-    if codec is Compression.SNAPPY:
-        if data.startswith(_XERIAL):
-            # Java clients frame snappy xerial-style: 16-byte header, then (size, block) pairs.
-            out = bytearray()
-            pos = 16
-            while pos < len(data):
-                (n,) = struct.unpack_from(">i", data, pos)
-                pos += 4
-                out += bytes(cramjam.snappy.decompress_raw(data[pos:pos + n]))
-                pos += n
-            return bytes(out)
-        return bytes(cramjam.snappy.decompress_raw(data))
-    if codec is Compression.LZ4:
-        return bytes(cramjam.lz4.decompress(data))
-    if codec is Compression.ZSTD:
-        return bytes(cramjam.zstd.decompress(data))
+    try:
+        if codec is Compression.GZIP:
+            return zlib.decompress(data, wbits=47)  # 47 = accept gzip or zlib headers
+        if codec is Compression.SNAPPY:
+            return _snappy_decompress(data)
+        if codec is Compression.LZ4:
+            return bytes(cramjam.lz4.decompress(data))
+        if codec is Compression.ZSTD:
+            return bytes(cramjam.zstd.decompress(data))
+    except (zlib.error, cramjam.DecompressionError) as e:
+        raise CorruptRecordBatch(f"{codec.name} payload does not decompress: {e}") from None
     raise CorruptRecordBatch(f"unknown compression codec {int(codec)}")
 
 
@@ -265,101 +367,126 @@ def build_batch(
     base_offset: int = 0,
     compression: Compression = Compression.NONE,
     leader_epoch: int = -1,
-    timestamp_type: int = 0,
+    timestamp_type: int = TIMESTAMP_CREATE_TIME,
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
 ) -> bytes:
-    """Encode ``records`` as one RecordBatch v2 (offsets relative to the first)."""
+    """Encode ``records`` as one RecordBatch v2; offset deltas are 0..n-1 and timestamps are
+    stored relative to the first record's."""
     if not records:
         raise ValueError("a batch needs at least one record")
+    if timestamp_type not in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME):
+        raise ValueError(f"timestamp_type must be 0 or 1, got {timestamp_type}")
+    compression = Compression(compression)
     base_ts = records[0].timestamp
     max_ts = max(r.timestamp for r in records)
     body = bytearray()
+    rec = bytearray()
     for i, r in enumerate(records):
-        rec = bytearray()
-        rec.append(0)  # record attributes
-        _varint(r.timestamp - base_ts, rec)
-        _varint(i, rec)
+        rec.clear()
+        rec.append(0)  # record attributes: unused in v2
+        _write_varint(r.timestamp - base_ts, rec)
+        _write_varint(i, rec)
         for part in (r.key, r.value):
             if part is None:
-                _varint(-1, rec)
+                _write_varint(-1, rec)
             else:
-                _varint(len(part), rec)
+                _write_varint(len(part), rec)
                 rec += part
-        _varint(len(r.headers), rec)
+        _write_varint(len(r.headers), rec)
         for hk, hv in r.headers:
             kb = hk.encode()
-            _varint(len(kb), rec)
+            _write_varint(len(kb), rec)
             rec += kb
             if hv is None:
-                _varint(-1, rec)
+                _write_varint(-1, rec)
             else:
-                _varint(len(hv), rec)
+                _write_varint(len(hv), rec)
                 rec += hv
-        _varint(len(rec), body)
+        _write_varint(len(rec), body)
         body += rec
     payload = _compress(compression, bytes(body))
-    attributes = int(compression) | (timestamp_type << 3)
-    after_crc = struct.pack(">hiqqqhii", attributes, len(records) - 1, base_ts, max_ts,
-                            producer_id, producer_epoch, base_sequence, len(records)) + payload
+    attributes = int(compression) | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
+    after_crc = _after_crc.pack(attributes, len(records) - 1, base_ts, max_ts, producer_id,
+                                producer_epoch, base_sequence, len(records)) + payload
     crc = _crc32c.crc32c(after_crc)
-    length = 4 + 1 + 4 + len(after_crc)
-    return struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc) + after_crc
+    length = len(after_crc) + (_CRC_START - LOG_OVERHEAD)
+    return _before_crc.pack(base_offset, length, leader_epoch, MAGIC, crc) + after_crc
 
 
-def decode_batch(data: bytes | memoryview, info: BatchInfo | None = None) -> list[Record]:
-    """The records of one batch (decompressed), with absolute offsets filled in."""
-    data = bytes(data)
+def _take(raw: bytes, pos: int, n: int, limit: int, what: str) -> tuple[bytes | None, int]:
+    if n == -1:
+        return None, pos
+    if n < -1 or pos + n > limit:
+        raise CorruptRecordBatch(f"record {what} length {n} overruns its record")
+    return raw[pos:pos + n], pos + n
+
+
+def decode_batch(data: bytes | bytearray | memoryview,
+                 info: BatchInfo | None = None) -> list[Record]:
+    """The records of one batch (the first in ``data``, or the one ``info`` describes),
+    decompressed, with absolute offsets filled in. Raises :class:`InvalidRecordBatch` on a bad
+    header, CRC or payload."""
     if info is None:
-        info = _parse(data, 0, True)
-        start = 0
-    else:
-        start = info.position
-    payload = data[start + HEADER_SIZE:start + info.size]
+        info = parse_batch(data, 0)
+    payload = bytes(memoryview(data)[info.position + HEADER_SIZE:info.end])
     raw = _decompress(info.compression, payload)
-    out = []
+    log_append = info.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
+    out: list[Record] = []
     pos = 0
+    total = len(raw)
     for _ in range(info.record_count):
-        length, pos = _read_varint(raw, pos)
+        length, pos = _read_varint(raw, pos, total)
         end = pos + length
-        pos += 1  # attributes
-        ts_delta, pos = _read_varint(raw, pos)
-        off_delta, pos = _read_varint(raw, pos)
-        parts: list[bytes | None] = []
-        for _k in range(2):
-            n, pos = _read_varint(raw, pos)
-            if n < 0:
-                parts.append(None)
-            else:
-                parts.append(raw[pos:pos + n])
-                pos += n
-        nh, pos = _read_varint(raw, pos)
+        if length < 1 or end > total:
+            raise CorruptRecordBatch(f"record length {length} overruns the batch at offset "
+                                     f"{info.base_offset}")
+        pos += 1  # record attributes
+        ts_delta, pos = _read_varint(raw, pos, end)
+        off_delta, pos = _read_varint(raw, pos, end)
+        n, pos = _read_varint(raw, pos, end)
+        key, pos = _take(raw, pos, n, end, "key")
+        n, pos = _read_varint(raw, pos, end)
+        value, pos = _take(raw, pos, n, end, "value")
+        nh, pos = _read_varint(raw, pos, end)
+        if nh < 0:
+            raise CorruptRecordBatch(f"negative header count {nh} in a record")
         headers: list[tuple[str, bytes | None]] = []
         for _h in range(nh):
-            n, pos = _read_varint(raw, pos)
-            hk = raw[pos:pos + n].decode()
-            pos += n
-            n, pos = _read_varint(raw, pos)
-            if n < 0:
-                headers.append((hk, None))
-            else:
-                headers.append((hk, raw[pos:pos + n]))
-                pos += n
+            n, pos = _read_varint(raw, pos, end)
+            hk, pos = _take(raw, pos, n, end, "header key")
+            if hk is None:
+                raise CorruptRecordBatch("null header key in a record")
+            n, pos = _read_varint(raw, pos, end)
+            hv, pos = _take(raw, pos, n, end, "header value")
+            try:
+                headers.append((hk.decode(), hv))
+            except UnicodeDecodeError:
+                raise CorruptRecordBatch("header key is not UTF-8") from None
         if pos != end:
             raise CorruptRecordBatch("record length does not match its fields")
-        out.append(Record(parts[0], parts[1], headers, info.base_timestamp + ts_delta,
-                          info.base_offset + off_delta))
+        # With LogAppendTime the broker's maxTimestamp is every record's timestamp.
+        ts = info.max_timestamp if log_append else info.base_timestamp + ts_delta
+        out.append(Record(key, value, headers, ts, info.base_offset + off_delta))
+    if pos != total:
+        raise CorruptRecordBatch(f"{total - pos} bytes left over after {info.record_count} "
+                                 f"records in the batch at offset {info.base_offset}")
     return out
 
 
-def decode_records(data: bytes | memoryview) -> list[Record]:
+def decode_records(data: bytes | bytearray | memoryview) -> list[Record]:
     """All records of every batch in ``data``, skipping control batches and ignoring a trailing
-    partial batch (a fetch response may end with one)."""
-    data = bytes(data)
-    valid, infos = scan_valid_prefix(data)
-    out = []
-    for info in infos:
+    partial batch (a fetch response may end with one). A corrupt batch before the end raises."""
+    out: list[Record] = []
+    pos = 0
+    end = len(data)
+    while pos < end:
+        size = batch_size_at(data, pos)
+        if size is None or (size >= HEADER_SIZE and pos + size > end):
+            break  # a partial batch cut off by the fetch size limit
+        info = parse_batch(data, pos)
         if not info.is_control:
             out.extend(decode_batch(data, info))
+        pos += info.size
     return out

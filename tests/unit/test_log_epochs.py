@@ -1,0 +1,108 @@
+"""The leader-epoch file (seed 003): format, Kafka's assign/lookup rules, and how appends,
+truncation and retention keep it in step with the log."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_core.log import CheckpointError, LeaderEpochFile, Log, LogConfig
+from broker_core.wire.records import Record, build_batch
+
+
+class Leo:
+    """A settable log end offset for a bare epoch file."""
+
+    def __init__(self, value: int = 0) -> None:
+        self.value = value
+
+    def __call__(self) -> int:
+        return self.value
+
+
+def batch(n: int = 1) -> bytes:
+    return build_batch([Record(None, b"x", [], 1_000) for _ in range(n)])
+
+
+def test_file_format_is_version_count_then_entries(tmp_path):
+    f = LeaderEpochFile(tmp_path, Leo())
+    assert f.assign(0, 0) and f.assign(3, 120)
+    assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n3 120\n"
+    again = LeaderEpochFile(tmp_path, Leo())
+    assert again.entries == [(0, 0), (3, 120)]
+    assert again.latest_epoch == 3 and again.latest_entry == (3, 120)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_assign_follows_kafkas_rules(tmp_path):
+    f = LeaderEpochFile(tmp_path, Leo())
+    assert f.assign(1, 0)
+    assert not f.assign(1, 5)  # same epoch, later offset: nothing to record
+    assert f.assign(2, 10) and f.assign(4, 20)
+    assert f.entries == [(1, 0), (2, 10), (4, 20)]
+    # an older epoch at an earlier offset replaces everything not below it (a follower whose
+    # log is being rewritten by the leader's history)
+    assert f.assign(3, 15)
+    assert f.entries == [(1, 0), (2, 10), (3, 15)]
+    assert f.assign(3, 12)  # the latest epoch starting earlier moves back
+    assert f.entries == [(1, 0), (2, 10), (3, 12)]
+    with pytest.raises(ValueError, match="must not be negative"):
+        f.assign(-1, 0)
+
+
+def test_end_offset_for_epoch(tmp_path):
+    leo = Leo(100)
+    f = LeaderEpochFile(tmp_path, leo)
+    assert f.end_offset_for_epoch(0) == (-1, -1)  # no entries
+    for epoch, start in ((2, 10), (4, 30), (7, 60)):
+        f.assign(epoch, start)
+    assert f.end_offset_for_epoch(7) == (7, 100)  # latest: the log end
+    leo.value = 120
+    assert f.end_offset_for_epoch(7) == (7, 120)
+    assert f.end_offset_for_epoch(4) == (4, 60)
+    assert f.end_offset_for_epoch(5) == (4, 60)  # unknown epoch: largest known below it
+    assert f.end_offset_for_epoch(1) == (1, 10)  # below every entry: the first start
+    assert f.end_offset_for_epoch(8) == (-1, -1)  # newer than anything seen
+    assert f.end_offset_for_epoch(-1) == (-1, -1)
+
+
+def test_truncation_from_end_and_start(tmp_path):
+    f = LeaderEpochFile(tmp_path, Leo())
+    for epoch, start in ((1, 0), (2, 10), (3, 20), (5, 40)):
+        f.assign(epoch, start)
+    assert f.truncate_from_end(40) == 1
+    assert f.entries == [(1, 0), (2, 10), (3, 20)]
+    assert f.truncate_from_start(15) == 1
+    assert f.entries == [(2, 15), (3, 20)]
+    assert f.truncate_from_start(15) == 0  # already there
+    assert LeaderEpochFile(tmp_path, Leo()).entries == [(2, 15), (3, 20)]
+
+
+@pytest.mark.parametrize("text", ["1\n0\n", "0\n2\n1 0\n", "0\n2\n3 0\n2 10\n", "0\nx\n",
+                                  "0\n1\n1 zero\n", "0\n1\n-1 0\n"])
+def test_damaged_file_raises_a_typed_error(tmp_path, text):
+    (tmp_path / "leader-epoch-checkpoint").write_text(text)
+    with pytest.raises(CheckpointError):
+        LeaderEpochFile(tmp_path, Leo())
+
+
+def test_appends_record_where_each_epoch_begins(tmp_path):
+    log = Log.open(tmp_path / "t-0", LogConfig(), time_ms=lambda: 0)
+    log.append_as_leader(batch(2), 1)
+    log.append_as_leader(batch(2), 1)
+    log.append_as_leader(batch(3), 4)
+    log.append_as_leader(batch(1), 2)  # a stale epoch is stamped but adds no entry
+    assert log.leader_epochs.entries == [(1, 0), (4, 4)]
+    assert log.leader_epochs.end_offset_for_epoch(1) == (1, 4)
+    assert log.leader_epochs.end_offset_for_epoch(4) == (4, 8)
+
+
+def test_leader_change_without_appends_then_truncation(tmp_path):
+    log = Log.open(tmp_path / "t-0", LogConfig(), time_ms=lambda: 0)
+    log.append_as_leader(batch(5), 1)
+    log.leader_epochs.assign(2, log.log_end_offset)  # what becoming leader does
+    log.append_as_leader(batch(5), 2)
+    assert log.leader_epochs.entries == [(1, 0), (2, 5)]
+    log.truncate_to(5)
+    assert log.leader_epochs.entries == [(1, 0)]
+    log.truncate_to(3)  # inside the first batch: the log becomes empty
+    assert log.log_end_offset == 0 and log.leader_epochs.entries == []

@@ -1,0 +1,257 @@
+"""Recovery after an unclean shutdown: torn and corrupt tails are cut, every complete batch
+before them survives, epoch entries past the end are dropped, indexes are rebuilt."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker_core.log import Log, LogConfig, LogManager
+from broker_core.log.leader_epoch import FILE_NAME as EPOCH_FILE
+from broker_core.wire.records import Record, build_batch, decode_records, iter_batches
+from tests.support.manual_time import ManualTime
+
+CONFIG = LogConfig(segment_bytes=4_000, index_interval_bytes=300)
+
+
+def batch(n: int, tag: int) -> bytes:
+    return build_batch([Record(b"k%d" % tag, b"value-%d-%d" % (tag, i) * 3, [], 1_000 + tag)
+                        for i in range(n)])
+
+
+def write_log(directory, time, *, batches: int = 60) -> Log:
+    log = Log.open(directory, CONFIG, time_ms=time)
+    for i in range(batches):
+        log.append_as_leader(batch(1 + i % 4, i), 1 if i < 20 else 2)
+    return log
+
+
+def snapshot(log: Log) -> dict:
+    return {
+        "leo": log.log_end_offset,
+        "data": log.read(0, 1 << 26).records,
+        "epochs": log.leader_epochs.entries,
+        "segments": [s.base_offset for s in log.segments],
+        "indexes": [s.index_path.read_bytes() for s in log.segments],
+        "timeindexes": [s.time_index_path.read_bytes() for s in log.segments],
+    }
+
+
+def crash(log: Log, *, extra_epoch: tuple[int, int] | None = None) -> None:
+    """Leave the files as a crash would: no flush, no checkpoint, no marker."""
+    log.close()
+    if extra_epoch is not None:
+        entries = log.leader_epochs.entries + [extra_epoch]
+        (log.directory / EPOCH_FILE).write_text(
+            f"0\n{len(entries)}\n" + "".join(f"{e} {o}\n" for e, o in entries))
+
+
+def flipped_crc_batch(log: Log) -> bytes:
+    b = bytearray(batch(2, 999))
+    struct.pack_into(">q", b, 0, log.log_end_offset)  # even the offsets are plausible
+    b[-5] ^= 0x40
+    return bytes(b)
+
+
+TAILS = {
+    "garbage": lambda log: b"\x07garbage after the last batch" * 5,
+    "half batch": lambda log: batch(3, 500)[:45],
+    "flipped crc": flipped_crc_batch,
+    "zeros": lambda log: b"\x00" * 512,
+}
+
+
+@pytest.mark.parametrize("tail", list(TAILS))
+def test_unclean_shutdown_cuts_the_torn_tail(tmp_path, tail):
+    time = ManualTime()
+    log = write_log(tmp_path / "orders-3", time)
+    assert len(log.segments) >= 3
+    log.flush(up_to=log.segments[1].base_offset)  # the recovery point: inside the log
+    recovery_point = log.recovery_point
+    before = snapshot(log)
+    junk = TAILS[tail](log)
+    active = log.active.log_path
+    crash(log, extra_epoch=(9, before["leo"] + 100))
+    with open(active, "ab") as f:
+        f.write(junk)
+    log.active.index_path.write_bytes(b"\x01\x02\x03")  # a torn index too
+
+    recovered = Log.open(tmp_path / "orders-3", CONFIG, time_ms=time,
+                         recovery_point=recovery_point, clean_shutdown=False)
+    report = recovered.recovery_report
+    assert report.bytes_truncated == len(junk)
+    assert report.epoch_entries_dropped == 1
+    assert not report.clean_shutdown and report.batches_checked > 0
+    after = snapshot(recovered)
+    assert after == before  # every complete batch intact, epoch entry dropped, index rebuilt
+    assert recovered.leader_epochs.entries == [(1, 0), (2, before["epochs"][1][1])]
+    assert os.path.getsize(active) == recovered.active.size
+    assert recovered.recovery_point <= recovered.log_end_offset
+    assert recovered.append_as_leader(batch(1, 7), 3).first_offset == before["leo"]
+
+
+def test_hole_in_the_middle_removes_later_segments(tmp_path):
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time, batches=100)
+    assert len(log.segments) >= 4
+    victim = log.segments[1]
+    infos = list(iter_batches(victim.log_path.read_bytes()))
+    cut = infos[len(infos) // 2].position + 10  # inside a batch: as if never written
+    crash(log)
+    os.truncate(victim.log_path, cut)
+    later = [s.log_path for s in log.segments[2:]]
+
+    recovered = Log.open(tmp_path / "t-0", CONFIG, time_ms=time, clean_shutdown=False)
+    report = recovered.recovery_report
+    assert [s.base_offset for s in recovered.segments] == [log.segments[0].base_offset,
+                                                            victim.base_offset]
+    assert recovered.log_end_offset == infos[len(infos) // 2].base_offset
+    assert report.segments_deleted == len(later)
+    assert not any(p.exists() for p in later)
+    got = [r.offset for r in decode_records(recovered.read(0, 1 << 26).records)]
+    assert got == list(range(recovered.log_end_offset))
+
+
+def test_only_segments_past_the_recovery_point_are_revalidated(tmp_path):
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time)
+    log.flush()
+    last_base = log.active.base_offset
+    batches_in_active = len(list(iter_batches(log.active.log_path.read_bytes())))
+    crash(log)
+    recovered = Log.open(tmp_path / "t-0", CONFIG, time_ms=time,
+                         recovery_point=last_base, clean_shutdown=False)
+    assert recovered.recovery_report.segments_checked == 1
+    assert recovered.recovery_report.batches_checked == batches_in_active
+    assert recovered.recovery_point == last_base
+
+
+def test_a_valid_batch_that_does_not_continue_the_offsets_is_cut(tmp_path):
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time, batches=5)
+    leo = log.log_end_offset
+    stale = log.read(0, 1).records  # a perfectly valid batch, but for offset 0
+    crash(log)
+    with open(log.active.log_path, "ab") as f:
+        f.write(stale)
+    recovered = Log.open(tmp_path / "t-0", CONFIG, time_ms=time, clean_shutdown=False)
+    assert recovered.log_end_offset == leo
+    assert recovered.recovery_report.bytes_truncated == len(stale)
+
+
+def test_clean_open_rebuilds_a_damaged_index(tmp_path):
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time)
+    before = snapshot(log)
+    log.close()
+    log.segments[0].index_path.write_bytes(struct.pack(">ii", 0, 0) + struct.pack(">ii", 5, 3))
+    log.segments[1].time_index_path.unlink()
+    reopened = Log.open(tmp_path / "t-0", CONFIG, time_ms=time)
+    assert reopened.recovery_report.indexes_rebuilt == 2
+    assert snapshot(reopened) == before
+
+
+def test_damaged_epoch_file_is_rebuilt_from_the_batches(tmp_path):
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time)
+    epochs = log.leader_epochs.entries
+    log.close()
+    (log.directory / EPOCH_FILE).write_text("0\n5\nrubbish")
+    reopened = Log.open(tmp_path / "t-0", CONFIG, time_ms=time)
+    assert reopened.recovery_report.epoch_file_rebuilt
+    assert reopened.leader_epochs.entries == epochs
+
+
+def test_manager_detects_an_unclean_shutdown_and_reports_recovery(tmp_path):
+    time = ManualTime()
+    manager = LogManager(tmp_path, CONFIG, time_ms=time)
+    manager.load()
+    a = manager.get_or_create("alpha", 0)
+    b = manager.get_or_create("beta-gamma", 1)
+    for i in range(30):
+        a.append_as_leader(batch(2, i), 1)
+        b.append_as_leader(batch(1, i), 1)
+    a.flush()
+    manager.checkpoint()
+    a.append_as_leader(batch(2, 77), 1)  # unflushed, past the checkpointed recovery point
+    leo_a, leo_b = a.log_end_offset, b.log_end_offset
+    for log in manager.logs():
+        crash(log)
+    with open(a.active.log_path, "ab") as f:
+        f.write(b"torn" * 9)
+
+    again = LogManager(tmp_path, CONFIG, time_ms=time)
+    logs = again.load()
+    assert not again.clean_shutdown
+    assert set(logs) == {("alpha", 0), ("beta-gamma", 1)}
+    report = again.recovery_reports[("alpha", 0)]
+    assert report.bytes_truncated == 36
+    assert logs[("alpha", 0)].log_end_offset == leo_a
+    assert logs[("beta-gamma", 1)].log_end_offset == leo_b
+    # alpha was flushed up to its recovery point: only what follows it is re-validated
+    assert report.batches_checked < 31
+    again.shutdown()
+    third = LogManager(tmp_path, CONFIG, time_ms=time)
+    third.load()
+    assert third.clean_shutdown and third.recovery_reports == {}
+    assert not (tmp_path / ".clean-shutdown").exists()  # removed at start
+    third.shutdown()
+
+
+# -- any prefix of the active segment recovers to its last complete batch ----------------------
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """A log whose active segment holds batches of assorted sizes, and those batches' ends."""
+    root = tmp_path_factory.mktemp("recovery-template")
+    log = Log.open(root / "t-0", LogConfig(segment_bytes=3_000, index_interval_bytes=200),
+                   time_ms=ManualTime())
+    for i in range(40):
+        log.append_as_leader(batch(1 + i % 5, i), 1 + i // 10)
+    log.flush()
+    active = log.active
+    infos = list(iter_batches(active.log_path.read_bytes()))
+    ends = [(0, active.base_offset)] + [(i.end, i.last_offset + 1) for i in infos]
+    data = log.read(0, 1 << 26).records
+    log.close()
+    yield root / "t-0", active.log_path.name, ends, data
+    shutil.rmtree(root)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cut=st.floats(0, 1), junk=st.binary(max_size=80))
+def test_any_prefix_recovers_to_the_last_complete_batch(template, tmp_path_factory, cut, junk):
+    source, active_name, ends, data = template
+    work = tmp_path_factory.mktemp("prefix")
+    try:
+        directory = work / "t-0"
+        shutil.copytree(source, directory)
+        size = ends[-1][0]
+        keep = int(cut * size)
+        with open(directory / active_name, "r+b") as f:
+            f.truncate(keep)
+            f.seek(keep)
+            f.write(junk)
+        end, leo = max(e for e in ends if e[0] <= keep)
+        log = Log.open(directory, LogConfig(segment_bytes=3_000, index_interval_bytes=200),
+                       time_ms=ManualTime(), clean_shutdown=False)
+        try:
+            assert log.log_end_offset == leo
+            assert log.active.size == end
+            assert os.path.getsize(directory / active_name) == end
+            assert data.startswith(log.read(0, 1 << 26).records)
+            assert all(e.start_offset < leo for e in log.leader_epochs.entries)
+            # the rebuilt index points at batch starts
+            for offset, pos in zip(log.active.index.offsets, log.active.index.positions,
+                                   strict=True):
+                assert (pos, offset) in [(e, o) for e, o in ends]
+        finally:
+            log.close()
+    finally:
+        shutil.rmtree(work)

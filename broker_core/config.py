@@ -1,121 +1,305 @@
-"""Typed broker configuration with Kafka's key names.
+"""Typed broker configuration with Kafka's key names, and the per-topic keys Sluice accepts.
 
-Sources, lowest precedence first: defaults, a Java-properties file (``--config``), ``--set
-key=value`` pairs and the ``twistd broker`` options. Every value is parsed and checked at start;
-a bad one stops the broker with a :class:`ConfigError` that names the key. ``docs/configuration.md``
-lists every key.
+Sources, lowest precedence first: the defaults below, a Java-properties file (``--config``),
+then ``--set key=value`` pairs (``twistd broker``'s own options are turned into ``--set`` pairs
+by ``broker_core.tap``). Every value is parsed and checked once, at start; a bad one stops the
+broker with a :class:`ConfigError` naming the key. ``docs/configuration.md`` lists every key.
+
+The machinery (:class:`ConfigKey`, :func:`parse_keys`, :func:`read_properties`) is shared:
+another component declares its own keys and frozen dataclass the same way.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+INT_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
+HOUR_MS = 3_600_000
+MINUTE_MS = 60_000
 
 
 class ConfigError(ValueError):
-    """A configuration problem, with a message naming the key."""
+    """A configuration problem; the message names the key (``key`` holds it when there is one)."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
-def _int(lo: int | None = None) -> Callable[[str, str], int]:
+# -- value parsers: (key, raw text) -> typed value, or ConfigError -------------------------------
+
+Parser = Callable[[str, str], Any]
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
+def _bad(key: str, raw: str, expected: str) -> ConfigError:
+    return ConfigError(f"invalid value {raw!r} for {key!r}: expected {expected}", key)
+
+
+def integer(lo: int, hi: int = LONG_MAX, *, what: str | None = None) -> Parser:
+    """An integer in ``[lo, hi]`` (Kafka's ``atLeast``; ``hi`` is the Java type's maximum)."""
+    expected = what or f"an integer ≥ {lo}"
+
     def parse(key: str, raw: str) -> int:
-        try:
-            v = int(raw.strip())
-        except ValueError:
-            raise ConfigError(f"invalid value {raw!r} for {key!r}: expected an integer") from None
-        if lo is not None and v < lo:
-            raise ConfigError(f"invalid value {raw!r} for {key!r}: must be >= {lo}")
-        return v
+        text = raw.strip()
+        # Plain ASCII decimal only: int() would also take "1_000" and non-ASCII digits.
+        if not _DECIMAL.fullmatch(text):
+            raise _bad(key, raw, expected)
+        value = int(text)
+        if value < lo:
+            raise _bad(key, raw, expected)
+        if value > hi:
+            raise _bad(key, raw, f"an integer ≤ {hi}")
+        return value
     return parse
 
 
-def _opt_long(key: str, raw: str) -> int | None:
-    v = _int(1)(key, raw)
-    return None if v >= LONG_MAX else v
+def long_or_none(lo: int) -> Parser:
+    """A Java long where Kafka's default ``Long.MAX_VALUE`` means "never": that value (and
+    anything above 2**62, which no interval reaches) becomes None."""
+    parse_int = integer(lo, LONG_MAX, what=f"an integer ≥ {lo} (or {LONG_MAX} for never)")
+
+    def parse(key: str, raw: str) -> int | None:
+        value = parse_int(key, raw)
+        return None if value >= (1 << 62) else value
+    return parse
 
 
-def _bool(key: str, raw: str) -> bool:
-    v = raw.strip().lower()
-    if v in ("true", "false"):
-        return v == "true"
-    raise ConfigError(f"invalid value {raw!r} for {key!r}: expected true or false")
+def boolean(key: str, raw: str) -> bool:
+    """``true`` or ``false``, any case (as Kafka's ``ConfigDef``)."""
+    text = raw.strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise _bad(key, raw, "true or false")
 
 
-def _str(key: str, raw: str) -> str:
-    return raw.strip()
+def text(key: str, raw: str) -> str:
+    """Any non-empty text."""
+    value = raw.strip()
+    if not value:
+        raise _bad(key, raw, "a non-empty value")
+    return value
 
 
-def _opt_str(key: str, raw: str) -> str | None:
+def optional_text(key: str, raw: str) -> str | None:
+    """Text, or None when empty."""
     return raw.strip() or None
 
 
-def _hostport(key: str, raw: str) -> str | None:
-    raw = raw.strip()
-    if not raw:
+def _port(key: str, raw: str, port: str) -> int:
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise _bad(key, raw, "a port number from 0 to 65535")
+    return int(port)
+
+
+def endpoint(key: str, raw: str) -> str:
+    """A Twisted server endpoint string (``tcp:9092:interface=127.0.0.1``).
+
+    Kafka's listener form ``PLAINTEXT://host:port`` is accepted and translated (an empty host
+    means every interface). Only one listener is supported; for ``tcp``/``tcp6`` the port is
+    checked here, anything else is checked by Twisted when the broker binds.
+    """
+    value = raw.strip()
+    if not value:
+        raise _bad(key, raw, "a Twisted server endpoint such as 'tcp:9092'")
+    if "," in value and "://" in value:
+        raise _bad(key, raw, "a single listener (Sluice serves one plaintext listener)")
+    if "://" in value:
+        scheme, _, hostport = value.partition("://")
+        if scheme.upper() != "PLAINTEXT":
+            raise _bad(key, raw, "a PLAINTEXT:// listener (TLS and SASL are not supported)")
+        host, sep, port = hostport.rpartition(":")
+        if not sep:
+            raise _bad(key, raw, "PLAINTEXT://host:port")
+        number = _port(key, raw, port)
+        host = host.strip("[]")
+        return f"tcp:{number}:interface={host}" if host else f"tcp:{number}"
+    kind, sep, rest = value.partition(":")
+    if not sep or not kind.isidentifier():
+        raise _bad(key, raw, "a Twisted server endpoint such as 'tcp:9092'")
+    if kind in ("tcp", "tcp6"):
+        first = rest.split(":", 1)[0]
+        port = first.partition("=")[2] if first.startswith("port=") else first
+        _port(key, raw, port)
+    return value
+
+
+def optional_endpoint(key: str, raw: str) -> str | None:
+    """An :func:`endpoint`, or None when empty."""
+    return endpoint(key, raw) if raw.strip() else None
+
+
+def host_port(key: str, raw: str) -> str | None:
+    """``host:port`` (``PLAINTEXT://host:port`` also accepted), or None when empty."""
+    value = raw.strip()
+    if not value:
         return None
-    raw = raw.split("://", 1)[-1]  # accept Kafka's PLAINTEXT://host:port too
-    host, sep, port = raw.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"invalid value {raw!r} for {key!r}: expected host:port")
-    return f"{host}:{port}"
+    if "," in value:
+        raise _bad(key, raw, "a single host:port")
+    if "://" in value:
+        scheme, _, value = value.partition("://")
+        if scheme.upper() != "PLAINTEXT":
+            raise _bad(key, raw, "host:port or PLAINTEXT://host:port")
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise _bad(key, raw, "host:port with a port from 1 to 65535")
+    return f"{host}:{int(port)}"
 
 
-#: key -> (attribute, parser, default as text or None for "unset")
-KEYS: dict[str, tuple[str, Callable[[str, str], Any], str | None]] = {
-    "broker.id": ("broker_id", _int(0), None),
-    "listeners": ("listeners", _str, "tcp:9092"),
-    "advertised.listeners": ("advertised_listeners", _hostport, ""),
-    "zookeeper.connect": ("zookeeper_connect", _str, None),
-    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int(1000), "18000"),
-    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int(100), "18000"),
-    "log.dirs": ("log_dirs", _str, None),
-    "metrics.listener": ("metrics_listener", _opt_str, ""),
-    "num.partitions": ("num_partitions", _int(1), "1"),
-    "default.replication.factor": ("default_replication_factor", _int(1), "1"),
-    "auto.create.topics.enable": ("auto_create_topics_enable", _bool, "true"),
-    "delete.topic.enable": ("delete_topic_enable", _bool, "true"),
-    "socket.request.max.bytes": ("socket_request_max_bytes", _int(1024), "104857600"),
-    "message.max.bytes": ("message_max_bytes", _int(0), "1048588"),
-    "log.segment.bytes": ("log_segment_bytes", _int(14), "1073741824"),
-    "log.roll.ms": ("log_roll_ms", _int(1), None),
-    "log.roll.hours": ("log_roll_hours", _int(1), "168"),
-    "log.retention.ms": ("log_retention_ms_raw", _int(-1), None),
-    "log.retention.minutes": ("log_retention_minutes", _int(-1), None),
-    "log.retention.hours": ("log_retention_hours", _int(-1), "168"),
-    "log.retention.bytes": ("log_retention_bytes", _int(-1), "-1"),
-    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(1), "300000"),
-    "log.flush.interval.messages": ("log_flush_interval_messages", _opt_long, str(LONG_MAX)),
-    "log.flush.interval.ms": ("log_flush_interval_ms", _opt_long, str(LONG_MAX)),
-    "log.flush.scheduler.interval.ms": ("log_flush_scheduler_interval_ms", _int(1), "1000"),
-    "log.index.interval.bytes": ("log_index_interval_bytes", _int(0), "4096"),
-    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int(0), "500"),
-    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int(1), "30000"),
-    "min.insync.replicas": ("min_insync_replicas", _int(1), "1"),
-    "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, "false"),
-    "request.timeout.ms": ("request_timeout_ms", _int(1), "30000"),
-    "controller.socket.timeout.ms": ("controller_socket_timeout_ms", _int(1), "30000"),
-    "fetch.purgatory.purge.interval.requests": (
-        "fetch_purgatory_purge_interval_requests", _int(1), "1000"),
-    "producer.purgatory.purge.interval.requests": (
-        "producer_purgatory_purge_interval_requests", _int(1), "1000"),
-    "broker.rack": ("broker_rack", _opt_str, ""),
-    "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool, "true"),
-}
+def zookeeper_connect(key: str, raw: str) -> str:
+    """``host:port[,host:port...][/chroot]``; a missing port means 2181 (kazoo's default)."""
+    value = raw.strip()
+    expected = "host:port[,host:port...][/chroot]"
+    if not value or any(c.isspace() for c in value):
+        raise _bad(key, raw, expected)
+    hosts, slash, chroot = value.partition("/")
+    if slash and (not chroot or chroot.endswith("/") or "//" in chroot):
+        raise _bad(key, raw, expected + " with a chroot like /sluice")
+    for server in hosts.split(","):
+        host, sep, port = server.rpartition(":") if ":" in server else (server, "", "")
+        if not host or (sep and (not port.isdigit() or not 1 <= int(port) <= 65535)):
+            raise _bad(key, raw, expected)
+    return value
 
-REQUIRED = ("broker.id", "zookeeper.connect", "log.dirs")
+
+def directory(key: str, raw: str) -> str:
+    """One directory path (Sluice keeps every partition of a broker in one log directory)."""
+    value = raw.strip()
+    if not value:
+        raise _bad(key, raw, "a directory path")
+    if "," in value:
+        raise _bad(key, raw, "one directory (several log directories are not supported)")
+    return value
+
+
+# -- key declarations ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One configuration key: its Kafka name, the attribute that holds it, how to parse it, and
+    its default as text (``None``: unset, the attribute is None unless ``required``)."""
+
+    name: str
+    attr: str
+    parse: Parser
+    default: str | None
+    required: bool = False
+
+
+def parse_keys(keys: Mapping[str, ConfigKey], values: Mapping[str, object],
+               kind: str = "config") -> dict[str, Any]:
+    """Check ``values`` (Kafka key -> text) against ``keys``; returns attribute -> typed value,
+    defaults filled in. Raises ConfigError for an unknown key (with a suggestion), a missing
+    required key, or a bad value. Non-text values (ints, bools) are accepted as their text."""
+    for name in values:
+        if name not in keys:
+            raise ConfigError(unknown_key_message(name, keys, kind), name)
+    raws = {name: _as_text(v) for name, v in values.items()}
+    missing = [k.name for k in keys.values() if k.required and not raws.get(k.name, "").strip()]
+    if len(missing) == 1:
+        raise ConfigError(f"missing required {kind} key {missing[0]!r}", missing[0])
+    if missing:
+        names = ", ".join(repr(m) for m in missing)
+        raise ConfigError(f"missing required {kind} keys {names}", missing[0])
+    out: dict[str, Any] = {}
+    for key in keys.values():
+        raw = raws.get(key.name, key.default)
+        out[key.attr] = None if raw is None else key.parse(key.name, raw)
+    return out
+
+
+def unknown_key_message(name: str, known: Iterable[str], kind: str = "config") -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown {kind} key {name!r}{hint}"
+
+
+def _as_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    return str(value)
+
+
+def _keys(*entries: tuple[Any, ...]) -> dict[str, ConfigKey]:
+    return {e[0]: ConfigKey(*e) for e in entries}
+
+
+#: Every broker key: (Kafka name, attribute, parser, default text, required).
+BROKER_KEYS: dict[str, ConfigKey] = _keys(
+    ("broker.id", "broker_id", integer(0, INT_MAX), None, True),
+    ("listeners", "listeners", endpoint, "tcp:9092"),
+    ("advertised.listeners", "advertised_listeners", host_port, None),
+    ("zookeeper.connect", "zookeeper_connect", zookeeper_connect, None, True),
+    ("zookeeper.session.timeout.ms", "zookeeper_session_timeout_ms", integer(1, INT_MAX),
+     "18000"),
+    ("zookeeper.connection.timeout.ms", "zookeeper_connection_timeout_ms", integer(1, INT_MAX),
+     "18000"),
+    ("log.dirs", "log_dirs", directory, None, True),
+    ("metrics.listener", "metrics_listener", optional_endpoint, None),
+    ("num.partitions", "num_partitions", integer(1, INT_MAX), "1"),
+    ("default.replication.factor", "default_replication_factor", integer(1, 32767), "1"),
+    ("auto.create.topics.enable", "auto_create_topics_enable", boolean, "true"),
+    ("delete.topic.enable", "delete_topic_enable", boolean, "true"),
+    ("socket.request.max.bytes", "socket_request_max_bytes", integer(1, INT_MAX), "104857600"),
+    ("message.max.bytes", "message_max_bytes", integer(0, INT_MAX), "1048588"),
+    ("log.segment.bytes", "log_segment_bytes", integer(14, INT_MAX), "1073741824"),
+    ("log.roll.ms", "log_roll_ms", integer(1), None),
+    ("log.roll.hours", "log_roll_hours", integer(1, INT_MAX), "168"),
+    ("log.retention.ms", "log_retention_ms", integer(-1, what="an integer ≥ -1 (-1: no limit)"),
+     None),
+    ("log.retention.minutes", "log_retention_minutes",
+     integer(-1, INT_MAX, what="an integer ≥ -1 (-1: no limit)"), None),
+    ("log.retention.hours", "log_retention_hours",
+     integer(-1, INT_MAX, what="an integer ≥ -1 (-1: no limit)"), "168"),
+    ("log.retention.bytes", "log_retention_bytes",
+     integer(-1, what="an integer ≥ -1 (-1: no limit)"), "-1"),
+    ("log.retention.check.interval.ms", "log_retention_check_interval_ms", integer(1), "300000"),
+    ("log.flush.interval.messages", "log_flush_interval_messages", long_or_none(1), None),
+    ("log.flush.interval.ms", "log_flush_interval_ms", long_or_none(0), None),
+    ("log.flush.scheduler.interval.ms", "log_flush_scheduler_interval_ms", long_or_none(1),
+     "1000"),
+    ("log.index.interval.bytes", "log_index_interval_bytes", integer(0, INT_MAX), "4096"),
+    ("replica.fetch.wait.max.ms", "replica_fetch_wait_max_ms", integer(0, INT_MAX), "500"),
+    ("replica.lag.time.max.ms", "replica_lag_time_max_ms", integer(1), "30000"),
+    ("min.insync.replicas", "min_insync_replicas", integer(1, INT_MAX), "1"),
+    ("unclean.leader.election.enable", "unclean_leader_election_enable", boolean, "false"),
+    ("request.timeout.ms", "request_timeout_ms", integer(0, INT_MAX), "30000"),
+    ("controller.socket.timeout.ms", "controller_socket_timeout_ms", integer(1, INT_MAX),
+     "30000"),
+    ("fetch.purgatory.purge.interval.requests", "fetch_purgatory_purge_interval_requests",
+     integer(1, INT_MAX), "1000"),
+    ("producer.purgatory.purge.interval.requests", "producer_purgatory_purge_interval_requests",
+     integer(1, INT_MAX), "1000"),
+    ("broker.rack", "broker_rack", optional_text, None),
+    ("controlled.shutdown.enable", "controlled_shutdown_enable", boolean, "true"),
+)
+
+REQUIRED = tuple(k.name for k in BROKER_KEYS.values() if k.required)
 
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    """A broker's configuration (see the module docstring). Attribute names are the Kafka keys
-    with dots as underscores; :meth:`get` takes the Kafka key."""
+    """A broker's configuration: one typed, validated, immutable attribute per key.
+
+    Attributes are the Kafka keys with dots as underscores; :meth:`get` takes the Kafka key.
+    Invariant: every value has passed its key's check, and the two families with Kafka's
+    precedence rules hold their effective value: ``log_roll_ms`` (``log.roll.ms``, else
+    ``log.roll.hours``) and ``log_retention_ms`` (``log.retention.ms``, else ``.minutes``,
+    else ``.hours``; any negative result is -1, no limit).
+    """
 
     broker_id: int
     listeners: str
+    #: ``host:port`` clients are told to use; None: derived when the listener is bound
+    #: (see :meth:`advertised_address`).
     advertised_listeners: str | None
     zookeeper_connect: str
     zookeeper_session_timeout_ms: int
@@ -129,16 +313,16 @@ class BrokerConfig:
     socket_request_max_bytes: int
     message_max_bytes: int
     log_segment_bytes: int
-    log_roll_ms: int | None
+    log_roll_ms: int
     log_roll_hours: int
-    log_retention_ms_raw: int | None
+    log_retention_ms: int
     log_retention_minutes: int | None
     log_retention_hours: int
     log_retention_bytes: int
     log_retention_check_interval_ms: int
     log_flush_interval_messages: int | None
     log_flush_interval_ms: int | None
-    log_flush_scheduler_interval_ms: int
+    log_flush_scheduler_interval_ms: int | None
     log_index_interval_bytes: int
     replica_fetch_wait_max_ms: int
     replica_lag_time_max_ms: int
@@ -151,127 +335,224 @@ class BrokerConfig:
     broker_rack: str | None
     controlled_shutdown_enable: bool
 
-    @property
-    def log_retention_ms(self) -> int:
-        """Kafka's precedence: log.retention.ms, then .minutes, then .hours."""
-        if self.log_retention_ms_raw is not None:
-            return self.log_retention_ms_raw
-        if self.log_retention_minutes is not None:
-            return self.log_retention_minutes * 60_000
-        return self.log_retention_hours * 3_600_000
-
-    @property
-    def log_roll_effective_ms(self) -> int:
-        return self.log_roll_ms if self.log_roll_ms is not None else self.log_roll_hours * 3_600_000
-
-    def get(self, key: str) -> Any:
-        if key == "log.retention.ms":
-            return self.log_retention_ms
-        if key not in KEYS:
-            raise ConfigError(_unknown(key))
-        return getattr(self, KEYS[key][0])
+    # -- construction ------------------------------------------------------------------------
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, str]) -> BrokerConfig:
-        for key in values:
-            if key not in KEYS:
-                raise ConfigError(_unknown(key))
-        missing = [k for k in REQUIRED if not str(values.get(k, "")).strip()]
-        if missing:
-            raise ConfigError(f"missing required config key {missing[0]!r}")
-        kwargs: dict[str, Any] = {}
-        for key, (attr, parse, default) in KEYS.items():
-            raw = values.get(key, default)
-            kwargs[attr] = None if raw is None else parse(key, str(raw))
-        return cls(**kwargs)
+    def from_mapping(cls, values: Mapping[str, object]) -> BrokerConfig:
+        """Build from Kafka keys -> text (defaults fill the rest); raises ConfigError."""
+        attrs = parse_keys(BROKER_KEYS, values)
+        if attrs["log_roll_ms"] is None:
+            attrs["log_roll_ms"] = attrs["log_roll_hours"] * HOUR_MS
+        if attrs["log_retention_ms"] is None:
+            minutes = attrs["log_retention_minutes"]
+            attrs["log_retention_ms"] = (minutes * MINUTE_MS if minutes is not None
+                                         else attrs["log_retention_hours"] * HOUR_MS)
+        attrs["log_retention_ms"] = max(-1, attrs["log_retention_ms"])
+        return cls(**attrs)
 
     @classmethod
     def from_sources(cls, file: Path | None, overrides: Mapping[str, str]) -> BrokerConfig:
-        values: dict[str, str] = {}
+        """Defaults, then the properties ``file`` (if any), then ``overrides`` (``--set``)."""
+        values: dict[str, object] = {}
         if file is not None:
             values.update(read_properties(Path(file)))
         values.update(overrides)
         return cls.from_mapping(values)
 
+    # -- access --------------------------------------------------------------------------------
 
-assert {f.name for f in fields(BrokerConfig)} == {a for a, _, _ in KEYS.values()}
+    def get(self, key: str) -> Any:
+        """The value of a Kafka key (``cfg.get("num.partitions")``); ConfigError if unknown."""
+        spec = BROKER_KEYS.get(key)
+        if spec is None:
+            raise ConfigError(unknown_key_message(key, BROKER_KEYS), key)
+        return getattr(self, spec.attr)
+
+    def as_properties(self) -> dict[str, str]:
+        """Every key with its effective value as text (None as ""), e.g. for a startup log line
+        or DescribeConfigs."""
+        return {name: _as_text(getattr(self, spec.attr)) for name, spec in BROKER_KEYS.items()}
+
+    @property
+    def log_roll_effective_ms(self) -> int:
+        """Same as ``log_roll_ms`` (kept for callers that used this name)."""
+        return self.log_roll_ms
+
+    def advertised_address(self, bound_host: str, bound_port: int) -> tuple[str, int]:
+        """The ``(host, port)`` to advertise once the listener is bound to
+        ``bound_host:bound_port``: ``advertised.listeners`` if set; otherwise the bound
+        address, with a wildcard interface (``0.0.0.0``, ``::`` or none) replaced by
+        ``127.0.0.1``. A cluster spanning machines must set ``advertised.listeners``."""
+        if self.advertised_listeners:
+            host, _, port = self.advertised_listeners.rpartition(":")
+            return host, int(port)
+        if bound_host in ("", "0.0.0.0", "::"):
+            bound_host = "127.0.0.1"
+        return bound_host, bound_port
 
 
-def _unknown(key: str) -> str:
-    close = difflib.get_close_matches(key, list(KEYS) + list(TOPIC_CONFIG_KEYS), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"unknown config key {key!r}{hint}"
+assert [f.name for f in fields(BrokerConfig)] == [k.attr for k in BROKER_KEYS.values()]
+
+
+# -- the properties file ---------------------------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """Java-properties style: ``key=value`` (or ``key: value``), ``#``/``!`` comments."""
-    out = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        s = line.strip()
-        if not s or s[0] in "#!":
+    """Read a Java-properties style file (UTF-8); see :func:`parse_properties`."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} not found") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {str(path)!r}: {e.strerror}") from None
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 (byte {e.start})") from None
+    return parse_properties(content, source=str(path))
+
+
+def parse_properties(content: str, source: str = "<properties>") -> dict[str, str]:
+    """Parse Java-properties text.
+
+    ``key=value``, ``key: value`` or ``key value`` lines; ``#`` and ``!`` comments; blank lines;
+    a trailing ``\\`` continues a line; backslash escapes (``\\t \\n \\r \\f \\uXXXX``, and
+    ``\\=``, ``\\:``, ``\\ `` inside keys). A key given twice keeps the last value, as in Java.
+    Raises ConfigError (with ``source:line``) for a line without a key or a bad ``\\u`` escape.
+    """
+    out: dict[str, str] = {}
+    lines = content.splitlines()
+    i = 0
+    while i < len(lines):
+        number = i + 1
+        line = lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
             continue
-        for sep in ("=", ":"):
-            if sep in s:
-                k, v = s.split(sep, 1)
-                out[k.strip()] = v.strip()
-                break
-        else:
-            raise ConfigError(f"{path}:{n}: expected key=value, got {s!r}")
+        # Join continuation lines: an odd number of trailing backslashes continues the line.
+        while _continues(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(" \t\f")
+            i += 1
+        if _continues(line):
+            line = line[:-1]
+        key, value = _split(line)
+        key = _unescape(key, source, number)
+        if not key:
+            raise ConfigError(f"{source}:{number}: expected key=value, got {line!r}")
+        out[key] = _unescape(value, source, number)
     return out
 
 
-# -- topic-level configuration ------------------------------------------------------------------
+def _continues(line: str) -> bool:
+    trailing = len(line) - len(line.rstrip("\\"))
+    return trailing % 2 == 1
 
-def _policy(key: str, raw: str) -> str:
-    if raw.strip() == "delete":
+
+def _split(line: str) -> tuple[str, str]:
+    # The key ends at the first unescaped '=', ':' or whitespace; after it, whitespace and at
+    # most one '=' or ':' separate it from the value.
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c in "=:" or c in " \t\f":
+            break
+        i += 1
+    key, rest = line[:i], line[i:]
+    rest = rest.lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return key, rest
+
+
+def _unescape(s: str, source: str, number: int) -> str:
+    if "\\" not in s:
+        return s
+    out, i, n = [], 0, len(s)
+    while i < n:
+        c = s[i]
+        if c != "\\" or i + 1 >= n:
+            out.append(c)
+            i += 1
+            continue
+        nxt = s[i + 1]
+        if nxt == "u":
+            digits = s[i + 2:i + 6]
+            if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                raise ConfigError(f"{source}:{number}: malformed \\u escape {s[i:i + 6]!r}")
+            out.append(chr(int(digits, 16)))
+            i += 6
+            continue
+        out.append(_ESCAPES.get(nxt, nxt))
+        i += 2
+    return "".join(out)
+
+
+# -- topic-level configuration ---------------------------------------------------------------------
+
+def cleanup_policy(key: str, raw: str) -> str:
+    """Only ``delete``: Sluice does not compact logs."""
+    policies = [p.strip().lower() for p in raw.split(",") if p.strip()]
+    if policies == ["delete"]:
         return "delete"
-    if raw.strip() == "compact":
+    if "compact" in policies:
         raise ConfigError(f"invalid value {raw!r} for {key!r}: log compaction is not supported "
-                          "(only 'delete')")
-    raise ConfigError(f"invalid value {raw!r} for {key!r}: expected 'delete'")
+                          "(only 'delete')", key)
+    raise _bad(key, raw, "'delete'")
 
 
-TOPIC_CONFIG_KEYS: dict[str, Callable[[str, str], Any]] = {
-    "retention.ms": _int(-1),
-    "retention.bytes": _int(-1),
-    "segment.bytes": _int(14),
-    "segment.ms": _int(1),
-    "flush.messages": _int(1),
-    "flush.ms": _int(0),
-    "max.message.bytes": _int(0),
-    "index.interval.bytes": _int(0),
-    "min.insync.replicas": _int(1),
-    "unclean.leader.election.enable": _bool,
-    "cleanup.policy": _policy,
+#: The per-topic keys Sluice accepts (CreateTopics configs, ``--config`` of the admin client),
+#: each with its check.
+TOPIC_CONFIG_KEYS: dict[str, Parser] = {
+    "retention.ms": integer(-1, what="an integer ≥ -1 (-1: no limit)"),
+    "retention.bytes": integer(-1, what="an integer ≥ -1 (-1: no limit)"),
+    "segment.bytes": integer(14, INT_MAX),
+    "segment.ms": integer(1),
+    "flush.messages": integer(1),
+    "flush.ms": integer(0),
+    "max.message.bytes": integer(0, INT_MAX),
+    "min.insync.replicas": integer(1, INT_MAX),
+    "unclean.leader.election.enable": boolean,
+    "cleanup.policy": cleanup_policy,
+    "index.interval.bytes": integer(0, INT_MAX),
 }
 
 
 def validate_topic_config(values: Mapping[str, str | None]) -> dict[str, str]:
-    """Check per-topic overrides; returns them normalised. ConfigError names a bad key."""
-    out = {}
+    """Check per-topic overrides; returns them normalised as text (``True`` -> ``"true"``,
+    ``" 100 "`` -> ``"100"``). Raises ConfigError naming an unknown key, a key without a
+    value, or a bad value."""
+    out: dict[str, str] = {}
     for key, raw in values.items():
         parse = TOPIC_CONFIG_KEYS.get(key)
         if parse is None:
-            close = difflib.get_close_matches(key, list(TOPIC_CONFIG_KEYS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"unknown topic config key {key!r}{hint}")
+            raise ConfigError(unknown_key_message(key, TOPIC_CONFIG_KEYS, "topic config"), key)
         if raw is None:
-            raise ConfigError(f"missing value for topic config {key!r}")
-        v = parse(key, str(raw))
-        out[key] = str(v).lower() if isinstance(v, bool) else str(v)
+            raise ConfigError(f"missing value for topic config key {key!r}", key)
+        out[key] = _as_text(parse(key, _as_text(raw)))
     return out
 
 
 def topic_defaults(cfg: BrokerConfig) -> dict[str, str]:
-    """Broker-level defaults expressed as topic keys."""
+    """The broker-level defaults expressed as topic keys (what a topic without overrides gets);
+    "never" flush settings are Kafka's ``Long.MAX_VALUE``."""
+    def never(v: int | None) -> str:
+        return str(LONG_MAX if v is None else v)
+
     return {
         "retention.ms": str(cfg.log_retention_ms),
         "retention.bytes": str(cfg.log_retention_bytes),
         "segment.bytes": str(cfg.log_segment_bytes),
-        "segment.ms": str(cfg.log_roll_effective_ms),
+        "segment.ms": str(cfg.log_roll_ms),
+        "flush.messages": never(cfg.log_flush_interval_messages),
+        "flush.ms": never(cfg.log_flush_interval_ms),
         "max.message.bytes": str(cfg.message_max_bytes),
-        "index.interval.bytes": str(cfg.log_index_interval_bytes),
         "min.insync.replicas": str(cfg.min_insync_replicas),
-        "unclean.leader.election.enable": str(cfg.unclean_leader_election_enable).lower(),
+        "unclean.leader.election.enable": _as_text(cfg.unclean_leader_election_enable),
         "cleanup.policy": "delete",
+        "index.interval.bytes": str(cfg.log_index_interval_bytes),
     }

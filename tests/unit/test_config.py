@@ -1,0 +1,412 @@
+"""Typed broker configuration: parsing, defaults, precedence, error messages, the properties
+file, and the topic-level keys."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from broker_core.config import (
+    BROKER_KEYS,
+    LONG_MAX,
+    TOPIC_CONFIG_KEYS,
+    BrokerConfig,
+    ConfigError,
+    parse_properties,
+    read_properties,
+    topic_defaults,
+    validate_topic_config,
+)
+
+REQUIRED = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "data"}
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def config(**kafka_keys: str) -> BrokerConfig:
+    """A config from the required keys plus ``kafka_keys`` (underscores stand for dots)."""
+    values = dict(REQUIRED)
+    values.update({k.replace("_", "."): v for k, v in kafka_keys.items()})
+    return BrokerConfig.from_mapping(values)
+
+
+# -- defaults and types --------------------------------------------------------------------------
+
+def test_kafka_defaults():
+    cfg = config()
+    assert cfg.broker_id == 1
+    assert cfg.listeners == "tcp:9092"
+    assert cfg.advertised_listeners is None
+    assert cfg.zookeeper_connect == "127.0.0.1:2181"
+    assert cfg.zookeeper_session_timeout_ms == 18000
+    assert cfg.zookeeper_connection_timeout_ms == 18000
+    assert cfg.log_dirs == "data"
+    assert cfg.metrics_listener is None
+    assert cfg.num_partitions == 1
+    assert cfg.default_replication_factor == 1
+    assert cfg.auto_create_topics_enable is True
+    assert cfg.delete_topic_enable is True
+    assert cfg.socket_request_max_bytes == 104857600
+    assert cfg.message_max_bytes == 1048588
+    assert cfg.log_segment_bytes == 1073741824
+    assert cfg.log_roll_ms == 168 * 3_600_000
+    assert cfg.log_retention_ms == 168 * 3_600_000
+    assert cfg.log_retention_bytes == -1
+    assert cfg.log_retention_check_interval_ms == 300000
+    assert cfg.log_flush_interval_messages is None
+    assert cfg.log_flush_interval_ms is None
+    assert cfg.log_flush_scheduler_interval_ms == 1000
+    assert cfg.log_index_interval_bytes == 4096
+    assert cfg.replica_fetch_wait_max_ms == 500
+    assert cfg.replica_lag_time_max_ms == 30000
+    assert cfg.min_insync_replicas == 1
+    assert cfg.unclean_leader_election_enable is False
+    assert cfg.request_timeout_ms == 30000
+    assert cfg.controller_socket_timeout_ms == 30000
+    assert cfg.fetch_purgatory_purge_interval_requests == 1000
+    assert cfg.producer_purgatory_purge_interval_requests == 1000
+    assert cfg.broker_rack is None
+    assert cfg.controlled_shutdown_enable is True
+
+
+def test_values_are_typed():
+    cfg = config(num_partitions=" 12 ", auto_create_topics_enable="FALSE", broker_rack="r1",
+                 metrics_listener="tcp:9404:interface=127.0.0.1")
+    assert cfg.num_partitions == 12
+    assert cfg.auto_create_topics_enable is False
+    assert cfg.broker_rack == "r1"
+    assert cfg.metrics_listener == "tcp:9404:interface=127.0.0.1"
+
+
+def test_config_is_immutable():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config().num_partitions = 3  # type: ignore[misc]
+
+
+def test_get_by_kafka_name():
+    cfg = config(num_partitions="4", log_retention_minutes="2")
+    assert cfg.get("num.partitions") == 4
+    assert cfg.get("log.retention.ms") == 120_000
+    assert cfg.get("log.retention.minutes") == 2
+    with pytest.raises(ConfigError, match=r"unknown config key 'num.partition' "
+                                          r"\(did you mean 'num.partitions'\?\)"):
+        cfg.get("num.partition")
+
+
+def test_non_text_values_are_accepted():
+    cfg = BrokerConfig.from_mapping({"broker.id": 3, "zookeeper.connect": "zk:2181",
+                                     "log.dirs": "d", "delete.topic.enable": False})
+    assert cfg.broker_id == 3 and cfg.delete_topic_enable is False
+
+
+def test_as_properties_lists_every_key_as_text():
+    props = config(log_retention_hours="1").as_properties()
+    assert set(props) == set(BROKER_KEYS)
+    assert props["log.retention.ms"] == "3600000"
+    assert props["auto.create.topics.enable"] == "true"
+    assert props["broker.rack"] == ""
+
+
+# -- precedence ----------------------------------------------------------------------------------
+
+def test_retention_precedence_ms_over_minutes_over_hours():
+    assert config(log_retention_hours="2").log_retention_ms == 7_200_000
+    assert config(log_retention_hours="2", log_retention_minutes="3").log_retention_ms == 180_000
+    assert config(log_retention_hours="2", log_retention_minutes="3",
+                  log_retention_ms="1234").log_retention_ms == 1234
+
+
+def test_retention_minus_one_means_unlimited_at_any_level():
+    assert config(log_retention_hours="-1").log_retention_ms == -1
+    assert config(log_retention_minutes="-1").log_retention_ms == -1
+    assert config(log_retention_ms="-1").log_retention_ms == -1
+
+
+def test_roll_precedence_ms_over_hours():
+    assert config(log_roll_hours="1").log_roll_ms == 3_600_000
+    assert config(log_roll_hours="1", log_roll_ms="500").log_roll_ms == 500
+    assert config(log_roll_ms="500").log_roll_effective_ms == 500
+
+
+def test_sources_precedence_defaults_file_overrides(tmp_path: Path):
+    f = tmp_path / "broker.properties"
+    f.write_text("broker.id=7\nzookeeper.connect=zk:2181\nlog.dirs=/var/lib/sluice\n"
+                 "num.partitions=3\ndefault.replication.factor=2\n", encoding="utf-8")
+    cfg = BrokerConfig.from_sources(f, {"num.partitions": "8"})
+    assert cfg.broker_id == 7
+    assert cfg.num_partitions == 8  # --set wins over the file
+    assert cfg.default_replication_factor == 2  # the file wins over the default
+    assert cfg.min_insync_replicas == 1  # the default
+
+
+def test_sources_without_a_file():
+    cfg = BrokerConfig.from_sources(None, REQUIRED)
+    assert cfg.broker_id == 1
+
+
+def test_flush_long_max_means_never():
+    cfg = config(log_flush_interval_messages=str(LONG_MAX), log_flush_interval_ms=str(LONG_MAX),
+                 log_flush_scheduler_interval_ms=str(LONG_MAX))
+    assert cfg.log_flush_interval_messages is None
+    assert cfg.log_flush_interval_ms is None
+    assert cfg.log_flush_scheduler_interval_ms is None
+    assert config(log_flush_interval_messages="10000").log_flush_interval_messages == 10000
+
+
+# -- error messages ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key, raw, message", [
+    ("num.partitions", "abc", "invalid value 'abc' for 'num.partitions': expected an integer ≥ 1"),
+    ("num.partitions", "0", "invalid value '0' for 'num.partitions': expected an integer ≥ 1"),
+    ("num.partitions", "1.5", "invalid value '1.5' for 'num.partitions': expected an integer ≥ 1"),
+    ("num.partitions", "", "invalid value '' for 'num.partitions': expected an integer ≥ 1"),
+    ("num.partitions", "1_000",
+     "invalid value '1_000' for 'num.partitions': expected an integer ≥ 1"),
+    ("num.partitions", "3000000000",
+     "invalid value '3000000000' for 'num.partitions': expected an integer ≤ 2147483647"),
+    ("broker.id", "-1", "invalid value '-1' for 'broker.id': expected an integer ≥ 0"),
+    ("log.retention.bytes", "-2",
+     "invalid value '-2' for 'log.retention.bytes': expected an integer ≥ -1 (-1: no limit)"),
+    ("log.segment.bytes", "10",
+     "invalid value '10' for 'log.segment.bytes': expected an integer ≥ 14"),
+    ("default.replication.factor", "40000",
+     "invalid value '40000' for 'default.replication.factor': expected an integer ≤ 32767"),
+    ("log.flush.interval.messages", "0",
+     "invalid value '0' for 'log.flush.interval.messages': expected an integer ≥ 1 "
+     f"(or {LONG_MAX} for never)"),
+    ("auto.create.topics.enable", "yes",
+     "invalid value 'yes' for 'auto.create.topics.enable': expected true or false"),
+    ("listeners", "", "invalid value '' for 'listeners': expected a Twisted server endpoint "
+                      "such as 'tcp:9092'"),
+    ("listeners", "tcp:http", "invalid value 'tcp:http' for 'listeners': expected a port number "
+                              "from 0 to 65535"),
+    ("listeners", "tcp:70000", "invalid value 'tcp:70000' for 'listeners': expected a port "
+                               "number from 0 to 65535"),
+    ("listeners", "SSL://:9093", "invalid value 'SSL://:9093' for 'listeners': expected a "
+                                 "PLAINTEXT:// listener (TLS and SASL are not supported)"),
+    ("listeners", "PLAINTEXT://:9092,PLAINTEXT://:9093",
+     "invalid value 'PLAINTEXT://:9092,PLAINTEXT://:9093' for 'listeners': expected a single "
+     "listener (Sluice serves one plaintext listener)"),
+    ("advertised.listeners", "localhost",
+     "invalid value 'localhost' for 'advertised.listeners': expected host:port with a port "
+     "from 1 to 65535"),
+    ("zookeeper.connect", "zk:21x81",
+     "invalid value 'zk:21x81' for 'zookeeper.connect': expected "
+     "host:port[,host:port...][/chroot]"),
+    ("zookeeper.connect", "zk:2181/",
+     "invalid value 'zk:2181/' for 'zookeeper.connect': expected "
+     "host:port[,host:port...][/chroot] with a chroot like /sluice"),
+    ("log.dirs", "/a,/b", "invalid value '/a,/b' for 'log.dirs': expected one directory "
+                          "(several log directories are not supported)"),
+])
+def test_bad_value_messages(key: str, raw: str, message: str):
+    values = dict(REQUIRED)
+    values[key] = raw
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_mapping(values)
+    assert str(info.value) == message
+    assert info.value.key == key
+
+
+def test_unknown_key_with_and_without_a_suggestion():
+    with pytest.raises(ConfigError) as info:
+        config(**{"log_retention_hour": "1"})
+    assert str(info.value) == ("unknown config key 'log.retention.hour' "
+                               "(did you mean 'log.retention.hours'?)")
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_mapping({**REQUIRED, "xyzzy": "1"})
+    assert str(info.value) == "unknown config key 'xyzzy'"
+
+
+def test_missing_required_keys_are_named():
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_mapping({"broker.id": "1", "log.dirs": "d"})
+    assert str(info.value) == "missing required config key 'zookeeper.connect'"
+    assert info.value.key == "zookeeper.connect"
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_mapping({"zookeeper.connect": "zk:2181", "log.dirs": "  "})
+    assert str(info.value) == "missing required config keys 'broker.id', 'log.dirs'"
+
+
+# -- listeners -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw, endpoint", [
+    ("tcp:9092", "tcp:9092"),
+    ("tcp:0:interface=127.0.0.1", "tcp:0:interface=127.0.0.1"),
+    ("tcp:port=9092:interface=127.0.0.1", "tcp:port=9092:interface=127.0.0.1"),
+    ("tcp6:9092:interface=\\:\\:1", "tcp6:9092:interface=\\:\\:1"),
+    ("unix:/run/sluice.sock", "unix:/run/sluice.sock"),
+    ("PLAINTEXT://:9092", "tcp:9092"),
+    ("PLAINTEXT://127.0.0.1:9093", "tcp:9093:interface=127.0.0.1"),
+    ("plaintext://0.0.0.0:9092", "tcp:9092:interface=0.0.0.0"),
+])
+def test_listener_forms(raw: str, endpoint: str):
+    assert config(listeners=raw).listeners == endpoint
+
+
+def test_advertised_listener_forms_and_derivation():
+    assert config(advertised_listeners="PLAINTEXT://kafka1:9092").advertised_listeners == \
+        "kafka1:9092"
+    explicit = config(advertised_listeners="broker.example:19092")
+    assert explicit.advertised_address("0.0.0.0", 9092) == ("broker.example", 19092)
+    derived = config()
+    assert derived.advertised_address("0.0.0.0", 40123) == ("127.0.0.1", 40123)
+    assert derived.advertised_address("::", 40123) == ("127.0.0.1", 40123)
+    assert derived.advertised_address("10.0.0.5", 9092) == ("10.0.0.5", 9092)
+
+
+def test_zookeeper_connect_forms():
+    for raw in ("zk1:2181,zk2:2181,zk3:2181/sluice", "zk", "[::1]:2181", "127.0.0.1:2181/a/b"):
+        assert config(zookeeper_connect=raw).zookeeper_connect == raw
+
+
+# -- the properties file -------------------------------------------------------------------------
+
+def test_properties_file_format(tmp_path: Path):
+    f = tmp_path / "server.properties"
+    f.write_text(
+        "# Sluice broker 1\n"
+        "\n"
+        "   ! another comment style\n"
+        "broker.id=1\n"
+        "  zookeeper.connect : 127.0.0.1:2181/sluice  \n"
+        "log.dirs /var/lib/sluice/broker-1\n"
+        "listeners=tcp:9092:interface=127.0.0.1\n"
+        "broker.rack=rack\\u00e9\n"
+        "num.partitions=2\n"
+        "num.partitions=3\n",
+        encoding="utf-8")
+    assert read_properties(f) == {
+        "broker.id": "1",
+        "zookeeper.connect": "127.0.0.1:2181/sluice  ",  # trailing blanks kept, as in Java
+        "log.dirs": "/var/lib/sluice/broker-1",
+        "listeners": "tcp:9092:interface=127.0.0.1",  # only the first '=' separates
+        "broker.rack": "racké",
+        "num.partitions": "3",  # the last one wins
+    }
+    cfg = BrokerConfig.from_sources(f, {})
+    assert cfg.num_partitions == 3 and cfg.broker_rack == "racké"
+    assert cfg.zookeeper_connect == "127.0.0.1:2181/sluice"  # values are stripped when parsed
+
+
+def test_properties_continuation_escapes_and_odd_lines():
+    text = (
+        "a.b = one \\\n"
+        "      two\n"
+        "ends.with.backslash=x\\\\\n"
+        "key\\=with\\:seps=v\n"
+        "tabs=\\tx\n"
+        "empty=\n"
+        "lonely\n"
+        "colon:v=1\n"
+        "\r\n"
+        "crlf=yes\r\n"
+    )
+    assert parse_properties(text) == {
+        "a.b": "one two",
+        "ends.with.backslash": "x\\",
+        "key=with:seps": "v",
+        "tabs": "\tx",
+        "empty": "",
+        "lonely": "",
+        "colon": "v=1",
+        "crlf": "yes",
+    }
+
+
+def test_properties_errors_name_the_file_and_line(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"x\.properties:2: malformed \\u escape"):
+        parse_properties("a=1\nb=\\u12G4\n", source="x.properties")
+    with pytest.raises(ConfigError, match=r"x\.properties:1: expected key=value, got '=value'"):
+        parse_properties("=value\n", source="x.properties")
+    missing = tmp_path / "nope.properties"
+    with pytest.raises(ConfigError, match="config file .*nope.properties' not found"):
+        BrokerConfig.from_sources(missing, {})
+    latin = tmp_path / "latin.properties"
+    latin.write_bytes(b"broker.rack=r\xe9\n")
+    with pytest.raises(ConfigError, match="is not UTF-8"):
+        read_properties(latin)
+
+
+def test_unknown_key_in_a_file_is_reported(tmp_path: Path):
+    f = tmp_path / "b.properties"
+    f.write_text("broker.id=1\nzookeeper.connect=zk\nlog.dirs=d\nnum.partitons=2\n")
+    with pytest.raises(ConfigError, match="unknown config key 'num.partitons' "
+                                          r"\(did you mean 'num.partitions'\?\)"):
+        BrokerConfig.from_sources(f, {})
+
+
+# -- topic-level keys ----------------------------------------------------------------------------
+
+def test_validate_topic_config_normalises():
+    assert validate_topic_config({
+        "retention.ms": " 1000 ",
+        "unclean.leader.election.enable": "TRUE",
+        "cleanup.policy": "Delete",
+        "flush.messages": str(LONG_MAX),
+    }) == {
+        "retention.ms": "1000",
+        "unclean.leader.election.enable": "true",
+        "cleanup.policy": "delete",
+        "flush.messages": str(LONG_MAX),
+    }
+    assert validate_topic_config({}) == {}
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"retention.msec": "1"}, "unknown topic config key 'retention.msec' "
+                              "(did you mean 'retention.ms'?)"),
+    ({"log.retention.ms": "1"}, "unknown topic config key 'log.retention.ms' "
+                                "(did you mean 'retention.ms'?)"),
+    ({"segment.bytes": "1"}, "invalid value '1' for 'segment.bytes': expected an integer ≥ 14"),
+    ({"min.insync.replicas": "0"},
+     "invalid value '0' for 'min.insync.replicas': expected an integer ≥ 1"),
+    ({"retention.bytes": "lots"},
+     "invalid value 'lots' for 'retention.bytes': expected an integer ≥ -1 (-1: no limit)"),
+    ({"cleanup.policy": "compact"},
+     "invalid value 'compact' for 'cleanup.policy': log compaction is not supported "
+     "(only 'delete')"),
+    ({"cleanup.policy": "delete,compact"},
+     "invalid value 'delete,compact' for 'cleanup.policy': log compaction is not supported "
+     "(only 'delete')"),
+    ({"cleanup.policy": "shred"},
+     "invalid value 'shred' for 'cleanup.policy': expected 'delete'"),
+    ({"flush.ms": None}, "missing value for topic config key 'flush.ms'"),
+])
+def test_topic_config_errors(values: dict, message: str):
+    with pytest.raises(ConfigError) as info:
+        validate_topic_config(values)
+    assert str(info.value) == message
+    assert info.value.key == next(iter(values))
+
+
+def test_topic_defaults_from_broker_keys():
+    cfg = config(log_retention_minutes="5", log_retention_bytes="1000", log_segment_bytes="2048",
+                 log_roll_hours="2", message_max_bytes="5000", min_insync_replicas="2",
+                 default_replication_factor="3", unclean_leader_election_enable="true",
+                 log_index_interval_bytes="100", log_flush_interval_messages="10")
+    defaults = topic_defaults(cfg)
+    assert set(defaults) == set(TOPIC_CONFIG_KEYS)
+    assert defaults == {
+        "retention.ms": "300000",
+        "retention.bytes": "1000",
+        "segment.bytes": "2048",
+        "segment.ms": "7200000",
+        "flush.messages": "10",
+        "flush.ms": str(LONG_MAX),
+        "max.message.bytes": "5000",
+        "min.insync.replicas": "2",
+        "unclean.leader.election.enable": "true",
+        "cleanup.policy": "delete",
+        "index.interval.bytes": "100",
+    }
+    assert validate_topic_config(defaults) == defaults  # defaults pass the topic checks
+
+
+# -- docs ----------------------------------------------------------------------------------------
+
+def test_every_key_is_documented():
+    docs = DOCS.read_text(encoding="utf-8")
+    missing = [k for k in [*BROKER_KEYS, *TOPIC_CONFIG_KEYS] if f"`{k}`" not in docs]
+    assert missing == []

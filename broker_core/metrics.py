@@ -1,9 +1,14 @@
 """The broker's Prometheus metrics, in one registry per broker (injectable for tests), and the
-``/metrics`` resource.
+``/metrics`` resource that serves them.
 
-Names follow Prometheus practice: the ``sluice_`` prefix, base units (seconds, bytes), ``_total``
-on counters (added by the client library), low-cardinality labels only (api, topic, partition,
-reason; never client or member ids). ``docs/metrics.md`` lists each metric.
+Naming follows Prometheus practice: one ``sluice_`` prefix (``namespace="sluice"``), base units
+(seconds, bytes) as suffixes, ``_total`` on counters (the client library appends it), and only
+low-cardinality labels (api, error, topic, partition, reason, purgatory; never client ids,
+member ids or offsets). ``docs/metrics.md`` lists every metric.
+
+Per-partition gauges are not kept as Gauge children: a custom collector asks a callback for the
+current partitions at scrape time, so a deleted or moved partition disappears from the output
+instead of lingering with its last value.
 """
 
 from __future__ import annotations
@@ -14,104 +19,177 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
-from twisted.web import resource, server
+from prometheus_client.registry import Collector
+from twisted.logger import Logger
+from twisted.web import pages, resource, server
+from twisted.web.server import GzipEncoderFactory
 
-LATENCY_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
+log = Logger(namespace="sluice.metrics")
 
+NAMESPACE = "sluice"
+
+#: Request latency buckets (seconds): fine at the low end, where produce and metadata requests
+#: live (the client's default buckets start at 5 ms), up to 10 s for fetch long polls.
+REQUEST_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
+
+#: fsync and controller-event durations: same shape, same upper bound.
+DURATION_BUCKETS = REQUEST_BUCKETS
+
+#: One row per local partition: (topic, partition, log end offset, bytes on disk, is leader).
 PartitionRow = tuple[str, int, int, int, bool]
 
+ZOOKEEPER_STATES = ("connected", "suspended", "lost")
 
-class _PartitionCollector:
-    """Per-partition gauges read from the replica manager at scrape time, so a deleted partition
-    disappears instead of lingering with its last value."""
+
+class PartitionCollector(Collector):
+    """Collects ``sluice_log_end_offset``, ``sluice_log_size_bytes`` and
+    ``sluice_partitions_led`` from a callback at scrape time.
+
+    Invariant: the output describes exactly the partitions the callback returns at that scrape;
+    if the callback raises, the error is logged and the families are exported empty (a scrape
+    must not fail because of one component).
+    """
 
     def __init__(self) -> None:
         self.source: Callable[[], Iterable[PartitionRow]] = lambda: ()
 
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(f"{NAMESPACE}_log_end_offset",
+                              "Log end offset (next offset to be written) of a local partition",
+                              labels=["topic", "partition"]),
+            GaugeMetricFamily(f"{NAMESPACE}_log_size_bytes",
+                              "Bytes on disk of a local partition's segments",
+                              labels=["topic", "partition"]),
+            GaugeMetricFamily(f"{NAMESPACE}_partitions_led",
+                              "Partitions this broker is the leader of"),
+        )
+
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        leo = GaugeMetricFamily("sluice_log_end_offset", "Log end offset of a local partition",
-                                labels=["topic", "partition"])
-        size = GaugeMetricFamily("sluice_log_size_bytes", "Bytes on disk of a local partition",
-                                 labels=["topic", "partition"])
-        led = GaugeMetricFamily("sluice_partitions_led", "Partitions this broker leads")
-        n = 0
-        for topic, part, end, nbytes, is_leader in self.source():
-            leo.add_metric([topic, str(part)], end)
-            size.add_metric([topic, str(part)], nbytes)
-            n += 1 if is_leader else 0
-        led.add_metric([], n)
+        leo, size, led = self._families()
+        leaders = 0
+        try:
+            for topic, partition, end_offset, size_bytes, is_leader in self.source():
+                labels = [topic, str(partition)]
+                leo.add_metric(labels, end_offset)
+                size.add_metric(labels, size_bytes)
+                leaders += 1 if is_leader else 0
+        except Exception:
+            log.failure("partition metrics source raised; exporting no partition metrics")
+            leo, size, led = self._families()
+        led.add_metric([], leaders)
         return [leo, size, led]
 
-    def describe(self) -> list:
-        return []
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        # Declared up front so the registry rejects a second metric with one of these names.
+        return list(self._families())
 
 
 class BrokerMetrics:
-    """Every metric a broker exports (see ``docs/metrics.md``)."""
+    """Every metric one broker exports, registered in ``registry`` (a fresh one by default).
+
+    Invariant: all metrics live in ``self.registry`` and nowhere else (never in the
+    process-global ``REGISTRY``), so several brokers, or tests, can share a process.
+    Components record through the attributes below; see ``docs/metrics.md`` for each one.
+    """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = r = registry or CollectorRegistry()
-        ns = "sluice"
-        self.requests_total = Counter("requests", "Requests handled, by API", ["api"],
-                                      namespace=ns, registry=r)
+        self.registry = r = registry if registry is not None else CollectorRegistry()
+        ns = NAMESPACE
+
+        # Requests (labels: api name; error name for error responses).
+        self.requests_total = Counter(
+            "requests", "Requests handled, by API", ["api"], namespace=ns, registry=r)
         self.request_errors_total = Counter(
-            "request_errors", "Requests answered with a request-level error", ["api", "error"],
-            namespace=ns, registry=r)
+            "request_errors", "Responses carrying an error code, by API and error name",
+            ["api", "error"], namespace=ns, registry=r)
         self.request_duration_seconds = Histogram(
-            "request_duration_seconds", "Time from request decoded to response ready", ["api"],
-            buckets=LATENCY_BUCKETS, namespace=ns, registry=r)
-        self.bytes_in_total = Counter("bytes_in", "Record bytes appended by producers",
-                                      ["topic"], namespace=ns, registry=r)
-        self.bytes_out_total = Counter("bytes_out", "Record bytes returned to fetchers",
-                                       ["topic"], namespace=ns, registry=r)
-        self.messages_in_total = Counter("messages_in", "Records appended by producers",
-                                         ["topic"], namespace=ns, registry=r)
-        self.connections = Gauge("connections", "Open client connections", namespace=ns,
-                                 registry=r)
-        self.disconnects_total = Counter("disconnects", "Connections closed by the broker",
-                                         ["reason"], namespace=ns, registry=r)
-        self.active_controller = Gauge("active_controller",
-                                       "1 if this broker is the active controller",
-                                       namespace=ns, registry=r)
-        self.controller_epoch = Gauge("controller_epoch", "Epoch of this broker's controllership",
-                                      namespace=ns, registry=r)
-        self.controller_event_queue_size = Gauge("controller_event_queue_size",
-                                                 "Controller events waiting", namespace=ns,
-                                                 registry=r)
+            "request_duration_seconds",
+            "Time from a request being decoded to its response being ready (fetch includes the "
+            "long-poll wait)", ["api"], buckets=REQUEST_BUCKETS, namespace=ns, registry=r)
+
+        # Data in and out.
+        self.bytes_in_total = Counter(
+            "bytes_in", "Record-batch bytes appended on behalf of producers", ["topic"],
+            namespace=ns, registry=r)
+        self.bytes_out_total = Counter(
+            "bytes_out", "Record-batch bytes returned to fetchers", ["topic"],
+            namespace=ns, registry=r)
+        self.messages_in_total = Counter(
+            "messages_in", "Records appended on behalf of producers", ["topic"],
+            namespace=ns, registry=r)
+
+        # Connections.
+        self.connections = Gauge(
+            "connections", "Open client and inter-broker connections", namespace=ns, registry=r)
+        self.disconnects_total = Counter(
+            "disconnects", "Connections closed by the broker, by reason (malformed_frame, "
+            "frame_too_large, unknown_api, ...)", ["reason"], namespace=ns, registry=r)
+
+        # Controller and ZooKeeper.
+        self.active_controller = Gauge(
+            "active_controller", "1 while this broker is the active controller, else 0",
+            namespace=ns, registry=r)
+        self.controller_epoch = Gauge(
+            "controller_epoch", "Controller epoch this broker last won or saw",
+            namespace=ns, registry=r)
+        self.controller_event_queue_size = Gauge(
+            "controller_event_queue_size", "Controller events waiting to be handled",
+            namespace=ns, registry=r)
         self.controller_event_duration_seconds = Histogram(
             "controller_event_duration_seconds", "Time to handle one controller event",
-            buckets=LATENCY_BUCKETS, namespace=ns, registry=r)
+            buckets=DURATION_BUCKETS, namespace=ns, registry=r)
         self.unclean_leader_elections_total = Counter(
-            "unclean_leader_elections", "Leaders elected from outside the ISR (data loss)",
+            "unclean_leader_elections", "Leaders elected from outside the ISR (possible data loss)",
             namespace=ns, registry=r)
         self.zookeeper_session_state = Enum(
-            "zookeeper_session_state", "State of the broker's ZooKeeper session",
-            states=["connected", "suspended", "lost"], namespace=ns, registry=r)
-        self.log_recoveries_total = Counter("log_recoveries",
-                                            "Partitions recovered after an unclean shutdown",
-                                            namespace=ns, registry=r)
-        self.log_truncated_bytes_total = Counter("log_truncated_bytes",
-                                                 "Bytes cut from torn or corrupt log tails",
-                                                 namespace=ns, registry=r)
-        self.flush_duration_seconds = Histogram("flush_duration_seconds",
-                                                "Time of one partition flush (fsync)",
-                                                buckets=LATENCY_BUCKETS, namespace=ns,
-                                                registry=r)
-        self.purgatory_size = Gauge("purgatory_size", "Operations watched in a purgatory",
-                                    ["purgatory"], namespace=ns, registry=r)
-        self.purgatory_delayed = Gauge("purgatory_delayed_operations",
-                                       "Operations waiting in a purgatory", ["purgatory"],
-                                       namespace=ns, registry=r)
-        self._partitions = _PartitionCollector()
-        r.register(self._partitions)
+            "zookeeper_session_state", "State of this broker's ZooKeeper session",
+            states=list(ZOOKEEPER_STATES), namespace=ns, registry=r)
+
+        # Log storage.
+        self.log_recoveries_total = Counter(
+            "log_recoveries", "Partitions recovered after an unclean shutdown",
+            namespace=ns, registry=r)
+        self.log_truncated_bytes_total = Counter(
+            "log_truncated_bytes", "Bytes cut from torn or corrupt log tails during recovery",
+            namespace=ns, registry=r)
+        self.flush_duration_seconds = Histogram(
+            "flush_duration_seconds", "Time of one partition flush (write-out and fsync)",
+            buckets=DURATION_BUCKETS, namespace=ns, registry=r)
+
+        # Purgatories (filled by track_purgatory).
+        self.purgatory_size = Gauge(
+            "purgatory_size", "Watch-list entries in a purgatory, including completed operations "
+            "not purged yet", ["purgatory"], namespace=ns, registry=r)
+        self.purgatory_delayed_operations = Gauge(
+            "purgatory_delayed_operations", "Operations waiting in a purgatory for their "
+            "condition or timeout", ["purgatory"], namespace=ns, registry=r)
+
+        # Per-partition gauges, read at scrape time.
+        self.partitions = PartitionCollector()
+        r.register(self.partitions)
 
     def set_partition_source(self, fn: Callable[[], Iterable[PartitionRow]]) -> None:
-        self._partitions.source = fn
+        """Read per-partition gauges from ``fn()`` at each scrape; it returns
+        ``(topic, partition, log_end_offset, size_bytes, is_leader)`` rows for the partitions
+        this broker hosts now."""
+        self.partitions.source = fn
+
+    def track_purgatory(self, name: str, *, size: Callable[[], float],
+                        delayed: Callable[[], float]) -> None:
+        """Export a purgatory's ``size`` and ``delayed`` counts under ``purgatory=name``; the
+        callables are read at scrape time. A second call with the same name replaces the first."""
+        self.purgatory_size.labels(purgatory=name).set_function(size)
+        self.purgatory_delayed_operations.labels(purgatory=name).set_function(delayed)
 
 
 class MetricsResource(resource.Resource):
-    """Serves the registry in the Prometheus text format (OpenMetrics when asked) on the reactor
-    thread; unlike ``prometheus_client.twisted`` it needs no thread pool and no global reactor."""
+    """Serves a registry in the Prometheus text format, or OpenMetrics when the ``Accept`` header
+    asks for it, on the reactor thread.
+
+    Unlike ``prometheus_client.twisted.MetricsResource`` it needs no thread pool and does not
+    import the global reactor; rendering a few hundred series takes well under a millisecond.
+    """
 
     isLeaf = True
 
@@ -119,14 +197,26 @@ class MetricsResource(resource.Resource):
         super().__init__()
         self.registry = registry
 
-    def render_GET(self, request: Any) -> bytes:  # noqa: N802 (Twisted API)
-        accept = request.getHeader("accept") or ""
-        encoder, content_type = choose_encoder(accept)
-        request.setHeader(b"Content-Type", content_type.encode())
+    def render_GET(self, request: Any) -> bytes:  # noqa: N802 (Twisted's name)
+        accept = request.getHeader(b"accept")
+        encoder, content_type = choose_encoder(accept.decode("latin-1") if accept else "")
+        request.setHeader(b"Content-Type", content_type.encode("ascii"))
         return encoder(self.registry)
 
 
+class _Root(resource.Resource):
+    """``/``: only ``/metrics`` exists; every other path is a plain 404."""
+
+    def getChild(self, path: bytes, request: Any) -> resource.IResource:  # noqa: N802
+        return pages.notFound()
+
+
 def metrics_site(registry: CollectorRegistry) -> server.Site:
-    root = resource.Resource()
-    root.putChild(b"metrics", MetricsResource(registry))
-    return server.Site(root)
+    """A web site serving ``registry`` at ``/metrics`` (gzip when the scraper accepts it);
+    every other path is 404."""
+    root = _Root()
+    root.putChild(b"metrics", resource.EncodingResourceWrapper(
+        MetricsResource(registry), [GzipEncoderFactory()]))
+    site = server.Site(root)
+    site.displayTracebacks = False
+    return site

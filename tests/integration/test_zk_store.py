@@ -1,0 +1,253 @@
+"""The kazoo→Twisted bridge (``broker_core.zk.store.ZooKeeperStore``) against a real ZooKeeper.
+
+What is checked: results arrive as Deferreds with typed errors; a failed multi writes nothing and
+names the operation that failed; watch callbacks and session-state events run on the reactor
+thread; a hung server (SIGSTOP) gives SUSPENDED then CONNECTED; a real session expiry gives LOST,
+drops the session's ephemerals, and the store comes back on a new session with its watches
+re-armed; a broker re-registers after its session expires.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import pytest_twisted
+from kazoo.client import KazooClient
+from twisted.internet import reactor, threads
+from twisted.internet.defer import Deferred
+
+from broker_core.metadata import (
+    BadVersion,
+    Check,
+    ConnectionLost,
+    Create,
+    Delete,
+    MetadataStoreError,
+    NodeExists,
+    NoNode,
+    NotEmpty,
+    SessionState,
+    SetData,
+    TransactionFailed,
+)
+from broker_core.zk import paths
+from broker_core.zk.store import MAX_MULTI_OPS, ZooKeeperStore
+from tests.support.cluster import eventually, free_port, start_brokers, stop_brokers
+from tests.support.zookeeper import ZooKeeperServer
+
+REACTOR_THREAD = threading.current_thread()  # pytest-twisted runs the reactor on this thread
+
+
+@pytest.fixture
+def store(zk_hosts):
+    s = ZooKeeperStore(zk_hosts, reactor=reactor, session_timeout=6.0)
+    pytest_twisted.blockon(Deferred.fromCoroutine(s.start()))
+    yield s
+    pytest_twisted.blockon(Deferred.fromCoroutine(s.stop()))
+
+
+@pytest.fixture
+def private_zookeeper():
+    """A ZooKeeper of this test's own, for tests that pause or expire sessions."""
+    server = ZooKeeperServer(tick_ms=200)
+    server.start()
+    yield server
+    server.stop()
+
+
+def expire_session(hosts: str, session_id: int, password: bytes) -> None:
+    """Expire a live session for real: a second client joins it and closes it (ZooKeeper's own
+    test trick). Blocking; run off the reactor thread."""
+    twin = KazooClient(hosts=hosts, client_id=(session_id, password))
+    twin.start(timeout=15)
+    twin.stop()  # closes the session on the server, for the original client too
+    twin.close()
+
+
+# -- requests ------------------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_crud_returns_values_and_stats(store):
+    await store.create("/a", b"one")
+    data, stat = await store.get("/a")
+    assert data == b"one" and stat.version == 0
+    stat = await store.set("/a", b"two", version=0)
+    assert stat.version == 1
+    assert (await store.get("/a"))[0] == b"two"
+    await store.create("/a/b/c", b"", makepath=True)
+    assert await store.get_children("/a") == ["b"]
+    await store.delete("/a", recursive=True)
+    assert await store.exists("/a") is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_errors_are_typed(store):
+    with pytest.raises(NoNode):
+        await store.get("/missing")
+    await store.create("/x", b"")
+    with pytest.raises(NodeExists):
+        await store.create("/x", b"")
+    with pytest.raises(BadVersion):
+        await store.set("/x", b"v", version=7)
+    await store.create("/x/child", b"")
+    with pytest.raises(NotEmpty):
+        await store.delete("/x")
+    assert (await store.get("/x"))[0] == b""  # nothing changed by the failed calls
+
+
+@pytest_twisted.ensureDeferred
+async def test_failed_multi_writes_nothing_and_names_the_failing_operation(store):
+    await store.create("/epoch", b"1")
+    await store.set("/epoch", b"2")  # version 1
+    ops = [Check("/epoch", 0), Create("/t", b"new"), SetData("/epoch", b"3", 1)]
+    with pytest.raises(TransactionFailed) as info:
+        await store.multi(ops)
+    assert isinstance(info.value.first_error, BadVersion)
+    assert info.value.failed_index == 0
+    assert await store.exists("/t") is None
+    assert (await store.get("/epoch"))[0] == b"2"
+
+    results = await store.multi([Check("/epoch", 1), Create("/t", b"new"), Delete("/epoch", 1)])
+    assert len(results) == 3
+    assert (await store.get("/t"))[0] == b"new" and await store.exists("/epoch") is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_oversized_multi_is_refused_before_reaching_zookeeper(store):
+    with pytest.raises(ValueError, match="exceeds the limit"):
+        await store.multi([Create(f"/n{i}", b"") for i in range(MAX_MULTI_OPS + 1)])
+    assert await store.get_children("/") == []
+
+
+# -- watches -------------------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_data_watch_sees_create_change_delete_on_the_reactor_thread(store):
+    seen: list[tuple[bytes | None, int | None, bool]] = []
+
+    def on_data(data, stat):
+        seen.append((data, stat.version if stat else None,
+                     threading.current_thread() is REACTOR_THREAD))
+
+    watch = store.watch_data("/w", on_data)
+    await eventually(lambda: seen == [(None, None, True)], what="initial absence")
+    await store.create("/w", b"a")
+    await eventually(lambda: seen[-1][0] == b"a", what="created")
+    await store.set("/w", b"b")
+    await eventually(lambda: seen[-1][0] == b"b", what="changed")
+    await store.delete("/w")
+    await eventually(lambda: seen[-1][0] is None and len(seen) >= 4, what="deleted")
+    assert all(on_reactor for _, _, on_reactor in seen)
+    assert [d for d, _, _ in seen] == [None, b"a", b"b", None]
+
+    watch.cancel()
+    await store.create("/w", b"after cancel")
+    await store.get("/w")  # a round trip after the create: a live watch would have fired by now
+    assert seen[-1][0] is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_children_watch_follows_the_child_list(store):
+    seen: list[list[str] | None] = []
+    store.watch_children("/ids", lambda children: seen.append(children))
+    await eventually(lambda: seen == [None], what="absent parent")
+    await store.create("/ids", b"")
+    await store.create("/ids/2", b"", ephemeral=True)
+    await store.create("/ids/1", b"", ephemeral=True)
+    await eventually(lambda: seen and seen[-1] == ["1", "2"], what="both children")
+    await store.delete("/ids/2")
+    await eventually(lambda: seen[-1] == ["1"], what="one child")
+
+
+# -- session states -----------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_hung_server_suspends_then_reconnects(private_zookeeper):
+    store = ZooKeeperStore(private_zookeeper.hosts, reactor=reactor, session_timeout=4.0)
+    await store.start()
+    events: list[tuple[SessionState, bool]] = []
+    store.add_state_listener(
+        lambda s: events.append((s, threading.current_thread() is REACTOR_THREAD)))
+    try:
+        private_zookeeper.pause()
+        try:
+            await eventually(lambda: store.state is SessionState.SUSPENDED, timeout=20,
+                             what="SUSPENDED while the server is stopped")
+        finally:
+            private_zookeeper.resume()
+        await eventually(lambda: store.state is SessionState.CONNECTED, timeout=20,
+                         what="CONNECTED after the server resumes")
+        assert events[0] == (SessionState.SUSPENDED, True)
+        assert events[-1] == (SessionState.CONNECTED, True)
+        await store.create("/after", b"ok")  # usable again
+        assert (await store.get("/after"))[0] == b"ok"
+    finally:
+        await store.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_expired_session_is_lost_then_renewed_with_watches_rearmed(private_zookeeper):
+    store = ZooKeeperStore(private_zookeeper.hosts, reactor=reactor, session_timeout=4.0)
+    await store.start()
+    states: list[SessionState] = []
+    store.add_state_listener(states.append)
+    seen: list[bytes | None] = []
+    try:
+        await store.create("/data", b"v0")
+        store.watch_data("/data", lambda data, stat: seen.append(data))
+        await eventually(lambda: seen == [b"v0"], what="watch armed")
+        await store.create("/mine", b"", ephemeral=True)
+        old_session = store.session_id
+
+        await threads.deferToThread(expire_session, private_zookeeper.hosts,
+                                    *store._client.client_id)
+        await eventually(lambda: SessionState.LOST in states, timeout=20, what="LOST")
+        await eventually(lambda: store.state is SessionState.CONNECTED, timeout=20,
+                         what="a new session")
+        assert store.session_id != old_session
+        assert await store.exists("/mine") is None  # the old session's ephemeral is gone
+
+        # ZooKeeper forgot the old session's watches; the store re-armed ours on the new one.
+        await store.set("/data", b"v1")
+        await eventually(lambda: seen[-1] == b"v1", what="re-armed watch fires")
+    finally:
+        await store.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_unreachable_zookeeper_fails_start_with_a_clear_error():
+    store = ZooKeeperStore(f"127.0.0.1:{free_port()}", reactor=reactor, connect_timeout=1.0)
+    with pytest.raises(ConnectionLost, match="could not reach ZooKeeper"):
+        await store.start()
+    # A failed start leaves no thread behind (the test session checks for leftover threads too).
+    assert not [t for t in threading.enumerate() if t.name.startswith("PoolThread-sluice-zookeeper")
+                and t.is_alive()]
+
+
+@pytest_twisted.ensureDeferred
+async def test_broker_re_registers_after_its_session_expires(zk_hosts, tmp_path):
+    (broker,) = await start_brokers(zk_hosts, tmp_path, 1)
+    try:
+        await eventually(lambda: broker.controller.active, what="controller")
+        data, stat = await broker.store.get(paths.broker(1))
+        old_owner = stat.ephemeral_owner
+        hosts = zk_hosts.split("/", 1)[0]
+        await threads.deferToThread(expire_session, hosts, *broker.store._client.client_id)
+
+        async def registered_again():
+            try:
+                _, st = await broker.store.get(paths.broker(1))
+            except MetadataStoreError:  # NoNode, or the old session's errors while it ends
+                return False
+            return st.ephemeral_owner not in (0, old_owner)
+
+        await eventually(lambda: Deferred.fromCoroutine(registered_again()), timeout=30,
+                         what="/brokers/ids/1 re-created by the new session")
+        await eventually(lambda: broker.controller.active, timeout=30,
+                         what="controller re-elected")
+    finally:
+        await stop_brokers([broker])

@@ -262,3 +262,47 @@ class _NoStop:
 
     def __getattr__(self, name):
         return getattr(self._r, name)
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """GET /metrics (blocking; run off the reactor) into {'name{labels}': value}."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+@pytest_twisted.ensureDeferred
+async def test_metrics_endpoint_reports_a_live_broker(zk_hosts, tmp_path):
+    from twisted.internet import threads
+
+    (broker,) = await start_brokers(zk_hosts, tmp_path, 1,
+                                    metrics_listener="tcp:0:interface=127.0.0.1")
+    try:
+        await eventually(lambda: broker.controller.active, what="controller")
+        await create(broker, "metered", partitions=2)
+        await eventually(lambda: led([broker], "metered", 1), what="leader")
+        batch = build_batch([Record(None, b"x" * 100, [], 1000 + i) for i in range(10)])
+        resp = await call(broker, ApiKey.PRODUCE, 8, {"acks": 1, "timeout_ms": 5000, "topic_data": [
+            {"name": "metered", "partition_data": [{"index": 1, "records": batch}]}]})
+        assert resp.responses[0].partition_responses[0].error_code == 0
+
+        port = broker.metrics_port.getHost().port
+        m = await threads.deferToThread(_scrape, port)
+        assert m['sluice_requests_total{api="PRODUCE"}'] >= 1
+        assert m['sluice_request_duration_seconds_count{api="PRODUCE"}'] >= 1
+        assert m['sluice_bytes_in_total{topic="metered"}'] == len(batch)
+        assert m['sluice_log_end_offset{partition="1",topic="metered"}'] == 10
+        assert m['sluice_log_end_offset{partition="0",topic="metered"}'] == 0
+        assert m['sluice_log_size_bytes{partition="1",topic="metered"}'] >= len(batch)
+        assert m["sluice_partitions_led"] == 2
+        assert m["sluice_active_controller"] == 1
+        assert m['sluice_zookeeper_session_state{sluice_zookeeper_session_state="connected"}'] == 1
+    finally:
+        await stop_brokers([broker])

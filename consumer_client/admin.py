@@ -25,12 +25,17 @@ from consumer_client.connection import bootstrap
 class AdminError(Exception):
     """An operation failed; the message names the Kafka error and says why."""
 
-    def __init__(self, code: int, message: str) -> None:
-        try:
-            name = ErrorCode(code).name
-        except ValueError:
-            name = str(code)
-        super().__init__(f"{name}: {message}" if message else name)
+    def __init__(self, code: int | None, message: str) -> None:
+        """``code`` is a Kafka error code, or None for a failure outside the protocol (such as
+        an unreachable ZooKeeper): then the message stands alone."""
+        if code is None:
+            super().__init__(message)
+        else:
+            try:
+                name = ErrorCode(code).name
+            except ValueError:
+                name = str(code)
+            super().__init__(f"{name}: {message}" if message else name)
         self.code = code
 
 
@@ -38,13 +43,18 @@ def _run_on_store(zookeeper: str, fn: Callable[[Any], Any]) -> Any:
     """Run ``await fn(store)`` against a fresh ZooKeeperStore on a private reactor."""
     from twisted.internet import defer, task
 
+    from broker_core.metadata import ConnectionLost
     from broker_core.zk.store import ZooKeeperStore
 
     box: dict[str, Any] = {}
 
     async def main(reactor: Any) -> None:
         store = ZooKeeperStore(zookeeper, reactor=reactor, connect_timeout=10.0)
-        await store.start()
+        try:
+            await store.start()
+        except ConnectionLost as e:
+            box["error"] = AdminError(None, str(e))
+            return
         try:
             box["result"] = await fn(store)
         except BaseException as e:  # handed to the caller after the reactor stops

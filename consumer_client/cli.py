@@ -11,6 +11,7 @@ to stderr as one line: exit code 1 for a failed operation, 2 for bad usage.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -125,6 +126,10 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # kazoo logs every failed connection attempt through the logging module; a one-shot command
+    # reports the outcome itself, as one line.
+    logging.getLogger("kazoo").addHandler(logging.NullHandler())
+    logging.getLogger("kazoo").propagate = False
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -4,7 +4,7 @@
 The ranges let kcat/librdkafka 2.x, confluent-kafka 2.x and kafka-python 2.x/3.x negotiate a
 version they speak, and stop below versions that name topics only by id (Fetch 13+, DeleteTopics
 6+), since Sluice keeps no topic ids. The inter-broker APIs are served at exactly the version
-Sluice brokers send. ``docs/protocol.md`` explains each choice.
+Sluice brokers send (AlterPartition at both v0 and v1). ``docs/protocol.md`` explains each choice.
 
 The entry points work on frames *without* the 4-byte size prefix (see
 :mod:`broker_core.wire.framing`) and return/accept chunk lists, so large record data is never
@@ -37,11 +37,13 @@ from broker_core.wire.header import (
     write_response_header,
 )
 from broker_core.wire.messages import (
+    alter_partition,
     api_versions,
     controlled_shutdown,
     create_partitions,
     create_topics,
     delete_topics,
+    describe_configs,
     fetch,
     leader_and_isr,
     list_offsets,
@@ -208,8 +210,10 @@ for _key, _module in [
     (ApiKey.API_VERSIONS, api_versions),
     (ApiKey.CREATE_TOPICS, create_topics),
     (ApiKey.DELETE_TOPICS, delete_topics),
+    (ApiKey.DESCRIBE_CONFIGS, describe_configs),
     (ApiKey.OFFSET_FOR_LEADER_EPOCH, offset_for_leader_epoch),
     (ApiKey.CREATE_PARTITIONS, create_partitions),
+    (ApiKey.ALTER_PARTITION, alter_partition),
 ]:
     register(spec_from_module(_key, _module))
 del _key, _module

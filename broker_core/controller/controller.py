@@ -19,13 +19,21 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch
-from broker_core.controller.election import Election, init_leader, offline_leader, shrink_isr
+from broker_core.controller.election import (
+    Election,
+    init_leader,
+    judge_isr_change,
+    next_leader_epoch,
+    offline_leader,
+    shrink_isr,
+)
 from broker_core.metadata import (
     BadVersion,
     Check,
@@ -42,6 +50,14 @@ from broker_core.rpc import BrokerChannel
 from broker_core.zk import paths
 
 TopicPartition = tuple[str, int]
+#: One partition of an AlterIsr request: (topic, partition, leader_epoch, new_isr,
+#: partition_epoch), the last being the leaderAndISR znode version the leader holds.
+AlterIsrItem = tuple[str, int, int, tuple[int, ...], int]
+#: A top-level error name (or None) and, per partition, an error name or the state now in force.
+AlterIsrResult = tuple[str | None, dict[TopicPartition, tuple[str | None, PartitionDecision | None]]]
+
+#: Rounds of "write, and on a version conflict re-read and judge again" for one AlterIsr request.
+ALTER_ISR_ROUNDS = 3
 
 #: ZooKeeper caps a whole multi at jute.maxbuffer (~1 MB); our ops are small, so 500 ops per multi
 #: stays far below it (python-zk/kazoo#630: ~3,200 creates already failed).
@@ -84,6 +100,8 @@ class Controller:
         self._watches: list[Any] = []
         self._controller_watch: Any = None
         self._started = False
+        # AlterIsr callers waiting for their event; answered NOT_CONTROLLER if we resign first.
+        self._alter_waiters: set[defer.Deferred] = set()
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -184,6 +202,7 @@ class Controller:
             self.log.warn("ZooKeeper session lost: controller resigns")
             self._suspended = False
             self._events.clear()
+            self._answer_waiters_not_controller()  # their events were just dropped
             self._enqueue("resign", self._resign)
         elif state is SessionState.CONNECTED:
             self._suspended = False
@@ -236,6 +255,7 @@ class Controller:
         self.log.info("broker {b} resigns as controller (epoch {e})", b=self.broker_id,
                       e=self.epoch)
         self.active = False
+        self._answer_waiters_not_controller()
         for w in self._watches:
             w.cancel()
         self._watches.clear()
@@ -415,8 +435,7 @@ class Controller:
                 cur = self.states.get(tp)
                 if cur is None:
                     continue
-                epoch = cur.leader_epoch + 1 if el.leader != cur.leader or el.leader == -1 \
-                    else cur.leader_epoch
+                epoch = next_leader_epoch(cur.leader, cur.leader_epoch, el)
                 d = PartitionDecision(el.leader, epoch, el.isr, cur.replicas,
                                       cur.zk_version + 1, self.epoch)
                 new[tp] = d
@@ -465,9 +484,11 @@ class Controller:
         # last event: after a failover the new controller never saw the old live set.
         for tp, d in self.states.items():
             if d.leader in bounced:
-                # Seed 003: a broker that came back with a new session starts a new leader
-                # generation even if it keeps leading.
-                changes[tp] = Election(d.leader, d.isr)
+                # Seed 003: a broker whose registration czxid changed came back with a new
+                # session (a restart we never saw as a death); it keeps leading, but in a new
+                # leader generation, written in the same fenced multi as the other decisions.
+                changes[tp] = Election(d.leader, shrink_isr(d.isr, set(d.isr) - set(now)),
+                                       new_generation=True)
             elif d.leader != -1 and d.leader not in now:
                 el = offline_leader(d.replicas, d.isr, now,
                                     unclean_allowed=self.unclean_leader_election(tp[0]))
@@ -529,6 +550,139 @@ class Controller:
             batch.update_metadata(self.live, tp, d)
         if send:
             self._send(batch)
+
+    # -- ISR changes from leaders (seed 004, AlterIsr) --------------------------------------------
+
+    async def alter_isr(self, broker_id: int, broker_epoch: int, items: Sequence[AlterIsrItem]
+                        ) -> AlterIsrResult:
+        """Seed 004: leader ``broker_id`` asks to change the ISR of the partitions in ``items``.
+
+        Returns a top-level error name (NOT_CONTROLLER, STALE_BROKER_EPOCH: ``broker_epoch`` is
+        not the czxid we hold for that broker's registration) and no partitions, or ``None`` and
+        per partition an error name (see :func:`~broker_core.controller.election.judge_isr_change`)
+        or the state now in force: the leader epoch is unchanged and ``zk_version`` is the
+        partition epoch the leader must name next time.
+
+        The change runs as an event on the controller's queue, so it is ordered with broker and
+        topic changes and judged against the state they left. Accepted changes are written in
+        fenced multis, conditional on each znode's version; then UpdateMetadata goes to every
+        live broker and LeaderAndIsr to the partition's live replicas.
+        """
+        if not self.active:
+            return "NOT_CONTROLLER", {}
+        done: defer.Deferred = defer.Deferred()
+        self._alter_waiters.add(done)
+
+        async def event() -> None:
+            if done.called:  # answered NOT_CONTROLLER when we resigned
+                return
+            try:
+                result = await self._apply_isr_changes(broker_id, broker_epoch, items)
+            except NotController:
+                self._answer(done, ("NOT_CONTROLLER", {}))
+                raise  # the event loop resigns
+            except Exception:
+                self.log.failure("AlterIsr from broker {b} failed", b=broker_id)
+                result = ("UNKNOWN_SERVER_ERROR", {})
+            self._answer(done, result)
+
+        self._enqueue("alter_isr", event)
+        return await done
+
+    def _answer(self, waiter: defer.Deferred, result: AlterIsrResult) -> None:
+        self._alter_waiters.discard(waiter)
+        if not waiter.called:
+            waiter.callback(result)
+
+    def _answer_waiters_not_controller(self) -> None:
+        for waiter in list(self._alter_waiters):
+            self._answer(waiter, ("NOT_CONTROLLER", {}))
+
+    async def _apply_isr_changes(self, broker_id: int, broker_epoch: int,
+                                 items: Sequence[AlterIsrItem]) -> AlterIsrResult:
+        if not self.active:
+            return "NOT_CONTROLLER", {}
+        registered = self.live.get(broker_id)
+        if registered is None or registered.epoch != broker_epoch:
+            # A dead broker, or a request from a previous incarnation of it (KIP-380).
+            return "STALE_BROKER_EPOCH", {}
+        results: dict[TopicPartition, tuple[str | None, PartitionDecision | None]] = {}
+        pending: dict[TopicPartition, tuple[int, tuple[int, ...], int]] = {}
+        for topic, index, leader_epoch, new_isr, partition_epoch in items:
+            tp = (topic, index)
+            if tp in pending or tp in results:
+                # Two answers for one partition cannot both hold: refuse both.
+                pending.pop(tp, None)
+                results[tp] = ("INVALID_REQUEST", None)
+                continue
+            pending[tp] = (leader_epoch, tuple(new_isr), partition_epoch)
+        written: dict[TopicPartition, PartitionDecision] = {}
+        refreshed: set[TopicPartition] = set()
+        for _ in range(ALTER_ISR_ROUNDS):
+            ops: list[Any] = []
+            new: dict[TopicPartition, PartitionDecision] = {}
+            for tp, (leader_epoch, new_isr, partition_epoch) in pending.items():
+                cur = self.states.get(tp)
+                verdict = judge_isr_change(broker_id, leader_epoch, partition_epoch, new_isr,
+                                           cur, self.live)
+                if verdict.error is not None or cur is None:
+                    results[tp] = (verdict.error, None)
+                elif not verdict.write:
+                    results[tp] = (None, cur)
+                else:
+                    # Only the ISR and the znode version move: an ISR change is no new leader
+                    # generation (seed 004).
+                    d = replace(cur, isr=new_isr, zk_version=cur.zk_version + 1,
+                                controller_epoch=self.epoch)
+                    new[tp] = d
+                    ops.append(SetData(paths.leader_and_isr(*tp), self._state_value(d),
+                                       cur.zk_version))
+            if not ops:
+                pending = {}
+                break
+            try:
+                await self._fenced(ops)  # chunked under the multi limit, each chunk fenced
+            except TransactionFailed:
+                # A znode is not at the version we hold (or vanished). One multi is all or
+                # nothing, but chunks before the failing one committed: re-read every partition
+                # of this round and judge them again. A partition that moved answers
+                # INVALID_UPDATE_VERSION, or succeeds if what it holds is what was asked.
+                fresh = await _gather([self._read_state(tp) for tp in new])
+                for tp, st in zip(list(new), fresh, strict=True):
+                    if st is None:
+                        self.states.pop(tp, None)
+                    else:
+                        self.states[tp] = st
+                        refreshed.add(tp)
+                pending = {tp: pending[tp] for tp in new}
+                continue
+            for tp, d in new.items():
+                self.states[tp] = d
+                written[tp] = d
+                results[tp] = (None, d)
+            pending = {}
+            break
+        for tp in pending:  # still conflicting after every round
+            results[tp] = ("INVALID_UPDATE_VERSION", None)
+        if written or refreshed:
+            self.log.info("ISR change from broker {b}: {n} partitions written{extra}",
+                          b=broker_id, n=len(written),
+                          extra=f", {len(refreshed)} re-read after a conflict" if refreshed else "")
+        batch = self._new_batch()
+        for tp in sorted(written.keys() | refreshed):
+            d = self.states.get(tp)
+            if d is None:
+                continue
+            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
+            batch.update_metadata(self.live, tp, d)
+        # A leader that named an old znode version missed a decision (a lost LeaderAndIsr, or one
+        # still on its way): tell it the state again so it stops asking from a stale base.
+        for tp, (error, _) in results.items():
+            d = self.states.get(tp)
+            if error == "INVALID_UPDATE_VERSION" and d is not None and d.leader == broker_id:
+                batch.leader_and_isr([broker_id], tp, d)
+        self._send(batch)
+        return None, results
 
     # -- topics (seed 000 B) ---------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Leader election rules as pure functions (Kafka's ``PartitionLeaderElectionAlgorithms``).
+"""Leader election rules as pure functions (Kafka's ``PartitionLeaderElectionAlgorithms``), and
+the controller's judgement of a leader's ISR change request (seed 004, AlterIsr).
 
 They take the assignment (AR, preferred replica first), the ISR and the live brokers and return a
 decision; the controller writes it to ZooKeeper and sends it to the brokers. Table-tested without
@@ -9,18 +10,35 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 NO_LEADER = -1
 
 
 @dataclass(frozen=True, slots=True)
 class Election:
-    """Outcome of an election: the new leader (-1: offline), the new ISR, and whether a replica
-    outside the ISR was chosen (an *unclean* election: committed messages may be lost)."""
+    """Outcome of an election: the new leader (-1: offline), the new ISR, whether a replica
+    outside the ISR was chosen (an *unclean* election: committed messages may be lost), and
+    whether a leader that keeps its place must still start a new leader epoch (seed 003: it
+    re-registered, so it may have lost its in-memory state; ``new_generation``)."""
 
     leader: int
     isr: tuple[int, ...]
     unclean: bool = False
+    new_generation: bool = False
+
+
+def next_leader_epoch(leader: int, leader_epoch: int, election: Election) -> int:
+    """The leader epoch to write for ``election`` over a partition now led by ``leader`` at
+    ``leader_epoch``.
+
+    Invariant: the epoch goes up by exactly one whenever leadership changes hands, the partition
+    goes (or stays) offline, or the same leader starts a new generation (seed 003, a returning
+    leader); an ISR-only change keeps it, so the leader's epoch in the log does not move.
+    """
+    if election.leader != leader or election.leader == NO_LEADER or election.new_generation:
+        return leader_epoch + 1
+    return leader_epoch
 
 
 def init_leader(assignment: Sequence[int], live: Collection[int]) -> Election:
@@ -62,3 +80,72 @@ def shrink_isr(isr: Sequence[int], dead: Collection[int]) -> tuple[int, ...]:
     """The ISR without dead brokers (the leader stays; seed 000 A: "all brokers in the current ISR
     that are alive")."""
     return tuple(b for b in isr if b not in dead)
+
+
+class PartitionView(Protocol):
+    """What the ISR-change judgement reads of the controller's state of a partition (a
+    ``PartitionDecision`` fits)."""
+
+    @property
+    def leader(self) -> int: ...
+
+    @property
+    def leader_epoch(self) -> int: ...
+
+    @property
+    def isr(self) -> tuple[int, ...]: ...
+
+    @property
+    def replicas(self) -> tuple[int, ...]: ...
+
+    @property
+    def zk_version(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class IsrVerdict:
+    """The controller's answer to one partition of an AlterIsr request: ``error`` (an
+    :class:`~broker_core.wire.errors.ErrorCode` name) refuses it; otherwise ``write`` says whether
+    ZooKeeper must change (False: the partition already has that ISR, e.g. a retried request whose
+    first answer was lost, and the current state is the answer)."""
+
+    error: str | None = None
+    write: bool = False
+
+
+def judge_isr_change(
+    requester: int,
+    leader_epoch: int,
+    partition_epoch: int,
+    new_isr: Sequence[int],
+    current: PartitionView | None,
+    live: Collection[int],
+) -> IsrVerdict:
+    """Seed 004 / KIP-497: may broker ``requester`` replace the partition's ISR with ``new_isr``?
+
+    Checked in Kafka's order, so the most telling error wins: the partition must exist, the
+    requester must be its current leader, at the controller's leader epoch (else
+    FENCED_LEADER_EPOCH: it missed a LeaderAndIsr). A request for the ISR the partition already
+    has succeeds without a write (idempotent, before the version check, as Kafka does). Otherwise
+    ``partition_epoch`` must be the znode version the controller holds (INVALID_UPDATE_VERSION: a
+    change happened that the leader has not heard of yet), and the new ISR must be a set of
+    replicas that includes the leader (INVALID_REQUEST) and adds only live brokers
+    (INELIGIBLE_REPLICA: a dead broker cannot be in sync). Dropping a dead member is allowed.
+    """
+    if current is None:
+        return IsrVerdict("UNKNOWN_TOPIC_OR_PARTITION")
+    if requester != current.leader:
+        return IsrVerdict("NOT_LEADER_OR_FOLLOWER")
+    if leader_epoch != current.leader_epoch:
+        return IsrVerdict("FENCED_LEADER_EPOCH")
+    wanted = set(new_isr)
+    if len(wanted) == len(new_isr) and wanted == set(current.isr):
+        return IsrVerdict(None, write=False)
+    if partition_epoch != current.zk_version:
+        return IsrVerdict("INVALID_UPDATE_VERSION")
+    if (len(wanted) != len(new_isr) or current.leader not in wanted
+            or not wanted <= set(current.replicas)):
+        return IsrVerdict("INVALID_REQUEST")
+    if any(b not in live for b in wanted - set(current.isr)):
+        return IsrVerdict("INELIGIBLE_REPLICA")
+    return IsrVerdict(None, write=True)

@@ -18,8 +18,9 @@ from broker_core.topic_admin import (
 )
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
+from broker_core.wire.messages.describe_configs import ConfigSource, ResourceType
 from broker_core.zk import paths
-from consumer_client.connection import bootstrap
+from consumer_client.connection import BrokerConnection, UnsupportedVersionError, bootstrap
 
 
 class AdminError(Exception):
@@ -140,17 +141,28 @@ class AdminClient:
         return sorted(t.name for t in self._metadata(None).topics if t.error_code == 0)
 
     def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        """Partitions and config overrides of ``names`` (default: every topic).
+
+        Both modes report the same ``config``: the topic's overrides only (what
+        ``/config/topics/[topic]`` holds), not the broker defaults. Bootstrap mode gets them with
+        DescribeConfigs (the entries whose source is ``DYNAMIC_TOPIC_CONFIG``); a broker that
+        does not serve DescribeConfigs yields empty configs rather than an error.
+        """
         if self.zookeeper:
             return self._zk(lambda s: topic_admin.describe_topics(s, names))
-        md = self._metadata(list(names) if names else None)
+        with self._conn() as c:
+            md = self._metadata_on(c, list(names) if names else None)
+            topics = sorted(md.topics, key=lambda t: t.name)
+            for t in topics:
+                if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise AdminError(t.error_code, f"topic {t.name!r} does not exist")
+            overrides = _topic_overrides(c, [t.name for t in topics])
         out = []
-        for t in sorted(md.topics, key=lambda t: t.name):
-            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                raise AdminError(t.error_code, f"topic {t.name!r} does not exist")
+        for t in topics:
             parts = [PartitionDescription(p.partition_index, list(p.replica_nodes), p.leader_id,
                                           p.leader_epoch, list(p.isr_nodes))
                      for p in sorted(t.partitions, key=lambda p: p.partition_index)]
-            out.append(TopicDescription(t.name, parts, {}))
+            out.append(TopicDescription(t.name, parts, overrides.get(t.name, {})))
         return out
 
     def describe_cluster(self) -> ClusterDescription:
@@ -165,6 +177,36 @@ class AdminClient:
 
     def _metadata(self, names: list[str] | None) -> Any:
         with self._conn() as c:
-            topics = None if names is None else [{"name": n} for n in names]
-            return c.request(ApiKey.METADATA, {"topics": topics,
-                                               "allow_auto_topic_creation": False})
+            return self._metadata_on(c, names)
+
+    @staticmethod
+    def _metadata_on(conn: BrokerConnection, names: list[str] | None) -> Any:
+        topics = None if names is None else [{"name": n} for n in names]
+        return conn.request(ApiKey.METADATA, {"topics": topics, "allow_auto_topic_creation": False})
+
+
+def _topic_overrides(conn: BrokerConnection, names: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Topic -> its config overrides, from one DescribeConfigs request on ``conn``.
+
+    Only entries whose source is ``DYNAMIC_TOPIC_CONFIG`` are overrides (the broker also reports
+    every default). Empty for every topic when the broker does not serve DescribeConfigs; an
+    error for one topic (e.g. deleted since the Metadata request) raises :class:`AdminError`.
+    """
+    if not names:
+        return {}
+    try:
+        conn.version_of(ApiKey.DESCRIBE_CONFIGS)
+    except UnsupportedVersionError:
+        return {}
+    resp = conn.request(ApiKey.DESCRIBE_CONFIGS, {
+        "resources": [{"resource_type": int(ResourceType.TOPIC), "resource_name": n,
+                       "configuration_keys": None} for n in names],
+        "include_synonyms": False})
+    out: dict[str, dict[str, str]] = {}
+    for r in resp.results:
+        if r.error_code:
+            raise AdminError(r.error_code, r.error_message or f"topic {r.resource_name!r}")
+        out[r.resource_name] = {c.name: c.value for c in r.configs
+                                if c.config_source == ConfigSource.DYNAMIC_TOPIC_CONFIG
+                                and c.value is not None}
+    return out

@@ -215,14 +215,7 @@ def test_create_stores_config_override(conn, cluster):
     assert d["configs"] == {"retention.ms": "60000"}
 
 
-@pytest.mark.parametrize("mode", [
-    pytest.param("bootstrap", marks=pytest.mark.xfail(strict=True, reason=(
-        "AdminClient.describe_topics in bootstrap mode builds every TopicDescription with "
-        "config={} from Metadata alone (it never asks for DescribeConfigs), so "
-        "`sluice topics describe --bootstrap-server` prints an empty 'Configs:' even for a "
-        "topic with overrides"))),
-    "zookeeper",
-])
+@pytest.mark.parametrize("mode", ["bootstrap", "zookeeper"])
 def test_describe_shows_config_override(mode, cluster):
     conn = (["--bootstrap-server", cluster.bootstrap] if mode == "bootstrap"
             else ["--zookeeper", cluster.zk_hosts])

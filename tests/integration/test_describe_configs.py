@@ -1,0 +1,237 @@
+"""DescribeConfigs against a real ZooKeeper: ``broker_core.server.describe_configs`` reads topic
+overrides from ``/config/topics/[topic]`` and reports every topic key with its effective value and
+source, this broker's own keys for a BROKER resource, and a per-resource error (with a message)
+for an unknown topic, a bad name, another broker or an unsupported resource type. The last test
+runs confluent-kafka's AdminClient against a real in-process broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor, threads
+from twisted.internet.defer import Deferred
+
+from broker_core import topic_admin
+from broker_core.config import BROKER_KEYS, TOPIC_CONFIG_KEYS, topic_defaults
+from broker_core.server.describe_configs import describe_configs
+from broker_core.wire.errors import ErrorCode
+from broker_core.wire.messages import describe_configs as dc
+from broker_core.zk import paths
+from broker_core.zk.store import ZooKeeperStore
+from tests.support.cluster import broker_config, eventually, start_brokers, stop_brokers
+
+TOPIC = dc.ResourceType.TOPIC
+BROKER = dc.ResourceType.BROKER
+DYNAMIC = dc.ConfigSource.DYNAMIC_TOPIC_CONFIG
+STATIC = dc.ConfigSource.STATIC_BROKER_CONFIG
+DEFAULT = dc.ConfigSource.DEFAULT_CONFIG
+BROKER_ID = 1
+
+
+@pytest.fixture
+def store(zk_hosts):
+    s = ZooKeeperStore(zk_hosts, reactor=reactor, session_timeout=6.0)
+    pytest_twisted.blockon(Deferred.fromCoroutine(s.start()))
+    yield s
+    pytest_twisted.blockon(Deferred.fromCoroutine(s.stop()))
+
+
+@pytest.fixture
+def cfg(zk_hosts, tmp_path):
+    return broker_config(BROKER_ID, zk_hosts, tmp_path / "logs")
+
+
+async def _with_topic(store: Any, name: str, config: dict[str, str] | None = None) -> None:
+    """Create ``name`` the way the brokers do, with one (fake) live broker to assign it to."""
+    for path in paths.PERSISTENT_PATHS:
+        await store.ensure_path(path)
+    if await store.exists(paths.broker(BROKER_ID)) is None:
+        await store.create(paths.broker(BROKER_ID),
+                           paths.BrokerRegistration(BROKER_ID, "127.0.0.1", 9092).to_bytes())
+    await topic_admin.create_topic(store, name, 1, 1, config or {})
+
+
+def _request(*resources: tuple[int, str, list[str] | None], include_synonyms: bool = False,
+             ) -> Any:
+    return dc.REQUEST.build({
+        "resources": [{"resource_type": t, "resource_name": n, "configuration_keys": k}
+                      for t, n, k in resources],
+        "include_synonyms": include_synonyms})
+
+
+async def _describe(store: Any, cfg: Any, *resources: tuple[int, str, list[str] | None],
+                    version: int = 4, include_synonyms: bool = False) -> list[dict]:
+    body = await describe_configs(_request(*resources, include_synonyms=include_synonyms),
+                                  version=version, store=store, broker_config=cfg,
+                                  broker_id=BROKER_ID)
+    # Whatever the function answers must encode at every served version.
+    for v in dc.REQUEST.versions():
+        dc.RESPONSE.to_bytes(body, v)
+    return body["results"]
+
+
+def _by_name(result: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in result["configs"]}
+
+
+# -- topics --------------------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_topic_reports_every_key_with_the_override_marked_dynamic(store, cfg):
+    await _with_topic(store, "orders", {"retention.ms": "60000"})
+    (result,) = await _describe(store, cfg, (TOPIC, "orders", None))
+    assert (result["error_code"], result["error_message"]) == (0, None)
+    assert (result["resource_type"], result["resource_name"]) == (TOPIC, "orders")
+    assert [c["name"] for c in result["configs"]] == list(TOPIC_CONFIG_KEYS)
+    configs = _by_name(result)
+    assert configs["retention.ms"]["value"] == "60000"
+    assert configs["retention.ms"]["config_source"] == DYNAMIC
+    defaults = topic_defaults(cfg)
+    for key in TOPIC_CONFIG_KEYS:
+        if key != "retention.ms":
+            assert (configs[key]["value"], configs[key]["config_source"]) == (
+                defaults[key], DEFAULT), key
+    assert configs["segment.bytes"]["value"] == "1073741824"
+    assert not any(c["read_only"] or c["is_sensitive"] or c["synonyms"]
+                   for c in result["configs"])
+
+
+@pytest_twisted.ensureDeferred
+async def test_topic_without_overrides_is_all_defaults(store, cfg):
+    await _with_topic(store, "plain")
+    (result,) = await _describe(store, cfg, (TOPIC, "plain", None), version=1)
+    assert {c["config_source"] for c in result["configs"]} == {DEFAULT}
+
+
+@pytest_twisted.ensureDeferred
+async def test_configuration_keys_filter_and_unknown_keys_are_left_out(store, cfg):
+    await _with_topic(store, "filtered", {"retention.ms": "60000", "segment.bytes": "1048576"})
+    results = await _describe(store, cfg,
+                              (TOPIC, "filtered", ["segment.bytes", "no.such.key", "flush.ms"]),
+                              (TOPIC, "filtered", []))
+    assert [(c["name"], c["value"], c["config_source"]) for c in results[0]["configs"]] == [
+        ("segment.bytes", "1048576", DYNAMIC), ("flush.ms", str(2**63 - 1), DEFAULT)]
+    assert results[1]["error_code"] == 0 and results[1]["configs"] == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_synonyms_list_the_override_then_the_broker_setting_then_the_default(
+        store, zk_hosts, tmp_path):
+    cfg = broker_config(BROKER_ID, zk_hosts, tmp_path / "logs", log_retention_hours="24")
+    await _with_topic(store, "syn", {"retention.ms": "60000"})
+    (result,) = await _describe(store, cfg, (TOPIC, "syn", ["retention.ms", "segment.ms"]),
+                                include_synonyms=True)
+    configs = _by_name(result)
+    assert [(s["name"], s["value"], s["source"]) for s in configs["retention.ms"]["synonyms"]] == [
+        ("retention.ms", "60000", DYNAMIC),
+        ("log.retention.ms", "86400000", STATIC),
+        ("log.retention.ms", "604800000", DEFAULT)]
+    assert configs["segment.ms"]["config_source"] == DEFAULT
+    assert [(s["name"], s["source"]) for s in configs["segment.ms"]["synonyms"]] == [
+        ("log.roll.ms", DEFAULT)]
+    # Without an override, a key the broker's configuration sets reports the broker's value.
+    await _with_topic(store, "syn2")
+    (result,) = await _describe(store, cfg, (TOPIC, "syn2", ["retention.ms"]))
+    (c,) = result["configs"]
+    assert (c["value"], c["config_source"]) == ("86400000", STATIC)
+
+
+@pytest_twisted.ensureDeferred
+async def test_unknown_override_keys_are_still_shown(store, cfg):
+    await _with_topic(store, "extra", {"retention.ms": "1000"})
+    await store.set(paths.topic_config("extra"),
+                    paths.TopicConfig({"retention.ms": "1000", "x.future.key": "y"}).to_bytes())
+    (result,) = await _describe(store, cfg, (TOPIC, "extra", None))
+    assert result["configs"][-1]["name"] == "x.future.key"
+    assert result["configs"][-1]["config_source"] == DYNAMIC
+
+
+@pytest_twisted.ensureDeferred
+async def test_unknown_and_invalid_topics_fail_alone(store, cfg):
+    await _with_topic(store, "real")
+    results = await _describe(store, cfg, (TOPIC, "ghost", None), (TOPIC, "bad/name", None),
+                              (TOPIC, "real", ["retention.ms"]))
+    assert results[0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert "'ghost' does not exist" in results[0]["error_message"]
+    assert results[0]["configs"] == []
+    assert results[1]["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert "bad/name" in results[1]["error_message"]
+    assert results[2]["error_code"] == 0 and len(results[2]["configs"]) == 1
+
+
+# -- brokers and other resource types ------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_broker_reports_its_keys_static_or_default(store, zk_hosts, tmp_path):
+    cfg = broker_config(BROKER_ID, zk_hosts, tmp_path / "logs", num_partitions="3")
+    (result,) = await _describe(store, cfg, (BROKER, str(BROKER_ID), None), include_synonyms=True)
+    assert result["error_code"] == 0
+    configs = _by_name(result)
+    assert list(configs) == list(BROKER_KEYS)
+    assert all(c["read_only"] for c in configs.values())
+    assert (configs["broker.id"]["value"], configs["broker.id"]["config_source"]) == ("1", STATIC)
+    assert (configs["num.partitions"]["value"],
+            configs["num.partitions"]["config_source"]) == ("3", STATIC)
+    assert [(s["value"], s["source"]) for s in configs["num.partitions"]["synonyms"]] == [
+        ("3", STATIC), ("1", DEFAULT)]
+    assert (configs["delete.topic.enable"]["value"],
+            configs["delete.topic.enable"]["config_source"]) == ("true", DEFAULT)
+    assert (configs["broker.rack"]["value"], configs["broker.rack"]["synonyms"]) == (None, [])
+    assert configs["log.dirs"]["value"] == str(tmp_path / "logs")
+
+
+@pytest_twisted.ensureDeferred
+async def test_broker_resource_must_name_this_broker(store, cfg):
+    results = await _describe(store, cfg, (BROKER, "2", None), (BROKER, "", None),
+                              (BROKER, "1", ["num.partitions"]))
+    assert results[0]["error_code"] == ErrorCode.INVALID_REQUEST
+    assert "broker 1" in results[0]["error_message"] and "'2'" in results[0]["error_message"]
+    assert (results[1]["error_code"], results[1]["configs"]) == (0, [])  # cluster defaults: none
+    assert [c["name"] for c in results[2]["configs"]] == ["num.partitions"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_other_resource_types_are_invalid_requests(store, cfg):
+    results = await _describe(store, cfg, (dc.ResourceType.BROKER_LOGGER, "1", None), (99, "x", None))
+    assert [r["error_code"] for r in results] == [ErrorCode.INVALID_REQUEST] * 2
+    assert "BROKER_LOGGER" in results[0]["error_message"]
+    assert "99" in results[1]["error_message"]
+
+
+# -- real clients against a real broker ----------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_confluent_admin_describe_configs_end_to_end(zk_hosts, tmp_path):
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
+
+    (broker,) = await start_brokers(zk_hosts, tmp_path, 1)
+    try:
+        await eventually(lambda: broker.controller.active, what="controller")
+        await topic_admin.create_topic(broker.store, "described", 1, 1, {"retention.ms": "60000"})
+        await eventually(lambda: "described" in broker.cache.topics, what="topic metadata")
+        port = broker.port.getHost().port
+
+        def describe() -> tuple[dict, dict]:
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+            topic = ConfigResource(ResourceType.TOPIC, "described")
+            node = ConfigResource(ResourceType.BROKER, str(broker.config.broker_id))
+            futures = admin.describe_configs([topic, node], request_timeout=15)
+            return futures[topic].result(timeout=30), futures[node].result(timeout=30)
+
+        topic_configs, broker_configs = await threads.deferToThread(describe)
+        retention = topic_configs["retention.ms"]
+        assert retention.value == "60000"
+        assert retention.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        segment = topic_configs["segment.bytes"]
+        assert segment.value == "1073741824"
+        assert segment.source == ConfigSource.DEFAULT_CONFIG.value and segment.is_default
+        assert set(topic_configs) == set(TOPIC_CONFIG_KEYS)
+        assert broker_configs["broker.id"].value == "1"
+        assert broker_configs["broker.id"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    finally:
+        await stop_brokers([broker])

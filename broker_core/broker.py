@@ -34,6 +34,7 @@ from broker_core.log import LogConfig, LogManager
 from broker_core.metadata import NodeExists, NoNode, SessionState
 from broker_core.metadata_cache import MetadataCache
 from broker_core.metrics import BrokerMetrics, metrics_site
+from broker_core.replica.fetcher import FetcherConfig
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.server.handlers import RequestHandler
@@ -91,6 +92,16 @@ class BrokerService(service.Service):
             flush_check_interval_s=(config.log_flush_scheduler_interval_ms or 1000) / 1000.0,
             fetch_purge_interval=config.fetch_purgatory_purge_interval_requests,
             produce_purge_interval=config.producer_purgatory_purge_interval_requests,
+            fetcher_config=FetcherConfig(
+                wait_max_ms=config.replica_fetch_wait_max_ms,
+                min_bytes=config.replica_fetch_min_bytes,
+                max_bytes=config.replica_fetch_max_bytes,
+                response_max_bytes=config.replica_fetch_response_max_bytes,
+                backoff_ms=config.replica_fetch_backoff_ms,
+                request_timeout_ms=config.request_timeout_ms),
+            replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            min_insync_replicas=self._min_insync_replicas,
+            broker_epoch=lambda: self.registration_epoch,
         )
         self.controller = Controller(
             self.broker_id, self.store, reactor=reactor,
@@ -101,7 +112,7 @@ class BrokerService(service.Service):
         self.handler = RequestHandler(
             broker_id=self.broker_id, config=config, cache=self.cache, replicas=self.replicas,
             store=self.store, clock=self.clock, broker_epoch=lambda: self.registration_epoch,
-            on_metadata_update=self._on_metadata_update)
+            on_metadata_update=self._on_metadata_update, controller=self.controller)
         self.factory = KafkaServerFactory(self.handler, clock=self.clock, metrics=self.metrics,
                                           max_frame_bytes=config.socket_request_max_bytes)
         self.port: Any = None
@@ -115,6 +126,10 @@ class BrokerService(service.Service):
         overrides = self.topic_configs.get(topic, {})
         log_keys = {k: v for k, v in overrides.items() if k in _LOG_KEYS}
         return LogConfig.from_topic_config(self.default_log_config, log_keys)
+
+    def _min_insync_replicas(self, topic: str) -> int:
+        value = self.topic_configs.get(topic, {}).get("min.insync.replicas")
+        return self.config.min_insync_replicas if value is None else int(value)
 
     def _unclean_allowed(self, topic: str) -> bool:
         value = self.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
@@ -289,7 +304,7 @@ class BrokerService(service.Service):
             await self.store.stop()
         except Exception:
             self.log.failure("ZooKeeper close failed")
-        self.replicas.stop()
+        await self.replicas.stop()
         if self.metrics_port is not None:
             await self.metrics_port.stopListening()
         from twisted.internet import threads

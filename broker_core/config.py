@@ -269,6 +269,11 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("log.index.interval.bytes", "log_index_interval_bytes", integer(0, INT_MAX), "4096"),
     ("replica.fetch.wait.max.ms", "replica_fetch_wait_max_ms", integer(0, INT_MAX), "500"),
     ("replica.lag.time.max.ms", "replica_lag_time_max_ms", integer(1), "30000"),
+    ("replica.fetch.min.bytes", "replica_fetch_min_bytes", integer(1, INT_MAX), "1"),
+    ("replica.fetch.max.bytes", "replica_fetch_max_bytes", integer(0, INT_MAX), "1048576"),
+    ("replica.fetch.response.max.bytes", "replica_fetch_response_max_bytes",
+     integer(0, INT_MAX), "10485760"),
+    ("replica.fetch.backoff.ms", "replica_fetch_backoff_ms", integer(0, INT_MAX), "1000"),
     ("min.insync.replicas", "min_insync_replicas", integer(1, INT_MAX), "1"),
     ("unclean.leader.election.enable", "unclean_leader_election_enable", boolean, "false"),
     ("request.timeout.ms", "request_timeout_ms", integer(0, INT_MAX), "30000"),
@@ -326,6 +331,10 @@ class BrokerConfig:
     log_index_interval_bytes: int
     replica_fetch_wait_max_ms: int
     replica_lag_time_max_ms: int
+    replica_fetch_min_bytes: int
+    replica_fetch_max_bytes: int
+    replica_fetch_response_max_bytes: int
+    replica_fetch_backoff_ms: int
     min_insync_replicas: int
     unclean_leader_election_enable: bool
     request_timeout_ms: int

@@ -35,8 +35,10 @@ REQUEST_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5
 #: fsync and controller-event durations: same shape, same upper bound.
 DURATION_BUCKETS = REQUEST_BUCKETS
 
-#: One row per local partition: (topic, partition, log end offset, bytes on disk, is leader).
-PartitionRow = tuple[str, int, int, int, bool]
+#: One row per local partition: (topic, partition, log end offset, bytes on disk, is leader,
+#: ISR size, replica count, min.insync.replicas); the last three may be left off (then the
+#: partition counts as fully replicated).
+PartitionRow = tuple[Any, ...]
 
 ZOOKEEPER_STATES = ("connected", "suspended", "lost")
 
@@ -53,7 +55,7 @@ class PartitionCollector(Collector):
     def __init__(self) -> None:
         self.source: Callable[[], Iterable[PartitionRow]] = lambda: ()
 
-    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families(self) -> tuple[GaugeMetricFamily, ...]:
         return (
             GaugeMetricFamily(f"{NAMESPACE}_log_end_offset",
                               "Log end offset (next offset to be written) of a local partition",
@@ -63,22 +65,37 @@ class PartitionCollector(Collector):
                               labels=["topic", "partition"]),
             GaugeMetricFamily(f"{NAMESPACE}_partitions_led",
                               "Partitions this broker is the leader of"),
+            GaugeMetricFamily(f"{NAMESPACE}_under_replicated_partitions",
+                              "Partitions led here whose ISR is smaller than their replica set"),
+            GaugeMetricFamily(f"{NAMESPACE}_under_min_isr_partitions",
+                              "Partitions led here whose ISR is below min.insync.replicas "
+                              "(acks=all produce fails with NOT_ENOUGH_REPLICAS)"),
         )
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        leo, size, led = self._families()
-        leaders = 0
+        families = self._families()
+        leo, size, led, under, under_min = families
+        leaders = under_replicated = under_min_isr = 0
         try:
-            for topic, partition, end_offset, size_bytes, is_leader in self.source():
+            for row in self.source():
+                topic, partition, end_offset, size_bytes, is_leader, *rest = row
                 labels = [topic, str(partition)]
                 leo.add_metric(labels, end_offset)
                 size.add_metric(labels, size_bytes)
-                leaders += 1 if is_leader else 0
+                if is_leader:
+                    leaders += 1
+                    if rest:
+                        isr_size, replicas, min_isr = rest
+                        under_replicated += isr_size < replicas
+                        under_min_isr += isr_size < min_isr
         except Exception:
             log.failure("partition metrics source raised; exporting no partition metrics")
-            leo, size, led = self._families()
+            families = self._families()
+            leo, size, led, under, under_min = families
         led.add_metric([], leaders)
-        return [leo, size, led]
+        under.add_metric([], under_replicated)
+        under_min.add_metric([], under_min_isr)
+        return list(families)
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
         # Declared up front so the registry rejects a second metric with one of these names.
@@ -156,6 +173,13 @@ class BrokerMetrics:
         self.flush_duration_seconds = Histogram(
             "flush_duration_seconds", "Time of one partition flush (write-out and fsync)",
             buckets=DURATION_BUCKETS, namespace=ns, registry=r)
+
+        # Replication.
+        self.isr_shrinks_total = Counter(
+            "isr_shrinks", "ISR shrinks applied for partitions led here", namespace=ns, registry=r)
+        self.isr_expands_total = Counter(
+            "isr_expands", "ISR expansions applied for partitions led here",
+            namespace=ns, registry=r)
 
         # Purgatories (filled by track_purgatory).
         self.purgatory_size = Gauge(

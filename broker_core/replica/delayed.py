@@ -18,7 +18,9 @@ TopicPartition = tuple[str, int]
 
 
 class DelayedProduce(DelayedOperation):
-    """Waits until the high watermark of every partition passes the offset its append reached.
+    """Waits until the high watermark of every partition passes the offset its append reached;
+    then a partition whose ISR is below ``min.insync.replicas`` answers
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND (``enough_replicas(tp)`` is False).
 
     ``pending`` maps a partition to the offset the HW must reach (last appended offset + 1).
     ``hw_of(tp)`` returns the current HW or ``None`` if this broker no longer leads the partition
@@ -31,11 +33,13 @@ class DelayedProduce(DelayedOperation):
         pending: dict[TopicPartition, int],
         hw_of: Callable[[TopicPartition], int | None],
         respond: Callable[[dict[TopicPartition, str | None]], None],
+        enough_replicas: Callable[[TopicPartition], bool] = lambda tp: True,
     ) -> None:
         super().__init__(timeout_s)
         self.pending = pending
         self.hw_of = hw_of
         self.respond = respond
+        self.enough_replicas = enough_replicas
         self.outcome: dict[TopicPartition, str | None] = {}
 
     def try_complete(self) -> bool:
@@ -46,7 +50,10 @@ class DelayedProduce(DelayedOperation):
             if hw is None:
                 self.outcome[tp] = "NOT_LEADER_OR_FOLLOWER"
             elif hw >= needed:
-                self.outcome[tp] = None
+                # Kafka's checkEnoughReplicasReachOffset: written everywhere the ISR says, but
+                # the ISR is below min.insync.replicas, so the write is not as durable as asked.
+                self.outcome[tp] = (None if self.enough_replicas(tp)
+                                    else "NOT_ENOUGH_REPLICAS_AFTER_APPEND")
         if len(self.outcome) == len(self.pending):
             return self.force_complete()
         return False

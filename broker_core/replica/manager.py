@@ -1,6 +1,7 @@
 """The replica manager: routes produce, fetch and offset requests to local partitions, applies the
-controller's LeaderAndIsr and StopReplica commands, and runs the log housekeeping (flush off the
-reactor thread, retention, time-based roll, checkpoints).
+controller's LeaderAndIsr and StopReplica commands, runs replication (follower fetchers, the
+leader's follower bookkeeping, ISR changes through AlterIsr) and the log housekeeping (flush off
+the reactor thread, retention, time-based roll, checkpoints).
 
 Kafka's layering (``ReplicaManager.scala``): this class owns the map of local partitions and the
 purgatories; :class:`~broker_core.replica.partition.Partition` owns leader state; the
@@ -12,7 +13,7 @@ Threading: every method runs on the reactor thread. The only work sent elsewhere
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,9 @@ from twisted.logger import Logger
 from broker_core.log import Log, LogConfig, LogManager, OffsetOutOfRange, RecordTooLarge
 from broker_core.metadata_cache import MetadataCache
 from broker_core.purgatory import Purgatory
+from broker_core.replica.alter_isr import AlterIsrSender, IsrChange
 from broker_core.replica.delayed import DelayedFetch, DelayedProduce
+from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker_core.replica.partition import LeaderAndIsrState, Partition
 from broker_core.wire.records import InvalidRecordBatch
 
@@ -70,6 +73,11 @@ class ReplicaManager:
         flush_check_interval_s: float = 1.0,
         fetch_purge_interval: int = 1000,
         produce_purge_interval: int = 1000,
+        fetcher_config: FetcherConfig | None = None,
+        replica_lag_time_max_ms: int = 30000,
+        min_insync_replicas: Callable[[str], int] = lambda topic: 1,
+        broker_epoch: Callable[[], int] = lambda: -1,
+        connect: Callable[[str, int], defer.Deferred] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
@@ -85,6 +93,14 @@ class ReplicaManager:
                                            purge_interval=produce_purge_interval)
         self.fetch_purgatory = Purgatory("fetch", clock, metrics=metrics,
                                          purge_interval=fetch_purge_interval)
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.min_insync_replicas = min_insync_replicas
+        self.fetchers = ReplicaFetcherManager(
+            broker_id, reactor=reactor, clock=clock, config=fetcher_config or FetcherConfig(),
+            on_appended=self._on_follower_append, connect=connect)
+        self.alter_isr = AlterIsrSender(
+            broker_id, broker_epoch, self._controller_address, self._on_isr_result,
+            reactor=reactor, clock=clock, connect=connect)
         self._flushing: set[TopicPartition] = set()
         self._checkpointing = False
         self._loops: list[task.LoopingCall] = []
@@ -92,6 +108,8 @@ class ReplicaManager:
             (self._checkpoint, checkpoint_interval_s),
             (self._retention, retention_check_interval_s),
             (self._flush_due, flush_check_interval_s),
+            # Kafka checks at half the lag limit, so a lagging follower leaves within 1.5x.
+            (self._shrink_isrs, replica_lag_time_max_ms / 2000.0),
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -115,11 +133,13 @@ class ReplicaManager:
                                                     fn=fn.__name__))
         return d
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         for loop in self._loops:
             if loop.running:
                 loop.stop()
         self._loops.clear()
+        self.alter_isr.stop()
+        await self.fetchers.stop()
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
 
@@ -128,12 +148,20 @@ class ReplicaManager:
     def get_partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
-    def leader_partition(self, topic: str, index: int) -> tuple[Partition | None, str | None]:
-        """The partition if we lead it, else the error name a client should get."""
+    def leader_partition(self, topic: str, index: int, current_leader_epoch: int = -1
+                         ) -> tuple[Partition | None, str | None]:
+        """The partition if we lead it, else the error name a client should get.
+
+        KIP-320: a request that names the leader epoch it believes current (-1: no check) is
+        refused with FENCED_LEADER_EPOCH if that epoch is older than ours and with
+        UNKNOWN_LEADER_EPOCH if newer (we have not applied it yet)."""
         p = self.partitions.get((topic, index))
         if p is None:
             known = self.metadata_cache.partition(topic, index) is not None
             return None, "NOT_LEADER_OR_FOLLOWER" if known else "UNKNOWN_TOPIC_OR_PARTITION"
+        if current_leader_epoch >= 0 and current_leader_epoch != p.leader_epoch:
+            return None, ("FENCED_LEADER_EPOCH" if current_leader_epoch < p.leader_epoch
+                          else "UNKNOWN_LEADER_EPOCH")
         if not p.is_leader:
             return None, "NOT_LEADER_OR_FOLLOWER"
         return p, None
@@ -172,12 +200,17 @@ class ReplicaManager:
         states: Iterable[tuple[str, int, LeaderAndIsrState]],
         *,
         full: bool,
+        leaders: Mapping[int, tuple[str, int]] | None = None,
     ) -> dict[TopicPartition, str | None] | str:
         """Apply a LeaderAndIsr command. Returns per-partition errors, or a request-level error
-        name (STALE_CONTROLLER_EPOCH) when the command comes from a deposed controller."""
+        name (STALE_CONTROLLER_EPOCH) when the command comes from a deposed controller.
+
+        ``leaders`` maps leader ids to addresses (the request's live leaders); a follower
+        fetches from there, or from the address in the metadata cache."""
         if controller_epoch < self.controller_epoch:
             return "STALE_CONTROLLER_EPOCH"
-        self.controller_epoch = controller_epoch
+        self.controller_epoch = max(self.controller_epoch, controller_epoch)
+        now_ms = self._now_ms()
         results: dict[TopicPartition, str | None] = {}
         named: set[TopicPartition] = set()
         for topic, index, state in states:
@@ -198,14 +231,25 @@ class ReplicaManager:
                 self.log.error("cannot create log for {t}-{p}: {e}", t=topic, p=index, e=e)
                 results[tp] = "KAFKA_STORAGE_ERROR"
                 continue
+            # Whatever we asked the controller about this partition is superseded.
+            self.alter_isr.forget(tp)
             if state.leader == self.broker_id:
-                if p.make_leader(state):
-                    self.log.info("became leader of {t}-{p} at epoch {e} (log end {leo})",
-                                  t=topic, p=index, e=state.leader_epoch, leo=p.log.log_end_offset)
+                self.fetchers.unfollow([tp])
+                old_isr = p.isr if p.is_leader else None
+                new_leadership = p.make_leader(state, now_ms)
+                if old_isr is not None and not new_leadership:
+                    self._isr_changed(p, old_isr)
+                if new_leadership:
+                    self.log.info("became leader of {t}-{p} at epoch {e} (log end {leo}, "
+                                  "ISR {isr})", t=topic, p=index, e=state.leader_epoch,
+                                  leo=p.log.log_end_offset, isr=list(state.isr))
             else:
-                if p.make_follower(state):
+                changed = p.make_follower(state)
+                if changed:
                     self.log.info("following broker {l} for {t}-{p} at epoch {e}",
                                   l=state.leader, t=topic, p=index, e=state.leader_epoch)
+                if changed or self.fetchers.following(tp) != state.leader:
+                    self._follow(p, state.leader, leaders)
                 # A follower cannot satisfy waiting produce or fetch requests any more.
             self._wake(tp)
             results[tp] = None
@@ -216,7 +260,27 @@ class ReplicaManager:
                     self.log.info("INIT LeaderAndIsr does not name {t}-{p}: deleting it",
                                   t=tp[0], p=tp[1])
                     self._stop_partition(tp, delete=True)
+        self.fetchers.shutdown_idle()
         return results
+
+    def _follow(self, p: Partition, leader: int,
+                leaders: Mapping[int, tuple[str, int]] | None) -> None:
+        tp = (p.topic, p.index)
+        if leader < 0:
+            self.fetchers.unfollow([tp])
+            return
+        address = (leaders or {}).get(leader)
+        if address is None:
+            endpoint = self.metadata_cache.brokers.get(leader)
+            address = None if endpoint is None else (endpoint.host, endpoint.port)
+        if address is None:
+            # Startup from ZooKeeper state before any metadata: the controller's LeaderAndIsr
+            # for this broker (seed 000 E) carries the address.
+            self.log.info("{t}-{p}: address of leader {l} unknown yet; not fetching",
+                          t=tp[0], p=tp[1], l=leader)
+            self.fetchers.unfollow([tp])
+            return
+        self.fetchers.follow(p, leader, address)
 
     def apply_stop_replica(
         self, controller_epoch: int, partitions: Iterable[tuple[str, int, bool]]
@@ -236,6 +300,8 @@ class ReplicaManager:
         return results
 
     def _stop_partition(self, tp: TopicPartition, *, delete: bool) -> None:
+        self.fetchers.unfollow([tp])
+        self.alter_isr.forget(tp)
         p = self.partitions.pop(tp, None)
         if p is not None:
             p.state = None
@@ -273,6 +339,13 @@ class ReplicaManager:
             if records is None or len(records) == 0:
                 results[tp] = ProduceResult(error="INVALID_RECORD", message="empty record set")
                 continue
+            if acks == -1:
+                min_isr = self.min_insync_replicas(topic)
+                if len(p.isr) < min_isr:
+                    results[tp] = ProduceResult(
+                        error="NOT_ENOUGH_REPLICAS",
+                        message=f"ISR {list(p.isr)} is smaller than min.insync.replicas={min_isr}")
+                    continue
             try:
                 info = p.log.append_as_leader(records, p.leader_epoch)
             except InvalidRecordBatch as e:
@@ -304,26 +377,31 @@ class ReplicaManager:
             part = self.partitions.get(tp)
             return part.high_watermark if part is not None and part.is_leader else None
 
+        def enough_replicas(tp: TopicPartition) -> bool:
+            part = self.partitions.get(tp)
+            return part is not None and len(part.isr) >= self.min_insync_replicas(tp[0])
+
         def respond(outcome: dict[TopicPartition, str | None]) -> None:
             for tp, error in outcome.items():
                 if error is not None:
                     results[tp] = ProduceResult(error=error)
             d.callback(results)
 
-        op = DelayedProduce(timeout_ms / 1000.0, waiting, hw_of, respond)
+        op = DelayedProduce(timeout_ms / 1000.0, waiting, hw_of, respond, enough_replicas)
         self.produce_purgatory.try_complete_else_watch(op, list(waiting))
         return d
 
     # -- fetch ------------------------------------------------------------------------------------
 
     def read(self, topic: str, index: int, offset: int, max_bytes: int, *,
-             consumer: bool = True) -> FetchResult:
-        """Read from a leader partition; consumers never see past the high watermark.
+             consumer: bool = True, current_leader_epoch: int = -1) -> FetchResult:
+        """Read from a leader partition; consumers never see past the high watermark, followers
+        read up to the log end.
 
         Seed 000 discussion 7: an offset between HW and LEO returns an empty set, past LEO it is
         OFFSET_OUT_OF_RANGE.
         """
-        p, error = self.leader_partition(topic, index)
+        p, error = self.leader_partition(topic, index, current_leader_epoch)
         if p is None:
             return FetchResult(error=error)
         log = p.log
@@ -345,31 +423,43 @@ class ReplicaManager:
 
     def fetch(
         self,
-        requests: list[tuple[str, int, int, int]],
+        requests: list[tuple[str, int, int, int]] | list[tuple[str, int, int, int, int]],
         *,
         max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
+        replica_id: int = -1,
     ) -> defer.Deferred:
-        """Consumer fetch: ``requests`` are ``(topic, partition, offset, partition_max_bytes)``.
+        """Consumer or follower fetch: ``requests`` are ``(topic, partition, offset,
+        partition_max_bytes[, current_leader_epoch])``; ``replica_id`` >= 0 is a follower.
 
         Fires with ``[(topic, partition, FetchResult)]`` in request order. Waits in the fetch
         purgatory (long poll) while fewer than ``min_bytes`` are available, no partition has an
-        error, and ``max_wait_ms`` has not passed.
+        error, and ``max_wait_ms`` has not passed. A follower's fetch offset is its log end: it
+        is recorded on arrival (it may advance the HW and admit the follower to the ISR), and
+        the follower reads up to our log end, not the HW.
         """
+        consumer = replica_id < 0
+        reqs = [(r[0], r[1], r[2], r[3], r[4] if len(r) > 4 else -1) for r in requests]
+        if not consumer:
+            self._record_follower_fetches(replica_id, reqs)
+
+        def read(topic: str, index: int, offset: int, limit: int, epoch: int) -> FetchResult:
+            return self.read(topic, index, offset, limit, consumer=consumer,
+                             current_leader_epoch=epoch)
 
         def collect() -> tuple[list[tuple[str, int, FetchResult]], int, bool]:
             out = []
             total = 0
             errors = False
             budget = max_bytes
-            for topic, index, offset, part_max in requests:
+            for topic, index, offset, part_max, epoch in reqs:
                 limit = max(0, min(part_max, budget))
                 if limit == 0 and total > 0:
                     # Response budget spent: later partitions answer with no data this time.
                     res = self._empty(topic, index)
                 else:
-                    res = self.read(topic, index, offset, limit)
+                    res = read(topic, index, offset, limit, epoch)
                 if res.error is not None:
                     errors = True
                 out.append((topic, index, res))
@@ -385,12 +475,13 @@ class ReplicaManager:
 
         def available() -> int:
             n = 0
-            for topic, index, offset, part_max in requests:
+            for topic, index, offset, part_max, epoch in reqs:
                 p = self.partitions.get((topic, index))
-                if p is None or not p.is_leader:
+                if p is None or not p.is_leader or (epoch >= 0 and epoch != p.leader_epoch):
                     return min_bytes  # leadership moved: answer now with the error
-                if p.high_watermark > offset:
-                    n += len(self.read(topic, index, offset, part_max).records)
+                end = p.high_watermark if consumer else p.log.log_end_offset
+                if end > offset:
+                    n += len(read(topic, index, offset, part_max, epoch).records)
                     if n >= min_bytes:
                         return n
             return n
@@ -399,8 +490,95 @@ class ReplicaManager:
             d.callback(collect()[0])
 
         op = DelayedFetch(max_wait_ms / 1000.0, min_bytes, available, respond)
-        self.fetch_purgatory.try_complete_else_watch(op, [(t, i) for t, i, _, _ in requests])
+        self.fetch_purgatory.try_complete_else_watch(op, [(r[0], r[1]) for r in reqs])
         return d
+
+    # -- replication: the leader's side ----------------------------------------------------------
+
+    def _record_follower_fetches(self, replica_id: int,
+                                 reqs: list[tuple[str, int, int, int, int]]) -> None:
+        now_ms = self._now_ms()
+        for topic, index, offset, _, epoch in reqs:
+            p, error = self.leader_partition(topic, index, epoch)
+            if p is None:
+                continue
+            if p.record_follower_fetch(replica_id, offset, now_ms):
+                self._wake(p.topic_partition)
+            new_isr = p.isr_expansion(replica_id)
+            if new_isr is not None:
+                self.log.info("{t}-{p}: broker {r} caught up (log end {o}); asking the "
+                              "controller to expand the ISR to {isr}", t=topic, p=index,
+                              r=replica_id, o=offset, isr=list(new_isr))
+                self._propose_isr(p, new_isr)
+
+    def _propose_isr(self, p: Partition, new_isr: tuple[int, ...]) -> None:
+        assert p.state is not None
+        p.pending_isr = new_isr
+        self.alter_isr.submit(IsrChange(p.topic, p.index, p.leader_epoch, new_isr,
+                                        p.state.zk_version))
+        if p.maybe_advance_high_watermark():  # an expansion can only hold the HW back; no-op
+            self._wake(p.topic_partition)
+
+    def _shrink_isrs(self) -> None:
+        now_ms = self._now_ms()
+        for p in list(self.partitions.values()):
+            if not p.is_leader or p.pending_isr is not None:
+                continue
+            out = p.out_of_sync_replicas(now_ms, self.replica_lag_time_max_ms)
+            if out:
+                new_isr = tuple(b for b in p.isr if b not in out)
+                self.log.info("{t}-{p}: replicas {out} lag more than {ms} ms; asking the "
+                              "controller to shrink the ISR to {isr}", t=p.topic, p=p.index,
+                              out=out, ms=self.replica_lag_time_max_ms, isr=list(new_isr))
+                self._propose_isr(p, new_isr)
+
+    def _on_isr_result(self, change: IsrChange, error: str | None, leader_epoch: int,
+                       isr: tuple[int, ...], zk_version: int) -> None:
+        tp = (change.topic, change.partition)
+        p = self.partitions.get(tp)
+        if p is None or not p.is_leader or p.leader_epoch != change.leader_epoch:
+            return
+        if error is not None:
+            self.log.info("{t}-{p}: controller refused ISR {isr}: {e}", t=tp[0], p=tp[1],
+                          isr=list(change.new_isr), e=error)
+            if p.pending_isr == change.new_isr:
+                p.pending_isr = None
+        else:
+            old = p.isr
+            if p.apply_isr_update(leader_epoch, isr, zk_version):
+                self._isr_changed(p, old)
+        if p.maybe_advance_high_watermark():
+            self._wake(tp)
+        else:
+            # An ISR that shrank below min.insync.replicas must fail waiting acks=all produces.
+            self.produce_purgatory.check_and_complete(tp)
+
+    def _isr_changed(self, p: Partition, old: tuple[int, ...]) -> None:
+        """Log and count an ISR change of a partition we lead (the controller's answer and its
+        LeaderAndIsr both carry it; whichever arrives second finds nothing changed)."""
+        new = p.isr
+        if set(new) == set(old):
+            return
+        self.log.info("{t}-{p}: ISR {old} -> {new}", t=p.topic, p=p.index, old=list(old),
+                      new=list(new))
+        if self.metrics is not None:
+            if len(new) < len(old):
+                self.metrics.isr_shrinks_total.inc()
+            else:
+                self.metrics.isr_expands_total.inc()
+
+    def _controller_address(self) -> tuple[int, str, int] | None:
+        cid = self.metadata_cache.controller_id
+        b = self.metadata_cache.brokers.get(cid)
+        return None if b is None else (cid, b.host, b.port)
+
+    # -- replication: the follower's side --------------------------------------------------------
+
+    def _on_follower_append(self, p: Partition) -> None:
+        self._maybe_flush(p.log)
+
+    def _now_ms(self) -> int:
+        return int(self.clock.seconds() * 1000)
 
     def _empty(self, topic: str, index: int) -> FetchResult:
         p, error = self.leader_partition(topic, index)
@@ -484,7 +662,10 @@ class ReplicaManager:
         d.addBoth(done)
         return d
 
-    def partition_metrics(self) -> Iterable[tuple[str, int, int, int, bool]]:
-        """Rows for the metrics collector: (topic, partition, log end, size, is leader)."""
+    def partition_metrics(self) -> Iterable[tuple[str, int, int, int, bool, int, int, int]]:
+        """Rows for the metrics collector: (topic, partition, log end, size, is leader, ISR
+        size, replica count, min.insync.replicas)."""
         for (topic, index), p in list(self.partitions.items()):
-            yield topic, index, p.log.log_end_offset, p.log.size_bytes, p.is_leader
+            replicas = len(p.state.replicas) if p.state is not None else 0
+            yield (topic, index, p.log.log_end_offset, p.log.size_bytes, p.is_leader,
+                   len(p.isr), replicas, self.min_insync_replicas(topic))

@@ -18,11 +18,13 @@ from broker_core import topic_admin
 from broker_core.metadata_cache import BrokerEndpoint, MetadataCache, PartitionState
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
+from broker_core.server.describe_configs import describe_configs
 from broker_core.server.protocol import NO_RESPONSE
 from broker_core.wire.apis import SUPPORTED, ApiKey
 from broker_core.wire.errors import ErrorCode
 
-INTERNAL_APIS = {ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA}
+INTERNAL_APIS = {ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA,
+                 ApiKey.ALTER_PARTITION}
 
 
 def _code(name: str | None) -> int:
@@ -46,6 +48,7 @@ class RequestHandler:
         broker_epoch: Callable[[], int],
         cluster_id: str = "sluice",
         on_metadata_update: Callable[[set[str]], None] | None = None,
+        controller: Any = None,
     ) -> None:
         self.broker_id = broker_id
         self.config = config
@@ -56,6 +59,7 @@ class RequestHandler:
         self.broker_epoch = broker_epoch
         self.cluster_id = cluster_id
         self.on_metadata_update = on_metadata_update
+        self.controller = controller
         self._metadata_waiters: list[tuple[Callable[[], bool], defer.Deferred]] = []
         self._dispatch = {
             ApiKey.API_VERSIONS: self.api_versions,
@@ -66,9 +70,12 @@ class RequestHandler:
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
             ApiKey.CREATE_PARTITIONS: self.create_partitions,
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
             ApiKey.LEADER_AND_ISR: self.leader_and_isr,
             ApiKey.STOP_REPLICA: self.stop_replica,
             ApiKey.UPDATE_METADATA: self.update_metadata,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+            ApiKey.ALTER_PARTITION: self.alter_partition,
         }
 
     def __call__(self, request: Any, proto: Any) -> Any:
@@ -195,15 +202,15 @@ class RequestHandler:
     # -- Fetch ------------------------------------------------------------------------------------
 
     def fetch(self, header: Any, body: Any) -> Any:
-        if body.replica_id >= 0:
-            # Follower fetching arrives with replication (next issue); refuse clearly meanwhile.
-            return self._fetch_error(header, body, "NOT_LEADER_OR_FOLLOWER")
+        # replica_id >= 0: a follower (our own brokers); -1: a consumer.
         requests = []
         for t in body.topics:
             for p in t.partitions:
-                requests.append((t.topic, p.partition, p.fetch_offset, p.partition_max_bytes))
+                requests.append((t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+                                 p.current_leader_epoch))
         d = self.replicas.fetch(requests, max_wait_ms=body.max_wait_ms,
-                                min_bytes=body.min_bytes, max_bytes=body.max_bytes)
+                                min_bytes=body.min_bytes, max_bytes=body.max_bytes,
+                                replica_id=body.replica_id)
         d.addCallback(self._fetch_response)
         return d
 
@@ -330,6 +337,10 @@ class RequestHandler:
                 body.timeout_ms)
         return {"throttle_time_ms": 0, "results": results}
 
+    async def describe_configs(self, header: Any, body: Any) -> dict:
+        return await describe_configs(body, version=header.api_version, store=self.store,
+                                      broker_config=self.config, broker_id=self.broker_id)
+
     def _wait_metadata(self, condition: Callable[[], bool], timeout_ms: int) -> defer.Deferred:
         """Fires (with None) when ``condition()`` holds after a metadata update, or on timeout."""
         d: defer.Deferred = defer.Deferred()
@@ -371,8 +382,9 @@ class RequestHandler:
                 states.append((t.topic_name, s.partition_index, LeaderAndIsrState(
                     s.leader, s.leader_epoch, tuple(s.isr), tuple(s.replicas),
                     s.controller_epoch, s.partition_epoch)))
+        leaders = {b.broker_id: (b.host_name, b.port) for b in body.live_leaders}
         result = self.replicas.apply_leader_and_isr(body.controller_epoch, states,
-                                                    full=body.type == 1)
+                                                    full=body.type == 1, leaders=leaders)
         if isinstance(result, str):
             return {"error_code": _code(result), "topics": []}
         errors = [{"partition_index": p, "error_code": _code(e)}
@@ -390,6 +402,50 @@ class RequestHandler:
         return {"error_code": 0, "partition_errors": [
             {"topic_name": t, "partition_index": p, "error_code": _code(e)}
             for (t, p), e in result.items()]}
+
+    # -- replication -------------------------------------------------------------------------------
+
+    def offset_for_leader_epoch(self, header: Any, body: Any) -> dict:
+        """Seed 003's leader-generation request: where does ``leader_epoch`` end in the leader's
+        log? Answered only by the leader, at the epoch the follower believes current."""
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                part, error = self.replicas.leader_partition(t.topic, p.partition,
+                                                             p.current_leader_epoch)
+                if part is None:
+                    parts.append({"error_code": _code(error), "partition": p.partition,
+                                  "leader_epoch": -1, "end_offset": -1})
+                    continue
+                epoch, end = part.log.leader_epochs.end_offset_for_epoch(p.leader_epoch)
+                parts.append({"error_code": 0, "partition": p.partition, "leader_epoch": epoch,
+                              "end_offset": end})
+            topics.append({"topic": t.topic, "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def alter_partition(self, header: Any, body: Any) -> dict:
+        """AlterIsr (seed 004) reaching this broker: answered by its controller if active."""
+        items = [(t.topic_name, p.partition_index, p.leader_epoch, tuple(p.new_isr),
+                  p.partition_epoch) for t in body.topics for p in t.partitions]
+        if self.controller is None:
+            top, results = "NOT_CONTROLLER", {}
+        else:
+            top, results = await self.controller.alter_isr(body.broker_id, body.broker_epoch,
+                                                           items)
+        if top is not None:
+            return {"throttle_time_ms": 0, "error_code": _code(top), "topics": []}
+        topics: dict[str, list[dict]] = {}
+        for (topic, index), (error, decision) in results.items():
+            entry = {"partition_index": index, "error_code": _code(error), "leader_id": -1,
+                     "leader_epoch": -1, "isr": [], "leader_recovery_state": 0,
+                     "partition_epoch": -1}
+            if decision is not None:
+                entry.update(leader_id=decision.leader, leader_epoch=decision.leader_epoch,
+                             isr=list(decision.isr), partition_epoch=decision.zk_version)
+            topics.setdefault(topic, []).append(entry)
+        return {"throttle_time_ms": 0, "error_code": 0, "topics": [
+            {"topic_name": t, "partitions": ps} for t, ps in topics.items()]}
 
     def update_metadata(self, header: Any, body: Any) -> dict:
         if self._stale_broker_epoch(body):

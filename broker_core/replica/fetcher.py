@@ -1,0 +1,435 @@
+"""Replica fetchers: how a follower copies its leaders' logs (Kafka's ``ReplicaFetcherThread``).
+
+One :class:`ReplicaFetcher` per source broker fetches every partition this broker follows from
+that leader in one long-polling Fetch (``replica_id`` = our broker id). A partition enters a
+fetcher in the *truncating* state: before it fetches anything it asks the leader, with
+OffsetForLeaderEpoch, where the leader's copy of our latest epoch ends, and truncates there
+(seed 003; never to its high watermark). KIP-279: when the leader answers with an older epoch
+than we asked about, we truncate to where *we* think that epoch ends and ask again, until the
+epochs agree; so even after several quick failovers the follower's log becomes a prefix of the
+leader's.
+
+Invariants:
+
+- a partition is in at most one fetcher, the one of the leader named by the newest LeaderAndIsr
+  applied (the replica manager moves it);
+- a partition fetches only after its truncation completed for the current leader epoch, and
+  its fetch offset is always its log end offset;
+- bytes are appended only if the partition is still in this fetcher at the epoch the request
+  was sent with (a LeaderAndIsr that arrived while the fetch was in flight wins).
+
+Threading: everything runs on the reactor thread; one request at a time per fetcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet import defer, endpoints, task
+from twisted.internet.error import ConnectError
+from twisted.internet.error import ConnectionLost as TxConnectionLost
+from twisted.logger import Logger
+
+from broker_core.log import UnexpectedAppendOffset
+from broker_core.replica.partition import Partition
+from broker_core.rpc import KafkaClientProtocol, RequestTimedOut
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import ErrorCode
+from broker_core.wire.records import InvalidRecordBatch
+
+TopicPartition = tuple[str, int]
+
+FETCH_VERSION = 11  # current_leader_epoch (v9+), not flexible; our brokers serve 4-12
+OFFSET_FOR_LEADER_EPOCH_VERSION = 3
+UNDEFINED = -1
+
+
+@dataclass
+class FetchState:
+    """One followed partition inside a fetcher."""
+
+    partition: Partition
+    leader_epoch: int
+    truncating: bool = True
+    #: Clock time before which the partition is not fetched (after a partition-level error).
+    delayed_until: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherConfig:
+    wait_max_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 1 << 20
+    response_max_bytes: int = 10 << 20
+    backoff_ms: int = 1000
+    request_timeout_ms: int = 30000
+
+
+def truncation_offset(partition: Partition, leader_epoch: int, leader_end_offset: int
+                      ) -> tuple[int, bool]:
+    """Where to truncate, given the leader's answer ``(leader_epoch, leader_end_offset)`` to
+    "where does my latest epoch end?"; returns ``(offset, done)`` (Kafka's
+    ``getOffsetTruncationState``, KIP-279).
+
+    - the leader has no epoch at or below ours (``leader_epoch`` -1): keep what is below its
+      answer, which is then its first offset;
+    - the leader's epoch is one we have: cut at the smaller of both ends of that epoch; done;
+    - we never had the leader's epoch: cut where our own largest epoch below it ends, then ask
+      again about the epoch we are left with (not done).
+    """
+    log = partition.log
+    leo = log.log_end_offset
+    if leader_end_offset == UNDEFINED:
+        # The leader knows no epoch that old or new: fall back to the HW (pre-seed-003 rule),
+        # the only offset both sides are known to share.
+        return min(log.high_watermark, leo), True
+    if leader_epoch == UNDEFINED:
+        return min(leader_end_offset, leo), True
+    ours_epoch, ours_end = log.leader_epochs.end_offset_for_epoch(leader_epoch)
+    if ours_epoch == leader_epoch:
+        return min(leader_end_offset, ours_end, leo), True
+    if ours_epoch == UNDEFINED or ours_end == UNDEFINED:
+        return min(leader_end_offset, leo), True
+    return min(ours_end, leo), False
+
+
+class ReplicaFetcher:
+    """Fetches the partitions this broker follows from one leader; see the module docstring."""
+
+    log = Logger(namespace="sluice.replica.fetcher")
+
+    def __init__(
+        self,
+        broker_id: int,
+        leader_id: int,
+        address: tuple[str, int],
+        *,
+        reactor: Any,
+        clock: Any,
+        config: FetcherConfig,
+        on_appended: Callable[[Partition], None],
+        on_error: Callable[[Partition, str], None] | None = None,
+        connect: Callable[[str, int], defer.Deferred] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.leader_id = leader_id
+        self.address = address
+        self.reactor = reactor
+        self.clock = clock
+        self.config = config
+        self.on_appended = on_appended
+        self.on_error = on_error
+        self._connect = connect or self._tcp_connect
+        self.partitions: dict[TopicPartition, FetchState] = {}
+        self._proto: KafkaClientProtocol | None = None
+        self._running = False
+        self._loop: defer.Deferred | None = None
+        self._wakeup: defer.Deferred | None = None
+        self._sleep: defer.Deferred | None = None
+
+    # -- membership --------------------------------------------------------------------------------
+
+    def add(self, partition: Partition) -> None:
+        tp = (partition.topic, partition.index)
+        self.partitions[tp] = FetchState(partition, partition.leader_epoch)
+        self._wake()
+
+    def remove(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self.partitions.pop(tp, None)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._running:
+            return
+        self._running = True
+        self._loop = defer.Deferred.fromCoroutine(self._run())
+        self._loop.addErrback(lambda f: self.log.failure(
+            "fetcher for leader {l} stopped on an unexpected error", f, l=self.leader_id))
+
+    async def stop(self) -> None:
+        self._running = False
+        self._wake()
+        if self._sleep is not None and not self._sleep.called:
+            self._sleep.cancel()
+        if self._proto is not None and self._proto.transport is not None:
+            self._proto.transport.loseConnection()
+        if self._loop is not None:
+            try:
+                await self._loop
+            except Exception:
+                pass
+
+    def _wake(self) -> None:
+        d, self._wakeup = self._wakeup, None
+        if d is not None and not d.called:
+            d.callback(None)
+
+    async def _pause(self, seconds: float) -> None:
+        self._sleep = task.deferLater(self.clock, seconds, lambda: None)
+        try:
+            await self._sleep
+        except defer.CancelledError:
+            pass
+        finally:
+            self._sleep = None
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while self._running:
+            if not self.partitions:
+                self._wakeup = defer.Deferred()
+                await self._wakeup
+                continue
+            try:
+                proto = await self._connection()
+                truncating = self._due(truncating=True)
+                if truncating:
+                    await self._truncate(proto, truncating)
+                ready = self._due(truncating=False)
+                if ready:
+                    await self._fetch(proto, ready)
+                elif not truncating and self.partitions:
+                    # Everything is backing off after errors: wait for the earliest.
+                    now = self.clock.seconds()
+                    wait = min(s.delayed_until for s in self.partitions.values()) - now
+                    await self._pause(max(0.01, wait))
+            except (ConnectError, TxConnectionLost, RequestTimedOut, defer.TimeoutError,
+                    defer.CancelledError, OSError) as e:
+                if not self._running:
+                    break
+                self.log.info("fetch from broker {l} at {a} failed ({e}); retrying in {s} ms",
+                              l=self.leader_id, a=self.address, e=type(e).__name__,
+                              s=self.config.backoff_ms)
+                self._drop_connection()
+                await self._pause(self.config.backoff_ms / 1000.0)
+        self._drop_connection()
+
+    def _due(self, *, truncating: bool) -> list[tuple[TopicPartition, FetchState]]:
+        """Partitions in the given state that are not backing off."""
+        now = self.clock.seconds()
+        return [(tp, s) for tp, s in self.partitions.items()
+                if s.truncating == truncating and s.delayed_until <= now]
+
+    async def _connection(self) -> KafkaClientProtocol:
+        if self._proto is not None and not self._proto._closed:
+            return self._proto
+        self._proto = await self._connect(*self.address)
+        return self._proto
+
+    def _drop_connection(self) -> None:
+        proto, self._proto = self._proto, None
+        if proto is not None and proto.transport is not None:
+            proto.transport.loseConnection()
+
+    def _tcp_connect(self, host: str, port: int) -> defer.Deferred:
+        ep = endpoints.HostnameEndpoint(self.reactor, host, port, timeout=10)
+        return endpoints.connectProtocol(ep, KafkaClientProtocol(f"sluice-replica-{self.broker_id}"))
+
+    def _request(self, proto: KafkaClientProtocol, api: ApiKey, version: int, body: dict,
+                 timeout_s: float) -> defer.Deferred:
+        d = proto.request(api, version, body)
+
+        def timed_out(result: Any, timeout: float) -> Any:
+            proto.transport.loseConnection()  # a late answer would be out of order; start afresh
+            raise RequestTimedOut(f"no answer from broker {self.leader_id} in {timeout}s")
+
+        d.addTimeout(timeout_s, self.clock, onTimeoutCancel=timed_out)
+        return d
+
+    # -- truncation (seed 003) ---------------------------------------------------------------------
+
+    async def _truncate(self, proto: KafkaClientProtocol,
+                        due: list[tuple[TopicPartition, FetchState]]) -> None:
+        asking = dict(due)
+        by_topic: dict[str, list[dict]] = {}
+        for (topic, index), s in asking.items():
+            latest = s.partition.log.leader_epochs.latest_epoch
+            if latest < 0:
+                # Nothing to compare: an empty epoch history means an empty log (or one written
+                # before epochs); fetch from the log end and let the leader judge the offset.
+                s.truncating = False
+                continue
+            by_topic.setdefault(topic, []).append(
+                {"partition": index, "current_leader_epoch": s.leader_epoch, "leader_epoch": latest})
+        if not by_topic:
+            return
+        body = {"replica_id": self.broker_id, "topics": [
+            {"topic": t, "partitions": parts} for t, parts in by_topic.items()]}
+        resp = await self._request(proto, ApiKey.OFFSET_FOR_LEADER_EPOCH,
+                                   OFFSET_FOR_LEADER_EPOCH_VERSION, body,
+                                   self.config.request_timeout_ms / 1000.0)
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = (t.topic, p.partition)
+                s = self.partitions.get(tp)
+                if s is None or s is not asking.get(tp):
+                    continue  # moved while we asked
+                if p.error_code:
+                    self._partition_error(tp, s, ErrorCode(p.error_code).name)
+                    continue
+                offset, done = truncation_offset(s.partition, p.leader_epoch, p.end_offset)
+                log = s.partition.log
+                if offset < log.log_end_offset:
+                    self.log.info("truncating {t}-{p} from {leo} to {o} (leader {l} epoch {e} "
+                                  "ends at {end})", t=tp[0], p=tp[1], leo=log.log_end_offset,
+                                  o=offset, l=self.leader_id, e=p.leader_epoch, end=p.end_offset)
+                    log.truncate_to(offset)
+                s.truncating = not done
+
+    # -- fetching ----------------------------------------------------------------------------------
+
+    async def _fetch(self, proto: KafkaClientProtocol,
+                     ready: list[tuple[TopicPartition, FetchState]]) -> None:
+        by_topic: dict[str, list[dict]] = {}
+        sent: dict[TopicPartition, tuple[FetchState, int]] = {}
+        for (topic, index), s in ready:
+            log = s.partition.log
+            offset = log.log_end_offset
+            sent[(topic, index)] = (s, offset)
+            by_topic.setdefault(topic, []).append({
+                "partition": index, "current_leader_epoch": s.leader_epoch,
+                "fetch_offset": offset, "log_start_offset": log.log_start_offset,
+                "partition_max_bytes": self.config.max_bytes})
+        body = {"replica_id": self.broker_id, "max_wait_ms": self.config.wait_max_ms,
+                "min_bytes": self.config.min_bytes, "max_bytes": self.config.response_max_bytes,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": t, "partitions": parts} for t, parts in by_topic.items()],
+                "forgotten_topics_data": [], "rack_id": ""}
+        timeout = (self.config.wait_max_ms + self.config.request_timeout_ms) / 1000.0
+        resp = await self._request(proto, ApiKey.FETCH, FETCH_VERSION, body, timeout)
+        for t in resp.responses:
+            for p in t.partitions:
+                tp = (t.topic, p.partition_index)
+                entry = sent.get(tp)
+                if entry is None:
+                    continue
+                s, offset = entry
+                if self.partitions.get(tp) is not s:
+                    continue  # a LeaderAndIsr moved it while the fetch was in flight
+                self._handle_partition(tp, s, offset, p)
+
+    def _handle_partition(self, tp: TopicPartition, s: FetchState, offset: int, p: Any) -> None:
+        part = s.partition
+        log = part.log
+        if p.error_code:
+            name = ErrorCode(p.error_code).name
+            if name == "OFFSET_OUT_OF_RANGE":
+                self._out_of_range(tp, s, p)
+            else:
+                self._partition_error(tp, s, name)
+            return
+        if log.log_end_offset != offset:
+            return  # truncated meanwhile; the next round fetches from the new end
+        records = p.records
+        if records is not None and len(records):
+            try:
+                info = log.append_as_follower(records)
+            except (UnexpectedAppendOffset, InvalidRecordBatch) as e:
+                # The leader sent something that does not continue our log: find the
+                # divergence point again rather than append a gap or a corrupt batch.
+                self.log.warn("{t}-{p}: fetched data does not fit at {o} ({e}); truncating "
+                              "again", t=tp[0], p=tp[1], o=offset, e=e)
+                s.truncating = True
+                return
+            if info.record_count:
+                self.on_appended(part)
+        part.follower_update_high_watermark(p.high_watermark)
+
+    def _out_of_range(self, tp: TopicPartition, s: FetchState, p: Any) -> None:
+        log = s.partition.log
+        leader_start = p.log_start_offset
+        if leader_start is not None and leader_start > log.log_end_offset:
+            # We are behind the leader's retention: start over at its log start.
+            self.log.info("{t}-{p}: log end {leo} is below the leader's log start {s}; "
+                          "starting over there", t=tp[0], p=tp[1], leo=log.log_end_offset,
+                          s=leader_start)
+            log.truncate_fully_and_start_at(leader_start)
+        else:
+            # Our log end is past the leader's: find where we diverge.
+            s.truncating = True
+
+    def _partition_error(self, tp: TopicPartition, s: FetchState, name: str) -> None:
+        # NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH: the LeaderAndIsr
+        # that tells us the truth is on its way (or the leader has not applied its own yet);
+        # back off this partition and ask again from scratch.
+        self.log.debug("{t}-{p}: {e} from broker {l}; backing off", t=tp[0], p=tp[1], e=name,
+                       l=self.leader_id)
+        s.delayed_until = self.clock.seconds() + self.config.backoff_ms / 1000.0
+        s.truncating = name in ("FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH",
+                                "NOT_LEADER_OR_FOLLOWER") or s.truncating
+        if self.on_error is not None:
+            self.on_error(s.partition, name)
+
+
+class ReplicaFetcherManager:
+    """Keeps one :class:`ReplicaFetcher` per source broker and moves partitions between them."""
+
+    def __init__(self, broker_id: int, *, reactor: Any, clock: Any, config: FetcherConfig,
+                 on_appended: Callable[[Partition], None],
+                 connect: Callable[[str, int], defer.Deferred] | None = None) -> None:
+        self.broker_id = broker_id
+        self.reactor = reactor
+        self.clock = clock
+        self.config = config
+        self.on_appended = on_appended
+        self.connect = connect
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._where: dict[TopicPartition, int] = {}
+        self._stopped = False
+
+    def follow(self, partition: Partition, leader_id: int, address: tuple[str, int]) -> None:
+        """Fetch ``partition`` from ``leader_id`` (after truncating), leaving any other fetcher.
+        Ignored once stopped: a LeaderAndIsr that arrives while the broker shuts down must not
+        start fetching again."""
+        tp = (partition.topic, partition.index)
+        self.unfollow([tp])
+        if self._stopped:
+            return
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is not None and fetcher.address != address:
+            # The leader moved to a new address (restarted elsewhere): start a fresh fetcher.
+            stale = self.fetchers.pop(leader_id)
+            for moved in list(stale.partitions):
+                self._where.pop(moved, None)
+            defer.Deferred.fromCoroutine(stale.stop())
+            fetcher = None
+        if fetcher is None:
+            fetcher = ReplicaFetcher(self.broker_id, leader_id, address, reactor=self.reactor,
+                                     clock=self.clock, config=self.config,
+                                     on_appended=self.on_appended, connect=self.connect)
+            self.fetchers[leader_id] = fetcher
+            fetcher.start()
+        fetcher.add(partition)
+        self._where[tp] = leader_id
+
+    def unfollow(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            leader = self._where.pop(tp, None)
+            if leader is not None and leader in self.fetchers:
+                self.fetchers[leader].remove([tp])
+
+    def following(self, tp: TopicPartition) -> int | None:
+        return self._where.get(tp)
+
+    def shutdown_idle(self) -> None:
+        """Stop fetchers left with no partitions."""
+        for leader, f in list(self.fetchers.items()):
+            if not f.partitions:
+                del self.fetchers[leader]
+                defer.Deferred.fromCoroutine(f.stop())
+
+    def start(self) -> None:
+        """Accept partitions again after :meth:`stop`."""
+        self._stopped = False
+
+    async def stop(self) -> None:
+        self._stopped = True
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        self._where.clear()
+        for f in fetchers:
+            await f.stop()

@@ -167,8 +167,10 @@ async def delete_topic(store: Any, name: str) -> None:
 
 
 async def add_partitions(store: Any, name: str, new_total: int,
-                         assignment: Sequence[Sequence[int]] | None = None
-                         ) -> dict[int, list[int]]:
+                         assignment: Sequence[Sequence[int]] | None = None,
+                         validate_only: bool = False) -> dict[int, list[int]]:
+    """Seed 000 H: ask the controller to add partitions up to ``new_total``; returns the new
+    partitions' replicas. With ``validate_only`` every check runs and nothing is written."""
     current = await _assignment(store, name)
     if new_total <= len(current):
         raise InvalidPartitions(f"topic {name!r} has {len(current)} partitions; the new count "
@@ -193,10 +195,12 @@ async def add_partitions(store: Any, name: str, new_total: int,
                                          start_partition_id=len(current))
         except assign.InvalidReplicationFactor as e:
             raise InvalidReplicationFactor(str(e)) from None
+    if validate_only:
+        return new
     import json
 
     ops = [Create(paths.partitions_add_topic(name))]
-    ops += [Create(paths.partition_add(name, p), json.dumps(r).encode())
+    ops += [Create(paths.partition_add(name, p), json.dumps(r, separators=(",", ":")).encode())
             for p, r in sorted(new.items())]
     await store.ensure_path(paths.PARTITIONS_ADD)
     await store.multi(ops)

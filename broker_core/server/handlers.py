@@ -325,8 +325,9 @@ class RequestHandler:
             entry = {"name": t.name, "error_code": 0, "error_message": None}
             assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
             try:
+                await topic_admin.add_partitions(self.store, t.name, t.count, assignment,
+                                                 validate_only=body.validate_only)
                 if not body.validate_only:
-                    await topic_admin.add_partitions(self.store, t.name, t.count, assignment)
                     waits.append((t.name, t.count))
             except topic_admin.TopicAdminError as e:
                 entry["error_code"], entry["error_message"] = int(e.error_code), str(e)

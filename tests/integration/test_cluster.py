@@ -231,6 +231,17 @@ async def test_delete_topic_and_add_partitions(brokers):
     await eventually(lambda: all(not b.cache.has_topic("gone") for b in brokers),
                      what="topic gone from metadata")
 
+    # validate_only runs every check and writes nothing.
+    resp = await call(brokers[2], ApiKey.CREATE_PARTITIONS, 2, {
+        "topics": [{"name": "grow", "count": 4, "assignments": None},
+                   {"name": "grow", "count": 1, "assignments": None},
+                   {"name": "nope", "count": 4, "assignments": None}],
+        "timeout_ms": 10000, "validate_only": True})
+    assert [r.error_code for r in resp.results] == [
+        0, ErrorCode.INVALID_PARTITIONS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert await brokers[0].store.exists(paths.partitions_add_topic("grow")) is None
+    assert sorted(brokers[0].cache.topics["grow"]) == [0, 1]
+
     resp = await call(brokers[2], ApiKey.CREATE_PARTITIONS, 2, {
         "topics": [{"name": "grow", "count": 4, "assignments": None}], "timeout_ms": 10000,
         "validate_only": False})

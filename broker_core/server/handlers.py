@@ -27,6 +27,10 @@ INTERNAL_APIS = {ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METAD
                  ApiKey.ALTER_PARTITION}
 
 
+#: Longest a Metadata request waits for a just-started broker's first UpdateMetadata.
+METADATA_WARMUP_MS = 5000
+
+
 def _code(name: str | None) -> int:
     return 0 if name is None else int(ErrorCode[name])
 
@@ -99,6 +103,13 @@ class RequestHandler:
     # -- Metadata ---------------------------------------------------------------------------------
 
     async def metadata(self, header: Any, body: Any) -> dict:
+        if self.cache.controller_epoch < 0:
+            # Just started: no UpdateMetadata yet, so the cache knows no brokers. An empty broker
+            # list makes clients drop their connections to every broker, failing (and with
+            # librdkafka re-sending) requests that were already written; wait for the
+            # controller's first update instead (it follows our registration at once).
+            await self._wait_metadata(lambda: self.cache.controller_epoch >= 0,
+                                      METADATA_WARMUP_MS)
         requested = body.topics
         names: list[str]
         if requested is None:

@@ -109,10 +109,12 @@ class BrokerService(service.Service):
             request_timeout_s=config.controller_socket_timeout_ms / 1000.0,
             metrics=self.metrics)
         self.registration_epoch = -1
+        self._registration_waiters: list[defer.Deferred] = []
         self.handler = RequestHandler(
             broker_id=self.broker_id, config=config, cache=self.cache, replicas=self.replicas,
             store=self.store, clock=self.clock, broker_epoch=lambda: self.registration_epoch,
-            on_metadata_update=self._on_metadata_update, controller=self.controller)
+            on_metadata_update=self._on_metadata_update, controller=self.controller,
+            when_registered=self.when_registered)
         self.factory = KafkaServerFactory(self.handler, clock=self.clock, metrics=self.metrics,
                                           max_frame_bytes=config.socket_request_max_bytes)
         self.port: Any = None
@@ -241,6 +243,19 @@ class BrokerService(service.Service):
         stat = await self.store.exists(path)
         self.registration_epoch = stat.czxid if stat is not None else -1
         self.log.info("registered {p} (broker epoch {e})", p=path, e=self.registration_epoch)
+        waiters, self._registration_waiters = self._registration_waiters, []
+        for d in waiters:
+            d.callback(self.registration_epoch)
+
+    def when_registered(self) -> defer.Deferred:
+        """Fires with the broker epoch once this incarnation is registered (at once if it is).
+        Controller commands wait for it: until then this broker cannot tell whether a command
+        was meant for it or for its previous incarnation (KIP-380)."""
+        if self.registration_epoch >= 0:
+            return defer.succeed(self.registration_epoch)
+        d: defer.Deferred = defer.Deferred()
+        self._registration_waiters.append(d)
+        return d
 
     async def _startup_from_zookeeper(self) -> None:
         """Seed 000 E: take the last published state of every partition assigned here."""
@@ -265,6 +280,14 @@ class BrokerService(service.Service):
                 except NoNode:
                     continue
                 v = paths.LeaderAndIsr.from_bytes(raw)
+                if v.leader == self.broker_id:
+                    # We led it before we restarted. Leading again at the old epoch could let
+                    # this incarnation write over offsets the followers already hold (seed
+                    # 003); the controller sees the new registration and sends a new epoch.
+                    self.log.info("startup: {t}-{p} was led by this broker at epoch {e}; "
+                                  "waiting for the controller's LeaderAndIsr", t=topic, p=p,
+                                  e=v.leader_epoch)
+                    continue
                 states.append((topic, int(p), LeaderAndIsrState(
                     v.leader, v.leader_epoch, tuple(v.isr), tuple(replicas),
                     v.controller_epoch, stat.version)))

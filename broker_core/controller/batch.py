@@ -40,6 +40,10 @@ class PartitionDecision:
     replicas: tuple[int, ...]
     zk_version: int
     controller_epoch: int
+    #: The leader's broker epoch (registration czxid) when it was made leader; -1 if unknown
+    #: (no leader, or state written before this field existed). Seed 003: if the leader's
+    #: registration changes, it restarted, and its leadership needs a new generation.
+    leader_broker_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -334,7 +334,7 @@ class Controller:
         v = paths.LeaderAndIsr.from_bytes(data)
         replicas = self.assignments.get(tp[0], {}).get(tp[1], ())
         return PartitionDecision(v.leader, v.leader_epoch, tuple(v.isr), tuple(replicas),
-                                 stat.version, v.controller_epoch)
+                                 stat.version, v.controller_epoch, v.leader_broker_epoch)
 
     async def _load_context(self) -> None:
         self._reset_context()
@@ -416,7 +416,11 @@ class Controller:
 
     def _state_value(self, d: PartitionDecision) -> bytes:
         return paths.LeaderAndIsr(d.leader, d.leader_epoch, list(d.isr),
-                                  d.controller_epoch).to_bytes()
+                                  d.controller_epoch, d.leader_broker_epoch).to_bytes()
+
+    def _broker_epoch_of(self, broker: int) -> int:
+        b = self.live.get(broker)
+        return -1 if b is None else b.epoch
 
     async def _write_decisions(
         self, changes: dict[TopicPartition, Election]
@@ -437,7 +441,8 @@ class Controller:
                     continue
                 epoch = next_leader_epoch(cur.leader, cur.leader_epoch, el)
                 d = PartitionDecision(el.leader, epoch, el.isr, cur.replicas,
-                                      cur.zk_version + 1, self.epoch)
+                                      cur.zk_version + 1, self.epoch,
+                                      self._broker_epoch_of(el.leader))
                 new[tp] = d
                 ops.append(SetData(paths.leader_and_isr(*tp), self._state_value(d),
                                    cur.zk_version))
@@ -483,7 +488,10 @@ class Controller:
         # Judge every partition against the live set, not just the brokers that left since the
         # last event: after a failover the new controller never saw the old live set.
         for tp, d in self.states.items():
-            if d.leader in bounced:
+            if d.leader in bounced or (d.leader in now and d.leader_broker_epoch >= 0
+                                       and now[d.leader].epoch != d.leader_broker_epoch):
+                # The second test catches a restart the controller never saw: one that
+                # happened while there was no controller, or before this one loaded its state.
                 # Seed 003: a broker whose registration czxid changed came back with a new
                 # session (a restart we never saw as a death); it keeps leading, but in a new
                 # leader generation, written in the same fenced multi as the other decisions.
@@ -721,7 +729,8 @@ class Controller:
         for tp, st in zip(tps, existing, strict=True):
             replicas = self.assignments[tp[0]][tp[1]]
             el = init_leader(replicas, self.live)
-            d = PartitionDecision(el.leader, 0, el.isr, replicas, 0, self.epoch)
+            d = PartitionDecision(el.leader, 0, el.isr, replicas, 0, self.epoch,
+                                  self._broker_epoch_of(el.leader))
             decisions[tp] = d
             if st is None:
                 ops.append(Create(paths.partition(*tp)))

@@ -53,6 +53,7 @@ class RequestHandler:
         cluster_id: str = "sluice",
         on_metadata_update: Callable[[set[str]], None] | None = None,
         controller: Any = None,
+        when_registered: Callable[[], defer.Deferred] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.config = config
@@ -64,6 +65,7 @@ class RequestHandler:
         self.cluster_id = cluster_id
         self.on_metadata_update = on_metadata_update
         self.controller = controller
+        self.when_registered = when_registered
         self._metadata_waiters: list[tuple[Callable[[], bool], defer.Deferred]] = []
         self._dispatch = {
             ApiKey.API_VERSIONS: self.api_versions,
@@ -380,13 +382,16 @@ class RequestHandler:
 
     # -- controller → broker (seed 000 C) ---------------------------------------------------------
 
-    def _stale_broker_epoch(self, body: Any) -> bool:
-        # KIP-380: a command addressed to an earlier incarnation of this broker (an older czxid
-        # of its registration) is refused. Ours may not be known yet while we register.
+    async def _stale_broker_epoch(self, body: Any) -> bool:
+        """KIP-380: a command addressed to an earlier incarnation of this broker (an older czxid
+        of its registration) is refused. While we register, our own epoch is not known yet, so
+        the command waits for it (the controller learns of us only from the registration)."""
+        if self.broker_epoch() < 0 and self.when_registered is not None:
+            await self.when_registered()
         return 0 <= body.broker_epoch < self.broker_epoch()
 
-    def leader_and_isr(self, header: Any, body: Any) -> dict:
-        if self._stale_broker_epoch(body):
+    async def leader_and_isr(self, header: Any, body: Any) -> dict:
+        if await self._stale_broker_epoch(body):
             return {"error_code": int(ErrorCode.STALE_BROKER_EPOCH), "topics": []}
         states = []
         for t in body.topic_states:
@@ -403,8 +408,8 @@ class RequestHandler:
                   for (_, p), e in result.items() if e is not None]
         return {"error_code": 0, "topics": [{"partition_errors": errors}] if errors else []}
 
-    def stop_replica(self, header: Any, body: Any) -> dict:
-        if self._stale_broker_epoch(body):
+    async def stop_replica(self, header: Any, body: Any) -> dict:
+        if await self._stale_broker_epoch(body):
             return {"error_code": int(ErrorCode.STALE_BROKER_EPOCH), "partition_errors": []}
         parts = [(t.topic_name, s.partition_index, s.delete_partition)
                  for t in body.topic_states for s in t.partition_states]
@@ -459,8 +464,8 @@ class RequestHandler:
         return {"throttle_time_ms": 0, "error_code": 0, "topics": [
             {"topic_name": t, "partitions": ps} for t, ps in topics.items()]}
 
-    def update_metadata(self, header: Any, body: Any) -> dict:
-        if self._stale_broker_epoch(body):
+    async def update_metadata(self, header: Any, body: Any) -> dict:
+        if await self._stale_broker_epoch(body):
             return {"error_code": int(ErrorCode.STALE_BROKER_EPOCH)}
         if body.controller_epoch < self.cache.controller_epoch:
             return {"error_code": int(ErrorCode.STALE_CONTROLLER_EPOCH)}

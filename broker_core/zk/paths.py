@@ -184,17 +184,20 @@ class LeaderAndIsr:
     leader_epoch: int
     isr: list[int]
     controller_epoch: int
+    #: The leader's registration czxid when it was elected (-1: unknown / no leader).
+    leader_broker_epoch: int = -1
 
     def to_bytes(self) -> bytes:
         return _dump({"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
-                      "isr": list(self.isr), "controller_epoch": self.controller_epoch})
+                      "isr": list(self.isr), "controller_epoch": self.controller_epoch,
+                      "leader_broker_epoch": self.leader_broker_epoch})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> LeaderAndIsr:
         v = _load(data, "leaderAndISR")
         try:
             return cls(int(v["leader"]), int(v["leader_epoch"]), [int(b) for b in v["isr"]],
-                       int(v.get("controller_epoch", 0)))
+                       int(v.get("controller_epoch", 0)), int(v.get("leader_broker_epoch", -1)))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"leaderAndISR: bad value ({e})") from None
 

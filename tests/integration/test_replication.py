@@ -185,3 +185,33 @@ async def test_new_leader_from_the_isr_keeps_every_acknowledged_message(brokers)
     # The epoch file of the new leader records where its epoch began.
     entries = new.replicas.get_partition("fo", 0).log.leader_epochs.entries
     assert entries[-1].start_offset == 30
+
+
+@pytest_twisted.ensureDeferred
+async def test_new_controller_bumps_the_epoch_of_a_leader_that_restarted_unseen(brokers):
+    """Seed 003's returning leader, across a controller failover: the state znode records the
+    leader's registration czxid, so a new controller that never saw the restart still starts a
+    new leader generation."""
+    ctrl = await eventually(lambda: controller_of(brokers), what="controller")
+    await create(brokers[0], "gen", partitions=3, rf=3)
+    await eventually(lambda: all(leader_of(brokers, "gen", p) for p in range(3)), what="leaders")
+    p = next(i for i in range(3) if leader_of(brokers, "gen", i) is not ctrl)
+    leader = leader_of(brokers, "gen", p)
+    path = paths.leader_and_isr("gen", p)
+    data, stat = await leader.store.get(path)
+    state = paths.LeaderAndIsr.from_bytes(data)
+    assert state.leader_broker_epoch == leader.registration_epoch
+    # As if the leader had registered again while no controller was watching.
+    stale = paths.LeaderAndIsr(state.leader, state.leader_epoch, state.isr,
+                               state.controller_epoch, state.leader_broker_epoch - 1)
+    await leader.store.set(path, stale.to_bytes(), stat.version)
+
+    await ctrl.stopService()
+    rest = [b for b in brokers if b is not ctrl]
+    await eventually(lambda: controller_of(rest), timeout=30, what="new controller")
+    part = leader.replicas.get_partition("gen", p)
+    await eventually(lambda: part.is_leader and part.leader_epoch == state.leader_epoch + 1,
+                     timeout=30, what="same leader, next generation")
+    data, _ = await leader.store.get(path)
+    assert paths.LeaderAndIsr.from_bytes(data).leader_broker_epoch == leader.registration_epoch
+    assert part.log.leader_epochs.latest_epoch == state.leader_epoch + 1

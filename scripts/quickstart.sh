@@ -57,14 +57,15 @@ done
 
 if ! .venv/bin/sluice topics describe --bootstrap-server "$BOOTSTRAP" --topic "$TOPIC" >/dev/null 2>&1; then
     .venv/bin/sluice topics create --bootstrap-server "$BOOTSTRAP" --topic "$TOPIC" \
-        --partitions 6 --replication-factor 1
+        --partitions 6 --replication-factor 3 --config min.insync.replicas=2
 fi
 
 before=$(kcat -b "$BOOTSTRAP" -C -t "$TOPIC" -o beginning -e -q -f '.\n' 2>/dev/null | wc -l)
 echo "producing $COUNT messages with kcat..."
 seq -f "quickstart message %08g" 1 "$COUNT" > "$RUN/messages.txt"
 start=$(date +%s%N)
-kcat -b "$BOOTSTRAP" -P -t "$TOPIC" -z lz4 -X linger.ms=5 -l "$RUN/messages.txt"
+# acks=all: each batch is acknowledged once the in-sync replicas hold it.
+kcat -b "$BOOTSTRAP" -P -t "$TOPIC" -z lz4 -X linger.ms=5 -X acks=all -l "$RUN/messages.txt"
 end=$(date +%s%N)
 echo "produced $COUNT messages in $(( (end - start) / 1000000 )) ms"
 

@@ -121,6 +121,10 @@ class BrokerService(service.Service):
         self.metrics_port: Any = None
         self.advertised: tuple[str, int] | None = None
         self.metrics.set_partition_source(self.replicas.partition_metrics)
+        self.metrics.follower_lag.source = self.replicas.follower_lag_metrics
+        self.metrics.offline_partitions.set_function(
+            lambda: sum(1 for d in self.controller.states.values() if d.leader < 0)
+            if self.controller.active else 0)
 
     # -- configuration -------------------------------------------------------------------------
 

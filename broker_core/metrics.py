@@ -102,6 +102,34 @@ class PartitionCollector(Collector):
         return list(self._families())
 
 
+class FollowerLagCollector(Collector):
+    """``sluice_follower_lag_messages{topic,partition,replica}``: on the leader, how many
+    messages each follower is behind its log end (as of the follower's last fetch), read from a
+    callback at scrape time. A follower that has not fetched since this broker became leader
+    is not listed."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterable[tuple[str, int, int, int]]] = lambda: ()
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(f"{NAMESPACE}_follower_lag_messages",
+                                 "Messages a follower is behind the leader's log end, on the leader",
+                                 labels=["topic", "partition", "replica"])
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = self._family()
+        try:
+            for topic, partition, replica, lag in self.source():
+                family.add_metric([topic, str(partition), str(replica)], lag)
+        except Exception:
+            log.failure("follower lag source raised; exporting no follower lag")
+            family = self._family()
+        return [family]
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return [self._family()]
+
+
 class BrokerMetrics:
     """Every metric one broker exports, registered in ``registry`` (a fresh one by default).
 
@@ -189,9 +217,15 @@ class BrokerMetrics:
             "purgatory_delayed_operations", "Operations waiting in a purgatory for their "
             "condition or timeout", ["purgatory"], namespace=ns, registry=r)
 
+        self.offline_partitions = Gauge(
+            "offline_partitions", "Partitions without a leader, as the active controller sees "
+            "them (0 on brokers that are not the controller)", namespace=ns, registry=r)
+
         # Per-partition gauges, read at scrape time.
         self.partitions = PartitionCollector()
         r.register(self.partitions)
+        self.follower_lag = FollowerLagCollector()
+        r.register(self.follower_lag)
 
     def set_partition_source(self, fn: Callable[[], Iterable[PartitionRow]]) -> None:
         """Read per-partition gauges from ``fn()`` at each scrape; it returns

@@ -662,6 +662,17 @@ class ReplicaManager:
         d.addBoth(done)
         return d
 
+    def follower_lag_metrics(self) -> Iterable[tuple[str, int, int, int]]:
+        """Rows for the follower-lag collector: (topic, partition, follower, messages behind)
+        for partitions led here and followers that have fetched since."""
+        for (topic, index), p in list(self.partitions.items()):
+            if not p.is_leader:
+                continue
+            leo = p.log.log_end_offset
+            for r in p.remotes.values():
+                if r.log_end_offset >= 0:
+                    yield topic, index, r.broker_id, max(0, leo - r.log_end_offset)
+
     def partition_metrics(self) -> Iterable[tuple[str, int, int, int, bool, int, int, int]]:
         """Rows for the metrics collector: (topic, partition, log end, size, is leader, ISR
         size, replica count, min.insync.replicas)."""

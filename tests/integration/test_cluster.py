@@ -200,6 +200,7 @@ async def test_controller_failover_and_offline_partitions(brokers):
     for p in victim_parts:
         await eventually(lambda p=p: all(b.cache.partition("fo", p).leader == -1 for b in rest),
                          what="offline partition in metadata")
+    assert new.metrics.registry.get_sample_value("sluice_offline_partitions") == len(victim_parts)
     # The surviving leaders still serve.
     for p in range(3):
         if p not in victim_parts:

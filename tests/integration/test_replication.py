@@ -125,7 +125,11 @@ async def test_lagging_follower_leaves_the_isr_and_returns(brokers):
     assert sorted(paths.LeaderAndIsr.from_bytes(data).isr) == rest
     r = await produce(leader, "lag", 0, [b"c"])
     assert r.error_code == 0
-    assert leader.metrics.isr_shrinks_total._value.get() >= 1
+    reg = leader.metrics.registry
+    assert reg.get_sample_value("sluice_isr_shrinks_total") >= 1
+    assert reg.get_sample_value("sluice_under_replicated_partitions") == 1
+    assert reg.get_sample_value("sluice_follower_lag_messages", {
+        "topic": "lag", "partition": "0", "replica": str(follower.broker_id)}) >= 2
 
     # The follower fetches again: it catches up and the leader asks to add it back.
     part = follower.replicas.get_partition("lag", 0)
@@ -133,6 +137,8 @@ async def test_lagging_follower_leaves_the_isr_and_returns(brokers):
     follower.replicas._follow(part, leader.broker_id, None)
     await eventually(lambda: isr_everywhere(brokers, "lag", 0, [1, 2, 3]), timeout=20,
                      what="ISR expanded again")
+    assert reg.get_sample_value("sluice_isr_expands_total") >= 1
+    assert reg.get_sample_value("sluice_under_replicated_partitions") == 0
     await eventually(lambda: local_batches(follower, "lag", 0) == local_batches(leader, "lag", 0),
                      what="follower identical to leader")
 

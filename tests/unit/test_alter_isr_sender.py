@@ -1,0 +1,142 @@
+"""``AlterIsrSender`` on a ``task.Clock`` with a scripted controller connection: batching,
+answers, retries of requests whose fate is unknown, and superseded changes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from twisted.internet import defer, task
+from twisted.internet.error import ConnectionRefusedError
+
+from broker_core.replica.alter_isr import AlterIsrSender, IsrChange
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import ErrorCode
+
+
+class FakeController:
+    """Stands in for the TCP connection to the controller: records requests, answers on demand."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[int, int, dict, defer.Deferred]] = []
+        self.refuse_connections = 0
+        self.connects = 0
+        self._closed = False
+        self.transport = SimpleNamespace(loseConnection=self._lose)
+
+    def _lose(self) -> None:
+        self._closed = True
+
+    def connect(self, host: str, port: int) -> defer.Deferred:
+        self.connects += 1
+        if self.refuse_connections:
+            self.refuse_connections -= 1
+            return defer.fail(ConnectionRefusedError())
+        self._closed = False
+        return defer.succeed(self)
+
+    def request(self, api_key: int, version: int, body: dict) -> defer.Deferred:
+        d: defer.Deferred = defer.Deferred()
+        self.requests.append((api_key, version, body, d))
+        return d
+
+    def answer(self, i: int, top_error: int = 0, errors: dict | None = None) -> None:
+        _, _, body, d = self.requests[i]
+        errors = errors or {}
+        topics = []
+        for t in body["topics"]:
+            parts = []
+            for p in t["partitions"]:
+                code = errors.get((t["topic_name"], p["partition_index"]), 0)
+                parts.append(SimpleNamespace(
+                    partition_index=p["partition_index"], error_code=code, leader_id=1,
+                    leader_epoch=p["leader_epoch"], isr=p["new_isr"],
+                    partition_epoch=p["partition_epoch"] + 1))
+            topics.append(SimpleNamespace(topic_name=t["topic_name"], partitions=parts))
+        d.callback(SimpleNamespace(error_code=top_error, topics=topics))
+
+
+def make(clock, ctrl, results, controller=(3, "127.0.0.1", 9092)):
+    return AlterIsrSender(
+        1, lambda: 77, lambda: controller,
+        lambda change, error, epoch, isr, version: results.append(
+            (change.topic, change.partition, error, isr, version)),
+        reactor=None, clock=clock, backoff_s=0.5, connect=ctrl.connect)
+
+
+def change(p: int, isr=(1, 2), version=4) -> IsrChange:
+    return IsrChange("t", p, 3, tuple(isr), version)
+
+
+def test_changes_of_one_turn_travel_in_one_request():
+    clock, ctrl, results = task.Clock(), FakeController(), []
+    sender = make(clock, ctrl, results)
+    sender.submit(change(0))
+    sender.submit(change(1, isr=(1, 3)))
+    assert ctrl.requests == []  # not before the reactor turn ends
+    clock.advance(0)
+    assert len(ctrl.requests) == 1
+    api, version, body, _ = ctrl.requests[0]
+    assert api == ApiKey.ALTER_PARTITION and version == 1
+    assert body["broker_id"] == 1 and body["broker_epoch"] == 77
+    parts = body["topics"][0]["partitions"]
+    assert [(p["partition_index"], p["new_isr"], p["partition_epoch"]) for p in parts] == [
+        (0, [1, 2], 4), (1, [1, 3], 4)]
+    ctrl.answer(0, errors={("t", 1): int(ErrorCode.INVALID_UPDATE_VERSION)})
+    assert results == [("t", 0, None, (1, 2), 5), ("t", 1, "INVALID_UPDATE_VERSION", (1, 3), 5)]
+    assert sender.pending == 0
+
+
+def test_unknown_fate_is_sent_again_after_the_backoff():
+    clock, ctrl, results = task.Clock(), FakeController(), []
+    ctrl.refuse_connections = 1
+    sender = make(clock, ctrl, results)
+    sender.submit(change(0))
+    clock.advance(0)
+    assert ctrl.requests == [] and sender.pending == 1
+    clock.advance(0.4)
+    assert ctrl.connects == 1
+    clock.advance(0.2)  # past the 0.5 s backoff
+    assert len(ctrl.requests) == 1
+    # The controller moved: NOT_CONTROLLER means "not applied", so it goes again.
+    ctrl.answer(0, top_error=int(ErrorCode.NOT_CONTROLLER))
+    assert results == []
+    clock.advance(0.5)
+    assert len(ctrl.requests) == 2
+    ctrl.answer(1)
+    assert results == [("t", 0, None, (1, 2), 5)]
+
+
+def test_one_request_in_flight_and_the_newest_change_wins():
+    clock, ctrl, results = task.Clock(), FakeController(), []
+    sender = make(clock, ctrl, results)
+    sender.submit(change(0, isr=(1, 2, 3)))
+    clock.advance(0)
+    sender.submit(change(0, isr=(1, 2), version=5))  # while the first is in flight
+    clock.advance(1)
+    assert len(ctrl.requests) == 1
+    ctrl.answer(0, top_error=int(ErrorCode.NOT_CONTROLLER))
+    clock.advance(1)
+    assert len(ctrl.requests) == 2
+    parts = ctrl.requests[1][2]["topics"][0]["partitions"]
+    assert [(p["new_isr"], p["partition_epoch"]) for p in parts] == [([1, 2], 5)]
+
+
+def test_a_superseded_change_is_not_sent():
+    clock, ctrl, results = task.Clock(), FakeController(), []
+    sender = make(clock, ctrl, results)
+    sender.submit(change(0))
+    sender.forget(("t", 0))
+    clock.advance(1)
+    assert ctrl.requests == [] and sender.pending == 0
+
+
+def test_without_a_known_controller_it_waits():
+    clock, ctrl, results = task.Clock(), FakeController(), []
+    sender = make(clock, ctrl, results, controller=None)
+    sender.submit(change(0))
+    clock.advance(0)
+    clock.advance(5)
+    assert ctrl.connects == 0 and sender.pending == 1
+    sender.stop()
+    clock.advance(5)
+    assert sender.pending == 0

@@ -1,0 +1,151 @@
+"""``ReplicaFetcher`` on a ``task.Clock`` against a scripted leader: truncation before fetching,
+appending what the leader sends, back-off after errors, and partitions moved mid-request."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from twisted.internet import defer, task
+
+from broker_core.log import Log, LogConfig
+from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcher
+from broker_core.replica.partition import LeaderAndIsrState, Partition
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import ErrorCode
+from broker_core.wire.records import Record, assign_offsets, build_batch
+from tests.support.manual_time import ManualTime
+
+
+class FakeLeader:
+    def __init__(self) -> None:
+        self.requests: list[tuple[int, dict, defer.Deferred]] = []
+        self._closed = False
+        self.transport = SimpleNamespace(loseConnection=lambda: setattr(self, "_closed", True))
+
+    def connect(self, host: str, port: int) -> defer.Deferred:
+        self._closed = False
+        return defer.succeed(self)
+
+    def request(self, api_key: int, version: int, body: dict) -> defer.Deferred:
+        d: defer.Deferred = defer.Deferred()
+        self.requests.append((api_key, body, d))
+        return d
+
+    def last(self, api_key: int) -> tuple[dict, defer.Deferred]:
+        for api, body, d in reversed(self.requests):
+            if api == api_key:
+                return body, d
+        raise AssertionError(f"no request {api_key}")
+
+    def answer_epoch(self, leader_epoch: int, end_offset: int, error: int = 0) -> None:
+        body, d = self.last(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+        t = body["topics"][0]
+        d.callback(SimpleNamespace(topics=[SimpleNamespace(topic=t["topic"], partitions=[
+            SimpleNamespace(partition=t["partitions"][0]["partition"], error_code=error,
+                            leader_epoch=leader_epoch, end_offset=end_offset)])]))
+
+    def answer_fetch(self, records: bytes | None = None, hw: int = 0, error: int = 0,
+                     log_start: int = 0) -> None:
+        body, d = self.last(ApiKey.FETCH)
+        t = body["topics"][0]
+        d.callback(SimpleNamespace(responses=[SimpleNamespace(topic=t["topic"], partitions=[
+            SimpleNamespace(partition_index=t["partitions"][0]["partition"], error_code=error,
+                            high_watermark=hw, log_start_offset=log_start, records=records)])]))
+
+
+def leader_batch(base: int, values: list[bytes], epoch: int) -> bytes:
+    data, _ = assign_offsets(build_batch([Record(None, v, [], 1000) for v in values]), base, epoch)
+    return bytes(data)
+
+
+@pytest.fixture
+def follower(tmp_path):
+    log = Log.open(tmp_path / "t-0", LogConfig(), time_ms=ManualTime())
+    for i in range(5):  # offsets 0-4 in epoch 0
+        log.append_as_leader(build_batch([Record(None, b"old%d" % i, [], 1000)]), 0)
+    p = Partition("t", 0, 2, log)
+    p.make_follower(LeaderAndIsrState(1, 1, (1, 2), (1, 2), 1, 0))
+    yield p
+    log.close()
+
+
+def make(clock, leader, appended):
+    return ReplicaFetcher(2, 1, ("127.0.0.1", 9092), reactor=None, clock=clock,
+                          config=FetcherConfig(backoff_ms=1000), on_appended=appended.append,
+                          connect=leader.connect)
+
+
+def test_truncates_by_epoch_then_fetches_from_the_new_end(follower):
+    clock, leader, appended = task.Clock(), FakeLeader(), []
+    fetcher = make(clock, leader, appended)
+    fetcher.add(follower)
+    fetcher.start()
+    body, _ = leader.last(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+    asked = body["topics"][0]["partitions"][0]
+    assert body["replica_id"] == 2
+    assert (asked["leader_epoch"], asked["current_leader_epoch"]) == (0, 1)
+    leader.answer_epoch(0, 3)  # the leader's epoch 0 ended at 3
+    assert follower.log.log_end_offset == 3
+    body, _ = leader.last(ApiKey.FETCH)
+    fetched = body["topics"][0]["partitions"][0]
+    assert (fetched["fetch_offset"], fetched["current_leader_epoch"]) == (3, 1)
+    leader.answer_fetch(leader_batch(3, [b"n3", b"n4"], 1), hw=5)
+    assert follower.log.log_end_offset == 5 and follower.high_watermark == 5
+    assert appended == [follower]
+    assert follower.log.leader_epochs.latest_entry == (1, 3)
+    # The next fetch asks from the new end.
+    assert leader.last(ApiKey.FETCH)[0]["topics"][0]["partitions"][0]["fetch_offset"] == 5
+    fetcher.remove([("t", 0)])
+    leader.answer_fetch(None, hw=5)
+    clock.advance(1)
+
+
+def test_fenced_epoch_backs_off_then_truncates_again(follower):
+    clock, leader, appended = task.Clock(), FakeLeader(), []
+    fetcher = make(clock, leader, appended)
+    fetcher.add(follower)
+    fetcher.start()
+    leader.answer_epoch(0, 5)
+    n = len(leader.requests)
+    leader.answer_fetch(error=int(ErrorCode.FENCED_LEADER_EPOCH))
+    clock.advance(0.5)
+    assert len(leader.requests) == n  # backing off
+    clock.advance(0.6)
+    assert leader.requests[-1][0] == ApiKey.OFFSET_FOR_LEADER_EPOCH
+    fetcher.remove([("t", 0)])
+
+
+def test_data_for_a_partition_moved_during_the_request_is_dropped(follower):
+    clock, leader, appended = task.Clock(), FakeLeader(), []
+    fetcher = make(clock, leader, appended)
+    fetcher.add(follower)
+    fetcher.start()
+    leader.answer_epoch(0, 5)
+    fetcher.remove([("t", 0)])  # a LeaderAndIsr moved it while the fetch was out
+    leader.answer_fetch(leader_batch(5, [b"late"], 1), hw=6)
+    assert follower.log.log_end_offset == 5 and appended == []
+
+
+def test_data_that_does_not_continue_the_log_is_not_appended(follower):
+    clock, leader, appended = task.Clock(), FakeLeader(), []
+    fetcher = make(clock, leader, appended)
+    fetcher.add(follower)
+    fetcher.start()
+    leader.answer_epoch(0, 5)
+    leader.answer_fetch(leader_batch(7, [b"gap"], 1), hw=8)  # offsets 5-6 missing
+    assert follower.log.log_end_offset == 5
+    assert leader.requests[-1][0] == ApiKey.OFFSET_FOR_LEADER_EPOCH  # finds its place again
+    fetcher.remove([("t", 0)])
+
+
+def test_behind_the_leaders_log_start_starts_over_there(follower):
+    clock, leader, appended = task.Clock(), FakeLeader(), []
+    fetcher = make(clock, leader, appended)
+    fetcher.add(follower)
+    fetcher.start()
+    leader.answer_epoch(0, 5)
+    leader.answer_fetch(error=int(ErrorCode.OFFSET_OUT_OF_RANGE), log_start=100)
+    assert follower.log.log_start_offset == 100 and follower.log.log_end_offset == 100
+    assert leader.last(ApiKey.FETCH)[0]["topics"][0]["partitions"][0]["fetch_offset"] == 100
+    fetcher.remove([("t", 0)])

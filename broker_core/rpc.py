@@ -21,7 +21,7 @@ from typing import Any
 
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet import defer, task
-from twisted.internet.endpoints import HostnameEndpoint
+from twisted.internet.endpoints import HostnameEndpoint, connectProtocol
 from twisted.internet.error import ConnectionLost
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
@@ -104,6 +104,27 @@ class KafkaClientProtocol(Protocol):
                 d.errback(Failure(ConnectionLost("connection lost before the response arrived")))
         if not self.closed_d.called:
             self.closed_d.callback(None)
+
+
+def connect_client(reactor: Any, host: str, port: int, client_id: str,
+                   timeout_s: float = 10.0) -> defer.Deferred:
+    """Open one :class:`KafkaClientProtocol` connection; fires with the connected protocol."""
+    endpoint = HostnameEndpoint(reactor, host, port, timeout=timeout_s)
+    return connectProtocol(endpoint, KafkaClientProtocol(client_id))
+
+
+def request_with_timeout(proto: KafkaClientProtocol, clock: Any, api_key: int, api_version: int,
+                         body: Any, timeout_s: float, peer: str) -> defer.Deferred:
+    """``proto.request`` that fails with :class:`RequestTimedOut` after ``timeout_s`` and then
+    closes the connection: a late answer would arrive out of order, so start afresh."""
+    d = proto.request(api_key, api_version, body)
+
+    def timed_out(result: Any, timeout: float) -> Any:
+        proto.transport.loseConnection()
+        raise RequestTimedOut(f"no answer from {peer} in {timeout}s")
+
+    d.addTimeout(timeout_s, clock, onTimeoutCancel=timed_out)
+    return d
 
 
 class KafkaClientFactory(Factory):

@@ -22,12 +22,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from twisted.internet import defer, endpoints
+from twisted.internet import defer
 from twisted.internet.error import ConnectError
 from twisted.internet.error import ConnectionLost as TxConnectionLost
 from twisted.logger import Logger
 
-from broker_core.rpc import KafkaClientProtocol, RequestTimedOut
+from broker_core.rpc import (
+    KafkaClientProtocol,
+    RequestTimedOut,
+    connect_client,
+    request_with_timeout,
+)
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 
@@ -151,9 +156,9 @@ class AlterIsrSender:
                     "partition_epoch": c.zk_version})
             body = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch(),
                     "topics": [{"topic_name": t, "partitions": ps} for t, ps in topics.items()]}
-            d = proto.request(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, body)
-            d.addTimeout(self.timeout_s, self.clock, onTimeoutCancel=self._timed_out(proto))
-            resp = await d
+            resp = await request_with_timeout(proto, self.clock, ApiKey.ALTER_PARTITION,
+                                              ALTER_PARTITION_VERSION, body, self.timeout_s,
+                                              f"controller {target[0]}")
             if resp.error_code:
                 raise _Retry(ErrorCode(resp.error_code).name)
             answered: set[TopicPartition] = set()
@@ -195,12 +200,6 @@ class AlterIsrSender:
             self.log.failure("AlterIsr result handler failed for {t}-{p}", t=change.topic,
                              p=change.partition)
 
-    def _timed_out(self, proto: KafkaClientProtocol) -> Callable[..., Any]:
-        def timed_out(result: Any, timeout: float) -> Any:
-            proto.transport.loseConnection()
-            raise RequestTimedOut(f"no AlterIsr answer from the controller in {timeout}s")
-        return timed_out
-
     async def _connection(self, target: tuple[int, str, int]) -> KafkaClientProtocol:
         if self._proto is not None and not self._proto._closed and self._proto_target == target:
             return self._proto
@@ -216,8 +215,7 @@ class AlterIsrSender:
             proto.transport.loseConnection()
 
     def _tcp_connect(self, host: str, port: int) -> defer.Deferred:
-        ep = endpoints.HostnameEndpoint(self.reactor, host, port, timeout=10)
-        return endpoints.connectProtocol(ep, KafkaClientProtocol(f"sluice-alter-isr-{self.broker_id}"))
+        return connect_client(self.reactor, host, port, f"sluice-alter-isr-{self.broker_id}")
 
 
 class _Retry(Exception):

@@ -27,14 +27,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from twisted.internet import defer, endpoints, task
+from twisted.internet import defer, task
 from twisted.internet.error import ConnectError
 from twisted.internet.error import ConnectionLost as TxConnectionLost
 from twisted.logger import Logger
 
 from broker_core.log import UnexpectedAppendOffset
 from broker_core.replica.partition import Partition
-from broker_core.rpc import KafkaClientProtocol, RequestTimedOut
+from broker_core.rpc import (
+    KafkaClientProtocol,
+    RequestTimedOut,
+    connect_client,
+    request_with_timeout,
+)
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import InvalidRecordBatch
@@ -227,19 +232,12 @@ class ReplicaFetcher:
             proto.transport.loseConnection()
 
     def _tcp_connect(self, host: str, port: int) -> defer.Deferred:
-        ep = endpoints.HostnameEndpoint(self.reactor, host, port, timeout=10)
-        return endpoints.connectProtocol(ep, KafkaClientProtocol(f"sluice-replica-{self.broker_id}"))
+        return connect_client(self.reactor, host, port, f"sluice-replica-{self.broker_id}")
 
     def _request(self, proto: KafkaClientProtocol, api: ApiKey, version: int, body: dict,
                  timeout_s: float) -> defer.Deferred:
-        d = proto.request(api, version, body)
-
-        def timed_out(result: Any, timeout: float) -> Any:
-            proto.transport.loseConnection()  # a late answer would be out of order; start afresh
-            raise RequestTimedOut(f"no answer from broker {self.leader_id} in {timeout}s")
-
-        d.addTimeout(timeout_s, self.clock, onTimeoutCancel=timed_out)
-        return d
+        return request_with_timeout(proto, self.clock, api, version, body, timeout_s,
+                                    f"broker {self.leader_id}")
 
     # -- truncation (seed 003) ---------------------------------------------------------------------
 

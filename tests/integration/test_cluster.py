@@ -9,33 +9,21 @@ import struct
 
 import pytest
 import pytest_twisted
-from twisted.internet import defer, endpoints, reactor
+from twisted.internet import defer, reactor
 
-from broker_core.rpc import KafkaClientProtocol
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import Record, build_batch, decode_records
 from broker_core.zk import paths
-from tests.support.cluster import eventually, start_brokers, stop_brokers
-
-
-async def connect(broker) -> KafkaClientProtocol:
-    port = broker.port.getHost().port
-    ep = endpoints.TCP4ClientEndpoint(reactor, "127.0.0.1", port)
-    return await endpoints.connectProtocol(ep, KafkaClientProtocol("test"))
-
-
-async def call(broker, api_key, version, body):
-    proto = await connect(broker)
-    try:
-        return await proto.request(api_key, version, body)
-    finally:
-        proto.transport.loseConnection()
-
-
-def controller_of(brokers):
-    active = [b for b in brokers if b.controller.active]
-    return active[0] if len(active) == 1 else None
+from tests.support.cluster import (
+    call,
+    connect,
+    controller_of,
+    eventually,
+    leader_of,
+    start_brokers,
+    stop_brokers,
+)
 
 
 async def create(broker, name, partitions=3, rf=1):
@@ -46,12 +34,7 @@ async def create(broker, name, partitions=3, rf=1):
     assert resp.topics[0].error_code == 0, resp
 
 
-def led(brokers, topic, p):
-    for b in brokers:
-        part = b.replicas.get_partition(topic, p)
-        if part is not None and part.is_leader:
-            return b
-    return None
+led = leader_of
 
 
 @pytest.fixture

@@ -19,14 +19,15 @@ from twisted.internet import reactor
 from broker_core.broker import BrokerService
 from broker_core.log.checkpoints import read_offsets, write_offsets
 from broker_core.wire.apis import ApiKey
-from tests.integration.test_replication import (
+from tests.integration.test_replication import local_batches, produce
+from tests.support.cluster import (
     call,
     controller_of,
+    eventually,
     leader_of,
-    local_batches,
-    produce,
+    start_brokers,
+    stop_brokers,
 )
-from tests.support.cluster import eventually, start_brokers, stop_brokers
 
 HW_FILE = "replication-offset-checkpoint"
 

@@ -7,41 +7,20 @@ from __future__ import annotations
 
 import pytest
 import pytest_twisted
-from twisted.internet import defer, endpoints, reactor
+from twisted.internet import defer
 
-from broker_core.rpc import KafkaClientProtocol
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import Record, build_batch, decode_records, iter_batches
 from broker_core.zk import paths
-from tests.support.cluster import eventually, start_brokers, stop_brokers
-
-
-async def connect(broker) -> KafkaClientProtocol:
-    host, port = broker.advertised
-    ep = endpoints.TCP4ClientEndpoint(reactor, host, port)
-    return await endpoints.connectProtocol(ep, KafkaClientProtocol("test"))
-
-
-async def call(broker, api_key, version, body):
-    proto = await connect(broker)
-    try:
-        return await proto.request(api_key, version, body)
-    finally:
-        proto.transport.loseConnection()
-
-
-def controller_of(brokers):
-    active = [b for b in brokers if b.running and b.controller.active]
-    return active[0] if len(active) == 1 else None
-
-
-def leader_of(brokers, topic, p):
-    for b in brokers:
-        part = b.replicas.get_partition(topic, p)
-        if b.running and part is not None and part.is_leader:
-            return b
-    return None
+from tests.support.cluster import (
+    call,
+    controller_of,
+    eventually,
+    leader_of,
+    start_brokers,
+    stop_brokers,
+)
 
 
 async def create(broker, name, partitions=1, rf=3, configs=()):

@@ -83,6 +83,43 @@ async def eventually(condition: Callable[[], Any], timeout: float = 15.0,
         await task.deferLater(reactor, interval, lambda: None)
 
 
+# -- talking to in-process brokers -------------------------------------------------------------
+
+
+async def connect(broker: Any) -> Any:
+    """A Kafka-protocol client connection to an in-process broker's listener."""
+    from twisted.internet import endpoints, reactor
+
+    from broker_core.rpc import KafkaClientProtocol
+
+    ep = endpoints.TCP4ClientEndpoint(reactor, "127.0.0.1", broker.port.getHost().port)
+    return await endpoints.connectProtocol(ep, KafkaClientProtocol("test"))
+
+
+async def call(broker: Any, api_key: int, version: int, body: Any) -> Any:
+    """One request on a fresh connection; returns the decoded response body."""
+    proto = await connect(broker)
+    try:
+        return await proto.request(api_key, version, body)
+    finally:
+        proto.transport.loseConnection()
+
+
+def controller_of(brokers: list[Any]) -> Any:
+    """The one running broker whose controller is active, else None."""
+    active = [b for b in brokers if b.running and b.controller.active]
+    return active[0] if len(active) == 1 else None
+
+
+def leader_of(brokers: list[Any], topic: str, partition: int) -> Any:
+    """The running broker that leads ``topic``-``partition`` locally, else None."""
+    for b in brokers:
+        part = b.replicas.get_partition(topic, partition)
+        if b.running and part is not None and part.is_leader:
+            return b
+    return None
+
+
 class BrokerProcess:
     """A broker run as ``python -m twisted broker ...`` (``twist``) in its own process."""
 

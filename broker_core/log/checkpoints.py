@@ -38,13 +38,29 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str, *, sync: bool = True) -> None:
+    """Replace ``path`` with ``text`` through a temp file and a rename, so a reader (or a crash)
+    sees the old content or the new, never a mix. With ``sync`` the data and the rename are
+    fsynced before returning; without, they reach the disk with the next :func:`fsync_file`
+    of the path (or whenever the OS writes them back)."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if sync:
+        fsync_dir(path.parent)
+
+
+def fsync_file(path: Path) -> None:
+    """fsync a file written by ``write_atomically(sync=False)`` and the rename that placed it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     fsync_dir(path.parent)
 
 

@@ -2,9 +2,10 @@
 ``leader-epoch-checkpoint``.
 
 Each entry says "leader epoch E started at offset O". The file is the checkpoint format of
-:mod:`.checkpoints` with ``epoch start_offset`` lines, rewritten atomically (tmp, fsync, rename)
-on every change. Changes are rare — one per leader change, truncation or retention step — so the
-synchronous fsync costs nothing on the append path.
+:mod:`.checkpoints` with ``epoch start_offset`` lines, rewritten atomically (tmp, rename) on
+every change and fsynced by the log's next flush (:meth:`LeaderEpochFile.sync`), not at once: a
+controller that moves thousands of leaders at once would otherwise cost two fsyncs per partition
+on the reactor thread. What a crash loses of it, recovery rebuilds from the batches' epochs.
 
 The rules are Kafka's ``LeaderEpochFileCache``:
 
@@ -19,6 +20,7 @@ The rules are Kafka's ``LeaderEpochFileCache``:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -26,6 +28,7 @@ from typing import NamedTuple
 from broker_core.log.checkpoints import (
     CheckpointError,
     format_lines,
+    fsync_file,
     parse_ints,
     parse_lines,
     write_atomically,
@@ -49,6 +52,8 @@ class LeaderEpochFile:
         self.path = directory / FILE_NAME
         self._log_end_offset = log_end_offset
         self._entries: list[EpochEntry] = []
+        self._lock = threading.Lock()
+        self._dirty = False
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -65,7 +70,33 @@ class LeaderEpochFile:
         self._entries = loaded
 
     def _save(self) -> None:
-        write_atomically(self.path, format_lines(f"{e} {o}" for e, o in self._entries))
+        # Not fsynced here: becoming leader of thousands of partitions at once would cost two
+        # fsyncs each on the reactor thread (seconds). The log's flush fsyncs the file first
+        # (see :meth:`sync`), and recovery after a crash rebuilds entries from the batches
+        # themselves, which carry their epochs (seed 003's "rebuild the potentially missing
+        # part").
+        write_atomically(self.path, format_lines(f"{e} {o}" for e, o in self._entries),
+                         sync=False)
+        with self._lock:
+            self._dirty = True
+
+    def sync(self) -> None:
+        """Make the file durable if it changed since the last sync. BLOCKING (fsync); safe to
+        call from an IO thread while the reactor thread changes the entries: the lock guards
+        only the flag, never the fsync, so the reactor never waits for the disk here. A change
+        made during the fsync sets the flag again and is synced next time."""
+        with self._lock:
+            if not self._dirty:
+                return
+            self._dirty = False
+        try:
+            fsync_file(self.path)
+        except FileNotFoundError:
+            pass  # the partition was deleted meanwhile
+        except OSError:
+            with self._lock:
+                self._dirty = True
+            raise
 
     @property
     def entries(self) -> list[EpochEntry]:

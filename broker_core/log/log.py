@@ -587,8 +587,10 @@ class Log:
         The lock is held only to snapshot descriptors (duplicated, so a segment closed or
         deleted meanwhile is harmless) and to publish the result; a truncation during the fsync
         keeps the recovery point where it was, as the flushed bytes may no longer be the log's.
-        The epoch file needs nothing here: it is fsynced whenever it changes.
+        The epoch file is fsynced first when it changed, so the flushed segments never hold
+        batches of an epoch the durable epoch file does not know.
         """
+        self.leader_epochs.sync()
         with self._lock:
             if self._closed:
                 return

@@ -106,3 +106,19 @@ def test_leader_change_without_appends_then_truncation(tmp_path):
     assert log.leader_epochs.entries == [(1, 0)]
     log.truncate_to(3)  # inside the first batch: the log becomes empty
     assert log.log_end_offset == 0 and log.leader_epochs.entries == []
+
+
+def test_epoch_file_changes_are_fsynced_by_the_next_flush_not_at_once(tmp_path, monkeypatch):
+    from broker_core.log import leader_epoch as module
+
+    synced = []
+    monkeypatch.setattr(module, "fsync_file", lambda path: synced.append(path.name))
+    log = Log.open(tmp_path / "t-0", LogConfig(), time_ms=lambda: 0)
+    log.append_as_leader(batch(3), 5)
+    assert synced == []  # becoming leader of many partitions must not fsync each file
+    assert log.leader_epochs.entries == [(5, 0)]
+    log.flush()
+    assert synced == ["leader-epoch-checkpoint"]
+    log.flush()
+    assert synced == ["leader-epoch-checkpoint"]  # unchanged since: nothing to sync
+    log.close()

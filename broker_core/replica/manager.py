@@ -481,6 +481,8 @@ class ReplicaManager:
                     return min_bytes  # leadership moved: answer now with the error
                 end = p.high_watermark if consumer else p.log.log_end_offset
                 if end > offset:
+                    if min_bytes <= 1:
+                        return min_bytes  # any new batch will do: no need to read it twice
                     n += len(read(topic, index, offset, part_max, epoch).records)
                     if n >= min_bytes:
                         return n

@@ -30,6 +30,7 @@ from twisted.python.threadpool import ThreadPool
 
 from broker_core.config import BrokerConfig
 from broker_core.controller.controller import Controller
+from broker_core.controller.shutdown import controlled_shutdown
 from broker_core.log import LogConfig, LogManager
 from broker_core.metadata import NodeExists, NoNode, SessionState
 from broker_core.metadata_cache import MetadataCache
@@ -320,6 +321,15 @@ class BrokerService(service.Service):
     async def _stop(self) -> None:
         self._pending_reregister = False
         self.log.info("broker {b} shutting down", b=self.broker_id)
+        if self.config.controlled_shutdown_enable and self.registration_epoch >= 0:
+            # Before the listener closes: the controller's LeaderAndIsr that makes this broker
+            # a follower arrives through it.
+            await controlled_shutdown(
+                self.broker_id, self.registration_epoch, store=self.store,
+                local_controller=self.controller, reactor=self.reactor,
+                max_retries=self.config.controlled_shutdown_max_retries,
+                backoff_s=self.config.controlled_shutdown_retry_backoff_ms / 1000.0,
+                timeout_s=self.config.controller_socket_timeout_ms / 1000.0)
         if self.port is not None:
             await self.port.stopListening()
         self.factory.close_all()

@@ -285,6 +285,10 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
      integer(1, INT_MAX), "1000"),
     ("broker.rack", "broker_rack", optional_text, None),
     ("controlled.shutdown.enable", "controlled_shutdown_enable", boolean, "true"),
+    ("controlled.shutdown.max.retries", "controlled_shutdown_max_retries", integer(1, INT_MAX),
+     "3"),
+    ("controlled.shutdown.retry.backoff.ms", "controlled_shutdown_retry_backoff_ms",
+     integer(0, INT_MAX), "5000"),
 )
 
 REQUIRED = tuple(k.name for k in BROKER_KEYS.values() if k.required)
@@ -343,6 +347,8 @@ class BrokerConfig:
     producer_purgatory_purge_interval_requests: int
     broker_rack: str | None
     controlled_shutdown_enable: bool
+    controlled_shutdown_max_retries: int
+    controlled_shutdown_retry_backoff_ms: int
 
     # -- construction ------------------------------------------------------------------------
 

@@ -8,18 +8,31 @@ These functions only record intent; the controller carries it out (seed 000 B an
 - delete: ``/admin/delete_topics/T``; the controller stops the replicas and removes the znodes;
 - add partitions: ``/admin/partitions_add/T/P -> [replicas]``; the controller elects leaders,
   updates the assignment and removes the admin nodes;
-- remove partitions: ``/admin/partitions_remove/T/P``.
+- remove partitions: ``/admin/partitions_remove/T/P``;
+- reassign replicas: ``/admin/reassign_partitions`` (Kafka's JSON); the controller moves each
+  partition and shrinks the znode, deleting it when the last one is done (seed 000 F); cancel
+  rewrites a partition's target to its original replicas;
+- preferred-leader election: ``/admin/preferred_replica_election``; the controller moves
+  leadership to each partition's first replica where it can and deletes the znode.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core import assignment as assign
 from broker_core.config import ConfigError, validate_topic_config
-from broker_core.metadata import Create, NodeExists, NoNode, TransactionFailed
+from broker_core.metadata import (
+    BadVersion,
+    Create,
+    NodeExists,
+    NoNode,
+    SessionState,
+    TransactionFailed,
+)
 from broker_core.wire.errors import ErrorCode
 from broker_core.zk import paths
 
@@ -54,6 +67,16 @@ class InvalidConfig(TopicAdminError):
 
 class InvalidTopic(TopicAdminError):
     error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+class ReassignmentInProgress(TopicAdminError):
+    error_code = ErrorCode.REASSIGNMENT_IN_PROGRESS
+
+
+class AdminRequestPending(TopicAdminError):
+    """An earlier request of the same kind is still waiting for the controller."""
+
+    error_code = ErrorCode.INVALID_REQUEST
 
 
 @dataclass(frozen=True)
@@ -260,3 +283,214 @@ async def describe_cluster(store: Any) -> ClusterDescription:
     except NoNode:
         epoch = None
     return ClusterDescription([brokers[b] for b in sorted(brokers)], controller, epoch)
+
+
+# -- replica reassignment (seed 000 F) ------------------------------------------------------------
+
+TopicPartition = tuple[str, int]
+
+#: What ``verify_reassignment`` reports per partition.
+REASSIGNMENT_IN_PROGRESS = "in progress"
+REASSIGNMENT_COMPLETE = "complete"
+REASSIGNMENT_FAILED = "failed"
+
+
+def parse_reassignment(data: bytes) -> dict[TopicPartition, list[int]]:
+    """A ``--reassignment-json-file`` (Kafka's format, the value of
+    ``/admin/reassign_partitions``): partition -> new replicas. Raises
+    :class:`InvalidReplicaAssignment` saying what is wrong."""
+    try:
+        proposal = paths.PartitionReassignment.from_bytes(data).partitions
+    except ValueError as e:
+        raise InvalidReplicaAssignment(str(e)) from None
+    if not proposal:
+        raise InvalidReplicaAssignment("the reassignment names no partitions")
+    return proposal
+
+
+async def _pending_reassignment(store: Any) -> tuple[dict[TopicPartition, list[int]], int]:
+    try:
+        data, stat = await store.get(paths.REASSIGN_PARTITIONS)
+    except NoNode:
+        return {}, -1
+    return paths.PartitionReassignment.from_bytes(data).partitions, stat.version
+
+
+async def validate_reassignment(store: Any, proposal: Mapping[TopicPartition, Sequence[int]]
+                                ) -> dict[TopicPartition, list[int]]:
+    """Check a proposal against the cluster; returns the current replicas of each partition.
+
+    Refused: an unknown topic or partition, an empty replica list, a broker named twice, a
+    broker id that is not a live broker. A replication factor other than the current one is
+    allowed (as in Kafka)."""
+    brokers = await live_brokers(store)
+    current: dict[TopicPartition, list[int]] = {}
+    assignments: dict[str, dict[int, list[int]]] = {}
+    for (topic, p), replicas in sorted(proposal.items()):
+        if topic not in assignments:
+            assignments[topic] = await _assignment(store, topic)
+        if p not in assignments[topic]:
+            raise UnknownTopic(f"topic {topic!r} has no partition {p}")
+        if not replicas:
+            raise InvalidReplicaAssignment(f"{topic}-{p}: the replica list is empty")
+        if len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignment(
+                f"{topic}-{p}: the replica list {list(replicas)} names a broker twice")
+        unknown = [b for b in replicas if b not in brokers]
+        if unknown:
+            raise InvalidReplicaAssignment(
+                f"{topic}-{p}: brokers {unknown} are not alive (live brokers: "
+                f"{', '.join(map(str, sorted(brokers))) or 'none'})")
+        current[(topic, p)] = list(assignments[topic][p])
+    return current
+
+
+async def execute_reassignment(store: Any, proposal: Mapping[TopicPartition, Sequence[int]]
+                               ) -> dict[TopicPartition, list[int]]:
+    """Validate and write ``/admin/reassign_partitions``; returns the current replicas (what an
+    admin keeps to roll back). Refused while another reassignment is in progress (Kafka's
+    rule for this znode: its writer would race the controller that shrinks it)."""
+    current = await validate_reassignment(store, proposal)
+    value = paths.PartitionReassignment({tp: list(r) for tp, r in proposal.items()}).to_bytes()
+    try:
+        await store.create(paths.REASSIGN_PARTITIONS, value, makepath=True)
+    except NodeExists:
+        pending, _ = await _pending_reassignment(store)
+        names = ", ".join(f"{t}-{p}" for t, p in sorted(pending)) or "?"
+        raise ReassignmentInProgress(
+            f"a partition reassignment is in progress ({names}); follow it with --verify or "
+            "stop it with --cancel") from None
+    return current
+
+
+async def verify_reassignment(store: Any, proposal: Mapping[TopicPartition, Sequence[int]]
+                              ) -> dict[TopicPartition, str]:
+    """Per partition of ``proposal``: in progress (still in the admin znode), complete (its
+    replicas are the proposed ones) or failed (neither: rejected by the controller, cancelled,
+    or the topic is gone)."""
+    pending, _ = await _pending_reassignment(store)
+    out: dict[TopicPartition, str] = {}
+    for (topic, p), replicas in sorted(proposal.items()):
+        if (topic, p) in pending:
+            out[(topic, p)] = REASSIGNMENT_IN_PROGRESS
+            continue
+        try:
+            now = (await _assignment(store, topic)).get(p)
+        except UnknownTopic:
+            now = None
+        out[(topic, p)] = (REASSIGNMENT_COMPLETE if now == list(replicas)
+                           else REASSIGNMENT_FAILED)
+    return out
+
+
+async def cancel_reassignment(store: Any, partitions: Sequence[TopicPartition]
+                              ) -> list[TopicPartition]:
+    """Revert the named partitions that are still being reassigned to their original replicas
+    (AR minus the replicas being added, from the topic znode); returns those cancelled. The
+    controller then shrinks AR back and stops the added replicas. Conditional on the admin
+    znode's version: a write by the controller in between makes us read again."""
+    for _ in range(10):
+        try:
+            data, stat = await store.get(paths.REASSIGN_PARTITIONS)
+        except NoNode:
+            return []
+        pending = paths.PartitionReassignment.from_bytes(data).partitions
+        cancelled = [tp for tp in partitions if tp in pending]
+        if not cancelled:
+            return []
+        for topic, p in cancelled:
+            try:
+                raw, _ = await store.get(paths.topic(topic))
+            except NoNode:
+                continue
+            value = paths.TopicAssignment.from_bytes(raw)
+            adding = value.adding.get(p, [])
+            pending[(topic, p)] = [b for b in value.partitions.get(p, []) if b not in adding]
+        try:
+            await store.set(paths.REASSIGN_PARTITIONS,
+                            paths.PartitionReassignment(pending).to_bytes(), stat.version)
+        except (BadVersion, NoNode):
+            continue
+        return cancelled
+    raise ReassignmentInProgress("the reassignment kept changing while cancelling; try again")
+
+
+# -- preferred-leader election -----------------------------------------------------------------
+
+#: Outcomes of ``elect_preferred_leaders`` per partition.
+ELECTED = "elected"
+ELECTION_NOT_NEEDED = "not needed"
+
+
+async def all_partitions(store: Any) -> list[TopicPartition]:
+    out = []
+    for topic in await list_topics(store):
+        try:
+            out += [(topic, p) for p in sorted(await _assignment(store, topic))]
+        except UnknownTopic:
+            continue
+    return out
+
+
+async def elect_preferred_leaders(store: Any, partitions: Sequence[TopicPartition], *,
+                                  timeout_s: float = 30.0, clock: Any = None
+                                  ) -> dict[TopicPartition, str]:
+    """Ask the controller (``/admin/preferred_replica_election``) to give each partition to its
+    preferred replica, wait until it has acted (the znode is gone), and report per partition:
+    ``ELECTED``, ``ELECTION_NOT_NEEDED`` (the preferred replica leads already), or an error
+    ``"CODE: why"`` (unknown partition; preferred replica not alive or not in the ISR)."""
+    from twisted.internet import task
+
+    if clock is None:
+        from twisted.internet import reactor as clock
+    brokers = await live_brokers(store)
+    out: dict[TopicPartition, str] = {}
+    ask: dict[TopicPartition, int] = {}
+    for tp in partitions:
+        topic, p = tp
+        try:
+            replicas = (await _assignment(store, topic)).get(p)
+        except UnknownTopic:
+            replicas = None
+        if not replicas:
+            out[tp] = f"UNKNOWN_TOPIC_OR_PARTITION: {topic}-{p} does not exist"
+            continue
+        state = await _leader_state(store, tp)
+        preferred = replicas[0]
+        if state is not None and state.leader == preferred:
+            out[tp] = ELECTION_NOT_NEEDED
+        elif preferred not in brokers or state is None or preferred not in state.isr:
+            out[tp] = (f"PREFERRED_LEADER_NOT_AVAILABLE: preferred replica {preferred} is "
+                       "not alive or not in the ISR")
+        else:
+            ask[tp] = preferred
+    if not ask:
+        return out
+    value = paths.PreferredReplicaElection(sorted(ask)).to_bytes()
+    try:
+        await store.create(paths.PREFERRED_REPLICA_ELECTION, value, makepath=True)
+    except NodeExists:
+        raise AdminRequestPending("a preferred replica election is already in progress "
+                                  f"({paths.PREFERRED_REPLICA_ELECTION} exists)") from None
+    deadline = time.monotonic() + timeout_s
+    while await store.exists(paths.PREFERRED_REPLICA_ELECTION) is not None:
+        if time.monotonic() > deadline or getattr(store, "state",
+                                                  SessionState.CONNECTED) is SessionState.LOST:
+            raise TopicAdminError(f"the controller did not act on the election within "
+                                  f"{timeout_s:g}s; is a controller running? "
+                                  f"({paths.PREFERRED_REPLICA_ELECTION} is left for it)")
+        await task.deferLater(clock, 0.1, lambda: None)
+    for tp, preferred in ask.items():
+        state = await _leader_state(store, tp)
+        out[tp] = ELECTED if state is not None and state.leader == preferred else (
+            f"PREFERRED_LEADER_NOT_AVAILABLE: preferred replica {preferred} could not take "
+            "over (not alive or not in the ISR when the controller acted)")
+    return out
+
+
+async def _leader_state(store: Any, tp: TopicPartition) -> paths.LeaderAndIsr | None:
+    try:
+        data, _ = await store.get(paths.leader_and_isr(*tp))
+    except NoNode:
+        return None
+    return paths.LeaderAndIsr.from_bytes(data)

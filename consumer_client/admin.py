@@ -175,6 +175,45 @@ class AdminClient:
         return ClusterDescription(brokers, md.controller_id if md.controller_id >= 0 else None,
                                   None)
 
+    # -- replica reassignment and preferred-leader election (ZooKeeper mode) ----------------------
+
+    def _zk_only(self, what: str) -> None:
+        if not self.zookeeper:
+            # Through a broker these need Kafka's AlterPartitionReassignments /
+            # ListPartitionReassignments / ElectLeaders APIs, which Sluice does not serve.
+            raise AdminError(None, f"{what} through --bootstrap-server needs Kafka APIs Sluice "
+                                   "does not serve; use --zookeeper HOST:PORT[/chroot]")
+
+    def reassign_execute(self, proposal: Mapping[tuple[str, int], Sequence[int]]
+                         ) -> dict[tuple[str, int], list[int]]:
+        """Start moving partitions to new replicas; returns their current replicas."""
+        self._zk_only("reassign")
+        return self._zk(lambda s: topic_admin.execute_reassignment(s, proposal))
+
+    def reassign_verify(self, proposal: Mapping[tuple[str, int], Sequence[int]]
+                        ) -> dict[tuple[str, int], str]:
+        self._zk_only("reassign")
+        return self._zk(lambda s: topic_admin.verify_reassignment(s, proposal))
+
+    def reassign_cancel(self, partitions: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+        self._zk_only("reassign")
+        return self._zk(lambda s: topic_admin.cancel_reassignment(s, partitions))
+
+    def elect_preferred_leaders(self, partitions: Sequence[tuple[str, int]] | None
+                                ) -> dict[tuple[str, int], str]:
+        """Preferred-leader election for ``partitions`` (None: every partition); see
+        :func:`broker_core.topic_admin.elect_preferred_leaders` for the outcomes."""
+        self._zk_only("elect-leaders")
+
+        async def run(store: Any) -> dict[tuple[str, int], str]:
+            from twisted.internet import reactor
+
+            tps = partitions if partitions is not None else \
+                await topic_admin.all_partitions(store)
+            return await topic_admin.elect_preferred_leaders(store, tps, timeout_s=self.timeout,
+                                                             clock=reactor)
+        return self._zk(run)
+
     def _metadata(self, names: list[str] | None) -> Any:
         with self._conn() as c:
             return self._metadata_on(c, names)

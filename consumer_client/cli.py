@@ -3,18 +3,26 @@
     sluice topics create --topic T --partitions N --replication-factor R [--config k=v ...]
     sluice topics list | describe [--topic T] | delete --topic T | add-partitions --topic T --partitions N
     sluice cluster describe
+    sluice reassign --reassignment-json-file FILE (--execute | --verify | --cancel)
+    sluice elect-leaders [--election-type preferred]
+                         (--topic T --partition P | --all-topic-partitions | --path-to-json-file F)
 
-Each takes ``--bootstrap-server HOST:PORT[,...]`` or ``--zookeeper HOST:PORT[/chroot]``. Errors go
+Each takes ``--bootstrap-server HOST:PORT[,...]`` or ``--zookeeper HOST:PORT[/chroot]``
+(``reassign`` and ``elect-leaders`` work through ZooKeeper only). Errors go
 to stderr as one line: exit code 1 for a failed operation, 2 for bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from broker_core import topic_admin
+from broker_core.zk import paths
 from consumer_client.admin import AdminClient, AdminError
 
 
@@ -77,6 +85,30 @@ def build_parser() -> argparse.ArgumentParser:
     csub = cluster.add_subparsers(dest="action", required=True)
     cd = csub.add_parser("describe", help="brokers, controller, controller epoch")
     connection(cd)
+
+    ra = sub.add_parser("reassign", help="move partitions to other brokers "
+                        "(kafka-reassign-partitions)")
+    connection(ra)
+    ra.add_argument("--reassignment-json-file", required=True, metavar="FILE",
+                    help='{"version":1,"partitions":[{"topic":T,"partition":P,"replicas":[..]}]}')
+    ag = ra.add_mutually_exclusive_group(required=True)
+    ag.add_argument("--execute", action="store_true", help="start the reassignment")
+    ag.add_argument("--verify", action="store_true", help="report the status of each partition")
+    ag.add_argument("--cancel", action="store_true",
+                    help="revert partitions not yet moved to their original replicas")
+
+    el = sub.add_parser("elect-leaders", help="move leadership to preferred replicas "
+                        "(kafka-leader-election)")
+    connection(el)
+    el.add_argument("--election-type", default="preferred", type=str.lower,
+                    choices=["preferred"], help="only preferred is supported")
+    which = el.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", help="with --partition: one partition")
+    which.add_argument("--all-topic-partitions", action="store_true",
+                       help="every partition of every topic")
+    which.add_argument("--path-to-json-file", metavar="FILE",
+                       help='{"partitions":[{"topic":T,"partition":P}]}')
+    el.add_argument("--partition", type=int, help="partition of --topic")
     return p
 
 
@@ -84,8 +116,92 @@ def _client(args: argparse.Namespace) -> AdminClient:
     return AdminClient(bootstrap_servers=args.bootstrap_server, zookeeper=args.zookeeper)
 
 
+def _read_json_file(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _names(tps: Sequence[tuple[str, int]]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in sorted(tps))
+
+
+def run_reassign(args: argparse.Namespace, admin: AdminClient, out=sys.stdout) -> None:
+    try:
+        proposal = topic_admin.parse_reassignment(_read_json_file(args.reassignment_json_file))
+    except topic_admin.TopicAdminError as e:
+        raise ValueError(f"{args.reassignment_json_file}: {e}") from None
+    if args.execute:
+        current = admin.reassign_execute(proposal)
+        print("Current partition replica assignment\n", file=out)
+        print(paths.PartitionReassignment(current).to_bytes().decode(), file=out)
+        print("\nSave this to use as the --reassignment-json-file option during rollback",
+              file=out)
+        print(f"Successfully started partition reassignment for {_names(list(proposal))}",
+              file=out)
+    elif args.verify:
+        print("Status of partition reassignment:", file=out)
+        for (t, p), status in sorted(admin.reassign_verify(proposal).items()):
+            if status == topic_admin.REASSIGNMENT_COMPLETE:
+                print(f"Reassignment of partition {t}-{p} is complete.", file=out)
+            elif status == topic_admin.REASSIGNMENT_IN_PROGRESS:
+                print(f"Reassignment of partition {t}-{p} is still in progress.", file=out)
+            else:
+                print(f"Reassignment of partition {t}-{p} failed: its replicas are not "
+                      f"{proposal[(t, p)]} (rejected or cancelled; see the controller's log).",
+                      file=out)
+    else:
+        cancelled = admin.reassign_cancel(list(proposal))
+        if cancelled:
+            print(f"Successfully cancelled partition reassignments for: {_names(cancelled)}",
+                  file=out)
+        else:
+            print("None of the specified partition reassignments are active.", file=out)
+
+
+def run_elect_leaders(args: argparse.Namespace, admin: AdminClient, out=sys.stdout) -> None:
+    tps: list[tuple[str, int]] | None
+    if args.all_topic_partitions:
+        if args.partition is not None:
+            raise ValueError("--partition goes with --topic, not --all-topic-partitions")
+        tps = None
+    elif args.topic is not None:
+        if args.partition is None:
+            raise ValueError("--topic needs --partition")
+        tps = [(args.topic, args.partition)]
+    else:
+        try:
+            data = json.loads(_read_json_file(args.path_to_json_file) or b"{}")
+            tps = [(str(e["topic"]), int(e["partition"])) for e in data["partitions"]]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{args.path_to_json_file}: expected "
+                             '{"partitions":[{"topic":T,"partition":P}]} '
+                             f"({e})") from None
+    results = admin.elect_preferred_leaders(tps)
+    elected = [tp for tp, r in results.items() if r == topic_admin.ELECTED]
+    not_needed = [tp for tp, r in results.items() if r == topic_admin.ELECTION_NOT_NEEDED]
+    failed = {tp: r for tp, r in results.items() if tp not in elected and tp not in not_needed}
+    if elected:
+        print(f"Successfully completed leader election (PREFERRED) for partitions "
+              f"{_names(elected)}", file=out)
+    if not_needed:
+        print(f"Valid replica already elected for partitions {_names(not_needed)}", file=out)
+    for (t, p), why in sorted(failed.items()):
+        print(f"Error completing leader election (PREFERRED) for partition: {t}-{p}: {why}",
+              file=out)
+    if failed:
+        raise AdminError(None, f"{len(failed)} partition(s) could not be elected")
+
+
 def run(args: argparse.Namespace, out=sys.stdout) -> None:
     admin = _client(args)
+    if args.area == "reassign":
+        run_reassign(args, admin, out)
+        return
+    if args.area == "elect-leaders":
+        run_elect_leaders(args, admin, out)
+        return
     if args.area == "topics":
         if args.action == "create":
             admin.create_topic(args.topic, args.partitions, args.replication_factor,

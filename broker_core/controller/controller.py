@@ -28,10 +28,15 @@ from twisted.logger import Logger
 from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch
 from broker_core.controller.election import (
     Election,
+    controlled_shutdown_election,
     init_leader,
     judge_isr_change,
     next_leader_epoch,
     offline_leader,
+    preferred_leader,
+    reassignment_complete,
+    reassignment_leader,
+    reassignment_replicas,
     shrink_isr,
 )
 from broker_core.metadata import (
@@ -58,6 +63,13 @@ AlterIsrResult = tuple[str | None, dict[TopicPartition, tuple[str | None, Partit
 
 #: Rounds of "write, and on a version conflict re-read and judge again" for one AlterIsr request.
 ALTER_ISR_ROUNDS = 3
+
+#: Seed 000 F: the reassignment agent wakes up when notified or after this many seconds.
+REASSIGNMENT_WAKEUP_S = 30.0
+
+#: Longest a ControlledShutdown answer waits for the brokers to acknowledge the moves it sent
+#: (the moves are decided and written already; this only makes the hand-over smoother).
+SHUTDOWN_ACK_WAIT_S = 5.0
 
 #: ZooKeeper caps a whole multi at jute.maxbuffer (~1 MB); our ops are small, so 500 ops per multi
 #: stays far below it (python-zk/kazoo#630: ~3,200 creates already failed).
@@ -102,6 +114,8 @@ class Controller:
         self._started = False
         # AlterIsr callers waiting for their event; answered NOT_CONTROLLER if we resign first.
         self._alter_waiters: set[defer.Deferred] = set()
+        self.reassignment_wakeup_s = REASSIGNMENT_WAKEUP_S
+        self._reassign_call: Any = None
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -112,6 +126,14 @@ class Controller:
         self.channels: dict[int, Any] = {}
         self._add_watched: dict[str, Any] = {}
         self._remove_watched: dict[str, Any] = {}
+        # Seed 000 F: replicas a reassignment adds / will remove, per partition (mirrors the
+        # topic znodes' adding_replicas / removing_replicas), and the reassignment agent's
+        # in-memory map: partition -> RAR.
+        self.adding: dict[TopicPartition, tuple[int, ...]] = {}
+        self.removing: dict[TopicPartition, tuple[int, ...]] = {}
+        self.reassigning: dict[TopicPartition, tuple[int, ...]] = {}
+        # Brokers in a controlled shutdown: no leadership or ISR place is given to them.
+        self.shutting_down: set[int] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -261,6 +283,9 @@ class Controller:
         self._watches.clear()
         for w in list(self._add_watched.values()) + list(self._remove_watched.values()):
             w.cancel()
+        if self._reassign_call is not None and self._reassign_call.active():
+            self._reassign_call.cancel()
+        self._reassign_call = None
         channels = list(self.channels.values())
         self._reset_context()
         for ch in channels:
@@ -289,6 +314,10 @@ class Controller:
         await self._on_partitions_add()
         await self._on_partitions_remove()
         await self._on_delete_topics()
+        # Seed 000 D step 7: resume reassignments from ZooKeeper (the topic znodes say which
+        # replicas were being added), then any pending preferred-leader election.
+        await self._on_partitions_reassigned()
+        await self._on_preferred_election()
 
     def _register_watches(self) -> None:
         s = self.store
@@ -302,6 +331,11 @@ class Controller:
                              self._active_only("partitions_add", self._on_partitions_add)),
             s.watch_children(paths.PARTITIONS_REMOVE,
                              self._active_only("partitions_remove", self._on_partitions_remove)),
+            s.watch_data(paths.REASSIGN_PARTITIONS,
+                         self._active_only("partitions_reassigned",
+                                           self._on_partitions_reassigned)),
+            s.watch_data(paths.PREFERRED_REPLICA_ELECTION,
+                         self._active_only("preferred_election", self._on_preferred_election)),
         ]
 
     # -- state loading ---------------------------------------------------------------------------
@@ -318,13 +352,12 @@ class Controller:
         found = await _gather([one(b) for b in ids if b.isdigit()])
         return {b.id: b for b in found if b is not None}
 
-    async def _read_assignment(self, topic: str) -> tuple[dict[int, tuple[int, ...]], int] | None:
+    async def _read_assignment(self, topic: str) -> tuple[paths.TopicAssignment, int] | None:
         try:
             data, stat = await self.store.get(paths.topic(topic))
         except NoNode:
             return None
-        parts = paths.TopicAssignment.from_bytes(data).partitions
-        return {int(p): tuple(r) for p, r in parts.items()}, stat.version
+        return paths.TopicAssignment.from_bytes(data), stat.version
 
     async def _read_state(self, tp: TopicPartition) -> PartitionDecision | None:
         try:
@@ -356,8 +389,16 @@ class Controller:
         for t, r in zip(topics, read, strict=True):
             if r is None:
                 continue
-            self.assignments[t], self.topic_versions[t] = r
-            tps.extend((t, p) for p in sorted(r[0]))
+            value, self.topic_versions[t] = r
+            self.assignments[t] = {int(p): tuple(rs) for p, rs in value.partitions.items()}
+            for tp in [tp for tp in self.adding if tp[0] == t]:
+                self.adding.pop(tp, None)
+                self.removing.pop(tp, None)
+            for p, rs in value.adding.items():
+                self.adding[(t, p)] = tuple(rs)
+            for p, rs in value.removing.items():
+                self.removing[(t, p)] = tuple(rs)
+            tps.extend((t, p) for p in sorted(self.assignments[t]))
         states = await _gather([self._read_state(tp) for tp in tps])
         for tp, st in zip(tps, states, strict=True):
             if st is None:
@@ -414,9 +455,31 @@ class Controller:
                     raise NotController() from e
                 raise
 
+    def _topic_value(self, topic: str, assignment: dict[int, tuple[int, ...]]) -> bytes:
+        """The ``/brokers/topics/[topic]`` value for ``assignment``, keeping the reassignment
+        state (adding / removing replicas) the controller holds for the topic's partitions."""
+        return paths.TopicAssignment(
+            {p: list(r) for p, r in assignment.items()},
+            {p: list(self.adding[(topic, p)]) for p in assignment if (topic, p) in self.adding},
+            {p: list(self.removing[(topic, p)]) for p in assignment
+             if (topic, p) in self.removing},
+        ).to_bytes()
+
+    def _eligible(self) -> set[int]:
+        """Live brokers that may be given leadership or an ISR place (not shutting down)."""
+        return {b for b in self.live if b not in self.shutting_down}
+
     def _state_value(self, d: PartitionDecision) -> bytes:
         return paths.LeaderAndIsr(d.leader, d.leader_epoch, list(d.isr),
                                   d.controller_epoch, d.leader_broker_epoch).to_bytes()
+
+    def _leader_broker_epoch(self, cur: PartitionDecision, leader: int, epoch: int) -> int:
+        """The ``leader_broker_epoch`` to write: the leader's registration when it was made
+        leader at ``epoch``. An ISR-only change keeps the recorded one, so a restart of the
+        leader nobody has seen yet (seed 003) is still detected later."""
+        if leader == cur.leader and epoch == cur.leader_epoch:
+            return cur.leader_broker_epoch
+        return self._broker_epoch_of(leader)
 
     def _broker_epoch_of(self, broker: int) -> int:
         b = self.live.get(broker)
@@ -442,7 +505,7 @@ class Controller:
                 epoch = next_leader_epoch(cur.leader, cur.leader_epoch, el)
                 d = PartitionDecision(el.leader, epoch, el.isr, cur.replicas,
                                       cur.zk_version + 1, self.epoch,
-                                      self._broker_epoch_of(el.leader))
+                                      self._leader_broker_epoch(cur, el.leader, epoch))
                 new[tp] = d
                 ops.append(SetData(paths.leader_and_isr(*tp), self._state_value(d),
                                    cur.zk_version))
@@ -475,6 +538,9 @@ class Controller:
         dead = set(self.live) - set(now)
         new = set(now) - set(self.live)
         bounced = {b for b in set(now) & set(self.live) if now[b].epoch != self.live[b].epoch}
+        # A broker that finished its controlled shutdown (or came back as a new incarnation) is
+        # an ordinary broker again.
+        self.shutting_down -= dead | bounced
         for b in dead:
             ch = self.channels.pop(b, None)
             if ch is not None:
@@ -528,6 +594,9 @@ class Controller:
         batch.update_metadata(self.live)
         await self._elect_offline_partitions(batch, send=False)
         self._send(batch)
+        if self.reassigning and (new or bounced):
+            # A new replica that was down can catch up now.
+            self._enqueue("reassignment_wakeup", self._reassignment_wakeup)
 
     async def _elect_offline_partitions(self, batch: RequestBatch, *, send: bool) -> None:
         """Partitions without a leader whose replicas are back get one (OfflinePartition →
@@ -597,7 +666,9 @@ class Controller:
         self._enqueue("alter_isr", event)
         return await done
 
-    def _answer(self, waiter: defer.Deferred, result: AlterIsrResult) -> None:
+    def _answer(self, waiter: defer.Deferred, result: Any) -> None:
+        """Answer an AlterIsr or ControlledShutdown caller once (a resignation may answer
+        first)."""
         self._alter_waiters.discard(waiter)
         if not waiter.called:
             waiter.callback(result)
@@ -631,8 +702,9 @@ class Controller:
             new: dict[TopicPartition, PartitionDecision] = {}
             for tp, (leader_epoch, new_isr, partition_epoch) in pending.items():
                 cur = self.states.get(tp)
+                # A broker in controlled shutdown may not (re)join an ISR (Kafka, KIP-841).
                 verdict = judge_isr_change(broker_id, leader_epoch, partition_epoch, new_isr,
-                                           cur, self.live)
+                                           cur, self._eligible())
                 if verdict.error is not None or cur is None:
                     results[tp] = (verdict.error, None)
                 elif not verdict.write:
@@ -690,6 +762,9 @@ class Controller:
             if error == "INVALID_UPDATE_VERSION" and d is not None and d.leader == broker_id:
                 batch.leader_and_isr([broker_id], tp, d)
         self._send(batch)
+        if any(tp in self.reassigning for tp in written):
+            # Seed 000 F: a new replica may just have joined the ISR; do not wait for the timer.
+            self._enqueue("reassignment_wakeup", self._reassignment_wakeup)
         return None, results
 
     # -- topics (seed 000 B) ---------------------------------------------------------------------
@@ -759,6 +834,9 @@ class Controller:
         self.topic_versions.pop(topic, None)
         for p, replicas in parts.items():
             tp = (topic, p)
+            self.adding.pop(tp, None)
+            self.removing.pop(tp, None)
+            self.reassigning.pop(tp, None)
             d = self.states.pop(tp, None)
             batch.stop_replica([r for r in replicas if r in self.live], tp,
                                leader_epoch=-2 if d is None else d.leader_epoch, delete=True)
@@ -857,8 +935,7 @@ class Controller:
                 continue
             assignment = {**current, **new}
             version = self.topic_versions[topic]
-            update = SetData(paths.topic(topic), paths.TopicAssignment(
-                {p: list(r) for p, r in assignment.items()}).to_bytes(), version)
+            update = SetData(paths.topic(topic), self._topic_value(topic, assignment), version)
             self.assignments[topic] = assignment
             batch = self._new_batch()
             # Seed 000 H: init leaders, remove the admin path, update the topic path; one fenced
@@ -904,13 +981,372 @@ class Controller:
                     ops.append(Delete(paths.leader_and_isr(topic, p)))
                 ops.append(Delete(paths.partition(topic, p)))
             version = self.topic_versions[topic]
-            ops.append(SetData(paths.topic(topic), paths.TopicAssignment(
-                {p: list(r) for p, r in assignment.items()}).to_bytes(), version))
+            ops.append(SetData(paths.topic(topic), self._topic_value(topic, assignment), version))
             await self._fenced([*ops, *cleanup])
             self.assignments[topic] = assignment
             self.topic_versions[topic] = version + 1
             self.log.info("removed partitions {ps} from topic {t}", ps=remove, t=topic)
             self._send(batch)
+
+    # -- replica reassignment (seed 000 F) -------------------------------------------------------
+
+    async def _read_reassignment(self) -> tuple[dict[TopicPartition, tuple[int, ...]] | None, int]:
+        """``/admin/reassign_partitions`` and its version; ``(None, -1)`` when absent. An
+        unreadable value is logged and deleted (nothing in it can be acted on)."""
+        try:
+            data, stat = await self.store.get(paths.REASSIGN_PARTITIONS)
+        except NoNode:
+            return None, -1
+        try:
+            value = paths.PartitionReassignment.from_bytes(data)
+        except ValueError as e:
+            self.log.error("rejecting {p}: {e}; deleting it", p=paths.REASSIGN_PARTITIONS, e=e)
+            try:
+                await self._fenced([Delete(paths.REASSIGN_PARTITIONS, stat.version)])
+            except TransactionFailed:
+                pass
+            return None, -1
+        return {tp: tuple(r) for tp, r in value.partitions.items()}, stat.version
+
+    def _reassignment_problem(self, tp: TopicPartition, target: tuple[int, ...]) -> str | None:
+        """Why RAR ``target`` for ``tp`` cannot be carried out, or None. A replication factor
+        other than the current one is allowed, as in Kafka."""
+        parts = self.assignments.get(tp[0])
+        if parts is None:
+            return f"topic {tp[0]!r} does not exist"
+        if tp[1] not in parts:
+            return f"topic {tp[0]!r} has no partition {tp[1]}"
+        if not target:
+            return "the replica list is empty"
+        if len(set(target)) != len(target):
+            return f"the replica list {list(target)} names a broker twice"
+        # Only a reassignment that has not started yet needs every new replica alive; one that
+        # is under way (after a failover, say) waits for a replica that died meanwhile.
+        if tp not in self.adding:
+            dead = [b for b in target if b not in self.live]
+            if dead:
+                return f"brokers {dead} are not alive"
+        return None
+
+    async def _on_partitions_reassigned(self) -> None:
+        """Seed 000 F ``on_partitions_reassigned`` and ``add_reassigned_partitions``: take the
+        requested partitions into the agent's map (new ones in INIT), drop those the admin path
+        no longer names, reject bad entries (removed from the path, with an error in the log),
+        and wake the agent."""
+        wanted, _ = await self._read_reassignment()
+        wanted = wanted or {}
+        rejected: dict[TopicPartition, tuple[int, ...]] = {}
+        for tp, target in sorted(wanted.items()):
+            if self.reassigning.get(tp) == target:
+                continue
+            problem = self._reassignment_problem(tp, target)
+            if problem is not None:
+                self.log.error("rejecting reassignment of {t}-{p} to {r}: {why}", t=tp[0],
+                               p=tp[1], r=list(target), why=problem)
+                rejected[tp] = target
+                self.reassigning.pop(tp, None)
+                continue
+            self.log.info("reassignment of {t}-{p} to {r} requested", t=tp[0], p=tp[1],
+                          r=list(target))
+            self.reassigning[tp] = target
+        for tp in [tp for tp in self.reassigning if tp not in wanted]:
+            self.log.info("reassignment of {t}-{p} withdrawn from {path}", t=tp[0], p=tp[1],
+                          path=paths.REASSIGN_PARTITIONS)
+            del self.reassigning[tp]
+        if rejected:
+            await self._remove_reassignments(rejected)
+        await self._reassignment_wakeup()
+
+    def _arm_reassignment_timer(self) -> None:
+        """Seed 000 F: the agent also wakes up every ``reassignment_wakeup_s`` seconds while it
+        has work, through the event queue like every other controller action."""
+        if self._reassign_call is not None and self._reassign_call.active():
+            return
+        if not self.active or not self.reassigning:
+            return
+
+        def fire() -> None:
+            self._reassign_call = None
+            if self.active and self.reassigning:
+                self._enqueue("reassignment_wakeup", self._reassignment_wakeup)
+
+        self._reassign_call = self.reactor.callLater(self.reassignment_wakeup_s, fire)
+
+    async def _reassignment_wakeup(self) -> None:
+        """Seed 000 F ``on_wakeup``: move each partition in the map one step on; finished ones
+        leave the map and the admin path."""
+        done: dict[TopicPartition, tuple[int, ...]] = {}
+        for tp in sorted(self.reassigning):
+            target = self.reassigning[tp]
+            try:
+                finished = await self._reassign_step(tp, target)
+            except TransactionFailed as e:
+                # A znode moved under us (its version is not the one we hold): reload the
+                # topic and try again at the next wake-up.
+                self.log.warn("reassignment of {t}-{p}: conflicting write ({e}); will retry",
+                              t=tp[0], p=tp[1], e=e.first_error)
+                await self._load_topics([tp[0]])
+                continue
+            if finished:
+                done[tp] = target
+        for tp in done:
+            self.reassigning.pop(tp, None)
+        if done:
+            await self._remove_reassignments(done)
+        self._arm_reassignment_timer()
+
+    async def _reassign_step(self, tp: TopicPartition, target: tuple[int, ...]) -> bool:
+        """One step of the INIT → IN_PROGRESS → done machine of one partition; True when done.
+
+        The state is not kept in memory but read off what ZooKeeper holds, so a new controller
+        resumes where the old one stopped: OAR is AR minus the replicas being added. INIT: AR is
+        not yet OAR ∪ RAR: write it (with adding/removing) and send LeaderAndIsr to every replica,
+        so the new ones start following. IN_PROGRESS: wait until every RAR member is in the ISR
+        (the leader's AlterIsr puts them there), then AR = RAR, ISR = ISR ∩ RAR, a new leader
+        from RAR ∩ ISR if the old one is not in RAR, StopReplica (delete) to the rest.
+
+        A cancellation is a target equal to OAR: the INIT step then shrinks AR back to OAR.
+        """
+        topic, index = tp
+        ar = self.assignments.get(topic, {}).get(index)
+        cur = self.states.get(tp)
+        if ar is None or cur is None:
+            return True  # the topic or partition went away: nothing left to move
+        adding = self.adding.get(tp, ())
+        original = tuple(b for b in ar if b not in adding)
+        if ar == target and not adding:
+            return True
+        want_ar, want_adding, want_removing = reassignment_replicas(original, target)
+        if ar != want_ar or adding != want_adding:
+            batch = self._new_batch()
+            if not await self._move_replicas(tp, want_ar, want_adding, want_removing, batch):
+                return False
+            self._send(batch)
+            self.log.info("reassignment of {t}-{p}: replicas {ar} (adding {add}, removing "
+                          "{rm})", t=topic, p=index, ar=list(want_ar), add=list(want_adding),
+                          rm=list(want_removing))
+            if want_ar == target and not want_adding:
+                return True  # nothing to add (a cancellation, or a reorder of the same set)
+        cur = self.states[tp]
+        if not reassignment_complete(target, cur.isr):
+            return False
+        batch = self._new_batch()
+        if not await self._move_replicas(tp, target, (), (), batch):
+            return False
+        self._send(batch)
+        d = self.states[tp]
+        self.log.info("reassignment of {t}-{p} to {r} completed (leader {l}, epoch {e})",
+                      t=topic, p=index, r=list(target), l=d.leader, e=d.leader_epoch)
+        return True
+
+    async def _move_replicas(self, tp: TopicPartition, new_ar: Sequence[int],
+                             adding: Sequence[int], removing: Sequence[int],
+                             batch: RequestBatch) -> bool:
+        """Make ``new_ar`` the partition's AR: one fenced multi writes the topic znode
+        (conditional on its version) and, when a replica leaves that leads or is in the ISR,
+        the new leader/ISR (conditional on the state's version). Queues LeaderAndIsr to the
+        live replicas of ``new_ar``, StopReplica (delete) to the live ones that leave, and
+        UpdateMetadata to everyone. False (nothing written) when no live ISR member of
+        ``new_ar`` could lead. Raises TransactionFailed on a version conflict."""
+        topic, index = tp
+        cur = self.states[tp]
+        new_ar = tuple(new_ar)
+        dropped = tuple(b for b in self.assignments[topic][index] if b not in new_ar)
+        decision = replace(cur, replicas=new_ar)
+        ops: list[Any] = []
+        if cur.leader not in new_ar or any(b in dropped for b in cur.isr):
+            el = reassignment_leader(new_ar, cur.isr, cur.leader, self._eligible())
+            if el is None:
+                self.log.warn("reassignment of {t}-{p}: no live in-sync replica among {r} to "
+                              "lead yet; waiting", t=topic, p=index, r=list(new_ar))
+                return False
+            epoch = next_leader_epoch(cur.leader, cur.leader_epoch, el)
+            decision = PartitionDecision(
+                el.leader, epoch, el.isr, new_ar, cur.zk_version + 1, self.epoch,
+                self._leader_broker_epoch(cur, el.leader, epoch))
+            ops.append(SetData(paths.leader_and_isr(*tp), self._state_value(decision),
+                               cur.zk_version))
+        assignment = {**self.assignments[topic], index: new_ar}
+        old_meta = (self.adding.get(tp), self.removing.get(tp))
+        self._set_reassignment_meta(tp, adding, removing)
+        version = self.topic_versions[topic]
+        ops.append(SetData(paths.topic(topic), self._topic_value(topic, assignment), version))
+        try:
+            await self._fenced(ops)
+        except BaseException:
+            self._set_reassignment_meta(tp, old_meta[0] or (), old_meta[1] or ())
+            raise
+        self.assignments[topic] = assignment
+        self.topic_versions[topic] = version + 1
+        self.states[tp] = decision
+        batch.leader_and_isr([b for b in new_ar if b in self.live], tp, decision)
+        batch.stop_replica([b for b in dropped if b in self.live], tp,
+                           leader_epoch=decision.leader_epoch, delete=True)
+        batch.update_metadata(self.live, tp, decision)
+        return True
+
+    def _set_reassignment_meta(self, tp: TopicPartition, adding: Sequence[int],
+                               removing: Sequence[int]) -> None:
+        for table, value in ((self.adding, tuple(adding)), (self.removing, tuple(removing))):
+            if value:
+                table[tp] = value
+            else:
+                table.pop(tp, None)
+
+    async def _remove_reassignments(self, done: dict[TopicPartition, tuple[int, ...]]) -> None:
+        """Take finished (or rejected) partitions out of ``/admin/reassign_partitions``, deleting
+        it when none remain. Conditional on the znode's version; an entry an admin has changed
+        since (a cancellation, a new target) stays for the agent to act on."""
+        for _ in range(5):
+            wanted, version = await self._read_reassignment()
+            if wanted is None:
+                return
+            remaining = {tp: r for tp, r in wanted.items() if done.get(tp) != r}
+            if len(remaining) == len(wanted):
+                return
+            if remaining:
+                op: Any = SetData(paths.REASSIGN_PARTITIONS, paths.PartitionReassignment(
+                    {tp: list(r) for tp, r in remaining.items()}).to_bytes(), version)
+            else:
+                op = Delete(paths.REASSIGN_PARTITIONS, version)
+            try:
+                await self._fenced([op])
+                return
+            except TransactionFailed:
+                continue  # an admin wrote the znode meanwhile: read it again
+
+    # -- preferred-leader election ---------------------------------------------------------------
+
+    async def _on_preferred_election(self) -> None:
+        """Kafka's ``/admin/preferred_replica_election``: give each named partition to its
+        preferred replica (first in AR) when that replica is alive and in the ISR, with a new
+        leader epoch; then delete the znode. Partitions that are unknown, already led by their
+        preferred replica, or whose preferred replica cannot lead are left as they are."""
+        try:
+            data, stat = await self.store.get(paths.PREFERRED_REPLICA_ELECTION)
+        except NoNode:
+            return
+        try:
+            requested = paths.PreferredReplicaElection.from_bytes(data).partitions
+        except ValueError as e:
+            self.log.error("rejecting {p}: {e}", p=paths.PREFERRED_REPLICA_ELECTION, e=e)
+            requested = []
+        await self.elect_preferred(requested)
+        try:
+            await self._fenced([Delete(paths.PREFERRED_REPLICA_ELECTION, stat.version)])
+        except TransactionFailed:
+            pass  # rewritten meanwhile (its data watch brings us back) or already gone
+
+    async def elect_preferred(self, tps: Iterable[TopicPartition]
+                              ) -> dict[TopicPartition, PartitionDecision]:
+        """Move leadership of ``tps`` to their preferred replicas where it is possible (see
+        :func:`~broker_core.controller.election.preferred_leader`); returns what was written.
+        Runs inside a controller event."""
+        changes: dict[TopicPartition, Election] = {}
+        for tp in tps:
+            d = self.states.get(tp)
+            if d is None:
+                self.log.info("preferred election: unknown partition {t}-{p}", t=tp[0], p=tp[1])
+                continue
+            el = preferred_leader(d.replicas, d.isr, d.leader, self._eligible())
+            if el is not None:
+                changes[tp] = el
+        if not changes:
+            return {}
+        written = await self._write_decisions(changes)
+        batch = self._new_batch()
+        for tp, d in written.items():
+            self.log.info("preferred election: {t}-{p} now led by {l} (epoch {e})", t=tp[0],
+                          p=tp[1], l=d.leader, e=d.leader_epoch)
+            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
+            batch.update_metadata(self.live, tp, d)
+        self._send(batch)
+        return written
+
+    # -- controlled shutdown ---------------------------------------------------------------------
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int
+                                  ) -> tuple[str | None, list[TopicPartition]]:
+        """Broker ``broker_id`` is about to stop: move leadership of every partition it leads to
+        another live ISR member (new leader epoch), take it out of every ISR, and return an
+        error name (NOT_CONTROLLER, STALE_BROKER_EPOCH, BROKER_NOT_AVAILABLE) or None with the
+        replicated partitions (replication factor > 1, as Kafka) it still leads. From now until
+        it leaves, no leadership or ISR place is given to it.
+
+        Runs as a controller event; the answer comes once the decisions are written and the
+        brokers have acknowledged them (or ``SHUTDOWN_ACK_WAIT_S`` passed)."""
+        if not self.active:
+            return "NOT_CONTROLLER", []
+        done: defer.Deferred = defer.Deferred()
+        self._alter_waiters.add(done)
+        sent: list[defer.Deferred] = []
+
+        async def event() -> None:
+            if done.called:
+                return
+            try:
+                result = await self._shutdown_broker(broker_id, broker_epoch, sent)
+            except NotController:
+                self._answer(done, ("NOT_CONTROLLER", []))
+                raise
+            except Exception:
+                self.log.failure("ControlledShutdown of broker {b} failed", b=broker_id)
+                result = ("UNKNOWN_SERVER_ERROR", [])
+            self._answer(done, result)
+
+        self._enqueue("controlled_shutdown", event)
+        top, remaining = await done
+        if top is None and sent:
+            acks = defer.DeferredList(sent, consumeErrors=True)
+            acks.addTimeout(SHUTDOWN_ACK_WAIT_S, self.reactor)
+            try:
+                await acks
+            except defer.TimeoutError:
+                pass
+        return top, list(remaining)
+
+    async def _shutdown_broker(self, broker_id: int, broker_epoch: int,
+                               sent: list[defer.Deferred]
+                               ) -> tuple[str | None, list[TopicPartition]]:
+        if not self.active:
+            return "NOT_CONTROLLER", []
+        registered = self.live.get(broker_id)
+        if registered is None:
+            return "BROKER_NOT_AVAILABLE", []
+        if broker_epoch >= 0 and registered.epoch != broker_epoch:
+            return "STALE_BROKER_EPOCH", []
+        self.shutting_down.add(broker_id)
+        eligible = self._eligible()
+        changes: dict[TopicPartition, Election] = {}
+        for tp, d in self.states.items():
+            if broker_id not in d.replicas or len(d.replicas) < 2:
+                continue
+            el = controlled_shutdown_election(d.replicas, d.isr, d.leader, broker_id, eligible)
+            if el is not None:
+                changes[tp] = el
+        written = await self._write_decisions(changes)
+        batch = self._new_batch()
+        for tp, d in written.items():
+            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
+            batch.update_metadata(self.live, tp, d)
+        sent.append(self._send(batch))
+        # Kafka reports every replicated partition still led here, and the broker retries. A
+        # partition whose other replicas are all dead cannot move however often it retries, so
+        # it is logged but not reported (the last broker of a cluster would otherwise spend
+        # every retry and back-off on it).
+        stuck = sorted(tp for tp, d in self.states.items()
+                       if d.leader == broker_id and len(d.replicas) > 1)
+        remaining = [tp for tp in stuck
+                     if any(r in eligible and r != broker_id for r in self.states[tp].replicas)]
+        if len(stuck) > len(remaining):
+            self.log.warn("controlled shutdown of broker {b}: {n} partitions have no other live "
+                          "replica and stay led by it until it stops", b=broker_id,
+                          n=len(stuck) - len(remaining))
+        moved = sum(1 for tp in written if written[tp].leader != broker_id)
+        self.log.info("controlled shutdown of broker {b}: {m} leaderships moved, {n} ISR "
+                      "changes, {r} partitions still led by it", b=broker_id, m=moved,
+                      n=len(written), r=len(remaining))
+        return None, remaining
 
 
 def _json_list(data: bytes) -> list[Any]:

@@ -149,3 +149,88 @@ def judge_isr_change(
     if any(b not in live for b in wanted - set(current.isr)):
         return IsrVerdict("INELIGIBLE_REPLICA")
     return IsrVerdict(None, write=True)
+
+
+# -- reassignment, preferred election, controlled shutdown (seed 000 F; Kafka's election
+# -- strategies Reassign, PreferredReplica and ControlledShutdown) ------------------------------
+
+
+def reassignment_replicas(
+    original: Sequence[int], target: Sequence[int]
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Seed 000 F: while partition moves from OAR ``original`` to RAR ``target`` its AR is
+    OAR ∪ RAR. Returns ``(AR, adding, removing)``.
+
+    Invariant: AR lists OAR first, in its order, then the replicas being added (RAR - OAR), in
+    RAR's order; so AR - adding is OAR in its original order (a cancellation, or a controller
+    that takes over, restores the preferred replica too). ``adding`` = RAR - OAR and
+    ``removing`` = OAR - RAR. The order of RAR itself is applied when the move completes.
+    """
+    adding = tuple(b for b in target if b not in original)
+    removing = tuple(b for b in original if b not in target)
+    return tuple(original) + adding, adding, removing
+
+
+def reassignment_complete(target: Sequence[int], isr: Sequence[int]) -> bool:
+    """May the partition switch AR to ``target`` now? Once every RAR member is in the ISR (seed
+    000 F 3.2: all new replicas have caught up). An empty target never completes."""
+    return bool(target) and all(b in isr for b in target)
+
+
+def reassignment_leader(
+    target: Sequence[int], isr: Sequence[int], leader: int, live: Collection[int]
+) -> Election | None:
+    """Leader and ISR once AR becomes ``target`` (Kafka's ``ReassignPartitionLeaderElection``).
+
+    The ISR keeps only members of ``target``, in ISR order. The leader stays if it is in
+    ``target`` and alive (no new epoch is needed); otherwise the first live member of
+    ``target`` ∩ ISR in ``target`` order leads. ``None``: no such member, the move must wait.
+    """
+    new_isr = tuple(b for b in isr if b in target)
+    if leader in target and leader in live and leader in new_isr:
+        return Election(leader, new_isr)
+    for b in target:
+        if b in new_isr and b in live:
+            return Election(b, new_isr)
+    return None
+
+
+def preferred_leader(
+    assignment: Sequence[int], isr: Sequence[int], leader: int, live: Collection[int]
+) -> Election | None:
+    """Kafka's ``PreferredReplicaPartitionLeaderElection``: the first replica of AR leads if it is
+    alive and in the ISR; the ISR is unchanged. ``None`` when it already leads or cannot lead
+    (not alive, or out of sync: making it leader could lose committed messages)."""
+    if not assignment:
+        return None
+    preferred = assignment[0]
+    if preferred == leader or preferred not in live or preferred not in isr:
+        return None
+    return Election(preferred, tuple(isr))
+
+
+def controlled_shutdown_election(
+    assignment: Sequence[int],
+    isr: Sequence[int],
+    leader: int,
+    shutting_down: int,
+    live: Collection[int],
+) -> Election | None:
+    """Kafka's ``ControlledShutdownPartitionLeaderElection`` plus the follower case: the broker
+    ``shutting_down`` gives up what it holds of this partition before it stops.
+
+    - it leads: the first live ISR member other than it, in AR order, leads, and the ISR drops
+      it; with no such member ``None`` (the partition stays, reported as not moved);
+    - it is a follower in the ISR: same leader, ISR without it, unless that would leave the
+      ISR empty;
+    - otherwise ``None`` (nothing to change).
+    """
+    rest = tuple(b for b in isr if b != shutting_down)
+    if leader == shutting_down:
+        for b in assignment:
+            if b != shutting_down and b in rest and b in live:
+                return Election(b, rest)
+        return None
+    if shutting_down in isr and rest:
+        return Election(leader, rest)
+    return None

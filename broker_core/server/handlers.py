@@ -82,6 +82,7 @@ class RequestHandler:
             ApiKey.UPDATE_METADATA: self.update_metadata,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             ApiKey.ALTER_PARTITION: self.alter_partition,
+            ApiKey.CONTROLLED_SHUTDOWN: self.controlled_shutdown,
         }
 
     def __call__(self, request: Any, proto: Any) -> Any:
@@ -463,6 +464,17 @@ class RequestHandler:
             topics.setdefault(topic, []).append(entry)
         return {"throttle_time_ms": 0, "error_code": 0, "topics": [
             {"topic_name": t, "partitions": ps} for t, ps in topics.items()]}
+
+    async def controlled_shutdown(self, header: Any, body: Any) -> dict:
+        """A broker about to stop asks the controller (this broker, if active) to move its
+        leaderships away; the answer lists the partitions it still leads."""
+        if self.controller is None:
+            top, remaining = "NOT_CONTROLLER", []
+        else:
+            top, remaining = await self.controller.controlled_shutdown(body.broker_id,
+                                                                       body.broker_epoch)
+        return {"error_code": _code(top), "remaining_partitions": [
+            {"topic_name": t, "partition_index": p} for t, p in remaining]}
 
     async def update_metadata(self, header: Any, body: Any) -> dict:
         if await self._stale_broker_epoch(body):

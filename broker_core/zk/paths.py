@@ -22,6 +22,12 @@ DELETE_TOPICS = "/admin/delete_topics"
 PARTITIONS_REASSIGNED = "/admin/partitions_reassigned"
 PARTITIONS_ADD = "/admin/partitions_add"
 PARTITIONS_REMOVE = "/admin/partitions_remove"
+#: Kafka's replica-reassignment znode (one znode, JSON list of partitions and their new replicas);
+#: used instead of the seed's per-partition ``/admin/partitions_reassigned/[topic]/[partition]``
+#: so that Kafka's tooling habits and file format carry over (docs/zookeeper.md).
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+#: Kafka's preferred-leader-election znode (one znode, JSON list of partitions).
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 CONSUMERS = "/consumers"
 CONSUMERS_COORDINATOR = "/consumers/coordinator"
 
@@ -159,21 +165,111 @@ class ControllerRegistration:
 
 @dataclass(frozen=True)
 class TopicAssignment:
-    """``/brokers/topics/[topic]``: replicas per partition, the preferred replica first."""
+    """``/brokers/topics/[topic]``: replicas per partition, the preferred replica first.
+
+    While a partition is being reassigned its replicas are OAR ∪ RAR and ``adding`` /
+    ``removing`` name the replicas the reassignment adds and will remove (Kafka's
+    ``adding_replicas`` / ``removing_replicas``), so the original replicas (AR - adding) survive a
+    controller failover and a cancellation can restore them. Both are written only when non-empty,
+    so a topic without a reassignment keeps its version-1 value byte for byte.
+    """
 
     partitions: dict[int, list[int]] = field(default_factory=dict)
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
-        return _dump({"version": 1, "partitions": {str(p): list(r) for p, r in
-                                                   sorted(self.partitions.items())}})
+        value: dict[str, Any] = {"version": 1, "partitions": {
+            str(p): list(r) for p, r in sorted(self.partitions.items())}}
+        adding = {str(p): list(r) for p, r in sorted(self.adding.items()) if r}
+        removing = {str(p): list(r) for p, r in sorted(self.removing.items()) if r}
+        if adding:
+            value["adding_replicas"] = adding
+        if removing:
+            value["removing_replicas"] = removing
+        return _dump(value)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> TopicAssignment:
         v = _load(data, "topic assignment")
         try:
-            return cls({int(p): [int(b) for b in r] for p, r in v["partitions"].items()})
+            def table(key: str) -> dict[int, list[int]]:
+                return {int(p): [int(b) for b in r] for p, r in (v.get(key) or {}).items()}
+
+            parts = v["partitions"]
+            return cls({int(p): [int(b) for b in r] for p, r in parts.items()},
+                       table("adding_replicas"), table("removing_replicas"))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"topic assignment: bad value ({e})") from None
+
+
+@dataclass(frozen=True)
+class PartitionReassignment:
+    """``/admin/reassign_partitions`` (written by an admin, shrunk and finally deleted by the
+    controller): the new replicas (RAR) of each partition being reassigned, in Kafka's format
+    ``{"version":1,"partitions":[{"topic":T,"partition":P,"replicas":[..]}]}`` (Kafka's
+    ``log_dirs`` is accepted and ignored). The same format is the ``--reassignment-json-file``.
+
+    Invariant: a partition appears at most once (a duplicate entry is a ValueError).
+    """
+
+    partitions: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        return _dump({"version": 1, "partitions": [
+            {"topic": t, "partition": p, "replicas": list(r)}
+            for (t, p), r in sorted(self.partitions.items())]})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PartitionReassignment:
+        v = _load(data, "partition reassignment")
+        out: dict[tuple[str, int], list[int]] = {}
+        try:
+            entries = v["partitions"]
+            if not isinstance(entries, list):
+                raise TypeError("'partitions' is not a list")
+            for e in entries:
+                topic, part = e["topic"], e["partition"]
+                replicas = e["replicas"]
+                if not isinstance(topic, str) or isinstance(part, bool) or not isinstance(
+                        part, int) or not isinstance(replicas, list) or not all(
+                        isinstance(b, int) and not isinstance(b, bool) for b in replicas):
+                    raise TypeError(f"bad entry {e}")
+                if (topic, part) in out:
+                    raise ValueError(f"partition {topic}-{part} is listed twice")
+                out[(topic, part)] = list(replicas)
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"partition reassignment: bad value ({e})") from None
+        except ValueError as e:
+            raise ValueError(f"partition reassignment: {e}") from None
+        return cls(out)
+
+
+@dataclass(frozen=True)
+class PreferredReplicaElection:
+    """``/admin/preferred_replica_election`` (written by an admin, deleted by the controller when
+    it has acted): ``{"version":1,"partitions":[{"topic":T,"partition":P}]}``, Kafka's format."""
+
+    partitions: list[tuple[str, int]] = field(default_factory=list)
+
+    def to_bytes(self) -> bytes:
+        return _dump({"version": 1, "partitions": [{"topic": t, "partition": p}
+                                                   for t, p in self.partitions]})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PreferredReplicaElection:
+        v = _load(data, "preferred replica election")
+        try:
+            out = []
+            for e in v["partitions"]:
+                topic, part = e["topic"], e["partition"]
+                if not isinstance(topic, str) or isinstance(part, bool) or not isinstance(
+                        part, int):
+                    raise TypeError(f"bad entry {e}")
+                out.append((topic, part))
+            return cls(out)
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"preferred replica election: bad value ({e})") from None
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Leader election rules (seed 000 A and B), leader epochs (seed 003) and the judgement of a
-leader's ISR change (seed 004), as tables."""
+"""Leader election rules (seed 000 A and B), leader epochs (seed 003), the judgement of a
+leader's ISR change (seed 004), and the reassignment (seed 000 F), preferred-leader and
+controlled-shutdown rules, as tables."""
 
 import pytest
 
@@ -7,10 +8,15 @@ from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.election import (
     Election,
     IsrVerdict,
+    controlled_shutdown_election,
     init_leader,
     judge_isr_change,
     next_leader_epoch,
     offline_leader,
+    preferred_leader,
+    reassignment_complete,
+    reassignment_leader,
+    reassignment_replicas,
     shrink_isr,
 )
 
@@ -102,3 +108,84 @@ def test_judge_isr_change(requester, leader_epoch, partition_epoch, new_isr, cur
                           expected):
     assert judge_isr_change(requester, leader_epoch, partition_epoch, new_isr, current,
                             live) == expected
+
+
+# -- reassignment, preferred election, controlled shutdown --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("original", "target", "expected"),
+    [
+        ((1, 2, 3), (2, 3, 4), ((1, 2, 3, 4), (4,), (1,))),
+        ((1, 2, 3), (4, 5, 6), ((1, 2, 3, 4, 5, 6), (4, 5, 6), (1, 2, 3))),
+        ((1, 2, 3), (3, 2, 1), ((1, 2, 3), (), ())),  # reorder only
+        ((1, 2, 3), (1, 2), ((1, 2, 3), (), (3,))),  # replication factor down
+        ((1, 2), (1, 2, 3), ((1, 2, 3), (3,), ())),  # replication factor up
+    ],
+)
+def test_reassignment_replicas_keep_the_original_order_first(original, target, expected):
+    ar, adding, removing = reassignment_replicas(original, target)
+    assert (ar, adding, removing) == expected
+    assert tuple(b for b in ar if b not in adding) == original  # OAR is recoverable
+
+
+@pytest.mark.parametrize(
+    ("target", "isr", "expected"),
+    [((2, 3, 4), (1, 2, 3, 4), True), ((2, 3, 4), (1, 2, 3), False), ((), (1,), False),
+     ((4,), (4,), True)],
+)
+def test_reassignment_complete(target, isr, expected):
+    assert reassignment_complete(target, isr) is expected
+
+
+@pytest.mark.parametrize(
+    ("target", "isr", "leader", "live", "expected"),
+    [
+        # the leader stays when it is in RAR; the ISR keeps only RAR members
+        ((2, 3, 4), (1, 2, 3, 4), 2, {1, 2, 3, 4}, Election(2, (2, 3, 4))),
+        # the leader leaves: first live RAR member in the ISR, RAR order
+        ((2, 3, 4), (1, 2, 3, 4), 1, {1, 2, 3, 4}, Election(2, (2, 3, 4))),
+        ((4, 3, 2), (1, 2, 3, 4), 1, {1, 2, 3, 4}, Election(4, (2, 3, 4))),
+        ((2, 3, 4), (1, 3, 4), 1, {1, 3, 4}, Election(3, (3, 4))),
+        # a dead leader inside RAR is replaced too
+        ((2, 3, 4), (2, 3, 4), 2, {3, 4}, Election(3, (2, 3, 4))),
+        # no live in-sync member of RAR: wait
+        ((4, 5), (1, 2), 1, {1, 2, 4, 5}, None),
+    ],
+)
+def test_reassignment_leader(target, isr, leader, live, expected):
+    assert reassignment_leader(target, isr, leader, live) == expected
+
+
+@pytest.mark.parametrize(
+    ("assignment", "isr", "leader", "live", "expected"),
+    [
+        ((1, 2, 3), (1, 2, 3), 2, {1, 2, 3}, Election(1, (1, 2, 3))),
+        ((1, 2, 3), (1, 2, 3), 1, {1, 2, 3}, None),  # already preferred
+        ((1, 2, 3), (2, 3), 2, {1, 2, 3}, None),  # preferred out of sync
+        ((1, 2, 3), (1, 2, 3), 2, {2, 3}, None),  # preferred dead
+        ((), (), -1, set(), None),
+    ],
+)
+def test_preferred_leader(assignment, isr, leader, live, expected):
+    assert preferred_leader(assignment, isr, leader, live) == expected
+
+
+@pytest.mark.parametrize(
+    ("assignment", "isr", "leader", "shutting", "live", "expected"),
+    [
+        # it leads: next live ISR member in AR order, ISR without it
+        ((1, 2, 3), (1, 2, 3), 1, 1, {2, 3}, Election(2, (2, 3))),
+        ((1, 3, 2), (1, 2, 3), 1, 1, {2, 3}, Election(3, (2, 3))),
+        ((1, 2, 3), (1, 3), 1, 1, {2, 3}, Election(3, (3,))),
+        # it leads alone in the ISR: cannot move
+        ((1, 2, 3), (1,), 1, 1, {2, 3}, None),
+        ((1, 2), (1, 2), 1, 1, {1}, None),  # the other replica is not alive
+        # it follows in the ISR: leave the ISR, same leader
+        ((1, 2, 3), (1, 2, 3), 1, 2, {1, 3}, Election(1, (1, 3))),
+        # not in the ISR: nothing to change
+        ((1, 2, 3), (1, 3), 1, 2, {1, 3}, None),
+    ],
+)
+def test_controlled_shutdown_election(assignment, isr, leader, shutting, live, expected):
+    assert controlled_shutdown_election(assignment, isr, leader, shutting, live) == expected

@@ -184,6 +184,12 @@ class Controller:
                 except NotController:
                     self.log.warn("lost the controllership while handling {event}", event=name)
                     await self._resign()
+                except MetadataStoreError as e:
+                    if not self._started or not self.active:
+                        # Stopping or resigned: the store is going away under queued events.
+                        self.log.debug("controller event {event} dropped: {e}", event=name, e=e)
+                    else:
+                        self.log.failure("controller event {event} failed", event=name)
                 except Exception:
                     self.log.failure("controller event {event} failed", event=name)
                 finally:

@@ -100,6 +100,20 @@ def test_confluent_kafka_roundtrip(cluster, compression):
 
 # -- kafka-python ------------------------------------------------------------------------------
 
+def test_confluent_admin_lists_all_topics_and_describes_configs(cluster):
+    """The all-topics Metadata request of librdkafka 2.x (v12, with three trailing bytes that
+    Kafka brokers ignore) and DescribeConfigs."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    name = create_topic(cluster)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert name in md.topics and len(md.brokers) == 3
+    res = ConfigResource(ConfigResource.Type.TOPIC, name)
+    configs = admin.describe_configs([res])[res].result(timeout=30)
+    assert configs["retention.ms"].value is not None
+
+
 @pytest.mark.parametrize("compression", [None, "gzip", "lz4"])
 def test_kafka_python_roundtrip(cluster, compression):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition

@@ -1,0 +1,370 @@
+"""Controller failover of many partitions: how long until a dead broker's partitions are led again.
+
+Starts a real ZooKeeper and three broker processes on 127.0.0.1 (``zookeeper.session.timeout.ms``
+= ``--session-timeout-ms``, default 10000: with 4000, brokers busy with thousands of
+partitions lost their own sessions without being killed), creates
+``--partitions`` partitions (default 10,000) with replication factor 3 through CreateTopics
+(confluent-kafka's AdminClient; ``--topics`` topics of equal size, default one per 1,000
+partitions; the broker's round-robin assignment spreads preferred leaders evenly over the three
+brokers), and waits until every partition has a leader and an ISR of three. Then:
+
+1. **follower broker**: ``kill -9`` a broker that is *not* the controller;
+2. **controller** (unless ``--no-controller-kill``): restart that broker, wait for full ISRs
+   again, then ``kill -9`` the controller itself.
+
+How each failover is timed (external, ``time.monotonic`` in this process; broker logs have
+whole-second timestamps only, so they are not used):
+
+- ``t_expire``: this process holds its own kazoo session with a data watch on the victim's
+  ``/brokers/ids/N`` znode. ZooKeeper deletes that ephemeral znode when the victim's session
+  expires, and notifies every watcher at that moment, so the watch fires at (within a network
+  round trip of) the same instant as the controller's own ``/brokers/ids`` child watch (and, for
+  the controller kill, the other brokers' ``/controller`` watch). The session timeout itself
+  (time from the kill to ``t_expire``) is printed but is not part of the failover figure.
+- ``t_leaders``: after ``t_expire`` the script polls Metadata (confluent-kafka ``list_topics``
+  against the surviving brokers, every ``--poll-ms``, default 100) until every partition the
+  victim led shows a live leader.
+- ``t_produce``: then it sends one ``acks=1`` message to each of those partitions with a new
+  confluent-kafka producer (bootstrapped from the survivors; one created before the kill would
+  wait for its periodic metadata refresh to forget the dead leader) and waits for every
+  delivery report (librdkafka retries ``NOT_LEADER_OR_FOLLOWER`` after a
+  metadata refresh, so a partition whose new leader has not applied its LeaderAndIsr yet is
+  retried until it accepts). ``t_produce - t_expire`` is the headline figure: every moved
+  partition accepting a produce. It is an upper bound: it includes the polling interval and the
+  produce round trip for all moved partitions, printed separately.
+- ``controller busy``: the increase of ``sluice_controller_event_duration_seconds_sum`` (scraped
+  from each survivor's ``--metrics`` endpoint before the kill and after ``t_produce``): the time
+  the controller's event loop spent handling the events of the failover (for the controller
+  kill: winning the election, reloading every partition from ZooKeeper, sending everything to
+  every broker, handling the broker change).
+
+Each broker hosts every partition and keeps about two files open per replica (``.log`` and
+``.index``), so the script raises its open-files soft limit to the hard limit (the brokers
+inherit it) and, if the hard limit cannot hold ``--partitions``, runs with the largest round
+number that fits and says so (on the standard machine, limit 20,000: 8,000 partitions).
+
+Usage: python bench/failover.py [--partitions 10000] [--topics N] [--session-timeout-ms 10000]
+       [--no-controller-kill] [--poll-ms 100] [--profile DIR]
+Everything runs in a temp dir that is removed afterwards. Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from kazoo.client import KazooClient  # noqa: E402
+
+from broker_core.wire.apis import ApiKey  # noqa: E402
+from consumer_client.connection import BrokerConnection  # noqa: E402
+from tests.support.cluster import free_port  # noqa: E402
+from tests.support.procs import ProcessCluster  # noqa: E402
+from tests.support.zookeeper import ZooKeeperServer  # noqa: E402
+
+EVENT_SUM = re.compile(rb"^sluice_controller_event_duration_seconds_sum (\S+)$", re.M)
+EVENT_COUNT = re.compile(rb"^sluice_controller_event_duration_seconds_count (\S+)$", re.M)
+
+
+def scrape_events(port: int) -> tuple[float, float]:
+    """(sum of seconds, count) of the controller-event histogram at ``port``; (0, 0) if down."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            body = r.read()
+    except OSError:
+        return 0.0, 0.0
+    s, c = EVENT_SUM.search(body), EVENT_COUNT.search(body)
+    return (float(s.group(1)) if s else 0.0), (float(c.group(1)) if c else 0.0)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, zk: ZooKeeperServer, tmp: Path) -> None:
+        self.args = args
+        self.cluster = ProcessCluster(zk.hosts, tmp, 3, extra={
+            "zookeeper.session.timeout.ms": str(args.session_timeout_ms)})
+        self.metrics_port: dict[int, int] = {}
+        for bid, b in self.cluster.brokers.items():
+            self.metrics_port[bid] = free_port()
+            b.extra = {**b.extra,
+                       "metrics.listener": f"tcp:{self.metrics_port[bid]}:interface=127.0.0.1"}
+        self.kz = KazooClient(hosts=self.cluster.zk_hosts)
+        self.topics = [f"failover-{i}" for i in range(args.topics)]
+
+    def bootstrap(self, exclude: int | None = None) -> str:
+        return ",".join(b.address for bid, b in self.cluster.brokers.items()
+                        if bid != exclude and b.proc is not None and b.proc.poll() is None)
+
+    def admin(self, exclude: int | None = None) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap(exclude), "log_level": 2})
+
+    def create_topics(self) -> None:
+        n, k = self.args.partitions, self.args.topics
+        sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        admin = self.admin()
+        start = time.monotonic()
+        futures = admin.create_topics(
+            [NewTopic(t, s, 3) for t, s in zip(self.topics, sizes, strict=True)],
+            request_timeout=300, operation_timeout=300)
+        for f in futures.values():
+            f.result()
+        print(f"created {k} topics, {n:,} partitions x 3 replicas in "
+              f"{time.monotonic() - start:.1f} s (CreateTopics answered)")
+
+    def metadata(self, exclude: int | None = None) -> Any:
+        """Metadata for our topics from the first live broker (the project's blocking client;
+        librdkafka 2.16's all-topics MetadataRequest v12 is refused by the broker, see
+        docs/benchmarks.md)."""
+        last: Exception | None = None
+        for bid, b in self.cluster.brokers.items():
+            if bid == exclude or b.proc is None or b.proc.poll() is not None:
+                continue
+            try:
+                with BrokerConnection("127.0.0.1", b.port, timeout=30) as c:
+                    return c.request(ApiKey.METADATA, {
+                        "topics": [{"name": t} for t in self.topics],
+                        "allow_auto_topic_creation": False})
+            except OSError as e:
+                last = e
+        raise OSError(f"no broker answered Metadata: {last}")
+
+    def wait_full_isr(self, what: str, timeout: float = 600.0) -> None:
+        start = time.monotonic()
+        deadline = start + timeout
+        while True:
+            try:
+                md = self.metadata()
+                parts = [p for t in md.topics for p in t.partitions]
+                bad = sum(1 for p in parts if p.leader_id < 0 or len(p.isr_nodes) < 3)
+                if len(parts) == self.args.partitions and bad == 0:
+                    print(f"{what}: every partition has a leader and 3 in-sync replicas after "
+                          f"{time.monotonic() - start:.1f} s")
+                    return
+            except OSError as e:
+                parts, bad = [], str(e)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what}: not fully replicated after {timeout}s "
+                                   f"({bad} partitions short)")
+            if self.args.verbose:
+                print(f"  {what}: {len(parts)} partitions in Metadata, {bad} short")
+            time.sleep(1.0)
+
+    def leaders(self, exclude: int | None = None) -> tuple[dict[tuple[str, int], int], int]:
+        md = self.metadata(exclude)
+        out = {(t.name, p.partition_index): p.leader_id for t in md.topics for p in t.partitions}
+        return out, md.controller_id
+
+    def failover(self, label: str, victim: int) -> None:
+        survivors = [b for b in self.cluster.brokers if b != victim]
+        before, controller = self.leaders(exclude=victim)
+        moved = sorted(tp for tp, leader in before.items() if leader == victim)
+        events_before = {b: scrape_events(self.metrics_port[b]) for b in survivors}
+
+        expired = threading.Event()
+        t_expire: list[float] = []
+
+        def watch(data: bytes | None, _stat: object) -> bool | None:
+            if data is None and not expired.is_set():
+                t_expire.append(time.monotonic())
+                expired.set()
+                return False
+            return None
+
+        self.kz.DataWatch(f"/brokers/ids/{victim}", watch)
+        spies = self.start_profiles(label, survivors)
+        print(f"\n== {label}: kill -9 broker {victim} (controller: {controller}); it leads "
+              f"{len(moved):,} of {len(before):,} partitions")
+        t_kill = time.monotonic()
+        self.cluster.brokers[victim].kill(signal.SIGKILL)
+        if not expired.wait(self.args.session_timeout_ms / 1000 * 5 + 30):
+            raise RuntimeError("the victim's registration never disappeared")
+        t0 = t_expire[0]
+        if t0 < t_kill:
+            print("WARNING: the victim's registration vanished BEFORE the kill (its session "
+                  "expired under load): this run's figures are not a clean failover")
+        print(f"session expired {t0 - t_kill:.2f} s after the kill (session timeout "
+              f"{self.args.session_timeout_ms} ms)")
+
+        t_controller = None
+        if label == "controller":
+            while t_controller is None and time.monotonic() - t0 < 120:
+                try:
+                    data, _ = self.kz.get("/controller")
+                    t_controller = time.monotonic()
+                    print(f"new controller registered {t_controller - t0:.2f} s after expiry: "
+                          f"{data.decode()}")
+                except Exception:  # NoNodeError until someone wins
+                    time.sleep(0.02)
+
+        polls = 0
+        pending = set(moved)
+        while pending:
+            try:
+                now, _ = self.leaders(exclude=victim)
+                polls += 1
+                pending = {tp for tp in pending if now.get(tp, -1) in (-1, victim)}
+            except OSError:
+                pass
+            if pending:
+                if time.monotonic() - t0 > 300:
+                    raise RuntimeError(f"{len(pending)} partitions still without a new leader")
+                time.sleep(self.args.poll_ms / 1000)
+        t_leaders = time.monotonic()
+
+        errors: list[str] = []
+        delivered = [0]
+
+        def report(err: object, _msg: object) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                delivered[0] += 1
+
+        # A fresh producer: one that was connected before the kill caches the dead leader until
+        # its next periodic metadata refresh (up to a second of client-side waiting).
+        t_sent = time.monotonic()
+        producer = Producer({"bootstrap.servers": self.bootstrap(exclude=victim), "acks": 1,
+                             "linger.ms": 5, "retry.backoff.ms": 20,
+                             "retry.backoff.max.ms": 100, "message.timeout.ms": 120000,
+                             "log_level": 2})
+        for t, p in moved:
+            producer.produce(t, b"after-failover", partition=p, on_delivery=report)
+        producer.flush(180)
+        t_produce = time.monotonic()
+        self.stop_profiles(spies)
+        time.sleep(0.5)  # let the controller's last sends finish before scraping
+        busy = {}
+        for b in survivors:
+            s1, c1 = scrape_events(self.metrics_port[b])
+            s0, c0 = events_before[b]
+            if c1 > c0:
+                busy[b] = (s1 - s0, int(c1 - c0))
+        print(f"partitions moved: {len(moved):,}")
+        print(f"  expiry -> Metadata shows a live leader for all: {t_leaders - t0:6.2f} s "
+              f"({polls} Metadata polls every {self.args.poll_ms} ms)")
+        print(f"  one acks=1 message to each moved partition:     {t_produce - t_sent:6.2f} s "
+              f"({delivered[0]:,} delivered, {len(errors)} failed"
+              f"{': ' + errors[0] if errors else ''})")
+        print(f"  expiry -> every moved partition accepted:       {t_produce - t0:6.2f} s")
+        for b, (s, c) in busy.items():
+            print(f"  broker {b} controller event loop busy: {s:.2f} s in {c} events")
+        self.results.append((label, len(moved), t_leaders - t0, t_produce - t0,
+                             sum(s for s, _ in busy.values())))
+
+    def start_profiles(self, label: str, brokers: list[int]) -> list[subprocess.Popen]:
+        """``--profile DIR``: py-spy (collapsed stacks) on each survivor, from just before the
+        kill until every moved partition accepted a produce."""
+        if not self.args.profile:
+            return []
+        out = Path(self.args.profile)
+        out.mkdir(parents=True, exist_ok=True)
+        spies = []
+        for b in brokers:
+            f = out / f"{label.replace(' ', '-')}-broker-{b}.txt"
+            spies.append(subprocess.Popen(
+                [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking",
+                 "--format", "raw", "--rate", "200", "-o", str(f),
+                 "--pid", str(self.cluster.brokers[b].proc.pid)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(1.0)  # let py-spy attach
+        return spies
+
+    @staticmethod
+    def stop_profiles(spies: list[subprocess.Popen]) -> None:
+        for s in spies:
+            s.send_signal(signal.SIGINT)
+        for s in spies:
+            try:
+                s.wait(30)
+            except subprocess.TimeoutExpired:
+                s.kill()
+                s.wait()
+
+    def run(self) -> None:
+        self.results: list[tuple[str, int, float, float, float]] = []
+        self.cluster.start()
+        self.cluster.wait_registered()
+        self.kz.start(timeout=15)
+        self.create_topics()
+        self.wait_full_isr("after create")
+        _, controller = self.leaders()
+        victim = max(b for b in self.cluster.brokers if b != controller)
+        self.failover("follower broker", victim)
+        if not self.args.no_controller_kill:
+            b = self.cluster.brokers[victim]
+            b.start()
+            b.wait_listening()
+            print(f"\nrestarted broker {victim}")
+            self.wait_full_isr(f"broker {victim} back in every ISR")
+            _, controller = self.leaders()
+            self.failover("controller", controller)
+        print("\nsummary (seconds from the victim's session expiry):")
+        for label, n, lead, prod, busy in self.results:
+            print(f"  kill {label:16s} {n:6,} partitions moved: leaders in Metadata "
+                  f"{lead:6.2f} s, all accept produce {prod:6.2f} s, controller busy "
+                  f"{busy:6.2f} s")
+
+    def close(self) -> None:
+        try:
+            self.kz.stop()
+            self.kz.close()
+        except Exception:
+            pass
+        self.cluster.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--topics", type=int, default=0,
+                    help="number of topics (default: one per 1,000 partitions)")
+    ap.add_argument("--session-timeout-ms", type=int, default=10000)
+    ap.add_argument("--poll-ms", type=int, default=100)
+    ap.add_argument("--no-controller-kill", action="store_true")
+    ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--profile", metavar="DIR",
+                    help="py-spy record (raw collapsed stacks) each survivor during failover")
+    args = ap.parse_args()
+    # Every broker hosts every partition (3 brokers, RF 3) and keeps about two files open per
+    # replica (.log, .index). Past the open-files limit it fails with EMFILE, so stay under it.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # inherited by the brokers
+    fit = int((hard - 2000) / 2.2) // 1000 * 1000
+    if hard != resource.RLIM_INFINITY and args.partitions > fit:
+        print(f"NOTE: open-files limit {hard:,} fits about {fit:,} partitions per broker "
+              f"(~2 files per replica); running {fit:,} instead of {args.partitions:,}")
+        args.partitions = fit
+    if args.topics <= 0:
+        args.topics = max(1, (args.partitions + 999) // 1000)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # run the cleanup
+    tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-failover-"))
+    zk = ZooKeeperServer()
+    bench = None
+    try:
+        zk.start()
+        bench = Bench(args, zk, tmp)
+        bench.run()
+    finally:
+        if bench is not None:
+            bench.close()
+        zk.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -230,6 +230,25 @@ class Purgatory:
         self._sweep(key)
         return completed
 
+    def check_and_complete_keys(self, keys: Iterable[Hashable]) -> int:
+        """:meth:`check_and_complete` for many keys at once, trying each operation once however
+        many of the keys it is watched under (after a command that changed thousands of
+        partitions, an operation watching all of them is tried once, not thousands of times).
+        Returns how many it completed."""
+        keys = [k for k in dict.fromkeys(keys) if k in self._watchers]
+        ops: dict[int, DelayedOperation] = {}
+        for key in keys:
+            for op in self._watchers[key]:
+                if not op.completed:
+                    ops.setdefault(id(op), op)
+        completed = 0
+        for op in ops.values():
+            if not op.completed and self._safe_try(op):
+                completed += 1
+        for key in keys:
+            self._sweep(key)
+        return completed
+
     def purge(self) -> int:
         """Drop retired operations from every watch list now; returns the entries removed."""
         removed = 0

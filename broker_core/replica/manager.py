@@ -211,6 +211,7 @@ class ReplicaManager:
             return "STALE_CONTROLLER_EPOCH"
         self.controller_epoch = max(self.controller_epoch, controller_epoch)
         now_ms = self._now_ms()
+        touched: list[TopicPartition] = []
         results: dict[TopicPartition, str | None] = {}
         named: set[TopicPartition] = set()
         for topic, index, state in states:
@@ -250,8 +251,7 @@ class ReplicaManager:
                                   l=state.leader, t=topic, p=index, e=state.leader_epoch)
                 if changed or self.fetchers.following(tp) != state.leader:
                     self._follow(p, state.leader, leaders)
-                # A follower cannot satisfy waiting produce or fetch requests any more.
-            self._wake(tp)
+            touched.append(tp)
             results[tp] = None
         if full:
             # Seed 000 C step 3: the INIT flag carries every partition this broker hosts.
@@ -259,7 +259,13 @@ class ReplicaManager:
                 if tp not in named:
                     self.log.info("INIT LeaderAndIsr does not name {t}-{p}: deleting it",
                                   t=tp[0], p=tp[1])
-                    self._stop_partition(tp, delete=True)
+                    self._stop_partition(tp, delete=True, wake=False)
+                    touched.append(tp)
+        # Waiting produce and fetch requests see the new states: a follower cannot satisfy them
+        # any more. Woken once for the whole command, not per partition: a follower's delayed
+        # fetch names every partition it follows here, and re-checking it after each of
+        # thousands of partitions would cost quadratic time during a failover.
+        self._wake_many(touched)
         self.fetchers.shutdown_idle()
         return results
 
@@ -292,20 +298,22 @@ class ReplicaManager:
         for topic, index, delete in partitions:
             tp = (topic, index)
             try:
-                self._stop_partition(tp, delete=delete)
+                self._stop_partition(tp, delete=delete, wake=False)
                 results[tp] = None
             except OSError as e:
                 self.log.error("stop replica {t}-{p} failed: {e}", t=topic, p=index, e=e)
                 results[tp] = "KAFKA_STORAGE_ERROR"
+        self._wake_many(list(results))
         return results
 
-    def _stop_partition(self, tp: TopicPartition, *, delete: bool) -> None:
+    def _stop_partition(self, tp: TopicPartition, *, delete: bool, wake: bool = True) -> None:
         self.fetchers.unfollow([tp])
         self.alter_isr.forget(tp)
         p = self.partitions.pop(tp, None)
         if p is not None:
             p.state = None
-            self._wake(tp)
+            if wake:
+                self._wake(tp)
         if delete:
             if self.log_manager.get(*tp) is not None:
                 self.log_manager.delete(*tp)
@@ -314,6 +322,10 @@ class ReplicaManager:
     def _wake(self, tp: TopicPartition) -> None:
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
+
+    def _wake_many(self, tps: list[TopicPartition]) -> None:
+        self.produce_purgatory.check_and_complete_keys(tps)
+        self.fetch_purgatory.check_and_complete_keys(tps)
 
     # -- produce ----------------------------------------------------------------------------------
 

@@ -384,3 +384,19 @@ def test_many_operations_share_one_timer_call():
     clock.advance(1.0)
     assert sum(1 for kind, _ in events if kind == "expire") == 500 - completed
     assert purgatory.delayed == 0 and clock.getDelayedCalls() == []
+
+
+def test_checking_many_keys_tries_each_operation_once():
+    clock, purgatory, state, events = make_purgatory()
+    wide = Waiter("wide", 5.0, state, "k0", 1, events)  # watched under 1,000 keys
+    keys = [f"k{i}" for i in range(1000)]
+    assert purgatory.try_complete_else_watch(wide, keys) is False
+    narrow = Waiter("narrow", 5.0, state, "k7", 1, events)
+    purgatory.try_complete_else_watch(narrow, ["k7"])
+    tries_before = wide.tries
+    assert purgatory.check_and_complete_keys(keys + ["unknown"]) == 0
+    assert wide.tries == tries_before + 1 and narrow.tries == 3  # 2 on entry, 1 now
+    state["k0"] = state["k7"] = 1
+    assert purgatory.check_and_complete_keys(reversed(keys)) == 2
+    assert sorted(events) == [("complete", "narrow"), ("complete", "wide")]
+    assert purgatory.watched("k0") == 0 and purgatory.delayed == 0

@@ -27,8 +27,11 @@ INTERNAL_APIS = {ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METAD
                  ApiKey.ALTER_PARTITION}
 
 
-#: Longest a Metadata request waits for a just-started broker's first UpdateMetadata.
-METADATA_WARMUP_MS = 5000
+#: Longest a Metadata request waits for a just-started broker's first UpdateMetadata. It must
+#: outlast the wait for a crashed predecessor's ZooKeeper session to expire before this broker
+#: can register (up to a session timeout, 18 s by default): answering earlier with the cold,
+#: empty cache is what makes clients drop every connection and re-send written requests.
+METADATA_WARMUP_MS = 30000
 
 
 def _code(name: str | None) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -471,6 +471,18 @@ class Controller:
              if (topic, p) in self.removing},
         ).to_bytes()
 
+    def _offline_election(self, tp: TopicPartition, d: PartitionDecision,
+                          live: Collection[int]) -> Election:
+        """A new leader for a partition whose leader is gone. Brokers in a controlled shutdown
+        are passed over (their leaderships are being moved away) unless one of them is the only
+        way to keep the partition online: it still serves until it stops."""
+        unclean = self.unclean_leader_election(tp[0])
+        el = offline_leader(d.replicas, d.isr, [b for b in live if b not in self.shutting_down],
+                            unclean_allowed=unclean)
+        if el.leader == -1 and self.shutting_down:
+            el = offline_leader(d.replicas, d.isr, live, unclean_allowed=unclean)
+        return el
+
     def _eligible(self) -> set[int]:
         """Live brokers that may be given leadership or an ISR place (not shutting down)."""
         return {b for b in self.live if b not in self.shutting_down}
@@ -570,8 +582,7 @@ class Controller:
                 changes[tp] = Election(d.leader, shrink_isr(d.isr, set(d.isr) - set(now)),
                                        new_generation=True)
             elif d.leader != -1 and d.leader not in now:
-                el = offline_leader(d.replicas, d.isr, now,
-                                    unclean_allowed=self.unclean_leader_election(tp[0]))
+                el = self._offline_election(tp, d, now)
                 if el.unclean:
                     self.log.warn("UNCLEAN leader election for {t}-{p}: broker {l} was not in "
                                   "the ISR {isr}; committed messages may be lost",
@@ -611,8 +622,7 @@ class Controller:
         changes = {}
         for tp, d in self.states.items():
             if d.leader == -1 and any(r in self.live for r in d.replicas):
-                el = offline_leader(d.replicas, d.isr, self.live,
-                                    unclean_allowed=self.unclean_leader_election(tp[0]))
+                el = self._offline_election(tp, d, self.live)
                 if el.leader != -1:
                     if el.unclean:
                         self.log.warn("UNCLEAN leader election for {t}-{p}: broker {l}; "

@@ -25,6 +25,10 @@ class IMetadataStore(Interface):
     def get(path):
         """Fire with ``(value: bytes, stat: Stat)``; NoNode if absent."""
 
+    def get_many(paths):
+        """Fire with one ``(value, stat)`` or ``None`` (absent) per path, in order: many reads
+        answered together (a controller loading thousands of partition states)."""
+
     def exists(path):
         """Fire with a Stat or None."""
 

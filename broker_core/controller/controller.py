@@ -370,6 +370,10 @@ class Controller:
             data, stat = await self.store.get(paths.leader_and_isr(*tp))
         except NoNode:
             return None
+        return self._decision_from(tp, data, stat)
+
+    def _decision_from(self, tp: TopicPartition, data: bytes, stat: Any) -> PartitionDecision:
+        """A leaderAndISR znode's value and stat as this controller's view of the partition."""
         v = paths.LeaderAndIsr.from_bytes(data)
         replicas = self.assignments.get(tp[0], {}).get(tp[1], ())
         return PartitionDecision(v.leader, v.leader_epoch, tuple(v.isr), tuple(replicas),
@@ -405,12 +409,12 @@ class Controller:
             for p, rs in value.removing.items():
                 self.removing[(t, p)] = tuple(rs)
             tps.extend((t, p) for p in sorted(self.assignments[t]))
-        states = await _gather([self._read_state(tp) for tp in tps])
-        for tp, st in zip(tps, states, strict=True):
-            if st is None:
+        raw = await self.store.get_many([paths.leader_and_isr(*tp) for tp in tps])
+        for tp, got in zip(tps, raw, strict=True):
+            if got is None:
                 missing.append(tp)
             else:
-                self.states[tp] = st
+                self.states[tp] = self._decision_from(tp, *got)
         return missing
 
     async def _children(self, path: str) -> list[str]:

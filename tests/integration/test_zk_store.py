@@ -251,3 +251,13 @@ async def test_broker_re_registers_after_its_session_expires(zk_hosts, tmp_path)
                          what="controller re-elected")
     finally:
         await stop_brokers([broker])
+
+
+@pytest_twisted.ensureDeferred
+async def test_get_many_reads_in_order_with_absent_nodes_as_none(store):
+    await store.create("/m/a", b"1", makepath=True)
+    await store.create("/m/c", b"3")
+    got = await store.get_many(["/m/a", "/m/b", "/m/c"])
+    assert [g if g is None else g[0] for g in got] == [b"1", None, b"3"]
+    assert got[0][1].version == 0
+    assert await store.get_many([]) == []

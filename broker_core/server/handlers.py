@@ -23,10 +23,6 @@ from broker_core.server.protocol import NO_RESPONSE
 from broker_core.wire.apis import SUPPORTED, ApiKey
 from broker_core.wire.errors import ErrorCode
 
-INTERNAL_APIS = {ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA,
-                 ApiKey.ALTER_PARTITION}
-
-
 #: Longest a Metadata request waits for a just-started broker's first UpdateMetadata. It must
 #: outlast the wait for a crashed predecessor's ZooKeeper session to expire before this broker
 #: can register (up to a session timeout, 18 s by default): answering earlier with the cold,

@@ -11,28 +11,19 @@ from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
 from broker_core.metadata import MetadataStoreError, SessionState
-from broker_core.wire.apis import ApiKey
 from broker_core.zk import paths
-from tests.integration.test_cluster import call, controller_of
+from tests.integration.test_cluster import controller_of
 from tests.integration.test_zk_store import expire_session
-from tests.support.cluster import eventually, start_brokers, stop_brokers
+from tests.support.cluster import (
+    create_topic,
+    eventually,
+    running_brokers,
+)
 
 
 @pytest.fixture
 def brokers(zk_hosts, tmp_path):
-    bs = pytest_twisted.blockon(Deferred.fromCoroutine(start_brokers(zk_hosts, tmp_path, 3)))
-    yield bs
-    pytest_twisted.blockon(Deferred.fromCoroutine(stop_brokers(bs)))
-
-
-async def create_assigned(broker, name: str, assignment: dict[int, list[int]]) -> None:
-    resp = await call(broker, ApiKey.CREATE_TOPICS, 5, {
-        "topics": [{"name": name, "num_partitions": -1, "replication_factor": -1,
-                    "assignments": [{"partition_index": p, "broker_ids": r}
-                                    for p, r in assignment.items()],
-                    "configs": []}],
-        "timeout_ms": 10000})
-    assert resp.topics[0].error_code == 0, resp
+    yield from running_brokers(zk_hosts, tmp_path, 3)
 
 
 async def znode(store, topic: str, p: int) -> tuple[paths.LeaderAndIsr, int]:
@@ -65,7 +56,7 @@ async def test_alter_isr_shrinks_expands_and_refuses(brokers):
     leader_b = next(b for b in brokers if b is not ctrl_b)
     L = leader_b.broker_id  # noqa: N806 (a broker id, named as in the seeds)
     others = [b.broker_id for b in brokers if b is not leader_b]
-    await create_assigned(brokers[0], "isr", {0: [L, *others], 1: [L, *reversed(others)]})
+    await create_topic(brokers[0], "isr", assignment={0: [L, *others], 1: [L, *reversed(others)]})
     ctrl_b = await settled(brokers, "isr", 2)
     ctrl = ctrl_b.controller
     store = ctrl_b.store
@@ -146,7 +137,7 @@ async def test_alter_isr_answers_invalid_update_version_after_a_concurrent_chang
     ctrl_b = await eventually(lambda: controller_of(brokers), what="controller")
     L = ctrl_b.broker_id  # noqa: N806
     others = [b.broker_id for b in brokers if b is not ctrl_b]
-    await create_assigned(brokers[0], "race", {0: [L, *others]})
+    await create_topic(brokers[0], "race", assignment={0: [L, *others]})
     ctrl_b = await settled(brokers, "race", 1)
     ctrl = ctrl_b.controller
     st, version = await znode(ctrl_b.store, "race", 0)
@@ -171,8 +162,8 @@ async def test_returning_leader_gets_a_new_leader_epoch(brokers, zk_hosts):
     L = leader_b.broker_id  # noqa: N806
     others = [b.broker_id for b in brokers if b is not leader_b]
     # Three copies and a single copy (the case seed 003 names: no other replica to elect).
-    await create_assigned(brokers[0], "back", {0: [L, *others]})
-    await create_assigned(brokers[0], "solo", {0: [L]})
+    await create_topic(brokers[0], "back", assignment={0: [L, *others]})
+    await create_topic(brokers[0], "solo", assignment={0: [L]})
     ctrl_b = await settled(brokers, "back", 1)
     await settled(brokers, "solo", 1)
     ctrl = ctrl_b.controller

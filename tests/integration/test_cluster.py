@@ -19,31 +19,20 @@ from tests.support.cluster import (
     call,
     connect,
     controller_of,
+    create_topic,
     eventually,
     leader_of,
+    running_brokers,
     start_brokers,
     stop_brokers,
 )
-
-
-async def create(broker, name, partitions=3, rf=1):
-    resp = await call(broker, ApiKey.CREATE_TOPICS, 5, {
-        "topics": [{"name": name, "num_partitions": partitions, "replication_factor": rf,
-                    "assignments": [], "configs": []}],
-        "timeout_ms": 10000})
-    assert resp.topics[0].error_code == 0, resp
-
 
 led = leader_of
 
 
 @pytest.fixture
 def brokers(zk_hosts, tmp_path):
-    from twisted.internet.defer import Deferred
-
-    bs = pytest_twisted.blockon(Deferred.fromCoroutine(start_brokers(zk_hosts, tmp_path, 3)))
-    yield bs
-    pytest_twisted.blockon(Deferred.fromCoroutine(stop_brokers(bs)))
+    yield from running_brokers(zk_hosts, tmp_path, 3)
 
 
 @pytest_twisted.ensureDeferred
@@ -62,7 +51,7 @@ async def test_one_controller_elected_and_metadata_lists_brokers(brokers):
 @pytest_twisted.ensureDeferred
 async def test_create_produce_fetch_list_offsets(brokers):
     await eventually(lambda: controller_of(brokers), what="controller")
-    await create(brokers[0], "orders", partitions=3)
+    await create_topic(brokers[0], "orders", partitions=3)
     await eventually(lambda: all(led(brokers, "orders", p) for p in range(3)),
                      what="leaders for every partition")
     # Leaders are spread over the brokers.
@@ -99,7 +88,7 @@ async def test_create_produce_fetch_list_offsets(brokers):
 @pytest_twisted.ensureDeferred
 async def test_long_poll_fetch_waits_for_data(brokers):
     await eventually(lambda: controller_of(brokers), what="controller")
-    await create(brokers[0], "poll", partitions=1)
+    await create_topic(brokers[0], "poll", partitions=1)
     leader = await eventually(lambda: led(brokers, "poll", 0), what="leader")
     proto = await connect(leader)
     waiting = proto.request(ApiKey.FETCH, 11, {
@@ -118,7 +107,7 @@ async def test_long_poll_fetch_waits_for_data(brokers):
 @pytest_twisted.ensureDeferred
 async def test_bad_input_gets_errors_and_broker_keeps_serving(brokers):
     await eventually(lambda: controller_of(brokers), what="controller")
-    await create(brokers[0], "bad", partitions=1)
+    await create_topic(brokers[0], "bad", partitions=1)
     leader = await eventually(lambda: led(brokers, "bad", 0), what="leader")
     good = build_batch([Record(None, b"ok", [], 1)])
     corrupt = bytearray(good)
@@ -172,7 +161,7 @@ def _exchange(port, payload):
 async def test_controller_failover_and_offline_partitions(brokers):
     first = await eventually(lambda: controller_of(brokers), what="controller")
     epoch = first.controller.epoch
-    await create(brokers[0], "fo", partitions=3)
+    await create_topic(brokers[0], "fo", partitions=3)
     await eventually(lambda: all(led(brokers, "fo", p) for p in range(3)), what="leaders")
     victim_parts = [p for p in range(3) if led(brokers, "fo", p) is first]
     await first.stopService()
@@ -193,8 +182,8 @@ async def test_controller_failover_and_offline_partitions(brokers):
 @pytest_twisted.ensureDeferred
 async def test_delete_topic_and_add_partitions(brokers):
     await eventually(lambda: controller_of(brokers), what="controller")
-    await create(brokers[0], "grow", partitions=2)
-    await create(brokers[0], "gone", partitions=3)
+    await create_topic(brokers[0], "grow", partitions=2)
+    await create_topic(brokers[0], "gone", partitions=3)
     await eventually(lambda: all(led(brokers, "gone", p) for p in range(3)), what="leaders")
     dirs = [b.log_dir / f"gone-{p}" for b in brokers for p in range(3)
             if (b.log_dir / f"gone-{p}").exists()]
@@ -281,7 +270,7 @@ async def test_metrics_endpoint_reports_a_live_broker(zk_hosts, tmp_path):
                                     metrics_listener="tcp:0:interface=127.0.0.1")
     try:
         await eventually(lambda: broker.controller.active, what="controller")
-        await create(broker, "metered", partitions=2)
+        await create_topic(broker, "metered", partitions=2)
         await eventually(lambda: led([broker], "metered", 1), what="leader")
         batch = build_batch([Record(None, b"x" * 100, [], 1000 + i) for i in range(10)])
         resp = await call(broker, ApiKey.PRODUCE, 8, {"acks": 1, "timeout_ms": 5000, "topic_data": [

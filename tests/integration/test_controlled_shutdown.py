@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import pytest
 import pytest_twisted
-from twisted.internet import defer, reactor, task
+from twisted.internet import reactor, task
 
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from tests.integration.test_reassignment import FAST, create_assigned, read_all, zk_state
-from tests.integration.test_replication import produce
+from tests.integration.test_reassignment import FAST, read_all, zk_state
 from tests.support.cluster import (
     call,
     controller_of,
+    create_topic,
     eventually,
     leader_of,
-    start_brokers,
-    stop_brokers,
+    produce,
+    running_brokers,
 )
 
 TOPIC = "cs"
@@ -28,17 +28,14 @@ ASSIGNMENT = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
 
 @pytest.fixture
 def brokers(zk_hosts, tmp_path):
-    bs = pytest_twisted.blockon(defer.Deferred.fromCoroutine(
-        start_brokers(zk_hosts, tmp_path, 3, **FAST)))
-    yield bs
-    pytest_twisted.blockon(defer.Deferred.fromCoroutine(stop_brokers(bs)))
+    yield from running_brokers(zk_hosts, tmp_path, 3, **FAST)
 
 
 @pytest.mark.parametrize("stop_controller", [False, True])
 @pytest_twisted.ensureDeferred
 async def test_leaders_move_away_before_the_broker_stops(brokers, stop_controller):
     ctrl = await eventually(lambda: controller_of(brokers), what="controller")
-    await create_assigned(brokers[0], TOPIC, ASSIGNMENT)
+    await create_topic(brokers[0], TOPIC, assignment=ASSIGNMENT)
     await eventually(lambda: all(leader_of(brokers, TOPIC, p) for p in range(3)), what="leaders")
     victim = ctrl if stop_controller else next(b for b in brokers if b is not ctrl)
     vid = victim.broker_id
@@ -80,8 +77,8 @@ async def test_leaders_move_away_before_the_broker_stops(brokers, stop_controlle
 async def test_controlled_shutdown_api(brokers):
     ctrl = await eventually(lambda: controller_of(brokers), what="controller")
     other = next(b for b in brokers if b is not ctrl)
-    await create_assigned(brokers[0], TOPIC, ASSIGNMENT)
-    await create_assigned(brokers[0], "single", {0: [other.broker_id]})
+    await create_topic(brokers[0], TOPIC, assignment=ASSIGNMENT)
+    await create_topic(brokers[0], "single", assignment={0: [other.broker_id]})
     await eventually(lambda: leader_of(brokers, "single", 0), what="leader")
 
     async def ask(target, broker_id, epoch):

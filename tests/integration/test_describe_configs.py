@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from twisted.internet import reactor, threads
-from twisted.internet.defer import Deferred
+from twisted.internet import threads
 
 from broker_core import topic_admin
 from broker_core.config import BROKER_KEYS, TOPIC_CONFIG_KEYS, topic_defaults
@@ -19,7 +18,6 @@ from broker_core.server.describe_configs import describe_configs
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages import describe_configs as dc
 from broker_core.zk import paths
-from broker_core.zk.store import ZooKeeperStore
 from tests.support.cluster import broker_config, eventually, start_brokers, stop_brokers
 
 TOPIC = dc.ResourceType.TOPIC
@@ -28,14 +26,6 @@ DYNAMIC = dc.ConfigSource.DYNAMIC_TOPIC_CONFIG
 STATIC = dc.ConfigSource.STATIC_BROKER_CONFIG
 DEFAULT = dc.ConfigSource.DEFAULT_CONFIG
 BROKER_ID = 1
-
-
-@pytest.fixture
-def store(zk_hosts):
-    s = ZooKeeperStore(zk_hosts, reactor=reactor, session_timeout=6.0)
-    pytest_twisted.blockon(Deferred.fromCoroutine(s.start()))
-    yield s
-    pytest_twisted.blockon(Deferred.fromCoroutine(s.stop()))
 
 
 @pytest.fixture

@@ -14,38 +14,21 @@ is not.)
 from __future__ import annotations
 
 import pytest_twisted
-from twisted.internet import reactor
 
-from broker_core.broker import BrokerService
 from broker_core.log.checkpoints import read_offsets, write_offsets
-from broker_core.wire.apis import ApiKey
-from tests.integration.test_replication import local_batches, produce
 from tests.support.cluster import (
-    call,
     controller_of,
+    create_topic,
     eventually,
     leader_of,
+    local_batches,
+    produce,
+    restart,
     start_brokers,
     stop_brokers,
 )
 
 HW_FILE = "replication-offset-checkpoint"
-
-
-async def create_on(broker, name, replicas, configs=()):
-    resp = await call(broker, ApiKey.CREATE_TOPICS, 5, {"topics": [
-        {"name": name, "num_partitions": -1, "replication_factor": -1,
-         "assignments": [{"partition_index": 0, "broker_ids": list(replicas)}],
-         "configs": [{"name": k, "value": v} for k, v in configs]}],
-        "timeout_ms": 10000, "validate_only": False})
-    assert resp.topics[0].error_code == 0, resp
-
-
-async def restart(broker) -> BrokerService:
-    """A new broker process on the same config and log directory (new port, new session)."""
-    fresh = BrokerService(broker.config, reactor=reactor)
-    await fresh.startService()
-    return fresh
 
 
 def values(broker, topic):
@@ -63,7 +46,7 @@ async def test_scenario_1_restarted_follower_keeps_messages_above_its_stale_high
     try:
         await eventually(lambda: controller_of(brokers), what="controller")
         a, b = brokers
-        await create_on(a, "s1", [a.broker_id, b.broker_id])
+        await create_topic(a, "s1", assignment={0: [a.broker_id, b.broker_id]})
         await eventually(lambda: leader_of(brokers, "s1", 0) is a, what="A leads")
         for v in (b"m1", b"m2"):
             assert (await produce(a, "s1", 0, [v])).error_code == 0  # acks=all: committed
@@ -109,7 +92,7 @@ async def test_scenario_2_replicas_do_not_diverge_after_both_restart(zk_hosts, t
         a, b = brokers
         # Unclean election lets B lead after both died although A was the last ISR member:
         # the seed's "power outage" where losing m2 is permitted, diverging is not.
-        await create_on(a, "s2", [a.broker_id, b.broker_id],
+        await create_topic(a, "s2", assignment={0: [a.broker_id, b.broker_id]},
                         configs=[("unclean.leader.election.enable", "true")])
         await eventually(lambda: leader_of(brokers, "s2", 0) is a, what="A leads")
         assert (await produce(a, "s2", 0, [b"m1"])).error_code == 0

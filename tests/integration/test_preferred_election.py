@@ -7,36 +7,33 @@ from __future__ import annotations
 
 import pytest
 import pytest_twisted
-from twisted.internet import defer, reactor
+from twisted.internet import reactor
 
 from broker_core import topic_admin
 from broker_core.broker import BrokerService
 from broker_core.zk import paths
-from tests.integration.test_reassignment import FAST, create_assigned, zk_state
-from tests.integration.test_replication import produce
+from tests.integration.test_reassignment import FAST, zk_state
 from tests.support.cluster import (
     broker_config,
     controller_of,
+    create_topic,
     eventually,
     leader_of,
-    start_brokers,
-    stop_brokers,
+    produce,
+    running_brokers,
 )
 
 
 @pytest.fixture
 def brokers(zk_hosts, tmp_path):
-    bs = pytest_twisted.blockon(defer.Deferred.fromCoroutine(
-        start_brokers(zk_hosts, tmp_path, 3, **FAST)))
-    yield bs
-    pytest_twisted.blockon(defer.Deferred.fromCoroutine(stop_brokers(bs)))
+    yield from running_brokers(zk_hosts, tmp_path, 3, **FAST)
 
 
 @pytest_twisted.ensureDeferred
 async def test_preferred_election_moves_leaders_back_after_a_failover(brokers, zk_hosts,
                                                                      tmp_path):
     ctrl = await eventually(lambda: controller_of(brokers), what="controller")
-    await create_assigned(brokers[0], "pref", {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
+    await create_topic(brokers[0], "pref", assignment={0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
     await eventually(lambda: all(leader_of(brokers, "pref", p) for p in range(3)),
                      what="leaders")
     for p in range(3):
@@ -80,7 +77,7 @@ async def test_preferred_election_moves_leaders_back_after_a_failover(brokers, z
 async def test_preferred_replica_out_of_the_isr_is_not_elected(brokers):
     await eventually(lambda: controller_of(brokers), what="controller")
     store = brokers[0].store
-    await create_assigned(brokers[0], "oos", {0: [1, 2, 3]})
+    await create_topic(brokers[0], "oos", assignment={0: [1, 2, 3]})
     await eventually(lambda: leader_of(brokers, "oos", 0), what="leader")
     # Take broker 1 out of the ISR and leadership (a controlled shutdown that never stops).
     ctrl = controller_of(brokers)

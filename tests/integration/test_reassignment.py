@@ -15,14 +15,14 @@ from broker_core import topic_admin
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.records import decode_records
 from broker_core.zk import paths
-from tests.integration.test_replication import produce
 from tests.support.cluster import (
     call,
     controller_of,
+    create_topic,
     eventually,
     leader_of,
-    start_brokers,
-    stop_brokers,
+    produce,
+    running_brokers,
 )
 
 FAST = {"replica_lag_time_max_ms": "2000", "replica_fetch_wait_max_ms": "100",
@@ -31,19 +31,7 @@ FAST = {"replica_lag_time_max_ms": "2000", "replica_fetch_wait_max_ms": "100",
 
 @pytest.fixture
 def brokers(zk_hosts, tmp_path):
-    bs = pytest_twisted.blockon(defer.Deferred.fromCoroutine(
-        start_brokers(zk_hosts, tmp_path, 4, **FAST)))
-    yield bs
-    pytest_twisted.blockon(defer.Deferred.fromCoroutine(stop_brokers(bs)))
-
-
-async def create_assigned(broker, name: str, assignment: dict[int, list[int]]) -> None:
-    resp = await call(broker, ApiKey.CREATE_TOPICS, 5, {"topics": [
-        {"name": name, "num_partitions": -1, "replication_factor": -1,
-         "assignments": [{"partition_index": p, "broker_ids": r}
-                         for p, r in sorted(assignment.items())],
-         "configs": []}], "timeout_ms": 10000, "validate_only": False})
-    assert resp.topics[0].error_code == 0, resp
+    yield from running_brokers(zk_hosts, tmp_path, 4, **FAST)
 
 
 async def zk_assignment(store, topic: str) -> paths.TopicAssignment:
@@ -110,7 +98,7 @@ async def test_reassign_to_new_brokers_while_producing_keeps_every_acked_message
                                                                                   tmp_path):
     await eventually(lambda: controller_of(brokers), what="controller")
     store = brokers[0].store
-    await create_assigned(brokers[0], "mv", {0: [1, 2, 3]})
+    await create_topic(brokers[0], "mv", assignment={0: [1, 2, 3]})
     await eventually(lambda: leader_of(brokers, "mv", 0), what="leader")
     producer = Producer(brokers, "mv")
     await eventually(lambda: len(producer.acked) >= 30, what="some acked messages")
@@ -150,7 +138,7 @@ async def test_reassign_to_new_brokers_while_producing_keeps_every_acked_message
 async def test_cancel_restores_the_original_replicas(brokers, tmp_path):
     await eventually(lambda: controller_of(brokers), what="controller")
     store = brokers[0].store
-    await create_assigned(brokers[0], "cx", {0: [1, 2, 3]})
+    await create_topic(brokers[0], "cx", assignment={0: [1, 2, 3]})
     leader = await eventually(lambda: leader_of(brokers, "cx", 0), what="leader")
     for i in range(5):
         assert (await produce(leader, "cx", 0, [b"v%d" % i])).error_code == 0
@@ -197,7 +185,7 @@ async def test_new_controller_resumes_a_reassignment(brokers):
     by_id = {b.broker_id: b for b in brokers}
     old, new = [others[0], others[1]], [others[1], others[2]]
     store = by_id[others[0]].store
-    await create_assigned(brokers[0], "fo", {0: old})
+    await create_topic(brokers[0], "fo", assignment={0: old})
     leader = await eventually(lambda: leader_of(brokers, "fo", 0), what="leader")
     for i in range(10):
         assert (await produce(leader, "fo", 0, [b"v%d" % i])).error_code == 0
@@ -233,7 +221,7 @@ async def test_new_controller_resumes_a_reassignment(brokers):
 async def test_bad_requests_are_rejected(brokers):
     await eventually(lambda: controller_of(brokers), what="controller")
     store = brokers[0].store
-    await create_assigned(brokers[0], "bad", {0: [1, 2]})
+    await create_topic(brokers[0], "bad", assignment={0: [1, 2]})
     await eventually(lambda: leader_of(brokers, "bad", 0), what="leader")
     cases = [
         ({("nope", 0): [1]}, topic_admin.UnknownTopic, "does not exist"),

@@ -7,42 +7,21 @@ from __future__ import annotations
 
 import pytest
 import pytest_twisted
-from twisted.internet import defer
 
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from broker_core.wire.records import Record, build_batch, decode_records, iter_batches
+from broker_core.wire.records import decode_records
 from broker_core.zk import paths
 from tests.support.cluster import (
     call,
     controller_of,
+    create_topic,
     eventually,
     leader_of,
-    start_brokers,
-    stop_brokers,
+    local_batches,
+    produce,
+    running_brokers,
 )
-
-
-async def create(broker, name, partitions=1, rf=3, configs=()):
-    resp = await call(broker, ApiKey.CREATE_TOPICS, 5, {"topics": [
-        {"name": name, "num_partitions": partitions, "replication_factor": rf,
-         "assignments": [], "configs": [{"name": k, "value": v} for k, v in configs]}],
-        "timeout_ms": 10000, "validate_only": False})
-    assert resp.topics[0].error_code == 0, resp
-
-
-async def produce(broker, topic, p, values, acks=-1, timeout_ms=10000):
-    batch = build_batch([Record(b"k", v, [], 1000) for v in values])
-    resp = await call(broker, ApiKey.PRODUCE, 8, {"acks": acks, "timeout_ms": timeout_ms,
-                                                 "topic_data": [{"name": topic, "partition_data": [
-                                                     {"index": p, "records": batch}]}]})
-    return resp.responses[0].partition_responses[0]
-
-
-def local_batches(broker, topic, p) -> list[bytes]:
-    log = broker.replicas.get_partition(topic, p).log
-    data = log.read(0, 1 << 26).records
-    return [bytes(data[i.position:i.position + i.size]) for i in iter_batches(data)]
 
 
 def isr_everywhere(brokers, topic, p, isr):
@@ -53,17 +32,14 @@ def isr_everywhere(brokers, topic, p, isr):
 
 @pytest.fixture
 def brokers(zk_hosts, tmp_path):
-    bs = pytest_twisted.blockon(defer.Deferred.fromCoroutine(start_brokers(
-        zk_hosts, tmp_path, 3, replica_lag_time_max_ms="2000", replica_fetch_wait_max_ms="100",
-        replica_fetch_backoff_ms="100")))
-    yield bs
-    pytest_twisted.blockon(defer.Deferred.fromCoroutine(stop_brokers(bs)))
+    yield from running_brokers(zk_hosts, tmp_path, 3, replica_lag_time_max_ms="2000",
+                               replica_fetch_wait_max_ms="100", replica_fetch_backoff_ms="100")
 
 
 @pytest_twisted.ensureDeferred
 async def test_followers_copy_the_leader_and_acks_all_waits_for_the_isr(brokers):
     await eventually(lambda: controller_of(brokers), what="controller")
-    await create(brokers[0], "rep", partitions=2, rf=3)
+    await create_topic(brokers[0], "rep", partitions=2, rf=3)
     await eventually(lambda: all(leader_of(brokers, "rep", p) for p in range(2)), what="leaders")
     for p in range(2):
         leader = leader_of(brokers, "rep", p)
@@ -89,7 +65,7 @@ async def test_followers_copy_the_leader_and_acks_all_waits_for_the_isr(brokers)
 @pytest_twisted.ensureDeferred
 async def test_lagging_follower_leaves_the_isr_and_returns(brokers):
     await eventually(lambda: controller_of(brokers), what="controller")
-    await create(brokers[0], "lag", rf=3, configs=[("min.insync.replicas", "2")])
+    await create_topic(brokers[0], "lag", rf=3, configs=[("min.insync.replicas", "2")])
     leader = await eventually(lambda: leader_of(brokers, "lag", 0), what="leader")
     assert (await produce(leader, "lag", 0, [b"a"])).error_code == 0
     follower = next(b for b in brokers if b is not leader)
@@ -125,7 +101,7 @@ async def test_lagging_follower_leaves_the_isr_and_returns(brokers):
 @pytest_twisted.ensureDeferred
 async def test_min_insync_replicas_refuses_acks_all_but_not_acks_1(brokers):
     await eventually(lambda: controller_of(brokers), what="controller")
-    await create(brokers[0], "strict", rf=3, configs=[("min.insync.replicas", "3")])
+    await create_topic(brokers[0], "strict", rf=3, configs=[("min.insync.replicas", "3")])
     leader = await eventually(lambda: leader_of(brokers, "strict", 0), what="leader")
     assert (await produce(leader, "strict", 0, [b"ok"])).error_code == 0
     for b in brokers:
@@ -147,7 +123,7 @@ async def test_min_insync_replicas_refuses_acks_all_but_not_acks_1(brokers):
 @pytest_twisted.ensureDeferred
 async def test_new_leader_from_the_isr_keeps_every_acknowledged_message(brokers):
     await eventually(lambda: controller_of(brokers), what="controller")
-    await create(brokers[0], "fo", rf=3)
+    await create_topic(brokers[0], "fo", rf=3)
     leader = await eventually(lambda: leader_of(brokers, "fo", 0), what="leader")
     acked = []
     for i in range(30):
@@ -178,7 +154,7 @@ async def test_new_controller_bumps_the_epoch_of_a_leader_that_restarted_unseen(
     leader's registration czxid, so a new controller that never saw the restart still starts a
     new leader generation."""
     ctrl = await eventually(lambda: controller_of(brokers), what="controller")
-    await create(brokers[0], "gen", partitions=3, rf=3)
+    await create_topic(brokers[0], "gen", partitions=3, rf=3)
     await eventually(lambda: all(leader_of(brokers, "gen", p) for p in range(3)), what="leaders")
     p = next(i for i in range(3) if leader_of(brokers, "gen", i) is not ctrl)
     leader = leader_of(brokers, "gen", p)

@@ -40,14 +40,6 @@ REACTOR_THREAD = threading.current_thread()  # pytest-twisted runs the reactor o
 
 
 @pytest.fixture
-def store(zk_hosts):
-    s = ZooKeeperStore(zk_hosts, reactor=reactor, session_timeout=6.0)
-    pytest_twisted.blockon(Deferred.fromCoroutine(s.start()))
-    yield s
-    pytest_twisted.blockon(Deferred.fromCoroutine(s.stop()))
-
-
-@pytest.fixture
 def private_zookeeper():
     """A ZooKeeper of this test's own, for tests that pause or expire sessions."""
     server = ZooKeeperServer(tick_ms=200)

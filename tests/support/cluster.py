@@ -120,6 +120,69 @@ def leader_of(brokers: list[Any], topic: str, partition: int) -> Any:
     return None
 
 
+def running_brokers(zk_hosts: str, base: Path, count: int, **overrides: str) -> Any:
+    """For pytest fixtures: ``yield from running_brokers(...)`` starts ``count`` in-process
+    brokers, yields them, and stops them afterwards."""
+    import pytest_twisted
+
+    brokers = pytest_twisted.blockon(defer.Deferred.fromCoroutine(
+        start_brokers(zk_hosts, base, count, **overrides)))
+    try:
+        yield brokers
+    finally:
+        pytest_twisted.blockon(defer.Deferred.fromCoroutine(stop_brokers(brokers)))
+
+
+async def restart(broker: Any) -> Any:
+    """A new incarnation of ``broker`` on the same config and log directory (new port, new
+    ZooKeeper session), started."""
+    from twisted.internet import reactor
+
+    from broker_core.broker import BrokerService
+
+    fresh = BrokerService(broker.config, reactor=reactor)
+    await fresh.startService()
+    return fresh
+
+
+async def create_topic(broker: Any, name: str, *, partitions: int = 1, rf: int = 1,
+                       assignment: dict[int, list[int]] | None = None,
+                       configs: Any = ()) -> None:
+    """CreateTopics through ``broker``; with ``assignment`` (partition -> replicas) the counts
+    are taken from it. Asserts success."""
+    from broker_core.wire.apis import ApiKey
+
+    assignments = [{"partition_index": p, "broker_ids": list(r)}
+                   for p, r in sorted((assignment or {}).items())]
+    resp = await call(broker, ApiKey.CREATE_TOPICS, 5, {"topics": [
+        {"name": name, "num_partitions": -1 if assignment else partitions,
+         "replication_factor": -1 if assignment else rf, "assignments": assignments,
+         "configs": [{"name": k, "value": v} for k, v in configs]}],
+        "timeout_ms": 10000, "validate_only": False})
+    assert resp.topics[0].error_code == 0, resp
+
+
+async def produce(broker: Any, topic: str, partition: int, values: list[bytes], acks: int = -1,
+                  timeout_ms: int = 10000) -> Any:
+    """One Produce of one batch of ``values``; returns the partition's response."""
+    from broker_core.wire.apis import ApiKey
+    from broker_core.wire.records import Record, build_batch
+
+    batch = build_batch([Record(b"k", v, [], 1000) for v in values])
+    resp = await call(broker, ApiKey.PRODUCE, 8, {"acks": acks, "timeout_ms": timeout_ms,
+                                                 "topic_data": [{"name": topic, "partition_data": [
+                                                     {"index": partition, "records": batch}]}]})
+    return resp.responses[0].partition_responses[0]
+
+
+def local_batches(broker: Any, topic: str, partition: int) -> list[bytes]:
+    """The raw batches of a broker's local replica, in order."""
+    from broker_core.wire.records import iter_batches
+
+    data = broker.replicas.get_partition(topic, partition).log.read(0, 1 << 26).records
+    return [bytes(data[i.position:i.position + i.size]) for i in iter_batches(data)]
+
+
 class BrokerProcess:
     """A broker run as ``python -m twisted broker ...`` (``twist``) in its own process."""
 

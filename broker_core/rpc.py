@@ -127,6 +127,33 @@ def request_with_timeout(proto: KafkaClientProtocol, clock: Any, api_key: int, a
     return d
 
 
+class ClientConnection:
+    """One client connection, opened on first use and reopened after it closed or when asked
+    for another address (the replica fetchers keep one per leader; the AlterIsr sender follows
+    the controller wherever it moves). ``connect(host, port)`` fires with a connected
+    :class:`KafkaClientProtocol`."""
+
+    def __init__(self, connect: Callable[[str, int], defer.Deferred]) -> None:
+        self._connect = connect
+        self._proto: KafkaClientProtocol | None = None
+        self._address: tuple[str, int] | None = None
+
+    async def to(self, host: str, port: int) -> KafkaClientProtocol:
+        proto = self._proto
+        if proto is not None and not proto._closed and self._address == (host, port):
+            return proto
+        self.drop()
+        self._proto = await self._connect(host, port)
+        self._address = (host, port)
+        return self._proto
+
+    def drop(self) -> None:
+        """Close the connection if one is open; the next :meth:`to` opens a new one."""
+        proto, self._proto, self._address = self._proto, None, None
+        if proto is not None and proto.transport is not None:
+            proto.transport.loseConnection()
+
+
 class KafkaClientFactory(Factory):
     protocol = KafkaClientProtocol
     noisy = False  # one line per connection attempt would drown the log

@@ -29,13 +29,17 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be parsed; the message names the file and the problem."""
 
 
-def fsync_dir(directory: Path) -> None:
-    """Make renames, creations and deletions inside ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make renames, creations and deletions inside ``directory`` durable."""
+    _fsync_path(directory)
 
 
 def write_atomically(path: Path, text: str, *, sync: bool = True) -> None:
@@ -56,11 +60,7 @@ def write_atomically(path: Path, text: str, *, sync: bool = True) -> None:
 
 def fsync_file(path: Path) -> None:
     """fsync a file written by ``write_atomically(sync=False)`` and the rename that placed it."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync_path(path)
     fsync_dir(path.parent)
 
 

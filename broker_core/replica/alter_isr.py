@@ -28,7 +28,7 @@ from twisted.internet.error import ConnectionLost as TxConnectionLost
 from twisted.logger import Logger
 
 from broker_core.rpc import (
-    KafkaClientProtocol,
+    ClientConnection,
     RequestTimedOut,
     connect_client,
     request_with_timeout,
@@ -81,15 +81,13 @@ class AlterIsrSender:
         self.clock = clock
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
-        self._connect = connect or self._tcp_connect
+        self._conn = ClientConnection(connect or self._tcp_connect)
         self._queued: dict[TopicPartition, IsrChange] = {}
         self._in_flight: dict[TopicPartition, IsrChange] = {}
         self._scheduled: Any = None
         self._sending = False
         self._stopped = False
         self._retrying = False
-        self._proto: KafkaClientProtocol | None = None
-        self._proto_target: tuple[int, str, int] | None = None
 
     @property
     def pending(self) -> int:
@@ -111,9 +109,7 @@ class AlterIsrSender:
             self._scheduled.cancel()
         self._scheduled = None
         self._queued.clear()
-        proto, self._proto = self._proto, None
-        if proto is not None and proto.transport is not None:
-            proto.transport.loseConnection()
+        self._conn.drop()
 
     # -- sending -----------------------------------------------------------------------------------
 
@@ -147,7 +143,7 @@ class AlterIsrSender:
         try:
             if target is None:
                 raise _Retry("no controller known yet")
-            proto = await self._connection(target)
+            proto = await self._conn.to(target[1], target[2])
             topics: dict[str, list[dict]] = {}
             for c in batch.values():
                 topics.setdefault(c.topic, []).append({
@@ -181,7 +177,7 @@ class AlterIsrSender:
                 return
             self.log.info("AlterIsr for {n} partition(s) not applied ({e}); retrying",
                           n=len(batch), e=e)
-            self._drop_connection()
+            self._conn.drop()
             for tp, change in batch.items():
                 self._requeue(tp, change)
             self._retrying = True  # the next send waits backoff_s
@@ -199,20 +195,6 @@ class AlterIsrSender:
         except Exception:
             self.log.failure("AlterIsr result handler failed for {t}-{p}", t=change.topic,
                              p=change.partition)
-
-    async def _connection(self, target: tuple[int, str, int]) -> KafkaClientProtocol:
-        if self._proto is not None and not self._proto._closed and self._proto_target == target:
-            return self._proto
-        self._drop_connection()
-        self._proto = await self._connect(target[1], target[2])
-        self._proto_target = target
-        return self._proto
-
-    def _drop_connection(self) -> None:
-        proto, self._proto = self._proto, None
-        self._proto_target = None
-        if proto is not None and proto.transport is not None:
-            proto.transport.loseConnection()
 
     def _tcp_connect(self, host: str, port: int) -> defer.Deferred:
         return connect_client(self.reactor, host, port, f"sluice-alter-isr-{self.broker_id}")

@@ -35,6 +35,7 @@ from twisted.logger import Logger
 from broker_core.log import UnexpectedAppendOffset
 from broker_core.replica.partition import Partition
 from broker_core.rpc import (
+    ClientConnection,
     KafkaClientProtocol,
     RequestTimedOut,
     connect_client,
@@ -126,9 +127,8 @@ class ReplicaFetcher:
         self.config = config
         self.on_appended = on_appended
         self.on_error = on_error
-        self._connect = connect or self._tcp_connect
+        self._conn = ClientConnection(connect or self._tcp_connect)
         self.partitions: dict[TopicPartition, FetchState] = {}
-        self._proto: KafkaClientProtocol | None = None
         self._running = False
         self._loop: defer.Deferred | None = None
         self._wakeup: defer.Deferred | None = None
@@ -160,8 +160,7 @@ class ReplicaFetcher:
         self._wake()
         if self._sleep is not None and not self._sleep.called:
             self._sleep.cancel()
-        if self._proto is not None and self._proto.transport is not None:
-            self._proto.transport.loseConnection()
+        self._conn.drop()
         if self._loop is not None:
             try:
                 await self._loop
@@ -191,7 +190,7 @@ class ReplicaFetcher:
                 await self._wakeup
                 continue
             try:
-                proto = await self._connection()
+                proto = await self._conn.to(*self.address)
                 truncating = self._due(truncating=True)
                 if truncating:
                     await self._truncate(proto, truncating)
@@ -210,26 +209,15 @@ class ReplicaFetcher:
                 self.log.info("fetch from broker {l} at {a} failed ({e}); retrying in {s} ms",
                               l=self.leader_id, a=self.address, e=type(e).__name__,
                               s=self.config.backoff_ms)
-                self._drop_connection()
+                self._conn.drop()
                 await self._pause(self.config.backoff_ms / 1000.0)
-        self._drop_connection()
+        self._conn.drop()
 
     def _due(self, *, truncating: bool) -> list[tuple[TopicPartition, FetchState]]:
         """Partitions in the given state that are not backing off."""
         now = self.clock.seconds()
         return [(tp, s) for tp, s in self.partitions.items()
                 if s.truncating == truncating and s.delayed_until <= now]
-
-    async def _connection(self) -> KafkaClientProtocol:
-        if self._proto is not None and not self._proto._closed:
-            return self._proto
-        self._proto = await self._connect(*self.address)
-        return self._proto
-
-    def _drop_connection(self) -> None:
-        proto, self._proto = self._proto, None
-        if proto is not None and proto.transport is not None:
-            proto.transport.loseConnection()
 
     def _tcp_connect(self, host: str, port: int) -> defer.Deferred:
         return connect_client(self.reactor, host, port, f"sluice-replica-{self.broker_id}")

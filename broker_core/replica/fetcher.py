@@ -377,14 +377,11 @@ class ReplicaFetcherManager:
         if self._stopped:
             return
         fetcher = self.fetchers.get(leader_id)
-        if fetcher is not None and fetcher.address != address:
-            # The leader moved to a new address (restarted elsewhere): start a fresh fetcher.
-            stale = self.fetchers.pop(leader_id)
-            for moved in list(stale.partitions):
-                self._where.pop(moved, None)
-            defer.Deferred.fromCoroutine(stale.stop())
-            fetcher = None
-        if fetcher is None:
+        if fetcher is not None:
+            # A leader that restarted may listen elsewhere now: the fetcher's next request
+            # connects to the new address, for every partition it fetches from that leader.
+            fetcher.address = address
+        else:
             fetcher = ReplicaFetcher(self.broker_id, leader_id, address, reactor=self.reactor,
                                      clock=self.clock, config=self.config,
                                      on_appended=self.on_appended, connect=self.connect)

@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import write_kcat_payload  # noqa: E402
 from tests.support.cluster import BrokerProcess  # noqa: E402
 from tests.support.zookeeper import ZooKeeperServer  # noqa: E402
 
@@ -85,12 +86,7 @@ def main() -> None:
                         str(args.partitions), "--replication-factor", "1"], check=True,
                        cwd=ROOT)
         payload = tmp / "messages.txt"
-        line = b"m" * (args.size - 1) + b"\n"  # kcat strips the delimiter: SIZE-1 byte values
-        with open(payload, "wb") as f:
-            for _ in range(args.messages // 10_000):
-                f.write(line * 10_000)
-        n = (args.messages // 10_000) * 10_000
-        mb = n * args.size / (1 << 20)
+        n, mb = write_kcat_payload(payload, args.messages, args.size)
 
         start = time.perf_counter()
         subprocess.run(["kcat", "-b", b, "-P", "-t", "bench", "-z", args.compression,

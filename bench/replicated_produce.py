@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from bench.common import write_kcat_payload  # noqa: E402
 from broker_core.wire.apis import ApiKey  # noqa: E402
 from consumer_client.connection import BrokerConnection  # noqa: E402
 from tests.support.procs import ProcessCluster  # noqa: E402
@@ -94,12 +95,7 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> int:
 
 def throughput(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
     payload = tmp / "messages.txt"
-    line = b"m" * (args.size - 1) + b"\n"  # kcat strips the delimiter: SIZE-1 byte values
-    with open(payload, "wb") as f:
-        for _ in range(args.messages // 10_000):
-            f.write(line * 10_000)
-    n = (args.messages // 10_000) * 10_000
-    mb = n * args.size / (1 << 20)
+    n, mb = write_kcat_payload(payload, args.messages, args.size)
     start = time.perf_counter()
     subprocess.run(["kcat", "-b", bootstrap, "-P", "-t", "throughput", "-X", "acks=all",
                     "-X", "linger.ms=10", "-X", "batch.num.messages=10000",

@@ -68,3 +68,30 @@ class ProcessCluster:
     def stop(self) -> None:
         for b in self.brokers.values():
             b.stop()
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, *, group: str,
+                timeout: float = 60.0) -> tuple[dict[tuple[int, int], bytes], set[int]]:
+    """Read ``topic`` from offset 0 to its end with confluent-kafka (CRCs checked). Returns
+    ``{(partition, offset): value}`` and the partitions whose end was reached within
+    ``timeout``; any error other than end-of-partition fails the caller's test."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "check.crcs": True,
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: dict[tuple[int, int], bytes] = {}
+    eof: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(eof) < partitions and time.monotonic() < deadline:
+            for msg in consumer.consume(5000, timeout=1):
+                if msg.error():
+                    assert msg.error().code() == -191, msg.error()  # _PARTITION_EOF
+                    eof.add(msg.partition())
+                    continue
+                got[(msg.partition(), msg.offset())] = msg.value()
+    finally:
+        consumer.close()
+    return got, eof

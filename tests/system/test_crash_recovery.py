@@ -9,11 +9,13 @@ import time
 
 import pytest
 
+from tests.support.procs import consume_all
+
 pytestmark = pytest.mark.slow
 
 
 def test_kill_minus_nine_mid_produce_keeps_acknowledged_messages(make_cluster):
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     cluster = make_cluster(size=1)
@@ -65,21 +67,7 @@ def test_kill_minus_nine_mid_produce_keeps_acknowledged_messages(make_cluster):
     broker.wait_listening()
     cluster.wait_registered(timeout=60)
 
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "crash-check",
-                         "enable.auto.commit": False, "check.crcs": True,
-                         "enable.partition.eof": True})
-    consumer.assign([TopicPartition("crash", p, 0) for p in range(2)])
-    got: dict[tuple[int, int], bytes] = {}
-    eof: set[int] = set()
-    deadline = time.monotonic() + 60
-    while len(eof) < 2 and time.monotonic() < deadline:
-        for msg in consumer.consume(1000, timeout=1):
-            if msg.error():
-                assert msg.error().code() == -191, msg.error()  # _PARTITION_EOF
-                eof.add(msg.partition())
-                continue
-            got[(msg.partition(), msg.offset())] = msg.value()
-    consumer.close()
+    got, _ = consume_all(cluster.bootstrap, "crash", 2, group="crash-check")
 
     missing = [k for k, v in snapshot.items() if got.get(k) != v]
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"

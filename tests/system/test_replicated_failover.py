@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.procs import consume_all
+
 pytestmark = pytest.mark.slow
 
 TOTAL = 100_000
@@ -83,7 +85,7 @@ def batches_up_to(log_dir: Path, topic: str, partition: int, end: int) -> list[b
 
 
 def test_acks_all_survives_kill_minus_nine_of_leaders_and_controller(make_cluster):
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     cluster = make_cluster(size=3, extra={
@@ -152,21 +154,8 @@ def test_acks_all_survives_kill_minus_nine_of_leaders_and_controller(make_cluste
     epochs = {p.partition_index: p.leader_epoch for t in md.topics for p in t.partitions}
     assert all(e >= 1 for e in epochs.values()), epochs
 
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "failover-check",
-                         "enable.auto.commit": False, "check.crcs": True,
-                         "enable.partition.eof": True})
-    consumer.assign([TopicPartition("durable", p, 0) for p in range(PARTITIONS)])
-    got: dict[tuple[int, int], bytes] = {}
-    eof: set[int] = set()
-    deadline = time.monotonic() + 120
-    while len(eof) < PARTITIONS and time.monotonic() < deadline:
-        for msg in consumer.consume(5000, timeout=1):
-            if msg.error():
-                assert msg.error().code() == -191, msg.error()  # _PARTITION_EOF
-                eof.add(msg.partition())
-                continue
-            got[(msg.partition(), msg.offset())] = msg.value()
-    consumer.close()
+    got, eof = consume_all(cluster.bootstrap, "durable", PARTITIONS, group="failover-check",
+                           timeout=120)
     assert len(eof) == PARTITIONS, "did not reach the end of every partition"
 
     missing = [k for k, v in acked.items() if got.get(k) != v]

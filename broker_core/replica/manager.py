@@ -435,7 +435,7 @@ class ReplicaManager:
 
     def fetch(
         self,
-        requests: list[tuple[str, int, int, int]] | list[tuple[str, int, int, int, int]],
+        requests: list[tuple[str, int, int, int, int]],
         *,
         max_wait_ms: int,
         min_bytes: int,
@@ -443,7 +443,8 @@ class ReplicaManager:
         replica_id: int = -1,
     ) -> defer.Deferred:
         """Consumer or follower fetch: ``requests`` are ``(topic, partition, offset,
-        partition_max_bytes[, current_leader_epoch])``; ``replica_id`` >= 0 is a follower.
+        partition_max_bytes, current_leader_epoch)`` (epoch -1: unchecked); ``replica_id`` >= 0
+        is a follower.
 
         Fires with ``[(topic, partition, FetchResult)]`` in request order. Waits in the fetch
         purgatory (long poll) while fewer than ``min_bytes`` are available, no partition has an
@@ -452,7 +453,7 @@ class ReplicaManager:
         the follower reads up to our log end, not the HW.
         """
         consumer = replica_id < 0
-        reqs = [(r[0], r[1], r[2], r[3], r[4] if len(r) > 4 else -1) for r in requests]
+        reqs = requests
         if not consumer:
             self._record_follower_fetches(replica_id, reqs)
 

@@ -34,11 +34,77 @@ class RequestTimedOut(Exception):
     """No response arrived within the request timeout."""
 
 
+class OutstandingRequests:
+    """Requests written on one connection and not yet answered, oldest first (sans-IO).
+
+    Kafka answers in request order on a connection, so a response frame belongs to the oldest
+    outstanding request; its correlation id must match, or the connection is out of step and
+    must be closed. Used by :class:`KafkaClientProtocol` and, in the other direction, by the
+    coordinator's channel to a consumer (:mod:`broker_core.server.channel`).
+    """
+
+    def __init__(self, client_id: str | None) -> None:
+        self.client_id = client_id
+        self._pending: deque[tuple[int, int, int, defer.Deferred]] = deque()
+        self._ids = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, api_key: int, api_version: int, body: Any) -> tuple[list[bytes], defer.Deferred]:
+        """Encode a request; returns the framed chunks to write and the Deferred that fires with
+        the decoded response body."""
+        correlation_id = next(self._ids) & 0x7FFFFFFF
+        chunks = apis.encode_request(api_key, api_version, correlation_id, self.client_id, body)
+        d: defer.Deferred = defer.Deferred()
+        self._pending.append((correlation_id, api_key, api_version, d))
+        return framing.frame(chunks), d
+
+    def response(self, frame: bytes) -> None:
+        """Match one response frame to the oldest request and fire its Deferred.
+
+        Raises :class:`~broker_core.wire.errors.ProtocolError` when the frame answers nothing,
+        does not decode, or carries the wrong correlation id (the request's Deferred then fails
+        with it too, except for the wrong-id case, where it stays outstanding for ``fail_all``).
+        """
+        if not self._pending:
+            raise errors.MalformedFrame("response without a request")
+        correlation_id, api_key, api_version, d = self._pending.popleft()
+        try:
+            got_id, body = apis.decode_response(api_key, api_version, frame)
+        except errors.ProtocolError as e:
+            if not d.called:
+                d.errback(Failure(e))
+            raise errors.MalformedFrame(f"undecodable response: {e}") from None
+        if got_id != correlation_id:
+            self._pending.appendleft((correlation_id, api_key, api_version, d))
+            raise errors.MalformedFrame(
+                f"expected correlation id {correlation_id}, got {got_id}")
+        if not d.called:  # a timed-out request was already cancelled
+            d.callback(body)
+
+    def fail_all(self, failure: Failure) -> None:
+        pending, self._pending = self._pending, deque()
+        for _, _, _, d in pending:
+            if not d.called:
+                d.errback(failure)
+
+
+#: Answers one request received on a connection we opened (see :meth:`KafkaClientProtocol.serve`):
+#: returns a response body or a Deferred firing with one.
+RequestServer = Callable[[apis.Request], Any]
+
+
 class KafkaClientProtocol(Protocol):
     """One client connection speaking the Kafka protocol.
 
-    Invariant: ``_pending`` holds exactly the requests written and not yet answered, oldest first;
-    on disconnect every pending Deferred fails with :class:`ConnectionLost`.
+    Invariant: the outstanding-request table holds exactly the requests written and not yet
+    answered, oldest first; on disconnect every pending Deferred fails with
+    :class:`ConnectionLost`.
+
+    :meth:`serve` turns the connection around (a consumer's coordinator channel, DESIGN.md §3):
+    from then on every incoming frame is a *request* from the peer, answered in order by the
+    given handler, and this side sends no more requests.
     """
 
     log = Logger(namespace="sluice.rpc")
@@ -46,25 +112,36 @@ class KafkaClientProtocol(Protocol):
     def __init__(self, client_id: str = "sluice-broker", max_frame_bytes: int = 1 << 31) -> None:
         self.client_id = client_id
         self._decoder = framing.FrameDecoder(max_frame_bytes)
-        self._pending: deque[tuple[int, int, int, defer.Deferred]] = deque()
-        self._ids = itertools.count(1)
+        self._out = OutstandingRequests(client_id)
         self.connected_d: defer.Deferred = defer.Deferred()
         self.closed_d: defer.Deferred = defer.Deferred()
         self._closed = False
+        self._server: RequestServer | None = None
+        self._answers: deque[list] = deque()
 
     def connectionMade(self) -> None:  # noqa: N802 (Twisted API)
         self.connected_d.callback(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def request(self, api_key: int, api_version: int, body: Any) -> defer.Deferred:
         """Send one request; the Deferred fires with the decoded response body (a ``Struct``)."""
         if self._closed:
             return defer.fail(ConnectionLost("connection closed"))
-        correlation_id = next(self._ids) & 0x7FFFFFFF
-        chunks = apis.encode_request(api_key, api_version, correlation_id, self.client_id, body)
-        d: defer.Deferred = defer.Deferred()
-        self._pending.append((correlation_id, api_key, api_version, d))
-        self.transport.writeSequence(framing.frame(chunks))
+        if self._server is not None:
+            return defer.fail(RuntimeError("this connection now answers the peer's requests"))
+        chunks, d = self._out.add(api_key, api_version, body)
+        self.transport.writeSequence(chunks)
         return d
+
+    def serve(self, handler: RequestServer) -> None:
+        """From now on, treat incoming frames as requests and answer them with ``handler``.
+        Call it only with no request outstanding (the peer answers before it starts asking)."""
+        if len(self._out):
+            raise RuntimeError("cannot serve while requests are outstanding")
+        self._server = handler
 
     def dataReceived(self, data: bytes) -> None:  # noqa: N802 (Twisted API)
         try:
@@ -73,23 +150,46 @@ class KafkaClientProtocol(Protocol):
             self._protocol_error(str(e))
             return
         for frame in frames:
-            if not self._pending:
-                self._protocol_error("response without a request")
+            if self._closed:
                 return
-            correlation_id, api_key, api_version, d = self._pending.popleft()
+            if self._server is not None:
+                self._serve_frame(frame)
+                continue
             try:
-                got_id, body = apis.decode_response(api_key, api_version, frame)
+                self._out.response(frame)
             except errors.ProtocolError as e:
-                if not d.called:
-                    d.errback(Failure(e))
-                self._protocol_error(f"undecodable response: {e}")
+                self._protocol_error(str(e))
                 return
-            if got_id != correlation_id:
-                self._pending.appendleft((correlation_id, api_key, api_version, d))
-                self._protocol_error(f"expected correlation id {correlation_id}, got {got_id}")
-                return
-            if not d.called:
-                d.callback(body)
+
+    def _serve_frame(self, frame: bytes) -> None:
+        try:
+            request = apis.decode_request(frame)
+        except errors.ProtocolError as e:
+            self._protocol_error(f"undecodable request: {e}")
+            return
+        slot: list = [request, None, False]
+        self._answers.append(slot)
+        d = defer.maybeDeferred(self._server, request)  # type: ignore[misc]
+
+        def answered(body: Any) -> None:
+            slot[1], slot[2] = body, True
+            self._flush_answers()
+
+        def failed(f: Failure) -> None:
+            self.log.failure("answering {api} from {peer} failed", f,
+                             api=request.header.api_key, peer=self.transport.getPeer())
+            self.transport.loseConnection()
+
+        d.addCallbacks(answered, failed)
+
+    def _flush_answers(self) -> None:
+        while self._answers and self._answers[0][2] and not self._closed:
+            request, body, _ = self._answers.popleft()
+            if body is None:
+                continue
+            h = request.header
+            chunks = apis.encode_response(h.api_key, h.api_version, h.correlation_id, body)
+            self.transport.writeSequence(framing.frame(chunks))
 
     def _protocol_error(self, detail: str) -> None:
         self.log.warn("protocol error from {peer}: {detail}", peer=self.transport.getPeer(),
@@ -98,10 +198,8 @@ class KafkaClientProtocol(Protocol):
 
     def connectionLost(self, reason: Failure = None) -> None:  # noqa: N802 (Twisted API)
         self._closed = True
-        pending, self._pending = self._pending, deque()
-        for _, _, _, d in pending:
-            if not d.called:  # a timed-out request was already cancelled
-                d.errback(Failure(ConnectionLost("connection lost before the response arrived")))
+        self._answers.clear()
+        self._out.fail_all(Failure(ConnectionLost("connection lost before the response arrived")))
         if not self.closed_d.called:
             self.closed_d.callback(None)
 
@@ -140,7 +238,7 @@ class ClientConnection:
 
     async def to(self, host: str, port: int) -> KafkaClientProtocol:
         proto = self._proto
-        if proto is not None and not proto._closed and self._address == (host, port):
+        if proto is not None and not proto.closed and self._address == (host, port):
             return proto
         self.drop()
         self._proto = await self._connect(host, port)

@@ -59,6 +59,8 @@ class KafkaServerProtocol(Protocol):
         self._paused = False
         self._closed = False
         self.peer = "?"
+        self.channel: Any = None  # a ServerChannel once this is a coordinator channel
+        self._channel_pending = False
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -71,6 +73,29 @@ class KafkaServerProtocol(Protocol):
         self._closed = True
         self._slots.clear()
         self.factory.connection_lost(self)
+        if self.channel is not None:
+            self.channel.connection_lost()
+
+    def attach_channel(self, channel: Any) -> None:
+        """Turn this connection into a coordinator channel (:mod:`broker_core.server.channel`).
+
+        Frames received from now on are responses for ``channel``; it may send once every
+        response queued so far (the RegisterConsumer answer among them) has been written.
+        """
+        if self.channel is not None:
+            raise RuntimeError("connection is already a coordinator channel")
+        self.channel = channel
+        channel.bind(self)
+        if self._closed:
+            channel.connection_lost()
+            return
+        self._channel_pending = True
+        self._maybe_open_channel()
+
+    def _maybe_open_channel(self) -> None:
+        if self._channel_pending and not self._slots:
+            self._channel_pending = False
+            self.channel.opened()
 
     # -- inbound ---------------------------------------------------------------------------
 
@@ -88,7 +113,10 @@ class KafkaServerProtocol(Protocol):
         for frame in frames:
             if self._closed:
                 return
-            self._handle_frame(frame)
+            if self.channel is not None:
+                self.channel.frame_received(frame)
+            else:
+                self._handle_frame(frame)
 
     def _handle_frame(self, frame: bytes) -> None:
         try:
@@ -169,6 +197,7 @@ class KafkaServerProtocol(Protocol):
         if self._paused and len(self._slots) < self.factory.max_in_flight:
             self._paused = False
             self.transport.resumeProducing()
+        self._maybe_open_channel()
 
     def _disconnect(self, reason: str, detail: str) -> None:
         self.log.warn(

@@ -39,17 +39,24 @@ from broker_core.wire.header import (
 from broker_core.wire.messages import (
     alter_partition,
     api_versions,
+    cluster_metadata,
+    commit_offsets,
     controlled_shutdown,
     create_partitions,
     create_topics,
     delete_topics,
     describe_configs,
+    describe_consumer_groups,
     fetch,
     leader_and_isr,
     list_offsets,
     metadata,
     offset_for_leader_epoch,
+    ping,
     produce,
+    register_consumer,
+    start_fetcher,
+    stop_fetcher,
     stop_replica,
     update_metadata,
 )
@@ -58,7 +65,10 @@ from broker_core.wire.schema import Message, Struct
 
 
 class ApiKey(IntEnum):
-    """Kafka's API keys (``ApiKeys.java``). Sluice-only APIs will take keys from 1000 up."""
+    """Kafka's API keys (``ApiKeys.java``), and Sluice-only APIs from 1000 up.
+
+    Ping, StopFetcher and StartFetcher travel coordinator → consumer on a coordinator channel;
+    a broker never serves them as requests (it answers INVALID_REQUEST)."""
 
     PRODUCE = 0
     FETCH = 1
@@ -138,6 +148,14 @@ class ApiKey(IntEnum):
     DESCRIBE_TOPIC_PARTITIONS = 75
     ADD_RAFT_VOTER = 80
     REMOVE_RAFT_VOTER = 81
+    # Sluice's own APIs (seed 001's consumer coordination), from 1000 up.
+    CLUSTER_METADATA = 1000
+    REGISTER_CONSUMER = 1001
+    PING = 1002
+    STOP_FETCHER = 1003
+    START_FETCHER = 1004
+    COMMIT_OFFSETS = 1005
+    DESCRIBE_CONSUMER_GROUPS = 1006
 
 
 ErrorBody = Callable[[int, Any, int], dict | None]
@@ -214,6 +232,13 @@ for _key, _module in [
     (ApiKey.OFFSET_FOR_LEADER_EPOCH, offset_for_leader_epoch),
     (ApiKey.CREATE_PARTITIONS, create_partitions),
     (ApiKey.ALTER_PARTITION, alter_partition),
+    (ApiKey.CLUSTER_METADATA, cluster_metadata),
+    (ApiKey.REGISTER_CONSUMER, register_consumer),
+    (ApiKey.PING, ping),
+    (ApiKey.STOP_FETCHER, stop_fetcher),
+    (ApiKey.START_FETCHER, start_fetcher),
+    (ApiKey.COMMIT_OFFSETS, commit_offsets),
+    (ApiKey.DESCRIBE_CONSUMER_GROUPS, describe_consumer_groups),
 ]:
     register(spec_from_module(_key, _module))
 del _key, _module

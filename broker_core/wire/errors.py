@@ -18,7 +18,7 @@ from typing import Any
 
 
 class ErrorCode(IntEnum):
-    """Kafka's error codes (-1..127), with Kafka's names.
+    """Kafka's error codes (-1..127), with Kafka's names, and Sluice's own from 1000 up.
 
     ``code.retriable`` says whether a Kafka client retries the request on its own;
     ``code.description`` is a one-line explanation a person can act on.
@@ -153,6 +153,10 @@ class ErrorCode(IntEnum):
     INVALID_VOTER_KEY = 125
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
+    # Sluice-only codes, from 1000 up, used only by Sluice's own APIs (keys 1000 up), where no
+    # Kafka code says the same thing.
+    DUPLICATE_CONSUMER_ID = 1000
+    INVALID_TOPIC_COUNT = 1001
 
     @property
     def retriable(self) -> bool:
@@ -331,6 +335,10 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     _E.INVALID_VOTER_KEY: "The voter key does not match the receiving replica.",
     _E.DUPLICATE_VOTER: "The voter is already part of the voter set.",
     _E.VOTER_NOT_FOUND: "The voter is not part of the voter set.",
+    _E.DUPLICATE_CONSUMER_ID: "A live consumer with this consumer id is already registered in "
+                              "the group; pick a unique id.",
+    _E.INVALID_TOPIC_COUNT: "The consumer's topic count is not valid JSON of the documented "
+                            "form, or names an invalid topic or pattern.",
 }
 del _E
 

@@ -20,11 +20,11 @@ from tests.support.manual_time import ManualTime
 class FakeLeader:
     def __init__(self) -> None:
         self.requests: list[tuple[int, dict, defer.Deferred]] = []
-        self._closed = False
-        self.transport = SimpleNamespace(loseConnection=lambda: setattr(self, "_closed", True))
+        self.closed = False
+        self.transport = SimpleNamespace(loseConnection=lambda: setattr(self, "closed", True))
 
     def connect(self, host: str, port: int) -> defer.Deferred:
-        self._closed = False
+        self.closed = False
         return defer.succeed(self)
 
     def request(self, api_key: int, version: int, body: dict) -> defer.Deferred:

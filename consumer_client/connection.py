@@ -12,7 +12,7 @@ import socket
 from typing import Any
 
 from broker_core.wire import apis, framing
-from broker_core.wire.apis import SUPPORTED, ApiKey
+from broker_core.wire.apis import ApiKey
 from broker_core.wire.schema import Struct
 
 
@@ -49,13 +49,7 @@ class BrokerConnection:
 
     def _negotiate(self) -> None:
         resp = self._roundtrip(ApiKey.API_VERSIONS, 0, {})
-        theirs = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-        for key, spec in SUPPORTED.items():
-            if key in theirs:
-                lo, hi = theirs[key]
-                best = min(hi, spec.max_version)
-                if best >= max(lo, spec.min_version):
-                    self.versions[int(key)] = best
+        self.versions = apis.common_versions(resp.api_keys)
 
     def version_of(self, api_key: int) -> int:
         try:

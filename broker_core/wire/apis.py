@@ -405,6 +405,20 @@ def error_response(request_header: RequestHeader | Request, error_code: int,
     return encode_response(header.api_key, header.api_version, header.correlation_id, body)
 
 
+def common_versions(their_api_keys: Any) -> dict[int, int]:
+    """From a peer's ApiVersions ``api_keys`` entries: for each API both sides serve, the highest
+    version both speak (what a client sends everything at)."""
+    versions: dict[int, int] = {}
+    for k in their_api_keys:
+        spec = SUPPORTED.get(k.api_key)  # type: ignore[call-overload]
+        if spec is None:
+            continue
+        best = min(k.max_version, spec.max_version)
+        if best >= max(k.min_version, spec.min_version):
+            versions[int(k.api_key)] = best
+    return versions
+
+
 def advertised_versions(keys: Any = None) -> list[dict[str, int]]:
     """ApiVersions ``api_keys`` entries for ``keys`` (default: every served API), by key."""
     chosen = SUPPORTED if keys is None else {k: SUPPORTED[k] for k in keys}

@@ -1,0 +1,246 @@
+"""The client's view of the cluster, for the consumer and the producer (Twisted).
+
+:class:`ClusterClient` holds the brokers and partition leaders from the last Metadata response,
+one connection per broker (opened on first use, negotiated with ApiVersions, reopened after it
+closed), and sends requests with a timeout. Bootstrap servers are tried round robin (seed 001
+§7: "in a round robin fashion, pick a broker … keep retrying").
+
+Invariants:
+
+- a connection in ``_conns`` is either connecting (a Deferred) or open; a closed one is dropped
+  the moment it closes, so the next request to that broker reconnects;
+- a request that times out closes its connection (a late answer would arrive out of order);
+- ``leader_for`` answers from the last metadata only; callers that see NOT_LEADER_OR_FOLLOWER,
+  UNKNOWN_TOPIC_OR_PARTITION or a connection error call :meth:`refresh` and retry.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet import defer
+from twisted.internet.error import ConnectError, ConnectionLost
+from twisted.logger import Logger
+
+from broker_core.rpc import KafkaClientProtocol, RequestTimedOut, connect_client, request_with_timeout
+from broker_core.wire.apis import ApiKey, common_versions
+from broker_core.wire.errors import ErrorCode
+from consumer_client.connection import parse_servers
+
+
+class NoBrokersAvailable(ConnectError):
+    """None of the bootstrap servers (nor any known broker) accepted a connection."""
+
+
+class UnsupportedApi(Exception):
+    """The broker does not serve an API this client needs at a version it speaks."""
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int  # -1 while the partition has no leader
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass
+class ClusterView:
+    """One Metadata response, indexed. ``topics`` maps a topic to its partitions by index;
+    ``topic_errors`` holds the error of every topic the broker refused (e.g. unknown)."""
+
+    brokers: dict[int, tuple[str, int]] = field(default_factory=dict)
+    topics: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
+    topic_errors: dict[str, ErrorCode] = field(default_factory=dict)
+    controller_id: int = -1
+
+
+class BrokerLink:
+    """One negotiated connection: the protocol and the version to use per API."""
+
+    def __init__(self, proto: KafkaClientProtocol, versions: dict[int, int]) -> None:
+        self.proto = proto
+        self.versions = versions
+
+    def version_of(self, api_key: int) -> int:
+        try:
+            return self.versions[int(api_key)]
+        except KeyError:
+            raise UnsupportedApi(f"the broker does not serve {ApiKey(api_key).name} at a "
+                                 "version this client speaks") from None
+
+
+class ClusterClient:
+    """See the module docstring. ``bootstrap`` is ``"host:port,host:port"`` or a list of pairs."""
+
+    log = Logger(namespace="sluice.client.cluster")
+
+    def __init__(self, bootstrap: str | Sequence[tuple[str, int]], *, reactor: Any,
+                 client_id: str = "sluice-client", request_timeout_s: float = 30.0,
+                 connect_timeout_s: float = 10.0) -> None:
+        self.bootstrap = (parse_servers(bootstrap) if isinstance(bootstrap, str)
+                          else list(bootstrap))
+        self.reactor = reactor
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.view = ClusterView()
+        self._conns: dict[Any, defer.Deferred | BrokerLink] = {}
+        self._rr = itertools.count()
+        self._closed = False
+
+    # -- metadata --------------------------------------------------------------------------
+
+    def leader_for(self, topic: str, partition: int) -> int:
+        """The leader's node id from the last metadata, or -1 when unknown or leaderless."""
+        p = self.view.topics.get(topic, {}).get(partition)
+        return -1 if p is None else p.leader
+
+    def partitions_for(self, topic: str) -> list[int] | None:
+        parts = self.view.topics.get(topic)
+        return None if parts is None else sorted(parts)
+
+    def update_brokers(self, brokers: Iterable[tuple[int, str, int]]) -> None:
+        """Learn broker addresses from elsewhere (StartFetcher carries the broker list)."""
+        for node_id, host, port in brokers:
+            self.view.brokers[node_id] = (host, port)
+
+    async def refresh(self, topics: Sequence[str] | None = None) -> ClusterView:
+        """Fetch metadata for ``topics`` (None: every topic) from any reachable broker and make
+        it the current view. Topics not named keep their previous entries."""
+        body = {"topics": None if topics is None else [{"name": t} for t in topics],
+                "allow_auto_topic_creation": False}
+        resp = await self.request_any(ApiKey.METADATA, body)
+        view = ClusterView(controller_id=resp.controller_id)
+        view.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
+        if topics is not None:
+            view.topics = {t: p for t, p in self.view.topics.items() if t not in topics}
+        for t in resp.topics:
+            code = ErrorCode(t.error_code)
+            if code != ErrorCode.NONE:
+                view.topic_errors[t.name] = code
+                continue
+            view.topics[t.name] = {
+                p.partition_index: PartitionInfo(
+                    t.name, p.partition_index,
+                    p.leader_id if p.error_code in (0, ErrorCode.REPLICA_NOT_AVAILABLE) else -1,
+                    p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes))
+                for p in t.partitions}
+        self.view = view
+        return view
+
+    # -- connections -----------------------------------------------------------------------
+
+    async def link(self, node_id: int) -> BrokerLink:
+        """The negotiated connection to broker ``node_id`` (from the current view)."""
+        address = self.view.brokers.get(node_id)
+        if address is None:
+            raise NoBrokersAvailable(f"broker {node_id} is not in the cluster metadata")
+        return await self._link(node_id, address)
+
+    async def _link(self, key: Any, address: tuple[str, int]) -> BrokerLink:
+        if self._closed:
+            raise ConnectionLost("cluster client closed")
+        existing = self._conns.get(key)
+        if isinstance(existing, BrokerLink):
+            if not existing.proto.closed and (existing.proto.transport.getPeer().port
+                                              == address[1]):
+                return existing
+            self._drop(key)
+        elif existing is not None:
+            return await _chain(existing)
+        d = defer.Deferred.fromCoroutine(self._open(key, address))
+        self._conns[key] = d
+        try:
+            return await _chain(d)
+        except Exception:
+            if self._conns.get(key) is d:
+                del self._conns[key]
+            raise
+
+    async def _open(self, key: Any, address: tuple[str, int]) -> BrokerLink:
+        host, port = address
+        proto = await connect_client(self.reactor, host, port, self.client_id,
+                                     timeout_s=self.connect_timeout_s)
+        try:
+            resp = await request_with_timeout(proto, self.reactor, ApiKey.API_VERSIONS, 0, {},
+                                              self.request_timeout_s, f"{host}:{port}")
+            link = BrokerLink(proto, common_versions(resp.api_keys))
+        except Exception:
+            proto.transport.loseConnection()
+            raise
+        self._conns[key] = link
+        proto.closed_d.addCallback(lambda _: self._forget(key, link))
+        return link
+
+    def _forget(self, key: Any, link: BrokerLink) -> None:
+        if self._conns.get(key) is link:
+            del self._conns[key]
+
+    def _drop(self, key: Any) -> None:
+        link = self._conns.pop(key, None)
+        if isinstance(link, BrokerLink) and link.proto.transport is not None:
+            link.proto.transport.loseConnection()
+
+    def disconnect(self, node_id: int) -> None:
+        """Close the connection to a broker (after an error that leaves it in doubt)."""
+        self._drop(node_id)
+
+    # -- requests --------------------------------------------------------------------------
+
+    async def request(self, node_id: int, api_key: int, body: Any,
+                      timeout_s: float | None = None) -> Any:
+        """Send ``body`` to broker ``node_id`` at the negotiated version; the decoded response.
+        Fails with ``ConnectionLost``/``ConnectError``/:class:`RequestTimedOut`."""
+        link = await self.link(node_id)
+        return await self._send(link, api_key, body, timeout_s, f"broker {node_id}")
+
+    async def request_any(self, api_key: int, body: Any) -> Any:
+        """Send to any reachable broker: known brokers and bootstrap servers, round robin."""
+        candidates: list[tuple[Any, tuple[str, int]]] = [
+            (nid, addr) for nid, addr in sorted(self.view.brokers.items())]
+        candidates += [(("bootstrap", h, p), (h, p)) for h, p in self.bootstrap]
+        start = next(self._rr)
+        failures = []
+        for i in range(len(candidates)):
+            key, address = candidates[(start + i) % len(candidates)]
+            try:
+                link = await self._link(key, address)
+                return await self._send(link, api_key, body, None, f"{address[0]}:{address[1]}")
+            except (ConnectError, ConnectionLost, RequestTimedOut, defer.TimeoutError,
+                    OSError) as e:
+                failures.append(f"{address[0]}:{address[1]} ({e.__class__.__name__})")
+                self._drop(key)
+        raise NoBrokersAvailable("no broker reachable: " + ", ".join(failures))
+
+    async def _send(self, link: BrokerLink, api_key: int, body: Any, timeout_s: float | None,
+                    peer: str) -> Any:
+        return await request_with_timeout(link.proto, self.reactor, api_key,
+                                          link.version_of(api_key), body,
+                                          timeout_s or self.request_timeout_s, peer)
+
+    def close(self) -> None:
+        self._closed = True
+        for key in list(self._conns):
+            self._drop(key)
+
+
+def _chain(d: defer.Deferred) -> defer.Deferred:
+    """A new Deferred with ``d``'s result, leaving ``d`` intact for other waiters."""
+    out: defer.Deferred = defer.Deferred()
+
+    def ok(v: Any) -> Any:
+        out.callback(v)
+        return v
+
+    def bad(f: Any) -> Any:
+        out.errback(f)
+        return None
+
+    d.addCallbacks(ok, bad)
+    return out

@@ -8,6 +8,7 @@ process); bootstrap mode is a plain blocking connection.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from broker_core import topic_admin
@@ -248,4 +249,145 @@ def _topic_overrides(conn: BrokerConnection, names: Sequence[str]) -> dict[str, 
         out[r.resource_name] = {c.name: c.value for c in r.configs
                                 if c.config_source == ConfigSource.DYNAMIC_TOPIC_CONFIG
                                 and c.value is not None}
+    return out
+
+
+# -- consumer groups (through the coordinator) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupPartition:
+    """One partition a group consumes: its current offset (as the coordinator holds it: the
+    members' latest reports, committed to ZooKeeper every ``offsets.commit.interval.ms``), the
+    partition's high watermark, the lag between them and its owner."""
+
+    topic: str
+    partition: int
+    current_offset: int | None
+    log_end_offset: int | None
+    owner: str | None  # consumer thread id
+    consumer_id: str | None
+    host: str | None
+
+    @property
+    def lag(self) -> int | None:
+        if self.current_offset is None or self.log_end_offset is None:
+            return None
+        return max(0, self.log_end_offset - self.current_offset)
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    consumer_id: str
+    host: str
+    topic_count: str
+    session_timeout_ms: int
+    partitions: int
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    generation_id: int
+    coordinator_id: int
+    members: list[GroupMember]
+    partitions: list[GroupPartition]
+
+
+def _coordinator(conn: BrokerConnection) -> tuple[int, str, int]:
+    resp = conn.request(ApiKey.CLUSTER_METADATA, {})
+    if resp.error_code:
+        raise AdminError(resp.error_code, resp.error_message or "no consumer coordinator")
+    for b in resp.brokers:
+        if b.node_id == resp.coordinator_id:
+            return b.node_id, b.host, b.port
+    raise AdminError(int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                     f"coordinator {resp.coordinator_id} is not among the live brokers")
+
+
+def _describe_groups_at_coordinator(servers: str, names: Sequence[str] | None,
+                                    timeout: float) -> tuple[int, Any]:
+    with bootstrap(servers, timeout=timeout) as conn:
+        node_id, host, port = _coordinator(conn)
+    with BrokerConnection(host, port, timeout=timeout) as coord:
+        resp = coord.request(ApiKey.DESCRIBE_CONSUMER_GROUPS,
+                             {"groups": None if names is None else list(names)})
+    if resp.error_code:
+        raise AdminError(resp.error_code, resp.error_message or "describing groups failed")
+    return node_id, resp
+
+
+def _high_watermarks(servers: str, tps: set[tuple[str, int]], timeout: float
+                     ) -> dict[tuple[str, int], int]:
+    """The high watermark of each partition, asked of its leader (what a consumer can reach)."""
+    if not tps:
+        return {}
+    out: dict[tuple[str, int], int] = {}
+    with bootstrap(servers, timeout=timeout) as conn:
+        md = AdminClient._metadata_on(conn, sorted({t for t, _ in tps}))
+    addresses = {b.node_id: (b.host, b.port) for b in md.brokers}
+    by_leader: dict[int, list[tuple[str, int]]] = {}
+    for t in md.topics:
+        for p in t.partitions:
+            if (t.name, p.partition_index) in tps and p.leader_id >= 0:
+                by_leader.setdefault(p.leader_id, []).append((t.name, p.partition_index))
+    for leader, parts in by_leader.items():
+        if leader not in addresses:
+            continue
+        topics: dict[str, list[int]] = {}
+        for t, p in parts:
+            topics.setdefault(t, []).append(p)
+        with BrokerConnection(*addresses[leader], timeout=timeout) as c:
+            resp = c.request(ApiKey.LIST_OFFSETS, {"replica_id": -1, "topics": [
+                {"name": t, "partitions": [{"partition_index": p, "timestamp": -1} for p in ps]}
+                for t, ps in topics.items()]})
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code == 0:
+                    out[(t.name, p.partition_index)] = p.offset
+    return out
+
+
+def list_groups(servers: str, timeout: float = 30.0) -> list[tuple[str, str, int]]:
+    """``(group, state, members)`` of every group the coordinator knows."""
+    _, resp = _describe_groups_at_coordinator(servers, None, timeout)
+    return sorted((g.group_id, g.state, len(g.members)) for g in resp.groups)
+
+
+def describe_groups(servers: str, names: Sequence[str] | None, timeout: float = 30.0
+                    ) -> list[GroupDescription]:
+    """Members, ownership, offsets and lag of ``names`` (None: every group)."""
+    coordinator_id, resp = _describe_groups_at_coordinator(servers, names, timeout)
+    for g in resp.groups:
+        if g.error_code:
+            raise AdminError(g.error_code, f"group {g.group_id!r}")
+    tps: set[tuple[str, int]] = set()
+    for g in resp.groups:
+        tps.update((o.topic, o.partition) for o in g.offsets)
+        for m in g.members:
+            for th in m.ownership:
+                tps.update((o.topic, o.partition) for o in th.partitions)
+    hws = _high_watermarks(servers, tps, timeout)
+    out = []
+    for g in resp.groups:
+        owner: dict[tuple[str, int], tuple[str, str, str]] = {}
+        members = []
+        for m in g.members:
+            n = 0
+            for th in m.ownership:
+                for o in th.partitions:
+                    owner[(o.topic, o.partition)] = (th.consumer_thread_id, m.consumer_id,
+                                                     m.host)
+                    n += 1
+            members.append(GroupMember(m.consumer_id, m.host, m.topic_count,
+                                       m.session_timeout_ms, n))
+        offsets = {(o.topic, o.partition): o.offset for o in g.offsets if o.offset >= 0}
+        parts = []
+        for tp in sorted(set(offsets) | set(owner)):
+            th, cid, host = owner.get(tp, (None, None, None))
+            parts.append(GroupPartition(tp[0], tp[1], offsets.get(tp), hws.get(tp), th, cid,
+                                        host))
+        out.append(GroupDescription(g.group_id, g.state, g.generation_id, coordinator_id,
+                                    sorted(members, key=lambda m: m.consumer_id), parts))
     return out

@@ -6,9 +6,11 @@
     sluice reassign --reassignment-json-file FILE (--execute | --verify | --cancel)
     sluice elect-leaders [--election-type preferred]
                          (--topic T --partition P | --all-topic-partitions | --path-to-json-file F)
+    sluice groups list | describe [--group G ...]
 
 Each takes ``--bootstrap-server HOST:PORT[,...]`` or ``--zookeeper HOST:PORT[/chroot]``
-(``reassign`` and ``elect-leaders`` work through ZooKeeper only). Errors go
+(``reassign`` and ``elect-leaders`` work through ZooKeeper only; ``groups`` through the brokers
+only, since the members live in the coordinator's memory). Errors go
 to stderr as one line: exit code 1 for a failed operation, 2 for bad usage.
 """
 
@@ -109,7 +111,41 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--path-to-json-file", metavar="FILE",
                        help='{"partitions":[{"topic":T,"partition":P}]}')
     el.add_argument("--partition", type=int, help="partition of --topic")
+
+    groups = sub.add_parser("groups", help="consumer groups (kafka-consumer-groups)")
+    gsub = groups.add_subparsers(dest="action", required=True)
+    gl = gsub.add_parser("list", help="groups the coordinator knows, with state and size")
+    gl.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    gd = gsub.add_parser("describe", help="members, ownership, offsets and lag")
+    gd.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    gd.add_argument("--group", action="append", help="group to describe (repeatable; "
+                    "default all)")
     return p
+
+
+def run_groups(args: argparse.Namespace, out=sys.stdout) -> None:
+    from consumer_client import admin
+
+    if args.action == "list":
+        rows = admin.list_groups(args.bootstrap_server)
+        print(f"{'GROUP':<30} {'STATE':<12} MEMBERS", file=out)
+        for name, state, members in rows:
+            print(f"{name:<30} {state:<12} {members}", file=out)
+        return
+    for g in admin.describe_groups(args.bootstrap_server, args.group):
+        print(f"\nGroup: {g.group_id}\tState: {g.state}\tGeneration: {g.generation_id}\t"
+              f"Coordinator: {g.coordinator_id}\tMembers: {len(g.members)}", file=out)
+        header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER",
+                  "HOST")
+        print("\t".join(header), file=out)
+
+        def show(v: object) -> str:
+            return "-" if v is None else str(v)
+
+        for p in g.partitions:
+            print("\t".join(show(v) for v in (p.topic, p.partition, p.current_offset,
+                                              p.log_end_offset, p.lag, p.owner, p.host)),
+                  file=out)
 
 
 def _client(args: argparse.Namespace) -> AdminClient:
@@ -195,6 +231,9 @@ def run_elect_leaders(args: argparse.Namespace, admin: AdminClient, out=sys.stdo
 
 
 def run(args: argparse.Namespace, out=sys.stdout) -> None:
+    if args.area == "groups":
+        run_groups(args, out)
+        return
     admin = _client(args)
     if args.area == "reassign":
         run_reassign(args, admin, out)

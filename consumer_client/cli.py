@@ -7,6 +7,7 @@
     sluice elect-leaders [--election-type preferred]
                          (--topic T --partition P | --all-topic-partitions | --path-to-json-file F)
     sluice groups list | describe [--group G ...]
+    sluice loadtest --topic T --consumers N [--processes M] [--groups G] [--duration S] ...
 
 Each takes ``--bootstrap-server HOST:PORT[,...]`` or ``--zookeeper HOST:PORT[/chroot]``
 (``reassign`` and ``elect-leaders`` work through ZooKeeper only; ``groups`` through the brokers
@@ -120,7 +121,80 @@ def build_parser() -> argparse.ArgumentParser:
     gd.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
     gd.add_argument("--group", action="append", help="group to describe (repeatable; "
                     "default all)")
+
+    lt = sub.add_parser("loadtest", help="run many consumers in several processes and report "
+                        "join times, rebalances, heartbeats, expirations and coordinator load")
+    lt.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    lt.add_argument("--topic", required=True, help="topic to consume (created if missing)")
+    lt.add_argument("--partitions", type=_positive("--partitions"), default=12,
+                    help="partitions when the topic is created (default 12)")
+    lt.add_argument("--replication-factor", type=_positive("--replication-factor"), default=1)
+    lt.add_argument("--consumers", type=_positive("--consumers"), required=True)
+    lt.add_argument("--processes", type=_positive("--processes"), default=2)
+    lt.add_argument("--groups", type=_positive("--groups"), default=1)
+    lt.add_argument("--group-prefix", default="loadtest")
+    lt.add_argument("--session-timeout-ms", type=_positive("--session-timeout-ms"),
+                    default=30000)
+    lt.add_argument("--duration", type=float, default=60.0, help="seconds (default 60)")
+    lt.add_argument("--ramp", type=float, default=0.0,
+                    help="seconds over which each process starts its consumers (default 0)")
+    lt.add_argument("--kill-share", type=float, default=0.0,
+                    help="share of consumers to kill abruptly (0..1)")
+    lt.add_argument("--kill-at", type=float, default=0.0, help="seconds after start")
+    lt.add_argument("--pause-share", type=float, default=0.0,
+                    help="share of worker processes to SIGSTOP (0..1; at least one)")
+    lt.add_argument("--pause-at", type=float, default=0.0, help="seconds after start")
+    lt.add_argument("--pause-for", type=float, default=0.0, help="seconds paused")
+    lt.add_argument("--metrics-url", action="append", default=[], metavar="ID=URL",
+                    help="a broker's /metrics, e.g. 1=http://127.0.0.1:9404/metrics "
+                    "(repeatable; the coordinator's is scraped)")
+    lt.add_argument("--scrape-interval", type=float, default=5.0)
+    lt.add_argument("--out", default="loadtest-result", help="directory for loadtest.json "
+                    "and loadtest.png")
+    lt.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
+
+
+def _metrics_urls(items: Sequence[str]) -> dict[int, str]:
+    urls = {}
+    for item in items:
+        key, sep, url = item.partition("=")
+        if not sep or not key.strip().isdigit() or not url.startswith("http"):
+            raise ValueError(f"--metrics-url expects BROKER_ID=http://HOST:PORT/metrics, "
+                             f"got {item!r}")
+        urls[int(key)] = url
+    return urls
+
+
+def run_loadtest(args: argparse.Namespace, out=sys.stdout) -> None:
+    from consumer_client.loadtest.driver import LoadTestConfig, run
+
+    cfg = LoadTestConfig(
+        bootstrap_servers=args.bootstrap_server, topic=args.topic, consumers=args.consumers,
+        processes=args.processes, groups=args.groups, partitions=args.partitions,
+        replication_factor=args.replication_factor, session_timeout_ms=args.session_timeout_ms,
+        duration_s=args.duration, kill_share=args.kill_share, kill_at_s=args.kill_at,
+        pause_share=args.pause_share, pause_at_s=args.pause_at, pause_for_s=args.pause_for,
+        group_prefix=args.group_prefix, ramp_s=args.ramp,
+        metrics_urls=_metrics_urls(args.metrics_url), scrape_interval_s=args.scrape_interval,
+        out_dir=Path(args.out), progress=not args.quiet)
+    result = run(cfg)
+    join = result["join_time_s"]
+    reb = result["rebalances"]["duration_s"]
+    print(f"consumers joined: {result['consumers_joined']}/{args.consumers}  "
+          f"join time p50 {join['p50']} s p99 {join['p99']} s", file=out)
+    print(f"rebalances seen by members: {reb['count']}  p50 {reb['p50']} s  max {reb['max']} s",
+          file=out)
+    print(f"memberships lost: {result['memberships_lost']}  false expirations: "
+          f"{result['false_expirations']}", file=out)
+    coord = result.get("coordinator")
+    if coord:
+        rtt = coord["ping_round_trip_s"] or {}
+        print(f"coordinator {coord['broker_id']}: cpu mean {coord['cpu_percent_mean']}% "
+              f"max {coord['cpu_percent_max']}%  rss max {coord['rss_bytes_max']}  "
+              f"expirations {coord['expirations']}  ping p50 {rtt.get('p50')} s "
+              f"p99 {rtt.get('p99')} s", file=out)
+    print(f"result: {Path(args.out) / 'loadtest.json'}", file=out)
 
 
 def run_groups(args: argparse.Namespace, out=sys.stdout) -> None:
@@ -233,6 +307,9 @@ def run_elect_leaders(args: argparse.Namespace, admin: AdminClient, out=sys.stdo
 def run(args: argparse.Namespace, out=sys.stdout) -> None:
     if args.area == "groups":
         run_groups(args, out)
+        return
+    if args.area == "loadtest":
+        run_loadtest(args, out)
         return
     admin = _client(args)
     if args.area == "reassign":

@@ -1,0 +1,1 @@
+"""The load driver (``sluice loadtest``): many consumers in several processes."""

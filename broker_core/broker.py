@@ -9,10 +9,11 @@ Start-up (seed 000 E, in order):
    crash;
 5. read the assignment and leader state of every partition assigned here, become leader or
    follower, delete local partitions no longer assigned;
-6. stand for controller election.
+6. stand for controller election, and for consumer-coordinator election (seed 001).
 
 Shut-down runs the reverse, each step awaited (``MultiService`` would not wait between children):
-stop listening, resign as controller, close the ZooKeeper session (the registration goes), stop
+stop listening, write the coordinator's pending offsets and resign as coordinator, resign as
+controller, close the ZooKeeper session (the registration goes), stop
 the replica manager, flush and checkpoint the logs and mark the shutdown clean, stop the pools.
 """
 
@@ -42,6 +43,7 @@ from broker_core.server.handlers import RequestHandler
 from broker_core.server.protocol import KafkaServerFactory
 from broker_core.zk import paths
 from broker_core.zk.store import ZooKeeperStore
+from coordinator.service import CoordinatorConfig, CoordinatorService
 
 
 class StartupError(Exception):
@@ -109,13 +111,17 @@ class BrokerService(service.Service):
             unclean_leader_election=self._unclean_allowed,
             request_timeout_s=config.controller_socket_timeout_ms / 1000.0,
             metrics=self.metrics)
+        self.coordinator = CoordinatorService(
+            self.broker_id, self.store, clock=self.clock,
+            config=CoordinatorConfig.from_broker_config(config),
+            brokers=lambda: self.cache.brokers.values(), metrics=self.metrics)
         self.registration_epoch = -1
         self._registration_waiters: list[defer.Deferred] = []
         self.handler = RequestHandler(
             broker_id=self.broker_id, config=config, cache=self.cache, replicas=self.replicas,
             store=self.store, clock=self.clock, broker_epoch=lambda: self.registration_epoch,
             on_metadata_update=self._on_metadata_update, controller=self.controller,
-            when_registered=self.when_registered)
+            when_registered=self.when_registered, coordinator=self.coordinator)
         self.factory = KafkaServerFactory(self.handler, clock=self.clock, metrics=self.metrics,
                                           max_frame_bytes=config.socket_request_max_bytes)
         self.port: Any = None
@@ -206,6 +212,7 @@ class BrokerService(service.Service):
         await self._startup_from_zookeeper()
         self.replicas.start()
         self.controller.start()
+        self.coordinator.start()
         self.log.info("broker {b} started", b=self.broker_id)
 
     def _report_recovery(self) -> None:
@@ -332,6 +339,12 @@ class BrokerService(service.Service):
                 timeout_s=self.config.controller_socket_timeout_ms / 1000.0)
         if self.port is not None:
             await self.port.stopListening()
+        # Before the connections close: the coordinator writes its pending offsets and resigns
+        # (closing its consumers' channels itself), so losing the channels fails no consumer.
+        try:
+            await self.coordinator.stop()
+        except Exception:
+            self.log.failure("consumer coordinator stop failed")
         self.factory.close_all()
         try:
             await self.controller.stop()

@@ -289,6 +289,20 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
      "3"),
     ("controlled.shutdown.retry.backoff.ms", "controlled_shutdown_retry_backoff_ms",
      integer(0, INT_MAX), "5000"),
+    # The consumer coordinator (seed 001 §4; docs/coordinator.md).
+    ("group.min.session.timeout.ms", "group_min_session_timeout_ms", integer(1, INT_MAX),
+     "6000"),
+    ("group.max.session.timeout.ms", "group_max_session_timeout_ms", integer(1, INT_MAX),
+     "1800000"),
+    ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms",
+     integer(0, INT_MAX), "3000"),
+    ("rebalance.backoff.ms", "rebalance_backoff_ms", integer(0, INT_MAX), "2000"),
+    ("rebalance.max.retries", "rebalance_max_retries", integer(1, INT_MAX), "4"),
+    ("offsets.commit.interval.ms", "offsets_commit_interval_ms", integer(1, INT_MAX), "5000"),
+    ("coordinator.rebalance.handlers", "coordinator_rebalance_handlers", integer(1, 1024), "4"),
+    ("coordinator.ping.max.failures", "coordinator_ping_max_failures", integer(0, INT_MAX), "1"),
+    ("coordinator.empty.group.retention.ms", "coordinator_empty_group_retention_ms",
+     integer(0, INT_MAX), "600000"),
 )
 
 REQUIRED = tuple(k.name for k in BROKER_KEYS.values() if k.required)
@@ -349,6 +363,15 @@ class BrokerConfig:
     controlled_shutdown_enable: bool
     controlled_shutdown_max_retries: int
     controlled_shutdown_retry_backoff_ms: int
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
+    group_initial_rebalance_delay_ms: int
+    rebalance_backoff_ms: int
+    rebalance_max_retries: int
+    offsets_commit_interval_ms: int
+    coordinator_rebalance_handlers: int
+    coordinator_ping_max_failures: int
+    coordinator_empty_group_retention_ms: int
 
     # -- construction ------------------------------------------------------------------------
 
@@ -363,6 +386,11 @@ class BrokerConfig:
             attrs["log_retention_ms"] = (minutes * MINUTE_MS if minutes is not None
                                          else attrs["log_retention_hours"] * HOUR_MS)
         attrs["log_retention_ms"] = max(-1, attrs["log_retention_ms"])
+        if attrs["group_min_session_timeout_ms"] > attrs["group_max_session_timeout_ms"]:
+            raise ConfigError(
+                f"group.min.session.timeout.ms ({attrs['group_min_session_timeout_ms']}) is "
+                f"above group.max.session.timeout.ms ({attrs['group_max_session_timeout_ms']})",
+                "group.min.session.timeout.ms")
         return cls(**attrs)
 
     @classmethod

@@ -35,6 +35,10 @@ REQUEST_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5
 #: fsync and controller-event durations: same shape, same upper bound.
 DURATION_BUCKETS = REQUEST_BUCKETS
 
+#: Rebalance durations: a healthy one takes milliseconds to a couple of seconds; one that waits
+#: out a purgatory expiry takes 2/3 of a session timeout per attempt.
+REBALANCE_BUCKETS = (.005, .01, .025, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 120)
+
 #: One row per local partition: (topic, partition, log end offset, bytes on disk, is leader,
 #: ISR size, replica count, min.insync.replicas); the last three may be left off (then the
 #: partition counts as fully replicated).
@@ -216,6 +220,45 @@ class BrokerMetrics:
         self.purgatory_delayed_operations = Gauge(
             "purgatory_delayed_operations", "Operations waiting in a purgatory for their "
             "condition or timeout", ["purgatory"], namespace=ns, registry=r)
+
+        # Consumer coordinator (seed 001; docs/coordinator.md). Never labelled by group or
+        # member: thousands of groups would be thousands of series.
+        self.active_coordinator = Gauge(
+            "active_coordinator", "1 while this broker is the active consumer coordinator, "
+            "else 0", namespace=ns, registry=r)
+        self.coordinator_epoch = Gauge(
+            "coordinator_epoch", "Consumer-coordinator epoch this broker last won",
+            namespace=ns, registry=r)
+        self.coordinator_members = Gauge(
+            "coordinator_members", "Consumers registered with this coordinator",
+            namespace=ns, registry=r)
+        self.coordinator_groups = Gauge(
+            "coordinator_groups", "Consumer groups this coordinator holds (empty ones included "
+            "until their grace period ends)", namespace=ns, registry=r)
+        self.coordinator_rebalances_total = Counter(
+            "coordinator_rebalances", "Group rebalances finished, by result: completed, "
+            "unnecessary (assignment already in force), failed (gave up after the retries)",
+            ["result"], namespace=ns, registry=r)
+        self.coordinator_rebalance_attempts_failed_total = Counter(
+            "coordinator_rebalance_attempts_failed", "Rebalance attempts that failed and were "
+            "retried or abandoned, by reason", ["reason"], namespace=ns, registry=r)
+        self.coordinator_rebalance_duration_seconds = Histogram(
+            "coordinator_rebalance_duration_seconds", "Time from a rebalance's start to its "
+            "owners being written, retries included", buckets=REBALANCE_BUCKETS,
+            namespace=ns, registry=r)
+        self.coordinator_ping_rtt_seconds = Histogram(
+            "coordinator_ping_rtt_seconds", "Round trip of a Ping on the coordinator channel",
+            buckets=REQUEST_BUCKETS, namespace=ns, registry=r)
+        self.coordinator_failed_pings_total = Counter(
+            "coordinator_failed_pings", "Pings not answered within 2/3 of the session timeout",
+            namespace=ns, registry=r)
+        self.coordinator_expired_members_total = Counter(
+            "coordinator_expired_members", "Consumers failed by the coordinator, by reason: "
+            "ping (too many failed pings), disconnect (channel closed)", ["reason"],
+            namespace=ns, registry=r)
+        self.coordinator_offset_commits_total = Counter(
+            "coordinator_offset_commits", "Partition offsets written to ZooKeeper", namespace=ns,
+            registry=r)
 
         self.offline_partitions = Gauge(
             "offline_partitions", "Partitions without a leader, as the active controller sees "

@@ -30,6 +30,10 @@ from broker_core.wire.errors import ErrorCode
 METADATA_WARMUP_MS = 30000
 
 
+#: APIs whose handler also gets the connection (RegisterConsumer turns it into a channel).
+_WITH_CONNECTION = frozenset({ApiKey.REGISTER_CONSUMER})
+
+
 def _code(name: str | None) -> int:
     return 0 if name is None else int(ErrorCode[name])
 
@@ -53,6 +57,7 @@ class RequestHandler:
         on_metadata_update: Callable[[set[str]], None] | None = None,
         controller: Any = None,
         when_registered: Callable[[], defer.Deferred] | None = None,
+        coordinator: Any = None,
     ) -> None:
         self.broker_id = broker_id
         self.config = config
@@ -65,6 +70,9 @@ class RequestHandler:
         self.on_metadata_update = on_metadata_update
         self.controller = controller
         self.when_registered = when_registered
+        #: The consumer coordinator (coordinator.service.CoordinatorService); None: this broker
+        #: hosts none and answers its APIs with COORDINATOR_NOT_AVAILABLE.
+        self.coordinator = coordinator
         self._metadata_waiters: list[tuple[Callable[[], bool], defer.Deferred]] = []
         self._dispatch = {
             ApiKey.API_VERSIONS: self.api_versions,
@@ -82,13 +90,62 @@ class RequestHandler:
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             ApiKey.ALTER_PARTITION: self.alter_partition,
             ApiKey.CONTROLLED_SHUTDOWN: self.controlled_shutdown,
+            # Sluice's consumer coordination (seed 001; docs/coordinator.md).
+            ApiKey.CLUSTER_METADATA: self.cluster_metadata,
+            ApiKey.REGISTER_CONSUMER: self.register_consumer,
+            ApiKey.COMMIT_OFFSETS: self.commit_offsets,
+            ApiKey.DESCRIBE_CONSUMER_GROUPS: self.describe_consumer_groups,
+            ApiKey.PING: self.coordinator_only,
+            ApiKey.STOP_FETCHER: self.coordinator_only,
+            ApiKey.START_FETCHER: self.coordinator_only,
         }
 
     def __call__(self, request: Any, proto: Any) -> Any:
         handler = self._dispatch.get(request.header.api_key)
         if handler is None:
             raise NotImplementedError(f"api {request.header.api_key} has no handler")
+        if request.header.api_key in _WITH_CONNECTION:
+            return handler(request.header, request.body, proto)
         return handler(request.header, request.body)
+
+    # -- consumer coordination (seed 001) ---------------------------------------------------------
+
+    def _no_coordinator(self, **extra: Any) -> dict:
+        return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                "error_message": "this broker hosts no consumer coordinator", **extra}
+
+    def cluster_metadata(self, header: Any, body: Any) -> dict:
+        if self.coordinator is None:
+            return self._no_coordinator(coordinator_id=-1, brokers=[
+                {"node_id": b.id, "host": b.host, "port": b.port}
+                for b in sorted(self.cache.brokers.values(), key=lambda b: b.id)])
+        return self.coordinator.cluster_metadata(header, body)
+
+    def register_consumer(self, header: Any, body: Any, proto: Any) -> dict:
+        if self.coordinator is None:
+            return self._no_coordinator()
+        return self.coordinator.register_consumer(header, body, proto)
+
+    def commit_offsets(self, header: Any, body: Any) -> Any:
+        if self.coordinator is None:
+            return self._no_coordinator(partitions=[])
+        return self.coordinator.commit_offsets(header, body)
+
+    def describe_consumer_groups(self, header: Any, body: Any) -> dict:
+        if self.coordinator is None:
+            return self._no_coordinator(groups=[])
+        return self.coordinator.describe_consumer_groups(header, body)
+
+    def coordinator_only(self, header: Any, body: Any) -> dict:
+        """Ping / StopFetcher / StartFetcher travel from the coordinator to a consumer on its
+        channel; a broker that receives one was sent it by mistake."""
+        name = ApiKey(header.api_key).name
+        self.log.info("refused {api} sent to broker {b}: a coordinator-to-consumer request",
+                      api=name, b=self.broker_id)
+        return {"error_code": int(ErrorCode.INVALID_REQUEST),
+                "consumer_id": getattr(body, "consumer_id", "") or "",
+                "error_message": f"{name} is sent by the consumer coordinator to a consumer on "
+                                 "its coordinator channel; a broker does not accept it"}
 
     # -- ApiVersions ------------------------------------------------------------------------------
 
@@ -97,7 +154,8 @@ class RequestHandler:
             "error_code": 0,
             "api_keys": [
                 {"api_key": int(k), "min_version": s.min_version, "max_version": s.max_version}
-                for k, s in sorted(SUPPORTED.items()) if k in self._dispatch
+                # Sluice-only APIs (1000 up) are left out: Kafka clients need not see them.
+                for k, s in sorted(SUPPORTED.items()) if k in self._dispatch and k < 1000
             ],
             "throttle_time_ms": 0,
         }

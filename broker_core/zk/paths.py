@@ -30,6 +30,12 @@ REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 CONSUMERS = "/consumers"
 CONSUMERS_COORDINATOR = "/consumers/coordinator"
+#: The consumer coordinator's epoch (persistent, decimal), bumped by every election in the same
+#: multi that creates ``/consumers/coordinator``; every offset/owner write of the coordinator
+#: checks its version, so a deposed coordinator cannot write (as ``/controller_epoch``).
+CONSUMERS_COORDINATOR_EPOCH = "/consumers/coordinator_epoch"
+#: Children of ``/consumers`` that are not consumer groups (so these group ids are refused).
+CONSUMERS_RESERVED = frozenset({"coordinator", "coordinator_epoch"})
 
 #: Persistent paths every broker ensures at start (watches need their parents to exist).
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, PARTITIONS_REASSIGNED,
@@ -86,6 +92,43 @@ def consumer_offset(group: str, name: str, index: int) -> str:
 
 def consumer_owner(group: str, name: str, index: int) -> str:
     return f"{CONSUMERS}/{group}/owners/{name}/{index}"
+
+
+def consumer_group(group: str) -> str:
+    return f"{CONSUMERS}/{group}"
+
+
+def consumer_offsets_topic(group: str, name: str) -> str:
+    return f"{CONSUMERS}/{group}/offsets/{name}"
+
+
+def consumer_owners(group: str) -> str:
+    return f"{CONSUMERS}/{group}/owners"
+
+
+def consumer_owners_topic(group: str, name: str) -> str:
+    return f"{CONSUMERS}/{group}/owners/{name}"
+
+
+MAX_GROUP_ID_LENGTH = 249
+
+
+def validate_group_id(group: str) -> None:
+    """A group id must be usable as one ZooKeeper path component under ``/consumers`` and must
+    not collide with the coordinator's own znodes; ValueError says which rule is broken."""
+    if not group:
+        raise ValueError("group id is empty")
+    if group in (".", "..") or "/" in group:
+        raise ValueError(f"group id {group!r} cannot be '.', '..' or contain '/'")
+    if group in CONSUMERS_RESERVED:
+        raise ValueError(f"group id {group!r} is reserved (/consumers/{group} is the "
+                         "coordinator's own znode)")
+    if len(group) > MAX_GROUP_ID_LENGTH:
+        raise ValueError(f"group id is {len(group)} characters; the limit is "
+                         f"{MAX_GROUP_ID_LENGTH}")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xF8FF
+           for c in group):
+        raise ValueError(f"group id {group!r} has control or reserved characters")
 
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -161,6 +204,41 @@ class ControllerRegistration:
             return cls(int(v["brokerid"]), int(v.get("timestamp", 0)))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"controller: bad value ({e})") from None
+
+
+@dataclass(frozen=True)
+class CoordinatorRegistration:
+    """``/consumers/coordinator`` (ephemeral, written by the elected consumer coordinator);
+    same shape as ``/controller``."""
+
+    broker_id: int
+    timestamp_ms: int = 0
+
+    def to_bytes(self) -> bytes:
+        return _dump({"version": 1, "brokerid": self.broker_id,
+                      "timestamp": str(self.timestamp_ms)})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CoordinatorRegistration:
+        v = _load(data, "consumer coordinator")
+        try:
+            return cls(int(v["brokerid"]), int(v.get("timestamp", 0)))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"consumer coordinator: bad value ({e})") from None
+
+
+def offset_value(offset: int) -> bytes:
+    """``/consumers/[group]/offsets/[topic]/[partition]``: the next offset to consume as ASCII
+    decimal, Kafka's ZooKeeper-consumer format."""
+    return str(int(offset)).encode()
+
+
+def parse_offset_value(data: bytes | None) -> int | None:
+    """The offset in an offsets znode, or None when it is empty or unreadable."""
+    try:
+        return int((data or b"").decode().strip())
+    except (UnicodeDecodeError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ RESPONSE = Message("PingResponse", versions=VERSIONS, flexible=FLEXIBLE, fields=
     Field("error_code", INT16),
     Field("consumer_id", STRING),
     Field("offsets", OFFSETS, nullable="0+"),
+    # Sluice addition, tagged so either side may leave it out: why a request was refused
+    # (a broker that receives a coordinator-only request says so here).
+    Field("error_message", STRING, nullable="0+", tag=0),
 ])
 
 

@@ -27,6 +27,9 @@ REQUEST = Message("StartFetcherRequest", versions=VERSIONS, flexible=FLEXIBLE, f
 RESPONSE = Message("StartFetcherResponse", versions=VERSIONS, flexible=FLEXIBLE, fields=[
     Field("error_code", INT16),
     Field("consumer_id", STRING),
+    # Sluice addition, tagged so either side may leave it out: why a request was refused
+    # (a broker that receives a coordinator-only request says so here).
+    Field("error_message", STRING, nullable="0+", tag=0),
 ])
 
 

@@ -20,6 +20,9 @@ RESPONSE = Message("StopFetcherResponse", versions=VERSIONS, flexible=FLEXIBLE, 
     Field("error_code", INT16),
     Field("consumer_id", STRING),
     Field("offsets", OFFSETS, nullable="0+"),
+    # Sluice addition, tagged so either side may leave it out: why a request was refused
+    # (a broker that receives a coordinator-only request says so here).
+    Field("error_message", STRING, nullable="0+", tag=0),
 ])
 
 

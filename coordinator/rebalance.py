@@ -1,0 +1,351 @@
+"""Rebalancing (seed 001 §9): the handlers that run rebalances and the algorithm they run.
+
+Handlers (the seed's "rebalance handler threads", DESIGN.md §3 Concurrency): N workers on the
+reactor, each with its own queue of group ids. A group is pinned to the handler in its
+``curr_rebalancer`` while it has work queued or running, so one group is never rebalanced by
+two handlers at once; otherwise groups go to handlers round robin. Handlers run concurrently
+(each is a coroutine awaiting ZooKeeper and consumers).
+
+One rebalance of a group (:func:`rebalance`) is up to ``rebalance.max.retries`` attempts, with
+``rebalance.backoff.ms`` between them. One attempt (:func:`attempt`) walks these states:
+
+====================  =====================================================  =================
+state                 does                                                   next
+====================  =====================================================  =================
+ASSIGN                topics, partitions (ZooKeeper), threads, assignment    CHECK
+CHECK                 is a rebalance necessary (owners in ZooKeeper, what    STOP or done
+                      each member acknowledged)?
+STOP                  StopFetcher to every member, wait for all              COMMIT or failed
+COMMIT                write the group's offsets (fenced)                     START
+START                 StartFetcher (partitions, offsets, brokers) to all,    OWNERS or failed
+                      wait for all
+OWNERS                write the owners (fenced)                              done
+====================  =====================================================  =================
+
+A wait ends at the first failure (expiry after 2/3 of the member's session timeout, a closed
+channel, an error answer): the seed's fast fail. If a newer rebalance request for the group is
+already queued (a member joined or failed meanwhile), the failed rebalance is not retried: the
+queued one takes over with the current membership.
+
+The algorithm reaches the world only through a :class:`RebalanceContext` (the coordinator
+service), so it is unit-tested with a fake one and ``task.Clock``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from twisted.internet import defer, task
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from coordinator.assignor import IPartitionAssignor, TopicPartition
+from coordinator.purgatories import Outcome
+from coordinator.registry import ConsumerRegistry, GroupRegistry
+
+log = Logger(namespace="sluice.coordinator.rebalance")
+
+COMPLETED = "completed"
+UNNECESSARY = "unnecessary"
+FAILED = "failed"
+ABANDONED = "abandoned"  # superseded by a newer request, or the coordinator stepped down
+
+
+class NotCoordinator(Exception):
+    """This broker is no longer the coordinator (epoch check failed, resigned, stopped)."""
+
+
+class AttemptFailed(Exception):
+    """One rebalance attempt failed; ``reason`` is a short label for metrics."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class RebalanceContext(Protocol):
+    """What a rebalance needs from the coordinator (all Deferred-returning calls may fail with
+    :class:`NotCoordinator`)."""
+
+    clock: IReactorTime
+    assignor: IPartitionAssignor
+    backoff_s: float
+    max_retries: int
+
+    def can_act(self) -> bool: ...
+    def known_topics(self) -> set[str]: ...
+    def read_partitions(self, topics: set[str]) -> Awaitable[dict[str, list[int]]]: ...
+    def read_owners(self, group: GroupRegistry) -> Awaitable[dict[TopicPartition, str]]: ...
+    def load_committed(self, group: GroupRegistry, tps: Sequence[TopicPartition]
+                       ) -> Awaitable[None]: ...
+    def commit(self, group: GroupRegistry) -> Awaitable[None]: ...
+    def write_owners(self, group: GroupRegistry, new: Mapping[TopicPartition, str],
+                     old: Mapping[TopicPartition, str]) -> Awaitable[None]: ...
+    def send_stop(self, member: ConsumerRegistry) -> defer.Deferred: ...
+    def send_start(self, member: ConsumerRegistry, generation: int,
+                   ownership: list[dict]) -> defer.Deferred: ...
+    def rebalance_finished(self, group: GroupRegistry, result: str, seconds: float) -> None: ...
+    def attempt_failed(self, group: GroupRegistry, reason: str) -> None: ...
+
+
+# -- pure parts ------------------------------------------------------------------------------------
+
+def thread_owner(thread_id: str) -> str:
+    """The consumer id of Kafka's thread id ``<consumer_id>-<n>``."""
+    head, sep, tail = thread_id.rpartition("-")
+    return head if sep and tail.isdigit() else thread_id
+
+
+def compute_assignment(assignor: IPartitionAssignor, members: Sequence[ConsumerRegistry],
+                       partitions: Mapping[str, Sequence[int]]) -> dict[TopicPartition, str]:
+    """Seed §9 step 1: threads per topic from the members' topic counts, then the assignor."""
+    threads: dict[str, list[str]] = {}
+    for topic in partitions:
+        ids: list[str] = []
+        for m in members:
+            ids.extend(m.topic_count.thread_ids(m.consumer_id, topic))
+        threads[topic] = ids
+    return assignor.assign(partitions, threads)
+
+
+def rebalance_reason(assignment: Mapping[TopicPartition, str],
+                     zk_owners: Mapping[TopicPartition, str],
+                     members: Sequence[ConsumerRegistry]) -> str | None:
+    """Seed §9 step 3 (isRebalanceNecessary), plus what each member acknowledged; None when
+    the assignment is already in force everywhere."""
+    for m in members:
+        if not m.started:
+            return f"member {m.consumer_id} has not been started by this coordinator"
+    if assignment and not zk_owners:
+        return "no owners registered in ZooKeeper"
+    for tp in assignment:
+        if tp not in zk_owners:
+            return f"partition {tp[0]}-{tp[1]} is not owned"
+    for tp in zk_owners:
+        if tp not in assignment:
+            return f"owner of {tp[0]}-{tp[1]} is stale (partition gone or not subscribed)"
+    if dict(zk_owners) != dict(assignment):
+        return "ownership differs from the new assignment"
+    acknowledged: dict[TopicPartition, str] = {}
+    for m in members:
+        acknowledged.update(m.owned)
+    if acknowledged != dict(assignment):
+        return "members' acknowledged partitions differ from the assignment"
+    return None
+
+
+def ownership_for(member: ConsumerRegistry, assignment: Mapping[TopicPartition, str],
+                  offset_of: Callable[[TopicPartition], int]) -> list[dict]:
+    """The StartFetcher ``ownership`` of one member: each of its threads with its partitions
+    and start offsets (every thread listed, even one without partitions)."""
+    by_thread: dict[str, list[dict]] = {}
+    for tp, thread in sorted(assignment.items()):
+        if thread_owner(thread) == member.consumer_id:
+            by_thread.setdefault(thread, []).append(
+                {"topic": tp[0], "partition": tp[1], "offset": offset_of(tp)})
+    return [{"consumer_thread_id": t, "partitions": ps} for t, ps in sorted(by_thread.items())]
+
+
+# -- waiting ----------------------------------------------------------------------------------------
+
+async def wait_all(outcomes: Sequence[tuple[ConsumerRegistry, defer.Deferred]], what: str
+                   ) -> None:
+    """Wait for every member's outcome; raise :class:`AttemptFailed` at the first that is not
+    OK (without waiting for the others: the seed's fast fail)."""
+    if not outcomes:
+        return
+    done: defer.Deferred = defer.Deferred()
+    remaining = [len(outcomes)]
+
+    def one(outcome: Outcome, member: ConsumerRegistry) -> None:
+        if done.called:
+            return
+        if not outcome.ok:
+            done.errback(AttemptFailed(f"{what}_{outcome.kind}",
+                                       f"{what} to {member.consumer_id}: {outcome.kind} "
+                                       f"({outcome.detail})"))
+            return
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            done.callback(None)
+
+    for member, d in outcomes:
+        d.addCallback(one, member)
+        d.addErrback(lambda f: log.failure("rebalance wait callback failed", f))
+    await done
+
+
+# -- one attempt -----------------------------------------------------------------------------------
+
+async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
+    """One rebalance attempt; returns COMPLETED or UNNECESSARY, raises :class:`AttemptFailed`
+    or :class:`NotCoordinator`. See the module docstring for the states."""
+    # ASSIGN: a snapshot of the members; it does not change during the attempt even if the
+    # registry does (seed §12.7).
+    members = sorted(group.members.values(), key=lambda m: m.consumer_id)
+    zk_owners = await ctx.read_owners(group)
+    if not members:
+        if zk_owners:
+            await ctx.write_owners(group, {}, zk_owners)
+        return UNNECESSARY
+    partitions = await ctx.read_partitions(group.topics(ctx.known_topics()))
+    assignment = compute_assignment(ctx.assignor, members, partitions)
+
+    # CHECK
+    reason = rebalance_reason(assignment, zk_owners, members)
+    if reason is None:
+        return UNNECESSARY
+    log.info("rebalancing group {g} ({n} members, {p} partitions): {why}", g=group.group_id,
+             n=len(members), p=len(assignment), why=reason)
+    _check(ctx, group)
+
+    # STOP: nobody owns the group's partitions from the moment a member has answered.
+    stops = []
+    for m in members:
+        stops.append((m, ctx.send_stop(m)))
+    await wait_all(stops, "stop_fetcher")
+    _check(ctx, group)
+
+    # COMMIT (seed §9 4.3), and learn the committed offsets of partitions we know nothing of.
+    await ctx.commit(group)
+    await ctx.load_committed(group, [tp for tp in assignment if tp not in group.offsets])
+    _check(ctx, group)
+
+    # START
+    generation = group.generation + 1
+    starts = []
+    for m in members:
+        ownership = ownership_for(m, assignment, group.start_offset)
+        starts.append((m, ctx.send_start(m, generation, ownership)))
+    await wait_all(starts, "start_fetcher")
+    _check(ctx, group)
+
+    # OWNERS (seed §9 4.6)
+    await ctx.write_owners(group, assignment, zk_owners)
+    group.generation = generation
+    return COMPLETED
+
+
+def _check(ctx: RebalanceContext, group: GroupRegistry) -> None:
+    if not ctx.can_act():
+        raise NotCoordinator()
+    if group.rebalance_failed is not None:
+        raise AttemptFailed("member_failed", group.rebalance_failed)
+
+
+async def rebalance(ctx: RebalanceContext, group: GroupRegistry) -> str:
+    """Seed §9 with retries: returns COMPLETED, UNNECESSARY, FAILED or ABANDONED."""
+    started = ctx.clock.seconds()
+    result = FAILED
+    try:
+        for n in range(1, ctx.max_retries + 1):
+            if not ctx.can_act():
+                result = ABANDONED
+                return result
+            group.rebalance_failed = None
+            group.rebalancing = True
+            try:
+                result = await attempt(ctx, group)
+                return result
+            except NotCoordinator:
+                result = ABANDONED
+                return result
+            except AttemptFailed as e:
+                reason, detail = e.reason, e.detail
+            except Exception as e:  # a ZooKeeper error, a bug: retried like any failure
+                log.failure("rebalance attempt of group {g} raised", g=group.group_id)
+                reason, detail = "error", str(e)
+            finally:
+                group.rebalancing = False
+            ctx.attempt_failed(group, reason)
+            log.warn("rebalance attempt {n}/{max} of group {g} failed: {detail}", n=n,
+                     max=ctx.max_retries, g=group.group_id, detail=detail)
+            if group.rebalance_initiated or not group.members:
+                result = ABANDONED  # a newer request (membership changed) takes over
+                return result
+            if n < ctx.max_retries:
+                await task.deferLater(ctx.clock, ctx.backoff_s, lambda: None)
+        group.rebalance_failures += 1
+        log.error("ConsumerRebalanceFailed: group {g} could not be rebalanced in {n} attempts",
+                  g=group.group_id, n=ctx.max_retries)
+        result = FAILED
+        return result
+    finally:
+        ctx.rebalance_finished(group, result, ctx.clock.seconds() - started)
+
+
+# -- handlers --------------------------------------------------------------------------------------
+
+@dataclass
+class _Handler:
+    index: int
+    queue: deque[str]
+    running: bool = False
+
+
+class RebalanceHandlers:
+    """N rebalance workers, each with its own queue; see the module docstring.
+
+    Invariant: a group id is in at most one handler's queue, the one named by the group's
+    ``curr_rebalancer``, which stays set until that handler has finished the group's last
+    queued request.
+    """
+
+    def __init__(self, count: int, lookup: Callable[[str], GroupRegistry | None],
+                 run: Callable[[GroupRegistry], Awaitable[Any]]) -> None:
+        if count < 1:
+            raise ValueError(f"need at least one rebalance handler, got {count}")
+        self.handlers = [_Handler(i, deque()) for i in range(count)]
+        self.lookup = lookup
+        self.run = run
+        self._next = 0
+        self._stopped = False
+
+    def queued(self) -> int:
+        return sum(len(h.queue) for h in self.handlers)
+
+    def submit(self, group: GroupRegistry) -> int:
+        """Queue a rebalance of ``group`` (the caller set ``rebalance_initiated``); returns the
+        handler index it went to."""
+        if group.curr_rebalancer is None:
+            group.curr_rebalancer = self._next
+            self._next = (self._next + 1) % len(self.handlers)
+        h = self.handlers[group.curr_rebalancer]
+        if group.group_id not in h.queue:
+            h.queue.append(group.group_id)
+        self._kick(h)
+        return h.index
+
+    def stop(self) -> None:
+        self._stopped = True
+        for h in self.handlers:
+            h.queue.clear()
+
+    def _kick(self, h: _Handler) -> None:
+        if h.running or self._stopped:
+            return
+        h.running = True
+        d = defer.Deferred.fromCoroutine(self._work(h))
+        d.addErrback(lambda f: log.failure("rebalance handler {i} failed", f, i=h.index))
+
+    async def _work(self, h: _Handler) -> None:
+        try:
+            while h.queue and not self._stopped:
+                gid = h.queue.popleft()
+                group = self.lookup(gid)
+                if group is None:
+                    continue
+                group.rebalance_initiated = False  # seed §12.7: cleared when dequeued
+                try:
+                    await self.run(group)
+                except Exception:
+                    log.failure("rebalance of group {g} failed", g=gid)
+                finally:
+                    if not group.rebalance_initiated and gid not in h.queue:
+                        group.curr_rebalancer = None
+        finally:
+            h.running = False

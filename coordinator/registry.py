@@ -1,0 +1,265 @@
+"""The coordinator's in-memory registries (seed 001 §5 and §12.1).
+
+- :class:`ConsumerRegistry`: one registered consumer: what it sent in RegisterConsumer, its
+  channel, its ping bookkeeping and the partitions it owns per the last StartFetcher it
+  acknowledged.
+- :class:`GroupRegistry`: one group: members, offsets per partition (``offset_updated`` is
+  "some are not in ZooKeeper yet"), and the rebalance bits ``rebalance_initiated``,
+  ``curr_rebalancer`` and ``rebalance_failed``.
+- :class:`Registries`: every group, the groups per (statically subscribed) topic, the groups
+  with wildcard members, and the removal of empty groups after a grace period (seed §13 leaves
+  "when can a group be deleted" open: here, when it has been empty for the grace period and no
+  rebalance is pending).
+
+Pure bookkeeping: no I/O and no timers; callers pass ``now``. Everything runs on the reactor
+thread, so nothing here locks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.topic_count import TopicCount
+
+TopicPartition = tuple[str, int]
+
+
+class DuplicateConsumer(Exception):
+    """A consumer with this id is already a member of the group."""
+
+
+@dataclass(eq=False)
+class ConsumerRegistry:
+    """One registered consumer.
+
+    Invariants: ``owned`` holds exactly the partitions of the last StartFetcher this consumer
+    acknowledged in the current rebalance generation, and is emptied when a StopFetcher is
+    sent (between StopFetcher and StartFetcher nobody owns the group's partitions);
+    ``started`` is False until this coordinator's first acknowledged StartFetcher (a thin
+    consumer stops fetching when it registers, so it needs one).
+    """
+
+    group_id: str
+    consumer_id: str
+    topic_count: TopicCount
+    topic_count_text: str
+    auto_commit: bool
+    auto_offset_reset: str
+    session_timeout_ms: int
+    host: str = "?"
+    channel: Any = None
+    registered_at: float = 0.0
+    failed_pings: int = 0
+    ping_outstanding: bool = False
+    ping_seq: int = 0
+    started: bool = False
+    alive: bool = True
+    owned: dict[TopicPartition, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.group_id, self.consumer_id)
+
+    @property
+    def ping_interval_s(self) -> float:
+        """Seed §8: a Ping every third of the session timeout."""
+        return self.session_timeout_ms / 3000.0
+
+    @property
+    def response_timeout_s(self) -> float:
+        """Seed §8/§11: every request must be answered within 2/3 of the session timeout."""
+        return self.session_timeout_ms * 2 / 3000.0
+
+
+@dataclass(eq=False)
+class GroupRegistry:
+    """One consumer group; see the module docstring.
+
+    Invariants: ``offsets[tp]`` never decreases (it only takes a reported or committed offset
+    above the one it holds); ``dirty`` is the set of partitions whose ``offsets`` value is not
+    known to be in ZooKeeper; a partition's reported offset is accepted only from the member
+    that owns it; ``curr_rebalancer`` is set while a rebalance of this group is queued or
+    running and names the handler that has it.
+    """
+
+    group_id: str
+    members: dict[str, ConsumerRegistry] = field(default_factory=dict)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    committed: dict[TopicPartition, int] = field(default_factory=dict)
+    dirty: set[TopicPartition] = field(default_factory=set)
+    rebalance_initiated: bool = False
+    curr_rebalancer: int | None = None
+    rebalance_failed: str | None = None
+    rebalancing: bool = False
+    generation: int = 0
+    rebalance_failures: int = 0
+    empty_since: float | None = None
+    #: Seed §10 / KIP-134: no rebalance before this time (initial delay after the group's first
+    #: registration, or after election while previous owners re-register).
+    not_before: float = 0.0
+    #: Consumer ids that owned partitions in ZooKeeper when this coordinator was elected and
+    #: have not re-registered yet; the group's first rebalance waits for them (bounded).
+    expected: set[str] = field(default_factory=set)
+    #: Static topics subscribed by the members, with how many members subscribe each.
+    static_topics: Counter[str] = field(default_factory=Counter)
+    wildcard_members: int = 0
+    delayed_call: Any = None
+
+    @property
+    def offset_updated(self) -> bool:
+        return bool(self.dirty)
+
+    @property
+    def state(self) -> str:
+        if not self.members:
+            return "empty"
+        if self.rebalancing or self.rebalance_initiated or any(
+                not m.started for m in self.members.values()):
+            return "rebalancing"
+        return "stable"
+
+    def topics(self, known: Iterable[str]) -> set[str]:
+        """Topics the group consumes: every statically named one (existing or not) and the
+        known topics any wildcard member matches."""
+        out = set(self.static_topics)
+        if self.wildcard_members:
+            wild = [m.topic_count for m in self.members.values() if m.topic_count.is_wildcard]
+            out.update(t for t in known if any(tc.matches(t) for tc in wild))
+        return out
+
+    def wants(self, topic: str) -> bool:
+        if topic in self.static_topics:
+            return True
+        return self.wildcard_members > 0 and any(
+            m.topic_count.is_wildcard and m.topic_count.matches(topic)
+            for m in self.members.values())
+
+    def record_offsets(self, consumer: ConsumerRegistry,
+                       offsets: Iterable[tuple[str, int, int]]) -> int:
+        """Take offsets a member reported (Ping / StopFetcher): only for partitions it owns,
+        only moving forward. Returns how many changed the registry."""
+        changed = 0
+        for topic, partition, offset in offsets:
+            tp = (topic, partition)
+            if tp not in consumer.owned or offset < 0:
+                continue
+            if offset > self.offsets.get(tp, -1):
+                self.offsets[tp] = offset
+                self.dirty.add(tp)
+                changed += 1
+        return changed
+
+    def note_committed(self, tp: TopicPartition, offset: int) -> None:
+        """ZooKeeper holds ``offset`` for ``tp`` (read or just written; -1: the znode exists
+        but holds no usable offset)."""
+        self.committed[tp] = offset
+        if offset >= 0 and offset >= self.offsets.get(tp, -1):
+            self.offsets[tp] = offset
+            self.dirty.discard(tp)
+
+    def start_offset(self, tp: TopicPartition) -> int:
+        """Seed §9 4.4: where the new owner starts: the registry's offset, else -1 (the
+        consumer applies its auto_offset_reset)."""
+        return self.offsets.get(tp, -1)
+
+
+class Registries:
+    """Every group of the coordinator and its indexes; see the module docstring.
+
+    Invariants: ``groups_per_topic[t]`` holds exactly the groups with a member statically
+    subscribed to ``t``; ``wildcard_groups`` exactly the groups with a wildcard member;
+    ``consumers`` is the number of members over all groups.
+    """
+
+    def __init__(self) -> None:
+        self.groups: dict[str, GroupRegistry] = {}
+        self.groups_per_topic: dict[str, set[str]] = {}
+        self.wildcard_groups: set[str] = set()
+        self.consumers = 0
+
+    def group(self, group_id: str) -> GroupRegistry:
+        """The group's registry, created empty if new (seed §7 handleNewGroup)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            g = self.groups[group_id] = GroupRegistry(group_id)
+        return g
+
+    def member(self, group_id: str, consumer_id: str) -> ConsumerRegistry | None:
+        g = self.groups.get(group_id)
+        return None if g is None else g.members.get(consumer_id)
+
+    def add_member(self, c: ConsumerRegistry, now: float) -> GroupRegistry:
+        """Seed §7 handleAddedConsumer steps 2-3; raises :class:`DuplicateConsumer`."""
+        g = self.group(c.group_id)
+        if c.consumer_id in g.members:
+            raise DuplicateConsumer(c.consumer_id)
+        g.members[c.consumer_id] = c
+        g.empty_since = None
+        g.expected.discard(c.consumer_id)
+        self.consumers += 1
+        if c.topic_count.is_wildcard:
+            g.wildcard_members += 1
+            self.wildcard_groups.add(g.group_id)
+        else:
+            for topic in c.topic_count.subscription:
+                g.static_topics[topic] += 1
+                if g.static_topics[topic] == 1:
+                    self.groups_per_topic.setdefault(topic, set()).add(g.group_id)
+        return g
+
+    def remove_member(self, c: ConsumerRegistry, now: float) -> GroupRegistry | None:
+        """Drop ``c`` from its group (seed §8 step 3); returns the group, or None if ``c`` was
+        not (any more) a member."""
+        g = self.groups.get(c.group_id)
+        if g is None or g.members.get(c.consumer_id) is not c:
+            return None
+        del g.members[c.consumer_id]
+        self.consumers -= 1
+        if c.topic_count.is_wildcard:
+            g.wildcard_members -= 1
+            if not g.wildcard_members:
+                self.wildcard_groups.discard(g.group_id)
+        else:
+            for topic in c.topic_count.subscription:
+                g.static_topics[topic] -= 1
+                if g.static_topics[topic] <= 0:
+                    del g.static_topics[topic]
+                    groups = self.groups_per_topic.get(topic)
+                    if groups is not None:
+                        groups.discard(g.group_id)
+                        if not groups:
+                            del self.groups_per_topic[topic]
+        if not g.members:
+            g.empty_since = now
+        return g
+
+    def interested(self, topic: str) -> set[str]:
+        """Groups that consume ``topic`` (seed §6: static subscribers and matching wildcards)."""
+        out = set(self.groups_per_topic.get(topic, ()))
+        for gid in self.wildcard_groups:
+            if gid not in out and self.groups[gid].wants(topic):
+                out.add(gid)
+        return out
+
+    def expire_empty(self, now: float, grace_s: float) -> list[str]:
+        """Remove groups empty for at least ``grace_s`` with no rebalance queued or running and
+        no offsets waiting to be committed; returns their ids."""
+        gone = []
+        for gid, g in list(self.groups.items()):
+            if (not g.members and g.empty_since is not None and now - g.empty_since >= grace_s
+                    and g.curr_rebalancer is None and not g.rebalance_initiated
+                    and not g.dirty and not g.expected):
+                if g.delayed_call is not None and g.delayed_call.active():
+                    g.delayed_call.cancel()
+                del self.groups[gid]
+                gone.append(gid)
+        return gone
+
+    def clear(self) -> None:
+        for g in self.groups.values():
+            if g.delayed_call is not None and g.delayed_call.active():
+                g.delayed_call.cancel()
+        self.__init__()  # type: ignore[misc]

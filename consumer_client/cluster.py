@@ -26,6 +26,7 @@ from twisted.internet.error import ConnectError, ConnectionLost
 from twisted.logger import Logger
 
 from broker_core.rpc import KafkaClientProtocol, RequestTimedOut, connect_client, request_with_timeout
+from broker_core.wire import apis, framing
 from broker_core.wire.apis import ApiKey, common_versions
 from broker_core.wire.errors import ErrorCode
 from consumer_client.connection import parse_servers
@@ -200,6 +201,30 @@ class ClusterClient:
         link = await self.link(node_id)
         return await self._send(link, api_key, body, timeout_s, f"broker {node_id}")
 
+    async def send_oneway(self, node_id: int, api_key: int, body: Any) -> None:
+        """Write a request the broker never answers (Produce with acks=0) to broker ``node_id``.
+
+        It bypasses the connection's outstanding-request table on purpose: an entry there would
+        wait for an answer that never comes and pair the *next* response with the wrong request.
+        Fires once the bytes are handed to the transport; fails as :meth:`link` does."""
+        link = await self.link(node_id)
+        chunks = apis.encode_request(api_key, link.version_of(api_key), 0, self.client_id, body)
+        link.proto.transport.writeSequence(framing.frame(chunks))
+
+    async def request_address(self, address: tuple[str, int], api_key: int, body: Any, *,
+                              version: int | None = None, timeout_s: float | None = None) -> Any:
+        """Send to a broker known only by address (a bootstrap server, the consumer
+        coordinator), on its own negotiated connection; ``version`` overrides the negotiated
+        one (Sluice's coordination APIs exist only at v0, and a broker that has not wired an
+        API yet does not advertise it)."""
+        link = await self._link(("address", *address), address)
+        return await self._send(link, api_key, body, timeout_s, f"{address[0]}:{address[1]}",
+                                version=version)
+
+    def disconnect_address(self, address: tuple[str, int]) -> None:
+        """Close the connection :meth:`request_address` opened to ``address``."""
+        self._drop(("address", *address))
+
     async def request_any(self, api_key: int, body: Any) -> Any:
         """Send to any reachable broker: known brokers and bootstrap servers, round robin."""
         candidates: list[tuple[Any, tuple[str, int]]] = [
@@ -219,9 +244,10 @@ class ClusterClient:
         raise NoBrokersAvailable("no broker reachable: " + ", ".join(failures))
 
     async def _send(self, link: BrokerLink, api_key: int, body: Any, timeout_s: float | None,
-                    peer: str) -> Any:
+                    peer: str, version: int | None = None) -> Any:
         return await request_with_timeout(link.proto, self.reactor, api_key,
-                                          link.version_of(api_key), body,
+                                          link.version_of(api_key) if version is None else version,
+                                          body,
                                           timeout_s or self.request_timeout_s, peer)
 
     def close(self) -> None:

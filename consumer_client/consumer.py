@@ -1,0 +1,605 @@
+"""The thin, coordinator-driven consumer (seed 001 §7, §10, §11, §13), Twisted-native.
+
+The group logic lives in the pure state machine :mod:`consumer_client.membership`; this module
+is its shell: it finds the coordinator (ClusterMetadata to the bootstrap servers, round robin),
+registers on a connection that then turns into the coordinator channel (DESIGN.md §3), answers
+the coordinator's Ping / StopFetcher / StartFetcher, runs the fetchers
+(:mod:`consumer_client.consumer_fetcher`) and hands messages to the application through bounded
+streams (:mod:`consumer_client.consumer_streams`).
+
+Example::
+
+    consumer = Consumer(ConsumerConfig.create(bootstrap_servers="h:9092", group_id="g",
+                                              topics={"events": 1}), reactor=reactor)
+    consumer.start()
+    async for message in consumer.messages:
+        print(message.offset, message.value)
+
+What the coordinator can rely on:
+
+- every request is answered, in order, as soon as it is handled (no I/O in between except an
+  assignment listener's Deferred); offsets are the next offset to consume, i.e. one past the
+  last message the application got (``null`` offsets when ``auto.commit.enable`` is false);
+- after StopFetcher nothing more is fetched and queued data is dropped; after StartFetcher the
+  consumer fetches exactly the given partitions from the given offsets (-1: per
+  ``auto.offset.reset``);
+- a consumer that hears nothing for ``session.timeout.ms`` stops fetching, closes the channel
+  and registers again (seed §10); one whose partition keeps failing does the same, so the
+  coordinator rebalances (seed §11 step 2);
+- with auto-commit, ``close()`` answers the next Ping with the final offsets and waits for the
+  Ping after it (or ``shutdown.timeout.ms``) before closing (seed §11 step 1.2).
+
+Per-consumer cost: no threads; timers only from the injected clock (one silence timer, reset by
+each request, plus the fetch loops' backoff timers).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from broker_core.rpc import KafkaClientProtocol, connect_client, request_with_timeout
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import ErrorCode
+from consumer_client.cluster import ClusterClient
+from consumer_client.consumer_config import ConsumerConfig
+from consumer_client.consumer_fetcher import NETWORK_ERRORS, FetcherManager
+from consumer_client.consumer_records import Message
+from consumer_client.consumer_streams import (
+    AllStreams,
+    MessageStream,
+    PartitionState,
+    StreamClosed,
+)
+from consumer_client.membership import Action, Input, Membership, State
+
+__all__ = ["Consumer", "ConsumerConfig", "Message", "MemberInfo", "State", "ConsumerError",
+           "RegistrationRejected", "CommitFailed", "NotRegistered", "StreamClosed"]
+
+#: Registration errors that retrying (after finding the coordinator again) can fix.
+RETRIABLE_REGISTRATION = frozenset({
+    ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REBALANCE_IN_PROGRESS,
+    ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.NETWORK_EXCEPTION,
+})
+
+
+class ConsumerError(Exception):
+    """Base of the consumer's own errors."""
+
+
+class RegistrationRejected(ConsumerError):
+    """The coordinator refused this consumer for a reason retrying cannot fix (a duplicate
+    consumer id, a session timeout outside the broker's bounds, a bad topic count)."""
+
+    def __init__(self, code: ErrorCode | int, message: str | None) -> None:
+        detail = f": {message}" if message else ""
+        name = code.name if isinstance(code, ErrorCode) else f"error {code}"
+        super().__init__(f"the coordinator rejected the registration with {name}{detail}")
+        self.code = code
+
+
+class NotRegistered(ConsumerError):
+    """The operation needs a registered consumer (e.g. ``commit()`` before the coordinator
+    was found)."""
+
+
+class CommitFailed(ConsumerError):
+    """CommitOffsets failed; ``errors`` maps each refused partition to its error name."""
+
+    def __init__(self, message: str, errors: dict[tuple[str, int], str] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or {}
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """A snapshot of the member's state, for monitoring (aiokafka#1154: make it public).
+    ``assignment`` maps each owned partition to its position (the offset the consumer would
+    report now; -1 while unknown)."""
+
+    group_id: str
+    consumer_id: str
+    state: State
+    generation: int
+    coordinator: tuple[int, str, int] | None
+    assignment: dict[tuple[str, int], int]
+    rebalances: int
+    last_error: str | None
+
+
+class Consumer:
+    """A Twisted-native consumer; see the module docstring.
+
+    ``listener`` (optional) has ``assigned(partitions)`` and/or ``revoked(partitions)``
+    (lists of ``(topic, partition)``); either may return a Deferred, which the consumer waits
+    for before it answers the coordinator (keep it well below ``session.timeout.ms * 2/3``).
+    """
+
+    log = Logger(namespace="sluice.consumer")
+
+    def __init__(self, config: ConsumerConfig | Mapping[str, Any], *, reactor: Any = None,
+                 clock: Any = None, listener: Any = None,
+                 cluster: ClusterClient | None = None) -> None:
+        if reactor is None:
+            from twisted.internet import reactor as _reactor
+            reactor = _reactor
+        self.config = config if isinstance(config, ConsumerConfig) else \
+            ConsumerConfig.from_mapping(config)
+        self.reactor = reactor
+        self.clock = clock or reactor
+        self.listener = listener
+        cfg = self.config
+        self.cluster = cluster or ClusterClient(
+            cfg.bootstrap_servers, reactor=reactor, client_id=cfg.client_id,
+            request_timeout_s=cfg.request_timeout_ms / 1000.0)
+        self.membership = Membership(auto_commit=cfg.auto_commit)
+        self.streams: dict[tuple[str | None, str], MessageStream] = {}
+        if cfg.pattern == "static":
+            for topic in cfg.topics:
+                for tid in cfg.thread_ids(topic):
+                    self._make_stream((topic, tid))
+        else:
+            for tid in cfg.thread_ids():
+                self._make_stream((None, tid))
+        self.messages = AllStreams(list(self.streams.values()))
+        self.fetchers = FetcherManager(self.cluster, cfg, self.clock, self._partition_failed)
+        self.parts: dict[tuple[str, int], PartitionState] = {}
+        self.coordinator: tuple[int, str, int] | None = None
+        self.last_error: str | None = None
+        self.error: BaseException | None = None
+        self._channel: KafkaClientProtocol | None = None
+        self._silence: Any = None
+        self._close_timer: Any = None
+        self._discover_timer: Any = None
+        self._attempt = 0
+        self._rr = itertools.count()
+        self._started = False
+        self._closed_d: defer.Deferred = defer.Deferred()
+        self._state_waiters: list[tuple[Callable[[State], bool], defer.Deferred]] = []
+        self._state_listeners: list[Callable[[MemberInfo], Any]] = []
+
+    def _make_stream(self, key: tuple[str | None, str]) -> MessageStream:
+        s = MessageStream(key, self.config.queued_max_chunks, self._space)
+        self.streams[key] = s
+        return s
+
+    def _space(self) -> None:
+        self.fetchers.wake()
+
+    # -- public API -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Find the coordinator and register (in the background; see :meth:`wait_for`)."""
+        if self._started:
+            return
+        self._started = True
+        self._schedule_discovery(0.0)
+
+    @property
+    def state(self) -> State:
+        return self.membership.state
+
+    @property
+    def member(self) -> MemberInfo:
+        m = self.membership
+        return MemberInfo(self.config.group_id, self.config.consumer_id, m.state, m.generation,
+                          self.coordinator, {tp: ps.consumed for tp, ps in self.parts.items()},
+                          m.rebalances, self.last_error)
+
+    def on_state_change(self, callback: Callable[[MemberInfo], Any]) -> None:
+        """Call ``callback(member)`` after every state change."""
+        self._state_listeners.append(callback)
+
+    def wait_for(self, *states: State) -> defer.Deferred:
+        """Fires with the state once the member is in one of ``states`` (at once if it is);
+        fails with the fatal error if registration is rejected first."""
+        if self.state in states:
+            return defer.succeed(self.state)
+        if self.error is not None:
+            return defer.fail(self.error)
+        d: defer.Deferred = defer.Deferred()
+        self._state_waiters.append((lambda s: s in states, d))
+        return d
+
+    def stream(self, topic: str | None = None, n: int = 0) -> MessageStream:
+        """Stream ``n`` of ``topic`` (static subscription), or of the wildcard (topic None)."""
+        return self.streams[(topic, f"{self.config.consumer_id}-{n}")]
+
+    def streams_of(self, topic: str | None = None) -> list[MessageStream]:
+        """The streams of ``topic`` (static), or all wildcard streams (topic None)."""
+        return [s for k, s in self.streams.items() if k[0] == topic]
+
+    def get(self) -> defer.Deferred:
+        """The next message from any stream (Deferred[Message])."""
+        return defer.Deferred.fromCoroutine(self.messages.get())
+
+    def get_many(self, max_messages: int | None = None) -> defer.Deferred:
+        """At least one message from any stream, at most ``max_messages`` (Deferred[list])."""
+        return defer.Deferred.fromCoroutine(self.messages.get_many(max_messages))
+
+    def consume(self, callback: Callable[[Message], Any],
+                stream: MessageStream | None = None) -> defer.Deferred:
+        """Run ``callback`` for every message (of ``stream``, or of all streams) until the
+        consumer closes; see :meth:`MessageSource.consume`. Fires with None at close, fails
+        with a fatal error or the callback's exception."""
+        source = stream if stream is not None else self.messages
+        return defer.Deferred.fromCoroutine(source.consume(callback))
+
+    def positions(self) -> list[dict[str, Any]]:
+        """The next offset to consume of every owned partition whose position is known."""
+        return [{"topic": ps.topic, "partition": ps.partition, "offset": ps.consumed}
+                for ps in self.parts.values() if ps.consumed >= 0]
+
+    def commit(self) -> defer.Deferred:
+        """Commit the current positions now (CommitOffsets on an ordinary connection to the
+        coordinator, seed §13). Fires with ``{(topic, partition): offset}`` once the
+        coordinator wrote them; fails with :class:`CommitFailed` or :class:`NotRegistered`."""
+        return defer.Deferred.fromCoroutine(self._commit())
+
+    async def _commit(self) -> dict[tuple[str, int], int]:
+        if self.coordinator is None or not self.membership.registered:
+            raise NotRegistered(f"cannot commit in state {self.state.value}: not registered "
+                                "with a coordinator")
+        offsets = self.positions()
+        if not offsets:
+            return {}
+        _, host, port = self.coordinator
+        try:
+            resp = await self.cluster.request_address(
+                (host, port), ApiKey.COMMIT_OFFSETS,
+                {"group_id": self.config.group_id, "consumer_id": self.config.consumer_id,
+                 "offsets": offsets}, version=0)
+        except NETWORK_ERRORS as e:
+            raise CommitFailed(f"commit to the coordinator at {host}:{port} failed: {e}") from e
+        errors = {(p.topic, p.partition): ErrorCode(p.error_code).name
+                  for p in resp.partitions if p.error_code}
+        if resp.error_code or errors:
+            code = ErrorCode(resp.error_code).name if resp.error_code else "partition errors"
+            raise CommitFailed(f"the coordinator refused the commit: {code}"
+                               f"{': ' + resp.error_message if resp.error_message else ''}",
+                               errors)
+        return {(o["topic"], o["partition"]): o["offset"] for o in offsets}
+
+    def close(self) -> defer.Deferred:
+        """Leave the group. With auto-commit, hand the final offsets over first (see the
+        module docstring). Fires with None once closed; idempotent."""
+        if not self._started:
+            self._started = True
+            self.membership.state = State.DISCOVERING
+        self._input(Input.CLOSE)
+        d: defer.Deferred = defer.Deferred()
+        self._closed_d.addBoth(lambda r: (d.callback(None), r)[1])
+        return d
+
+    @property
+    def closed(self) -> bool:
+        return self.membership.done
+
+    # -- the state machine's shell --------------------------------------------------------------
+
+    def _input(self, event: Input, request: Any = None) -> Any:
+        """Feed ``event`` to the membership; carry out its actions. For a coordinator
+        request, returns the response body (or a Deferred of it)."""
+        before = self.state
+        actions = self.membership.handle(event)
+        if self.state is not before:
+            self.log.debug("{c}: {a} -> {b} on {e}", c=self.config.consumer_id, a=before.value,
+                           b=self.state.value, e=event.value)
+        result = self._run(actions, request)
+        if self.state is not before:
+            self._notify_state()
+        return result
+
+    def _notify_state(self) -> None:
+        s = self.state
+        waiters, self._state_waiters = self._state_waiters, []
+        for match, d in waiters:
+            if match(s):
+                d.callback(s)
+            elif s is State.FAILED and self.error is not None:
+                d.errback(self.error)
+            elif s is State.CLOSED:
+                d.errback(StreamClosed(f"the consumer closed before reaching the state "
+                                       f"(now {s.value})"))
+            else:
+                self._state_waiters.append((match, d))
+        if self._state_listeners:
+            info = self.member
+            for cb in list(self._state_listeners):
+                try:
+                    cb(info)
+                except Exception:
+                    self.log.failure("state listener failed")
+
+    def _run(self, actions: tuple[Action, ...], request: Any) -> Any:
+        response: Any = None
+        for i, a in enumerate(actions):
+            if a is Action.REVOKE:
+                d = self._revoke()
+                if d is not None and request is not None:
+                    rest = actions[i + 1:]
+                    return d.addBoth(lambda _, rest=rest: self._run(rest, request))
+            elif a is Action.START_FETCHERS:
+                d = self._start_fetchers(request)
+                if d is not None:
+                    rest = actions[i + 1:]
+                    return d.addBoth(lambda _, rest=rest: self._run(rest, request))
+            elif a is Action.REPORT_OFFSETS:
+                response = {"error_code": 0, "consumer_id": self.config.consumer_id,
+                            "offsets": self.positions() if self.config.auto_commit else None}
+            elif a is Action.ANSWER:
+                response = {"error_code": 0, "consumer_id": self.config.consumer_id}
+            else:
+                self._do(a)
+        return response
+
+    def _do(self, a: Action) -> None:
+        if a is Action.DISCOVER:
+            delay = self._discovery_delay()
+            self._schedule_discovery(delay)
+        elif a is Action.REGISTER:
+            d = defer.Deferred.fromCoroutine(self._register())
+            d.addErrback(lambda f: self.log.failure("registration failed", f))
+        elif a is Action.SERVE:
+            self._attempt = 0
+            channel = self._channel
+            assert channel is not None
+            channel.serve(lambda request, ch=channel: self._on_request(ch, request))
+            self._arm_silence()
+        elif a is Action.STOP_FETCHERS:
+            self.fetchers.stop()
+            for s in self.streams.values():
+                s.clear()
+            self.messages.clear()
+        elif a is Action.RELEASE:
+            self._release()
+        elif a is Action.CLOSE_CHANNEL:
+            self._close_channel()
+        elif a is Action.ARM_CLOSE_TIMER:
+            bound = min(self.config.shutdown_timeout_ms, self.config.session_timeout_ms) / 1000.0
+            self._close_timer = self.clock.callLater(bound, self._input, Input.CLOSE_TIMEOUT)
+        elif a is Action.FAIL:
+            for s in self.streams.values():
+                s.close(self.error)
+            self.messages.close(self.error)
+        elif a is Action.FINISH:
+            self._finish()
+
+    # -- discovery and registration -------------------------------------------------------------
+
+    def _discovery_delay(self) -> float:
+        n = self._attempt
+        self._attempt += 1
+        if n == 0:
+            return 0.0
+        cfg = self.config
+        return min(cfg.retry_backoff_ms * 2 ** min(n - 1, 16),
+                   max(cfg.reconnect_backoff_max_ms, cfg.retry_backoff_ms)) / 1000.0
+
+    def _schedule_discovery(self, delay: float) -> None:
+        if self._discover_timer is not None and self._discover_timer.active():
+            self._discover_timer.cancel()
+        self._discover_timer = self.clock.callLater(delay, self._discover_now)
+
+    def _discover_now(self) -> None:
+        self._discover_timer = None
+        if self.state is not State.DISCOVERING:
+            return
+        d = defer.Deferred.fromCoroutine(self._discover())
+        d.addErrback(lambda f: self.log.failure("coordinator discovery failed", f))
+
+    async def _discover(self) -> None:
+        # Seed §7: ClusterMetadata to the configured brokers, round robin; the consumer keeps
+        # trying until it is shut down.
+        servers = self.cluster.bootstrap
+        address = servers[next(self._rr) % len(servers)]
+        try:
+            resp = await self.cluster.request_address(address, ApiKey.CLUSTER_METADATA, {},
+                                                      version=0)
+        except Exception as e:  # noqa: BLE001 - any failure means "ask the next one later"
+            self.cluster.disconnect_address(address)
+            self._discovery_failed(f"ClusterMetadata from {address[0]}:{address[1]} failed: {e}")
+            return
+        if self.state is not State.DISCOVERING:
+            return
+        brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
+        if resp.error_code or resp.coordinator_id not in brokers:
+            code = ErrorCode(resp.error_code).name if resp.error_code else "coordinator unknown"
+            self._discovery_failed(f"no coordinator from {address[0]}:{address[1]}: {code}")
+            return
+        self.cluster.update_brokers((n, h, p) for n, (h, p) in brokers.items())
+        host, port = brokers[resp.coordinator_id]
+        self.coordinator = (resp.coordinator_id, host, port)
+        self._input(Input.COORDINATOR_FOUND)
+
+    def _discovery_failed(self, why: str) -> None:
+        self.last_error = why
+        self.log.info("{c}: {why}", c=self.config.consumer_id, why=why)
+        if self.state is State.DISCOVERING:
+            self._input(Input.DISCOVERY_FAILED)
+
+    async def _register(self) -> None:
+        assert self.coordinator is not None
+        node, host, port = self.coordinator
+        cfg = self.config
+        try:
+            proto = await connect_client(self.reactor, host, port, cfg.client_id,
+                                         timeout_s=cfg.request_timeout_ms / 1000.0)
+        except Exception as e:  # noqa: BLE001 - every connect failure means: rediscover
+            self.last_error = f"connect to coordinator {node} at {host}:{port} failed: {e}"
+            if self.state is State.REGISTERING:
+                self._input(Input.CHANNEL_LOST)
+            return
+        if self.state is not State.REGISTERING:
+            proto.transport.loseConnection()
+            return
+        self._channel = proto
+        proto.closed_d.addCallback(lambda _: self._channel_closed(proto))
+        try:
+            resp = await request_with_timeout(
+                proto, self.clock, ApiKey.REGISTER_CONSUMER, 0,
+                {"group_id": cfg.group_id, "consumer_id": cfg.consumer_id,
+                 "topic_count": cfg.topic_count_json(), "auto_commit": cfg.auto_commit,
+                 "auto_offset_reset": cfg.auto_offset_reset,
+                 "session_timeout_ms": cfg.session_timeout_ms},
+                cfg.request_timeout_ms / 1000.0, f"coordinator {host}:{port}")
+        except Exception as e:  # noqa: BLE001 - the channel is gone either way
+            self.last_error = f"RegisterConsumer to {host}:{port} failed: {e}"
+            if self._channel is proto and self.state is State.REGISTERING:
+                self._input(Input.CHANNEL_LOST)
+            return
+        if self._channel is not proto or self.state is not State.REGISTERING:
+            return
+        code = _code(resp.error_code)
+        if code is ErrorCode.NONE:
+            self.log.info("{c} registered with coordinator {n} at {h}:{p}",
+                          c=cfg.consumer_id, n=node, h=host, p=port)
+            self.last_error = None
+            self._input(Input.REGISTERED)
+        elif code in RETRIABLE_REGISTRATION or (isinstance(code, ErrorCode) and code.retriable):
+            self.last_error = f"registration refused: {code!r}"
+            self._input(Input.REFUSED)
+        else:
+            self.error = RegistrationRejected(code, resp.error_message)
+            self.last_error = str(self.error)
+            self.log.error("{c}: {e}", c=cfg.consumer_id, e=self.error)
+            self._input(Input.REJECTED)
+
+    def _channel_closed(self, proto: KafkaClientProtocol) -> None:
+        if proto is not self._channel:
+            return
+        self._channel = None
+        self.last_error = "coordinator channel closed"
+        self._input(Input.CHANNEL_LOST)
+
+    def _close_channel(self) -> None:
+        ch, self._channel = self._channel, None
+        if self._silence is not None and self._silence.active():
+            self._silence.cancel()
+        self._silence = None
+        if ch is not None and ch.transport is not None:
+            # Later on the reactor: the answer being written now must leave first.
+            self.clock.callLater(0, ch.transport.loseConnection)
+
+    def _arm_silence(self) -> None:
+        timeout = self.config.session_timeout_ms / 1000.0
+        if self._silence is not None and self._silence.active():
+            self._silence.reset(timeout)
+        else:
+            self._silence = self.clock.callLater(timeout, self._silent)
+
+    def _silent(self) -> None:
+        self._silence = None
+        self.last_error = (f"no request from the coordinator for {self.config.session_timeout_ms}"
+                           " ms")
+        self.log.warn("{c}: {e}; registering again", c=self.config.consumer_id,
+                      e=self.last_error)
+        self._input(Input.SILENCE)
+
+    # -- coordinator requests -------------------------------------------------------------------
+
+    def _on_request(self, channel: KafkaClientProtocol, request: Any) -> Any:
+        if channel is not self._channel:
+            return None  # a channel we already gave up: no answer
+        self._arm_silence()
+        api = request.header.api_key
+        if api == ApiKey.PING:
+            event = Input.PING
+        elif api == ApiKey.STOP_FETCHER:
+            event = Input.STOP_FETCHER
+        elif api == ApiKey.START_FETCHER:
+            event = Input.START_FETCHER
+        else:
+            self.log.warn("unexpected request {api} on the coordinator channel", api=api)
+            return None
+        return self._input(event, request)
+
+    def _start_fetchers(self, request: Any) -> defer.Deferred | None:
+        body = request.body
+        cfg = self.config
+        self.cluster.update_brokers((b.node_id, b.host, b.port) for b in body.brokers)
+        self.membership.generation = body.generation_id
+        parts: dict[tuple[str, int], PartitionState] = {}
+        for owned in body.ownership:
+            for p in owned.partitions:
+                stream = self._stream_for(p.topic, owned.consumer_thread_id)
+                parts[(p.topic, p.partition)] = PartitionState(p.topic, p.partition, stream,
+                                                               p.offset)
+        self.parts = parts
+        self.log.info("{c}: generation {g}, fetching {n} partitions", c=cfg.consumer_id,
+                      g=body.generation_id, n=len(parts))
+        self.fetchers.start(parts.values())
+        return self._listen("assigned", sorted(parts))
+
+    def _stream_for(self, topic: str, thread_id: str) -> MessageStream:
+        key = (topic if self.config.pattern == "static" else None, thread_id)
+        s = self.streams.get(key)
+        if s is None:
+            # A thread id we did not announce: keep the data flowing through a stream of
+            # the same topic rather than drop the partition.
+            self.log.warn("StartFetcher names unknown stream {k}", k=key)
+            candidates = [v for k, v in self.streams.items() if k[0] == key[0]]
+            s = candidates[0] if candidates else self._make_stream(key)
+            if not candidates:
+                self.messages.add(s)
+        return s
+
+    def _revoke(self) -> defer.Deferred | None:
+        if not self.parts:
+            return None
+        return self._listen("revoked", sorted(self.parts))
+
+    def _listen(self, what: str, partitions: list[tuple[str, int]]) -> defer.Deferred | None:
+        fn = getattr(self.listener, what, None)
+        if fn is None:
+            return None
+        try:
+            r = fn(partitions)
+        except Exception:
+            self.log.failure("assignment listener {w} failed", w=what)
+            return None
+        if isinstance(r, defer.Deferred) or hasattr(r, "__await__"):
+            d = r if isinstance(r, defer.Deferred) else defer.ensureDeferred(r)
+            return d.addErrback(lambda f: self.log.failure("assignment listener {w} failed", f,
+                                                           w=what))
+        return None
+
+    def _release(self) -> None:
+        for ps in self.parts.values():
+            ps.active = False
+        self.parts = {}
+
+    def _partition_failed(self, ps: PartitionState, why: str) -> None:
+        self.last_error = f"{ps.topic}-{ps.partition}: {why}"
+        if self.state is State.FETCHING:
+            self._input(Input.FETCH_FAILED)
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def _finish(self) -> None:
+        self.fetchers.stop()
+        self._release()
+        for t in (self._silence, self._close_timer, self._discover_timer):
+            if t is not None and t.active():
+                t.cancel()
+        self._silence = self._close_timer = self._discover_timer = None
+        for s in self.streams.values():
+            s.close(self.error)
+        self.messages.close(self.error)
+        # The channel's close is queued behind the last answer; the rest can go now.
+        self.clock.callLater(0, self.cluster.close)
+        if not self._closed_d.called:
+            self._closed_d.callback(None)
+
+
+def _code(code: int) -> ErrorCode | int:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return code

@@ -1,0 +1,301 @@
+"""Records waiting to be sent, as per-partition batches (sans-IO: no reactor, no sockets).
+
+Kafka's ``RecordAccumulator`` in small. Records are appended to the last open batch of their
+partition, already encoded as RecordBatch v2 records, so sealing a batch is one compression call
+and one 61-byte header. The sender asks :meth:`RecordAccumulator.drain` for what is ready.
+
+Invariants:
+
+- per partition, batches are in send order and at most one batch of a partition is out of the
+  accumulator at a time (``muted``): a retried batch goes back to the *front* of its queue, so
+  retries never reorder a partition (Kafka's ``max.in.flight.requests.per.connection=1`` rule
+  without idempotence, applied per partition rather than per connection);
+- ``used`` is the sum of the reserved sizes of every batch not yet completed; it only grows in
+  :meth:`append` and only shrinks in :meth:`release`; callers check :meth:`has_room` first;
+- a batch is *ready* when it is not the last of its queue (full: a later record did not fit),
+  holds ``batch.size`` bytes, has lingered ``linger.ms``, or a flush or close is in progress; and
+  its retry backoff, if any, has passed.
+
+Time is a plain float of seconds passed in by the caller (``now``); tests use ``task.Clock``.
+Not thread-safe: the blocking producer calls it under its own lock.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import crc32c as _crc32c
+
+from broker_core.wire.records import Compression
+from broker_core.wire.records import _compress as compress_payload
+
+# Batch header fields, as broker_core.wire.records lays them out (its build_batch takes Record
+# objects; the producer encodes records as they arrive instead, so it packs the header itself).
+_BEFORE_CRC = struct.Struct(">qiibI")  # baseOffset, batchLength, leaderEpoch, magic, crc
+_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. recordCount
+_CRC_START = 21
+_LOG_OVERHEAD = 12
+HEADER_SIZE = 61
+
+#: Upper bound of a record's bytes beyond its key and value when it has no headers: length,
+#: attributes, timestamp delta, offset delta, key and value lengths, header count (varints).
+RECORD_OVERHEAD = 1 + 5 + 10 + 5 + 5 + 5 + 1
+
+# Precomputed zig-zag varints for 0..N-1: lengths, offset deltas and small timestamp deltas hit
+# this table instead of a Python loop (most of the per-record cost otherwise).
+_TABLE_SIZE = 1 << 15
+
+
+def varint(v: int) -> bytes:
+    """Kafka's zig-zag varint (as protobuf's sint64)."""
+    z = (v << 1) ^ (v >> 63)
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_ZZ: list[bytes] = [varint(i) for i in range(_TABLE_SIZE)]
+_NULL = varint(-1)
+
+
+def encode_record(ts_delta: int, offset_delta: int, key: bytes | None, value: bytes | None,
+                  headers: Sequence[tuple[str, bytes | None]] | None) -> bytes:
+    """One record of a v2 batch, length prefix included. Raises TypeError for a key, value or
+    header value that is not bytes-like, before anything is written anywhere."""
+    zz = _ZZ
+    n = _TABLE_SIZE
+    parts: list[Any] = [b"\x00",
+                        zz[ts_delta] if 0 <= ts_delta < n else varint(ts_delta),
+                        zz[offset_delta] if offset_delta < n else varint(offset_delta)]
+    if key is None:
+        parts.append(_NULL)
+    else:
+        kl = len(key)
+        parts.append(zz[kl] if kl < n else varint(kl))
+        parts.append(key)
+    if value is None:
+        parts.append(_NULL)
+    else:
+        vl = len(value)
+        parts.append(zz[vl] if vl < n else varint(vl))
+        parts.append(value)
+    if not headers:
+        parts.append(b"\x00")
+    else:
+        parts.append(varint(len(headers)))
+        for hk, hv in headers:
+            kb = hk.encode()
+            parts.append(varint(len(kb)))
+            parts.append(kb)
+            if hv is None:
+                parts.append(_NULL)
+            else:
+                parts.append(varint(len(hv)))
+                parts.append(hv)
+    body = b"".join(parts)
+    bl = len(body)
+    return (zz[bl] if bl < n else varint(bl)) + body
+
+
+class ProducerBatch:
+    """Records of one partition sent together; completed once, with an offset or an error.
+
+    ``waiters`` holds the Twisted producer's per-record Deferreds (index = offset delta);
+    ``event`` is set by the blocking producer's futures; ``on_done`` callbacks run once when the
+    batch completes (on the sender's thread).
+    """
+
+    __slots__ = ("topic", "partition", "buf", "count", "base_ts", "max_ts", "created",
+                 "reserved", "attempts", "retry_at", "waiters", "event", "on_done", "payload",
+                 "done", "base_offset", "error", "last_error", "last_broker", "last_detail")
+
+    def __init__(self, topic: str, partition: int, base_ts: int, created: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.buf = bytearray()
+        self.count = 0
+        self.base_ts = base_ts
+        self.max_ts = base_ts
+        self.created = created
+        self.reserved = 0
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.waiters: list[Any] = []
+        self.event: Any = None
+        self.on_done: list[Callable[[ProducerBatch], Any]] = []
+        self.payload: bytes | None = None
+        self.done = False
+        self.base_offset = -1
+        self.error: BaseException | None = None
+        self.last_error: Any = None  # ErrorCode of the last failed attempt, or None
+        self.last_broker = -1
+        self.last_detail = ""
+
+    def __repr__(self) -> str:
+        return (f"<ProducerBatch {self.topic}-{self.partition} records={self.count} "
+                f"bytes={len(self.buf)} attempts={self.attempts}>")
+
+    def seal(self, compression: Compression) -> bytes:
+        """The batch as RecordBatch v2 bytes (built once; a retry resends the same bytes)."""
+        if self.payload is None:
+            records = compress_payload(compression, bytes(self.buf))
+            attributes = int(compression)  # CreateTime; not transactional, not control
+            after = _AFTER_CRC.pack(attributes, self.count - 1, self.base_ts, self.max_ts, -1,
+                                    -1, -1, self.count) + records
+            length = len(after) + (_CRC_START - _LOG_OVERHEAD)
+            self.payload = _BEFORE_CRC.pack(0, length, -1, 2, _crc32c.crc32c(after)) + after
+            self.buf = bytearray()  # the encoded records now live in payload only
+        return self.payload
+
+
+#: :meth:`RecordAccumulator.append` results, OR-ed: a new batch was opened (arm its linger
+#: timer), and an earlier batch of the partition is now full (wake the sender).
+NEW_BATCH = 1
+BATCH_FULL = 2
+
+
+class RecordAccumulator:
+    """See the module docstring."""
+
+    def __init__(self, *, batch_size: int, linger_s: float, buffer_memory: int,
+                 delivery_timeout_s: float) -> None:
+        self.batch_size = batch_size
+        self.linger_s = linger_s
+        self.buffer_memory = buffer_memory
+        self.delivery_timeout_s = delivery_timeout_s
+        self.used = 0
+        self.queues: dict[tuple[str, int], deque[ProducerBatch]] = {}
+        self.muted: set[tuple[str, int]] = set()
+        #: Every batch appended to and not yet completed (flush waits for a snapshot of it).
+        self.incomplete: set[ProducerBatch] = set()
+        #: While > 0 (a flush or close is in progress), every batch is ready at once.
+        self.flushing = 0
+
+    # -- the application side ----------------------------------------------------------------
+
+    def has_room(self, size: int) -> bool:
+        return self.used + size <= self.buffer_memory
+
+    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+               headers: Sequence[tuple[str, bytes | None]] | None, timestamp_ms: int,
+               now: float) -> tuple[ProducerBatch, int, int]:
+        """Add one record; returns ``(batch, index in batch, NEW_BATCH|BATCH_FULL flags)``.
+        The caller has checked :meth:`has_room` for the record's size; the record is encoded
+        before any state changes, so a TypeError leaves the accumulator as it was."""
+        tp = (topic, partition)
+        q = self.queues.get(tp)
+        if q is None:
+            q = self.queues[tp] = deque()
+        flags = 0
+        batch = q[-1] if q else None
+        if batch is not None and batch.payload is None:
+            rec = encode_record(timestamp_ms - batch.base_ts, batch.count, key, value, headers)
+            if len(batch.buf) + len(rec) > self.batch_size and batch.count:
+                batch = None
+                flags = BATCH_FULL
+        else:
+            batch = None
+        if batch is None:
+            rec = encode_record(0, 0, key, value, headers)
+            batch = ProducerBatch(topic, partition, timestamp_ms, now)
+            q.append(batch)
+            self.incomplete.add(batch)
+            flags |= NEW_BATCH
+        index = batch.count
+        batch.buf += rec
+        batch.count = index + 1
+        if timestamp_ms > batch.max_ts:
+            batch.max_ts = timestamp_ms
+        size = len(rec)
+        batch.reserved += size
+        self.used += size
+        return batch, index, flags
+
+    # -- the sender side ---------------------------------------------------------------------
+
+    def drain(self, now: float, leader_of: Callable[[str, int], int],
+              can_send: Callable[[int], bool], max_request_size: int,
+              ) -> tuple[dict[int, list[ProducerBatch]], float | None, bool, list[ProducerBatch]]:
+        """Take the ready batches whose leader can take a request.
+
+        Returns ``(node -> batches, seconds until the next batch may become ready or None,
+        whether a ready batch has no known leader, expired batches)``. At most one batch per
+        partition; a node's batches add up to at most ``max_request_size`` bytes (one oversized
+        batch still goes alone). Taken batches' partitions are muted until :meth:`unmute`.
+        Expired batches (older than ``delivery.timeout.ms`` and not in flight) are removed; the
+        caller fails them.
+        """
+        out: dict[int, list[ProducerBatch]] = {}
+        sizes: dict[int, int] = {}
+        next_delay: float | None = None
+        unknown_leader = False
+        expired: list[ProducerBatch] = []
+        linger = 0.0 if self.flushing else self.linger_s
+        deadline = now - self.delivery_timeout_s
+        for tp, q in self.queues.items():
+            if not q or tp in self.muted:
+                continue
+            while q and q[0].created <= deadline:
+                expired.append(q.popleft())
+            if not q:
+                continue
+            head = q[0]
+            if head.retry_at > now:
+                wait = head.retry_at - now
+            elif len(q) > 1 or len(head.buf) >= self.batch_size or head.payload is not None:
+                wait = 0.0
+            else:
+                wait = head.created + linger - now
+            if wait > 0:
+                wait = min(wait, head.created + self.delivery_timeout_s - now)
+                next_delay = wait if next_delay is None else min(next_delay, wait)
+                continue
+            node = leader_of(*tp)
+            if node < 0:
+                unknown_leader = True
+                continue
+            if not can_send(node):
+                continue
+            size = len(head.payload) if head.payload is not None else len(head.buf) + HEADER_SIZE
+            used = sizes.get(node, 0)
+            if used and used + size > max_request_size:
+                next_delay = 0.0  # send it in the node's next request
+                continue
+            sizes[node] = used + size
+            out.setdefault(node, []).append(q.popleft())
+            self.muted.add(tp)
+        for b in expired:
+            self.incomplete.discard(b)
+        return out, next_delay, unknown_leader, expired
+
+    def unmute(self, batch: ProducerBatch) -> None:
+        self.muted.discard((batch.topic, batch.partition))
+
+    def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
+        """Put a failed batch back at the front of its partition for another attempt."""
+        batch.retry_at = retry_at
+        self.queues[(batch.topic, batch.partition)].appendleft(batch)
+        self.unmute(batch)
+
+    def release(self, batch: ProducerBatch) -> None:
+        """A batch is complete (acknowledged or failed for good): give its memory back."""
+        self.used -= batch.reserved
+        batch.reserved = 0
+        self.incomplete.discard(batch)
+        self.unmute(batch)
+
+    def abort_all(self) -> list[ProducerBatch]:
+        """Remove every queued batch (close without flush); the caller fails them."""
+        out = [b for q in self.queues.values() for b in q]
+        for q in self.queues.values():
+            q.clear()
+        return out
+
+    def pending_batches(self) -> int:
+        return sum(len(q) for q in self.queues.values())

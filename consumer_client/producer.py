@@ -141,6 +141,9 @@ class Producer:
         self._refresh_call: Any = None
         self._age_call: Any = None
         self._meta_waiters: dict[str, list[_Parked]] = {}
+        #: Bytes of the sends in ``_meta_waiters``: outside the buffer, but counted by
+        #: ``wait_for_capacity`` so a loop that awaits it stays bounded before metadata arrives.
+        self._parked_bytes = 0
         self._topic_waiters: dict[str, list[defer.Deferred]] = {}
         self._mem_waiters: deque[_Parked] = deque()
         self._capacity_waiters: list[tuple[int, defer.Deferred]] = []
@@ -199,7 +202,7 @@ class Producer:
         backpressure instead of parking sends. Already fired when there is room."""
         need = self.config.batch_size if nbytes is None else nbytes
         need = min(need, self.config.buffer_memory)
-        if not self._mem_waiters and self._acc.has_room(need):
+        if not self._mem_waiters and self._acc.has_room(need + self._parked_bytes):
             return defer.succeed(None)
         d: defer.Deferred = defer.Deferred()
         self._capacity_waiters.append((need, d))
@@ -303,6 +306,7 @@ class Producer:
 
     def _park_for_metadata(self, topic: str, parked: _Parked) -> None:
         self._meta_waiters.setdefault(topic, []).append(parked)
+        self._parked_bytes += parked.size
         parked.timer = self._clock.callLater(self._max_block_s, self._metadata_wait_expired,
                                              topic, parked)
         self._want(topic)
@@ -315,7 +319,9 @@ class Producer:
         waiting = self._meta_waiters.get(topic, [])
         if parked in waiting:
             waiting.remove(parked)
+            self._parked_bytes -= parked.size
             parked.d.errback(Failure(self._unknown_topic(topic)))
+            self._memory_released()
 
     def _topic_wait_expired(self, topic: str, d: defer.Deferred) -> None:
         waiting = self._topic_waiters.get(topic, [])
@@ -341,7 +347,7 @@ class Producer:
         if self._capacity_waiters and not self._mem_waiters:
             still = []
             for need, d in self._capacity_waiters:
-                if self._acc.has_room(need):
+                if self._acc.has_room(need + self._parked_bytes):
                     d.callback(None)
                 else:
                     still.append((need, d))
@@ -417,7 +423,9 @@ class Producer:
                 if parked.timer is not None and parked.timer.active():
                     parked.timer.cancel()
                 parked.timer = None
+                self._parked_bytes -= parked.size
                 self._send_slow(*parked.args, parked=parked)
+        self._memory_released()
 
     def _leader_of(self, topic: str, partition: int) -> int:
         tp = (topic, partition)
@@ -653,6 +661,7 @@ class Producer:
             parked.d.errback(Failure(closed))
         self._mem_waiters.clear()
         self._meta_waiters.clear()
+        self._parked_bytes = 0
         with self._lock:
             left = self._acc.abort_all()
         for b in left:

@@ -326,3 +326,14 @@ def test_compressed_batches_decode(codec):
     _, body, _ = cluster.requests[0]
     (rec,) = decode_batch(body["topic_data"][0]["partition_data"][0]["records"])
     assert (rec.key, rec.value, rec.headers) == (b"k", b"hello " * 50, [("h", b"1")])
+
+
+def test_sends_waiting_for_metadata_count_against_capacity():
+    clock, cluster, p = make({}, buffer_memory=1000, batch_size=200)
+    for _ in range(8):
+        p.send("late", b"v" * 100)
+    room = p.wait_for_capacity(200)
+    assert not room.called  # ~8 x 140 bytes wait for metadata: no room for another batch
+    cluster.leaders["late"] = [1]
+    clock.advance(0.1)
+    assert p.buffer_used > 0 and not p._meta_waiters

@@ -319,6 +319,7 @@ class FetcherManager:
                 unresolved.setdefault(leader, []).append(ps)
                 continue
             self._assign(ps, leader)
+        self._start_new()
         for leader, parts in unresolved.items():
             await self._resolve_offsets(epoch, leader, parts)
 
@@ -327,10 +328,14 @@ class FetcherManager:
         f = self.fetchers.get(leader)
         if f is None:
             f = self.fetchers[leader] = LeaderFetcher(self, leader)
-            f.add(ps)
-            f.start()
-        else:
-            f.add(ps)
+        f.add(ps)
+
+    def _start_new(self) -> None:
+        # Started once every partition of this round is placed, so the first request of a
+        # new fetcher asks for all of them (not one, then the rest after a long poll).
+        for f in list(self.fetchers.values()):
+            if not f.running:
+                f.start()
 
     async def _resolve_offsets(self, epoch: int, leader: int,
                                parts: list[PartitionState]) -> None:
@@ -363,6 +368,7 @@ class FetcherManager:
                 if ps.consumed < 0:
                     ps.consumed = p.offset
                 self._assign(ps, leader)
+        self._start_new()
 
 
 def _name(code: int) -> str:

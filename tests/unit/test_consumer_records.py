@@ -1,0 +1,137 @@
+"""The consumer's record decoder (consumer_client/consumer_records.py): every codec Kafka
+clients produce, batches as kafka-python builds them, the Java client's xerial snappy framing,
+partial and control batches, and the header-only scan the fetcher uses."""
+
+from __future__ import annotations
+
+import struct
+
+import cramjam
+import crc32c
+import lz4.frame
+import pytest
+
+from broker_core.wire.records import (
+    Compression,
+    CorruptRecordBatch,
+    Record,
+    build_batch,
+)
+from consumer_client.consumer_records import Message, decode_chunk, scan_chunk
+
+RECORDS = [Record(None, b"v%d" % i * 20, [], 1000 + i) for i in range(50)] + [
+    Record(b"key", None, [("h1", b"x"), ("h2", None)], 2000),
+    Record(b"", b"", [], 2001),
+    Record(b"k" * 300, b"v" * 70000, [], 2002),  # multi-byte varints everywhere
+]
+
+
+def _expected(base: int, start: int = 0) -> list[Message]:
+    return [Message("t", 3, base + i, r.key, r.value, r.timestamp, 0, tuple(r.headers))
+            for i, r in enumerate(RECORDS) if base + i >= start]
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+def test_every_codec_decodes(codec):
+    data = build_batch(RECORDS, base_offset=100, compression=codec)
+    assert decode_chunk("t", 3, data, 100) == _expected(100)
+
+
+def _rebatch(batch: bytes, codec: int, payload: bytes) -> bytes:
+    """``batch`` with its records replaced by ``payload`` under ``codec`` (CRC recomputed)."""
+    head = bytearray(batch[:61])
+    head[21:23] = struct.pack(">h", (struct.unpack(">h", head[21:23])[0] & ~7) | codec)
+    body = bytes(head[21:]) + payload
+    struct.pack_into(">i", head, 8, len(body) + 9)
+    struct.pack_into(">I", head, 17, crc32c.crc32c(body))
+    return bytes(head[:21]) + body
+
+
+def _raw_records(batch_without_compression: bytes) -> bytes:
+    return batch_without_compression[61:]
+
+
+def test_java_xerial_snappy_and_streaming_frames():
+    plain = build_batch(RECORDS, base_offset=7)
+    raw = _raw_records(plain)
+    # Java's snappy-java framing: magic, version, compat version, then length-prefixed blocks
+    xerial = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    for i in range(0, len(raw), 32768):
+        block = bytes(cramjam.snappy.compress_raw(raw[i:i + 32768]))
+        xerial += struct.pack(">i", len(block)) + block
+    # zstd-jni / librdkafka streaming frames carry no content size
+    z = cramjam.zstd.Compressor()
+    z.compress(raw)
+    zstd_stream = bytes(z.finish())
+    # Java's KafkaLZ4BlockOutputStream: linked blocks, no stored size
+    lz4_linked = lz4.frame.compress(raw, block_linked=True, store_size=False)
+    for codec, payload in ((2, xerial), (4, zstd_stream), (3, lz4_linked)):
+        assert decode_chunk("t", 3, _rebatch(plain, codec, payload), 7) == _expected(7), codec
+
+
+@pytest.mark.parametrize("codec", [1, 3])
+def test_batches_built_by_kafka_python(codec):
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
+                                  producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                  batch_size=1 << 22)
+    for i, r in enumerate(RECORDS):
+        b.append(i, timestamp=r.timestamp, key=r.key, value=r.value, headers=r.headers)
+    data = bytes(b.build())
+    assert decode_chunk("t", 3, data, 0) == _expected(0)
+
+
+def test_skips_records_before_the_fetch_offset_and_a_partial_tail():
+    first = build_batch(RECORDS[:10], base_offset=0, compression=Compression.LZ4)
+    second = build_batch(RECORDS[10:20], base_offset=10)
+    third = build_batch(RECORDS[20:], base_offset=20)
+    data = first + second + third[:-5]
+    got = decode_chunk("t", 3, data, 4)
+    assert [m.offset for m in got] == list(range(4, 20))
+    assert scan_chunk(data, 4) == (20, len(first) + len(second))
+    assert scan_chunk(third[:30], 20) == (20, 0)  # not even a header
+    assert scan_chunk(b"", 5) == (5, 0)
+
+
+def test_control_batches_are_skipped_but_counted_by_the_scan():
+    control = bytearray(build_batch([Record(b"\x00\x00\x00\x00", b"", [], 0)], base_offset=5))
+    attrs = struct.unpack_from(">h", control, 21)[0] | 0x20
+    control = _rebatch(bytes(control), 0, bytes(control[61:]))
+    control = bytearray(control)
+    struct.pack_into(">h", control, 21, attrs)
+    struct.pack_into(">I", control, 17, crc32c.crc32c(bytes(control[21:])))
+    data = build_batch(RECORDS[:5], base_offset=0) + bytes(control)
+    assert [m.offset for m in decode_chunk("t", 3, data, 0)] == [0, 1, 2, 3, 4]
+    assert scan_chunk(data, 0)[0] == 6
+
+
+def test_log_append_time_applies_to_every_record():
+    data = build_batch(RECORDS[:3], base_offset=0, timestamp_type=1)
+    got = decode_chunk("t", 3, data, 0)
+    assert {m.timestamp_type for m in got} == {1}
+    assert {m.timestamp for m in got} == {max(r.timestamp for r in RECORDS[:3])}
+
+
+def test_corruption_is_reported():
+    data = bytearray(build_batch(RECORDS[:3]))
+    data[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordBatch, match="CRC"):
+        decode_chunk("t", 3, bytes(data), 0)
+    # unchecked, the broken record itself is caught (its header count became -128)
+    with pytest.raises(CorruptRecordBatch):
+        decode_chunk("t", 3, bytes(data), 0, check_crcs=False)
+    short = bytearray(build_batch(RECORDS[:3]))
+    struct.pack_into(">i", short, 57, 4)  # claims four records, holds three
+    body = bytes(short[21:])
+    struct.pack_into(">I", short, 17, crc32c.crc32c(body))
+    with pytest.raises(CorruptRecordBatch):
+        decode_chunk("t", 3, bytes(short), 0)
+
+
+def test_message_is_an_immutable_tuple():
+    m = decode_chunk("t", 3, build_batch(RECORDS[:1], base_offset=9), 0)[0]
+    assert (m.topic, m.partition, m.offset, m.value) == ("t", 3, 9, RECORDS[0].value)
+    with pytest.raises(AttributeError):
+        m.offset = 1  # type: ignore[misc]
+    assert m._replace(offset=1).offset == 1

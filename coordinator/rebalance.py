@@ -264,11 +264,18 @@ async def rebalance(ctx: RebalanceContext, group: GroupRegistry) -> str:
             ctx.attempt_failed(group, reason)
             log.warn("rebalance attempt {n}/{max} of group {g} failed: {detail}", n=n,
                      max=ctx.max_retries, g=group.group_id, detail=detail)
+            if reason.endswith("_lost") or reason == "member_failed":
+                # A channel closed: its consumer's failure handling runs right after the
+                # channel's requests fail; give it one reactor turn to queue the new request.
+                await task.deferLater(ctx.clock, 0, lambda: None)
             if group.rebalance_initiated or not group.members:
                 result = ABANDONED  # a newer request (membership changed) takes over
                 return result
             if n < ctx.max_retries:
                 await task.deferLater(ctx.clock, ctx.backoff_s, lambda: None)
+                if group.rebalance_initiated:
+                    result = ABANDONED
+                    return result
         group.rebalance_failures += 1
         log.error("ConsumerRebalanceFailed: group {g} could not be rebalanced in {n} attempts",
                   g=group.group_id, n=ctx.max_retries)

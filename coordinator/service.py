@@ -103,8 +103,10 @@ class CoordinatorService:
     def __init__(self, broker_id: int, store: Any, *, clock: IReactorTime,
                  config: CoordinatorConfig | None = None,
                  brokers: Callable[[], Iterable[Any]] = lambda: (),
-                 metrics: Any = None, assignor: IPartitionAssignor | None = None) -> None:
+                 metrics: Any = None, assignor: IPartitionAssignor | None = None,
+                 channel_factory: Callable[[], Any] = ServerChannel) -> None:
         self.broker_id = broker_id
+        self.channel_factory = channel_factory
         self.store = store
         self.clock = clock
         self.config = config or CoordinatorConfig()
@@ -326,7 +328,7 @@ class CoordinatorService:
         was_empty = g_before is None or not g_before.members
         # Seed §10: after a failover the group waits for its previous owners (bounded).
         failover_wait = g_before is not None and bool(g_before.expected)
-        channel = ServerChannel()
+        channel = self.channel_factory()
         c = ConsumerRegistry(body.group_id, cid, tc, body.topic_count, bool(body.auto_commit),
                              reset, timeout, host=getattr(proto, "peer", "?"), channel=channel,
                              registered_at=now)
@@ -403,6 +405,11 @@ class CoordinatorService:
                  c=c.consumer_id, g=c.group_id, n=c.failed_pings, d=outcome.detail)
         if c.failed_pings > self.config.ping_max_failures:
             self.handle_consumer_failure(c, "ping")
+        else:
+            # Retry at once rather than at the next tick, so a consumer that stopped
+            # answering is failed about (max failures + 1) x 2/3 session timeouts after its
+            # first unanswered Ping, not later.
+            self._ping_due(c.key)
 
     def handle_consumer_failure(self, c: ConsumerRegistry, reason: str) -> None:
         """Seed §8 handleConsumerFailure: unschedule, close, remove, fail an ongoing rebalance

@@ -1,0 +1,272 @@
+"""The rebalance algorithm and handlers against a fake context on task.Clock: the seed's
+steps in order, isRebalanceNecessary, expiry, fast fail, retries with backoff, give-up, and a
+group pinned to one handler."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from twisted.internet import defer, task
+
+from broker_core.purgatory import Purgatory
+from coordinator import purgatories, rebalance
+from coordinator.assignor import RangeAssignor
+from coordinator.registry import ConsumerRegistry, Registries
+from coordinator.topic_count import parse
+
+
+def member(group, cid, streams=1, timeout_ms=3000):
+    text = json.dumps({"version": 1, "pattern": "static", "subscription": {"t": streams}})
+    return ConsumerRegistry(group, cid, parse(text), text, True, "smallest", timeout_ms)
+
+
+class FakeContext:
+    """A RebalanceContext: ZooKeeper is two dicts; consumers answer at once unless told
+    otherwise (``mute`` holds consumer ids that never answer)."""
+
+    def __init__(self, partitions=4):
+        self.clock = task.Clock()
+        self.assignor = RangeAssignor()
+        self.backoff_s = 1.0
+        self.max_retries = 3
+        self.partitions = {"t": list(range(partitions))}
+        self.owners: dict = {}
+        self.zk_offsets: dict = {}
+        self.events: list = []
+        self.mute: set[str] = set()
+        self.active = True
+        self.purgatory = Purgatory("test", self.clock)
+        self.finished: list = []
+        self.failures: list = []
+
+    def can_act(self):
+        return self.active
+
+    def known_topics(self):
+        return set(self.partitions)
+
+    async def read_partitions(self, topics):
+        return {t: ps for t, ps in self.partitions.items() if t in topics}
+
+    async def read_owners(self, group):
+        return dict(self.owners)
+
+    async def load_committed(self, group, tps):
+        for tp in tps:
+            if tp in self.zk_offsets:
+                group.note_committed(tp, self.zk_offsets[tp])
+
+    async def commit(self, group):
+        self.events.append(("commit", sorted(group.dirty)))
+        for tp in list(group.dirty):
+            self.zk_offsets[tp] = group.offsets[tp]
+            group.note_committed(tp, group.offsets[tp])
+
+    async def write_owners(self, group, new, old):
+        self.events.append(("owners", dict(new)))
+        self.owners = dict(new)
+
+    def _send(self, kind, m, body):
+        req: defer.Deferred = defer.Deferred()
+        self.events.append((kind, m.consumer_id))
+        d = purgatories.watch(self.purgatory, (kind, m.key), m.response_timeout_s, req)
+        if m.consumer_id not in self.mute:
+            req.callback(body)
+        return d
+
+    def send_stop(self, m):
+        offsets = [SimpleNamespace(topic=t, partition=p, offset=100 + p)
+                   for (t, p) in sorted(m.owned)]
+        if m.consumer_id not in self.mute:  # what the service does with the answer
+            self.group.record_offsets(m, [(o.topic, o.partition, o.offset) for o in offsets])
+            m.owned = {}
+        return self._send("stop", m, SimpleNamespace(error_code=0, offsets=offsets))
+
+    def send_start(self, m, generation, ownership):
+        self.events.append(("start_body", m.consumer_id, generation, ownership))
+        d = self._send("start", m, SimpleNamespace(error_code=0))
+        if m.consumer_id not in self.mute:
+            m.owned = {(p["topic"], p["partition"]): t["consumer_thread_id"]
+                       for t in ownership for p in t["partitions"]}
+            m.started = True
+        return d
+
+    def rebalance_finished(self, group, result, seconds):
+        self.finished.append((result, seconds))
+
+    def attempt_failed(self, group, reason):
+        self.failures.append(reason)
+
+
+def setup(n=2, partitions=4):
+    ctx = FakeContext(partitions)
+    r = Registries()
+    ms = [member("g", f"c{i}") for i in range(n)]
+    for m in ms:
+        g = r.add_member(m, 0.0)
+    ctx.group = g
+    return ctx, g, ms
+
+
+def run(ctx, g):
+    return defer.Deferred.fromCoroutine(rebalance.rebalance(ctx, g))
+
+
+def test_a_rebalance_stops_all_commits_starts_all_then_writes_owners():
+    ctx, g, (a, b) = setup()
+    ctx.zk_offsets[("t", 3)] = 7
+    d = run(ctx, g)
+    assert d.result == rebalance.COMPLETED
+    kinds = [e[0] for e in ctx.events if e[0] != "start_body"]
+    assert kinds == ["stop", "stop", "commit", "start", "start", "owners"]
+    assert ctx.owners == {("t", 0): "c0-0", ("t", 1): "c0-0", ("t", 2): "c1-0",
+                          ("t", 3): "c1-0"}
+    bodies = {e[1]: e[3] for e in ctx.events if e[0] == "start_body"}
+    # Offsets: the committed one where there is one, else -1 (auto_offset_reset).
+    assert bodies["c1"] == [{"consumer_thread_id": "c1-0", "partitions": [
+        {"topic": "t", "partition": 2, "offset": -1}, {"topic": "t", "partition": 3, "offset": 7}]}]
+    assert g.generation == 1 and a.started and b.started
+    assert ctx.finished == [(rebalance.COMPLETED, 0.0)]
+
+
+def test_nothing_is_sent_when_the_assignment_is_already_in_force():
+    ctx, g, _ = setup()
+    run(ctx, g)
+    ctx.events.clear()
+    d = run(ctx, g)
+    assert d.result == rebalance.UNNECESSARY
+    assert ctx.events == []
+    assert g.generation == 1
+
+
+def test_stop_fetcher_offsets_are_committed_before_start_fetcher():
+    ctx, g, (a, b) = setup()
+    run(ctx, g)
+    g.members.pop("c1")  # as the registry would after b failed
+    ctx.events.clear()
+    d = run(ctx, g)
+    assert d.result == rebalance.COMPLETED
+    commit = next(e for e in ctx.events if e[0] == "commit")
+    assert commit == ("commit", [("t", 0), ("t", 1)])  # a's StopFetcher offsets
+    body = next(e for e in ctx.events if e[0] == "start_body")
+    offsets = {p["partition"]: p["offset"] for t in body[3] for p in t["partitions"]}
+    assert offsets == {0: 100, 1: 101, 2: -1, 3: -1}
+
+
+def test_expired_stop_fetcher_fails_the_attempt_and_it_is_retried_after_the_backoff():
+    ctx, g, (a, b) = setup()
+    ctx.mute.add("c1")
+    d = run(ctx, g)
+    ctx.clock.advance(2.0)  # 2/3 of the 3 s session timeout: b's StopFetcher expires
+    assert not d.called
+    assert ctx.failures == ["stop_fetcher_expired"]
+    ctx.mute.clear()
+    ctx.clock.advance(0.99)
+    assert not d.called  # still backing off
+    ctx.clock.advance(0.01)
+    assert d.result == rebalance.COMPLETED
+    assert ctx.finished[0][0] == rebalance.COMPLETED and ctx.finished[0][1] == 3.0
+
+
+def test_a_rebalance_gives_up_after_max_retries():
+    ctx, g, _ = setup()
+    ctx.mute.add("c0")
+    d = run(ctx, g)
+    for _ in range(10):
+        ctx.clock.advance(1.0)
+    assert d.result == rebalance.FAILED
+    assert ctx.failures == ["stop_fetcher_expired"] * 3
+    assert g.rebalance_failures == 1
+    assert ctx.owners == {}  # nothing written for a failed rebalance
+
+
+def test_a_closed_channel_fails_fast_and_a_newer_request_takes_over():
+    ctx, g, (a, b) = setup()
+    pending: list[defer.Deferred] = []
+    ctx.send_stop = lambda m: pending.append(defer.Deferred()) or purgatories.watch(
+        ctx.purgatory, m.key, m.response_timeout_s, pending[-1])
+    d = run(ctx, g)
+    assert len(pending) == 2 and not d.called
+    g.rebalance_initiated = True  # the failure handler asked for a new rebalance
+    pending[1].errback(ConnectionError("closed"))  # b's channel closed
+    ctx.clock.advance(0)  # one reactor turn for the failure handler
+    assert d.result == rebalance.ABANDONED  # no backoff wait, no retry
+    assert ctx.failures == ["stop_fetcher_lost"]
+
+
+def test_a_resigned_coordinator_abandons():
+    ctx, g, _ = setup()
+    ctx.active = False
+    assert run(ctx, g).result == rebalance.ABANDONED
+    assert ctx.events == []
+
+
+def test_an_emptied_group_has_its_owners_removed():
+    ctx, g, (a, b) = setup()
+    run(ctx, g)
+    g.members.clear()
+    assert run(ctx, g).result == rebalance.UNNECESSARY
+    assert ctx.owners == {}
+
+
+def test_rebalance_reasons():
+    a, b = member("g", "a"), member("g", "b")
+    assignment = {("t", 0): "a-0", ("t", 1): "b-0"}
+    assert "not been started" in rebalance.rebalance_reason(assignment, assignment, [a, b])
+    a.started = b.started = True
+    assert "no owners" in rebalance.rebalance_reason(assignment, {}, [a, b])
+    assert "not owned" in rebalance.rebalance_reason(assignment, {("t", 0): "a-0"}, [a, b])
+    stale = {**assignment, ("t", 9): "a-0"}
+    assert "stale" in rebalance.rebalance_reason(assignment, stale, [a, b])
+    swapped = {("t", 0): "b-0", ("t", 1): "a-0"}
+    assert "differs" in rebalance.rebalance_reason(assignment, swapped, [a, b])
+    assert "acknowledged" in rebalance.rebalance_reason(assignment, assignment, [a, b])
+    a.owned, b.owned = {("t", 0): "a-0"}, {("t", 1): "b-0"}
+    assert rebalance.rebalance_reason(assignment, assignment, [a, b]) is None
+
+
+def test_thread_owner_and_ownership_for():
+    assert rebalance.thread_owner("consumer-1-12") == "consumer-1"
+    assert rebalance.thread_owner("plain") == "plain"
+    m = member("g", "c-1", streams=2)
+    out = rebalance.ownership_for(m, {("t", 0): "c-1-0", ("t", 1): "c-1-1", ("t", 2): "c-10-0"},
+                                  lambda tp: tp[1] * 10)
+    assert out == [{"consumer_thread_id": "c-1-0", "partitions": [
+                       {"topic": "t", "partition": 0, "offset": 0}]},
+                   {"consumer_thread_id": "c-1-1", "partitions": [
+                       {"topic": "t", "partition": 1, "offset": 10}]}]
+
+
+def test_handlers_pin_a_busy_group_and_spread_the_others():
+    r = Registries()
+    for gid in ("g1", "g2", "g3"):
+        r.add_member(member(gid, "a"), 0.0)
+    gates: dict[str, list[defer.Deferred]] = {}
+    order: list[str] = []
+
+    async def run_one(group):
+        order.append(group.group_id)
+        d: defer.Deferred = defer.Deferred()
+        gates.setdefault(group.group_id, []).append(d)
+        await d
+
+    h = rebalance.RebalanceHandlers(2, r.groups.get, run_one)
+    g1, g2, g3 = (r.groups[x] for x in ("g1", "g2", "g3"))
+    for g in (g1, g2, g3):
+        g.rebalance_initiated = True
+        h.submit(g)
+    assert (g1.curr_rebalancer, g2.curr_rebalancer, g3.curr_rebalancer) == (0, 1, 0)
+    assert order == ["g1", "g2"]  # two handlers run concurrently; g3 waits behind g1
+    # A new request for g1 while it runs goes to the same handler, after g3.
+    g1.rebalance_initiated = True
+    assert h.submit(g1) == 0
+    gates["g1"][0].callback(None)
+    assert order == ["g1", "g2", "g3"]
+    assert g1.curr_rebalancer == 0  # still pinned: work queued
+    gates["g3"][0].callback(None)
+    assert order == ["g1", "g2", "g3", "g1"]
+    gates["g1"][1].callback(None)
+    gates["g2"][0].callback(None)
+    assert g1.curr_rebalancer is None and g2.curr_rebalancer is None
+    assert not any(x.queue for x in h.handlers)

@@ -1,0 +1,406 @@
+"""The coordinator service on task.Clock with an in-memory store and fake channels: request
+checks, Ping scheduling and expiry, failure handling, the initial rebalance delay, SUSPENDED,
+fencing and offset commits. No network, no ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client import CollectorRegistry
+from twisted.internet import defer, task
+
+from broker_core.metadata import (
+    BadVersion,
+    Check,
+    Create,
+    Delete,
+    NodeExists,
+    NoNode,
+    SessionState,
+    SetData,
+    Stat,
+    TransactionFailed,
+)
+from broker_core.metrics import BrokerMetrics
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import ErrorCode
+from broker_core.zk import paths
+from coordinator import rebalance
+from coordinator.service import CoordinatorConfig, CoordinatorService
+
+
+class MemoryStore:
+    """Just enough of IMetadataStore for the service: nodes with versions, multi with checks,
+    watches called now and on change (synchronously)."""
+
+    def __init__(self):
+        self.nodes: dict[str, tuple[bytes, int]] = {"/": (b"", 0)}
+        self.watches: list = []
+        self.listeners: list = []
+        self.multis = 0
+
+    def _parent(self, path):
+        return path.rsplit("/", 1)[0] or "/"
+
+    def _children(self, path):
+        prefix = path.rstrip("/") + "/"
+        return sorted({p[len(prefix):].split("/")[0] for p in self.nodes
+                       if p.startswith(prefix) and p != path})
+
+    def _fire(self):
+        for kind, path, cb in list(self.watches):
+            if kind == "data":
+                v = self.nodes.get(path)
+                cb(v[0] if v else None, Stat(v[1], 0) if v else None)
+            else:
+                cb(self._children(path) if path in self.nodes else None)
+
+    def get(self, path):
+        if path not in self.nodes:
+            return defer.fail(NoNode(path))
+        data, version = self.nodes[path]
+        return defer.succeed((data, Stat(version, 0)))
+
+    def get_many(self, ps):
+        return defer.succeed([(self.nodes[p][0], Stat(self.nodes[p][1], 0))
+                              if p in self.nodes else None for p in ps])
+
+    def get_children(self, path):
+        if path not in self.nodes:
+            return defer.fail(NoNode(path))
+        return defer.succeed(self._children(path))
+
+    def ensure_path(self, path):
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            self.nodes.setdefault("/" + "/".join(parts[:i]), (b"", 0))
+        return defer.succeed(None)
+
+    def create(self, path, value=b"", ephemeral=False, sequence=False, makepath=False):
+        if makepath:
+            self.ensure_path(self._parent(path))
+        return self.multi([Create(path, value)])
+
+    def set(self, path, value, version=-1):
+        return self.multi([SetData(path, value, version)])
+
+    def delete(self, path, version=-1, recursive=False):
+        return self.multi([Delete(path, version)])
+
+    def multi(self, ops):
+        self.multis += 1
+        nodes = dict(self.nodes)
+        results = []
+        failed = False
+        for op in ops:
+            err = None
+            if isinstance(op, Check):
+                if op.path not in nodes or nodes[op.path][1] != op.version:
+                    err = BadVersion(op.path)
+            elif isinstance(op, Create):
+                if op.path in nodes:
+                    err = NodeExists(op.path)
+                elif self._parent(op.path) not in nodes:
+                    err = NoNode(op.path)
+                else:
+                    nodes[op.path] = (op.value, 0)
+            elif isinstance(op, SetData):
+                if op.path not in nodes:
+                    err = NoNode(op.path)
+                elif op.version >= 0 and nodes[op.path][1] != op.version:
+                    err = BadVersion(op.path)
+                else:
+                    nodes[op.path] = (op.value, nodes[op.path][1] + 1)
+            elif isinstance(op, Delete):
+                if op.path not in nodes:
+                    err = NoNode(op.path)
+                else:
+                    del nodes[op.path]
+            results.append(err)
+            failed = failed or err is not None
+        if failed:
+            return defer.fail(TransactionFailed(results))
+        self.nodes = nodes
+        self._fire()
+        return defer.succeed(results)
+
+    def watch_data(self, path, cb):
+        return self._watch("data", path, cb)
+
+    def watch_children(self, path, cb):
+        return self._watch("children", path, cb)
+
+    def _watch(self, kind, path, cb):
+        entry = (kind, path, cb)
+        self.watches.append(entry)
+        if kind == "data":
+            v = self.nodes.get(path)
+            cb(v[0] if v else None, None)
+        else:
+            cb(self._children(path) if path in self.nodes else None)
+        return SimpleNamespace(cancel=lambda: entry in self.watches and self.watches.remove(entry))
+
+    def add_state_listener(self, cb):
+        self.listeners.append(cb)
+
+    def remove_state_listener(self, cb):
+        if cb in self.listeners:
+            self.listeners.remove(cb)
+
+    def state(self, s):
+        for cb in list(self.listeners):
+            cb(s)
+
+
+class FakeChannel:
+    """Records requests; the test answers them (or not)."""
+
+    def __init__(self):
+        self.sent: list[tuple[int, dict, defer.Deferred]] = []
+        self.closed = False
+        self._lost: list = []
+
+    def request(self, api_key, version, body):
+        if self.closed:
+            return defer.fail(ConnectionError("closed"))
+        d: defer.Deferred = defer.Deferred()
+        self.sent.append((api_key, body, d))
+        return d
+
+    def on_lost(self, cb):
+        self._lost.append(cb)
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            for _, _, d in self.sent:
+                if not d.called:
+                    d.errback(ConnectionError("closed"))
+            for cb in self._lost:
+                cb()
+
+    def pending(self, api_key):
+        return [(b, d) for k, b, d in self.sent if k == api_key and not d.called]
+
+
+class FakeProto:
+    peer = "127.0.0.1:5555"
+
+    def attach_channel(self, ch):
+        self.channel = ch
+
+
+def make(**overrides):
+    clock = task.Clock()
+    store = MemoryStore()
+    store.ensure_path(paths.CONSUMERS)
+    store.ensure_path(paths.TOPICS)
+    store.nodes[paths.topic("t")] = (paths.TopicAssignment({0: [1], 1: [1]}).to_bytes(), 0)
+    cfg = CoordinatorConfig(**{"min_session_timeout_ms": 300, "initial_rebalance_delay_ms": 0,
+                               "rebalance_backoff_ms": 100, **overrides})
+    metrics = BrokerMetrics(CollectorRegistry())
+    svc = CoordinatorService(1, store, clock=clock, config=cfg, metrics=metrics,
+                             channel_factory=FakeChannel,
+                             brokers=lambda: [SimpleNamespace(id=1, host="h", port=9)])
+    svc.start()  # elected at once: the store is synchronous
+    assert svc.active
+    return clock, store, svc
+
+
+def register(svc, cid, group="g", sub=None, timeout=3000, **fields):
+    body = SimpleNamespace(group_id=group, consumer_id=cid,
+                           topic_count=json.dumps({"subscription": sub or {"t": 1}}),
+                           auto_commit=True, auto_offset_reset="smallest",
+                           session_timeout_ms=timeout)
+    for k, v in fields.items():
+        setattr(body, k, v)
+    proto = FakeProto()
+    resp = svc.register_consumer(None, body, proto)
+    return resp, getattr(proto, "channel", None)
+
+
+def answer_all(ch, offsets=None):
+    """Answer every pending request on ``ch`` successfully."""
+    for key, _body, d in list(ch.sent):
+        if d.called:
+            continue
+        if key == ApiKey.PING:
+            d.callback(SimpleNamespace(error_code=0, offsets=offsets))
+        elif key == ApiKey.STOP_FETCHER:
+            d.callback(SimpleNamespace(error_code=0, offsets=offsets))
+        else:
+            d.callback(SimpleNamespace(error_code=0))
+
+
+def test_registration_checks():
+    clock, store, svc = make()
+    assert register(svc, "a")[0]["error_code"] == 0
+    cases = [
+        (dict(cid="a"), ErrorCode.DUPLICATE_CONSUMER_ID),
+        (dict(cid="b", timeout=100), ErrorCode.INVALID_SESSION_TIMEOUT),
+        (dict(cid="b", timeout=10**9), ErrorCode.INVALID_SESSION_TIMEOUT),
+        (dict(cid="b", topic_count="nope"), ErrorCode.INVALID_TOPIC_COUNT),
+        (dict(cid="b", group="a/b"), ErrorCode.INVALID_GROUP_ID),
+        (dict(cid="b", group="coordinator_epoch"), ErrorCode.INVALID_GROUP_ID),
+        (dict(cid=""), ErrorCode.INVALID_REQUEST),
+        (dict(cid="b", auto_offset_reset="sometimes"), ErrorCode.INVALID_REQUEST),
+    ]
+    for kw, code in cases:
+        resp, ch = register(svc, **kw)
+        assert resp["error_code"] == code, kw
+        assert resp["error_message"] and ch is None
+    assert list(svc.registries.groups["g"].members) == ["a"]
+
+
+def test_ping_every_third_of_the_session_timeout_and_offsets_only_for_owned_partitions():
+    clock, store, svc = make()
+    _, ch = register(svc, "a", timeout=3000)
+    answer_all(ch)  # StopFetcher / StartFetcher of the first rebalance
+    answer_all(ch)
+    c = svc.registries.member("g", "a")
+    assert c.started and set(c.owned) == {("t", 0), ("t", 1)}
+    sent_before = len(ch.pending(ApiKey.PING))
+    clock.advance(1.0)
+    pings = ch.pending(ApiKey.PING)
+    assert len(pings) == sent_before + 1
+    assert pings[-1][0] == {"consumer_id": "a", "num_retries": 0}
+    clock.advance(0.5)
+    offsets = [SimpleNamespace(topic="t", partition=0, offset=9),
+               SimpleNamespace(topic="t", partition=7, offset=9)]
+    pings[-1][1].callback(SimpleNamespace(error_code=0, offsets=offsets))
+    g = svc.registries.groups["g"]
+    assert g.offsets == {("t", 0): 9} and g.dirty == {("t", 0)}
+    assert svc.metrics.coordinator_ping_rtt_seconds._sum.get() == pytest.approx(0.5)
+    # No new Ping while one is outstanding.
+    clock.advance(1.0)
+    assert len(ch.pending(ApiKey.PING)) == 1
+    ch.pending(ApiKey.PING)[0][1].callback(SimpleNamespace(error_code=0, offsets=None))
+    clock.advance(1.0)
+    assert len(ch.pending(ApiKey.PING)) == 1
+
+
+def test_a_silent_consumer_is_failed_after_its_pings_expire_and_the_rest_rebalanced():
+    clock, store, svc = make()
+    _, a = register(svc, "a", timeout=3000)
+    _, b = register(svc, "b", timeout=3000)
+    for _ in range(2):
+        answer_all(a)
+        answer_all(b)
+    assert svc.registries.groups["g"].generation == 1
+    # From now on b never answers; a always does. b's first Ping (t=1) expires at t=3, the
+    # retry sent then expires at t=5: b is failed.
+    for _ in range(11):
+        clock.advance(0.5)
+        answer_all(a)
+    c = svc.registries.member("g", "b")
+    assert c is None, "b should have been failed"
+    assert b.closed
+    assert svc.metrics.coordinator_failed_pings_total._value.get() == 2
+    assert svc.metrics.coordinator_expired_members_total.labels(reason="ping")._value.get() == 1
+    answer_all(a)
+    answer_all(a)
+    m = svc.registries.member("g", "a")
+    assert set(m.owned) == {("t", 0), ("t", 1)}
+    assert svc.registries.groups["g"].generation == 2
+    owners = {p: store.nodes[paths.consumer_owner("g", "t", p)][0] for p in (0, 1)}
+    assert owners == {0: b"a-0", 1: b"a-0"}
+
+
+def test_a_closed_channel_during_a_rebalance_fails_it_fast():
+    clock, store, svc = make(initial_rebalance_delay_ms=500)
+    _, a = register(svc, "a")
+    _, b = register(svc, "b")
+    clock.advance(0.5)
+    assert len(a.pending(ApiKey.STOP_FETCHER)) == 1
+    answer_all(a)
+    b.close()  # b goes away with its StopFetcher unanswered
+    assert svc.registries.member("g", "b") is None
+    clock.advance(0)  # one reactor turn, not the 0.1 s backoff
+    # The queued rebalance with only a runs now: a gets a StopFetcher again, no 2 s wait.
+    assert len(a.pending(ApiKey.STOP_FETCHER)) == 1
+    answer_all(a)
+    answer_all(a)
+    assert set(svc.registries.member("g", "a").owned) == {("t", 0), ("t", 1)}
+
+
+def test_members_joining_within_the_initial_delay_cost_one_rebalance():
+    clock, store, svc = make(initial_rebalance_delay_ms=3000)
+    _, a = register(svc, "a")
+    clock.advance(1.0)
+    _, b = register(svc, "b")
+    clock.advance(1.9)
+    assert a.pending(ApiKey.STOP_FETCHER) == [] and b.pending(ApiKey.STOP_FETCHER) == []
+    clock.advance(0.1)
+    assert len(a.pending(ApiKey.STOP_FETCHER)) == 1 and len(b.pending(ApiKey.STOP_FETCHER)) == 1
+
+
+def test_while_suspended_nothing_is_pinged_nor_failed():
+    clock, store, svc = make()
+    _, a = register(svc, "a", timeout=3000)
+    answer_all(a)
+    answer_all(a)
+    store.state(SessionState.SUSPENDED)
+    assert not svc.can_act()
+    clock.advance(1.0)
+    assert a.pending(ApiKey.PING) == []
+    resp, _ = register(svc, "b")
+    assert resp["error_code"] == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    store.state(SessionState.CONNECTED)
+    clock.advance(1.0)
+    assert len(a.pending(ApiKey.PING)) == 1
+
+
+def test_session_loss_clears_everything_and_closes_channels():
+    clock, store, svc = make()
+    _, a = register(svc, "a")
+    store.state(SessionState.LOST)
+    assert not svc.active and a.closed
+    assert svc.registries.groups == {}
+    assert svc.metrics.coordinator_expired_members_total.labels(
+        reason="disconnect")._value.get() == 0  # resigning fails nobody
+
+
+def test_fenced_writes_fail_after_the_epoch_moves_and_the_coordinator_steps_down():
+    clock, store, svc = make()
+    data, version = store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH]
+    store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH] = (b"99", version + 1)
+    d = defer.Deferred.fromCoroutine(svc.fenced([Create("/consumers/x", b"1")]))
+    f = d.result
+    d.addErrback(lambda _: None)
+    assert isinstance(f.value, rebalance.NotCoordinator)
+    assert "/consumers/x" not in store.nodes
+    # It resigned, deleted its seat, and won a fresh election at once (synchronous store).
+    assert svc.active and int(store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH][0]) == 100
+
+
+def test_the_committer_writes_only_changed_offsets_in_batches():
+    clock, store, svc = make(offsets_commit_interval_ms=1000)
+    _, a = register(svc, "a")
+    answer_all(a)
+    answer_all(a)
+    g = svc.registries.groups["g"]
+    m = svc.registries.member("g", "a")
+    g.record_offsets(m, [("t", 0, 5), ("t", 1, 6)])
+    clock.advance(1.0)
+    assert store.nodes[paths.consumer_offset("g", "t", 0)][0] == b"5"
+    assert not g.dirty
+    before = store.multis
+    clock.advance(1.0)
+    assert store.multis == before  # nothing changed: nothing written
+    g.record_offsets(m, [("t", 1, 8)])
+    clock.advance(1.0)
+    assert store.nodes[paths.consumer_offset("g", "t", 1)][0] == b"8"
+    assert store.multis == before + 1
+
+
+def test_describe_and_cluster_metadata():
+    clock, store, svc = make()
+    _, a = register(svc, "a")
+    md = svc.cluster_metadata(None, None)
+    assert md["coordinator_id"] == 1 and md["brokers"] == [{"node_id": 1, "host": "h", "port": 9}]
+    out = svc.describe_consumer_groups(None, SimpleNamespace(groups=None))
+    (g,) = out["groups"]
+    assert g["group_id"] == "g" and g["state"] == "rebalancing"
+    assert g["members"][0]["consumer_id"] == "a"

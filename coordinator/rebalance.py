@@ -138,10 +138,19 @@ def rebalance_reason(assignment: Mapping[TopicPartition, str],
     return None
 
 
+def by_member(assignment: Mapping[TopicPartition, str]) -> dict[str, dict[TopicPartition, str]]:
+    """The assignment split per consumer id, in one pass (a 1,000-member group must not scan
+    the whole assignment once per member)."""
+    out: dict[str, dict[TopicPartition, str]] = {}
+    for tp, thread in assignment.items():
+        out.setdefault(thread_owner(thread), {})[tp] = thread
+    return out
+
+
 def ownership_for(member: ConsumerRegistry, assignment: Mapping[TopicPartition, str],
                   offset_of: Callable[[TopicPartition], int]) -> list[dict]:
-    """The StartFetcher ``ownership`` of one member: each of its threads with its partitions
-    and start offsets (every thread listed, even one without partitions)."""
+    """The StartFetcher ``ownership`` of one member from its share of the assignment (or from
+    the whole assignment, filtered): its threads with their partitions and start offsets."""
     by_thread: dict[str, list[dict]] = {}
     for tp, thread in sorted(assignment.items()):
         if thread_owner(thread) == member.consumer_id:
@@ -218,8 +227,9 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
     # START
     generation = group.generation + 1
     starts = []
+    shares = by_member(assignment)
     for m in members:
-        ownership = ownership_for(m, assignment, group.start_offset)
+        ownership = ownership_for(m, shares.get(m.consumer_id, {}), group.start_offset)
         starts.append((m, ctx.send_start(m, generation, ownership)))
     await wait_all(starts, "start_fetcher")
     _check(ctx, group)

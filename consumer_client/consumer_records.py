@@ -124,56 +124,96 @@ def decode_chunk(topic: str, partition: int, data: bytes | memoryview, fetch_off
     return out
 
 
+def _uvarint(raw: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned varint of three bytes or more (the record loop reads shorter ones inline)."""
+    shift = result = 0
+    while True:
+        b = raw[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordBatch("varint longer than 10 bytes in a record")
+
+
 def _records(raw: bytes, count: int, base: int, base_ts: int, append_ts: int | None,
              topic: str, partition: int, start: int, out: list[Message]) -> None:
+    # Each varint below is read inline for one and two bytes (lengths and deltas under 8 KiB,
+    # i.e. nearly all), with a call only for longer ones; v is the zig-zag encoded value.
     new = tuple.__new__
     cls = Message
     ts_type = 0 if append_ts is None else 1
     append = out.append
-    varint = _varint
+    uvarint = _uvarint
     pos = 0
     for _ in range(count):
-        b = raw[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
+        v = raw[pos]
+        if v < 0x80:
             pos += 1
         else:
-            length, pos = varint(raw, pos)
-        end = pos + length
+            b = raw[pos + 1]
+            if b < 0x80:
+                v = (v & 0x7F) | (b << 7)
+                pos += 2
+            else:
+                v, pos = uvarint(raw, pos)
+        end = pos + ((v >> 1) ^ -(v & 1))
         pos += 1  # record attributes (unused in v2)
-        b = raw[pos]
-        if b < 0x80:
-            ts_delta = (b >> 1) ^ -(b & 1)
+        v = raw[pos]
+        if v < 0x80:
             pos += 1
         else:
-            ts_delta, pos = varint(raw, pos)
-        b = raw[pos]
-        if b < 0x80:
-            off_delta = (b >> 1) ^ -(b & 1)
+            b = raw[pos + 1]
+            if b < 0x80:
+                v = (v & 0x7F) | (b << 7)
+                pos += 2
+            else:
+                v, pos = uvarint(raw, pos)
+        ts_delta = (v >> 1) ^ -(v & 1)
+        v = raw[pos]
+        if v < 0x80:
             pos += 1
         else:
-            off_delta, pos = varint(raw, pos)
-        b = raw[pos]
-        if b == 1:  # zig-zag -1: null key, the common case
+            b = raw[pos + 1]
+            if b < 0x80:
+                v = (v & 0x7F) | (b << 7)
+                pos += 2
+            else:
+                v, pos = uvarint(raw, pos)
+        offset = base + ((v >> 1) ^ -(v & 1))
+        v = raw[pos]
+        if v == 1:  # zig-zag -1: a null key, the common case
             key = None
             pos += 1
         else:
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
+            if v < 0x80:
                 pos += 1
             else:
-                n, pos = varint(raw, pos)
+                b = raw[pos + 1]
+                if b < 0x80:
+                    v = (v & 0x7F) | (b << 7)
+                    pos += 2
+                else:
+                    v, pos = uvarint(raw, pos)
+            n = (v >> 1) ^ -(v & 1)
             if n < 0:
                 key = None
             else:
                 key = raw[pos:pos + n]
                 pos += n
-        b = raw[pos]
-        if b < 0x80:
-            n = (b >> 1) ^ -(b & 1)
+        v = raw[pos]
+        if v < 0x80:
             pos += 1
         else:
-            n, pos = varint(raw, pos)
+            b = raw[pos + 1]
+            if b < 0x80:
+                v = (v & 0x7F) | (b << 7)
+                pos += 2
+            else:
+                v, pos = uvarint(raw, pos)
+        n = (v >> 1) ^ -(v & 1)
         if n < 0:
             value = None
         else:
@@ -186,8 +226,7 @@ def _records(raw: bytes, count: int, base: int, base_ts: int, append_ts: int | N
             headers, pos = _headers(raw, pos)
         if pos != end:
             raise CorruptRecordBatch(f"record length does not match its fields at offset "
-                                     f"{base + off_delta}")
-        offset = base + off_delta
+                                     f"{offset}")
         if offset >= start:
             append(new(cls, (topic, partition, offset, key, value,
                              base_ts + ts_delta if append_ts is None else append_ts, ts_type,

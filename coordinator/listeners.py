@@ -3,8 +3,8 @@
 A children watch on ``/brokers/topics`` reports new (and deleted) topics; a data watch on each
 ``/brokers/topics/[topic]`` reports its partition count (Sluice keeps a topic's partitions in
 that znode's assignment, so a partition added through the controller changes its data). The
-callbacks run on the reactor; the first report of each watch only records what exists, later
-ones call ``on_topics(new, deleted)`` and ``on_partitions(topic)``.
+callbacks run on the reactor and call ``on_topics(new, deleted)`` (the first report included)
+and ``on_partitions(topic)`` (from a topic's second report on: its first only records the count).
 """
 
 from __future__ import annotations
@@ -63,9 +63,10 @@ class TopicListeners:
         for t in sorted(new):
             self._topic_watches[t] = self.store.watch_data(
                 paths.topic(t), lambda data, stat, t=t: self._topic_data(t, data))
-        first = not self._loaded
+        # The first report is reported too: a group that registered between the election and
+        # this first read may have computed its topics without them (wildcards).
         self._loaded = True
-        if not first and (new or deleted):
+        if new or deleted:
             self.on_topics(new, deleted)
 
     def _topic_data(self, topic: str, data: bytes | None) -> None:

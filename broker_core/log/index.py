@@ -14,8 +14,15 @@ lies at or after the last entry whose ``timestamp < T`` — and before the entry
 Both indexes can always be rebuilt from the segment's batches, which recovery does; a file that
 fails the checks in :meth:`OffsetIndex.load` / :meth:`TimeIndex.load` is rebuilt, never trusted.
 
-Threading: owned by the segment's thread; :meth:`_IndexFile.dup_fd` may be called from another
-thread (under the segment's lock) to fsync a duplicate descriptor.
+In memory and on disk: the in-memory entries are the truth while the broker runs. No descriptor
+is held: new entries wait (encoded) in memory and :meth:`_IndexFile.persist` writes them in one
+batch, opening the file for that write only — at a flush, a roll, a truncation and a clean close
+(the segment decides when). So the file always holds a *prefix* of the in-memory entries (never
+an entry they do not have: a truncation cuts the file before new entries can be written), which
+:meth:`OffsetIndex.load` accepts as it is — the batches after the last entry are walked anyway.
+
+Threading: owned by the segment's thread; :meth:`_IndexFile.persist` may run on a flush thread.
+The segment serialises both with its lock.
 """
 
 from __future__ import annotations
@@ -30,45 +37,105 @@ _offset_entry = struct.Struct(">ii")
 _time_entry = struct.Struct(">qi")
 
 
+def _read_file(path: Path) -> bytes:
+    """The whole file; empty if it does not exist (a missing index is rebuilt like a bad one)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return b""
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+
+
 class _IndexFile:
-    """An index file written with ``pwrite`` at ``entries * entry_size``: the file always holds
-    exactly the in-memory entries (after a write error, the file is cut back)."""
+    """The file behind an index, opened only to be written.
+
+    Invariant: the file's first ``written`` entries are the first ``written`` in-memory entries
+    and ``pending`` holds the encoded entries after them; when ``stale`` is False the file holds
+    nothing else (when True it may hold bytes past ``written`` entries — left by an earlier run
+    or a truncation — which the next :meth:`persist` cuts off).
+    """
 
     def __init__(self, path: Path, entry_size: int) -> None:
         self.path = path
         self.entry_size = entry_size
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.written = 0
+        self.pending = bytearray()
+        self.stale = True  # unknown until loaded or written
 
     def read_all(self) -> bytes:
-        size = os.fstat(self.fd).st_size
-        return os.pread(self.fd, size, 0)
+        return _read_file(self.path)
 
-    def write_at(self, entry_index: int, data: bytes) -> None:
-        pos = entry_index * self.entry_size
-        view = memoryview(data)
-        done = 0
-        try:
-            while done < len(data):
-                done += os.pwrite(self.fd, view[done:], pos + done)
-        except OSError:
-            os.ftruncate(self.fd, pos)
-            raise
+    def loaded(self, entries: int) -> None:
+        """The file was read and holds exactly ``entries`` entries, all kept in memory."""
+        self.written = entries
+        self.pending = bytearray()
+        self.stale = False
+
+    def add(self, encoded: bytes | bytearray) -> None:
+        self.pending += encoded
 
     def cut(self, entries: int) -> None:
-        os.ftruncate(self.fd, entries * self.entry_size)
+        """Forget in-memory entries from ``entries`` on; the file is cut at the next persist."""
+        if entries < self.written:
+            self.written = entries
+            self.pending = bytearray()
+            self.stale = True
+        else:
+            del self.pending[(entries - self.written) * self.entry_size:]
 
-    def dup_fd(self) -> int:
-        return os.dup(self.fd)
+    @property
+    def dirty(self) -> bool:
+        return bool(self.pending) or self.stale
 
-    def close(self) -> None:
-        os.close(self.fd)
+    def persist(self, *, keep_open: bool = False) -> int | None:
+        """Make the file hold exactly the in-memory entries: cut what it must not hold, write the
+        pending entries with ``pwrite``. Opens the file for this only; with ``keep_open`` the
+        descriptor is returned (for an fsync: the caller closes it), else closed.
+
+        On a write error the file is cut back to the entries written before, so it never ends
+        in a partial entry, and the entries stay pending."""
+        if not keep_open and not self.dirty:
+            return None
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            start = self.written * self.entry_size
+            if self.stale:
+                os.ftruncate(fd, start)
+                self.stale = False
+            if self.pending:
+                data = self.pending
+                view = memoryview(data)
+                done = 0
+                try:
+                    while done < len(data):
+                        done += os.pwrite(fd, view[done:], start + done)
+                except OSError:
+                    self.stale = True
+                    os.ftruncate(fd, start)
+                    self.stale = False
+                    raise
+                finally:
+                    view.release()
+                self.written += len(data) // self.entry_size
+                self.pending = bytearray()
+        except BaseException:
+            os.close(fd)
+            raise
+        if keep_open:
+            return fd
+        os.close(fd)
+        return None
 
 
 class OffsetIndex:
     """Sparse offset index of one segment (see the module docstring).
 
-    Invariant: ``offsets`` and ``positions`` are strictly increasing, equally long, and equal to
-    the file's entries; ``offsets[0] >= base_offset``.
+    Invariant: ``offsets`` and ``positions`` are strictly increasing and equally long;
+    ``offsets[0] >= base_offset``; the file holds a prefix of them (see :class:`_IndexFile`).
     """
 
     def __init__(self, path: Path, base_offset: int) -> None:
@@ -87,6 +154,7 @@ class OffsetIndex:
         raw = self.file.read_all()
         self.offsets = array("q")
         self.positions = array("q")
+        self.file.cut(0)
         if len(raw) % _offset_entry.size:
             return False
         last_rel = last_pos = -1
@@ -102,14 +170,16 @@ class OffsetIndex:
             self.offsets = array("q")
             self.positions = array("q")
             return False
+        self.file.loaded(len(self.offsets))
         return True
 
     def encode(self, offset: int, position: int) -> bytes:
         return _offset_entry.pack(offset - self.base_offset, position)
 
-    def add(self, entries: list[tuple[int, int]], encoded: bytes) -> None:
-        """Append ``(offset, position)`` entries (already encoded into ``encoded``)."""
-        self.file.write_at(len(self.offsets), encoded)
+    def add(self, entries: list[tuple[int, int]], encoded: bytes | bytearray) -> None:
+        """Append ``(offset, position)`` entries (already encoded into ``encoded``); the file gets
+        them at the next :meth:`_IndexFile.persist`."""
+        self.file.add(encoded)
         for offset, position in entries:
             self.offsets.append(offset)
             self.positions.append(position)
@@ -144,7 +214,7 @@ class TimeIndex:
     docstring).
 
     Invariant: ``timestamps`` never decreases and has one entry per offset-index entry, with the
-    same relative offset; the file holds exactly these entries.
+    same relative offset; the file holds a prefix of them (see :class:`_IndexFile`).
     """
 
     def __init__(self, path: Path, base_offset: int) -> None:
@@ -160,6 +230,7 @@ class TimeIndex:
         index's entries) one for one and its timestamps never decrease."""
         raw = self.file.read_all()
         self.timestamps = array("q")
+        self.file.cut(0)
         if len(raw) != len(offsets) * _time_entry.size:
             return False
         last = -1
@@ -169,13 +240,14 @@ class TimeIndex:
                 return False
             self.timestamps.append(ts)
             last = ts
+        self.file.loaded(len(self.timestamps))
         return True
 
     def encode(self, timestamp: int, offset: int) -> bytes:
         return _time_entry.pack(timestamp, offset - self.base_offset)
 
-    def add(self, timestamps: list[int], encoded: bytes) -> None:
-        self.file.write_at(len(self.timestamps), encoded)
+    def add(self, timestamps: list[int], encoded: bytes | bytearray) -> None:
+        self.file.add(encoded)
         self.timestamps.extend(timestamps)
 
     def first_candidate(self, timestamp_ms: int) -> int:

@@ -12,10 +12,15 @@ Invariants:
   and cuts a torn or corrupt tail, so no torn batch is ever served or replicated;
 - everything below ``recovery_point`` has been fsynced.
 
+Open files: the active segment's ``.log`` stays open; rolled segments' ``.log`` files are opened
+on demand through the :class:`~broker_core.log.open_segments.OpenSegments` LRU (shared by the
+logs of a manager); index files are opened only to write the entries they lack (at a roll,
+truncation, flush and clean close).
+
 Threading: every method runs on one thread (the reactor) except :meth:`Log.flush`, which the
 broker runs on an IO thread while appends continue. ``_lock`` guards the segment list, the
 recovery point and the truncation counter, and is only ever held briefly — never across an
-fsync — so an append never waits for a disk flush.
+fsync or a file open — so an append never waits for a disk flush.
 """
 
 from __future__ import annotations
@@ -33,11 +38,11 @@ from broker_core.log.checkpoints import TMP_SUFFIX, CheckpointError, fsync_dir
 from broker_core.log.config import INT32_MAX, LogConfig
 from broker_core.log.leader_epoch import FILE_NAME as EPOCH_FILE_NAME
 from broker_core.log.leader_epoch import LeaderEpochFile
+from broker_core.log.open_segments import OpenSegments
 from broker_core.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
-    BatchScan,
     Segment,
 )
 from broker_core.wire.records import (
@@ -165,8 +170,11 @@ def whole_batches_length(data: bytes | bytearray | memoryview) -> int:
 class Log:
     """See the module docstring. Build one with :meth:`Log.open`."""
 
-    def __init__(self, directory: Path, config: LogConfig, time_ms: Callable[[], int]) -> None:
+    def __init__(self, directory: Path, config: LogConfig, time_ms: Callable[[], int],
+                 open_segments: OpenSegments | None = None) -> None:
         self.directory = directory
+        # Shared with the manager's other logs; a log opened on its own gets its own.
+        self.open_segments = open_segments if open_segments is not None else OpenSegments()
         self.topic, self.partition = parse_dir_name(directory.name)
         self.config = config
         self.time_ms = time_ms
@@ -189,7 +197,7 @@ class Log:
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, time_ms: Callable[[], int],
              recovery_point: int = 0, log_start_offset: int = 0,
-             clean_shutdown: bool = True) -> Log:
+             clean_shutdown: bool = True, open_segments: OpenSegments | None = None) -> Log:
         """Open (or create) the log in ``directory``.
 
         After a clean shutdown the indexes are trusted (a segment whose index does not check
@@ -197,16 +205,18 @@ class Log:
         is re-validated batch by batch: the first torn or corrupt batch and everything after it
         (later segments included) is removed, the indexes are rebuilt, and leader-epoch entries
         at or past the new end are dropped. ``recovery_report`` says what was done.
+        ``open_segments`` is the LRU of rolled segments' descriptors to share (a new one with the
+        default capacity if None).
         """
         directory.mkdir(parents=True, exist_ok=True)
         parse_dir_name(directory.name)
         report = RecoveryReport(clean_shutdown=clean_shutdown)
         try:
-            log = cls(directory, config, time_ms)
+            log = cls(directory, config, time_ms, open_segments)
         except CheckpointError:
             # A damaged epoch file is rebuilt from the epochs stamped on the batches.
             (directory / EPOCH_FILE_NAME).unlink()
-            log = cls(directory, config, time_ms)
+            log = cls(directory, config, time_ms, open_segments)
             report.epoch_file_rebuilt = True
         log.recovery_report = report
         try:
@@ -234,17 +244,17 @@ class Log:
         report = self.recovery_report
         now = self.time_ms()
         interval = self.config.index_interval_bytes
-        self.segments = [Segment(self.directory, b, now_ms=now)
+        # Opened lazily: a segment's .log is opened (through the LRU) when loading reads it.
+        self.segments = [Segment(self.directory, b, now_ms=now, open_segments=self.open_segments)
                          for b in self._remove_leftovers()]
         if not self.segments:
-            self.segments.append(Segment.create(self.directory, max(log_start_offset, 0),
-                                                now_ms=now))
+            self.segments.append(self._new_segment(max(log_start_offset, 0)))
             self._dir_dirty = True
         epoch_starts: list[tuple[int, int]] = []
         for i, seg in enumerate(self.segments):
             following = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
             validate = not clean_shutdown and (following is None or following > recovery_point)
-            if not validate and seg.load(now):
+            if not validate and seg.load(now, interval):
                 continue
             found = seg.recover(now, interval)
             report.batches_checked += found.batches_checked
@@ -265,6 +275,7 @@ class Log:
                 del self.segments[i + 1:]
                 self._dir_dirty = True
                 break
+        self.active.activate()
         leo = self.log_end_offset
         epochs = self.leader_epochs
         report.epoch_entries_dropped = epochs.truncate_from_end(leo)
@@ -285,7 +296,7 @@ class Log:
         starts: list[tuple[int, int]] = []
         epoch = None
         for seg in self.segments:
-            for _pos, info in BatchScan(seg.fd, 0, seg.size, verify_crc=False):
+            for _pos, info in seg.batches():
                 if info.partition_leader_epoch != epoch:
                     epoch = info.partition_leader_epoch
                     starts.append((epoch, info.base_offset))
@@ -394,11 +405,20 @@ class Log:
         return seg.roll_base_ms is not None and \
             self.time_ms() - seg.roll_base_ms >= self.config.segment_ms
 
+    def _new_segment(self, base_offset: int) -> Segment:
+        return Segment.create(self.directory, base_offset, now_ms=self.time_ms(),
+                              open_segments=self.open_segments)
+
     def _roll(self) -> None:
-        new = Segment.create(self.directory, self.log_end_offset, now_ms=self.time_ms())
+        old = self.active
+        # The old segment's index files get their last entries first; if that fails nothing
+        # has changed and the append fails.
+        old.persist_indexes()
+        new = self._new_segment(self.log_end_offset)
         with self._lock:
             self.segments.append(new)
             self._dir_dirty = True
+        old.deactivate()
 
     def maybe_roll(self) -> bool:
         """Roll the active segment if it is older than ``segment.ms`` (the broker calls this on a
@@ -503,6 +523,7 @@ class Log:
             self._truncations += 1
         for seg in doomed:
             seg.delete()
+        self.active.activate()  # a rolled segment may be the last one again
         self.active.truncate_to(offset)
         leo = self.log_end_offset
         self.leader_epochs.truncate_from_end(leo)
@@ -520,7 +541,7 @@ class Log:
             # All under the lock: the segment list is never empty to a flush thread.
             for seg in self.segments:
                 seg.delete()
-            self.segments = [Segment.create(self.directory, offset, now_ms=self.time_ms())]
+            self.segments = [self._new_segment(offset)]
             self.recovery_point = offset
             self._truncations += 1
             self._dir_dirty = True
@@ -579,16 +600,19 @@ class Log:
         return cfg.flush_ms is not None and self.time_ms() - self.last_flush_ms >= cfg.flush_ms
 
     def flush(self, up_to: int | None = None) -> None:
-        """fsync the segments (data and indexes) holding offsets from the recovery point up to
-        ``up_to`` (default: the log end), and the directory if segments were created or deleted,
-        then advance the recovery point.
+        """Write out the pending index entries and fsync the segments (data and indexes) holding
+        offsets from the recovery point up to ``up_to`` (default: the log end), and the
+        directory if segments were created or deleted, then advance the recovery point.
 
         BLOCKING: the broker calls this from an IO thread while the reactor keeps appending.
-        The lock is held only to snapshot descriptors (duplicated, so a segment closed or
-        deleted meanwhile is harmless) and to publish the result; a truncation during the fsync
-        keeps the recovery point where it was, as the flushed bytes may no longer be the log's.
-        The epoch file is fsynced first when it changed, so the flushed segments never hold
-        batches of an epoch the durable epoch file does not know.
+        The log's lock is held only to snapshot the segments and to publish the result; each
+        segment hands out its descriptors under its own lock (:meth:`Segment.sync_fds`:
+        duplicated or freshly opened, so a segment closed, evicted or deleted meanwhile is
+        harmless). A truncation during the fsync keeps the recovery point where it was, as the
+        flushed bytes may no longer be the log's; so does a close of the log, as a segment
+        closed before its descriptors were taken was not synced. The epoch file is fsynced first
+        when it changed, so the flushed segments never hold batches of an epoch the durable
+        epoch file does not know.
         """
         self.leader_epochs.sync()
         with self._lock:
@@ -600,16 +624,23 @@ class Log:
             generation = self._truncations
             appended = self._appended_messages
             dir_dirty, self._dir_dirty = self._dir_dirty, False
-            fds: list[int] = []
-            try:
-                for seg in self.segments:
-                    if seg.next_offset > rp and seg.base_offset < target:
-                        fds.extend(seg.dup_fds() or ())
-            except OSError:
-                for fd in fds:
-                    os.close(fd)
+            todo = [seg for seg in self.segments
+                    if seg.next_offset > rp and seg.base_offset < target]
+        fds: list[int] = []
+        skipped = False
+        try:
+            for seg in todo:
+                got = seg.sync_fds()
+                if got is None:
+                    skipped = True  # deleted (or the log closed) since the snapshot
+                else:
+                    fds.extend(got)
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            with self._lock:
                 self._dir_dirty = self._dir_dirty or dir_dirty
-                raise
+            raise
         try:
             for fd in fds:
                 os.fsync(fd)
@@ -625,23 +656,27 @@ class Log:
             for fd in fds:
                 os.close(fd)
         with self._lock:
-            if self._truncations == generation:
+            if self._truncations == generation and not (skipped and self._closed):
                 self.recovery_point = max(self.recovery_point, min(target,
                                                                    self.log_end_offset))
             self._flushed_messages = max(self._flushed_messages, appended)
             self.last_flush_ms = self.time_ms()
 
     def close(self) -> None:
-        """Close every file (idempotent). Does not flush."""
+        """Close every file (idempotent). Does not flush (no fsync), but writes the index
+        entries the files lack, so the next start loads them instead of rebuilding."""
+        self._close(persist=True)
+
+    def _close(self, *, persist: bool) -> None:
         with self._lock:
             self._closed = True
             for seg in self.segments:
-                seg.close()
+                seg.close(persist=persist)
 
     def delete(self) -> None:
         """Close and remove the partition directory: renamed to ``<dir>.<id>-delete`` first, so a
         crash half-way leaves a name that the manager cleans up, never a half-deleted log."""
-        self.close()
+        self._close(persist=False)
         doomed = self.directory.with_name(
             f"{self.directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
         try:

@@ -4,6 +4,11 @@ A broker that stops cleanly flushes every log, writes the checkpoints and leaves
 ``.clean-shutdown`` marker; :meth:`LogManager.load` reads and removes the marker. Without it,
 every log is recovered from its checkpointed recovery point (see :meth:`Log.open`).
 
+Open files: every log's active segment keeps its ``.log`` open; the rolled segments of all logs
+share one LRU of open descriptors (``max_open_segments``, the broker's
+``log.open.segments.max``), and index files are only opened to be written. So a broker holds
+about one descriptor per partition plus ``max_open_segments``.
+
 Threading: ``load``, ``get*``, ``delete`` and ``shutdown`` run on the reactor thread;
 :meth:`LogManager.checkpoint` may run on an IO thread (it only reads offsets and writes files,
 under its own lock so two checkpoints never interleave).
@@ -33,6 +38,7 @@ from broker_core.log.log import (
     parse_dir_name,
     partition_dir_name,
 )
+from broker_core.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS, OpenSegments
 
 CLEAN_SHUTDOWN = ".clean-shutdown"
 RECOVERY_POINTS = "recovery-point-offset-checkpoint"
@@ -50,8 +56,11 @@ class LogManager:
     """
 
     def __init__(self, log_dir: Path, default_config: LogConfig, *,
-                 time_ms: Callable[[], int]) -> None:
+                 time_ms: Callable[[], int],
+                 max_open_segments: int = DEFAULT_MAX_OPEN_SEGMENTS) -> None:
         self.log_dir = Path(log_dir)
+        # Rolled segments' .log descriptors, shared by every log (ValueError if < 1).
+        self.open_segments = OpenSegments(max_open_segments)
         self.default_config = default_config
         self.time_ms = time_ms
         self._logs: dict[TopicPartition, Log] = {}
@@ -89,7 +98,8 @@ class LogManager:
                 log = Log.open(d, self.default_config, time_ms=self.time_ms,
                                recovery_point=recovery.get(tp, 0),
                                log_start_offset=starts.get(tp, 0),
-                               clean_shutdown=self.clean_shutdown)
+                               clean_shutdown=self.clean_shutdown,
+                               open_segments=self.open_segments)
             except (OSError, ValueError, RuntimeError) as e:
                 self.load_errors[d.name] = f"cannot open log: {type(e).__name__}: {e}"
                 continue
@@ -122,7 +132,8 @@ class LogManager:
             if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
                 raise ValueError(f"illegal partition {partition!r} for topic {topic!r}")
             log = Log.open(self.log_dir / partition_dir_name(topic, partition),
-                           config or self.default_config, time_ms=self.time_ms)
+                           config or self.default_config, time_ms=self.time_ms,
+                           open_segments=self.open_segments)
             self._logs[(topic, partition)] = log
         elif config is not None:
             log.update_config(config)

@@ -1,15 +1,23 @@
 """One log segment: ``%020d.log`` (whole record batches back to back, named by the base offset of
 its first batch) with its offset index and time index (:mod:`.index`).
 
+Open files: the active segment (the one appended to) holds its ``.log`` descriptor. A rolled
+(inactive) segment opens its ``.log`` when a read needs it and hands the descriptor to the
+shared :class:`~broker_core.log.open_segments.OpenSegments` LRU, which closes the least recently
+used. The index files are never held open: their entries live in memory and are written in
+batches (:meth:`Segment.persist_indexes`) at a roll, a truncation, a flush and a clean close.
+
 Threading contract (Kafka's ``LogSegment`` split): :meth:`Segment.append`,
-:meth:`Segment.truncate_to`, :meth:`Segment.recover` and the reads run on the owning thread (the
-reactor). :meth:`Segment.dup_fds` is safe from any thread: it hands out duplicated descriptors
-under a small lock, so a flush thread can fsync them while appends go on and even after the
-segment is closed or deleted.
+:meth:`Segment.truncate_to`, :meth:`Segment.recover`, the reads and the (de)activation run on the
+owning thread (the reactor). :meth:`Segment.sync_fds` is safe from any thread: under the
+segment's lock it writes the pending index entries and hands out descriptors of the three files
+(a duplicate of the open ``.log``, or a fresh one), so a flush thread can fsync them while
+appends go on and even after the segment is closed, evicted or deleted.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import threading
@@ -18,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker_core.log.index import OffsetIndex, TimeIndex
+from broker_core.log.open_segments import OpenSegments
 from broker_core.wire.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -50,14 +59,17 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 class BatchScan:
     """Walk the whole batches of ``[start, end)`` of a file through a bounded buffer.
 
+    ``pread(length, position)`` reads the file; it is called again for every chunk, so a
+    segment whose descriptor the LRU closed between two chunks reopens it.
+
     Iterating yields ``(absolute_position, info)`` (``info.position`` is relative to an internal
     buffer). When iteration ends by itself, ``valid_end`` is where the valid batches end and
     ``error`` says why the walk stopped early (None if it reached ``end``).
     """
 
-    def __init__(self, fd: int, start: int, end: int, *, verify_crc: bool,
-                 chunk_bytes: int = SCAN_CHUNK_BYTES) -> None:
-        self.fd = fd
+    def __init__(self, pread: Callable[[int, int], bytes], start: int, end: int, *,
+                 verify_crc: bool, chunk_bytes: int = SCAN_CHUNK_BYTES) -> None:
+        self.pread = pread
         self.start = start
         self.end = end
         self.verify_crc = verify_crc
@@ -76,7 +88,7 @@ class BatchScan:
                 # Refill from this batch on. A garbage length is capped by the region's end,
                 # so the parse below reports the batch as torn instead of reading gigabytes.
                 want = min(self.end - pos, max(self.chunk_bytes, size or 0))
-                buf = os.pread(self.fd, want, pos)
+                buf = self.pread(want, pos)
                 buf_start = pos
                 rel = 0
             try:
@@ -107,21 +119,21 @@ class Segment:
     ``base_offset`` to ``next_offset - 1``; the offset index has an entry for the first batch and
     then at least one every ``index_interval_bytes``; the time index has one entry per offset
     index entry; ``max_timestamp`` is the largest batch max timestamp (-1 when empty).
+
+    Files: an active segment holds its ``.log`` descriptor; an inactive one holds it only while
+    it is in the shared LRU. The index files hold a prefix of the in-memory entries, and all of
+    them once the segment is inactive (written at the roll) or closed cleanly.
     """
 
-    def __init__(self, directory: Path, base_offset: int, *, now_ms: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, *, now_ms: int,
+                 open_segments: OpenSegments, fd: int | None = None) -> None:
         self.base_offset = base_offset
         self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
         self.index_path = directory / segment_file_name(base_offset, INDEX_SUFFIX)
         self.time_index_path = directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            self.index = OffsetIndex(self.index_path, base_offset)
-            self.time_index = TimeIndex(self.time_index_path, base_offset)
-        except OSError:
-            os.close(self.fd)
-            raise
-        st = os.fstat(self.fd)
+        self.index = OffsetIndex(self.index_path, base_offset)
+        self.time_index = TimeIndex(self.time_index_path, base_offset)
+        st = os.fstat(fd) if fd is not None else os.stat(self.log_path)
         self.size = st.st_size
         self.next_offset = base_offset  # one past the last offset held
         self.max_timestamp = -1
@@ -131,37 +143,132 @@ class Segment:
         # Last append (or file mtime when opened): time retention's fallback when the batches
         # carry no timestamps.
         self.last_modified_ms = int(st.st_mtime * 1000) if self.size else now_ms
-        self._fd_lock = threading.Lock()
+        self._open_segments = open_segments
+        # Guards _fd, closed and the index files' pending entries against a flush thread.
+        self._lock = threading.Lock()
+        self._fd = fd
+        self._active = False
         self.closed = False
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, *, now_ms: int) -> Segment:
-        """A new, empty segment. Refuses to reuse a non-empty file of the same name."""
-        seg = cls(directory, base_offset, now_ms=now_ms)
+    def create(cls, directory: Path, base_offset: int, *, now_ms: int,
+               open_segments: OpenSegments) -> Segment:
+        """A new, empty, active segment, with empty index files. Refuses to reuse a non-empty
+        file of the same name."""
+        fd = os.open(directory / segment_file_name(base_offset, LOG_SUFFIX),
+                     os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            seg = cls(directory, base_offset, now_ms=now_ms, open_segments=open_segments, fd=fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        seg._active = True
         if seg.size:
-            seg.close()
+            seg.close(persist=False)
             raise FileExistsError(f"segment {seg.log_path.name} already holds {seg.size} bytes")
-        seg.index.reset()
-        seg.time_index.reset()
+        try:
+            seg.persist_indexes()  # creates them empty (or empties files left by an older one)
+        except BaseException:
+            seg.close(persist=False)
+            raise
         return seg
+
+    # -- descriptors -----------------------------------------------------------------------------
+
+    @property
+    def is_active(self) -> bool:
+        return self._active
+
+    @property
+    def has_open_fd(self) -> bool:
+        return self._fd is not None
+
+    def _file(self) -> int:
+        """The ``.log`` descriptor, reopened if the LRU closed it. Valid until another segment
+        of the same LRU is opened (owner thread only)."""
+        fd = self._fd
+        if fd is None:
+            return self._open()
+        if not self._active:
+            self._open_segments.touch(self)
+        return fd
+
+    def _open(self) -> int:
+        with self._lock:
+            if self.closed:
+                raise OSError(errno.EBADF, f"segment {self.log_path.name} is closed")
+            if self._fd is None:
+                self._fd = os.open(self.log_path, os.O_RDWR)
+            fd = self._fd
+        if not self._active:
+            self._open_segments.add(self)
+        return fd
+
+    def _pread(self, length: int, position: int) -> bytes:
+        return os.pread(self._file(), length, position)
+
+    def release_fd(self) -> None:
+        """Close the ``.log`` descriptor of an inactive segment (the LRU evicted it); the next
+        read reopens it."""
+        with self._lock:
+            if self._active or self._fd is None:
+                return
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def activate(self) -> None:
+        """Become the segment appended to (the log's last): hold the descriptor for good."""
+        if self._active:
+            return
+        self._open_segments.discard(self)
+        self._active = True
+        if self._fd is None:
+            self._open()
+
+    def deactivate(self) -> None:
+        """The log rolled past this segment: write its index files out (the last time they
+        change) and put its descriptor in the LRU. On a write error it stays active."""
+        if not self._active:
+            return
+        self.persist_indexes()
+        self._active = False
+        if self._fd is not None:
+            self._open_segments.add(self)
+
+    def persist_indexes(self) -> None:
+        """Write the index entries the files lack (no fsync: :meth:`sync_fds` is for that)."""
+        with self._lock:
+            self.index.file.persist()
+            self.time_index.file.persist()
 
     # -- loading and recovery --------------------------------------------------------------------
 
-    def load(self, now_ms: int) -> bool:
+    def batches(self, start: int = 0, *, verify_crc: bool = False) -> BatchScan:
+        """Scan of the batches from byte ``start`` to the end."""
+        return BatchScan(self._pread, start, self.size, verify_crc=verify_crc)
+
+    def load(self, now_ms: int, index_interval_bytes: int | None = None) -> bool:
         """Fast open after a clean shutdown: trust the indexes and walk only the batches after
-        the last index entry. False if anything is inconsistent; then call :meth:`recover`."""
+        the last index entry. False if anything is inconsistent; then call :meth:`recover`.
+
+        An index file that is a correct prefix (it lags behind the segment: its last entries
+        were never written) is accepted, and with ``index_interval_bytes`` the entries the walk
+        passes are added back and written."""
         if not self.index.load(self.size) or not self.time_index.load(self.index.offsets):
             return False
-        if not self._rescan_tail():
+        if not self._rescan_tail(index_interval_bytes):
             return False
+        if not self._active:
+            self.persist_indexes()  # an inactive segment's files hold every entry
         self._init_roll_base(now_ms)
         return True
 
     def recover(self, now_ms: int, index_interval_bytes: int) -> RecoveredSegment:
         """Re-validate every batch (magic, lengths, CRC, offsets contiguous from the base
-        offset), cut the file at the first invalid or torn one, and rebuild both indexes."""
+        offset), cut the file at the first invalid or torn one, and rebuild both indexes
+        (written to their files at once)."""
         result = RecoveredSegment()
-        scan = BatchScan(self.fd, 0, self.size, verify_crc=True)
+        scan = self.batches(verify_crc=True)
         expected = self.base_offset
         valid_end = 0
         off_entries: list[tuple[int, int]] = []
@@ -187,26 +294,33 @@ class Segment:
             valid_end = pos + info.size
             result.batches_checked += 1
         if valid_end < self.size:
-            os.ftruncate(self.fd, valid_end)
+            os.ftruncate(self._file(), valid_end)
             result.bytes_truncated = self.size - valid_end
             self.size = valid_end
-        self.index.reset()
-        self.time_index.reset()
-        if off_entries:
-            self.index.add(off_entries, b"".join(self.index.encode(o, p) for o, p in off_entries))
-            self.time_index.add(ts_entries, b"".join(
-                self.time_index.encode(t, o) for t, (o, _) in zip(ts_entries, off_entries,
-                                                                  strict=True)))
+        with self._lock:
+            self.index.reset()
+            self.time_index.reset()
+            self._add_entries(off_entries, ts_entries)
+        self.persist_indexes()
         self.next_offset = expected
         self.max_timestamp = max_ts
         self.bytes_since_index = since
         self._init_roll_base(now_ms)
         return result
 
-    def _rescan_tail(self) -> bool:
+    def _add_entries(self, off_entries: list[tuple[int, int]], ts_entries: list[int]) -> None:
+        # caller holds self._lock
+        if off_entries:
+            self.index.add(off_entries, b"".join(self.index.encode(o, p) for o, p in off_entries))
+            self.time_index.add(ts_entries, b"".join(
+                self.time_index.encode(t, o) for t, (o, _) in zip(ts_entries, off_entries,
+                                                                  strict=True)))
+
+    def _rescan_tail(self, index_interval_bytes: int | None = None) -> bool:
         """Recompute ``next_offset``, ``max_timestamp`` and ``bytes_since_index`` from the last
-        index entry to the end of the file (no CRC check). False if that region is not whole,
-        contiguous batches."""
+        index entry to the end of the file (no CRC check); with ``index_interval_bytes``, also
+        add the index entries that region lacks. False if that region is not whole, contiguous
+        batches."""
         if not len(self.index):
             if self.size:
                 return False
@@ -217,17 +331,27 @@ class Segment:
         start = self.index.positions[-1]
         expected = self.index.offsets[-1]
         max_ts = self.time_index.timestamps[-1]
-        scan = BatchScan(self.fd, start, self.size, verify_crc=False)
-        for _pos, info in scan:
+        off_entries: list[tuple[int, int]] = []
+        ts_entries: list[int] = []
+        since = 0
+        scan = self.batches(start)
+        for pos, info in scan:
             if info.base_offset != expected:
                 return False
+            if index_interval_bytes is not None and since >= index_interval_bytes:
+                off_entries.append((info.base_offset, pos))
+                ts_entries.append(max_ts)
+                since = 0
+            since += info.size
             expected = info.last_offset + 1
             max_ts = max(max_ts, info.max_timestamp)
         if scan.valid_end != self.size:
             return False
+        with self._lock:
+            self._add_entries(off_entries, ts_entries)
         self.next_offset = expected
         self.max_timestamp = max_ts
-        self.bytes_since_index = self.size - start
+        self.bytes_since_index = since
         return True
 
     def _init_roll_base(self, now_ms: int) -> None:
@@ -236,7 +360,7 @@ class Segment:
         if not self.size:
             self.roll_base_ms = None
             return
-        head = os.pread(self.fd, _HEAD, 0)
+        head = self._pread(_HEAD, 0)
         first_ts = _head.unpack_from(head, 0)[8] if len(head) == _HEAD else -1
         self.roll_base_ms = first_ts if 0 <= first_ts <= now_ms else now_ms
 
@@ -246,17 +370,19 @@ class Segment:
                index_interval_bytes: int) -> None:
         """Append whole batches; ``infos`` describe them with positions relative to ``data``.
 
-        On a write error the file and indexes are cut back to where they were, so a failed
-        append leaves no partial batch behind.
+        On a write error the file is cut back to where it was, so a failed append leaves no
+        partial batch behind. New index entries are kept in memory until the next
+        :meth:`persist_indexes` / :meth:`sync_fds`.
         """
+        fd = self._file()
         start = self.size
         view = memoryview(data)
         done = 0
         try:
             while done < len(data):
-                done += os.pwrite(self.fd, view[done:], start + done)
+                done += os.pwrite(fd, view[done:], start + done)
         except OSError:
-            os.ftruncate(self.fd, start)
+            os.ftruncate(fd, start)
             raise
         off_entries: list[tuple[int, int]] = []
         ts_entries: list[int] = []
@@ -278,15 +404,9 @@ class Segment:
             if info.max_timestamp > max_ts:
                 max_ts = info.max_timestamp
         if off_entries:
-            kept = len(self.index)
-            try:
-                self.index.add(off_entries, bytes(off_raw))
-                self.time_index.add(ts_entries, bytes(ts_raw))
-            except OSError:
-                self.index.truncate_entries(kept)
-                self.time_index.truncate_entries(kept)
-                os.ftruncate(self.fd, start)
-                raise
+            with self._lock:
+                self.index.add(off_entries, off_raw)
+                self.time_index.add(ts_entries, ts_raw)
         self.size = start + len(data)
         self.next_offset = infos[-1].last_offset + 1
         self.max_timestamp = max_ts
@@ -297,16 +417,20 @@ class Segment:
 
     def truncate_to(self, offset: int) -> int:
         """Drop every batch whose last offset is >= ``offset`` (a batch containing ``offset`` goes
-        whole); return the bytes removed."""
+        whole); return the bytes removed. The index files are cut first, so at every moment
+        they hold a prefix of the index of what the ``.log`` holds."""
         if offset >= self.next_offset:
             return 0
         cut = 0 if offset <= self.base_offset else self.locate(offset)
         removed = self.size - cut
-        os.ftruncate(self.fd, cut)
-        self.size = cut
         kept = self.index.entries_below(cut)
-        self.index.truncate_entries(kept)
-        self.time_index.truncate_entries(kept)
+        with self._lock:
+            self.index.truncate_entries(kept)
+            self.time_index.truncate_entries(kept)
+            self.index.file.persist()
+            self.time_index.file.persist()
+        os.ftruncate(self._file(), cut)
+        self.size = cut
         if not self._rescan_tail():  # cannot happen to a segment that was loaded or recovered
             raise RuntimeError(f"segment {self.log_path.name} is inconsistent after truncation")
         if not self.size:
@@ -323,7 +447,7 @@ class Segment:
         if bound is None:
             bound = self.size
         length = min(self.size - start, (bound - start) + max(extra, HEADER_SIZE))
-        return start, os.pread(self.fd, length, start)
+        return start, os.pread(self._file(), length, start)
 
     def locate(self, offset: int) -> int:
         """Position of the batch containing ``offset`` (or the first batch after it; ``size`` if
@@ -377,7 +501,7 @@ class Segment:
                     if end + size <= n:
                         end += size
                     else:
-                        return os.pread(self.fd, size, start + first), False
+                        return self._pread(size, start + first), False
                 break
             end += size
         exhausted = not stopped and start + end >= self.size
@@ -392,7 +516,7 @@ class Segment:
             return None
         k = self.time_index.first_candidate(target_ms)
         start = self.index.positions[k] if len(self.index) else 0
-        for pos, info in BatchScan(self.fd, start, self.size, verify_crc=False):
+        for pos, info in self.batches(start):
             if info.last_offset < min_offset or info.max_timestamp < target_ms:
                 continue
             found = self._first_record(pos, info, min_offset,
@@ -406,7 +530,7 @@ class Segment:
         timestamp (at or after ``min_offset``). Scans the segment: ListOffsets(MAX_TIMESTAMP)
         is rare."""
         best: tuple[int, BatchInfo] | None = None
-        for pos, info in BatchScan(self.fd, 0, self.size, verify_crc=False):
+        for pos, info in self.batches():
             if info.last_offset < min_offset:
                 continue
             if best is None or info.max_timestamp > best[1].max_timestamp:
@@ -420,7 +544,7 @@ class Segment:
                       wanted: Callable[[int], bool]) -> tuple[int, int] | None:
         # Looking inside one batch (decompressing it) is fine here: this serves ListOffsets,
         # never the produce or fetch path.
-        raw = os.pread(self.fd, info.size, pos)
+        raw = self._pread(info.size, pos)
         try:
             records = decode_batch(raw)
         except InvalidRecordBatch:
@@ -432,37 +556,53 @@ class Segment:
 
     # -- durability and lifecycle ----------------------------------------------------------------
 
-    def dup_fds(self) -> list[int] | None:
-        """Duplicates of the segment's descriptors for an fsync on another thread (the caller
-        closes them); None once the segment is closed. The duplicates keep the files open, so
-        closing or deleting the segment meanwhile is harmless."""
-        with self._fd_lock:
+    def sync_fds(self) -> list[int] | None:
+        """Descriptors of the ``.log``, ``.index`` and ``.timeindex`` for an fsync on another
+        thread (the caller closes them), after writing the pending index entries; None once the
+        segment is closed. The ``.log`` one is a duplicate of the open descriptor, or a fresh one
+        if the LRU closed it. They keep the files open, so closing, evicting or deleting the
+        segment meanwhile is harmless."""
+        with self._lock:
             if self.closed:
                 return None
-            fds = [os.dup(self.fd)]
+            fds: list[int] = []
             try:
-                fds.append(self.index.file.dup_fd())
-                fds.append(self.time_index.file.dup_fd())
+                fds.append(os.dup(self._fd) if self._fd is not None
+                           else os.open(self.log_path, os.O_RDONLY))
+                for index_file in (self.index.file, self.time_index.file):
+                    fd = index_file.persist(keep_open=True)
+                    assert fd is not None
+                    fds.append(fd)
             except OSError:
                 for fd in fds:
                     os.close(fd)
                 raise
             return fds
 
-    def close(self) -> None:
-        with self._fd_lock:
+    def close(self, *, persist: bool = True) -> None:
+        """Close the ``.log`` descriptor (idempotent); with ``persist`` first write the index
+        entries the files lack (a clean close; errors are ignored: a lagging index file is a
+        correct prefix, accepted or rebuilt at the next start)."""
+        with self._lock:
             if self.closed:
                 return
             self.closed = True
-            for close in (lambda: os.close(self.fd), self.index.file.close,
-                          self.time_index.file.close):
+            if persist:
+                for index_file in (self.index.file, self.time_index.file):
+                    try:
+                        index_file.persist()
+                    except OSError:
+                        pass
+            fd, self._fd = self._fd, None
+            if fd is not None:
                 try:
-                    close()
+                    os.close(fd)
                 except OSError:
                     pass
+        self._open_segments.discard(self)
 
     def delete(self) -> None:
-        self.close()
+        self.close(persist=False)
         for p in (self.log_path, self.index_path, self.time_index_path):
             try:
                 p.unlink()

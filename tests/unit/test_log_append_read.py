@@ -78,6 +78,7 @@ def test_offset_index_has_an_entry_every_interval(tmp_path):
     for _ in range(100):
         log.append_as_leader(batch(1, size=50), 0)
     seg = log.active
+    log.flush()  # the active segment's index file gets its entries at a flush
     raw = seg.index_path.read_bytes()
     entries = list(struct.iter_unpack(">ii", raw))
     assert entries[0] == (0, 0)

@@ -37,14 +37,30 @@ def snapshot(log: Log) -> dict:
         "data": log.read(0, 1 << 26).records,
         "epochs": log.leader_epochs.entries,
         "segments": [s.base_offset for s in log.segments],
-        "indexes": [s.index_path.read_bytes() for s in log.segments],
-        "timeindexes": [s.time_index_path.read_bytes() for s in log.segments],
+        "indexes": [index_entries(s)[0] for s in log.segments],
+        "timeindexes": [index_entries(s)[1] for s in log.segments],
     }
 
 
+def index_entries(seg) -> tuple[bytes, bytes]:
+    """The segment's in-memory index entries, encoded as in the files."""
+    base = seg.base_offset
+    return (b"".join(struct.pack(">ii", o - base, p)
+                     for o, p in zip(seg.index.offsets, seg.index.positions, strict=True)),
+            b"".join(struct.pack(">qi", t, o - base)
+                     for t, o in zip(seg.time_index.timestamps, seg.index.offsets, strict=True)))
+
+
+def assert_index_files_complete(log: Log) -> None:
+    """Every index file holds exactly its segment's in-memory entries."""
+    for s in log.segments:
+        assert (s.index_path.read_bytes(), s.time_index_path.read_bytes()) == index_entries(s)
+
+
 def crash(log: Log, *, extra_epoch: tuple[int, int] | None = None) -> None:
-    """Leave the files as a crash would: no flush, no checkpoint, no marker."""
-    log.close()
+    """Leave the files as a crash would: no flush, no checkpoint, no marker, and the index
+    entries not yet written still missing from the files."""
+    log._close(persist=False)
     if extra_epoch is not None:
         entries = log.leader_epochs.entries + [extra_epoch]
         (log.directory / EPOCH_FILE).write_text(
@@ -89,6 +105,7 @@ def test_unclean_shutdown_cuts_the_torn_tail(tmp_path, tail):
     assert not report.clean_shutdown and report.batches_checked > 0
     after = snapshot(recovered)
     assert after == before  # every complete batch intact, epoch entry dropped, index rebuilt
+    assert_index_files_complete(recovered)
     assert recovered.leader_epochs.entries == [(1, 0), (2, before["epochs"][1][1])]
     assert os.path.getsize(active) == recovered.active.size
     assert recovered.recovery_point <= recovered.log_end_offset
@@ -154,6 +171,7 @@ def test_clean_open_rebuilds_a_damaged_index(tmp_path):
     reopened = Log.open(tmp_path / "t-0", CONFIG, time_ms=time)
     assert reopened.recovery_report.indexes_rebuilt == 2
     assert snapshot(reopened) == before
+    assert_index_files_complete(reopened)
 
 
 def test_damaged_epoch_file_is_rebuilt_from_the_batches(tmp_path):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
@@ -145,6 +145,9 @@ class BrokerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry if registry is not None else CollectorRegistry()
         ns = NAMESPACE
+        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...
+        # (standard names, unprefixed): what the load driver reports for the coordinator.
+        ProcessCollector(registry=r)
 
         # Requests (labels: api name; error name for error responses).
         self.requests_total = Counter(

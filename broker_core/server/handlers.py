@@ -20,7 +20,7 @@ from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.server.describe_configs import describe_configs
 from broker_core.server.protocol import NO_RESPONSE
-from broker_core.wire.apis import SUPPORTED, ApiKey
+from broker_core.wire.apis import SLUICE_API_KEYS_FROM, SUPPORTED, ApiKey
 from broker_core.wire.errors import ErrorCode
 
 #: Longest a Metadata request waits for a just-started broker's first UpdateMetadata. It must
@@ -155,7 +155,7 @@ class RequestHandler:
             "api_keys": [
                 {"api_key": int(k), "min_version": s.min_version, "max_version": s.max_version}
                 # Sluice-only APIs (1000 up) are left out: Kafka clients need not see them.
-                for k, s in sorted(SUPPORTED.items()) if k in self._dispatch and k < 1000
+                for k, s in sorted(SUPPORTED.items()) if k in self._dispatch and k < SLUICE_API_KEYS_FROM
             ],
             "throttle_time_ms": 0,
         }

@@ -160,6 +160,9 @@ class ApiKey(IntEnum):
 
 ErrorBody = Callable[[int, Any, int], dict | None]
 
+#: Keys from here up are Sluice's own APIs (seed 001's consumer coordination).
+SLUICE_API_KEYS_FROM = 1000
+
 
 @dataclass(frozen=True)
 class ApiSpec:
@@ -407,8 +410,14 @@ def error_response(request_header: RequestHeader | Request, error_code: int,
 
 def common_versions(their_api_keys: Any) -> dict[int, int]:
     """From a peer's ApiVersions ``api_keys`` entries: for each API both sides serve, the highest
-    version both speak (what a client sends everything at)."""
-    versions: dict[int, int] = {}
+    version both speak (what a client sends everything at).
+
+    Sluice's own APIs (keys from 1000) are served by every Sluice broker but left out of its
+    ApiVersions answer, so that Kafka clients never meet them; they are taken at the version
+    this codec speaks (a Kafka broker would close the connection on one, which is the error a
+    Sluice client pointed at a Kafka cluster should get)."""
+    versions: dict[int, int] = {int(k): s.max_version for k, s in SUPPORTED.items()
+                                if k >= SLUICE_API_KEYS_FROM}
     for k in their_api_keys:
         spec = SUPPORTED.get(k.api_key)  # type: ignore[call-overload]
         if spec is None:

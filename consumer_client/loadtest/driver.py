@@ -9,9 +9,9 @@ disturbances, and at the end writes a JSON result and a PNG plot.
 
 Disturbances:
 
-- ``kill_share`` at ``kill_at_s``: that share of the consumers (spread over every worker) drop
-  their connections abruptly and stop, as a crashed process would: the coordinator must notice
-  through failed pings or the closed socket and rebalance their groups;
+- ``kill_share`` at ``kill_at_s``: that share of the *worker processes* (at least one; the
+  last ones) get SIGKILL, all their consumers with them: the coordinator must notice through the
+  closed sockets (or failed pings) and rebalance their groups;
 - ``pause_share`` at ``pause_at_s`` for ``pause_for_s``: that share of the *worker processes*
   (at least one) get SIGSTOP, then SIGCONT. A pause longer than the session timeout expires
   their consumers; they must stop fetching and re-register when they wake (seed 001 §8.5).
@@ -276,12 +276,14 @@ def run(cfg: LoadTestConfig, out: TextIO = sys.stderr) -> dict[str, Any]:
                 pass
             if cfg.kill_share > 0 and not killed and now >= cfg.kill_at_s:
                 killed = True
-                victims = _pick_share([c for w in plan for c, _ in w], cfg.kill_share)
-                for w in workers:
-                    mine = [c for c, _ in w.members if c in victims]
-                    if mine:
-                        w.command({"cmd": "kill", "ids": mine})
-                actions.append({"t": round(now, 3), "what": f"kill {len(victims)} consumers"})
+                # the last workers, so a pause (which takes the first) hits others
+                n = max(1, round(cfg.kill_share * len(workers)))
+                for w in workers[-n:]:
+                    w.signal(signal.SIGKILL)
+                    for c, _ in w.members:
+                        tracker.feed({"ev": "killed", "c": c, "t": time.time()})
+                actions.append({"t": round(now, 3), "what": f"kill -9 {n} workers "
+                                f"({sum(len(w.members) for w in workers[-n:])} consumers)"})
             if cfg.pause_share > 0 and not paused and now >= cfg.pause_at_s:
                 paused = True
                 n = max(1, round(cfg.pause_share * len(workers)))
@@ -306,6 +308,9 @@ def run(cfg: LoadTestConfig, out: TextIO = sys.stderr) -> dict[str, Any]:
             if len(tracker.exited) == len(workers):
                 break
     finally:
+        # Coordinator figures stop here: members leaving at the end close their channels, which
+        # the coordinator cannot tell from crashes.
+        during_run = list(scrapes)
         for w in paused_workers:
             w.signal(signal.SIGCONT)
         for w in workers:
@@ -318,7 +323,7 @@ def run(cfg: LoadTestConfig, out: TextIO = sys.stderr) -> dict[str, Any]:
     if cfg.progress:
         out.write("\n")
     timeline.append(_sample(cfg, tracker, scrapes, time.time() - t0))
-    result = _result(cfg, tracker, scrapes, timeline, actions, workers)
+    result = _result(cfg, tracker, during_run, timeline, actions, workers)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     (cfg.out_dir / "loadtest.json").write_text(json.dumps(result, indent=2, default=str))
     if plot.available():
@@ -327,14 +332,6 @@ def run(cfg: LoadTestConfig, out: TextIO = sys.stderr) -> dict[str, Any]:
     else:
         out.write("matplotlib is not installed (pip install '.[bench]'): no plot written\n")
     return result
-
-
-def _pick_share(ids: list[str], share: float) -> set[str]:
-    n = round(share * len(ids))
-    if n == 0:
-        return set()
-    step = len(ids) / n
-    return {ids[int(i * step)] for i in range(n)}
 
 
 def _sample(cfg: LoadTestConfig, tracker: _Tracker,
@@ -360,9 +357,9 @@ def _sample(cfg: LoadTestConfig, tracker: _Tracker,
         cpu_then = prom.value(prev[2], "process_cpu_seconds_total")
         if cpu_now is not None and cpu_then is not None and dt > 0:
             point["cpu_percent"] = round(100 * (cpu_now - cpu_then) / dt, 1)
-        h = prom.histogram(samples, "sluice_coordinator_ping_round_trip_seconds")
+        h = prom.histogram(samples, "sluice_coordinator_ping_rtt_seconds")
         if h is not None:
-            window = h.minus(prom.histogram(prev[2], "sluice_coordinator_ping_round_trip_seconds"))
+            window = h.minus(prom.histogram(prev[2], "sluice_coordinator_ping_rtt_seconds"))
             for q, key in ((0.5, "ping_p50_ms"), (0.99, "ping_p99_ms")):
                 v = window.quantile(q)
                 point[key] = None if v is None else round(v * 1000, 3)
@@ -409,14 +406,15 @@ def _result(cfg: LoadTestConfig, tracker: _Tracker,
     if scrapes:
         last_t, coord, last = scrapes[-1]
         first_t, _, first = next(s for s in scrapes if s[1] == coord)
-        ping = prom.histogram(last, "sluice_coordinator_ping_round_trip_seconds")
+        ping = prom.histogram(last, "sluice_coordinator_ping_rtt_seconds")
         ping_window = ping.minus(prom.histogram(
-            first, "sluice_coordinator_ping_round_trip_seconds")) if ping else None
+            first, "sluice_coordinator_ping_rtt_seconds")) if ping else None
         reb = prom.histogram(last, "sluice_coordinator_rebalance_duration_seconds")
 
         def delta(name: str) -> float | None:
+            # a labelled counter has no sample until its first increment
             a, b = prom.value(first, name), prom.value(last, name)
-            return None if a is None or b is None else b - a
+            return None if b is None else b - (a or 0.0)
 
         cpu = [p["cpu_percent"] for p in timeline if p.get("cpu_percent") is not None]
         rss = [p["rss_bytes"] for p in timeline if p.get("rss_bytes") is not None]
@@ -427,7 +425,7 @@ def _result(cfg: LoadTestConfig, tracker: _Tracker,
             "cpu_percent_max": max(cpu) if cpu else None,
             "rss_bytes_max": max(rss) if rss else None,
             "rss_bytes_end": rss[-1] if rss else None,
-            "expirations": delta("sluice_coordinator_expirations_total"),
+            "expirations": delta("sluice_coordinator_expired_members_total"),
             "failed_pings": delta("sluice_coordinator_failed_pings_total"),
             "ping_round_trip_s": None if ping_window is None else {
                 "count": ping_window.count, "mean": ping_window.mean,

@@ -9,23 +9,23 @@ from consumer_client.loadtest import metrics as prom
 from consumer_client.loadtest.driver import LoadTestConfig, _Tracker, plan_workers
 
 SCRAPE = """\
-# HELP sluice_coordinator_ping_round_trip_seconds Ping round trip
-# TYPE sluice_coordinator_ping_round_trip_seconds histogram
-sluice_coordinator_ping_round_trip_seconds_bucket{le="0.001"} 10.0
-sluice_coordinator_ping_round_trip_seconds_bucket{le="0.01"} 90.0
-sluice_coordinator_ping_round_trip_seconds_bucket{le="0.1"} 100.0
-sluice_coordinator_ping_round_trip_seconds_bucket{le="+Inf"} 100.0
-sluice_coordinator_ping_round_trip_seconds_count 100.0
-sluice_coordinator_ping_round_trip_seconds_sum 0.5
-# HELP sluice_coordinator_expirations_total Failed consumers
-# TYPE sluice_coordinator_expirations_total counter
-sluice_coordinator_expirations_total{reason="ping"} 2.0
-sluice_coordinator_expirations_total{reason="closed"} 3.0
+# HELP sluice_coordinator_ping_rtt_seconds Ping round trip
+# TYPE sluice_coordinator_ping_rtt_seconds histogram
+sluice_coordinator_ping_rtt_seconds_bucket{le="0.001"} 10.0
+sluice_coordinator_ping_rtt_seconds_bucket{le="0.01"} 90.0
+sluice_coordinator_ping_rtt_seconds_bucket{le="0.1"} 100.0
+sluice_coordinator_ping_rtt_seconds_bucket{le="+Inf"} 100.0
+sluice_coordinator_ping_rtt_seconds_count 100.0
+sluice_coordinator_ping_rtt_seconds_sum 0.5
+# HELP sluice_coordinator_expired_members_total Failed consumers
+# TYPE sluice_coordinator_expired_members_total counter
+sluice_coordinator_expired_members_total{reason="ping"} 2.0
+sluice_coordinator_expired_members_total{reason="closed"} 3.0
 """
 
 
 def test_histogram_quantiles_interpolate_inside_the_bucket():
-    h = prom.histogram(prom.parse(SCRAPE), "sluice_coordinator_ping_round_trip_seconds")
+    h = prom.histogram(prom.parse(SCRAPE), "sluice_coordinator_ping_rtt_seconds")
     assert h.count == 100 and h.mean == pytest.approx(0.005)
     assert h.quantile(0.05) == pytest.approx(0.0005)  # half-way through the first bucket
     assert h.quantile(0.5) == pytest.approx(0.001 + 0.009 * 40 / 80)
@@ -34,16 +34,16 @@ def test_histogram_quantiles_interpolate_inside_the_bucket():
 
 def test_histogram_window_and_empty_window():
     samples = prom.parse(SCRAPE)
-    h = prom.histogram(samples, "sluice_coordinator_ping_round_trip_seconds")
+    h = prom.histogram(samples, "sluice_coordinator_ping_rtt_seconds")
     assert h.minus(h).quantile(0.5) is None
     assert prom.histogram(samples, "no_such_metric") is None
 
 
 def test_counter_summed_over_labels_unless_labels_given():
     samples = prom.parse(SCRAPE)
-    assert prom.value(samples, "sluice_coordinator_expirations_total") == 5
-    assert prom.value(samples, "sluice_coordinator_expirations_total", reason="ping") == 2
-    assert prom.value(samples, "sluice_coordinator_expirations_total", reason="other") is None
+    assert prom.value(samples, "sluice_coordinator_expired_members_total") == 5
+    assert prom.value(samples, "sluice_coordinator_expired_members_total", reason="ping") == 2
+    assert prom.value(samples, "sluice_coordinator_expired_members_total", reason="other") is None
 
 
 def test_plan_spreads_consumers_and_groups_over_workers():

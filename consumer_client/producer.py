@@ -64,6 +64,11 @@ _TRANSIENT = (ConnectError, ConnectionLost, RequestTimedOut, defer.TimeoutError,
 # (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND, ...) normally wins over a bare timeout.
 _NETWORK_MARGIN_S = 1.0
 
+# How far a partition's open batch may grow while its previous batch is in flight: under
+# max.request.size, and under the broker's message.max.bytes default (1048588) with room for
+# the request around it, so a grown batch is never refused as too large.
+_MAX_GROWN_BATCH = 1_000_000
+
 Headers = Sequence[tuple[str, bytes | None]]
 
 
@@ -122,7 +127,8 @@ class Producer:
         self._partitioner = cfg.partitioner
         self._acc = RecordAccumulator(batch_size=cfg.batch_size, linger_s=cfg.linger_ms / 1000,
                                       buffer_memory=cfg.buffer_memory,
-                                      delivery_timeout_s=cfg.delivery_timeout_ms / 1000)
+                                      delivery_timeout_s=cfg.delivery_timeout_ms / 1000,
+                                      max_batch=min(cfg.max_request_size, _MAX_GROWN_BATCH))
         self._max_record = min(cfg.max_request_size, cfg.buffer_memory)
         self._linger_s = cfg.linger_ms / 1000
         self._backoff_s = cfg.retry_backoff_ms / 1000
@@ -197,10 +203,12 @@ class Producer:
         return defer.Deferred.fromCoroutine(self._flush())
 
     def wait_for_capacity(self, nbytes: int | None = None) -> defer.Deferred:
-        """Fires (with None) once ``nbytes`` (default ``batch.size``) fit into ``buffer.memory``
-        and no earlier send is waiting for memory: ``await`` it in a sending loop to apply
-        backpressure instead of parking sends. Already fired when there is room."""
-        need = self.config.batch_size if nbytes is None else nbytes
+        """Fires (with None) once ``nbytes`` (default ``max.request.size``) fit into
+        ``buffer.memory`` and no earlier send is waiting for memory: ``await`` it in a sending
+        loop to apply backpressure instead of parking sends. Already fired when there is room.
+        The default waits for a whole request's worth of room: resuming after every freed batch
+        would ping-pong between the loop and the sender (measured: 3x slower)."""
+        need = self.config.max_request_size if nbytes is None else nbytes
         need = min(need, self.config.buffer_memory)
         if not self._mem_waiters and self._acc.has_room(need + self._parked_bytes):
             return defer.succeed(None)

@@ -12,6 +12,10 @@ Invariants:
   without idempotence, applied per partition rather than per connection);
 - ``used`` is the sum of the reserved sizes of every batch not yet completed; it only grows in
   :meth:`append` and only shrinks in :meth:`release`; callers check :meth:`has_room` first;
+- a partition's open batch holds at most ``batch.size`` bytes, except while a batch of that
+  partition is in flight: it cannot leave before that one is acknowledged anyway, so it may
+  grow to ``max_batch`` (about ``max.request.size``). One batch in flight per partition would
+  otherwise cap a partition at ``batch.size`` bytes per round trip;
 - a batch is *ready* when it is not the last of its queue (full: a later record did not fit),
   holds ``batch.size`` bytes, has lingered ``linger.ms``, or a flush or close is in progress; and
   its retry backoff, if any, has passed.
@@ -164,8 +168,9 @@ class RecordAccumulator:
     """See the module docstring."""
 
     def __init__(self, *, batch_size: int, linger_s: float, buffer_memory: int,
-                 delivery_timeout_s: float) -> None:
+                 delivery_timeout_s: float, max_batch: int | None = None) -> None:
         self.batch_size = batch_size
+        self.max_batch = max(batch_size, max_batch or batch_size)
         self.linger_s = linger_s
         self.buffer_memory = buffer_memory
         self.delivery_timeout_s = delivery_timeout_s
@@ -196,7 +201,8 @@ class RecordAccumulator:
         batch = q[-1] if q else None
         if batch is not None and batch.payload is None:
             rec = encode_record(timestamp_ms - batch.base_ts, batch.count, key, value, headers)
-            if len(batch.buf) + len(rec) > self.batch_size and batch.count:
+            limit = self.max_batch if tp in self.muted else self.batch_size
+            if len(batch.buf) + len(rec) > limit and batch.count:
                 batch = None
                 flags = BATCH_FULL
         else:

@@ -160,3 +160,18 @@ def test_sealed_batches_decode_with_the_brokers_reader(codec):
 def test_encode_record_handles_large_lengths_and_negative_deltas():
     rec = encode_record(-5, 40000, b"k" * 70000, b"v", None)
     assert len(rec) > 70000
+
+
+def test_the_open_batch_grows_past_batch_size_while_its_partition_is_in_flight():
+    acc = RecordAccumulator(batch_size=200, linger_s=0, buffer_memory=1 << 20,
+                            delivery_timeout_s=120, max_batch=1000)
+    acc.append("t", 0, None, b"v" * 50, None, 0, 0.0)
+    (first,) = drain(acc, 0.0)[0][1]  # in flight: the partition is muted
+    for _ in range(12):
+        acc.append("t", 0, None, b"v" * 50, None, 0, 0.0)
+    sizes = [len(b.buf) for b in acc.queues[("t", 0)]]
+    assert len(sizes) == 1 and 200 < sizes[0] <= 1000
+    acc.release(first)
+    for _ in range(12):
+        acc.append("t", 0, None, b"v" * 50, None, 0, 0.0)
+    assert all(len(b.buf) <= 200 for b in list(acc.queues[("t", 0)])[1:])

@@ -319,12 +319,23 @@ class ZooKeeperStore:
         else:
             ar = client.get_children_async(w.path, watch=fired)
 
+        def created_meanwhile(result: Any) -> None:
+            try:
+                stat = result.get_nowait()
+            except BaseException:
+                return  # connection trouble: re-armed when the session is back
+            if stat is not None and gen == w.generation:
+                self._arm(w)
+
         def done(result: Any) -> None:
             try:
                 value = result.get_nowait()
             except NoNodeError:
-                # Absent: watch for its creation, report absence.
-                client.exists_async(w.path, watch=fired)
+                # Absent: watch for its creation, report absence. If it was created between
+                # the read and the exists call, the exists watch fires only on its *next*
+                # change: read it again now, or the watcher would believe it absent until then
+                # (a broker missed a newly elected coordinator that way).
+                client.exists_async(w.path, watch=fired).rawlink(created_meanwhile)
                 if w.kind == "data":
                     reactor.callFromThread(self._deliver, w, gen, None, None)
                 else:

@@ -141,6 +141,35 @@ async def test_data_watch_sees_create_change_delete_on_the_reactor_thread(store)
     assert seen[-1][0] is None
 
 
+@pytest.mark.parametrize("kind", ["data", "children"])
+@pytest_twisted.ensureDeferred
+async def test_watch_sees_a_node_created_between_its_read_and_its_exists_watch(store, zk_hosts,
+                                                                               kind):
+    # The race behind a broker that believed no coordinator was elected: the read says NoNode,
+    # another client creates the node, then the exists watch is set (on the existing node, so it
+    # fires only at its next change). The watcher must still learn the node is there.
+    client = store._client
+    real_exists = client.exists_async
+    other = KazooClient(hosts=zk_hosts)  # the other broker; its calls complete on its threads
+    other.start(timeout=15)
+
+    def create_first(path, watch=None):
+        client.exists_async = real_exists
+        other.create(path, b"won")
+        return real_exists(path, watch=watch)
+
+    client.exists_async = create_first
+    seen: list = []
+    if kind == "data":
+        store.watch_data("/racy", lambda data, stat: seen.append(data))
+        await eventually(lambda: seen and seen[-1] == b"won", what="the node's data")
+    else:
+        store.watch_children("/racy", lambda children: seen.append(children))
+        await eventually(lambda: seen and seen[-1] == [], what="the node's (empty) children")
+    other.stop()
+    other.close()
+
+
 @pytest_twisted.ensureDeferred
 async def test_children_watch_follows_the_child_list(store):
     seen: list[list[str] | None] = []

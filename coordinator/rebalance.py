@@ -234,9 +234,10 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
     await wait_all(starts, "start_fetcher")
     _check(ctx, group)
 
-    # OWNERS (seed §9 4.6)
-    await ctx.write_owners(group, assignment, zk_owners)
+    # OWNERS (seed §9 4.6). The members hold the new generation from here on, whatever the
+    # write's fate; the owners' znode keeps it for the next coordinator.
     group.generation = generation
+    await ctx.write_owners(group, assignment, zk_owners)
     return COMPLETED
 
 

@@ -488,11 +488,17 @@ class CoordinatorService:
         return out
 
     async def read_owners(self, group: GroupRegistry) -> dict[TopicPartition, str]:
+        """The owners in ZooKeeper; also lifts ``group.generation`` to the one stored with
+        them, so generations keep growing across coordinator failovers."""
         gid = group.group_id
         try:
+            data, _ = await self.store.get(paths.consumer_owners(gid))
             topics = await self.store.get_children(paths.consumer_owners(gid))
         except NoNode:
             return {}
+        stored = paths.parse_offset_value(data)  # a decimal, like an offset
+        if stored is not None and stored > group.generation:
+            group.generation = stored
         tps: list[TopicPartition] = []
         for t in sorted(topics):
             try:
@@ -546,6 +552,9 @@ class CoordinatorService:
                 ops.append(SetData(path, thread.encode()))
         for tp in sorted(set(old) - set(new)):
             ops.append(Delete(paths.consumer_owner(gid, *tp)))
+        # The generation travels with the owners it produced (read back by read_owners).
+        await self.ensure_path(paths.consumer_owners(gid))
+        ops.append(SetData(paths.consumer_owners(gid), str(group.generation).encode()))
         for parent in sorted(parents):
             await self.ensure_path(parent)
         await self.fenced(ops)

@@ -98,6 +98,10 @@ def consumer_group(group: str) -> str:
     return f"{CONSUMERS}/{group}"
 
 
+def consumer_offsets(group: str) -> str:
+    return f"{CONSUMERS}/{group}/offsets"
+
+
 def consumer_offsets_topic(group: str, name: str) -> str:
     return f"{CONSUMERS}/{group}/offsets/{name}"
 

@@ -359,6 +359,7 @@ async def test_failover_rebalances_the_group_once_on_the_new_coordinator(brokers
         await eventually(lambda: _offset_is(store, "g5", tp, 5), what="offset committed")
         before = await owners_in_zk(store, "g5")
         starts = [c.starts for c in consumers]
+        generation = consumers[0].generation
 
         await coord.stopService()
         other = next(b for b in brokers if b is not coord)
@@ -374,6 +375,8 @@ async def test_failover_rebalances_the_group_once_on_the_new_coordinator(brokers
         assert await owners_in_zk(store, "g5") == before  # same members: same assignment
         owner = next(c for c in consumers if tp in c.owned)
         assert owner.start_offsets[tp] == 5  # resumed from the committed offset
+        # generations keep counting across coordinators (stored with the owners)
+        assert {c.generation for c in consumers} == {generation + 1}
     finally:
         await close_all(consumers)
 

@@ -20,7 +20,7 @@ truncation, flush and clean close).
 Threading: every method runs on one thread (the reactor) except :meth:`Log.flush`, which the
 broker runs on an IO thread while appends continue. ``_lock`` guards the segment list, the
 recovery point and the truncation counter, and is only ever held briefly — never across an
-fsync or a file open — so an append never waits for a disk flush.
+fsync — so an append never waits for a disk flush.
 """
 
 from __future__ import annotations

@@ -86,7 +86,8 @@ class BrokerService(service.Service):
         self.default_log_config = log_config_from(config)
         self.topic_configs: dict[str, dict[str, str]] = {}
         self.log_manager = LogManager(self.log_dir, self.default_log_config,
-                                      time_ms=lambda: int(self.clock.seconds() * 1000))
+                                      time_ms=lambda: int(self.clock.seconds() * 1000),
+                                      max_open_segments=config.log_open_segments_max)
         self.replicas = ReplicaManager(
             self.broker_id, self.log_manager, clock=self.clock, io_pool=self.io_pool,
             reactor=reactor, topic_log_config=self._topic_log_config,

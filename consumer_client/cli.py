@@ -368,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     try:
-        run(args)
+        run(args, sys.stdout)  # looked up now, so a redirected stdout is honoured
     except AdminError as e:
         print(f"sluice: {e}", file=sys.stderr)
         return 1

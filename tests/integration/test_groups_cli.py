@@ -1,0 +1,84 @@
+"""``sluice groups list|describe`` against real brokers and a real group: members, ownership,
+current offsets and lag as the partitions' leaders report them."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor, threads
+
+from consumer_client import cli
+from consumer_client.consumer import Consumer, ConsumerConfig, State
+from tests.integration.test_consumer_client import fill, ready_topic, take
+from tests.support.cluster import eventually, running_brokers
+
+
+@pytest.fixture
+def brokers(zk_hosts, tmp_path):
+    yield from running_brokers(zk_hosts, tmp_path, 2, group_initial_rebalance_delay_ms="200",
+                               group_min_session_timeout_ms="1000",
+                               rebalance_backoff_ms="200", offsets_commit_interval_ms="200")
+
+
+def _run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(out):
+        code = cli.main(list(argv))
+    return code, out.getvalue()
+
+
+@pytest_twisted.ensureDeferred
+async def test_groups_list_and_describe_show_members_offsets_and_lag(brokers, capsys):
+    await ready_topic(brokers, partitions=2)
+    for p in range(2):
+        await fill(brokers, "t", p, 10)
+    bootstrap = ",".join(f"127.0.0.1:{b.port.getHost().port}" for b in brokers)
+    consumer = Consumer(ConsumerConfig.create(
+        bootstrap_servers=bootstrap, group_id="billing", consumer_id="c1", topics={"t": 1},
+        session_timeout_ms=1500, fetch_max_wait_ms=100, auto_offset_reset="smallest"),
+        reactor=reactor)
+    consumer.start()
+    try:
+        await eventually(lambda: consumer.state is State.FETCHING, timeout=30, what="fetching")
+        got = await take(consumer, 20)
+        assert len(got) == 20
+        # with 2 x 10 consumed, the next Ping (every 0.5 s) reports offsets 10 and 10
+        await eventually(lambda: _rows_are(bootstrap, [["t", "0", "10", "10", "0"],
+                                                       ["t", "1", "10", "10", "0"]]),
+                         timeout=15, what="describe reporting offsets 10/10, lag 0")
+        for p in range(2):
+            await fill(brokers, "t", p, 5)  # the log end moves on; the lag follows below
+        code, out = await threads.deferToThread(_run, "groups", "list", "--bootstrap-server",
+                                                bootstrap)
+        assert code == 0
+        assert [line.split() for line in out.splitlines()[1:]] == [["billing", "stable", "1"]]
+        code, out = await threads.deferToThread(_run, "groups", "describe",
+                                                "--bootstrap-server", bootstrap,
+                                                "--group", "billing")
+        assert code == 0, out
+        assert "Group: billing\tState: stable" in out and "Members: 1" in out
+        rows = [line.split("\t") for line in out.splitlines() if line.startswith("t\t")]
+        assert [r[1] for r in rows] == ["0", "1"]
+        assert all(r[5] == "c1-0" for r in rows)  # the owning stream
+        assert all(int(r[3]) == 15 for r in rows)  # log end offset after the refill
+        assert all(int(r[4]) == int(r[3]) - int(r[2]) for r in rows)  # lag = end - current
+    finally:
+        await consumer.close()
+
+    code, _ = await threads.deferToThread(_run, "groups", "describe", "--bootstrap-server",
+                                          bootstrap, "--group", "no-such-group")
+    err = capsys.readouterr().err
+    assert code == 1 and "no-such-group" in err
+
+
+def _rows_are(bootstrap: str, expected: list[list[str]]):
+    def check() -> bool:
+        code, out = _run("groups", "describe", "--bootstrap-server", bootstrap, "--group",
+                         "billing")
+        rows = [line.split("\t")[:5] for line in out.splitlines() if line.startswith("t\t")]
+        return code == 0 and rows == expected
+    return threads.deferToThread(check)

@@ -1,0 +1,426 @@
+"""Blocking cluster access for the data source: metadata, ListOffsets, and reading one offset
+range of one partition into Arrow record batches.
+
+Runs on the Spark driver (planning, streaming offsets) and in Python workers (reading). No
+Twisted: a worker is a short-lived Python process that reads one range and leaves, so plain
+sockets (:class:`~consumer_client.connection.BrokerConnection`) and the consumer's decoder
+(:func:`~consumer_client.consumer_records.decode_chunk`) are all it needs.
+
+Invariants of :func:`read_range`:
+
+- it yields the records of ``[start, end)`` in offset order, each exactly once, whatever leader
+  changes happen meanwhile: the next fetch offset only moves past records already yielded, and a
+  retried fetch asks again for the same offset;
+- it stops at ``end`` even when the broker returns more (a batch is fetched whole);
+- a range it cannot read completely ends in :class:`DataLossError` when ``fail_on_data_loss``,
+  otherwise it skips what was lost (offsets removed by retention: from the log start on;
+  offsets past the log's end: it stops there) and says so in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import ErrorCode
+from consumer_client.connection import BrokerConnection, NoBrokersAvailable, bootstrap
+from consumer_client.consumer_records import Message, decode_chunk, scan_chunk
+from consumer_client.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetRange,
+    PartitionOffsets,
+    TopicPartition,
+)
+from consumer_client.spark.options import Subscription
+
+log = logging.getLogger("sluice.spark")
+
+# Errors after which the partition's leader is looked up again and the request retried: the
+# leader moved (or is being elected), or the metadata we acted on is older than the broker's.
+LEADER_ERRORS = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.OFFSET_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+})
+
+DATA_LOSS_HINT = ("Some data may have been lost because it is not available in the cluster any "
+                  "more (removed by retention, or the topic was deleted or truncated). If you "
+                  "want the query to go on in such cases, set the source option "
+                  "'failOnDataLoss' to 'false'.")
+
+
+class SluiceSourceError(Exception):
+    """The data source cannot go on; the message names the partition, the broker and the Kafka
+    error, or the option to change."""
+
+
+class DataLossError(SluiceSourceError):
+    """Offsets the query must read are gone (see :data:`DATA_LOSS_HINT`)."""
+
+
+def _error_name(code: int) -> str:
+    try:
+        e = ErrorCode(code)
+        return f"{e.name} ({e.description})"
+    except ValueError:
+        return f"error code {code}"
+
+
+class Cluster:
+    """A blocking view of the cluster: partition leaders from Metadata, one cached connection
+    per broker. Not thread-safe; one per task or per driver-side reader.
+
+    A connection that fails is dropped and reopened on next use; metadata is refreshed on
+    request (after a leader error) and, for :meth:`partitions_of`, when older than
+    ``metadata_max_age_s``.
+    """
+
+    def __init__(self, servers: str, *, request_timeout_s: float = 30.0,
+                 metadata_max_age_s: float = 1.0, client_id: str = "sluice-spark") -> None:
+        self.servers = servers
+        self.request_timeout_s = request_timeout_s
+        self.metadata_max_age_s = metadata_max_age_s
+        self.client_id = client_id
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.leaders: dict[TopicPartition, int] = {}
+        self.topic_partitions: dict[str, list[int]] = {}
+        self.topic_errors: dict[str, int] = {}
+        self._conns: dict[int, BrokerConnection] = {}
+        self._metadata_at = -1e9
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def connection(self, node: int) -> BrokerConnection:
+        conn = self._conns.get(node)
+        if conn is None:
+            host, port = self.brokers[node]
+            conn = BrokerConnection(host, port, client_id=self.client_id,
+                                    timeout=self.request_timeout_s)
+            self._conns[node] = conn
+        return conn
+
+    def drop(self, node: int) -> None:
+        conn = self._conns.pop(node, None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for node in list(self._conns):
+            self.drop(node)
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    def refresh(self, topics: Iterable[str] | None = None) -> Any:
+        """Metadata for ``topics`` (None: every topic) from a known broker, else bootstrap."""
+        body = {"topics": None if topics is None else [{"name": t} for t in sorted(set(topics))],
+                "allow_auto_topic_creation": False}
+        md = None
+        for node in list(self._conns) + [n for n in self.brokers if n not in self._conns]:
+            try:
+                md = self.connection(node).request(ApiKey.METADATA, body)
+                break
+            except OSError:
+                self.drop(node)
+        if md is None:
+            try:
+                with bootstrap(self.servers, client_id=self.client_id,
+                               timeout=self.request_timeout_s) as conn:
+                    md = conn.request(ApiKey.METADATA, body)
+            except NoBrokersAvailable as e:
+                raise SluiceSourceError(f"option 'bootstrap.servers': {e}") from None
+        self.brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
+        for t in md.topics:
+            self.topic_errors[t.name] = t.error_code
+            if t.error_code:
+                self.topic_partitions.pop(t.name, None)
+                continue
+            self.topic_partitions[t.name] = sorted(p.partition_index for p in t.partitions)
+            for p in t.partitions:
+                self.leaders[(t.name, p.partition_index)] = p.leader_id
+        for node in [n for n in self._conns if n not in self.brokers]:
+            self.drop(node)
+        self._metadata_at = time.monotonic()
+        return md
+
+    def partitions_of(self, sub: Subscription, *, max_age_s: float | None = None
+                      ) -> list[TopicPartition]:
+        """The partitions ``sub`` names now. A subscribed or assigned topic that does not exist,
+        or an assigned partition it does not have, raises naming the option."""
+        age = self.metadata_max_age_s if max_age_s is None else max_age_s
+        fresh = time.monotonic() - self._metadata_at < age
+        if sub.pattern is not None:
+            if not fresh:
+                self.refresh(None)
+            rx = re.compile(sub.pattern)
+            return sorted((t, p) for t, ps in self.topic_partitions.items()
+                          if rx.fullmatch(t) for p in ps)
+        topics = list(sub.topics) or list(sub.assign)
+        if not fresh or any(t not in self.topic_partitions for t in topics):
+            self.refresh(topics)
+        out = []
+        for t in topics:
+            if t not in self.topic_partitions:
+                code = self.topic_errors.get(t, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                raise SluiceSourceError(f"option {sub.option!r}: topic {t!r} cannot be read: "
+                                        f"{_error_name(code)}")
+            have = self.topic_partitions[t]
+            if sub.assign:
+                bad = [p for p in sub.assign[t] if p not in have]
+                if bad:
+                    raise SluiceSourceError(
+                        f"option 'assign': topic {t!r} has no partition "
+                        f"{', '.join(map(str, bad))} (it has {len(have)} partitions)")
+                out += [(t, p) for p in sub.assign[t]]
+            else:
+                out += [(t, p) for p in have]
+        return sorted(out)
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def list_offsets(self, tps: Iterable[TopicPartition], timestamp: int,
+                     deadline_s: float | None = None) -> PartitionOffsets:
+        """Each partition's earliest (``timestamp`` -2) or latest (-1) offset, asked of its
+        leader; leader errors are retried (fresh metadata) until ``deadline_s`` (default: the
+        request timeout) and then raise :class:`SluiceSourceError`."""
+        want = set(tps)
+        out: PartitionOffsets = {}
+        deadline = time.monotonic() + (self.request_timeout_s if deadline_s is None
+                                       else deadline_s)
+        last_error = ""
+        backoff = 0.05
+        while want:
+            if any(self.leaders.get(tp, -1) not in self.brokers for tp in want):
+                self.refresh({t for t, _ in want})
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in want:
+                by_leader.setdefault(self.leaders.get(tp, -1), []).append(tp)
+            for leader, parts in by_leader.items():
+                if leader not in self.brokers:
+                    last_error = f"{parts[0][0]}-{parts[0][1]} has no leader"
+                    continue
+                topics: dict[str, list[int]] = {}
+                for t, p in parts:
+                    topics.setdefault(t, []).append(p)
+                try:
+                    resp = self.connection(leader).request(ApiKey.LIST_OFFSETS, {
+                        "replica_id": -1, "isolation_level": 0, "topics": [
+                            {"name": t, "partitions": [
+                                {"partition_index": p, "timestamp": timestamp} for p in ps]}
+                            for t, ps in topics.items()]})
+                except OSError as e:
+                    self.drop(leader)
+                    last_error = f"broker {leader} unreachable ({e})"
+                    continue
+                for t in resp.topics:
+                    for p in t.partitions:
+                        tp = (t.name, p.partition_index)
+                        if p.error_code == 0:
+                            out[tp] = p.offset
+                            want.discard(tp)
+                        elif p.error_code in LEADER_ERRORS:
+                            last_error = (f"{tp[0]}-{tp[1]} on broker {leader}: "
+                                          f"{_error_name(p.error_code)}")
+                        else:
+                            raise SluiceSourceError(
+                                f"ListOffsets for {tp[0]}-{tp[1]} from broker {leader} failed: "
+                                f"{_error_name(p.error_code)}")
+            if want:
+                if time.monotonic() > deadline:
+                    raise SluiceSourceError(f"could not look up offsets of "
+                                            f"{len(want)} partitions: {last_error}")
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                self.refresh({t for t, _ in want})
+        return out
+
+    def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        return self.list_offsets(tps, EARLIEST)
+
+    def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        return self.list_offsets(tps, LATEST)
+
+
+# -- Arrow -----------------------------------------------------------------------------------------
+
+_SCHEMAS: dict[bool, Any] = {}
+
+
+def arrow_schema(include_headers: bool) -> Any:
+    """The Arrow schema Spark expects for the source's schema (pyspark's ``to_arrow_schema``
+    of :data:`consumer_client.spark.source.SCHEMA_DDL`): field names and types must match
+    exactly, or the worker refuses the batch."""
+    schema = _SCHEMAS.get(include_headers)
+    if schema is None:
+        import pyarrow as pa
+
+        fields = [pa.field("key", pa.binary()), pa.field("value", pa.binary()),
+                  pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+                  pa.field("offset", pa.int64()),
+                  pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+                  pa.field("timestampType", pa.int32())]
+        if include_headers:
+            fields.append(pa.field("headers", pa.list_(pa.field("element", pa.struct([
+                pa.field("key", pa.string()), pa.field("value", pa.binary())])))))
+        schema = _SCHEMAS[include_headers] = pa.schema(fields)
+    return schema
+
+
+def to_record_batch(messages: list[Message], include_headers: bool) -> Any:
+    """One ``pyarrow.RecordBatch`` of ``messages`` (all of one partition), built column by
+    column: one pass to transpose the tuples, then each column converted in C."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = arrow_schema(include_headers)
+    topic, partition = messages[0].topic, messages[0].partition
+    n = len(messages)
+    _t, _p, offsets, keys, values, ts, ts_types, headers = zip(*messages, strict=True)
+    cols = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        pc.multiply(pa.array(ts, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(ts_types, pa.int32()),
+    ]
+    if include_headers:
+        cols.append(pa.array([[{"key": k, "value": v} for k, v in h] for h in headers],
+                             schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+# -- reading a range -------------------------------------------------------------------------------
+
+
+def read_range(cluster: Cluster, rng: OffsetRange, *, fail_on_data_loss: bool = True,
+               include_headers: bool = False, max_partition_fetch_bytes: int = 4 << 20,
+               poll_timeout_s: float = 120.0, max_wait_ms: int = 500) -> Iterator[Any]:
+    """Arrow record batches of the records of ``rng`` (see the module docstring).
+    ``rng.start`` may be :data:`EARLIEST` (a partition new to a streaming query)."""
+    for chunk in read_messages(cluster, rng, fail_on_data_loss=fail_on_data_loss,
+                               max_partition_fetch_bytes=max_partition_fetch_bytes,
+                               poll_timeout_s=poll_timeout_s, max_wait_ms=max_wait_ms):
+        yield to_record_batch(chunk, include_headers)
+
+
+def read_messages(cluster: Cluster, rng: OffsetRange, *, fail_on_data_loss: bool = True,
+                  max_partition_fetch_bytes: int = 4 << 20, poll_timeout_s: float = 120.0,
+                  max_wait_ms: int = 500) -> Iterator[list[Message]]:
+    """Lists of :class:`Message` (one per Fetch response that had any) covering ``rng``."""
+    topic, partition, offset, end = rng
+    tp = (topic, partition)
+    where = f"{topic}-{partition}"
+    if offset == EARLIEST:
+        offset = cluster.earliest([tp])[tp]
+    deadline = time.monotonic() + poll_timeout_s
+    backoff = 0.05
+    last_error = "no answer yet"
+    while offset < end:
+        if time.monotonic() > deadline:
+            raise SluiceSourceError(
+                f"reading {where} offsets [{offset}, {end}) made no progress for "
+                f"{poll_timeout_s:.0f}s (kafkaConsumer.pollTimeoutMs): {last_error}")
+        leader = cluster.leaders.get(tp, -1)
+        if leader not in cluster.brokers:
+            cluster.refresh([topic])
+            leader = cluster.leaders.get(tp, -1)
+            if leader not in cluster.brokers:
+                last_error = f"{where} has no leader"
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
+        body = {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
+                "max_bytes": max_partition_fetch_bytes, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": topic, "partitions": [{
+                    "partition": partition, "current_leader_epoch": -1,
+                    "fetch_offset": offset, "log_start_offset": -1,
+                    "partition_max_bytes": max_partition_fetch_bytes}]}],
+                "forgotten_topics_data": [], "rack_id": ""}
+        try:
+            resp = cluster.connection(leader).request(ApiKey.FETCH, body)
+        except OSError as e:
+            # The leader died or moved away: find the new one and ask it for the same offset.
+            cluster.drop(leader)
+            last_error = f"fetch from broker {leader} failed ({e})"
+            _pause_and_refresh(cluster, topic, backoff)
+            backoff = min(backoff * 2, 1.0)
+            continue
+        p = resp.responses[0].partitions[0] if resp.responses and resp.responses[0].partitions \
+            else None
+        # No partition in the answer: the broker no longer knows it (a stale leader).
+        code = (resp.error_code or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) if p is None \
+            else p.error_code
+        if code in LEADER_ERRORS:
+            last_error = f"broker {leader} answered {_error_name(code)} for {where}"
+            _pause_and_refresh(cluster, topic, backoff)
+            backoff = min(backoff * 2, 1.0)
+            continue
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            first = cluster.earliest([tp])[tp]
+            last = cluster.latest([tp])[tp]
+            if offset < first:
+                lost_to = min(first, end)
+                if fail_on_data_loss:
+                    raise DataLossError(
+                        f"offsets [{offset}, {lost_to}) of {where} are gone: the partition "
+                        f"starts at {first} now. {DATA_LOSS_HINT}")
+                log.warning("skipping lost offsets [%d, %d) of %s (failOnDataLoss=false)",
+                            offset, lost_to, where)
+                offset = lost_to
+                continue
+            if offset >= last:
+                _past_end(where, offset, end, last, fail_on_data_loss)
+                return
+            continue  # the log moved between the fetch and the lookup: try again
+        if code:
+            raise SluiceSourceError(f"fetch of {where} at offset {offset} from broker {leader} "
+                                    f"failed: {_error_name(code)}")
+        records = p.records
+        if records is not None and len(records):
+            nxt, complete = scan_chunk(records, offset)
+            if complete:
+                messages = decode_chunk(topic, partition, records[:complete], offset)
+                if messages and messages[-1].offset >= end:
+                    messages = [m for m in messages if m.offset < end]
+                if messages:
+                    yield messages
+                if nxt > offset:
+                    offset = nxt
+                    deadline = time.monotonic() + poll_timeout_s
+                    backoff = 0.05
+                    continue
+            elif len(records) >= max_partition_fetch_bytes:
+                # A single batch larger than asked for: ask for more rather than stall.
+                max_partition_fetch_bytes *= 2
+                continue
+        # Nothing at `offset` yet although `end` is past it: a new leader whose high watermark
+        # has not caught up, or a log that really ends before `end` (truncated).
+        last_error = f"no records at offset {offset}; high watermark {p.high_watermark}"
+        if p.high_watermark <= offset and time.monotonic() + max_wait_ms / 1000 > deadline:
+            _past_end(where, offset, end, p.high_watermark, fail_on_data_loss)
+            return
+
+
+def _pause_and_refresh(cluster: Cluster, topic: str, delay: float) -> None:
+    time.sleep(delay)
+    try:
+        cluster.refresh([topic])
+    except SluiceSourceError:
+        pass  # no broker reachable right now; the caller's deadline decides when to give up
+
+
+def _past_end(where: str, offset: int, end: int, log_end: int, fail: bool) -> None:
+    if fail:
+        raise DataLossError(f"offsets [{offset}, {end}) of {where} cannot be read: the partition "
+                            f"ends at {log_end}. {DATA_LOSS_HINT}")
+    log.warning("offsets [%d, %d) of %s are past the partition's end %d; skipped "
+                "(failOnDataLoss=false)", offset, end, where, log_end)

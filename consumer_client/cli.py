@@ -8,6 +8,7 @@
                          (--topic T --partition P | --all-topic-partitions | --path-to-json-file F)
     sluice groups list | describe [--group G ...]
     sluice loadtest --topic T --consumers N [--processes M] [--groups G] [--duration S] ...
+    sluice consume --topic T --group G [--members N] [--from-beginning] [--max-messages N]
 
 Each takes ``--bootstrap-server HOST:PORT[,...]`` or ``--zookeeper HOST:PORT[/chroot]``
 (``reassign`` and ``elect-leaders`` work through ZooKeeper only; ``groups`` through the brokers
@@ -121,6 +122,21 @@ def build_parser() -> argparse.ArgumentParser:
     gd.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
     gd.add_argument("--group", action="append", help="group to describe (repeatable; "
                     "default all)")
+
+    co = sub.add_parser("consume", help="a console consumer group: print messages "
+                        "(kafka-console-consumer)")
+    co.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    co.add_argument("--topic", required=True)
+    co.add_argument("--group", required=True)
+    co.add_argument("--members", type=_positive("--members"), default=1,
+                    help="group members to run in this process (default 1)")
+    co.add_argument("--from-beginning", action="store_true",
+                    help="without a committed offset, start at the earliest message")
+    co.add_argument("--max-messages", type=_positive("--max-messages"),
+                    help="stop after this many messages in total")
+    co.add_argument("--session-timeout-ms", type=_positive("--session-timeout-ms"),
+                    default=10000)
+    co.add_argument("--quiet", action="store_true", help="do not print the messages")
 
     lt = sub.add_parser("loadtest", help="run many consumers in several processes and report "
                         "join times, rebalances, heartbeats, expirations and coordinator load")
@@ -310,6 +326,17 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         return
     if args.area == "loadtest":
         run_loadtest(args, out)
+        return
+    if args.area == "consume":
+        from consumer_client import console_consumer
+
+        code = console_consumer.run(
+            bootstrap=args.bootstrap_server, topic=args.topic, group=args.group,
+            members=args.members, from_beginning=args.from_beginning,
+            max_messages=args.max_messages, quiet=args.quiet,
+            session_timeout_ms=args.session_timeout_ms, out=out)
+        if code:
+            raise AdminError(None, "the consumer group stopped with an error")
         return
     admin = _client(args)
     if args.area == "reassign":

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sluice quickstart: installs what is missing, starts ZooKeeper and three brokers on this machine,
-# creates a topic, produces and consumes 100,000 messages with kcat, and describes the topic.
+# creates a topic, produces and consumes 100,000 messages with kcat, describes the topic, then
+# consumes the topic with a Sluice consumer group of three members and shows the group's
+# ownership, offsets and lag.
 #
 #   scripts/quickstart.sh            start everything and run the demo (state in ./run/)
 #   scripts/quickstart.sh --stop     stop the brokers and ZooKeeper started here
@@ -28,7 +30,7 @@ stop_all() {
 }
 
 if [ "${1:-}" = "--stop" ]; then stop_all; exit 0; fi
-if [ $# -gt 0 ]; then sed -n '2,8p' "$0"; exit 2; fi
+if [ $# -gt 0 ]; then sed -n '2,10p' "$0"; exit 2; fi
 
 scripts/bootstrap.sh
 mkdir -p "$RUN"
@@ -76,5 +78,29 @@ echo "read back $got messages (expected $expected)"
 [ "$got" -eq "$expected" ] || { echo "quickstart FAILED: message count mismatch" >&2; exit 1; }
 
 .venv/bin/sluice topics describe --bootstrap-server "$BOOTSTRAP" --topic "$TOPIC"
+
+GROUP=${GROUP:-quickstart-group}
+echo
+echo "consuming with a Sluice consumer group '$GROUP' of 3 members..."
+.venv/bin/sluice consume --bootstrap-server "$BOOTSTRAP" --topic "$TOPIC" --group "$GROUP" \
+    --members 3 --from-beginning --quiet > "$RUN/consumer-group.log" 2>&1 &
+group_pid=$!
+# Done when every partition is owned and its lag is 0 (the members report their positions to
+# the coordinator with every ping, a third of the session timeout).
+caught_up=""
+for _ in $(seq 120); do
+    sleep 1
+    out=$(.venv/bin/sluice groups describe --bootstrap-server "$BOOTSTRAP" --group "$GROUP" \
+          2>/dev/null || true)
+    rows=$(printf '%s\n' "$out" | awk -F'\t' -v t="$TOPIC" '$1 == t' || true)
+    owned=$(printf '%s\n' "$rows" | awk -F'\t' '$6 != "-" && $6 != ""' | wc -l)
+    behind=$(printf '%s\n' "$rows" | awk -F'\t' '$5 != "0"' | grep -c . || true)
+    if [ "$owned" -eq 6 ] && [ "$behind" -eq 0 ]; then caught_up=yes; break; fi
+done
+printf '%s\n' "$out"
+kill -TERM "$group_pid" 2>/dev/null || true
+wait "$group_pid" || true
+tail -n 1 "$RUN/consumer-group.log"
+[ -n "$caught_up" ] || { echo "quickstart FAILED: the consumer group did not catch up" >&2; exit 1; }
 echo
 echo "Cluster is running. Stop it with: scripts/quickstart.sh --stop"

@@ -82,3 +82,28 @@ def _rows_are(bootstrap: str, expected: list[list[str]]):
         rows = [line.split("\t")[:5] for line in out.splitlines() if line.startswith("t\t")]
         return code == 0 and rows == expected
     return threads.deferToThread(check)
+
+
+@pytest_twisted.ensureDeferred
+async def test_console_consumer_group_prints_every_message_and_commits(brokers):
+    import subprocess
+    import sys
+
+    await ready_topic(brokers, partitions=2)
+    for p in range(2):
+        await fill(brokers, "t", p, 10)
+    bootstrap = ",".join(f"127.0.0.1:{b.port.getHost().port}" for b in brokers)
+    argv = [sys.executable, "-m", "consumer_client.cli", "consume", "--bootstrap-server",
+            bootstrap, "--topic", "t", "--group", "console", "--members", "2",
+            "--from-beginning", "--max-messages", "20", "--session-timeout-ms", "1500"]
+    done = await threads.deferToThread(subprocess.run, argv, capture_output=True, text=True,
+                                       timeout=60)
+    assert done.returncode == 0, done.stderr
+    values = done.stdout.splitlines()
+    assert len(values) == 20 and len(set(values)) == 20
+    assert "consumed 20 messages" in done.stderr
+    # the members handed their final positions over as they left
+    code, out = await threads.deferToThread(_run, "groups", "describe", "--bootstrap-server",
+                                            bootstrap, "--group", "console")
+    rows = [line.split("\t")[:3] for line in out.splitlines() if line.startswith("t\t")]
+    assert code == 0 and rows == [["t", "0", "10"], ["t", "1", "10"]], out

@@ -1,0 +1,84 @@
+"""``sluice consume``: a console consumer group (kafka-console-consumer, with group members).
+
+Runs ``members`` Sluice consumers of one group on one reactor, prints each message value (or
+nothing with ``quiet``), and stops after ``max_messages`` in total or on SIGINT/SIGTERM. Stopping
+closes every member properly: with auto-commit, each hands its final positions to the
+coordinator before it leaves, so the group's committed offsets say how far it got.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any, TextIO
+
+from twisted.internet import defer, task
+
+
+async def _consume(reactor: Any, *, bootstrap: str, topic: str, group: str, members: int,
+                   from_beginning: bool, max_messages: int | None, quiet: bool,
+                   session_timeout_ms: int, out: TextIO, err: TextIO) -> int:
+    from consumer_client.consumer import Consumer, ConsumerConfig
+
+    consumers = [Consumer(ConsumerConfig.create(
+        bootstrap_servers=bootstrap, group_id=group, topics={topic: 1},
+        consumer_id=f"{group}-console-{i}-{_suffix()}", session_timeout_ms=session_timeout_ms,
+        auto_offset_reset="smallest" if from_beginning else "largest"), reactor=reactor)
+        for i in range(members)]
+    counts = [0] * members
+    done: defer.Deferred = defer.Deferred()
+
+    def stop(*_: Any) -> None:
+        if not done.called:
+            done.callback(None)
+
+    def on_message(i: int, m: Any) -> None:
+        counts[i] += 1
+        if not quiet:
+            out.write((m.value or b"").decode("utf-8", "replace") + "\n")
+        if max_messages is not None and sum(counts) >= max_messages:
+            stop()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: reactor.callFromThread(stop))
+    for i, c in enumerate(consumers):
+        c.start()
+        c.consume(lambda m, i=i: on_message(i, m)).addErrback(
+            lambda f: (err.write(f"sluice: {f.value}\n"), stop()))
+    await done
+    await defer.DeferredList([c.close() for c in consumers], consumeErrors=True)
+    per = ", ".join(f"{c.config.consumer_id}: {n}" for c, n in zip(consumers, counts,
+                                                                   strict=True))
+    err.write(f"consumed {sum(counts)} messages ({per})\n")
+    failed = [c for c in consumers if c.error is not None]
+    for c in failed:
+        err.write(f"sluice: {c.config.consumer_id}: {c.error}\n")
+    return 1 if failed else 0
+
+
+def _suffix() -> str:
+    import os
+    import socket
+
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def run(*, bootstrap: str, topic: str, group: str, members: int = 1,
+        from_beginning: bool = False, max_messages: int | None = None, quiet: bool = False,
+        session_timeout_ms: int = 10000, out: TextIO = sys.stdout,
+        err: TextIO = sys.stderr) -> int:
+    """Run the console group until done; returns the exit code."""
+    result: list[int] = []
+
+    async def main(reactor: Any) -> None:
+        result.append(await _consume(
+            reactor, bootstrap=bootstrap, topic=topic, group=group, members=members,
+            from_beginning=from_beginning, max_messages=max_messages, quiet=quiet,
+            session_timeout_ms=session_timeout_ms, out=out, err=err))
+
+    try:
+        task.react(lambda r: defer.Deferred.fromCoroutine(main(r)))
+    except SystemExit as e:
+        if e.code not in (0, None):
+            return int(e.code) if isinstance(e.code, int) else 1
+    return result[0] if result else 1

@@ -388,6 +388,7 @@ def _result(cfg: LoadTestConfig, tracker: _Tracker,
     false_expirations = sorted(c for c in tracker.lost if c not in tracker.disturbed)
     result: dict[str, Any] = {
         "config": config,
+        "started_at": tracker.t0,  # wall clock; every other time counts from here
         "consumers_started": len(tracker.started),
         "consumers_joined": len(tracker.joined),
         "join_time_s": _percentiles(list(tracker.joined.values())),

@@ -39,7 +39,12 @@ from consumer_client.spark.offsets import (
     resolve,
     split_ranges,
 )
-from consumer_client.spark.options import ReadOptions, parse_read_options, parse_write_options
+from consumer_client.spark.options import (
+    OptionError,
+    ReadOptions,
+    parse_read_options,
+    parse_write_options,
+)
 from consumer_client.spark.reader import (
     DATA_LOSS_HINT,
     Cluster,
@@ -278,6 +283,10 @@ class SluiceDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from consumer_client.spark.sink import SluiceWriter
 
+        if overwrite:
+            # As Spark's Kafka sink: records are appended to a topic, never replace it.
+            raise OptionError("mode", "save mode 'overwrite' is not supported by 'sluice': "
+                              "records are appended to the topic; use mode('append')")
         return SluiceWriter(parse_write_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

@@ -71,6 +71,9 @@ def spark() -> Iterator:
                .config("spark.local.dir", scratch)
                .config("spark.sql.warehouse.dir", os.path.join(scratch, "warehouse"))
                .config("spark.sql.session.timeZone", "UTC")
+               # A loaded two-core machine can take longer than the 15 s default for a Python
+               # worker to connect back to the JVM.
+               .config("spark.python.authenticate.socketTimeout", "120s")
                .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={scratch}")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")

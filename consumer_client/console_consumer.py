@@ -12,12 +12,12 @@ import signal
 import sys
 from typing import Any, TextIO
 
-from twisted.internet import defer, task
+from twisted.internet import defer
 
 
-async def _consume(reactor: Any, *, bootstrap: str, topic: str, group: str, members: int,
-                   from_beginning: bool, max_messages: int | None, quiet: bool,
-                   session_timeout_ms: int, out: TextIO, err: TextIO) -> int:
+async def _consume(reactor: Any, done: defer.Deferred, *, bootstrap: str, topic: str,
+                   group: str, members: int, from_beginning: bool, max_messages: int | None,
+                   quiet: bool, session_timeout_ms: int, out: TextIO, err: TextIO) -> int:
     from consumer_client.consumer import Consumer, ConsumerConfig
 
     consumers = [Consumer(ConsumerConfig.create(
@@ -26,7 +26,6 @@ async def _consume(reactor: Any, *, bootstrap: str, topic: str, group: str, memb
         auto_offset_reset="smallest" if from_beginning else "largest"), reactor=reactor)
         for i in range(members)]
     counts = [0] * members
-    done: defer.Deferred = defer.Deferred()
 
     def stop(*_: Any) -> None:
         if not done.called:
@@ -39,8 +38,6 @@ async def _consume(reactor: Any, *, bootstrap: str, topic: str, group: str, memb
         if max_messages is not None and sum(counts) >= max_messages:
             stop()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: reactor.callFromThread(stop))
     for i, c in enumerate(consumers):
         c.start()
         c.consume(lambda m, i=i: on_message(i, m)).addErrback(
@@ -67,18 +64,29 @@ def run(*, bootstrap: str, topic: str, group: str, members: int = 1,
         from_beginning: bool = False, max_messages: int | None = None, quiet: bool = False,
         session_timeout_ms: int = 10000, out: TextIO = sys.stdout,
         err: TextIO = sys.stderr) -> int:
-    """Run the console group until done; returns the exit code."""
-    result: list[int] = []
+    """Run the console group until done; returns the exit code.
 
-    async def main(reactor: Any) -> None:
-        result.append(await _consume(
-            reactor, bootstrap=bootstrap, topic=topic, group=group, members=members,
+    The reactor runs without its own signal handlers: SIGINT/SIGTERM must not stop it at once
+    but end the consumption, so that the members can leave properly first."""
+    from twisted.internet import reactor
+
+    result: list[int] = []
+    done: defer.Deferred = defer.Deferred()
+
+    def request_stop(*_: Any) -> None:
+        reactor.callFromThread(lambda: None if done.called else done.callback(None))
+
+    def start() -> None:
+        d = defer.Deferred.fromCoroutine(_consume(
+            reactor, done, bootstrap=bootstrap, topic=topic, group=group, members=members,
             from_beginning=from_beginning, max_messages=max_messages, quiet=quiet,
             session_timeout_ms=session_timeout_ms, out=out, err=err))
+        d.addCallback(result.append)
+        d.addErrback(lambda f: err.write(f"sluice: {f.getErrorMessage()}\n"))
+        d.addBoth(lambda _: reactor.stop())
 
-    try:
-        task.react(lambda r: defer.Deferred.fromCoroutine(main(r)))
-    except SystemExit as e:
-        if e.code not in (0, None):
-            return int(e.code) if isinstance(e.code, int) else 1
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, request_stop)
+    reactor.callWhenRunning(start)
+    reactor.run(installSignalHandlers=False)
     return result[0] if result else 1

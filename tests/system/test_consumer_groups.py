@@ -263,6 +263,7 @@ def _exercise(cluster, admin, bootstrap, consumers, producer, produced, watcher)
     ends = {}
     for (p, o) in acked:
         ends[p] = max(ends.get(p, -1), o)
+
     def missing() -> list[tuple[int, int]]:
         got = consumed()
         return [(p, o) for p, end in ends.items() for o in range(end + 1)

@@ -221,6 +221,9 @@ def main() -> None:
     finally:
         if cluster is not None:
             cluster.stop()
+            args.out.mkdir(parents=True, exist_ok=True)
+            for log in tmp.glob("broker-*.log"):  # the coordinator's per-phase timings
+                shutil.copy(log, args.out / log.name)
         zk.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 

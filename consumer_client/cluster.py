@@ -94,6 +94,7 @@ class ClusterClient:
         self._conns: dict[Any, defer.Deferred | BrokerLink] = {}
         self._rr = itertools.count()
         self._closed = False
+        self._refreshing: list[tuple[frozenset[str] | None, defer.Deferred]] = []
 
     # -- metadata --------------------------------------------------------------------------
 
@@ -113,7 +114,24 @@ class ClusterClient:
 
     async def refresh(self, topics: Sequence[str] | None = None) -> ClusterView:
         """Fetch metadata for ``topics`` (None: every topic) from any reachable broker and make
-        it the current view. Topics not named keep their previous entries."""
+        it the current view. Topics not named keep their previous entries.
+
+        A refresh that asks for no more than one already in flight shares that one's answer
+        (many consumers on one client place their partitions at the same moment after a
+        rebalance: one Metadata request serves them all)."""
+        wanted = None if topics is None else frozenset(topics)
+        for covers, pending in self._refreshing:
+            if covers is None or (wanted is not None and wanted <= covers):
+                return await _chain(pending)
+        d = defer.Deferred.fromCoroutine(self._refresh(topics))
+        entry = (wanted, d)
+        self._refreshing.append(entry)
+        try:
+            return await _chain(d)
+        finally:
+            self._refreshing.remove(entry)
+
+    async def _refresh(self, topics: Sequence[str] | None) -> ClusterView:
         body = {"topics": None if topics is None else [{"name": t} for t in topics],
                 "allow_auto_topic_creation": False}
         resp = await self.request_any(ApiKey.METADATA, body)

@@ -77,3 +77,29 @@ async def test_nothing_reachable_names_every_server():
             assert f"127.0.0.1:{p}" in str(e.value)
     finally:
         client.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_concurrent_refreshes_share_one_metadata_request(brokers):
+    from twisted.internet import defer
+
+    await create_topic(brokers[0], "shared", partitions=2, rf=1)
+    client = ClusterClient(_bootstrap(brokers), reactor=reactor)
+    sent = []
+    real = client.request_any
+
+    async def counting(api_key, body):
+        sent.append(body["topics"])
+        return await real(api_key, body)
+
+    client.request_any = counting
+    try:
+        views = await defer.gatherResults([
+            defer.Deferred.fromCoroutine(client.refresh(["shared"])) for _ in range(50)])
+        assert len(sent) == 1 and all(v.topics["shared"] for v in views)
+        # a wider question is not answered by a narrower one in flight
+        await defer.gatherResults([defer.Deferred.fromCoroutine(client.refresh(["shared"])),
+                                   defer.Deferred.fromCoroutine(client.refresh(None))])
+        assert len(sent) == 3
+    finally:
+        client.close()

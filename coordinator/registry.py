@@ -107,6 +107,11 @@ class GroupRegistry:
     static_topics: Counter[str] = field(default_factory=Counter)
     wildcard_members: int = 0
     delayed_call: Any = None
+    #: The owners in ZooKeeper as this coordinator last read or wrote them; None when unknown
+    #: (not read yet, or a write failed). Only the active coordinator writes owners, under its
+    #: epoch, so what it wrote is what ZooKeeper holds: rebalances compare with this instead
+    #: of reading a thousand znodes each time.
+    zk_owners: dict[TopicPartition, str] | None = None
 
     @property
     def offset_updated(self) -> bool:

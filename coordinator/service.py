@@ -488,8 +488,16 @@ class CoordinatorService:
         return out
 
     async def read_owners(self, group: GroupRegistry) -> dict[TopicPartition, str]:
-        """The owners in ZooKeeper; also lifts ``group.generation`` to the one stored with
-        them, so generations keep growing across coordinator failovers."""
+        """The owners in ZooKeeper (read once, then as this coordinator wrote them; see
+        ``GroupRegistry.zk_owners``); a read also lifts ``group.generation`` to the one stored
+        with them, so generations keep growing across coordinator failovers."""
+        if group.zk_owners is not None:
+            return dict(group.zk_owners)
+        owners = await self._read_owners(group)
+        group.zk_owners = dict(owners)
+        return owners
+
+    async def _read_owners(self, group: GroupRegistry) -> dict[TopicPartition, str]:
         gid = group.group_id
         try:
             data, _ = await self.store.get(paths.consumer_owners(gid))
@@ -557,7 +565,9 @@ class CoordinatorService:
         ops.append(SetData(paths.consumer_owners(gid), str(group.generation).encode()))
         for parent in sorted(parents):
             await self.ensure_path(parent)
+        group.zk_owners = None  # unknown until the write is known to have happened
         await self.fenced(ops)
+        group.zk_owners = dict(new)
 
     def send_stop(self, m: ConsumerRegistry) -> defer.Deferred:
         g = self.registries.groups.get(m.group_id)

@@ -19,6 +19,7 @@ This is the only module of the project that imports kazoo.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -209,24 +210,45 @@ class ZooKeeperStore:
         return self._async(self._client.get_async(path), lambda v: (v[0], to_stat(v[1])))
 
     def get_many(self, paths: Sequence[str]) -> defer.Deferred:
-        """All reads are pipelined on the one connection and collected on the store's pool
-        thread, so thousands of results cost one hop to the reactor instead of one each."""
+        """All reads are pipelined on the one connection; each result is stored by kazoo's
+        completion thread as it arrives and the last one hands the whole list to the reactor:
+        thousands of results cost one hop to the reactor, and no thread sleeps and wakes per
+        result (each wake-up waits for the GIL, up to a switch interval when the reactor is
+        busy: 1,000 reads took seconds that way)."""
+        n = len(paths)
+        if n == 0:
+            return defer.succeed([])
         client = self._client
+        reactor = self.reactor
+        out: list[tuple[bytes, Stat | None] | None] = [None] * n
+        failures: list[BaseException] = []
+        remaining = [n]
+        lock = threading.Lock()
+        d: defer.Deferred = defer.Deferred()
 
-        def read_all() -> list[tuple[bytes, Stat | None] | None]:
-            pending = [client.get_async(p) for p in paths]
-            out: list[tuple[bytes, Stat | None] | None] = []
-            for ar in pending:
-                try:
-                    value, zstat = ar.get()
-                except NoNodeError:
-                    out.append(None)
-                else:
-                    out.append((value, to_stat(zstat)))
-            return out
+        def finish() -> None:
+            if failures:
+                d.errback(Failure(translate(failures[0])))
+            else:
+                d.callback(out)
 
-        d = self._blocking(read_all)
-        d.addErrback(lambda f: Failure(translate(f.value)))
+        def one(i: int, result: Any) -> None:
+            try:
+                value, zstat = result.get_nowait()
+            except NoNodeError:
+                pass  # stays None
+            except BaseException as e:
+                failures.append(e)
+            else:
+                out[i] = (value, to_stat(zstat))
+            with lock:  # completions may run on more than one kazoo thread
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                reactor.callFromThread(finish)
+
+        for i, path in enumerate(paths):
+            client.get_async(path).rawlink(functools.partial(one, i))
         return d
 
     def exists(self, path: str) -> defer.Deferred:

@@ -20,6 +20,7 @@ Invariants of :func:`read_range`:
 from __future__ import annotations
 
 import logging
+import operator
 import re
 import time
 from collections.abc import Iterable, Iterator
@@ -272,27 +273,49 @@ def arrow_schema(include_headers: bool) -> Any:
     return schema
 
 
+try:  # pyarrow does not need numpy; with it, a range of offsets costs nothing per row
+    import numpy as _np
+except ImportError:  # pragma: no cover
+    _np = None
+
+_KEY, _VALUE, _OFFSET, _TS, _TS_TYPE, _HEADERS = (operator.itemgetter(i) for i in (3, 4, 2, 5, 6, 7))
+
+
 def to_record_batch(messages: list[Message], include_headers: bool) -> Any:
-    """One ``pyarrow.RecordBatch`` of ``messages`` (all of one partition), built column by
-    column: one pass to transpose the tuples, then each column converted in C."""
+    """One ``pyarrow.RecordBatch`` of ``messages`` (all of one partition, in offset order),
+    built column by column, each column converted in C.
+
+    Per row this costs one ``itemgetter`` call per column and no Python arithmetic: columns
+    that are constant (topic, partition, usually the timestamp type) are repeated scalars,
+    contiguous offsets are a range, and timestamps are scaled to microseconds by Arrow.
+    (Transposing with ``zip(*messages)`` measured several times slower.)
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
     schema = arrow_schema(include_headers)
-    topic, partition = messages[0].topic, messages[0].partition
+    first = messages[0]
     n = len(messages)
-    _t, _p, offsets, keys, values, ts, ts_types, headers = zip(*messages, strict=True)
+    if messages[-1].offset - first.offset == n - 1:
+        offsets = pa.array(range(first.offset, first.offset + n), pa.int64()) if _np is None \
+            else pa.array(_np.arange(first.offset, first.offset + n, dtype=_np.int64))
+    else:  # gaps (compacted topic, transaction markers)
+        offsets = pa.array(map(_OFFSET, messages), pa.int64(), size=n)
+    ts_types = set(map(_TS_TYPE, messages))
     cols = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array(offsets, pa.int64()),
-        pc.multiply(pa.array(ts, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(ts_types, pa.int32()),
+        pa.array(map(_KEY, messages), pa.binary(), size=n),
+        pa.array(map(_VALUE, messages), pa.binary(), size=n),
+        pa.repeat(pa.scalar(first.topic, pa.string()), n),
+        pa.repeat(pa.scalar(first.partition, pa.int32()), n),
+        offsets,
+        pc.multiply(pa.array(map(_TS, messages), pa.int64(), size=n), 1000)
+        .cast(pa.timestamp("us", tz="UTC")),
+        pa.repeat(pa.scalar(first.timestamp_type, pa.int32()), n) if len(ts_types) == 1
+        else pa.array(map(_TS_TYPE, messages), pa.int32(), size=n),
     ]
     if include_headers:
-        cols.append(pa.array([[{"key": k, "value": v} for k, v in h] for h in headers],
+        cols.append(pa.array([[{"key": k, "value": v} for k, v in h]
+                              for h in map(_HEADERS, messages)],
                              schema.field("headers").type))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 

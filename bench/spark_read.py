@@ -1,0 +1,164 @@
+"""Batch read with the PySpark data source against a single-process read, in the same run.
+
+Starts a real ZooKeeper and ``--brokers`` broker processes on 127.0.0.1, creates a topic of
+``--partitions`` partitions (replication factor ``--replication-factor``), produces
+``--messages`` messages of ``--size`` bytes with ``kcat -P`` (null keys: librdkafka spreads them
+over the partitions), then times, in this order:
+
+1. **single process** (twice, best kept): one Python process (this one) reads every
+   partition in turn with the data source's range reader (Fetch from the leader, the
+   consumer client's decoder ``consumer_records.decode_chunk``), summing value lengths; no
+   Arrow. This is what one consumer process does with the data;
+2. **single process + Arrow**: the same, also building the Arrow record batches a Spark task
+   builds (what Spark's Python workers do, on one core);
+3. **Spark**: ``spark.read.format("sluice")`` on ``local[--master-cores]``, then
+   ``count(*)`` and ``sum(length(value))`` in one aggregation (every row goes through Arrow
+   into the JVM). Run ``--spark-runs`` times (default 4): the first pays Python worker
+   start-up and imports, the later ones find workers ready (``spark.python.worker.reuse``);
+   the best run is the figure.
+
+Prints rows/s for each and the ratio Spark / single process. Session start-up (JVM) is not
+timed. Everything runs in a temp dir that is removed afterwards. Prints figures; asserts nothing
+but that every read saw every message.
+
+Usage: python bench/spark_read.py [--messages 2000000] [--size 100] [--partitions 8]
+       [--master-cores 2] [--spark-runs 4] [--min-partitions N] [--brokers 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import write_kcat_payload  # noqa: E402
+from tests.support.procs import ProcessCluster  # noqa: E402
+from tests.support.zookeeper import ZooKeeperServer  # noqa: E402
+
+
+def single_process(bootstrap: str, topic: str, arrow: bool) -> tuple[int, int, float]:
+    """(rows, total value bytes, seconds) reading every partition in turn in this process."""
+    import pyarrow.compute as pc
+
+    from consumer_client.spark.offsets import OffsetRange
+    from consumer_client.spark.options import Subscription
+    from consumer_client.spark.reader import Cluster, read_messages, to_record_batch
+
+    cluster = Cluster(bootstrap)
+    start = time.perf_counter()
+    rows = size = 0
+    try:
+        tps = cluster.partitions_of(Subscription(topics=(topic,)))
+        first, last = cluster.earliest(tps), cluster.latest(tps)
+        for tp in tps:
+            rng = OffsetRange(tp[0], tp[1], first[tp], last[tp])
+            for chunk in read_messages(cluster, rng):
+                rows += len(chunk)
+                if arrow:
+                    values = to_record_batch(chunk, False).column(1)
+                    size += pc.sum(pc.binary_length(values)).as_py()
+                else:
+                    size += sum(len(m.value) for m in chunk)
+    finally:
+        cluster.close()
+    return rows, size, time.perf_counter() - start
+
+
+def spark_read(spark, bootstrap: str, topic: str, min_partitions: int | None
+               ) -> tuple[int, int, float]:
+    from pyspark.sql import functions as F
+
+    r = spark.read.format("sluice").option("bootstrap.servers", bootstrap) \
+        .option("subscribe", topic)
+    if min_partitions:
+        r = r.option("minPartitions", str(min_partitions))
+    start = time.perf_counter()
+    row = r.load().agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b")).collect()[0]
+    return row.n, row.b, time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=2_000_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--brokers", type=int, default=3)
+    ap.add_argument("--replication-factor", type=int, default=1)
+    ap.add_argument("--master-cores", type=int, default=2)
+    ap.add_argument("--spark-runs", type=int, default=4)
+    ap.add_argument("--min-partitions", type=int, default=None)
+    args = ap.parse_args()
+    if shutil.which("kcat") is None:
+        sys.exit("kcat is not installed (scripts/bootstrap.sh installs it)")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-spark-"))
+    zk = ZooKeeperServer()
+    zk.start()
+    cluster = ProcessCluster(zk.hosts, tmp / "cluster", size=args.brokers)
+    spark = None
+    try:
+        cluster.start()
+        cluster.wait_registered()
+        b = cluster.bootstrap
+        subprocess.run([sys.executable, "-m", "consumer_client.cli", "topics", "create",
+                        "--bootstrap-server", b, "--topic", "bench", "--partitions",
+                        str(args.partitions), "--replication-factor",
+                        str(args.replication_factor)], check=True, cwd=ROOT)
+        time.sleep(1.0)
+        payload = tmp / "messages.txt"
+        n, mb = write_kcat_payload(payload, args.messages, args.size)
+        start = time.perf_counter()
+        subprocess.run(["kcat", "-b", b, "-P", "-t", "bench", "-X", "linger.ms=10",
+                        "-X", "batch.num.messages=10000",
+                        "-X", "queue.buffering.max.messages=1000000", "-l", str(payload)],
+                       check=True)
+        print(f"produced {n:,} x {args.size} B ({mb:.0f} MB) over {args.partitions} partitions "
+              f"in {time.perf_counter() - start:.1f} s (kcat -P); {args.brokers} brokers, "
+              f"replication factor {args.replication_factor}")
+        value_bytes = n * (args.size - 1)
+
+        results: dict[str, float] = {}
+        # Twice each, best kept: the first pass also warms the brokers' page cache.
+        for name, arrow in (("single process", False), ("single process + Arrow", True)) * 2:
+            rows, size, secs = single_process(b, "bench", arrow)
+            assert rows == n, f"{name} read {rows} rows, expected {n}"
+            results[name] = max(results.get(name, 0.0), n / secs)
+            print(f"{name:<24} {rows:>10,} rows in {secs:6.2f} s = {n / secs:>11,.0f} rows/s")
+
+        from consumer_client.spark import session
+        scratch = tmp / "spark"
+        spark = session("sluice-bench", master=f"local[{args.master_cores}]", **{
+            "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+            "spark.local.dir": str(scratch), "spark.driver.memory": "2g",
+            "spark.python.authenticate.socketTimeout": "120s"})
+        spark.sparkContext.setLogLevel("ERROR")
+        best = 0.0
+        for i in range(args.spark_runs):
+            rows, size, secs = spark_read(spark, b, "bench", args.min_partitions)
+            assert rows == n and size == value_bytes, (rows, size)
+            best = max(best, n / secs)
+            print(f"Spark local[{args.master_cores}] run {i + 1}   {rows:>10,} rows in "
+                  f"{secs:6.2f} s = {n / secs:>11,.0f} rows/s"
+                  + ("  (Python workers starting)" if i == 0 else ""))
+        print(f"Spark best: {best:,.0f} rows/s = {best / results['single process']:.2f}x the "
+              f"single-process read, {best / results['single process + Arrow']:.2f}x the "
+              "single-process read + Arrow")
+    finally:
+        if spark is not None:
+            spark.stop()
+        cluster.stop()
+        zk.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -3,20 +3,25 @@
 :class:`Message` is a small immutable tuple. :func:`decode_chunk` turns one partition's fetched
 record data into messages: RecordBatch v2 with any codec Kafka clients produce (gzip, snappy
 raw or xerial-framed, lz4 frame, zstd), skipping control batches, records before the fetch
-offset (a compressed batch is returned whole) and a trailing partial batch (cut off by the fetch
-size limit). :func:`scan_chunk` walks only batch headers (no record is decoded) to find the next
-offset to fetch, so the fetcher, which runs on the reactor, never pays for decoding; the reader
-decodes when it consumes (in its own thread, for the blocking API).
+offset and a trailing partial batch (cut off by the fetch size limit). :func:`scan_chunk` walks
+only batch headers (no record is decoded) to find the next offset to fetch, so the fetcher,
+which runs on the reactor, never pays for decoding; the reader decodes when it consumes (in its
+own thread, for the blocking API).
 
-The record loop is written for speed: single-byte varints are read inline, messages are built
-with ``tuple.__new__`` and nothing else is allocated per record beyond the key, value and
-(usually empty) headers.
+Decoding is the consumer's main cost, so the record loop is written for CPython's cost model
+(see :func:`_records`): one struct call and table lookups per record instead of byte indexing
+and bit operations, and Message tuples built in C (``map``/``zip``). :func:`decode_chunk` pauses
+the cyclic garbage collector while it runs (see there). Measured in ``docs/benchmarks.md``
+(Consumer).
 """
 
 from __future__ import annotations
 
+import bisect
+import gc
 import struct
-from typing import NamedTuple
+from itertools import repeat
+from typing import Any, NamedTuple
 
 import crc32c as _crc32c
 
@@ -91,7 +96,26 @@ def decode_chunk(topic: str, partition: int, data: bytes | memoryview, fetch_off
                  *, check_crcs: bool = True) -> list[Message]:
     """The messages at or after ``fetch_offset`` in ``data`` (one partition's record set from a
     Fetch response). Raises :class:`~broker_core.wire.records.CorruptRecordBatch` for a bad
-    CRC, an undecodable payload or an inconsistent record."""
+    CRC, an undecodable payload or an inconsistent record.
+
+    The cyclic garbage collector is paused meanwhile (unless it was off already). Message is
+    a tuple subclass, which the collector never untracks, so the thousands a chunk makes
+    would set off several young collections each, promote every message and bring full
+    collections of the whole heap ever closer, costing about a tenth of the decoding time;
+    the objects made here hold no reference cycles, so there is nothing for it to find. The
+    switch is process-wide: other threads' allocations are not collected for those few
+    milliseconds either, and a gc.disable() another thread makes meanwhile is undone."""
+    if not gc.isenabled():
+        return _decode(topic, partition, data, fetch_offset, check_crcs)
+    gc.disable()
+    try:
+        return _decode(topic, partition, data, fetch_offset, check_crcs)
+    finally:
+        gc.enable()
+
+
+def _decode(topic: str, partition: int, data: bytes | memoryview, fetch_offset: int,
+            check_crcs: bool) -> list[Message]:
     out: list[Message] = []
     pos = 0
     end = len(data)
@@ -112,12 +136,14 @@ def decode_chunk(topic: str, partition: int, data: bytes | memoryview, fetch_off
             raise CorruptRecordBatch(f"CRC mismatch in the batch at offset {base} of "
                                      f"{topic}-{partition}")
         codec = attrs & _COMPRESSION_MASK
-        payload = bytes(mv[pos + HEADER_SIZE:batch_end])
-        raw = payload if codec == 0 else _decompress(Compression(codec), payload)
+        if codec == 0:
+            raw = b"".join((mv[pos + HEADER_SIZE:batch_end], _PAD))
+        else:
+            raw = _decompress(Compression(codec), bytes(mv[pos + HEADER_SIZE:batch_end])) + _PAD
         try:
             _records(raw, count, base, base_ts, max_ts if attrs & _LOG_APPEND else None,
                      topic, partition, fetch_offset, out)
-        except IndexError:
+        except (IndexError, struct.error):
             raise CorruptRecordBatch(f"record data overruns the batch at offset {base} of "
                                      f"{topic}-{partition}") from None
         pos = batch_end
@@ -138,102 +164,198 @@ def _uvarint(raw: bytes, pos: int) -> tuple[int, int]:
             raise CorruptRecordBatch("varint longer than 10 bytes in a record")
 
 
+def _zigzag(v: int) -> int:
+    return (v >> 1) ^ -(v & 1)
+
+
+#: Zig-zag varints of one byte, by that byte; of two bytes ``a, b`` (``a >= 0x80 > b``), by
+#: ``a + 128 * b``. Tuple indexing and int addition are cheap bytecodes; the shifts and masks
+#: they replace are not (CPython 3.11 does not specialise bitwise operators).
+_Z1 = tuple(_zigzag(v) for v in range(128))
+_Z2 = tuple(_zigzag((i & 0x7F) | ((i >> 7) - 1) << 7) if i >= 0x80 else 0
+            for i in range(0x100 + 0x80 * 0x7F))
+_HEAD_BYTES = 12
+#: A record's first bytes as small ints, in one call: enough for every field up to the
+#: value's length when a null key and no varint longer than the common case come first.
+_head = struct.Struct(f"{_HEAD_BYTES}B").unpack_from
+#: Appended to a batch's record data so that the first bytes of every record unpack.
+_PAD = bytes(_HEAD_BYTES)
+
+
 def _records(raw: bytes, count: int, base: int, base_ts: int, append_ts: int | None,
              topic: str, partition: int, start: int, out: list[Message]) -> None:
-    # Each varint below is read inline for one and two bytes (lengths and deltas under 8 KiB,
-    # i.e. nearly all), with a call only for longer ones; v is the zig-zag encoded value.
-    new = tuple.__new__
-    cls = Message
-    ts_type = 0 if append_ts is None else 1
-    append = out.append
-    uvarint = _uvarint
+    # ``raw`` is the batch's record data followed by _PAD. A record's first bytes come out of
+    # one struct call as small ints; its length, timestamp and offset deltas, key length and
+    # value length (one- or two-byte varints in the common case, three for offset deltas past
+    # 8,191) are read from them with table lookups, ``i`` indexing that tuple. Whatever else
+    # turns up (a longer varint) goes to _record, which reads any record. The loop only
+    # collects offsets, values and timestamps (plus the rare keys and headers by index);
+    # the Message tuples are built afterwards by map/zip, in C. A record whose fields
+    # disagree with its length is corrupt.
+    head = _head
+    z1 = _Z1
+    z2 = _Z2
+    offsets: list[int] = []
+    values: list[bytes | None] = []
+    stamps: list[int] = []
+    extra: dict[int, tuple] = {}  # index -> (key, headers) when either is not empty
+    add_offset = offsets.append
+    add_value = values.append
+    add_stamp = stamps.append
+    create = append_ts is None
     pos = 0
     for _ in range(count):
-        v = raw[pos]
-        if v < 0x80:
-            pos += 1
+        t = head(raw, pos)
+        a = t[0]
+        if a < 0x80:
+            end = pos + (z1[a] + 1)
+            i = 2  # the timestamp delta, after the attributes byte
         else:
-            b = raw[pos + 1]
-            if b < 0x80:
-                v = (v & 0x7F) | (b << 7)
-                pos += 2
-            else:
-                v, pos = uvarint(raw, pos)
-        end = pos + ((v >> 1) ^ -(v & 1))
-        pos += 1  # record attributes (unused in v2)
-        v = raw[pos]
-        if v < 0x80:
-            pos += 1
+            b = t[1]
+            if b > 0x7F:
+                pos = _record(raw, pos, base, base_ts, offsets, values, stamps, extra)
+                continue
+            end = pos + (z2[a + 128 * b] + 2)
+            i = 3
+        a = t[i]
+        if a < 0x80:
+            ts_delta = z1[a]
+            i += 1
         else:
-            b = raw[pos + 1]
-            if b < 0x80:
-                v = (v & 0x7F) | (b << 7)
-                pos += 2
-            else:
-                v, pos = uvarint(raw, pos)
-        ts_delta = (v >> 1) ^ -(v & 1)
-        v = raw[pos]
-        if v < 0x80:
-            pos += 1
+            b = t[i + 1]
+            if b > 0x7F:
+                pos = _record(raw, pos, base, base_ts, offsets, values, stamps, extra)
+                continue
+            ts_delta = z2[a + 128 * b]
+            i += 2
+        a = t[i]
+        if a < 0x80:
+            offset = base + z1[a]
+            i += 1
         else:
-            b = raw[pos + 1]
+            b = t[i + 1]
             if b < 0x80:
-                v = (v & 0x7F) | (b << 7)
-                pos += 2
+                offset = base + z2[a + 128 * b]
+                i += 2
             else:
-                v, pos = uvarint(raw, pos)
-        offset = base + ((v >> 1) ^ -(v & 1))
-        v = raw[pos]
-        if v == 1:  # zig-zag -1: a null key, the common case
+                c = t[i + 2]
+                if c > 0x7F:
+                    pos = _record(raw, pos, base, base_ts, offsets, values, stamps, extra)
+                    continue
+                v = a + 128 * b + 16384 * c - 16512
+                offset = base + ((v >> 1) ^ -(v & 1))
+                i += 3
+        a = t[i]
+        if a == 1:  # zig-zag -1: a null key, the common case
+            vb = pos
+            i += 1
             key = None
-            pos += 1
         else:
-            if v < 0x80:
-                pos += 1
+            if a < 0x80:
+                n = z1[a]
+                i += 1
             else:
-                b = raw[pos + 1]
-                if b < 0x80:
-                    v = (v & 0x7F) | (b << 7)
-                    pos += 2
-                else:
-                    v, pos = uvarint(raw, pos)
-            n = (v >> 1) ^ -(v & 1)
+                b = t[i + 1]
+                if b > 0x7F:
+                    pos = _record(raw, pos, base, base_ts, offsets, values, stamps, extra)
+                    continue
+                n = z2[a + 128 * b]
+                i += 2
+            vb = pos + i
             if n < 0:
                 key = None
             else:
-                key = raw[pos:pos + n]
-                pos += n
-        v = raw[pos]
-        if v < 0x80:
-            pos += 1
+                key = raw[vb:vb + n]
+                vb += n
+            t = head(raw, vb)  # the value's length is past the key
+            i = 0
+        a = t[i]
+        if a < 0x80:
+            n = z1[a]
+            i += 1
         else:
-            b = raw[pos + 1]
-            if b < 0x80:
-                v = (v & 0x7F) | (b << 7)
-                pos += 2
-            else:
-                v, pos = uvarint(raw, pos)
-        n = (v >> 1) ^ -(v & 1)
+            b = t[i + 1]
+            if b > 0x7F:
+                pos = _record(raw, pos, base, base_ts, offsets, values, stamps, extra)
+                continue
+            n = z2[a + 128 * b]
+            i += 2
+        vs = vb + i
         if n < 0:
-            value = None
+            add_value(None)
+            he = vs
         else:
-            value = raw[pos:pos + n]
-            pos += n
-        if raw[pos] == 0:  # no headers, the common case
-            headers = _EMPTY_HEADERS
-            pos += 1
+            he = vs + n
+            add_value(raw[vs:he])
+        if raw[he] == 0:  # no headers, the common case
+            he += 1
+            if key is not None:
+                extra[len(offsets)] = (key, _EMPTY_HEADERS)
         else:
-            headers, pos = _headers(raw, pos)
-        if pos != end:
+            headers, he = _headers(raw, he)
+            extra[len(offsets)] = (key, headers)
+        if he != end:
             raise CorruptRecordBatch(f"record length does not match its fields at offset "
                                      f"{offset}")
-        if offset >= start:
-            append(new(cls, (topic, partition, offset, key, value,
-                             base_ts + ts_delta if append_ts is None else append_ts, ts_type,
-                             headers)))
-    if pos != len(raw):
-        raise CorruptRecordBatch(f"{len(raw) - pos} bytes left over after {count} records in "
-                                 f"the batch at offset {base}")
+        pos = end
+        add_offset(offset)
+        if create:
+            add_stamp(base_ts + ts_delta)
+    if pos != len(raw) - _HEAD_BYTES:
+        raise CorruptRecordBatch(f"{len(raw) - _HEAD_BYTES - pos} bytes left over after {count} "
+                                 f"records in the batch at offset {base}")
+    first = 0
+    if offsets and offsets[0] < start:  # only a chunk's first batch begins before the fetch
+        first = bisect.bisect_left(offsets, start)
+        offsets = offsets[first:]
+        values = values[first:]
+        stamps = stamps[first:]
+    n = len(offsets)
+    keys: Any = repeat(None, n)
+    headers: Any = repeat(_EMPTY_HEADERS, n)
+    if extra:
+        keys = [None] * n
+        headers = [_EMPTY_HEADERS] * n
+        for i, (k, h) in extra.items():
+            if i >= first:
+                keys[i - first] = k
+                headers[i - first] = h
+    out.extend(map(tuple.__new__, repeat(Message), zip(
+        repeat(topic), repeat(partition), offsets, keys, values,
+        stamps if create else repeat(append_ts), repeat(0 if create else 1), headers)))
+
+
+def _record(raw: bytes, pos: int, base: int, base_ts: int, offsets: list[int],
+            values: list[bytes | None], stamps: list[int], extra: dict[int, tuple]) -> int:
+    """Decode the record at ``pos`` field by field (any varint length), add it to the
+    lists as :func:`_records` does, and return the position after it."""
+    length, p = _varint(raw, pos)
+    end = p + length
+    p += 1  # record attributes (unused in v2)
+    ts_delta, p = _varint(raw, p)
+    delta, p = _varint(raw, p)
+    n, p = _varint(raw, p)
+    if n < 0:
+        key = None
+    else:
+        key = raw[p:p + n]
+        p += n
+    n, p = _varint(raw, p)
+    if n < 0:
+        value = None
+    else:
+        value = raw[p:p + n]
+        p += n
+    headers, p = _headers(raw, p)
+    if p != end or length < 0:
+        raise CorruptRecordBatch(f"record length does not match its fields at offset "
+                                 f"{base + delta}")
+    if key is not None or headers:
+        extra[len(offsets)] = (key, headers)
+    offsets.append(base + delta)
+    values.append(value)
+    stamps.append(base_ts + ts_delta)
+    return end
 
 
 def _headers(raw: bytes, pos: int) -> tuple[tuple, int]:

@@ -97,13 +97,14 @@ class BlockingStream:
         as a rejected registration is raised)."""
         while True:
             msgs, i, part = self._msgs, self._i, self._part
-            n = len(msgs)
-            while i < n and part is not None and part.active:
-                m = msgs[i]
-                i += 1
-                self._i = i
-                part.consumed = m.offset + 1
-                yield m
+            if part is not None and i < len(msgs):
+                for m in msgs[i:] if i else msgs:
+                    if not part.active:
+                        break
+                    i += 1
+                    self._i = i
+                    part.consumed = m.offset + 1
+                    yield m
             try:
                 self._refill(None)
             except StreamClosed:

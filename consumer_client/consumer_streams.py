@@ -94,7 +94,9 @@ class MessageSource:
     Reactor thread only.
     """
 
-    _buffer: deque[Message]
+    # The decoded messages of the chunk being read: _buffer[_buffer_i:] are not delivered yet.
+    _buffer: list[Message]
+    _buffer_i: int
     _buffer_part: PartitionState | None
 
     def take_nowait(self) -> Chunk | None:
@@ -105,15 +107,22 @@ class MessageSource:
 
     def _fill(self, c: Chunk) -> None:
         if c.part.active:
-            self._buffer.extend(c.messages())
+            self._buffer = c.messages()
+            self._buffer_i = 0
             self._buffer_part = c.part
+
+    def _drop_buffer(self) -> None:
+        self._buffer = []
+        self._buffer_i = 0
+        self._buffer_part = None
 
     def poll_messages(self, max_messages: int | None = None) -> list[Message]:
         """Messages available now without waiting (possibly none), at most ``max_messages``."""
         out: list[Message] = []
         limit = max_messages or 1 << 62
         while len(out) < limit:
-            if not self._buffer:
+            buf, i = self._buffer, self._buffer_i
+            if i >= len(buf):
                 c = self.take_nowait()
                 if c is None:
                     break
@@ -121,11 +130,13 @@ class MessageSource:
                 continue
             part = self._buffer_part
             if part is None or not part.active:
-                self._buffer.clear()
+                self._drop_buffer()
                 continue
-            m = self._buffer.popleft()
-            part.consumed = m.offset + 1
-            out.append(m)
+            # Whole runs of one chunk at a time: the position only needs the last one.
+            j = min(len(buf), i + limit - len(out))
+            out += buf[i:j] if i or j < len(buf) else buf
+            self._buffer_i = j
+            part.consumed = buf[j - 1].offset + 1
         return out
 
     async def get_many(self, max_messages: int | None = None) -> list[Message]:
@@ -160,10 +171,10 @@ class MessageSource:
         consumed only when it fires. A callback that raises ends this with its error, the
         message not consumed."""
         while True:
-            if self._buffer:
+            if self._buffer_i < len(self._buffer):
                 part = self._buffer_part
-                msgs = list(self._buffer)
-                self._buffer.clear()
+                msgs = self._buffer[self._buffer_i:]
+                self._drop_buffer()
             else:
                 try:
                     c = await self.get_chunk()
@@ -193,8 +204,7 @@ class MessageStream(MessageSource):
         self._chunks: deque[Chunk] = deque()
         self._waiters: deque[defer.Deferred] = deque()
         self._closed: BaseException | None = None
-        self._buffer = deque()
-        self._buffer_part = None
+        self._drop_buffer()
         #: Set by the consumer: offered each chunk nobody waits for on this stream, returns
         #: True when a reader of all streams took it.
         self.offer: Callable[[Chunk], bool] | None = None
@@ -238,8 +248,7 @@ class MessageStream(MessageSource):
         for c in self._chunks:
             c.part.queued -= 1
         self._chunks.clear()
-        self._buffer.clear()
-        self._buffer_part = None
+        self._drop_buffer()
 
     def close(self, error: BaseException | None = None) -> None:
         """End the stream: waiters fail with ``error`` or :class:`StreamClosed`."""
@@ -293,8 +302,7 @@ class AllStreams(MessageSource):
         self._next = 0
         self._waiters: deque[defer.Deferred] = deque()
         self._closed: BaseException | None = None
-        self._buffer = deque()
-        self._buffer_part = None
+        self._drop_buffer()
         for s in streams:
             s.offer = self._offer
 
@@ -332,8 +340,7 @@ class AllStreams(MessageSource):
         return d
 
     def clear(self) -> None:
-        self._buffer.clear()
-        self._buffer_part = None
+        self._drop_buffer()
 
     def close(self, error: BaseException | None = None) -> None:
         if self._closed is not None:

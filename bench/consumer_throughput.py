@@ -75,6 +75,17 @@ class Run:
     elapsed_s: float  # first message to last
     messages: int
     value_bytes: int
+    cpu_s: float = 0.0  # this process's CPU time (all threads) over the whole run
+    broker_cpu_s: float = 0.0  # the broker process's, same span
+
+
+def _proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (Linux /proc)."""
+    import os
+
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _group() -> str:
@@ -167,7 +178,7 @@ def kafka_python(s: Setup) -> Run:
     return Run(first - start, last - first, count, total)
 
 
-def confluent(s: Setup) -> Run:
+def confluent(s: Setup, **extra: object) -> Run:
     from confluent_kafka import Consumer, TopicPartition
 
     n, total, count = s.messages, 0, 0
@@ -176,7 +187,7 @@ def confluent(s: Setup) -> Run:
                          "enable.auto.commit": False, "enable.partition.eof": False,
                          "fetch.max.bytes": s.fetch_max_bytes,
                          "max.partition.fetch.bytes": s.max_partition_fetch_bytes,
-                         "check.crcs": s.check_crcs})
+                         "check.crcs": s.check_crcs, **extra})
     consumer.assign([TopicPartition(s.topic, p, 0) for p in range(s.partitions)])
     first = None
     consume = consumer.consume
@@ -196,8 +207,16 @@ def confluent(s: Setup) -> Run:
     return Run(first - start, last - first, count, total)
 
 
+def confluent_tuned(s: Setup) -> Run:
+    """librdkafka without its idle gaps: by default a partition whose local queue holds more
+    than queued.min.messages (100,000) is not fetched again for fetch.queue.backoff.ms (1 s),
+    so a Python loop slower than the fetcher waits on an empty queue."""
+    return confluent(s, **{"queued.min.messages": 10_000_000, "fetch.queue.backoff.ms": 10})
+
+
 CLIENTS = {"sluice-blocking": sluice_blocking, "sluice-twisted": sluice_twisted,
-           "kafka-python": kafka_python, "confluent": confluent}
+           "kafka-python": kafka_python, "confluent": confluent,
+           "confluent-tuned": confluent_tuned}
 OURS = ("sluice-blocking", "sluice-twisted")
 
 
@@ -264,7 +283,10 @@ def main() -> None:
                       args.max_partition_fetch_bytes, not args.no_check_crcs)
         for r in range(args.repeat):
             for name in names:
+                cpu0, bcpu0 = time.process_time(), _proc_cpu(broker.proc.pid)
                 run = CLIENTS[name](setup)
+                run.cpu_s = time.process_time() - cpu0
+                run.broker_cpu_s = _proc_cpu(broker.proc.pid) - bcpu0
                 if run.messages != n or run.value_bytes != n * args.size:
                     raise RuntimeError(f"{name} read {run.messages} messages / "
                                        f"{run.value_bytes} bytes, expected {n} / "
@@ -272,7 +294,8 @@ def main() -> None:
                 runs[name].append(run)
                 print(f"  run {r + 1} {name:16s} {n / run.elapsed_s:>10,.0f} msg/s "
                       f"{n * args.size / run.elapsed_s / 1e6:6.1f} MB/s  "
-                      f"({run.elapsed_s:.2f} s, join {run.join_s:.2f} s)", flush=True)
+                      f"({run.elapsed_s:.2f} s, join {run.join_s:.2f} s; CPU: client "
+                      f"{run.cpu_s:.2f} s, broker {run.broker_cpu_s:.2f} s)", flush=True)
         mb = n * args.size / 1e6
         best: dict[str, float] = {}
         median: dict[str, float] = {}

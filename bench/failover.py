@@ -38,10 +38,10 @@ whole-second timestamps only, so they are not used):
   kill: winning the election, reloading every partition from ZooKeeper, sending everything to
   every broker, handling the broker change).
 
-Each broker hosts every partition and keeps about two files open per replica (``.log`` and
-``.index``), so the script raises its open-files soft limit to the hard limit (the brokers
-inherit it) and, if the hard limit cannot hold ``--partitions``, runs with the largest round
-number that fits and says so (on the standard machine, limit 20,000: 6,000 partitions).
+Each broker hosts every partition and keeps about one file open per replica (the active
+segment's ``.log``; docs/storage.md), so the script raises its open-files soft limit to the hard
+limit (the brokers inherit it) and, if the hard limit cannot hold ``--partitions``, runs with the
+largest round number that fits and says so (on the standard machine, limit 20,000: 13,000).
 
 Usage: python bench/failover.py [--partitions 10000] [--topics N] [--session-timeout-ms 10000]
        [--no-controller-kill] [--poll-ms 100] [--profile DIR]
@@ -339,18 +339,17 @@ def main() -> None:
     ap.add_argument("--profile", metavar="DIR",
                     help="py-spy record (raw collapsed stacks) each survivor during failover")
     args = ap.parse_args()
-    # Every broker hosts every partition (3 brokers, RF 3) and keeps about two files open per
-    # replica (.log, .index). Past the open-files limit it fails with EMFILE, so stay under it.
+    # Every broker hosts every partition (3 brokers, RF 3). A replica keeps one file open (its
+    # active segment's .log; indexes are written in batches, rolled segments go through an LRU
+    # of log.open.segments.max, docs/storage.md), plus sockets and the LRU's share: 1.3 per
+    # replica keeps a broker inside the open-files limit.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # inherited by the brokers
-    # ~2.1 descriptors per replica at rest (.log, .index), more once a broker leads them and
-    # appends (.timeindex, checkpoint temp files): at 8,000 a broker hit EMFILE after the
-    # failover. 3 per replica keeps the run inside the limit.
-    fit = int((hard - 2000) / 3) // 1000 * 1000
+    fit = int((hard - 3000) / 1.3) // 1000 * 1000
     if hard != resource.RLIM_INFINITY and args.partitions > fit:
         print(f"NOTE: open-files limit {hard:,} fits about {fit:,} partitions per broker "
-              f"(~3 files per replica); running {fit:,} instead of {args.partitions:,}")
+              f"(~1.3 files per replica); running {fit:,} instead of {args.partitions:,}")
         args.partitions = fit
     if args.topics <= 0:
         args.topics = max(1, (args.partitions + 999) // 1000)

@@ -2,7 +2,7 @@
 # Installs what Sluice needs on a fresh Debian/Ubuntu machine, only where it is missing:
 # Java + ZooKeeper and kcat from the distribution, and a virtualenv at .venv with Sluice
 # installed (editable, in "compat" mode so twistd finds the broker plugin from any directory).
-# Usage: scripts/bootstrap.sh [--extras test]   (run from anywhere; idempotent)
+# Usage: scripts/bootstrap.sh [--extras test[,spark]]  (run from anywhere; idempotent)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs Sluice's whole test suite (unit, integration with a real ZooKeeper, system tests with
-# broker processes, interop with kcat / confluent-kafka / kafka-python), installing what is missing
-# first. Extra arguments go to pytest, e.g. scripts/test.sh tests/unit -x
+# broker processes, interop with kcat / confluent-kafka / kafka-python, PySpark local[2] against
+# broker processes), installing what is missing first. Extra arguments go to pytest, e.g.
+# scripts/test.sh tests/unit -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh --extras test
+scripts/bootstrap.sh --extras test,spark
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest -p no:cacheprovider "${@:-tests}"

@@ -21,6 +21,7 @@ import bisect
 import gc
 import struct
 from itertools import repeat
+from operator import add
 from typing import Any, NamedTuple
 
 import crc32c as _crc32c
@@ -187,35 +188,40 @@ def _records(raw: bytes, count: int, base: int, base_ts: int, append_ts: int | N
     # ``raw`` is the batch's record data followed by _PAD. A record's first bytes come out of
     # one struct call as small ints; its length, timestamp and offset deltas, key length and
     # value length (one- or two-byte varints in the common case, three for offset deltas past
-    # 8,191) are read from them with table lookups, ``i`` indexing that tuple. Whatever else
-    # turns up (a longer varint) goes to _record, which reads any record. The loop only
-    # collects offsets, values and timestamps (plus the rare keys and headers by index);
-    # the Message tuples are built afterwards by map/zip, in C. A record whose fields
-    # disagree with its length is corrupt.
+    # 8,191) are read from them with table lookups. Whatever else turns up (a longer varint)
+    # goes to _record, which reads any record. ``i`` counts bytes from the record's start and
+    # stays a small int, like the deltas (ints up to 256 are cached objects, and the tables
+    # hold theirs), so the loop allocates no int of its own but two positions per record. It
+    # only collects offset deltas, values and timestamps (plus the rare keys and headers by
+    # index); offsets and Message tuples are made afterwards by map/zip, in C. A timestamp is
+    # shared with the previous record when their deltas match (records of one millisecond).
+    # A record whose fields disagree with its length is corrupt.
     head = _head
     z1 = _Z1
     z2 = _Z2
-    offsets: list[int] = []
+    deltas: list[int] = []
     values: list[bytes | None] = []
     stamps: list[int] = []
     extra: dict[int, tuple] = {}  # index -> (key, headers) when either is not empty
-    add_offset = offsets.append
+    add_delta = deltas.append
     add_value = values.append
     add_stamp = stamps.append
     create = append_ts is None
+    last_delta = 0
+    stamp = base_ts
     pos = 0
     for _ in range(count):
         t = head(raw, pos)
         a = t[0]
         if a < 0x80:
-            end = pos + (z1[a] + 1)
+            size = z1[a] + 1
             i = 2  # the timestamp delta, after the attributes byte
         else:
             b = t[1]
             if b > 0x7F:
-                pos = _record(raw, pos, base, base_ts, offsets, values, stamps, extra)
+                pos = _record(raw, pos, base_ts, deltas, values, stamps, extra)
                 continue
-            end = pos + (z2[a + 128 * b] + 2)
+            size = z2[a + 128 * b] + 2
             i = 3
         a = t[i]
         if a < 0x80:
@@ -224,32 +230,41 @@ def _records(raw: bytes, count: int, base: int, base_ts: int, append_ts: int | N
         else:
             b = t[i + 1]
             if b > 0x7F:
-                pos = _record(raw, pos, base, base_ts, offsets, values, stamps, extra)
+                pos = _record(raw, pos, base_ts, deltas, values, stamps, extra)
                 continue
             ts_delta = z2[a + 128 * b]
             i += 2
         a = t[i]
         if a < 0x80:
-            offset = base + z1[a]
+            delta = z1[a]
             i += 1
         else:
             b = t[i + 1]
             if b < 0x80:
-                offset = base + z2[a + 128 * b]
+                delta = z2[a + 128 * b]
                 i += 2
             else:
                 c = t[i + 2]
                 if c > 0x7F:
-                    pos = _record(raw, pos, base, base_ts, offsets, values, stamps, extra)
+                    pos = _record(raw, pos, base_ts, deltas, values, stamps, extra)
                     continue
                 v = a + 128 * b + 16384 * c - 16512
-                offset = base + ((v >> 1) ^ -(v & 1))
+                delta = (v >> 1) ^ -(v & 1)
                 i += 3
         a = t[i]
         if a == 1:  # zig-zag -1: a null key, the common case
-            vb = pos
-            i += 1
             key = None
+            a = t[i + 1]
+            if a < 0x80:
+                n = z1[a]
+                i += 2
+            else:
+                b = t[i + 2]
+                if b > 0x7F:
+                    pos = _record(raw, pos, base_ts, deltas, values, stamps, extra)
+                    continue
+                n = z2[a + 128 * b]
+                i += 3
         else:
             if a < 0x80:
                 n = z1[a]
@@ -257,60 +272,64 @@ def _records(raw: bytes, count: int, base: int, base_ts: int, append_ts: int | N
             else:
                 b = t[i + 1]
                 if b > 0x7F:
-                    pos = _record(raw, pos, base, base_ts, offsets, values, stamps, extra)
+                    pos = _record(raw, pos, base_ts, deltas, values, stamps, extra)
                     continue
                 n = z2[a + 128 * b]
                 i += 2
-            vb = pos + i
             if n < 0:
                 key = None
             else:
-                key = raw[vb:vb + n]
-                vb += n
-            t = head(raw, vb)  # the value's length is past the key
-            i = 0
-        a = t[i]
-        if a < 0x80:
-            n = z1[a]
-            i += 1
-        else:
-            b = t[i + 1]
-            if b > 0x7F:
-                pos = _record(raw, pos, base, base_ts, offsets, values, stamps, extra)
-                continue
-            n = z2[a + 128 * b]
-            i += 2
-        vs = vb + i
+                ks = pos + i
+                key = raw[ks:ks + n]
+                i += n
+            t = head(raw, pos + i)  # the value's length is past the key
+            a = t[0]
+            if a < 0x80:
+                n = z1[a]
+                i += 1
+            else:
+                b = t[1]
+                if b > 0x7F:
+                    pos = _record(raw, pos, base_ts, deltas, values, stamps, extra)
+                    continue
+                n = z2[a + 128 * b]
+                i += 2
+        vs = pos + i
         if n < 0:
             add_value(None)
             he = vs
         else:
             he = vs + n
             add_value(raw[vs:he])
+            i += n
         if raw[he] == 0:  # no headers, the common case
-            he += 1
+            i += 1
             if key is not None:
-                extra[len(offsets)] = (key, _EMPTY_HEADERS)
+                extra[len(deltas)] = (key, _EMPTY_HEADERS)
         else:
             headers, he = _headers(raw, he)
-            extra[len(offsets)] = (key, headers)
-        if he != end:
+            i = he - pos
+            extra[len(deltas)] = (key, headers)
+        if i != size:
             raise CorruptRecordBatch(f"record length does not match its fields at offset "
-                                     f"{offset}")
-        pos = end
-        add_offset(offset)
+                                     f"{base + delta}")
+        pos += size
+        add_delta(delta)
         if create:
-            add_stamp(base_ts + ts_delta)
+            if ts_delta != last_delta:
+                last_delta = ts_delta
+                stamp = base_ts + ts_delta
+            add_stamp(stamp)
     if pos != len(raw) - _HEAD_BYTES:
         raise CorruptRecordBatch(f"{len(raw) - _HEAD_BYTES - pos} bytes left over after {count} "
                                  f"records in the batch at offset {base}")
     first = 0
-    if offsets and offsets[0] < start:  # only a chunk's first batch begins before the fetch
-        first = bisect.bisect_left(offsets, start)
-        offsets = offsets[first:]
+    if deltas and deltas[0] < start - base:  # only a chunk's first batch starts before it
+        first = bisect.bisect_left(deltas, start - base)
+        deltas = deltas[first:]
         values = values[first:]
         stamps = stamps[first:]
-    n = len(offsets)
+    n = len(deltas)
     keys: Any = repeat(None, n)
     headers: Any = repeat(_EMPTY_HEADERS, n)
     if extra:
@@ -321,12 +340,12 @@ def _records(raw: bytes, count: int, base: int, base_ts: int, append_ts: int | N
                 keys[i - first] = k
                 headers[i - first] = h
     out.extend(map(tuple.__new__, repeat(Message), zip(
-        repeat(topic), repeat(partition), offsets, keys, values,
+        repeat(topic), repeat(partition), map(add, repeat(base), deltas), keys, values,
         stamps if create else repeat(append_ts), repeat(0 if create else 1), headers)))
 
 
-def _record(raw: bytes, pos: int, base: int, base_ts: int, offsets: list[int],
-            values: list[bytes | None], stamps: list[int], extra: dict[int, tuple]) -> int:
+def _record(raw: bytes, pos: int, base_ts: int, deltas: list[int], values: list[bytes | None],
+            stamps: list[int], extra: dict[int, tuple]) -> int:
     """Decode the record at ``pos`` field by field (any varint length), add it to the
     lists as :func:`_records` does, and return the position after it."""
     length, p = _varint(raw, pos)
@@ -348,11 +367,11 @@ def _record(raw: bytes, pos: int, base: int, base_ts: int, offsets: list[int],
         p += n
     headers, p = _headers(raw, p)
     if p != end or length < 0:
-        raise CorruptRecordBatch(f"record length does not match its fields at offset "
-                                 f"{base + delta}")
+        raise CorruptRecordBatch(f"record length does not match its fields (offset delta "
+                                 f"{delta})")
     if key is not None or headers:
-        extra[len(offsets)] = (key, headers)
-    offsets.append(base + delta)
+        extra[len(deltas)] = (key, headers)
+    deltas.append(delta)
     values.append(value)
     stamps.append(base_ts + ts_delta)
     return end

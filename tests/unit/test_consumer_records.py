@@ -135,3 +135,56 @@ def test_message_is_an_immutable_tuple():
     with pytest.raises(AttributeError):
         m.offset = 1  # type: ignore[misc]
     assert m._replace(offset=1).offset == 1
+
+
+def _varied(n: int, seed: int) -> list[Record]:
+    """Records that take every path of the record loop: null and present keys (short and
+    long), null and empty values, values of every varint width, headers, timestamps that go
+    back and forth, more than 8,192 records (three-byte offset deltas)."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    ts = 1_700_000_000_000
+    for _ in range(n):
+        roll = rng.random()
+        key = None if roll < 0.6 else b"k" * rng.choice([0, 5, 63, 64, 200, 9000])
+        value = None if roll > 0.97 else b"v" * rng.choice([0, 1, 63, 64, 100, 8191, 8192, 20000])
+        headers = [] if rng.random() < 0.9 else [("h", b"x" * rng.randint(0, 70)), ("n", None)]
+        ts += rng.choice([0, 0, 0, 1, 2, 70, -3, 9000])
+        out.append(Record(key, value, headers, ts))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4])
+def test_every_record_shape_matches_the_reference_decoder(seed, codec):
+    from broker_core.wire.records import decode_records
+
+    records = _varied(9000, seed)
+    data = build_batch(records, base_offset=5000, compression=codec) + build_batch(
+        records[:300], base_offset=14000)
+    expected = [Message("t", 1, r.offset, r.key, r.value, r.timestamp, 0, tuple(r.headers))
+                for r in decode_records(data)]
+    assert [m.offset for m in expected] == list(range(5000, 14000)) + list(range(14000, 14300))
+    assert decode_chunk("t", 1, data, 0) == expected
+    # a fetch offset inside the first batch: the rest of it, then the whole second one
+    assert decode_chunk("t", 1, data, 13000) == expected[8000:]
+    assert decode_chunk("t", 1, data, 14150) == expected[9150:]
+    # LogAppendTime: every record carries the batch's max timestamp
+    appended = decode_chunk("t", 1, build_batch(records[:500], timestamp_type=1), 0)
+    assert {(m.timestamp, m.timestamp_type) for m in appended} == {
+        (max(r.timestamp for r in records[:500]), 1)}
+
+
+def test_a_record_longer_or_shorter_than_its_fields_is_corrupt():
+    import struct as _struct
+
+    good = bytearray(build_batch([Record(None, b"x" * 100, [], 0)] * 3))
+    # first record's length varint (2 bytes, zig-zag) one more than its fields
+    length = (good[61] & 0x7F) | (good[62] << 7)
+    good[61] = ((length + 2) & 0x7F) | 0x80
+    body = bytes(good[21:])
+    _struct.pack_into(">I", good, 17, crc32c.crc32c(body))
+    with pytest.raises(CorruptRecordBatch):
+        decode_chunk("t", 0, bytes(good), 0)

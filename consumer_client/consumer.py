@@ -158,6 +158,8 @@ class Consumer:
         self._close_timer: Any = None
         self._discover_timer: Any = None
         self._attempt = 0
+        self._was_member = False  # registered at least once (see _still_our_old_session)
+        self._duplicate_since: float | None = None
         self._rr = itertools.count()
         self._started = False
         self._closed_d: defer.Deferred = defer.Deferred()
@@ -461,15 +463,36 @@ class Consumer:
             self.log.info("{c} registered with coordinator {n} at {h}:{p}",
                           c=cfg.consumer_id, n=node, h=host, p=port)
             self.last_error = None
+            self._was_member = True
+            self._duplicate_since = None
             self._input(Input.REGISTERED)
         elif code in RETRIABLE_REGISTRATION or (isinstance(code, ErrorCode) and code.retriable):
             self.last_error = f"registration refused: {code!r}"
+            self._input(Input.REFUSED)
+        elif code is ErrorCode.DUPLICATE_CONSUMER_ID and self._still_our_old_session():
+            # We were a member and came back (our coordinator went silent, or the connection
+            # broke without the coordinator seeing it): it still holds our old session until
+            # its pings fail, at most 5/3 of a session timeout. Retry until then; past it, the
+            # id really is taken.
+            self.last_error = ("registration refused: DUPLICATE_CONSUMER_ID (the coordinator "
+                               "still holds this consumer's previous session; retrying)")
             self._input(Input.REFUSED)
         else:
             self.error = RegistrationRejected(code, resp.error_message)
             self.last_error = str(self.error)
             self.log.error("{c}: {e}", c=cfg.consumer_id, e=self.error)
             self._input(Input.REJECTED)
+
+    def _still_our_old_session(self) -> bool:
+        """True while a DUPLICATE_CONSUMER_ID can be this consumer's own previous session:
+        it was registered before, and less than two session timeouts have passed since the
+        first refusal (the coordinator fails a silent member within 5/3 of one)."""
+        if not self._was_member:
+            return False
+        now = self.clock.seconds()
+        if self._duplicate_since is None:
+            self._duplicate_since = now
+        return now - self._duplicate_since < 2 * self.config.session_timeout_ms / 1000.0
 
     def _channel_closed(self, proto: KafkaClientProtocol) -> None:
         if proto is not self._channel:

@@ -251,6 +251,23 @@ async def test_rejected_registration_is_a_clear_error(brokers, coordinator):
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_returning_member_retries_while_its_old_session_is_held(brokers, coordinator):
+    # After a connection breaks without the coordinator noticing, it still holds the member's
+    # old session until its pings fail: the id is "taken" by the consumer itself. Retried;
+    # only a first registration treats DUPLICATE_CONSUMER_ID as fatal.
+    c = make_consumer(coordinator)
+    try:
+        await coordinator.member("c1")
+        coordinator.register_errors = [ErrorCode.DUPLICATE_CONSUMER_ID] * 2
+        coordinator.drop("c1")
+        await eventually(lambda: len(coordinator.registrations) == 4, what="registered again")
+        await c.wait_for(State.WAITING)
+        assert c.error is None
+    finally:
+        await c.close()
+
+
+@pytest_twisted.ensureDeferred
 async def test_follows_a_leader_change(brokers, coordinator):
     await create_topic(brokers[0], "t", assignment={0: [1, 2]})
     await eventually(lambda: leader_of(brokers, "t", 0), what="leader")

@@ -33,7 +33,7 @@ from broker_core.wire.records import (
     Compression,
     CorruptRecordBatch,
     UnsupportedMagic,
-    _decompress,
+    decompress,
 )
 
 _header = struct.Struct(">qiibIhiqqqhii")
@@ -140,7 +140,7 @@ def _decode(topic: str, partition: int, data: bytes | memoryview, fetch_offset: 
         if codec == 0:
             raw = b"".join((mv[pos + HEADER_SIZE:batch_end], _PAD))
         else:
-            raw = _decompress(Compression(codec), bytes(mv[pos + HEADER_SIZE:batch_end])) + _PAD
+            raw = decompress(Compression(codec), bytes(mv[pos + HEADER_SIZE:batch_end])) + _PAD
         try:
             _records(raw, count, base, base_ts, max_ts if attrs & _LOG_APPEND else None,
                      topic, partition, fetch_offset, out)

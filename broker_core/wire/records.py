@@ -300,7 +300,10 @@ def _read_varint(data: bytes, pos: int, limit: int) -> tuple[int, int]:
     return (result >> 1) ^ -(result & 1), pos
 
 
-def _compress(codec: Compression, raw: bytes) -> bytes:
+def compress(codec: Compression, raw: bytes) -> bytes:
+    """A record batch's payload compressed with ``codec`` as Kafka clients expect it (gzip
+    container, raw snappy, LZ4 frame, zstd frame). Client-side only: the broker never
+    (de)compresses."""
     if codec is Compression.NONE:
         return raw
     if codec is Compression.GZIP:
@@ -342,7 +345,9 @@ def _snappy_decompress(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _decompress(codec: Compression, data: bytes) -> bytes:
+def decompress(codec: Compression, data: bytes) -> bytes:
+    """A record batch's payload decompressed, whatever framing Kafka's clients use (snappy raw
+    or the Java client's xerial framing); :class:`CorruptRecordBatch` when it does not."""
     if codec is Compression.NONE:
         return data
     import cramjam
@@ -406,7 +411,7 @@ def build_batch(
                 rec += hv
         _write_varint(len(rec), body)
         body += rec
-    payload = _compress(compression, bytes(body))
+    payload = compress(compression, bytes(body))
     attributes = int(compression) | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
     after_crc = _after_crc.pack(attributes, len(records) - 1, base_ts, max_ts, producer_id,
                                 producer_epoch, base_sequence, len(records)) + payload
@@ -431,7 +436,7 @@ def decode_batch(data: bytes | bytearray | memoryview,
     if info is None:
         info = parse_batch(data, 0)
     payload = bytes(memoryview(data)[info.position + HEADER_SIZE:info.end])
-    raw = _decompress(info.compression, payload)
+    raw = decompress(info.compression, payload)
     log_append = info.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
     out: list[Record] = []
     pos = 0

@@ -11,6 +11,8 @@ over the partitions), then times, in this order:
    Arrow. This is what one consumer process does with the data;
 2. **single process + Arrow**: the same, also building the Arrow record batches a Spark task
    builds (what Spark's Python workers do, on one core);
+2b. **BlockingConsumer**: the application-facing consumer client in this process (a fresh
+   group, every partition from its leader), timed from its first message;
 3. **Spark**: ``spark.read.format("sluice")`` on ``local[--master-cores]``, then
    ``count(*)`` and ``sum(length(value))`` in one aggregation (every row goes through Arrow
    into the JVM). Run ``--spark-runs`` times (default 4): the first pays Python worker
@@ -70,6 +72,30 @@ def single_process(bootstrap: str, topic: str, arrow: bool) -> tuple[int, int, f
     finally:
         cluster.close()
     return rows, size, time.perf_counter() - start
+
+
+def consumer_read(bootstrap: str, topic: str, total: int) -> tuple[int, int, float]:
+    """(rows, value bytes, seconds from the first message to the last) with one
+    ``BlockingConsumer`` (the application-facing consumer client: joins a fresh group with the
+    coordinator, fetches every partition from its leader, hands messages to this thread)."""
+    import uuid
+
+    from consumer_client.blocking_consumer import BlockingConsumer
+
+    rows = size = 0
+    start = None
+    with BlockingConsumer(bootstrap_servers=bootstrap, group_id=f"bench-{uuid.uuid4().hex[:8]}",
+                          topics={topic: 1}, auto_offset_reset="smallest",
+                          auto_commit_enable=False) as consumer:
+        for m in consumer:
+            if start is None:
+                start = time.perf_counter()
+            rows += 1
+            size += len(m.value)
+            if rows >= total:
+                break
+        secs = time.perf_counter() - (start or time.perf_counter())
+    return rows, size, secs
 
 
 def spark_read(spark, bootstrap: str, topic: str, min_partitions: int | None
@@ -133,6 +159,13 @@ def main() -> None:
             assert rows == n, f"{name} read {rows} rows, expected {n}"
             results[name] = max(results.get(name, 0.0), n / secs)
             print(f"{name:<24} {rows:>10,} rows in {secs:6.2f} s = {n / secs:>11,.0f} rows/s")
+        for _ in range(2):
+            rows, size, secs = consumer_read(b, "bench", n)
+            assert rows == n, f"BlockingConsumer read {rows} rows, expected {n}"
+            name = "BlockingConsumer"
+            results[name] = max(results.get(name, 0.0), n / secs)
+            print(f"{name:<24} {rows:>10,} rows in {secs:6.2f} s = {n / secs:>11,.0f} rows/s "
+                  "(from its first message)")
 
         from consumer_client.spark import session
         scratch = tmp / "spark"
@@ -151,7 +184,8 @@ def main() -> None:
                   + ("  (Python workers starting)" if i == 0 else ""))
         print(f"Spark best: {best:,.0f} rows/s = {best / results['single process']:.2f}x the "
               f"single-process read, {best / results['single process + Arrow']:.2f}x the "
-              "single-process read + Arrow")
+              f"single-process read + Arrow, {best / results['BlockingConsumer']:.2f}x the "
+              "BlockingConsumer")
     finally:
         if spark is not None:
             spark.stop()

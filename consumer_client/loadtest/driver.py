@@ -351,6 +351,7 @@ def _sample(cfg: LoadTestConfig, tracker: _Tracker,
     point["coordinator"] = coord
     point["rss_bytes"] = prom.value(samples, "process_resident_memory_bytes")
     point["members"] = prom.value(samples, "sluice_coordinator_members")
+    point["expirations"] = prom.value(samples, "sluice_coordinator_expired_members_total") or 0.0
     if prev is not None:
         dt = now - prev[0]
         cpu_now = prom.value(samples, "process_cpu_seconds_total")

@@ -1,6 +1,7 @@
 """The load driver's PNG: four panels over the run's time line.
 
-1. members registered and owning partitions (from the workers' events), with kills/pauses marked;
+1. members registered and owning partitions (from the workers' events) and members the
+   coordinator expired (its counter), with kills/pauses marked;
 2. every rebalance as a point (end time, duration as the members saw it);
 3. ping round trip p50/p99 per scrape interval (the coordinator's histogram);
 4. coordinator CPU (% of one core) and resident memory.
@@ -42,6 +43,9 @@ def render(result: dict[str, Any], path: Path) -> None:
     for action in result.get("actions", []):
         ax.axvline(action["t"], color="red", linestyle="--", linewidth=0.8)
         ax.annotate(action["what"], (action["t"], 0), rotation=90, fontsize=7, color="red")
+    if any(p.get("expirations") for p in timeline):
+        ax.plot(t, [p.get("expirations") for p in timeline], label="expired (coordinator)",
+                color="tab:red")
     ax.set_ylabel("consumers")
     ax.legend(loc="lower right")
 

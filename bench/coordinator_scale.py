@@ -44,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from consumer_client.admin import AdminClient, describe_groups  # noqa: E402
+from consumer_client.admin import AdminClient, describe_groups, find_coordinator  # noqa: E402
 from consumer_client.loadtest import metrics as prom  # noqa: E402
 from consumer_client.loadtest.driver import LoadTestConfig, run  # noqa: E402
 from tests.support.cluster import free_port  # noqa: E402
@@ -68,12 +68,7 @@ def start_cluster(zk: ZooKeeperServer, tmp: Path, extra: dict[str, str]
 
 
 def coordinator_scrape(cluster: ProcessCluster, urls: dict[int, str]) -> prom.Samples:
-    from broker_core.wire.apis import ApiKey
-    from consumer_client.connection import bootstrap
-
-    with bootstrap(cluster.bootstrap, timeout=10) as c:
-        cid = c.request(ApiKey.CLUSTER_METADATA, {}).coordinator_id
-    return prom.scrape(urls[cid])
+    return prom.scrape(urls[find_coordinator(cluster.bootstrap, timeout=10)[0]])
 
 
 def members_scenario(args: argparse.Namespace, cluster: ProcessCluster,

@@ -306,10 +306,17 @@ def _coordinator(conn: BrokerConnection) -> tuple[int, str, int]:
                      f"coordinator {resp.coordinator_id} is not among the live brokers")
 
 
+def find_coordinator(servers: str, timeout: float = 30.0) -> tuple[int, str, int]:
+    """``(broker id, host, port)`` of the consumer coordinator, asked of any of ``servers``
+    (ClusterMetadata); :class:`AdminError` while none is elected, ``OSError`` when no broker
+    answers."""
+    with bootstrap(servers, timeout=timeout) as conn:
+        return _coordinator(conn)
+
+
 def _describe_groups_at_coordinator(servers: str, names: Sequence[str] | None,
                                     timeout: float) -> tuple[int, Any]:
-    with bootstrap(servers, timeout=timeout) as conn:
-        node_id, host, port = _coordinator(conn)
+    node_id, host, port = find_coordinator(servers, timeout)
     with BrokerConnection(host, port, timeout=timeout) as coord:
         resp = coord.request(ApiKey.DESCRIBE_CONSUMER_GROUPS,
                              {"groups": None if names is None else list(names)})

@@ -87,8 +87,9 @@ class StreamClosed(Exception):
 class MessageSource:
     """The Twisted message API over a source of chunks (one stream, or all of a consumer's).
 
-    Subclasses provide ``take_nowait()`` (a chunk or None) and ``get_chunk()`` (a Deferred for
-    the next chunk, failing with :class:`StreamClosed` at the end). Messages count as delivered,
+    Subclasses provide ``take_nowait()`` (a chunk or None), ``_waiters`` (Deferreds for the
+    next chunk, fired by the subclass when one arrives) and ``_closed``; :meth:`get_chunk`
+    fails with :class:`StreamClosed` (or the fatal error) at the end. Messages count as delivered,
     and the partition's position moves past them, when :meth:`get` / :meth:`get_many` return
     them or, with :meth:`consume`, when the callback (or the Deferred it returned) is done.
     Reactor thread only.
@@ -98,12 +99,23 @@ class MessageSource:
     _buffer: list[Message]
     _buffer_i: int
     _buffer_part: PartitionState | None
+    _waiters: deque[defer.Deferred]
+    _closed: BaseException | None
 
     def take_nowait(self) -> Chunk | None:
         raise NotImplementedError
 
     def get_chunk(self) -> defer.Deferred:
-        raise NotImplementedError
+        """The next chunk: at once if one is ready, else when the subclass offers one."""
+        c = self.take_nowait()
+        if c is not None:
+            return defer.succeed(c)
+        if self._closed is not None:
+            return defer.fail(self._closed)
+        d: defer.Deferred = defer.Deferred(lambda d: self._waiters.remove(d)
+                                           if d in self._waiters else None)
+        self._waiters.append(d)
+        return d
 
     def _fill(self, c: Chunk) -> None:
         if c.part.active:
@@ -281,16 +293,6 @@ class MessageStream(MessageSource):
                 return c
         return None
 
-    def get_chunk(self) -> defer.Deferred:
-        c = self.take_nowait()
-        if c is not None:
-            return defer.succeed(c)
-        if self._closed is not None:
-            return defer.fail(self._closed)
-        d: defer.Deferred = defer.Deferred(lambda d: self._waiters.remove(d)
-                                           if d in self._waiters else None)
-        self._waiters.append(d)
-        return d
 
 
 class AllStreams(MessageSource):
@@ -328,16 +330,6 @@ class AllStreams(MessageSource):
                 return c
         return None
 
-    def get_chunk(self) -> defer.Deferred:
-        c = self.take_nowait()
-        if c is not None:
-            return defer.succeed(c)
-        if self._closed is not None:
-            return defer.fail(self._closed)
-        d: defer.Deferred = defer.Deferred(lambda d: self._waiters.remove(d)
-                                           if d in self._waiters else None)
-        self._waiters.append(d)
-        return d
 
     def clear(self) -> None:
         self._drop_buffer()

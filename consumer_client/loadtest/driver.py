@@ -227,14 +227,11 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
 
 
 def _coordinator_id(bootstrap_servers: str) -> int | None:
-    from broker_core.wire.apis import ApiKey
-    from consumer_client.connection import bootstrap
+    from consumer_client.admin import AdminError, find_coordinator
 
     try:
-        with bootstrap(bootstrap_servers, timeout=5) as conn:
-            resp = conn.request(ApiKey.CLUSTER_METADATA, {})
-        return resp.coordinator_id if resp.coordinator_id >= 0 else None
-    except OSError:
+        return find_coordinator(bootstrap_servers, timeout=5)[0]
+    except (AdminError, OSError):  # none elected right now, or no broker answers
         return None
 
 

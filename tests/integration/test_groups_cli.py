@@ -3,6 +3,7 @@ current offsets and lag as the partitions' leaders report them."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 
 import pytest
@@ -24,8 +25,6 @@ def brokers(zk_hosts, tmp_path):
 
 def _run(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
-    import contextlib
-
     with contextlib.redirect_stdout(out):
         code = cli.main(list(argv))
     return code, out.getvalue()

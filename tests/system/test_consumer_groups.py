@@ -96,11 +96,13 @@ def stable(bootstrap: str, group: str, members: int, partitions: int):
 
 
 def coordinator_id(bootstrap: str) -> int:
-    from broker_core.wire.apis import ApiKey
-    from consumer_client.connection import bootstrap as connect
+    """The coordinator's broker id, -1 while none is elected among the live brokers."""
+    from consumer_client.admin import AdminError, find_coordinator
 
-    with connect(bootstrap, timeout=5) as c:
-        return c.request(ApiKey.CLUSTER_METADATA, {}).coordinator_id
+    try:
+        return find_coordinator(bootstrap, timeout=5)[0]
+    except AdminError:
+        return -1
 
 
 class OffsetWatcher(threading.Thread):

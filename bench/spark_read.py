@@ -9,8 +9,9 @@ over the partitions), then times, in this order:
    partition in turn with the data source's range reader (Fetch from the leader, the
    consumer client's decoder ``consumer_records.decode_chunk``), summing value lengths; no
    Arrow. This is what one consumer process does with the data;
-2. **single process + Arrow**: the same, also building the Arrow record batches a Spark task
-   builds (what Spark's Python workers do, on one core);
+2. **single process + Arrow**: the same ranges read as a Spark task reads them, decoded
+   column-wise into Arrow record batches (``read_range``: what Spark's Python workers do,
+   here on one core and without Spark);
 2b. **BlockingConsumer**: the application-facing consumer client in this process (a fresh
    group, every partition from its leader), timed from its first message;
 3. **Spark**: ``spark.read.format("sluice")`` on ``local[--master-cores]``, then
@@ -52,7 +53,7 @@ def single_process(bootstrap: str, topic: str, arrow: bool) -> tuple[int, int, f
 
     from consumer_client.spark.offsets import OffsetRange
     from consumer_client.spark.options import Subscription
-    from consumer_client.spark.reader import Cluster, read_messages, to_record_batch
+    from consumer_client.spark.reader import Cluster, read_messages, read_range
 
     cluster = Cluster(bootstrap)
     start = time.perf_counter()
@@ -62,12 +63,13 @@ def single_process(bootstrap: str, topic: str, arrow: bool) -> tuple[int, int, f
         first, last = cluster.earliest(tps), cluster.latest(tps)
         for tp in tps:
             rng = OffsetRange(tp[0], tp[1], first[tp], last[tp])
-            for chunk in read_messages(cluster, rng):
-                rows += len(chunk)
-                if arrow:
-                    values = to_record_batch(chunk, False).column(1)
-                    size += pc.sum(pc.binary_length(values)).as_py()
-                else:
+            if arrow:
+                for batch in read_range(cluster, rng):
+                    rows += batch.num_rows
+                    size += pc.sum(pc.binary_length(batch.column(1))).as_py()
+            else:
+                for chunk in read_messages(cluster, rng):
+                    rows += len(chunk)
                     size += sum(len(m.value) for m in chunk)
     finally:
         cluster.close()

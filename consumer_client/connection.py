@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import itertools
 import socket
+import struct
 from typing import Any
 
 from broker_core.wire import apis, framing
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.schema import Struct
+
+_SIZE = struct.Struct(">i")  # a frame's size prefix
 
 
 class ConnectionError_(OSError):
@@ -36,8 +39,7 @@ class BrokerConnection:
         self.host, self.port = host, port
         self.client_id = client_id
         self._ids = itertools.count(1)
-        self._decoder = framing.FrameDecoder(framing.MAX_FRAME_BYTES * 2)
-        self._frames: list[bytes] = []
+        self.max_frame_bytes = framing.MAX_FRAME_BYTES * 2
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.versions: dict[int, int] = {}
@@ -74,13 +76,29 @@ class BrokerConnection:
             raise ConnectionError_(f"expected correlation id {cid}, got {got}")
         return resp
 
-    def _read_frame(self) -> bytes:
-        while not self._frames:
-            data = self.sock.recv(1 << 20)
-            if not data:
+    def _read_frame(self) -> bytearray:
+        """The next response frame. Requests and responses alternate on a blocking connection,
+        so the stream holds at most the one frame being waited for: its size is read, then
+        exactly that many bytes with ``recv_into`` into one buffer of the frame's size (Fetch
+        responses are megabytes; a stream buffer and a copy out of it cost as much as the
+        decoding that follows)."""
+        size = _SIZE.unpack(self._recv_exactly(framing.SIZE_PREFIX_BYTES))[0]
+        if size < 0 or size > self.max_frame_bytes:
+            raise ConnectionError_(f"broker {self.host}:{self.port} sent a frame of {size} "
+                                   f"bytes (limit {self.max_frame_bytes})")
+        return self._recv_exactly(size)
+
+    def _recv_exactly(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if not k:
                 raise ConnectionError_(f"broker {self.host}:{self.port} closed the connection")
-            self._frames.extend(self._decoder.feed(data))
-        return self._frames.pop(0)
+            got += k
+        view.release()
+        return buf
 
     def close(self) -> None:
         try:

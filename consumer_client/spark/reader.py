@@ -3,8 +3,11 @@ range of one partition into Arrow record batches.
 
 Runs on the Spark driver (planning, streaming offsets) and in Python workers (reading). No
 Twisted: a worker is a short-lived Python process that reads one range and leaves, so plain
-sockets (:class:`~consumer_client.connection.BrokerConnection`) and the consumer's decoder
-(:func:`~consumer_client.consumer_records.decode_chunk`) are all it needs.
+sockets (:class:`~consumer_client.connection.BrokerConnection`) and a decoder are all it needs:
+:func:`read_range` decodes column-wise into Arrow
+(:mod:`consumer_client.spark.arrow_records`), :func:`read_messages` into the consumer's
+:class:`~consumer_client.consumer_records.Message` tuples; both share the fetch loop,
+:func:`read_chunks`.
 
 Invariants of :func:`read_range`:
 
@@ -20,7 +23,6 @@ Invariants of :func:`read_range`:
 from __future__ import annotations
 
 import logging
-import operator
 import re
 import time
 from collections.abc import Iterable, Iterator
@@ -248,96 +250,50 @@ class Cluster:
         return self.list_offsets(tps, LATEST)
 
 
-# -- Arrow -----------------------------------------------------------------------------------------
-
-_SCHEMAS: dict[bool, Any] = {}
-
-
-def arrow_schema(include_headers: bool) -> Any:
-    """The Arrow schema Spark expects for the source's schema (pyspark's ``to_arrow_schema``
-    of :data:`consumer_client.spark.source.SCHEMA_DDL`): field names and types must match
-    exactly, or the worker refuses the batch."""
-    schema = _SCHEMAS.get(include_headers)
-    if schema is None:
-        import pyarrow as pa
-
-        fields = [pa.field("key", pa.binary()), pa.field("value", pa.binary()),
-                  pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
-                  pa.field("offset", pa.int64()),
-                  pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-                  pa.field("timestampType", pa.int32())]
-        if include_headers:
-            fields.append(pa.field("headers", pa.list_(pa.field("element", pa.struct([
-                pa.field("key", pa.string()), pa.field("value", pa.binary())])))))
-        schema = _SCHEMAS[include_headers] = pa.schema(fields)
-    return schema
-
-
-try:  # pyarrow does not need numpy; with it, a range of offsets costs nothing per row
-    import numpy as _np
-except ImportError:  # pragma: no cover
-    _np = None
-
-_KEY, _VALUE, _OFFSET, _TS, _TS_TYPE, _HEADERS = (operator.itemgetter(i) for i in (3, 4, 2, 5, 6, 7))
-
-
-def to_record_batch(messages: list[Message], include_headers: bool) -> Any:
-    """One ``pyarrow.RecordBatch`` of ``messages`` (all of one partition, in offset order),
-    built column by column, each column converted in C.
-
-    Per row this costs one ``itemgetter`` call per column and no Python arithmetic: columns
-    that are constant (topic, partition, usually the timestamp type) are repeated scalars,
-    contiguous offsets are a range, and timestamps are scaled to microseconds by Arrow.
-    (Transposing with ``zip(*messages)`` measured several times slower.)
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    schema = arrow_schema(include_headers)
-    first = messages[0]
-    n = len(messages)
-    if messages[-1].offset - first.offset == n - 1:
-        offsets = pa.array(range(first.offset, first.offset + n), pa.int64()) if _np is None \
-            else pa.array(_np.arange(first.offset, first.offset + n, dtype=_np.int64))
-    else:  # gaps (compacted topic, transaction markers)
-        offsets = pa.array(map(_OFFSET, messages), pa.int64(), size=n)
-    ts_types = set(map(_TS_TYPE, messages))
-    cols = [
-        pa.array(map(_KEY, messages), pa.binary(), size=n),
-        pa.array(map(_VALUE, messages), pa.binary(), size=n),
-        pa.repeat(pa.scalar(first.topic, pa.string()), n),
-        pa.repeat(pa.scalar(first.partition, pa.int32()), n),
-        offsets,
-        pc.multiply(pa.array(map(_TS, messages), pa.int64(), size=n), 1000)
-        .cast(pa.timestamp("us", tz="UTC")),
-        pa.repeat(pa.scalar(first.timestamp_type, pa.int32()), n) if len(ts_types) == 1
-        else pa.array(map(_TS_TYPE, messages), pa.int32(), size=n),
-    ]
-    if include_headers:
-        cols.append(pa.array([[{"key": k, "value": v} for k, v in h]
-                              for h in map(_HEADERS, messages)],
-                             schema.field("headers").type))
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
-
-
 # -- reading a range -------------------------------------------------------------------------------
 
 
 def read_range(cluster: Cluster, rng: OffsetRange, *, fail_on_data_loss: bool = True,
                include_headers: bool = False, max_partition_fetch_bytes: int = 4 << 20,
                poll_timeout_s: float = 120.0, max_wait_ms: int = 500) -> Iterator[Any]:
-    """Arrow record batches of the records of ``rng`` (see the module docstring).
+    """Arrow record batches of the records of ``rng`` (see the module docstring), decoded
+    column-wise (:func:`~consumer_client.spark.arrow_records.decode_record_batch`).
     ``rng.start`` may be :data:`EARLIEST` (a partition new to a streaming query)."""
-    for chunk in read_messages(cluster, rng, fail_on_data_loss=fail_on_data_loss,
-                               max_partition_fetch_bytes=max_partition_fetch_bytes,
-                               poll_timeout_s=poll_timeout_s, max_wait_ms=max_wait_ms):
-        yield to_record_batch(chunk, include_headers)
+    from consumer_client.spark.arrow_records import decode_record_batch
+
+    for data, offset, end in read_chunks(cluster, rng, fail_on_data_loss=fail_on_data_loss,
+                                         max_partition_fetch_bytes=max_partition_fetch_bytes,
+                                         poll_timeout_s=poll_timeout_s,
+                                         max_wait_ms=max_wait_ms):
+        batch = decode_record_batch(rng.topic, rng.partition, data, offset, end,
+                                    include_headers=include_headers)
+        if batch is not None:
+            yield batch
 
 
 def read_messages(cluster: Cluster, rng: OffsetRange, *, fail_on_data_loss: bool = True,
                   max_partition_fetch_bytes: int = 4 << 20, poll_timeout_s: float = 120.0,
                   max_wait_ms: int = 500) -> Iterator[list[Message]]:
-    """Lists of :class:`Message` (one per Fetch response that had any) covering ``rng``."""
+    """Lists of :class:`Message` covering ``rng``, decoded by the consumer's decoder (one list
+    per Fetch response that had any)."""
+    for data, offset, end in read_chunks(cluster, rng, fail_on_data_loss=fail_on_data_loss,
+                                         max_partition_fetch_bytes=max_partition_fetch_bytes,
+                                         poll_timeout_s=poll_timeout_s,
+                                         max_wait_ms=max_wait_ms):
+        messages = decode_chunk(rng.topic, rng.partition, data, offset)
+        if messages and messages[-1].offset >= end:
+            messages = [m for m in messages if m.offset < end]
+        if messages:
+            yield messages
+
+
+def read_chunks(cluster: Cluster, rng: OffsetRange, *, fail_on_data_loss: bool = True,
+                max_partition_fetch_bytes: int = 4 << 20, poll_timeout_s: float = 120.0,
+                max_wait_ms: int = 500) -> Iterator[tuple[bytes | memoryview, int, int]]:
+    """``(record_data, fetch_offset, end)`` per Fetch response covering ``rng``: the complete
+    batches the leader returned for ``fetch_offset``, to be decoded by the caller, which keeps
+    the records in ``[fetch_offset, end)``. Consecutive chunks' fetch offsets only move past
+    the batches already yielded (batch headers are scanned, nothing is decoded here)."""
     topic, partition, offset, end = rng
     tp = (topic, partition)
     where = f"{topic}-{partition}"
@@ -411,11 +367,7 @@ def read_messages(cluster: Cluster, rng: OffsetRange, *, fail_on_data_loss: bool
         if records is not None and len(records):
             nxt, complete = scan_chunk(records, offset)
             if complete:
-                messages = decode_chunk(topic, partition, records[:complete], offset)
-                if messages and messages[-1].offset >= end:
-                    messages = [m for m in messages if m.offset < end]
-                if messages:
-                    yield messages
+                yield records[:complete], offset, end
                 if nxt > offset:
                     offset = nxt
                     deadline = time.monotonic() + poll_timeout_s

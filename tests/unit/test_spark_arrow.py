@@ -8,7 +8,7 @@ pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
 from consumer_client.consumer_records import Message  # noqa: E402
-from consumer_client.spark.reader import arrow_schema, to_record_batch  # noqa: E402
+from consumer_client.spark.arrow_records import arrow_schema, to_record_batch  # noqa: E402
 
 
 def _spark_arrow_schema(include_headers):

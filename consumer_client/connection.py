@@ -10,13 +10,21 @@ from __future__ import annotations
 import itertools
 import socket
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker_core.wire import apis, framing
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.schema import Struct
 
 _SIZE = struct.Struct(">i")  # a frame's size prefix
+
+
+class Pending(NamedTuple):
+    """A request sent on a :class:`BrokerConnection` whose answer is not read yet."""
+
+    api_key: int
+    version: int
+    correlation_id: int
 
 
 class ConnectionError_(OSError):
@@ -63,18 +71,31 @@ class BrokerConnection:
 
     def request(self, api_key: int, body: Any, *, version: int | None = None) -> Struct:
         """Send one request at the negotiated (or given) version and return the response."""
-        return self._roundtrip(api_key, self.version_of(api_key) if version is None else version,
-                               body)
+        return self.receive(self.send(api_key, body, version=version))
 
-    def _roundtrip(self, api_key: int, version: int, body: Any) -> Struct:
-        cid = next(self._ids) & 0x7FFFFFFF
-        self.sock.sendall(b"".join(framing.frame(
-            apis.encode_request(api_key, version, cid, self.client_id, body))))
-        frame = self._read_frame()
-        got, resp = apis.decode_response(api_key, version, frame)
+    def send(self, api_key: int, body: Any, *, version: int | None = None) -> Pending:
+        """Send a request without waiting for its answer; :meth:`receive` it later. Answers
+        come in the order requests were sent, so they must be received in that order (a
+        caller that gives up on a sent request closes the connection)."""
+        return self._send(api_key, self.version_of(api_key) if version is None else version,
+                          body)
+
+    def receive(self, pending: Pending) -> Struct:
+        """The response to a request :meth:`send` returned ``pending`` for."""
+        api_key, version, cid = pending
+        got, resp = apis.decode_response(api_key, version, self._read_frame())
         if got != cid:
             raise ConnectionError_(f"expected correlation id {cid}, got {got}")
         return resp
+
+    def _send(self, api_key: int, version: int, body: Any) -> Pending:
+        cid = next(self._ids) & 0x7FFFFFFF
+        self.sock.sendall(b"".join(framing.frame(
+            apis.encode_request(api_key, version, cid, self.client_id, body))))
+        return Pending(api_key, version, cid)
+
+    def _roundtrip(self, api_key: int, version: int, body: Any) -> Struct:
+        return self.receive(self._send(api_key, version, body))
 
     def _read_frame(self) -> bytearray:
         """The next response frame. Requests and responses alternate on a blocking connection,

@@ -30,7 +30,7 @@ from typing import Any
 
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from consumer_client.connection import BrokerConnection, NoBrokersAvailable, bootstrap
+from consumer_client.connection import BrokerConnection, NoBrokersAvailable, Pending, bootstrap
 from consumer_client.consumer_records import Message, decode_chunk, scan_chunk
 from consumer_client.spark.offsets import (
     EARLIEST,
@@ -293,7 +293,36 @@ def read_chunks(cluster: Cluster, rng: OffsetRange, *, fail_on_data_loss: bool =
     """``(record_data, fetch_offset, end)`` per Fetch response covering ``rng``: the complete
     batches the leader returned for ``fetch_offset``, to be decoded by the caller, which keeps
     the records in ``[fetch_offset, end)``. Consecutive chunks' fetch offsets only move past
-    the batches already yielded (batch headers are scanned, nothing is decoded here)."""
+    the batches already yielded (batch headers are scanned, nothing is decoded here).
+
+    The fetch for the next chunk is sent before a chunk is handed over, so the leader reads
+    and sends it while the caller decodes (one request ahead, on the same connection; if the
+    caller stops early, that connection is closed, since its answer would otherwise be taken
+    for the next request's)."""
+    ahead: list[tuple[int, int, Pending] | None] = [None]  # (leader, offset, request) sent early
+    try:
+        yield from _read_chunks(cluster, rng, fail_on_data_loss, max_partition_fetch_bytes,
+                                poll_timeout_s, max_wait_ms, ahead)
+    finally:
+        if ahead[0] is not None:
+            cluster.drop(ahead[0][0])
+
+
+def _fetch_body(topic: str, partition: int, offset: int, max_bytes: int,
+                max_wait_ms: int) -> dict:
+    return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
+            "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
+def _read_chunks(cluster: Cluster, rng: OffsetRange, fail_on_data_loss: bool,
+                 max_partition_fetch_bytes: int, poll_timeout_s: float, max_wait_ms: int,
+                 ahead: list[tuple[int, int, Pending] | None]
+                 ) -> Iterator[tuple[bytes | memoryview, int, int]]:
+    """:func:`read_chunks`'s loop; ``ahead[0]`` is the fetch sent early, if any."""
     topic, partition, offset, end = rng
     tp = (topic, partition)
     where = f"{topic}-{partition}"
@@ -316,16 +345,18 @@ def read_chunks(cluster: Cluster, rng: OffsetRange, *, fail_on_data_loss: bool =
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
                 continue
-        body = {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
-                "max_bytes": max_partition_fetch_bytes, "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1,
-                "topics": [{"topic": topic, "partitions": [{
-                    "partition": partition, "current_leader_epoch": -1,
-                    "fetch_offset": offset, "log_start_offset": -1,
-                    "partition_max_bytes": max_partition_fetch_bytes}]}],
-                "forgotten_topics_data": [], "rack_id": ""}
+        early, ahead[0] = ahead[0], None
         try:
-            resp = cluster.connection(leader).request(ApiKey.FETCH, body)
+            conn = cluster.connection(leader)
+            if early is not None and early[:2] == (leader, offset):
+                pending = early[2]
+            else:
+                if early is not None:  # not the fetch wanted now: its answer must not be read
+                    cluster.drop(early[0])
+                    conn = cluster.connection(leader)
+                pending = conn.send(ApiKey.FETCH, _fetch_body(
+                    topic, partition, offset, max_partition_fetch_bytes, max_wait_ms))
+            resp = conn.receive(pending)
         except OSError as e:
             # The leader died or moved away: find the new one and ask it for the same offset.
             cluster.drop(leader)
@@ -367,6 +398,12 @@ def read_chunks(cluster: Cluster, rng: OffsetRange, *, fail_on_data_loss: bool =
         if records is not None and len(records):
             nxt, complete = scan_chunk(records, offset)
             if complete:
+                if offset < nxt < end:
+                    try:
+                        ahead[0] = (leader, nxt, conn.send(ApiKey.FETCH, _fetch_body(
+                            topic, partition, nxt, max_partition_fetch_bytes, max_wait_ms)))
+                    except OSError:
+                        cluster.drop(leader)  # the next turn reconnects (or finds a new leader)
                 yield records[:complete], offset, end
                 if nxt > offset:
                     offset = nxt

@@ -143,3 +143,42 @@ def test_leader_change_during_a_batch_read_loses_and_duplicates_nothing(spark, s
     want = sorted((p, i // 2, v) for i, (p, _k, v, _h) in enumerate(records))
     assert len(got) == n
     assert got == want
+
+
+def test_range_reader_fetches_ahead_and_an_early_stop_leaves_no_stray_answer(spark_cluster, six):
+    """The range reader (what each Spark task runs) in many small fetches: the column-wise
+    Arrow path and the consumer decoder's path give the same records, and a reader stopped
+    while its next fetch is in flight closes that connection, so the next read on the same
+    cluster view gets its own answers."""
+    from consumer_client.spark.offsets import OffsetRange
+    from consumer_client.spark.options import Subscription
+    from consumer_client.spark.reader import Cluster, read_messages, read_range
+
+    cluster = Cluster(spark_cluster.bootstrap)
+    try:
+        cluster.partitions_of(Subscription(topics=("six",)))
+        rng = OffsetRange("six", 2, 10, PER_PARTITION - 5)
+        want = [(k, v) for (p, k, v, _h) in six if p == 2][10:PER_PARTITION - 5]
+        batches = list(read_range(cluster, rng, max_partition_fetch_bytes=2000))
+        assert len(batches) >= 3  # one produced batch per fetch, each fetch sent ahead
+        rows = [(k, v) for b in batches for k, v in zip(b.column("key").to_pylist(),
+                                                       b.column("value").to_pylist(),
+                                                       strict=True)]
+        assert rows == want
+        assert [o for b in batches for o in b.column("offset").to_pylist()] == list(
+            range(10, PER_PARTITION - 5))
+        messages = [m for chunk in read_messages(cluster, rng, max_partition_fetch_bytes=2000)
+                    for m in chunk]
+        assert [(m.key, m.value) for m in messages] == want
+
+        leader = cluster.leaders[("six", 2)]
+        it = read_range(cluster, rng, max_partition_fetch_bytes=2000)
+        next(it)
+        assert leader in cluster._conns
+        it.close()  # the fetch sent ahead is unanswered: its connection must go
+        assert leader not in cluster._conns
+        again = [o for b in read_range(cluster, rng, max_partition_fetch_bytes=2000)
+                 for o in b.column("offset").to_pylist()]
+        assert again == list(range(10, PER_PARTITION - 5))
+    finally:
+        cluster.close()

@@ -102,7 +102,7 @@ def decode_record_batch(topic: str, partition: int, data: bytes | memoryview, fe
         if hcount.any():  # some record has headers: the row-wise decoder builds them
             messages = [m for m in decode_chunk(topic, partition, data, fetch_offset,
                                                 check_crcs=False) if m.offset < end]
-            return to_record_batch(messages, True)
+            return to_record_batch(messages, True) if messages else None
         headers = pa.ListArray.from_arrays(
             pa.array(np.zeros(n + 1, np.int32)),
             pa.array([], arrow_schema(True).field("headers").type.value_type),

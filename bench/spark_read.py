@@ -18,7 +18,11 @@ over the partitions), then times, in this order:
    ``count(*)`` and ``sum(length(value))`` in one aggregation (every row goes through Arrow
    into the JVM). Run ``--spark-runs`` times (default 4): the first pays Python worker
    start-up and imports, the later ones find workers ready (``spark.python.worker.reuse``);
-   the best run is the figure.
+   the best run is the figure;
+4. **Spark ceiling**: the same query over a data source whose workers yield one prebuilt
+   Arrow batch (same schema, 100-byte values) over and over, ``--messages`` rows in 8
+   partitions: what Spark itself (Arrow hand-over to the JVM, the aggregation, task
+   scheduling) does on this machine when reading costs nothing. Run three times, best kept.
 
 Prints rows/s for each and the ratio Spark / single process. Session start-up (JVM) is not
 timed. Everything runs in a temp dir that is removed afterwards. Prints figures; asserts nothing
@@ -37,7 +41,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -102,15 +108,63 @@ def consumer_read(bootstrap: str, topic: str, total: int) -> tuple[int, int, flo
 
 def spark_read(spark, bootstrap: str, topic: str, min_partitions: int | None
                ) -> tuple[int, int, float]:
+    options = {"bootstrap.servers": bootstrap, "subscribe": topic}
+    if min_partitions:
+        options["minPartitions"] = str(min_partitions)
+    return spark_read_format(spark, "sluice", **options)
+
+
+def spark_read_format(spark, fmt: str, **options: str) -> tuple[int, int, float]:
+    """(rows, value bytes, seconds) of ``count(*)`` and ``sum(length(value))`` over
+    ``spark.read.format(fmt)``: every row goes through Arrow into the JVM."""
     from pyspark.sql import functions as F
 
-    r = spark.read.format("sluice").option("bootstrap.servers", bootstrap) \
-        .option("subscribe", topic)
-    if min_partitions:
-        r = r.option("minPartitions", str(min_partitions))
+    r = spark.read.format(fmt).options(**options)
     start = time.perf_counter()
     row = r.load().agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b")).collect()[0]
     return row.n, row.b, time.perf_counter() - start
+
+
+def constant_source(rows: int, partitions: int, batch_rows: int = 5000) -> type:
+    """A PySpark data source (format ``"sluice-bench-constant"``, Sluice's schema) whose
+    ``partitions`` tasks each yield one prebuilt Arrow batch until ``rows / partitions`` rows."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from consumer_client.spark.source import SCHEMA_DDL
+
+    class ConstantReader(DataSourceReader):
+        def partitions(self) -> list:
+            return [InputPartition(i) for i in range(partitions)]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            import pyarrow as pa
+
+            from consumer_client.spark.arrow_records import arrow_schema
+
+            n = batch_rows
+            schema = arrow_schema(False)
+            cols = [pa.nulls(n, pa.binary()), pa.array([b"x" * 99] * n, pa.binary()),
+                    pa.repeat(pa.scalar("bench", pa.string()), n),
+                    pa.repeat(pa.scalar(partition.value, pa.int32()), n),
+                    pa.array(range(n), pa.int64()),
+                    pa.array([0] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                    pa.repeat(pa.scalar(0, pa.int32()), n)]
+            batch = pa.RecordBatch.from_arrays(cols, schema=schema)
+            for _ in range(rows // partitions // n):
+                yield batch
+
+    class ConstantSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "sluice-bench-constant"
+
+        def schema(self) -> str:
+            return SCHEMA_DDL
+
+        def reader(self, schema: object) -> DataSourceReader:
+            return ConstantReader()
+
+    return ConstantSource
 
 
 def main() -> None:
@@ -184,10 +238,20 @@ def main() -> None:
             print(f"Spark local[{args.master_cores}] run {i + 1}   {rows:>10,} rows in "
                   f"{secs:6.2f} s = {n / secs:>11,.0f} rows/s"
                   + ("  (Python workers starting)" if i == 0 else ""))
+        rows_per_task = 5000 * (n // 8 // 5000)
+        spark.dataSource.register(constant_source(rows_per_task * 8, 8))
+        ceiling = 0.0
+        for i in range(3):
+            rows, size, secs = spark_read_format(spark, "sluice-bench-constant")
+            assert rows == rows_per_task * 8 and size == rows * (args.size - 1), (rows, size)
+            ceiling = max(ceiling, rows / secs)
+            print(f"Spark ceiling run {i + 1}    {rows:>10,} rows in {secs:6.2f} s = "
+                  f"{rows / secs:>11,.0f} rows/s  (constant Arrow batches, no reading)")
         print(f"Spark best: {best:,.0f} rows/s = {best / results['single process']:.2f}x the "
               f"single-process read, {best / results['single process + Arrow']:.2f}x the "
               f"single-process read + Arrow, {best / results['BlockingConsumer']:.2f}x the "
-              "BlockingConsumer")
+              f"BlockingConsumer; {best / ceiling:.0%} of Spark's ceiling here "
+              f"({ceiling:,.0f} rows/s)")
     finally:
         if spark is not None:
             spark.stop()

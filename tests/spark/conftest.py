@@ -41,7 +41,8 @@ def spark_cluster(zookeeper_server, tmp_path_factory) -> Iterator:
 
     cluster = ProcessCluster(zookeeper_server.hosts, tmp_path_factory.mktemp("spark-cluster"),
                              size=3, extra={"replica.fetch.wait.max.ms": "50",
-                                            "log.retention.check.interval.ms": "300"})
+                                            "log.retention.check.interval.ms": "300"},
+                             metrics=True)
     cluster.start()
     try:
         cluster.wait_registered()

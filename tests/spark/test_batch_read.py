@@ -106,8 +106,9 @@ def test_leader_change_during_a_batch_read_loses_and_duplicates_nothing(spark, s
 
     create_topic(spark_cluster, "moving", 2)
     n = 20_000
-    records = [(i % 2, None, b"moving-%06d" % i, None) for i in range(n)]
-    # Small produce batches + a small fetch size: the read takes many fetches (seconds).
+    records = [(i % 2, None, b"moving-%06d-" % i + b"x" * 90, None) for i in range(n)]
+    # Small produce batches + a small fetch size: the read takes hundreds of fetches per
+    # partition (~1.1 MB each).
     produce(spark_cluster.bootstrap, "moving", records, batch_messages=20)
     c = Cluster(spark_cluster.bootstrap)
     try:
@@ -119,16 +120,24 @@ def test_leader_change_during_a_batch_read_loses_and_duplicates_nothing(spark, s
     survivors = ",".join(b.address for i, b in spark_cluster.brokers.items() if i != leader)
 
     killed_at: list[float] = []
+    # The followers fetched everything before the acks=all produce was answered, so from here
+    # on the leader's bytes out for the topic are what the readers got.
+    sent_before = victim.metric("sluice_bytes_out_total", topic="moving")
 
-    def kill_soon() -> None:
-        time.sleep(1.0)
+    def kill_mid_read() -> None:
+        # Kill once the leader has sent the readers about a quarter of a partition's data
+        # (the read is far too quick for a fixed delay to land inside it reliably).
+        deadline = time.monotonic() + 120
+        while (victim.metric("sluice_bytes_out_total", topic="moving") - sent_before < 300_000
+               and time.monotonic() < deadline):
+            time.sleep(0.005)
         killed_at.append(time.monotonic())
         victim.kill(signal.SIGKILL)
 
     df = (spark.read.format("sluice").option("bootstrap.servers", survivors)
           .option("subscribe", "moving").option("kafka.max.partition.fetch.bytes", "1024")
           .option("kafka.request.timeout.ms", "5000").load())
-    killer = threading.Thread(target=kill_soon)
+    killer = threading.Thread(target=kill_mid_read)
     killer.start()
     try:
         rows = df.select("partition", "offset", "value").collect()

@@ -187,7 +187,7 @@ class BrokerProcess:
     """A broker run as ``python -m twisted broker ...`` (``twist``) in its own process."""
 
     def __init__(self, broker_id: int, zk_hosts: str, base: Path, *, port: int | None = None,
-                 extra: dict[str, str] | None = None) -> None:
+                 extra: dict[str, str] | None = None, metrics: bool = False) -> None:
         self.broker_id = broker_id
         self.zk_hosts = zk_hosts
         self.port = port or free_port()
@@ -195,6 +195,10 @@ class BrokerProcess:
         self.log_file = base / f"broker-{broker_id}.log"
         base.mkdir(parents=True, exist_ok=True)
         self.extra = {"zookeeper.session.timeout.ms": "6000", **(extra or {})}
+        # With ``metrics``, the broker serves /metrics on its own port (read with metric()).
+        self.metrics_port = free_port() if metrics else None
+        if self.metrics_port is not None:
+            self.extra["metrics.listener"] = f"tcp:{self.metrics_port}:interface=127.0.0.1"
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -240,6 +244,22 @@ class BrokerProcess:
         except OSError:
             err = ""
         return "\n".join((self.log_text() + err).splitlines()[-n:])
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the samples called ``name`` whose labels include ``labels``, scraped from
+        the broker's /metrics endpoint (0.0 when there is none yet)."""
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        if self.metrics_port is None:
+            raise RuntimeError(f"broker {self.broker_id} was started without metrics=True")
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        return sum(sample.value for family in text_string_to_metric_families(text)
+                   for sample in family.samples
+                   if sample.name == name and labels.items() <= sample.labels.items())
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -12,10 +12,11 @@ from tests.support.cluster import BrokerProcess
 
 
 class ProcessCluster:
-    """``size`` brokers (ids 1..size) as ``twistd`` processes sharing a fresh chroot."""
+    """``size`` brokers (ids 1..size) as ``twistd`` processes sharing a fresh chroot; with
+    ``metrics``, each serves /metrics (:meth:`BrokerProcess.metric`)."""
 
     def __init__(self, zk_base_hosts: str, base: Path, size: int = 3,
-                 extra: dict[str, str] | None = None) -> None:
+                 extra: dict[str, str] | None = None, metrics: bool = False) -> None:
         self.chroot = f"/sluice-{uuid.uuid4().hex[:10]}"
         zk = KazooClient(hosts=zk_base_hosts)
         zk.start(timeout=15)
@@ -26,7 +27,7 @@ class ProcessCluster:
             zk.close()
         self.zk_hosts = zk_base_hosts + self.chroot
         self.base = base
-        self.brokers = {i: BrokerProcess(i, self.zk_hosts, base, extra=extra)
+        self.brokers = {i: BrokerProcess(i, self.zk_hosts, base, extra=extra, metrics=metrics)
                         for i in range(1, size + 1)}
 
     @property

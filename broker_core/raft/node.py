@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from broker_core.raft.commit import majority_size, next_high_watermark
 from broker_core.raft.config import RaftConfig
 from broker_core.raft.effects import Effects, Transition
-from broker_core.raft.entries import LeaderChange, LogEntry, Payload
+from broker_core.raft.entries import LeaderChange, LogEntry, Payload, VoterAssignment
 from broker_core.raft.log import IRaftLog
 from broker_core.raft.messages import (
     NO_LEADER,
@@ -61,7 +61,8 @@ from broker_core.raft.messages import (
     VoteResponse,
 )
 from broker_core.raft.quorum_state import QuorumState
-from broker_core.raft.roles import IllegalStateTransition, Role, check_transition
+from broker_core.raft.roles import VOTER_ROLES, IllegalStateTransition, Role, check_transition
+from broker_core.raft.voter_set import VoterChangeRejected, VoterSetHistory
 from broker_core.wire.errors import ErrorCode
 
 NO_ID = -1
@@ -153,18 +154,17 @@ class RaftNode:
         self._correlation = 0
         self._fx = Effects()
         self._high_watermark = 0
-        self._applied_offset = -1
         if persisted is not None:
             if persisted.cluster_id != cluster_id:
                 raise ValueError(f"quorum state belongs to cluster {persisted.cluster_id!r}, "
                                  f"not {cluster_id!r}")
-            self._voters = frozenset(persisted.current_voters)
+            self._history = VoterSetHistory.recover(
+                persisted.applied_offset, persisted.current_voters, persisted.target_voters, log)
             self._epoch = persisted.leader_epoch
             self._voted_id = persisted.voted_id
             self._leader_id = persisted.leader_id
-            self._applied_offset = persisted.applied_offset
         else:
-            self._voters = frozenset(voters)
+            self._history = VoterSetHistory.recover(-1, voters, None, log)
             self._epoch = 0
             self._voted_id = NO_ID
             self._leader_id = NO_LEADER
@@ -217,18 +217,26 @@ class RaftNode:
 
     @property
     def voters(self) -> frozenset[int]:
-        return self._voters
+        """The voters this node acts on: the latest assignment in its log, even uncommitted."""
+        return self._history.voters
+
+    @property
+    def _voters(self) -> frozenset[int]:
+        return self._history.voters
 
     @property
     def is_voter(self) -> bool:
-        return self.node_id in self._voters
+        return self.node_id in self._history.voters
 
     def quorum_state(self) -> QuorumState:
-        """What the driver persists (see ``Effects.quorum_state``)."""
+        """What the driver persists (see ``Effects.quorum_state``). Its voters are the
+        *committed* ones: an uncommitted assignment may still be truncated away."""
+        history = self._history
         return QuorumState(cluster_id=self.cluster_id, leader_id=self._leader_id,
                            leader_epoch=self._epoch, voted_id=self._voted_id,
-                           applied_offset=self._applied_offset,
-                           current_voters=tuple(sorted(self._voters)), target_voters=None)
+                           applied_offset=history.applied_offset,
+                           current_voters=tuple(sorted(history.committed_voters)),
+                           target_voters=history.committed_target)
 
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`tick` has something to do, or ``None``."""
@@ -266,6 +274,19 @@ class RaftNode:
         before that."""
         if self._role is not Role.LEADER:
             raise NotLeaderError(self.node_id, self._role, self._leader_id, self._epoch)
+        if isinstance(payload, LeaderChange):
+            raise ValueError("LeaderChange entries are appended by the core, not proposed")
+        if isinstance(payload, VoterAssignment):
+            if payload.cluster_id != self.cluster_id:
+                raise VoterChangeRejected(f"assignment for cluster {payload.cluster_id!r}, "
+                                          f"this is {self.cluster_id!r}")
+            if self._high_watermark <= self._rs.epoch_start_offset:
+                # Raft's single-server change needs the leader to have committed an entry of
+                # its own epoch first (Ongaro's 2015 correction): an older leader's uncommitted
+                # change could otherwise overlap with this one.
+                raise VoterChangeRejected(f"leader {self.node_id} has not committed an entry "
+                                          f"of epoch {self._epoch} yet")
+            self._history.check_change(payload, self.node_id)
         self._begin(now)
         self._fx.proposed = self._append_as_leader(payload)
         return self._end()
@@ -401,6 +422,11 @@ class RaftNode:
                 len(self._voters)):
             granted = tuple(sorted(rs.granted & self._voters))
             self._transition(Role.LEADER, self._epoch, leader_id=self.node_id)
+            if self.log.end_offset() == 0:
+                # Seed 002: the first leader of a cluster writes the bootstrap voters down, so
+                # the quorum no longer depends on ``quorum.voters`` once this commits.
+                self._append_as_leader(VoterAssignment(self.cluster_id,
+                                                       tuple(sorted(self._voters))))
             self._append_as_leader(LeaderChange(leader_id=self.node_id,
                                                 voters=tuple(sorted(self._voters)),
                                                 granting_voters=granted))
@@ -418,14 +444,23 @@ class RaftNode:
             return
         if req.candidate_epoch > self._epoch:
             self._observe_epoch(req.candidate_epoch, NO_LEADER)
+        # The vote does not depend on whether the candidate (or this node) is a voter by this
+        # node's log. Seed 002 asks voters to reject non-voters, but our log may lack the
+        # assignment that made the candidate a voter, and then no one can win: the simulation
+        # found a quorum {1, 2} whose node 1 still had an uncommitted {1, 3, 6} from an older
+        # epoch, so it refused 2, while 3 and 6 (more up to date) refused 1. Raft's own rule
+        # (thesis §4.1: servers vote without consulting their configuration) is safe because
+        # a vote only counts in the candidate's configuration, and the log check below keeps
+        # a removed node, which lacks its own removal, from winning. Observers vote for the
+        # same reason: a just-added voter may not hold its assignment yet.
         granted = False
-        if self.is_voter and req.candidate_id in self._voters:
-            if self._role is Role.VOTED:
-                granted = self._voted_id == req.candidate_id  # a resent request: same answer
-            elif self._role is Role.UNATTACHED and self._log_is_up_to_date(
-                    req.last_offset_epoch, req.last_offset):
-                self._transition(Role.VOTED, self._epoch, voted_id=req.candidate_id)
-                granted = True
+        if self._voted_id != NO_ID:
+            granted = self._voted_id == req.candidate_id  # a resent request: same answer
+        elif (self._role in (Role.UNATTACHED, Role.OBSERVER) and self._leader_id == NO_LEADER
+              and self._log_is_up_to_date(req.last_offset_epoch, req.last_offset)):
+            voted_role = Role.VOTED if self._role is Role.UNATTACHED else Role.OBSERVER
+            self._transition(voted_role, self._epoch, voted_id=req.candidate_id)
+            granted = True
         self._reply(env, self._vote_response(ErrorCode.NONE, granted))
 
     def _vote_response(self, error: ErrorCode, granted: bool) -> VoteResponse:
@@ -530,11 +565,41 @@ class RaftNode:
 
     def _append_as_leader(self, payload: Payload) -> LogEntry:
         entry = LogEntry(self.log.end_offset(), self._epoch, payload)
-        self.log.append([entry])
-        self._fx.appended.append(entry)
+        self._append([entry])
         self._maybe_advance_leader_hw()
         self._complete_parked(force=False)
         return entry
+
+    def _append(self, entries: tuple[LogEntry, ...] | list[LogEntry]) -> None:
+        self.log.append(entries)
+        self._fx.appended.extend(entries)
+        if self._history.appended(entries):
+            self._voters_changed()
+
+    def _truncate(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        prev = self._fx.truncated_to
+        self._fx.truncated_to = offset if prev is None else min(prev, offset)
+        if self._history.truncated(offset):
+            self._voters_changed()
+
+    def _voters_changed(self) -> None:
+        """The voter set moved (an assignment was appended or truncated): a node that left it
+        observes, one that joined it follows, a leader tracks and greets new voters."""
+        voter = self.is_voter
+        role = self._role
+        if role is Role.LEADER:
+            for replica in self._voters - {self.node_id}:
+                self._rs.progress.setdefault(replica, _ReplicaProgress())
+            self._send_begin_epoch()
+            self._maybe_advance_leader_hw()
+        elif role is Role.OBSERVER and voter:
+            if self._leader_id != NO_LEADER:
+                self._transition(Role.FOLLOWER, self._epoch, self._leader_id)
+            else:
+                self._transition(Role.UNATTACHED, self._epoch)
+        elif role in VOTER_ROLES and role is not Role.RESIGNED and not voter:
+            self._transition(Role.OBSERVER, self._epoch, self._leader_id)
 
     def _maybe_advance_leader_hw(self) -> None:
         rs = self._rs
@@ -547,6 +612,7 @@ class RaftNode:
     def _set_high_watermark(self, hw: int) -> None:
         self._high_watermark = hw
         self._fx.high_watermark = hw
+        self._history.committed(hw)  # a committed assignment joins the persisted state
 
     def _not_leader_fetch_response(self, error: ErrorCode) -> FetchResponse:
         return FetchResponse(error_code=error, leader_id=self._leader_id,
@@ -687,8 +753,7 @@ class RaftNode:
             self._truncate_diverging(resp.diverging_epoch)
         elif resp.records:
             if resp.records[0].offset == self.log.end_offset():
-                self.log.append(resp.records)
-                self._fx.appended.extend(resp.records)
+                self._append(resp.records)
         if resp.diverging_epoch is None:
             # The leader matched our log below the fetch offset and sent its own entries
             # after it, so everything we hold is the leader's: its high watermark applies.
@@ -714,9 +779,7 @@ class RaftNode:
                 f"node {self.node_id}: leader {self._leader_id} of epoch {self._epoch} asks to "
                 f"truncate to {offset}, below the high watermark {self._high_watermark}")
         if offset < self.log.end_offset():
-            self.log.truncate_to(offset)
-            prev = self._fx.truncated_to
-            self._fx.truncated_to = offset if prev is None else min(prev, offset)
+            self._truncate(offset)
 
     # ------------------------------------------------------------------ timers
 

@@ -26,8 +26,10 @@ from broker_core.raft import (
     RaftConfig,
     RaftNode,
     Role,
+    VoterAssignment,
 )
 from broker_core.raft.messages import Envelope
+from broker_core.raft.voter_set import VoterChangeRejected
 from tests.support.raft_invariants import InvariantChecker
 
 CLUSTER_ID = "sim-cluster"
@@ -93,7 +95,8 @@ class Simulation:
                  observers: tuple[int, ...] = (), faults: Faults | None = None,
                  config: RaftConfig = SIM_CONFIG, propose_every_ms: float | None = 20.0,
                  node_factory: Callable[..., RaftNode] = RaftNode,
-                 send_before_persist: bool = False) -> None:
+                 send_before_persist: bool = False,
+                 reassign_every_ms: float | None = None) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
         self.voters = voters
@@ -120,6 +123,10 @@ class Simulation:
             self._start_node(n)
         if propose_every_ms is not None:
             self._schedule(propose_every_ms, "propose")
+        self._reassign_every = reassign_every_ms
+        self.reassignments: list[Proposal] = []
+        if reassign_every_ms is not None:
+            self._schedule(self.rng.expovariate(1 / reassign_every_ms), "reassign")
         self._schedule_faults()
 
     # ------------------------------------------------------------------ plumbing
@@ -223,6 +230,10 @@ class Simulation:
             self._propose()
             if self._propose_every is not None:
                 self._schedule(self._propose_every, "propose")
+        elif kind == "reassign":
+            if self._reassign_every is not None:
+                self._reassign()
+                self._schedule(self.rng.expovariate(1 / self._reassign_every), "reassign")
         elif kind == "partition":
             if self.faults.partitions_per_s > 0 and len(self.ids) > 1:
                 ids = list(self.ids)
@@ -265,6 +276,32 @@ class Simulation:
         assert entry is not None
         self.proposals.append(Proposal(payload, node.node_id, entry.offset, entry.epoch,
                                        self.now))
+        self._apply(node.node_id, effects)
+
+    def _reassign(self) -> None:
+        """Propose a random single-member change of the voters to a leader."""
+        leaders = [node for node in self.nodes.values()
+                   if node is not None and node.role is Role.LEADER]
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        current = set(node.voters)
+        addable = sorted(set(self.ids) - current)
+        removable = sorted(current - {node.node_id})
+        if addable and (not removable or self.rng.random() < 0.5):
+            current.add(self.rng.choice(addable))
+        elif removable:
+            current.discard(self.rng.choice(removable))
+        else:
+            return
+        assignment = VoterAssignment(CLUSTER_ID, tuple(sorted(current)))
+        try:
+            effects = node.propose(assignment, self.now)
+        except (NotLeaderError, VoterChangeRejected):
+            return
+        assert effects.proposed is not None
+        self.reassignments.append(Proposal(b"", node.node_id, effects.proposed.offset,
+                                           effects.proposed.epoch, self.now))
         self._apply(node.node_id, effects)
 
     # ------------------------------------------------------------------ running

@@ -120,6 +120,7 @@ class _RoleState:
     granted: set[int] = field(default_factory=set)  # candidate: votes for it
     answered: set[int] = field(default_factory=set)  # candidate/resigned: who replied
     next_resend_ms: float | None = None  # Vote / BeginQuorumEpoch / EndQuorumEpoch resends
+    resends: int = 0
     progress: dict[int, _ReplicaProgress] = field(default_factory=dict)  # leader
     parked: dict[int, _ParkedFetch] = field(default_factory=dict)  # leader
     probing: bool = False  # observer: the leader went quiet, ask the voters who leads
@@ -328,6 +329,14 @@ class RaftNode:
     def _reply(self, request: Envelope, message: Message) -> None:
         self._send(request.source, message, request.correlation_id)
 
+    def _schedule_resend(self) -> None:
+        # Resends back off from retry.backoff.ms to request.timeout.ms: quick when a message
+        # was merely lost, quiet when the peer is down for long.
+        rs, cfg = self._rs, self.config
+        interval = min(cfg.request_timeout_ms, cfg.retry_backoff_ms * 2 ** min(rs.resends, 16))
+        rs.resends += 1
+        rs.next_resend_ms = self._now + interval
+
     def _random_election_timeout(self) -> float:
         t = self.config.election_timeout_ms
         return t + self._rng.random() * t
@@ -414,7 +423,7 @@ class RaftNode:
                               last_offset=self.log.end_offset())
         for voter in sorted(self._voters - self._rs.answered):
             self._send(voter, request)
-        self._rs.next_resend_ms = self._now + self.config.retry_backoff_ms
+        self._schedule_resend()
 
     def _maybe_win(self) -> None:
         rs = self._rs
@@ -491,7 +500,7 @@ class RaftNode:
         for replica, progress in sorted(self._rs.progress.items()):
             if replica in self._voters and not progress.acknowledged_epoch:
                 self._send(replica, request)
-        self._rs.next_resend_ms = self._now + self.config.retry_backoff_ms
+        self._schedule_resend()
 
     def _handle_begin_epoch_request(self, env: Envelope, req: BeginQuorumEpochRequest) -> None:
         if req.cluster_id != self.cluster_id:
@@ -528,7 +537,7 @@ class RaftNode:
                                         preferred_successors=self._rs.preferred_successors)
         for voter in sorted(self._voters - self._rs.answered):
             self._send(voter, request)
-        self._rs.next_resend_ms = self._now + self.config.retry_backoff_ms
+        self._schedule_resend()
 
     def _end_epoch_backoff(self, successors: tuple[int, ...]) -> float:
         # The best-replicated voter stands first; the others wait exponentially longer, so
@@ -567,7 +576,7 @@ class RaftNode:
         entry = LogEntry(self.log.end_offset(), self._epoch, payload)
         self._append([entry])
         self._maybe_advance_leader_hw()
-        self._complete_parked(force=False)
+        self._complete_parked()
         return entry
 
     def _append(self, entries: tuple[LogEntry, ...] | list[LogEntry]) -> None:
@@ -650,7 +659,7 @@ class RaftNode:
             progress.end_offset = req.fetch_offset
             if req.replica_id in self._voters:
                 self._maybe_advance_leader_hw()
-                self._complete_parked(force=False)
+                self._complete_parked()
         old = rs.parked.pop(req.replica_id, None)
         del old  # superseded: a replica has one fetch in flight, the newest
         parked = _ParkedFetch(env, self._now + req.max_wait_ms)
@@ -685,21 +694,21 @@ class RaftNode:
         self._reply(parked.envelope, FetchResponse(ErrorCode.NONE, self.node_id, self._epoch,
                                                    self._high_watermark, records=records))
 
-    def _complete_parked(self, force: bool) -> None:
+    def _complete_parked(self) -> None:
         rs = self._rs
         for replica, parked in list(rs.parked.items()):
-            if force or self._fetch_is_ready(parked) or parked.deadline <= self._now:
+            if self._fetch_is_ready(parked) or parked.deadline <= self._now:
                 del rs.parked[replica]
                 self._answer_fetch(parked)
 
-    def _check_quorum_due(self) -> float:
+    def _check_quorum_due(self) -> float | None:
         """When the leader must next check that a majority still fetches from it."""
         rs = self._rs
         recent = sorted((p.last_fetch_ms for r, p in rs.progress.items()
                          if r in self._voters and p.last_fetch_ms is not None), reverse=True)
         others_needed = majority_size(len(self._voters)) - (1 if self.is_voter else 0)
         if others_needed <= 0:
-            return float("inf")
+            return None  # a single voter is always its own majority
         start = recent[others_needed - 1] if len(recent) >= others_needed else rs.leader_since_ms
         return max(start, rs.leader_since_ms) + self.config.fetch_timeout_ms
 
@@ -811,10 +820,11 @@ class RaftNode:
             self._maybe_send_fetch()
             return
         if role is Role.LEADER:
-            if now >= self._check_quorum_due():
+            due = self._check_quorum_due()
+            if due is not None and now >= due:
                 self._resign()
                 return
-            self._complete_parked(force=False)
+            self._complete_parked()
             if rs.next_resend_ms is not None and now >= rs.next_resend_ms:
                 self._send_begin_epoch()
 

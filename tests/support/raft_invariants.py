@@ -10,7 +10,9 @@ thousands of simulations:
 - a node's high watermark never decreases while it runs, and never passes its log end;
 - a committed entry ``(offset, epoch, payload)`` never changes or disappears on a node that
   holds it, and every node's log agrees with the committed log below its high watermark;
-- a node that becomes leader holds every committed entry (Leader Completeness).
+- a node that becomes leader holds every committed entry (Leader Completeness);
+- nothing a node sends is ahead of what it has persisted: every message's epoch is at most
+  the persisted epoch, and a granted vote is the persisted vote (:meth:`check_sent`).
 
 "Committed" is learned from the nodes themselves: whenever a node's high watermark passes an
 offset, the entry it holds there joins the committed log, or must equal the one already there.
@@ -18,8 +20,33 @@ offset, the entry it holds there joins the committed log, or must equal the one 
 
 from __future__ import annotations
 
-from broker_core.raft import Effects, LogEntry, RaftNode, Role
-from broker_core.raft.messages import NO_LEADER
+from broker_core.raft import Effects, LogEntry, QuorumState, RaftNode, Role
+from broker_core.raft.messages import (
+    NO_LEADER,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Envelope,
+    FetchRequest,
+    FetchResponse,
+    VoteRequest,
+    VoteResponse,
+)
+
+
+def message_epoch(env: Envelope) -> int:
+    """The epoch a message reveals its sender to be in."""
+    m = env.message
+    if isinstance(m, VoteRequest):
+        return m.candidate_epoch
+    if isinstance(m, (BeginQuorumEpochRequest, EndQuorumEpochRequest)):
+        return m.leader_epoch
+    if isinstance(m, FetchRequest):
+        return m.current_leader_epoch
+    assert isinstance(m, (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse,
+                          FetchResponse))
+    return m.leader_epoch
 
 
 class InvariantViolation(AssertionError):
@@ -44,6 +71,20 @@ class InvariantChecker:
 
     def _fail(self, now: float, node_id: int, what: str) -> None:
         raise InvariantViolation(f"t={now:.1f} node {node_id}: {what}")
+
+    def check_sent(self, node_id: int, persisted: QuorumState | None, messages: list[Envelope],
+                   now: float) -> None:
+        """Called when ``messages`` leave ``node_id`` with ``persisted`` on its disk."""
+        epoch = persisted.leader_epoch if persisted is not None else 0
+        for env in messages:
+            if message_epoch(env) > epoch:
+                self._fail(now, node_id, f"sent {env.message} before persisting epoch "
+                                         f"{message_epoch(env)} (disk has {epoch})")
+            m = env.message
+            if isinstance(m, VoteResponse) and m.vote_granted and (
+                    persisted is None or persisted.voted_id != env.destination):
+                self._fail(now, node_id, f"granted a vote to {env.destination} before "
+                                         "persisting it")
 
     def check(self, node: RaftNode, effects: Effects | None, now: float) -> None:
         """Check ``node`` right after a step that produced ``effects`` (``None`` for a start)."""

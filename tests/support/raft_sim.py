@@ -88,7 +88,8 @@ class Simulation:
     :param node_factory: builds a node (tests pass a deliberately broken one).
     :param send_before_persist: drive the effects in the wrong order (sending first, then
         persisting), with a chance of crashing in between; only for proving that the order
-        matters.
+        matters. ``check_persist_order=False`` lets such a run go on to show what the crash
+        does instead of failing at the first early message.
     """
 
     def __init__(self, seed: int, voters: tuple[int, ...] = (1, 2, 3),
@@ -96,7 +97,8 @@ class Simulation:
                  config: RaftConfig = SIM_CONFIG, propose_every_ms: float | None = 20.0,
                  node_factory: Callable[..., RaftNode] = RaftNode,
                  send_before_persist: bool = False,
-                 reassign_every_ms: float | None = None) -> None:
+                 reassign_every_ms: float | None = None,
+                 check_persist_order: bool = True) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
         self.voters = voters
@@ -105,6 +107,7 @@ class Simulation:
         self.config = config
         self.node_factory = node_factory
         self.send_before_persist = send_before_persist
+        self.check_persist_order = check_persist_order
         self.now = 0.0
         self.checker = InvariantChecker()
         self.logs = {n: InMemoryRaftLog() for n in self.ids}
@@ -160,6 +163,8 @@ class Simulation:
         node = self.nodes[n]
         assert node is not None
         if self.send_before_persist:
+            if self.check_persist_order:
+                self.checker.check_sent(n, self.persisted[n], effects.messages, self.now)
             for env in effects.messages:
                 self._send(env)
             if effects.messages and self.rng.random() < 0.05:
@@ -172,6 +177,8 @@ class Simulation:
         if effects.flush_log:
             self.logs[n].flush()
         if not self.send_before_persist:
+            if self.check_persist_order:
+                self.checker.check_sent(n, self.persisted[n], effects.messages, self.now)
             for env in effects.messages:
                 self._send(env)
         self.checker.check(node, effects, self.now)

@@ -360,16 +360,24 @@ class RaftNode:
             self._voted_id = NO_ID
         if voted_id != NO_ID:
             self._voted_id = voted_id
-        old_role, old_epoch, parked = self._role, self._epoch, self._rs.parked
+        old_role, old_epoch, old_rs = self._role, self._epoch, self._rs
         self._role, self._epoch, self._leader_id = role, epoch, leader_id
         self._rs = _RoleState()
         self._fx.transitions.append(Transition(old_role, old_epoch, role, epoch, leader_id))
         # A former leader answers its parked fetches now rather than leave them to time out
         # at the fetchers: the answer already carries the epoch and leader it moved to.
-        for held in parked.values():
+        for held in old_rs.parked.values():
             self._reply(held.envelope, self._not_leader_fetch_response(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER))
         self._enter_role()
+        if (role is Role.UNATTACHED and old_rs.election_deadline is not None
+                and old_role in (Role.UNATTACHED, Role.VOTED, Role.CANDIDATE)):
+            # Learning of a newer epoch mid-election does not restart the election timer
+            # (Raft resets it only on a vote granted or a leader heard). Restarting it kept a
+            # candidate whose vote requests always arrived one epoch late forever behind a
+            # rival that could never win: the simulation found a two-voter quorum stuck so.
+            self._rs.election_deadline = min(self._rs.election_deadline,
+                                             old_rs.election_deadline)
 
     def _enter_role(self, initial: bool = False) -> None:
         """Start the timers of the new role. ``initial`` (the role a restart resumes in) only

@@ -106,18 +106,21 @@ class InvariantChecker:
                 self._fail(now, n, f"leads epoch {epoch}, which node {prior} already led")
 
         hw, end = node.high_watermark, log.end_offset()
+        verified = self._verified.get(n, 0)
+        # The lowest the log end went in this step: a truncation followed by appends in the
+        # same step must not hide a committed entry that was dropped and written again.
+        lowest = end
+        if effects is not None and effects.truncated_to is not None:
+            lowest = min(lowest, effects.truncated_to)
+        if lowest < verified:
+            gone = self.committed[lowest]
+            self._fail(now, n, f"truncated to {lowest}, dropping committed entry {gone}")
         if hw < self._hw.get(n, 0):
             self._fail(now, n, f"high watermark went back from {self._hw[n]} to {hw}")
         if hw > end:
             self._fail(now, n, f"high watermark {hw} is past the log end {end}")
         self._hw[n] = hw
 
-        verified = self._verified.get(n, 0)
-        truncated = effects.truncated_to if effects is not None else None
-        if truncated is not None and truncated < verified:
-            gone = self.committed[truncated]
-            self._fail(now, n, f"truncated to {truncated}, dropping committed entry {gone}")
-        verified = min(verified, end)
         committed = self.committed
         while verified < min(end, len(committed)):
             chunk = log.read(verified, min(end, len(committed)) - verified)

@@ -173,7 +173,8 @@ class Simulation:
                 self._schedule(self.rng.uniform(*self.faults.downtime_ms), "restart", n)
                 return
         if effects.quorum_state is not None:
-            self.persisted[n] = effects.quorum_state
+            # Through the file format, so the runs exercise what a restart really reads.
+            self.persisted[n] = QuorumState.from_json(effects.quorum_state.to_json())
         if effects.flush_log:
             self.logs[n].flush()
         if not self.send_before_persist:

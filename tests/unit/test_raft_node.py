@@ -14,6 +14,8 @@ from broker_core.raft import (
     LogEntry,
     NotLeaderError,
     QuorumState,
+    RaftConfig,
+    RaftConfigError,
     RaftNode,
     RaftSafetyError,
     Role,
@@ -558,3 +560,43 @@ def test_the_leader_does_not_count_observers_toward_the_high_watermark():
     node = leader_with_log([(1, b"a")])
     node.receive(fetch(7, 1, 2, 3, 2), 2.0)
     assert node.high_watermark == 0
+
+
+def test_learning_a_newer_epoch_mid_election_keeps_the_election_timer():
+    node = make_node()
+    node.tick(1500.0)  # candidate of epoch 1 until 3000
+    node.receive(env(2, 1, VoteResponse(ErrorCode.FENCED_LEADER_EPOCH, -1, 4, False)), 1600.0)
+    assert (node.role, node.epoch) == (Role.UNATTACHED, 4)
+    assert node.next_deadline() == 3000.0  # not 1600 + 1500
+
+
+def test_granting_a_vote_restarts_the_election_timer():
+    node = make_node()
+    node.receive(env(2, 1, vote(2, 1)), 1000.0)
+    assert node.next_deadline() == 2500.0
+
+
+# ---------------------------------------------------------------------- configuration
+
+
+@pytest.mark.parametrize("settings, key", [
+    ({"election_timeout_ms": 0}, "quorum.election.timeout.ms"),
+    ({"request_timeout_ms": 500, "fetch_max_wait_ms": 500}, "quorum.request.timeout.ms"),
+    ({"fetch_timeout_ms": 400, "fetch_max_wait_ms": 500, "request_timeout_ms": 600},
+     "quorum.fetch.timeout.ms"),
+    ({"fetch_max_wait_ms": -1}, "replica.fetch.wait.max.ms"),
+])
+def test_bad_settings_fail_with_the_key_named(settings, key):
+    with pytest.raises(RaftConfigError, match=key):
+        RaftConfig(**settings)
+
+
+def test_defaults_are_kafkas():
+    cfg = RaftConfig()
+    assert (cfg.election_timeout_ms, cfg.fetch_timeout_ms, cfg.election_backoff_max_ms,
+            cfg.request_timeout_ms, cfg.retry_backoff_ms) == (1000, 2000, 1000, 2000, 20)
+
+
+def test_envelopes_know_requests_from_responses():
+    assert env(1, 2, vote(1, 1)).is_request
+    assert not env(2, 1, VoteResponse(ErrorCode.NONE, -1, 1, True)).is_request

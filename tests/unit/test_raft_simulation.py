@@ -9,11 +9,13 @@ and a new entry commits on every node. A failing seed replays exactly:
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 
 from broker_core.raft import Effects, RaftNode, Role
+from broker_core.raft.commit import next_high_watermark
 from broker_core.raft.messages import NO_LEADER
 from broker_core.wire.errors import ErrorCode
 from tests.support.raft_invariants import InvariantViolation
@@ -25,9 +27,13 @@ LIVENESS_BOUND_MS = 40 * T  # generous: split votes and backoffs, never wall-clo
 
 def chaotic_simulation(seed: int, **kwargs) -> Simulation:
     rng = random.Random(seed)
+    # Small fetch responses make followers catch up over many rounds, which is when entries
+    # of older epochs sit replicated without the new leader's own (Raft's figure 8).
+    config = dataclasses.replace(SIM_CONFIG, fetch_max_entries=rng.choice([1, 3, 50]))
     return Simulation(seed, voters=(1, 2, 3, 4, 5)[:rng.choice([1, 3, 3, 5])],
                       observers=(6, 7)[:rng.choice([0, 1, 2])], faults=Faults.random(rng),
-                      reassign_every_ms=rng.choice([None, 100.0, 400.0]), **kwargs)
+                      reassign_every_ms=rng.choice([None, 100.0, 400.0]), config=config,
+                      **kwargs)
 
 
 def run_chaos_then_heal(sim: Simulation, chaos_ms: float = 2000.0) -> None:
@@ -131,6 +137,18 @@ class MinorityCommitter(RaftNode):
             self._set_high_watermark(self.log.end_offset())
 
 
+class OlderEpochCommitter(RaftNode):
+    """Broken on purpose: commits entries of older epochs on a majority alone, without
+    Raft's rule that only an entry of the leader's own epoch commits (figure 8)."""
+
+    def _maybe_advance_leader_hw(self):
+        ends = [self.log.end_offset() if v == self.node_id else self._rs.progress[v].end_offset
+                for v in self._voters]
+        hw = next_high_watermark(self._high_watermark, ends, epoch_start_offset=-1)
+        if hw > self._high_watermark:
+            self._set_high_watermark(hw)
+
+
 def first_violation(seeds, **kwargs) -> InvariantViolation | None:
     for seed in seeds:
         try:
@@ -149,6 +167,24 @@ def test_the_checker_catches_a_node_that_votes_twice_in_an_epoch():
 def test_the_checker_catches_a_leader_that_commits_on_a_minority():
     caught = first_violation(range(30), node_factory=MinorityCommitter)
     assert caught is not None and ("committed" in str(caught) or "holds" in str(caught))
+
+
+def test_the_checker_catches_a_leader_that_commits_entries_of_an_older_epoch():
+    # Five voters, many crashes and partitions, one entry per fetch response: the setting in
+    # which figure 8's sequence of leaders happens.
+    faults = Faults(drop=0.1, max_delay_ms=50.0, partitions_per_s=5.0, partition_ms=(50.0, 400.0),
+                    crashes_per_s=6.0, downtime_ms=(20.0, 300.0))
+    config = dataclasses.replace(SIM_CONFIG, fetch_max_entries=1)
+    caught = None
+    for seed in range(300):
+        sim = Simulation(seed, voters=(1, 2, 3, 4, 5), faults=faults, config=config,
+                         node_factory=OlderEpochCommitter, propose_every_ms=5.0)
+        try:
+            sim.run_for(3000.0)
+        except InvariantViolation as e:
+            caught = e
+            break
+    assert caught is not None and "without committed entry" in str(caught)
 
 
 def test_the_checker_catches_a_driver_that_sends_before_persisting():

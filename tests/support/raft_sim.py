@@ -347,6 +347,8 @@ class Simulation:
     def leader(self) -> RaftNode | None:
         """The leader of the highest epoch any live node is in, if that node leads it."""
         live = self.live_nodes()
+        if not live:
+            return None
         top = max(node.epoch for node in live)
         leaders = [node for node in live if node.role is Role.LEADER and node.epoch == top]
         return leaders[0] if leaders else None

@@ -659,17 +659,18 @@ class RaftNode:
         progress.acknowledged_epoch = True
         diverging = self._check_fetch_position(req.fetch_offset, req.last_fetched_epoch)
         if diverging is not None:
+            rs.parked.pop(req.replica_id, None)
             self._reply(env, FetchResponse(ErrorCode.NONE, self.node_id, self._epoch,
                                            self._high_watermark, diverging_epoch=diverging))
             return
+        # A replica has one fetch in flight, the newest; an older one held here is stale.
+        rs.parked.pop(req.replica_id, None)
         # The position matched: the replica holds our log below fetch_offset.
         if req.fetch_offset > progress.end_offset:
             progress.end_offset = req.fetch_offset
             if req.replica_id in self._voters:
                 self._maybe_advance_leader_hw()
                 self._complete_parked()
-        old = rs.parked.pop(req.replica_id, None)
-        del old  # superseded: a replica has one fetch in flight, the newest
         parked = _ParkedFetch(env, self._now + req.max_wait_ms)
         if not self._fetch_is_ready(parked) and req.max_wait_ms > 0:
             rs.parked[req.replica_id] = parked

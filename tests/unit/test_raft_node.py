@@ -47,7 +47,7 @@ from tests.support.raft_nodes import (
 # ---------------------------------------------------------------------- start and elections
 
 
-def test_a_fresh_voter_is_unattached_in_epoch_zero_and_persists_nothing_yet():
+def test_a_fresh_voter_starts_unattached_in_epoch_zero():
     node = make_node()
     assert (node.role, node.epoch, node.leader_id, node.voted_id) == (Role.UNATTACHED, 0, -1, -1)
     assert node.next_deadline() == 1500.0  # T * (1 + 0.5)
@@ -557,9 +557,12 @@ def test_an_observer_never_stands_and_asks_a_voter_who_leads():
 
 
 def test_the_leader_does_not_count_observers_toward_the_high_watermark():
-    node = leader_with_log([(1, b"a")])
-    node.receive(fetch(7, 1, 2, 3, 2), 2.0)
-    assert node.high_watermark == 0
+    node = leader_with_log([(1, b"a")])  # LeaderChange at offset 1
+    fx = node.receive(fetch(7, 1, 2, 2, 2), 2.0)
+    assert sent(fx, FetchResponse)[0].message.diverging_epoch is None  # a matching fetch
+    assert node.high_watermark == 0  # yet the observer's copy does not count
+    node.receive(fetch(2, 1, 2, 2, 2), 3.0)
+    assert node.high_watermark == 2
 
 
 def test_learning_a_newer_epoch_mid_election_keeps_the_election_timer():

@@ -1,0 +1,43 @@
+"""The self-managed metadata quorum (seed 002 on KIP-595): a sans-IO Raft core.
+
+Nothing here imports Twisted or touches a socket or a clock. :class:`RaftNode` takes messages,
+ticks and proposals and returns :class:`Effects` (state to persist, messages to send, entries
+appended, commits); the network driver, the storage adapter over :mod:`broker_core.log` and
+the metadata store on top are later steps (docs/raft.md).
+"""
+
+from broker_core.raft.config import RaftConfig, RaftConfigError
+from broker_core.raft.effects import Effects, Transition
+from broker_core.raft.entries import LeaderChange, LogEntry, VoterAssignment
+from broker_core.raft.log import InMemoryRaftLog, IRaftLog, LogInvariantError
+from broker_core.raft.node import NotLeaderError, RaftNode, RaftSafetyError
+from broker_core.raft.quorum_state import (
+    QuorumState,
+    QuorumStateError,
+    read_quorum_state,
+    write_quorum_state,
+)
+from broker_core.raft.roles import TRANSITIONS, IllegalStateTransition, Role
+
+__all__ = [
+    "TRANSITIONS",
+    "Effects",
+    "IRaftLog",
+    "IllegalStateTransition",
+    "InMemoryRaftLog",
+    "LeaderChange",
+    "LogEntry",
+    "LogInvariantError",
+    "NotLeaderError",
+    "QuorumState",
+    "QuorumStateError",
+    "RaftConfig",
+    "RaftConfigError",
+    "RaftNode",
+    "RaftSafetyError",
+    "Role",
+    "Transition",
+    "VoterAssignment",
+    "read_quorum_state",
+    "write_quorum_state",
+]

@@ -1,0 +1,60 @@
+"""Timing and sizing of the quorum, with Kafka's ``quorum.*`` names and defaults
+(``QuorumConfig.java``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class RaftConfigError(ValueError):
+    """A bad setting; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    """- ``election_timeout_ms`` (``quorum.election.timeout.ms``): a voter without a leader
+      stands after a random time in ``[T, 2T)``; randomising keeps candidates from splitting
+      the vote forever.
+    - ``fetch_timeout_ms`` (``quorum.fetch.timeout.ms``): a follower that has not heard from
+      its leader for this long stands; a leader that has not been fetched from by a majority
+      for this long resigns (seed 002's zombie leader).
+    - ``election_backoff_max_ms`` (``quorum.election.backoff.max.ms``): the cap of the wait
+      before standing after an EndQuorumEpoch.
+    - ``request_timeout_ms`` (``quorum.request.timeout.ms``): when an unanswered fetch is sent
+      again; must exceed ``fetch_max_wait_ms``, or every long poll would time out.
+    - ``retry_backoff_ms`` (``quorum.retry.backoff.ms``): the pause before retrying a failed
+      fetch and between resends of Vote, BeginQuorumEpoch and EndQuorumEpoch.
+    - ``fetch_max_wait_ms`` (``replica.fetch.wait.max.ms``): how long a leader holds a fetch
+      that it has nothing new for.
+    - ``fetch_max_entries``: entries per fetch response (a byte limit once entries are bytes).
+    """
+
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    election_backoff_max_ms: int = 1000
+    request_timeout_ms: int = 2000
+    retry_backoff_ms: int = 20
+    fetch_max_wait_ms: int = 500
+    fetch_max_entries: int = 500
+
+    def __post_init__(self) -> None:
+        for key, value in (("quorum.election.timeout.ms", self.election_timeout_ms),
+                           ("quorum.fetch.timeout.ms", self.fetch_timeout_ms),
+                           ("quorum.election.backoff.max.ms", self.election_backoff_max_ms),
+                           ("quorum.request.timeout.ms", self.request_timeout_ms),
+                           ("quorum.retry.backoff.ms", self.retry_backoff_ms),
+                           ("fetch.max.entries", self.fetch_max_entries)):
+            if value <= 0:
+                raise RaftConfigError(f"{key} must be positive, got {value}")
+        if self.fetch_max_wait_ms < 0:
+            raise RaftConfigError(f"replica.fetch.wait.max.ms must not be negative, got "
+                                  f"{self.fetch_max_wait_ms}")
+        if self.request_timeout_ms <= self.fetch_max_wait_ms:
+            raise RaftConfigError(
+                f"quorum.request.timeout.ms ({self.request_timeout_ms}) must exceed "
+                f"replica.fetch.wait.max.ms ({self.fetch_max_wait_ms})")
+        if self.fetch_timeout_ms <= self.fetch_max_wait_ms:
+            raise RaftConfigError(
+                f"quorum.fetch.timeout.ms ({self.fetch_timeout_ms}) must exceed "
+                f"replica.fetch.wait.max.ms ({self.fetch_max_wait_ms}), or an idle follower "
+                "would stand while its leader is fine")

@@ -1,0 +1,850 @@
+"""One node of the metadata quorum as a sans-IO state machine (KIP-595's pull-based Raft).
+
+Theory of operation
+-------------------
+A :class:`RaftNode` owns its role, epoch, vote and high watermark, and an :class:`IRaftLog`. It
+does no I/O and reads no clock: the driver feeds it
+
+- :meth:`RaftNode.receive` for every message that arrives,
+- :meth:`RaftNode.tick` when :meth:`RaftNode.next_deadline` comes (or any time earlier),
+- :meth:`RaftNode.propose` for entries to append (leader only),
+
+and each call returns the :class:`~broker_core.raft.effects.Effects` of that step, which the
+driver applies in the documented order (persist the quorum state, flush the log, then send).
+
+Replication is pulled: followers send Fetch(fetch_offset, last_fetched_epoch); the leader
+checks the pair against its log and answers with entries, or with the diverging epoch and its
+end offset, after which the follower truncates and fetches again. A new leader appends a
+LeaderChange entry (so it has an entry of its own epoch to commit) and announces itself with
+BeginQuorumEpoch; a leader steps down with EndQuorumEpoch.
+
+Timers: a voter without a leader stands after a random election timeout in ``[T, 2T)``
+(random source injected); a follower that has not had a successful fetch response for the
+fetch timeout stands; a leader that has not been fetched from by a majority for the fetch
+timeout resigns (seed 002's zombie leader: it cannot learn of a newer epoch by itself in a
+pull model, so it must stop acting as leader on its own).
+
+Pre-vote is not implemented: a node that was partitioned away bumps its epoch and, once back,
+makes the current leader step down. That costs an election, never safety.
+
+Invariants (checked by the simulation after every step):
+
+- the epoch never decreases, and every role change is in :data:`~.roles.TRANSITIONS`;
+- at most one vote per epoch, persisted before the response granting it leaves;
+- at most one leader per epoch, and a known leader of an epoch never changes;
+- the high watermark never decreases and never exceeds the log end offset;
+- the leader only advances the high watermark over an entry of its own epoch.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from broker_core.raft.commit import majority_size, next_high_watermark
+from broker_core.raft.config import RaftConfig
+from broker_core.raft.effects import Effects, Transition
+from broker_core.raft.entries import LeaderChange, LogEntry, Payload, VoterAssignment
+from broker_core.raft.log import IRaftLog
+from broker_core.raft.messages import (
+    NO_LEADER,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DivergingEpoch,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Envelope,
+    FetchRequest,
+    FetchResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+)
+from broker_core.raft.quorum_state import QuorumState
+from broker_core.raft.roles import VOTER_ROLES, IllegalStateTransition, Role, check_transition
+from broker_core.raft.voter_set import VoterChangeRejected, VoterSetHistory
+from broker_core.wire.errors import ErrorCode
+
+NO_ID = -1
+
+
+class NotLeaderError(Exception):
+    """:meth:`RaftNode.propose` on a node that is not the leader; names the leader it knows."""
+
+    def __init__(self, node_id: int, role: Role, leader_id: int, epoch: int) -> None:
+        super().__init__(f"node {node_id} is {role.value} in epoch {epoch}, not the leader "
+                         f"(known leader: {leader_id if leader_id != NO_LEADER else 'none'})")
+        self.leader_id = leader_id
+        self.epoch = epoch
+
+
+class RaftSafetyError(RuntimeError):
+    """A peer asked for something only a broken quorum could ask, such as truncating below
+    the high watermark. The node refuses rather than lose committed entries."""
+
+
+@dataclass(slots=True)
+class _ReplicaProgress:
+    """The leader's view of one fetching replica (voter or observer)."""
+
+    end_offset: int = 0  # highest fetch offset that matched the leader's log this epoch
+    last_fetch_ms: float | None = None
+    acknowledged_epoch: bool = False  # fetched or answered BeginQuorumEpoch this epoch
+    last_hw_sent: int = -1
+
+
+@dataclass(slots=True)
+class _ParkedFetch:
+    """A valid fetch the leader holds until it has something new or ``deadline`` comes."""
+
+    envelope: Envelope
+    deadline: float
+
+
+@dataclass(slots=True)
+class _InFlightFetch:
+    correlation_id: int
+    destination: int
+    sent_ms: float
+
+
+@dataclass(slots=True)
+class _RoleState:
+    """Timers and bookkeeping of the current role; rebuilt on every transition so nothing
+    leaks from one role or epoch into the next."""
+
+    election_deadline: float | None = None  # voters without a leader; candidates; resigned
+    fetch_deadline: float | None = None  # followers: stand when it passes; observers: rediscover
+    next_fetch_ms: float | None = None  # followers/observers: when to send the next fetch
+    in_flight: _InFlightFetch | None = None
+    granted: set[int] = field(default_factory=set)  # candidate: votes for it
+    answered: set[int] = field(default_factory=set)  # candidate/resigned: who replied
+    next_resend_ms: float | None = None  # Vote / BeginQuorumEpoch / EndQuorumEpoch resends
+    resends: int = 0
+    progress: dict[int, _ReplicaProgress] = field(default_factory=dict)  # leader
+    parked: dict[int, _ParkedFetch] = field(default_factory=dict)  # leader
+    probing: bool = False  # observer: the leader went quiet, ask the voters who leads
+    epoch_start_offset: int = 0  # leader: offset of its LeaderChange entry
+    leader_since_ms: float = 0.0  # leader
+    preferred_successors: tuple[int, ...] = ()  # resigned
+
+
+class RaftNode:
+    """One quorum member (or observer), sans-IO. See the module docstring.
+
+    :param node_id: this node's id.
+    :param cluster_id: checked on every request; a mismatch is answered with
+        INCONSISTENT_CLUSTER_ID and otherwise ignored.
+    :param voters: the voter set (the bootstrap ``quorum.voters``, or the persisted one).
+    :param log: the replicated log; the node appends and truncates it directly.
+    :param config: timeouts and sizes.
+    :param rng: the random source for election timeouts (inject a seeded one in tests).
+    :param now: the current time in milliseconds, for the first timers.
+    :param persisted: the quorum state read at start, or ``None`` for a fresh node.
+    """
+
+    def __init__(self, node_id: int, cluster_id: str, voters: frozenset[int] | set[int],
+                 log: IRaftLog, config: RaftConfig, rng: random.Random, now: float,
+                 persisted: QuorumState | None = None) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.log = log
+        self.config = config
+        self._rng = rng
+        self._now = now
+        self._correlation = 0
+        self._fx = Effects()
+        self._high_watermark = 0
+        if persisted is not None:
+            if persisted.cluster_id != cluster_id:
+                raise ValueError(f"quorum state belongs to cluster {persisted.cluster_id!r}, "
+                                 f"not {cluster_id!r}")
+            self._history = VoterSetHistory.recover(
+                persisted.applied_offset, persisted.current_voters, persisted.target_voters, log)
+            self._epoch = persisted.leader_epoch
+            self._voted_id = persisted.voted_id
+            self._leader_id = persisted.leader_id
+        else:
+            self._history = VoterSetHistory.recover(-1, voters, None, log)
+            self._epoch = 0
+            self._voted_id = NO_ID
+            self._leader_id = NO_LEADER
+        self._rs = _RoleState()
+        self._role = self._initial_role()
+        self._enter_role(initial=True)
+        self._last_persisted = self.quorum_state()
+        self._fx = Effects()
+
+    def _initial_role(self) -> Role:
+        # A restarted leader cannot lead again in its epoch (its followers' progress and
+        # parked fetches are gone, and it may have appended entries nobody has): it resumes
+        # as resigned and stands in the next epoch. A restarted candidate keeps its own vote.
+        if not self.is_voter:
+            return Role.OBSERVER
+        if self._leader_id == self.node_id:
+            return Role.RESIGNED
+        if self._leader_id != NO_LEADER:
+            return Role.FOLLOWER
+        if self._voted_id == self.node_id:
+            return Role.CANDIDATE
+        if self._voted_id != NO_ID:
+            return Role.VOTED
+        return Role.UNATTACHED
+
+    # ------------------------------------------------------------------ public view
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def leader_id(self) -> int:
+        """The leader of the current epoch if known, else -1 (this node's id when leading or
+        resigned)."""
+        return self._leader_id
+
+    @property
+    def voted_id(self) -> int:
+        return self._voted_id
+
+    @property
+    def high_watermark(self) -> int:
+        """Every entry below this offset is committed. Never decreases while the node runs."""
+        return self._high_watermark
+
+    @property
+    def voters(self) -> frozenset[int]:
+        """The voters this node acts on: the latest assignment in its log, even uncommitted."""
+        return self._history.voters
+
+    @property
+    def _voters(self) -> frozenset[int]:
+        return self._history.voters
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self._history.voters
+
+    def quorum_state(self) -> QuorumState:
+        """What the driver persists (see ``Effects.quorum_state``). Its voters are the
+        *committed* ones: an uncommitted assignment may still be truncated away."""
+        history = self._history
+        return QuorumState(cluster_id=self.cluster_id, leader_id=self._leader_id,
+                           leader_epoch=self._epoch, voted_id=self._voted_id,
+                           applied_offset=history.applied_offset,
+                           current_voters=tuple(sorted(history.committed_voters)),
+                           target_voters=history.committed_target)
+
+    def next_deadline(self) -> float | None:
+        """The earliest time :meth:`tick` has something to do, or ``None``."""
+        rs = self._rs
+        times = [rs.election_deadline, rs.fetch_deadline, rs.next_fetch_ms, rs.next_resend_ms]
+        if rs.in_flight is not None:
+            times.append(rs.in_flight.sent_ms + self.config.request_timeout_ms)
+        if self._role is Role.LEADER:
+            times.extend(p.deadline for p in rs.parked.values())
+            times.append(self._check_quorum_due())
+        present = [t for t in times if t is not None]
+        return min(present) if present else None
+
+    # ------------------------------------------------------------------ inputs
+
+    def receive(self, envelope: Envelope, now: float) -> Effects:
+        """Handle one message addressed to this node."""
+        self._begin(now)
+        if envelope.destination != self.node_id:
+            raise ValueError(f"node {self.node_id} got an envelope for {envelope.destination}")
+        handler = getattr(self, self._HANDLERS[type(envelope.message)])
+        handler(envelope, envelope.message)
+        return self._end()
+
+    def tick(self, now: float) -> Effects:
+        """Let timers fire: elections, fetch timeouts, resends, long-poll expiry."""
+        self._begin(now)
+        self._on_tick()
+        return self._end()
+
+    def propose(self, payload: Payload, now: float) -> Effects:
+        """Append ``payload`` as a new entry of the leader's epoch; ``Effects.proposed`` is the
+        entry. Raises :class:`NotLeaderError` on any other role. The entry is committed once
+        the high watermark passes its offset, and may be truncated if leadership is lost
+        before that."""
+        if self._role is not Role.LEADER:
+            raise NotLeaderError(self.node_id, self._role, self._leader_id, self._epoch)
+        if isinstance(payload, LeaderChange):
+            raise ValueError("LeaderChange entries are appended by the core, not proposed")
+        if isinstance(payload, VoterAssignment):
+            if payload.cluster_id != self.cluster_id:
+                raise VoterChangeRejected(f"assignment for cluster {payload.cluster_id!r}, "
+                                          f"this is {self.cluster_id!r}")
+            if self._high_watermark <= self._rs.epoch_start_offset:
+                # Raft's single-server change needs the leader to have committed an entry of
+                # its own epoch first (Ongaro's 2015 correction): an older leader's uncommitted
+                # change could otherwise overlap with this one.
+                raise VoterChangeRejected(f"leader {self.node_id} has not committed an entry "
+                                          f"of epoch {self._epoch} yet")
+            self._history.check_change(payload, self.node_id)
+        self._begin(now)
+        self._fx.proposed = self._append_as_leader(payload)
+        return self._end()
+
+    def resign(self, now: float) -> Effects:
+        """Graceful step-down (shutdown): a leader resigns and tells the voters; otherwise a
+        no-op."""
+        self._begin(now)
+        if self._role is Role.LEADER:
+            self._resign()
+        return self._end()
+
+    # ------------------------------------------------------------------ step plumbing
+
+    def _begin(self, now: float) -> None:
+        if now < self._now:
+            raise ValueError(f"time went backwards: {now} < {self._now}")
+        self._now = now
+        self._fx = Effects()
+
+    def _end(self) -> Effects:
+        fx = self._fx
+        state = self.quorum_state()
+        if state != self._last_persisted:
+            fx.quorum_state = state
+            self._last_persisted = state
+        if fx.appended or fx.truncated_to is not None:
+            fx.flush_log = True
+        self._fx = Effects()
+        return fx
+
+    def _send(self, destination: int, message: Message, correlation_id: int | None = None) -> int:
+        if correlation_id is None:
+            self._correlation += 1
+            correlation_id = self._correlation
+        self._fx.messages.append(Envelope(self.node_id, destination, correlation_id, message))
+        return correlation_id
+
+    def _reply(self, request: Envelope, message: Message) -> None:
+        self._send(request.source, message, request.correlation_id)
+
+    def _schedule_resend(self) -> None:
+        # Resends back off from retry.backoff.ms to request.timeout.ms: quick when a message
+        # was merely lost, quiet when the peer is down for long.
+        rs, cfg = self._rs, self.config
+        interval = min(cfg.request_timeout_ms, cfg.retry_backoff_ms * 2 ** min(rs.resends, 16))
+        rs.resends += 1
+        rs.next_resend_ms = self._now + interval
+
+    def _random_election_timeout(self) -> float:
+        t = self.config.election_timeout_ms
+        return t + self._rng.random() * t
+
+    # ------------------------------------------------------------------ transitions
+
+    def _transition(self, role: Role, epoch: int, leader_id: int = NO_LEADER,
+                    voted_id: int = NO_ID) -> None:
+        """Move to ``role`` in ``epoch``; checks the table and the one-leader / one-vote rules."""
+        check_transition(self.node_id, self._role, self._epoch, role, epoch)
+        if epoch == self._epoch:
+            if self._leader_id != NO_LEADER and leader_id != self._leader_id:
+                raise IllegalStateTransition(
+                    self.node_id, self._role, self._epoch, role, epoch,
+                    f"epoch {epoch} already has leader {self._leader_id}, not {leader_id}")
+            if voted_id != NO_ID and self._voted_id not in (NO_ID, voted_id):
+                raise IllegalStateTransition(
+                    self.node_id, self._role, self._epoch, role, epoch,
+                    f"already voted for {self._voted_id} in epoch {epoch}")
+        else:
+            self._voted_id = NO_ID
+        if voted_id != NO_ID:
+            self._voted_id = voted_id
+        old_role, old_epoch, old_rs = self._role, self._epoch, self._rs
+        self._role, self._epoch, self._leader_id = role, epoch, leader_id
+        self._rs = _RoleState()
+        self._fx.transitions.append(Transition(old_role, old_epoch, role, epoch, leader_id))
+        # A former leader answers its parked fetches now rather than leave them to time out
+        # at the fetchers: the answer already carries the epoch and leader it moved to.
+        for held in old_rs.parked.values():
+            self._reply(held.envelope, self._not_leader_fetch_response(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        self._enter_role()
+        if (role is Role.UNATTACHED and old_rs.election_deadline is not None
+                and old_role in (Role.UNATTACHED, Role.VOTED, Role.CANDIDATE)):
+            # Learning of a newer epoch mid-election does not restart the election timer
+            # (Raft resets it only on a vote granted or a leader heard). Restarting it kept a
+            # candidate whose vote requests always arrived one epoch late forever behind a
+            # rival that could never win: the simulation found a two-voter quorum stuck so.
+            self._rs.election_deadline = min(self._rs.election_deadline,
+                                             old_rs.election_deadline)
+
+    def _enter_role(self, initial: bool = False) -> None:
+        """Start the timers of the new role. ``initial`` (the role a restart resumes in) only
+        arms timers, due at once, instead of sending: a constructor has no step to return
+        messages from."""
+        rs, now = self._rs, self._now
+        role = self._role
+        if role in (Role.UNATTACHED, Role.VOTED, Role.RESIGNED):
+            rs.election_deadline = now + self._random_election_timeout()
+        elif role is Role.CANDIDATE:
+            rs.election_deadline = now + self._random_election_timeout()
+            rs.granted = {self.node_id}
+            rs.answered = {self.node_id}
+            if initial:
+                rs.next_resend_ms = now
+            else:
+                self._request_votes()
+                self._maybe_win()
+        elif role in (Role.FOLLOWER, Role.OBSERVER):
+            rs.fetch_deadline = now + self.config.fetch_timeout_ms
+            rs.next_fetch_ms = now
+            if not initial:
+                self._maybe_send_fetch()
+        elif role is Role.LEADER:
+            rs.leader_since_ms = now
+            rs.progress = {r: _ReplicaProgress() for r in self._voters if r != self.node_id}
+            rs.epoch_start_offset = self.log.end_offset()
+
+    def _observe_epoch(self, epoch: int, leader_id: int) -> None:
+        """React to a message that reveals ``epoch`` (>= ours) and possibly its leader."""
+        if leader_id == self.node_id:
+            leader_id = NO_LEADER  # only we can know that we lead; a stale echo proves nothing
+        if epoch > self._epoch:
+            if leader_id != NO_LEADER:
+                self._transition(Role.FOLLOWER if self.is_voter else Role.OBSERVER, epoch,
+                                 leader_id)
+            else:
+                self._transition(Role.UNATTACHED if self.is_voter else Role.OBSERVER, epoch)
+        elif epoch == self._epoch and leader_id != NO_LEADER and self._leader_id == NO_LEADER:
+            self._transition(Role.FOLLOWER if self.is_voter else Role.OBSERVER, epoch, leader_id)
+
+    # ------------------------------------------------------------------ elections
+
+    def _start_election(self) -> None:
+        self._transition(Role.CANDIDATE, self._epoch + 1, voted_id=self.node_id)
+
+    def _request_votes(self) -> None:
+        request = VoteRequest(cluster_id=self.cluster_id, candidate_epoch=self._epoch,
+                              candidate_id=self.node_id,
+                              last_offset_epoch=self.log.last_epoch(),
+                              last_offset=self.log.end_offset())
+        for voter in sorted(self._voters - self._rs.answered):
+            self._send(voter, request)
+        self._schedule_resend()
+
+    def _maybe_win(self) -> None:
+        rs = self._rs
+        if self._role is Role.CANDIDATE and len(rs.granted & self._voters) >= majority_size(
+                len(self._voters)):
+            granted = tuple(sorted(rs.granted & self._voters))
+            self._transition(Role.LEADER, self._epoch, leader_id=self.node_id)
+            if self.log.end_offset() == 0:
+                # Seed 002: the first leader of a cluster writes the bootstrap voters down, so
+                # the quorum no longer depends on ``quorum.voters`` once this commits.
+                self._append_as_leader(VoterAssignment(self.cluster_id,
+                                                       tuple(sorted(self._voters))))
+            self._append_as_leader(LeaderChange(leader_id=self.node_id,
+                                                voters=tuple(sorted(self._voters)),
+                                                granting_voters=granted))
+            self._send_begin_epoch()
+
+    def _log_is_up_to_date(self, last_epoch: int, end_offset: int) -> bool:
+        return (last_epoch, end_offset) >= (self.log.last_epoch(), self.log.end_offset())
+
+    def _handle_vote_request(self, env: Envelope, req: VoteRequest) -> None:
+        if req.cluster_id != self.cluster_id:
+            self._reply(env, self._vote_response(ErrorCode.INCONSISTENT_CLUSTER_ID, False))
+            return
+        if req.candidate_epoch < self._epoch:
+            self._reply(env, self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False))
+            return
+        if req.candidate_epoch > self._epoch:
+            self._observe_epoch(req.candidate_epoch, NO_LEADER)
+        # The vote does not depend on whether the candidate (or this node) is a voter by this
+        # node's log. Seed 002 asks voters to reject non-voters, but our log may lack the
+        # assignment that made the candidate a voter, and then no one can win: the simulation
+        # found a quorum {1, 2} whose node 1 still had an uncommitted {1, 3, 6} from an older
+        # epoch, so it refused 2, while 3 and 6 (more up to date) refused 1. Raft's own rule
+        # (thesis §4.1: servers vote without consulting their configuration) is safe because
+        # a vote only counts in the candidate's configuration, and the log check below keeps
+        # a removed node, which lacks its own removal, from winning. Observers vote for the
+        # same reason: a just-added voter may not hold its assignment yet.
+        granted = False
+        if self._voted_id != NO_ID:
+            granted = self._voted_id == req.candidate_id  # a resent request: same answer
+        elif (self._role in (Role.UNATTACHED, Role.OBSERVER) and self._leader_id == NO_LEADER
+              and self._log_is_up_to_date(req.last_offset_epoch, req.last_offset)):
+            voted_role = Role.VOTED if self._role is Role.UNATTACHED else Role.OBSERVER
+            self._transition(voted_role, self._epoch, voted_id=req.candidate_id)
+            granted = True
+        self._reply(env, self._vote_response(ErrorCode.NONE, granted))
+
+    def _vote_response(self, error: ErrorCode, granted: bool) -> VoteResponse:
+        return VoteResponse(error_code=error, leader_id=self._leader_id,
+                            leader_epoch=self._epoch, vote_granted=granted)
+
+    def _handle_vote_response(self, env: Envelope, resp: VoteResponse) -> None:
+        if resp.error_code is ErrorCode.INCONSISTENT_CLUSTER_ID:
+            return
+        if resp.leader_epoch > self._epoch:
+            self._observe_epoch(resp.leader_epoch, resp.leader_id)
+            return
+        if resp.leader_epoch < self._epoch or self._role is not Role.CANDIDATE:
+            return  # an answer to an older candidacy
+        if resp.leader_id != NO_LEADER:
+            self._observe_epoch(resp.leader_epoch, resp.leader_id)
+            return
+        self._rs.answered.add(env.source)
+        if resp.error_code is ErrorCode.NONE and resp.vote_granted:
+            self._rs.granted.add(env.source)
+            self._maybe_win()
+
+    # ------------------------------------------------------------------ begin / end epoch
+
+    def _send_begin_epoch(self) -> None:
+        request = BeginQuorumEpochRequest(cluster_id=self.cluster_id, leader_id=self.node_id,
+                                          leader_epoch=self._epoch)
+        for replica, progress in sorted(self._rs.progress.items()):
+            if replica in self._voters and not progress.acknowledged_epoch:
+                self._send(replica, request)
+        self._schedule_resend()
+
+    def _handle_begin_epoch_request(self, env: Envelope, req: BeginQuorumEpochRequest) -> None:
+        if req.cluster_id != self.cluster_id:
+            self._reply(env, BeginQuorumEpochResponse(ErrorCode.INCONSISTENT_CLUSTER_ID,
+                                                      self._leader_id, self._epoch))
+            return
+        if req.leader_epoch < self._epoch:
+            self._reply(env, BeginQuorumEpochResponse(ErrorCode.FENCED_LEADER_EPOCH,
+                                                      self._leader_id, self._epoch))
+            return
+        self._observe_epoch(req.leader_epoch, req.leader_id)
+        self._reply(env, BeginQuorumEpochResponse(ErrorCode.NONE, self._leader_id, self._epoch))
+
+    def _handle_begin_epoch_response(self, env: Envelope, resp: BeginQuorumEpochResponse) -> None:
+        if resp.leader_epoch > self._epoch:
+            self._observe_epoch(resp.leader_epoch, resp.leader_id)
+            return
+        if (self._role is Role.LEADER and resp.leader_epoch == self._epoch
+                and resp.error_code is ErrorCode.NONE and env.source in self._rs.progress):
+            self._rs.progress[env.source].acknowledged_epoch = True
+
+    def _resign(self) -> None:
+        progress = self._rs.progress
+        successors = tuple(sorted((r for r in progress if r in self._voters),
+                                  key=lambda r: (-progress[r].end_offset, r)))
+        self._transition(Role.RESIGNED, self._epoch, leader_id=self.node_id)
+        self._rs.preferred_successors = successors
+        self._rs.answered = {self.node_id}
+        self._send_end_epoch()
+
+    def _send_end_epoch(self) -> None:
+        request = EndQuorumEpochRequest(cluster_id=self.cluster_id, leader_id=self.node_id,
+                                        leader_epoch=self._epoch,
+                                        preferred_successors=self._rs.preferred_successors)
+        for voter in sorted(self._voters - self._rs.answered):
+            self._send(voter, request)
+        self._schedule_resend()
+
+    def _end_epoch_backoff(self, successors: tuple[int, ...]) -> float:
+        # The best-replicated voter stands first; the others wait exponentially longer, so
+        # the one most likely to win usually stands alone.
+        position = successors.index(self.node_id) if self.node_id in successors else len(
+            successors)
+        cfg = self.config
+        backoff = min(cfg.election_backoff_max_ms, cfg.retry_backoff_ms * 2 ** position)
+        return backoff + self._rng.random() * cfg.retry_backoff_ms
+
+    def _handle_end_epoch_request(self, env: Envelope, req: EndQuorumEpochRequest) -> None:
+        if req.cluster_id != self.cluster_id:
+            self._reply(env, EndQuorumEpochResponse(ErrorCode.INCONSISTENT_CLUSTER_ID,
+                                                    self._leader_id, self._epoch))
+            return
+        if req.leader_epoch < self._epoch:
+            self._reply(env, EndQuorumEpochResponse(ErrorCode.FENCED_LEADER_EPOCH,
+                                                    self._leader_id, self._epoch))
+            return
+        self._observe_epoch(req.leader_epoch, req.leader_id)
+        if self._leader_id == req.leader_id and self._role is Role.FOLLOWER:
+            deadline = self._now + self._end_epoch_backoff(req.preferred_successors)
+            self._rs.fetch_deadline = min(self._rs.fetch_deadline or deadline, deadline)
+        self._reply(env, EndQuorumEpochResponse(ErrorCode.NONE, self._leader_id, self._epoch))
+
+    def _handle_end_epoch_response(self, env: Envelope, resp: EndQuorumEpochResponse) -> None:
+        if resp.leader_epoch > self._epoch:
+            self._observe_epoch(resp.leader_epoch, resp.leader_id)
+            return
+        if self._role is Role.RESIGNED and resp.leader_epoch == self._epoch:
+            self._rs.answered.add(env.source)
+
+    # ------------------------------------------------------------------ leader side of fetch
+
+    def _append_as_leader(self, payload: Payload) -> LogEntry:
+        entry = LogEntry(self.log.end_offset(), self._epoch, payload)
+        self._append([entry])
+        self._maybe_advance_leader_hw()
+        self._complete_parked()
+        return entry
+
+    def _append(self, entries: tuple[LogEntry, ...] | list[LogEntry]) -> None:
+        self.log.append(entries)
+        self._fx.appended.extend(entries)
+        if self._history.appended(entries):
+            self._voters_changed()
+
+    def _truncate(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        prev = self._fx.truncated_to
+        self._fx.truncated_to = offset if prev is None else min(prev, offset)
+        if self._history.truncated(offset):
+            self._voters_changed()
+
+    def _voters_changed(self) -> None:
+        """The voter set moved (an assignment was appended or truncated): a node that left it
+        observes, one that joined it follows, a leader tracks and greets new voters."""
+        voter = self.is_voter
+        role = self._role
+        if role is Role.LEADER:
+            for replica in self._voters - {self.node_id}:
+                self._rs.progress.setdefault(replica, _ReplicaProgress())
+            self._send_begin_epoch()
+            self._maybe_advance_leader_hw()
+        elif role is Role.OBSERVER and voter:
+            if self._leader_id != NO_LEADER:
+                self._transition(Role.FOLLOWER, self._epoch, self._leader_id)
+            else:
+                self._transition(Role.UNATTACHED, self._epoch)
+        elif role in VOTER_ROLES and role is not Role.RESIGNED and not voter:
+            self._transition(Role.OBSERVER, self._epoch, self._leader_id)
+
+    def _maybe_advance_leader_hw(self) -> None:
+        rs = self._rs
+        ends = [self.log.end_offset() if v == self.node_id
+                else rs.progress[v].end_offset for v in self._voters]
+        hw = next_high_watermark(self._high_watermark, ends, rs.epoch_start_offset)
+        if hw > self._high_watermark:
+            self._set_high_watermark(hw)
+
+    def _set_high_watermark(self, hw: int) -> None:
+        self._high_watermark = hw
+        self._fx.high_watermark = hw
+        self._history.committed(hw)  # a committed assignment joins the persisted state
+
+    def _not_leader_fetch_response(self, error: ErrorCode) -> FetchResponse:
+        return FetchResponse(error_code=error, leader_id=self._leader_id,
+                             leader_epoch=self._epoch, high_watermark=-1)
+
+    def _handle_fetch_request(self, env: Envelope, req: FetchRequest) -> None:
+        if req.cluster_id != self.cluster_id:
+            self._reply(env, self._not_leader_fetch_response(ErrorCode.INCONSISTENT_CLUSTER_ID))
+            return
+        if req.current_leader_epoch < self._epoch:
+            self._reply(env, self._not_leader_fetch_response(ErrorCode.FENCED_LEADER_EPOCH))
+            return
+        if req.current_leader_epoch > self._epoch:
+            # The fetcher knows a newer epoch than we do, but not through us; we learn nothing
+            # about its leader from a fetch, so just tell it we are behind.
+            self._reply(env, self._not_leader_fetch_response(ErrorCode.UNKNOWN_LEADER_EPOCH))
+            return
+        if self._role is not Role.LEADER:
+            self._reply(env, self._not_leader_fetch_response(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            return
+        if req.fetch_offset < 0 or req.last_fetched_epoch < 0 or req.replica_id != env.source:
+            self._reply(env, self._not_leader_fetch_response(ErrorCode.INVALID_REQUEST))
+            return
+        rs = self._rs
+        progress = rs.progress.setdefault(req.replica_id, _ReplicaProgress())
+        progress.last_fetch_ms = self._now
+        progress.acknowledged_epoch = True
+        diverging = self._check_fetch_position(req.fetch_offset, req.last_fetched_epoch)
+        if diverging is not None:
+            rs.parked.pop(req.replica_id, None)
+            self._reply(env, FetchResponse(ErrorCode.NONE, self.node_id, self._epoch,
+                                           self._high_watermark, diverging_epoch=diverging))
+            return
+        # A replica has one fetch in flight, the newest; an older one held here is stale.
+        rs.parked.pop(req.replica_id, None)
+        # The position matched: the replica holds our log below fetch_offset.
+        if req.fetch_offset > progress.end_offset:
+            progress.end_offset = req.fetch_offset
+            if req.replica_id in self._voters:
+                self._maybe_advance_leader_hw()
+                self._complete_parked()
+        parked = _ParkedFetch(env, self._now + req.max_wait_ms)
+        if not self._fetch_is_ready(parked) and req.max_wait_ms > 0:
+            rs.parked[req.replica_id] = parked
+            return
+        self._answer_fetch(parked)
+
+    def _check_fetch_position(self, fetch_offset: int, last_fetched_epoch: int
+                              ) -> DivergingEpoch | None:
+        """``None`` if the fetcher's log matches ours below ``fetch_offset``, else where its
+        ``last_fetched_epoch`` ends in our log."""
+        if fetch_offset == 0 and last_fetched_epoch == 0:
+            return None
+        epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
+        if epoch != last_fetched_epoch or end < fetch_offset:
+            return DivergingEpoch(epoch, end)
+        return None
+
+    def _fetch_is_ready(self, parked: _ParkedFetch) -> bool:
+        req = parked.envelope.message
+        assert isinstance(req, FetchRequest)
+        progress = self._rs.progress[req.replica_id]
+        return (req.fetch_offset < self.log.end_offset()
+                or progress.last_hw_sent != self._high_watermark)
+
+    def _answer_fetch(self, parked: _ParkedFetch) -> None:
+        req = parked.envelope.message
+        assert isinstance(req, FetchRequest)
+        records = self.log.read(req.fetch_offset, self.config.fetch_max_entries)
+        self._rs.progress[req.replica_id].last_hw_sent = self._high_watermark
+        self._reply(parked.envelope, FetchResponse(ErrorCode.NONE, self.node_id, self._epoch,
+                                                   self._high_watermark, records=records))
+
+    def _complete_parked(self) -> None:
+        rs = self._rs
+        for replica, parked in list(rs.parked.items()):
+            if self._fetch_is_ready(parked) or parked.deadline <= self._now:
+                del rs.parked[replica]
+                self._answer_fetch(parked)
+
+    def _check_quorum_due(self) -> float | None:
+        """When the leader must next check that a majority still fetches from it."""
+        rs = self._rs
+        recent = sorted((p.last_fetch_ms for r, p in rs.progress.items()
+                         if r in self._voters and p.last_fetch_ms is not None), reverse=True)
+        others_needed = majority_size(len(self._voters)) - (1 if self.is_voter else 0)
+        if others_needed <= 0:
+            return None  # a single voter is always its own majority
+        start = recent[others_needed - 1] if len(recent) >= others_needed else rs.leader_since_ms
+        return max(start, rs.leader_since_ms) + self.config.fetch_timeout_ms
+
+    # ------------------------------------------------------------------ fetcher side
+
+    def _fetch_target(self) -> int | None:
+        if self._role is Role.FOLLOWER:
+            return self._leader_id
+        if self._role is Role.OBSERVER:
+            if self._leader_id != NO_LEADER and not self._rs.probing:
+                return self._leader_id
+            # No leader, or it went quiet: ask any voter; its answer names the newest
+            # epoch and leader it knows.
+            others = sorted(self._voters - {self.node_id})
+            return self._rng.choice(others) if others else None
+        return None
+
+    def _maybe_send_fetch(self) -> None:
+        rs = self._rs
+        if rs.in_flight is not None or rs.next_fetch_ms is None or self._now < rs.next_fetch_ms:
+            return
+        target = self._fetch_target()
+        if target is None:
+            return
+        end = self.log.end_offset()
+        request = FetchRequest(cluster_id=self.cluster_id, replica_id=self.node_id,
+                               current_leader_epoch=self._epoch, fetch_offset=end,
+                               last_fetched_epoch=self.log.epoch_at(end - 1),
+                               max_wait_ms=self.config.fetch_max_wait_ms)
+        correlation = self._send(target, request)
+        rs.in_flight = _InFlightFetch(correlation, target, self._now)
+        rs.next_fetch_ms = None
+
+    def _handle_fetch_response(self, env: Envelope, resp: FetchResponse) -> None:
+        rs = self._rs
+        flight = rs.in_flight
+        if (flight is None or flight.correlation_id != env.correlation_id
+                or flight.destination != env.source):
+            return  # late or duplicated: the fetcher's position may have moved since
+        rs.in_flight = None
+        if resp.leader_epoch > self._epoch or (
+                resp.leader_epoch == self._epoch and self._leader_id == NO_LEADER):
+            self._observe_epoch(resp.leader_epoch, resp.leader_id)
+            if self._role not in (Role.FOLLOWER, Role.OBSERVER) or self._rs is not rs:
+                return
+        if resp.error_code is not ErrorCode.NONE or resp.leader_id != env.source \
+                or resp.leader_epoch != self._epoch:
+            rs.next_fetch_ms = self._now + self.config.retry_backoff_ms
+            return
+        if resp.diverging_epoch is not None:
+            self._truncate_diverging(resp.diverging_epoch)
+        elif resp.records:
+            if resp.records[0].offset == self.log.end_offset():
+                self._append(resp.records)
+        if resp.diverging_epoch is None:
+            # The leader matched our log below the fetch offset and sent its own entries
+            # after it, so everything we hold is the leader's: its high watermark applies.
+            hw = min(resp.high_watermark, self.log.end_offset())
+            if hw > self._high_watermark:
+                self._set_high_watermark(hw)
+        rs.fetch_deadline = self._now + self.config.fetch_timeout_ms
+        rs.probing = False
+        rs.next_fetch_ms = self._now
+        self._maybe_send_fetch()
+
+    def _truncate_diverging(self, diverging: DivergingEpoch) -> None:
+        # KIP-595: truncate to the end of the latest epoch both logs share, as far as this
+        # answer shows; the next fetch checks again, so several rounds may be needed.
+        if diverging.epoch == 0:
+            offset = min(diverging.end_offset, self.log.end_offset())
+        else:
+            local_epoch, local_end = self.log.end_offset_for_epoch(diverging.epoch)
+            offset = (min(local_end, diverging.end_offset) if local_epoch == diverging.epoch
+                      else local_end)
+        if offset < self._high_watermark:
+            raise RaftSafetyError(
+                f"node {self.node_id}: leader {self._leader_id} of epoch {self._epoch} asks to "
+                f"truncate to {offset}, below the high watermark {self._high_watermark}")
+        if offset < self.log.end_offset():
+            self._truncate(offset)
+
+    # ------------------------------------------------------------------ timers
+
+    def _on_tick(self) -> None:
+        now, rs, role = self._now, self._rs, self._role
+        if role in (Role.UNATTACHED, Role.VOTED, Role.CANDIDATE, Role.RESIGNED):
+            if rs.election_deadline is not None and now >= rs.election_deadline:
+                self._start_election()
+                return
+            if rs.next_resend_ms is not None and now >= rs.next_resend_ms:
+                if role is Role.CANDIDATE:
+                    self._request_votes()
+                    self._maybe_win()  # a restarted single-voter candidate wins here
+                elif role is Role.RESIGNED:
+                    self._send_end_epoch()
+            return
+        if role in (Role.FOLLOWER, Role.OBSERVER):
+            if rs.fetch_deadline is not None and now >= rs.fetch_deadline:
+                if role is Role.FOLLOWER:
+                    self._start_election()
+                    return
+                # An observer never stands; it looks for the leader among the voters.
+                rs.fetch_deadline = now + self.config.fetch_timeout_ms
+                rs.probing = True
+            if rs.in_flight is not None and now >= (rs.in_flight.sent_ms
+                                                    + self.config.request_timeout_ms):
+                rs.in_flight = None
+                rs.next_fetch_ms = now
+            self._maybe_send_fetch()
+            return
+        if role is Role.LEADER:
+            due = self._check_quorum_due()
+            if due is not None and now >= due:
+                self._resign()
+                return
+            self._complete_parked()
+            if rs.next_resend_ms is not None and now >= rs.next_resend_ms:
+                self._send_begin_epoch()
+
+    # Names, not functions, so that a subclass's override is the one called.
+    _HANDLERS: dict[type, str] = {
+        VoteRequest: "_handle_vote_request",
+        VoteResponse: "_handle_vote_response",
+        BeginQuorumEpochRequest: "_handle_begin_epoch_request",
+        BeginQuorumEpochResponse: "_handle_begin_epoch_response",
+        EndQuorumEpochRequest: "_handle_end_epoch_request",
+        EndQuorumEpochResponse: "_handle_end_epoch_response",
+        FetchRequest: "_handle_fetch_request",
+        FetchResponse: "_handle_fetch_response",
+    }

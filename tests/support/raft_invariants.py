@@ -1,0 +1,146 @@
+"""Safety invariants of the Raft quorum, checked after every simulated step.
+
+:class:`InvariantChecker` watches one node at a time (the one that just stepped) and keeps
+just enough history to make each check incremental, so it can run after every step of
+thousands of simulations:
+
+- at most one leader per epoch (a resigned leader still counts for its epoch);
+- at most one vote per node per epoch;
+- a node's epoch never decreases, across restarts too (it is persisted);
+- a node's high watermark never decreases while it runs, and never passes its log end;
+- a committed entry ``(offset, epoch, payload)`` never changes or disappears on a node that
+  holds it, and every node's log agrees with the committed log below its high watermark;
+- a node that becomes leader holds every committed entry (Leader Completeness);
+- nothing a node sends is ahead of what it has persisted: every message's epoch is at most
+  the persisted epoch, and a granted vote is the persisted vote (:meth:`check_sent`).
+
+"Committed" is learned from the nodes themselves: whenever a node's high watermark passes an
+offset, the entry it holds there joins the committed log, or must equal the one already there.
+"""
+
+from __future__ import annotations
+
+from broker_core.raft import Effects, LogEntry, QuorumState, RaftNode, Role
+from broker_core.raft.messages import (
+    NO_LEADER,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Envelope,
+    FetchRequest,
+    FetchResponse,
+    VoteRequest,
+    VoteResponse,
+)
+
+
+def message_epoch(env: Envelope) -> int:
+    """The epoch a message reveals its sender to be in."""
+    m = env.message
+    if isinstance(m, VoteRequest):
+        return m.candidate_epoch
+    if isinstance(m, (BeginQuorumEpochRequest, EndQuorumEpochRequest)):
+        return m.leader_epoch
+    if isinstance(m, FetchRequest):
+        return m.current_leader_epoch
+    assert isinstance(m, (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse,
+                          FetchResponse))
+    return m.leader_epoch
+
+
+class InvariantViolation(AssertionError):
+    """A safety rule was broken; the message says which, where and when."""
+
+
+class InvariantChecker:
+    def __init__(self) -> None:
+        self.leaders: dict[int, int] = {}  # epoch -> leader
+        self.votes: dict[tuple[int, int], int] = {}  # (node, epoch) -> candidate
+        self.committed: list[LogEntry] = []
+        self._verified: dict[int, int] = {}  # node -> length of its prefix equal to committed
+        self._epoch: dict[int, int] = {}
+        self._hw: dict[int, int] = {}
+        self._role: dict[int, Role] = {}
+        self.steps = 0
+
+    def node_restarted(self, node_id: int) -> None:
+        """A crash loses the high watermark (it is not persisted); nothing else is forgiven."""
+        self._hw.pop(node_id, None)
+        self._role.pop(node_id, None)
+
+    def _fail(self, now: float, node_id: int, what: str) -> None:
+        raise InvariantViolation(f"t={now:.1f} node {node_id}: {what}")
+
+    def check_sent(self, node_id: int, persisted: QuorumState | None, messages: list[Envelope],
+                   now: float) -> None:
+        """Called when ``messages`` leave ``node_id`` with ``persisted`` on its disk."""
+        epoch = persisted.leader_epoch if persisted is not None else 0
+        for env in messages:
+            if message_epoch(env) > epoch:
+                self._fail(now, node_id, f"sent {env.message} before persisting epoch "
+                                         f"{message_epoch(env)} (disk has {epoch})")
+            m = env.message
+            if isinstance(m, VoteResponse) and m.vote_granted and (
+                    persisted is None or persisted.voted_id != env.destination):
+                self._fail(now, node_id, f"granted a vote to {env.destination} before "
+                                         "persisting it")
+
+    def check(self, node: RaftNode, effects: Effects | None, now: float) -> None:
+        """Check ``node`` right after a step that produced ``effects`` (``None`` for a start)."""
+        self.steps += 1
+        n, epoch, log = node.node_id, node.epoch, node.log
+
+        if epoch < self._epoch.get(n, 0):
+            self._fail(now, n, f"epoch went back from {self._epoch[n]} to {epoch}")
+        self._epoch[n] = epoch
+
+        if node.voted_id != NO_LEADER:
+            prior = self.votes.setdefault((n, epoch), node.voted_id)
+            if prior != node.voted_id:
+                self._fail(now, n, f"voted for {prior} and then {node.voted_id} in epoch {epoch}")
+
+        if node.role in (Role.LEADER, Role.RESIGNED):
+            prior = self.leaders.setdefault(epoch, n)
+            if prior != n:
+                self._fail(now, n, f"leads epoch {epoch}, which node {prior} already led")
+
+        hw, end = node.high_watermark, log.end_offset()
+        verified = self._verified.get(n, 0)
+        # The lowest the log end went in this step: a truncation followed by appends in the
+        # same step must not hide a committed entry that was dropped and written again.
+        lowest = end
+        if effects is not None and effects.truncated_to is not None:
+            lowest = min(lowest, effects.truncated_to)
+        if lowest < verified:
+            gone = self.committed[lowest]
+            self._fail(now, n, f"truncated to {lowest}, dropping committed entry {gone}")
+        if hw < self._hw.get(n, 0):
+            self._fail(now, n, f"high watermark went back from {self._hw[n]} to {hw}")
+        if hw > end:
+            self._fail(now, n, f"high watermark {hw} is past the log end {end}")
+        self._hw[n] = hw
+
+        committed = self.committed
+        while verified < min(end, len(committed)):
+            chunk = log.read(verified, min(end, len(committed)) - verified)
+            for entry in chunk:
+                if entry != committed[verified]:
+                    break
+                verified += 1
+            else:
+                continue
+            break
+        if hw > verified:
+            if verified < len(committed):
+                self._fail(now, n, f"holds {log.read(verified, 1)[0]} below its high watermark "
+                                   f"{hw}, but {committed[verified]} is committed there")
+            committed.extend(log.read(verified, hw - verified))
+            verified = hw
+        self._verified[n] = verified
+
+        if node.role is Role.LEADER and self._role.get(n) is not Role.LEADER:
+            if verified < len(committed):
+                self._fail(now, n, f"became leader of epoch {epoch} without committed entry "
+                                   f"{committed[verified]}")
+        self._role[n] = node.role

@@ -1,0 +1,227 @@
+"""Randomised simulations of the quorum with the invariant checker after every step.
+
+Each run draws its cluster size, observers, network faults (loss, duplication, delays that
+reorder, partitions), crashes with restarts and voter reassignments from its seed, runs two
+simulated seconds of chaos, then heals everything and checks liveness: a leader is elected
+and a new entry commits on every node. A failing seed replays exactly:
+``Simulation(seed, ...)`` with the same arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from broker_core.raft import Effects, RaftNode, Role
+from broker_core.raft.commit import next_high_watermark
+from broker_core.raft.messages import NO_LEADER
+from broker_core.wire.errors import ErrorCode
+from tests.support.raft_invariants import InvariantViolation
+from tests.support.raft_sim import SIM_CONFIG, Faults, Simulation
+
+T = SIM_CONFIG.election_timeout_ms
+LIVENESS_BOUND_MS = 40 * T  # generous: split votes and backoffs, never wall-clock time
+
+
+def chaotic_simulation(seed: int, **kwargs) -> Simulation:
+    rng = random.Random(seed)
+    # Small fetch responses make followers catch up over many rounds, which is when entries
+    # of older epochs sit replicated without the new leader's own (Raft's figure 8).
+    config = dataclasses.replace(SIM_CONFIG, fetch_max_entries=rng.choice([1, 3, 50]))
+    return Simulation(seed, voters=(1, 2, 3, 4, 5)[:rng.choice([1, 3, 3, 5])],
+                      observers=(6, 7)[:rng.choice([0, 1, 2])], faults=Faults.random(rng),
+                      reassign_every_ms=rng.choice([None, 100.0, 400.0]), config=config,
+                      **kwargs)
+
+
+def run_chaos_then_heal(sim: Simulation, chaos_ms: float = 2000.0) -> None:
+    sim.run_for(chaos_ms)
+    sim.heal()
+    assert sim.run_until(lambda: sim.leader() is not None, LIVENESS_BOUND_MS), \
+        f"seed {sim.seed}: no leader {LIVENESS_BOUND_MS} ms after healing"
+    proposal = sim.propose_to_leader(b"after-heal")
+    assert proposal is not None
+    assert sim.run_until(lambda: sim.committed_everywhere(proposal.offset), LIVENESS_BOUND_MS), \
+        f"seed {sim.seed}: entry {proposal.offset} not committed everywhere after healing"
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_random_faults_never_break_an_invariant_and_the_healed_quorum_makes_progress(seed):
+    sim = chaotic_simulation(seed)
+    run_chaos_then_heal(sim)
+    assert sim.checker.steps > 0
+
+
+@pytest.mark.slow
+def test_many_longer_random_runs():
+    # About 40 s; deselect with -m "not slow". Wider sweeps: change the range and chaos_ms.
+    for seed in range(10_000, 12_000):
+        run_chaos_then_heal(chaotic_simulation(seed), chaos_ms=4000.0)
+
+
+# ---------------------------------------------------------------------- benign schedules
+
+
+@pytest.mark.parametrize("voters", [(1,), (1, 2, 3), (1, 2, 3, 4, 5)])
+@pytest.mark.parametrize("seed", range(5))
+def test_a_quiet_network_elects_one_leader_quickly_and_commits_every_proposal(voters, seed):
+    sim = Simulation(seed, voters=voters, observers=(9,))
+    assert sim.run_until(lambda: sim.leader() is not None, 4 * T)
+    sim.run_for(2000.0)
+    assert {node.epoch for node in sim.live_nodes()} == {1}  # no needless elections
+    last = sim.proposals[-1]
+    assert sim.run_until(lambda: sim.committed_everywhere(last.offset), 10 * T)
+    committed = {e.payload for e in sim.checker.committed}
+    assert all(p.payload in committed for p in sim.proposals)
+
+
+def test_a_crashed_leader_is_replaced_and_its_committed_entries_survive():
+    sim = Simulation(3, voters=(1, 2, 3))
+    sim.run_until(lambda: sim.leader() is not None and sim.leader().high_watermark > 5, 20 * T)
+    old = sim.leader()
+    committed = list(sim.checker.committed)
+    sim._crash(old.node_id)
+    assert sim.run_until(lambda: sim.leader() is not None, 20 * T)
+    new = sim.leader()
+    assert new.node_id != old.node_id and new.epoch > old.epoch
+    assert new.log.read(0, len(committed)) == tuple(committed)
+
+
+def test_a_leader_cut_off_from_its_majority_resigns_and_follows_the_new_leader_after():
+    sim = Simulation(4, voters=(1, 2, 3), propose_every_ms=None)
+    sim.run_until(lambda: sim.leader() is not None, 20 * T)
+    old = sim.leader()
+    sim.groups = {n: (1 if n == old.node_id else 0) for n in sim.ids}
+    # Seed 002's zombie leader: nobody fetches from it, so it gives up within the fetch
+    # timeout instead of serving stale reads forever.
+    assert sim.run_until(lambda: old.role is not Role.LEADER,
+                         SIM_CONFIG.fetch_timeout_ms + SIM_CONFIG.fetch_max_wait_ms + 10)
+    assert sim.run_until(lambda: any(n.role is Role.LEADER and n.epoch > old.epoch
+                                     for n in sim.live_nodes()), 20 * T)
+    sim.groups = {n: 0 for n in sim.ids}
+    assert sim.run_until(lambda: sim.leader() is not None
+                         and sim.nodes[old.node_id].leader_id == sim.leader().node_id, 40 * T)
+
+
+def test_an_observer_replicates_without_voting_weight():
+    sim = Simulation(5, voters=(1, 2, 3), observers=(7,))
+    sim.run_until(lambda: sim.leader() is not None, 20 * T)
+    sim.run_for(1000.0)
+    observer = sim.nodes[7]
+    assert observer.role is Role.OBSERVER and observer.leader_id == sim.leader().node_id
+    assert observer.high_watermark > 0
+
+
+# ---------------------------------------------------------------------- the checker can fail
+
+
+class DoubleVoter(RaftNode):
+    """Broken on purpose: votes for every candidate that asks in its epoch."""
+
+    def _handle_vote_request(self, env, req):
+        if req.candidate_epoch > self._epoch:
+            self._observe_epoch(req.candidate_epoch, NO_LEADER)
+        if req.candidate_epoch == self._epoch and self._role in (Role.UNATTACHED, Role.VOTED):
+            self._voted_id = req.candidate_id
+            self._reply(env, self._vote_response(ErrorCode.NONE, True))
+            return
+        super()._handle_vote_request(env, req)
+
+
+class MinorityCommitter(RaftNode):
+    """Broken on purpose: a leader commits what it alone holds."""
+
+    def _maybe_advance_leader_hw(self):
+        if self.log.end_offset() > self._high_watermark:
+            self._set_high_watermark(self.log.end_offset())
+
+
+class OlderEpochCommitter(RaftNode):
+    """Broken on purpose: commits entries of older epochs on a majority alone, without
+    Raft's rule that only an entry of the leader's own epoch commits (figure 8)."""
+
+    def _maybe_advance_leader_hw(self):
+        ends = [self.log.end_offset() if v == self.node_id else self._rs.progress[v].end_offset
+                for v in self._voters]
+        hw = next_high_watermark(self._high_watermark, ends, epoch_start_offset=-1)
+        if hw > self._high_watermark:
+            self._set_high_watermark(hw)
+
+
+def first_violation(seeds, **kwargs) -> InvariantViolation | None:
+    for seed in seeds:
+        try:
+            chaotic_simulation(seed, **kwargs).run_for(2000.0)
+        except InvariantViolation as e:
+            return e
+    return None
+
+
+def test_the_checker_catches_a_node_that_votes_twice_in_an_epoch():
+    caught = first_violation(range(30), node_factory=DoubleVoter)
+    assert caught is not None and ("voted for" in str(caught) or "leads epoch" in str(caught)
+                                   or "without committed entry" in str(caught))
+
+
+def test_the_checker_catches_a_leader_that_commits_on_a_minority():
+    caught = first_violation(range(30), node_factory=MinorityCommitter)
+    assert caught is not None and ("committed" in str(caught) or "holds" in str(caught))
+
+
+def test_the_checker_catches_a_leader_that_commits_entries_of_an_older_epoch():
+    # Five voters, many crashes and partitions, one entry per fetch response: the setting in
+    # which figure 8's sequence of leaders happens.
+    faults = Faults(drop=0.1, max_delay_ms=50.0, partitions_per_s=5.0, partition_ms=(50.0, 400.0),
+                    crashes_per_s=6.0, downtime_ms=(20.0, 300.0))
+    config = dataclasses.replace(SIM_CONFIG, fetch_max_entries=1)
+    caught = None
+    for seed in range(300):
+        sim = Simulation(seed, voters=(1, 2, 3, 4, 5), faults=faults, config=config,
+                         node_factory=OlderEpochCommitter, propose_every_ms=5.0)
+        try:
+            sim.run_for(3000.0)
+        except InvariantViolation as e:
+            caught = e
+            break
+    assert caught is not None and "without committed entry" in str(caught)
+
+
+def test_the_checker_catches_a_driver_that_sends_before_persisting():
+    caught = first_violation(range(5), send_before_persist=True)
+    assert caught is not None and "before persisting" in str(caught)
+
+
+def test_sending_before_persisting_then_crashing_loses_epochs_or_votes():
+    caught = first_violation(range(30), send_before_persist=True, check_persist_order=False)
+    assert caught is not None and "epoch went back" in str(caught)
+
+
+def test_the_checker_catches_a_committed_entry_that_disappears():
+    sim = Simulation(6, voters=(1, 2, 3))
+    sim.run_until(lambda: sim.leader() is not None and sim.leader().high_watermark > 3, 20 * T)
+    node = sim.leader()
+    node.log.truncate_to(1)  # as a buggy truncation would
+    with pytest.raises(InvariantViolation, match="dropping committed entry"):
+        sim.checker.check(node, Effects(truncated_to=1), sim.now)
+
+
+def test_the_checker_catches_two_leaders_in_one_epoch():
+    sim = Simulation(7, voters=(1, 2, 3), propose_every_ms=None)
+    sim.run_until(lambda: sim.leader() is not None, 20 * T)
+    leader = sim.leader()
+    other = sim.nodes[next(n for n in sim.voters if n != leader.node_id)]
+    other._role = Role.LEADER  # forced, as a buggy node would
+
+    with pytest.raises(InvariantViolation, match="already led"):
+        sim.checker.check(other, None, sim.now)
+
+
+def test_the_checker_catches_a_high_watermark_going_back():
+    sim = Simulation(8, voters=(1,), propose_every_ms=5.0)
+    sim.run_for(100.0)
+    node = sim.nodes[1]
+    node._high_watermark -= 1
+    with pytest.raises(InvariantViolation, match="high watermark went back"):
+        sim.checker.check(node, None, sim.now)

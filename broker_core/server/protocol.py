@@ -29,6 +29,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from broker_core import net
 from broker_core.wire import apis, errors, framing
 
 #: A handler answers with a response body, ``None`` (no response: acks=0 Produce), or a Deferred
@@ -64,7 +65,8 @@ class KafkaServerProtocol(Protocol):
 
     # -- connection lifecycle -------------------------------------------------------------
 
-    def connectionMade(self) -> None:
+    def connectionMade(self) -> None:  # noqa: N802 (Twisted API)
+        net.tune(self.transport)  # small responses must not wait for Nagle (broker_core.net)
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
         self.factory.connection_made(self)

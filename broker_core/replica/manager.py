@@ -371,8 +371,8 @@ class ReplicaManager:
                 results[tp] = ProduceResult(error="KAFKA_STORAGE_ERROR", message=str(e))
                 continue
             if self.metrics is not None:
-                self.metrics.bytes_in_total.labels(topic=topic).inc(info.size)
-                self.metrics.messages_in_total.labels(topic=topic).inc(info.record_count)
+                self.metrics.bytes_in_by_topic(topic).inc(info.size)
+                self.metrics.messages_in_by_topic(topic).inc(info.record_count)
             results[tp] = ProduceResult(base_offset=info.first_offset,
                                         log_start_offset=p.log.log_start_offset)
             p.maybe_advance_high_watermark()
@@ -429,7 +429,7 @@ class ReplicaManager:
             self.log.error("read from {t}-{p} failed: {e}", t=topic, p=index, e=e)
             return FetchResult(error="KAFKA_STORAGE_ERROR")
         if self.metrics is not None and res.records:
-            self.metrics.bytes_out_total.labels(topic=topic).inc(len(res.records))
+            self.metrics.bytes_out_by_topic(topic).inc(len(res.records))
         return FetchResult(high_watermark=hw, log_start_offset=log.log_start_offset,
                            records=res.records)
 

@@ -25,6 +25,7 @@ from broker_core.metadata_cache import MetadataCache
 from broker_core.purgatory import Purgatory
 from broker_core.replica.alter_isr import AlterIsrSender, IsrChange
 from broker_core.replica.delayed import DelayedFetch, DelayedProduce
+from broker_core.replica.fetch_session import FetchSessionCache
 from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker_core.replica.partition import LeaderAndIsrState, Partition
 from broker_core.wire.records import InvalidRecordBatch
@@ -93,6 +94,8 @@ class ReplicaManager:
                                            purge_interval=produce_purge_interval)
         self.fetch_purgatory = Purgatory("fetch", clock, metrics=metrics,
                                          purge_interval=fetch_purge_interval)
+        #: Followers' incremental fetch sessions on this leader (KIP-227).
+        self.fetch_sessions = FetchSessionCache()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.min_insync_replicas = min_insync_replicas
         self.fetchers = ReplicaFetcherManager(

@@ -421,7 +421,8 @@ class ReplicaManager:
             return FetchResult(error=error)
         log = p.log
         hw = p.high_watermark
-        if consumer and hw <= offset <= log.log_end_offset:
+        if (hw <= offset <= log.log_end_offset) if consumer else offset == log.log_end_offset:
+            # Nothing to read (the common case of a parked long poll): skip the log.
             return FetchResult(high_watermark=hw, log_start_offset=log.log_start_offset)
         try:
             res = log.read(offset, max_bytes, max_offset=hw if consumer else None)

@@ -346,6 +346,7 @@ class ReplicaManager:
         results: dict[TopicPartition, ProduceResult] = {}
         waiting: dict[TopicPartition, int] = {}
         appended: list[TopicPartition] = []
+        hw_moved: list[TopicPartition] = []
         for topic, index, records in entries:
             tp = (topic, index)
             p, error = self.leader_partition(topic, index)
@@ -379,16 +380,22 @@ class ReplicaManager:
                 self.metrics.messages_in_by_topic(topic).inc(info.record_count)
             results[tp] = ProduceResult(base_offset=info.first_offset,
                                         log_start_offset=p.log.log_start_offset)
-            p.maybe_advance_high_watermark()
+            if p.maybe_advance_high_watermark():  # only with no follower in the ISR
+                hw_moved.append(tp)
             self._maybe_flush(p.log)
             appended.append(tp)
             if acks == -1:
                 waiting[tp] = info.last_offset + 1
-        # Wake the parked follower fetches once, after every partition is appended: a follower
-        # fetches all its partitions from us in one request, so it then gets the whole produce
+        # Wake the parked fetches once, after every partition is appended: a follower fetches
+        # all its partitions from us in one request, so it then gets the whole produce
         # request's data in one answer instead of the first partition alone (and one more
         # fetch round before the rest can commit).
-        self._wake_many(appended)
+        self.fetch_purgatory.check_and_complete_keys(appended)
+        # Waiting acks=all produces complete only when the HW moves, which an append does only
+        # with an ISR of one. Re-trying them on every append cost O(waiting) per request:
+        # quadratic once hundreds of small requests wait (linger.ms=0).
+        if hw_moved:
+            self.produce_purgatory.check_and_complete_keys(hw_moved)
         if not waiting:
             return defer.succeed(results)
 

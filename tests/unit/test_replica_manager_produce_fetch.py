@@ -73,3 +73,37 @@ def test_a_produce_to_several_partitions_reaches_a_parked_follower_in_one_answer
     rm.append(-1, 30000, [("t", 0, batch(b"a")), ("t", 1, batch(b"b"))])
     assert f2
     assert [(p, len(r.records) > 0) for _, p, r in f2[0]] == [(0, True), (1, True)]
+
+
+def test_an_append_that_cannot_move_the_hw_does_not_retry_waiting_produces(leader):
+    """With followers in the ISR only their fetches move the HW: each append used to re-try
+    every acks=all produce waiting on the partition (quadratic under many small requests)."""
+    clock, rm = leader
+    acked: list = []
+    for i in range(20):
+        rm.append(-1, 30000, [("t", 0, batch(b"%d" % i))]).addCallback(acked.append)
+    tries = []
+    real = rm.produce_purgatory._safe_try
+    rm.produce_purgatory._safe_try = lambda op: tries.append(op) or real(op)
+    rm.append(-1, 30000, [("t", 0, batch(b"last"))]).addCallback(acked.append)
+    assert len(tries) == 2  # the new request's own try, watch, try; none of the 20 waiting
+    assert acked == []
+    # The followers' fetches move the HW and complete all 21 at once.
+    follower_fetch(rm, 2, {0: 21, 1: 0})
+    follower_fetch(rm, 3, {0: 21, 1: 0})
+    assert len(acked) == 21
+
+
+def test_with_an_isr_of_one_the_append_itself_completes_acks_all(tmp_path):
+    clock, rm = make_leader(tmp_path, partitions=1)
+    try:
+        rm.apply_leader_and_isr(1, [("t", 0, LeaderAndIsrState(1, 1, (1,), REPLICAS, 1, 1))],
+                                full=False)
+        rm.min_insync_replicas = lambda topic: 1
+        acked: list = []
+        rm.append(-1, 30000, [("t", 0, batch(b"a"))]).addCallback(acked.append)
+        assert acked and acked[0][("t", 0)].error is None
+    finally:
+        rm.produce_purgatory.shutdown()
+        rm.fetch_purgatory.shutdown()
+        rm.log_manager.shutdown()

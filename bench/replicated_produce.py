@@ -14,23 +14,30 @@ replication factor 3 and ``min.insync.replicas=2``, waits for full ISRs, then:
 
 (b) **latency**, confluent-kafka (librdkafka under a thin Python loop): ``--rate`` (default
     10,000) messages a second for ``--seconds`` (default 10) to a second topic, ``acks=all``,
-    ``linger.ms`` = ``--linger-ms`` (default 0). Each message's latency is the time from just
-    before its ``produce()`` call (``time.perf_counter``, kept in the callback's closure) to its
-    delivery callback, which runs in ``poll()``; between send slots (0.1 ms apart at 10,000 msg/s) the
-    loop blocks in ``poll(time to the next slot)``, so a callback is served as soon as
-    librdkafka has it and the loop does not spin. librdkafka's own figure
-    (``Message.latency()``, taken in C from enqueue to the broker's answer) is printed next to
-    it as a cross-check. Percentiles are over all messages after a 1-second warm-up.
+    ``linger.ms`` = each value of ``--linger-ms`` (default 0; ``0,1,5`` makes three runs on
+    the same cluster, each with a fresh producer), ``socket.nagle.disable=true`` as Kafka's
+    Java client has it (``--client-nagle`` keeps librdkafka's default, Nagle on, whose small
+    requests wait for the broker's ACK of the previous ones). Each message's latency is the
+    time from just before its ``produce()`` call (``time.perf_counter``, kept in the
+    callback's closure) to its delivery callback, which runs in ``poll()``. Between send
+    slots (0.1 ms apart at 10,000 msg/s) the loop blocks in ``poll()`` for the whole
+    milliseconds to the next slot and sleeps the rest: ``poll()`` truncates its timeout to
+    whole milliseconds, so handing it the 0.1 ms to the next slot returned at once and the
+    loop spun a full core, which on a 2-core machine shared with three brokers took CPU from
+    them. librdkafka's own figure (``Message.latency()``, taken in C from enqueue to the
+    broker's answer) is printed next to it as a cross-check. Percentiles are over all
+    messages after a 1-second warm-up.
 
 Why the Python side is not the bottleneck at 10,000 msg/s: one ``produce()`` plus one delivery
 callback costs a few microseconds of Python, i.e. a few percent of one core at this rate; the
-script prints its own CPU time (process time, including librdkafka's threads) and how far the
-send loop ever fell behind its schedule, so a run in which the generator could not keep up is
-visible. Latency is measured from the actual send time, not the schedule (no coordinated-
+script prints its CPU time while sending (process time, including librdkafka's threads) and
+how far the send loop ever fell behind its schedule, so a run in which the generator could not
+keep up is visible. Latency is measured from the actual send time, not the schedule (no coordinated-
 omission correction): read the schedule lag next to the percentiles.
 
 Usage: python bench/replicated_produce.py [--messages 1000000] [--size 100] [--partitions 6]
-       [--rate 10000] [--seconds 10] [--linger-ms 0] [--skip-throughput] [--skip-latency]
+       [--rate 10000] [--seconds 10] [--linger-ms 0[,1,5]] [--client-nagle]
+       [--skip-throughput] [--skip-latency]
 Everything runs in a temp dir that is removed afterwards. Prints figures; asserts nothing.
 """
 
@@ -113,9 +120,13 @@ def throughput(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
         print(f"    could not read the high watermarks: {e}")
 
 
-def latency(args: argparse.Namespace, bootstrap: str) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": args.linger_ms,
-                  "enable.idempotence": False, "log_level": 2})
+def latency(args: argparse.Namespace, bootstrap: str, linger_ms: int) -> None:
+    # librdkafka leaves Nagle's algorithm on unless told (socket.nagle.disable=false), unlike
+    # Kafka's Java client, which sets TCP_NODELAY on every connection: with it on, a small
+    # produce request waits behind the previous one's ACK, which is what --client-nagle shows.
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": linger_ms,
+                  "enable.idempotence": False, "log_level": 2,
+                  "socket.nagle.disable": not args.client_nagle})
     value = b"l" * args.size
     for _ in range(1000):  # connections and metadata before the clock starts
         p.produce("latency", value)
@@ -143,29 +154,37 @@ def latency(args: argparse.Namespace, bootstrap: str) -> None:
     warmup_until[0] = start + 1.0
     max_lag = 0.0
     i = 0
-    produce, poll, clock = p.produce, p.poll, time.perf_counter
+    produce, poll, clock, sleep = p.produce, p.poll, time.perf_counter, time.sleep
     while i < total:
         now = clock()
-        due = start + i * interval
-        if due > now:
-            poll(due - now)  # blocks in C until a delivery report or the next send slot
+        wait = start + i * interval - now
+        if wait > 0:
+            # poll() takes whole milliseconds (librdkafka truncates 0.4 ms to 0, which returns
+            # at once): block in poll() for the whole milliseconds to the next slot, so
+            # delivery callbacks run as they arrive, and sleep the sub-millisecond rest. A
+            # callback that arrives during that sleep runs at most one slot late.
+            if wait >= 0.001:
+                poll(int(wait * 1000) / 1000.0)
+            else:
+                sleep(wait)
             continue
-        max_lag = max(max_lag, now - due)
+        max_lag = max(max_lag, -wait)
         while i < total and start + i * interval <= now:
             t = clock()
             produce("latency", value, on_delivery=lambda err, msg, t=t: delivered(t, err, msg))
             i += 1
         poll(0)
+    send_cpu = time.process_time() - cpu0
     sent_s = clock() - start
     p.flush(60)
-    cpu = time.process_time() - cpu0
     wall = clock() - start
     ours.sort()
     theirs.sort()
     ms = 1000.0
     print(f"(b) latency: {total:,} x {args.size} B at {args.rate:,} msg/s "
           f"(sent in {sent_s:.2f} s, send loop at most {max_lag * ms:.1f} ms behind schedule), "
-          f"acks=all, linger.ms={args.linger_ms}, confluent-kafka; {len(errors)} errors")
+          f"acks=all, linger.ms={linger_ms}, confluent-kafka "
+          f"(client Nagle {'on' if args.client_nagle else 'off'}); {len(errors)} errors")
     print(f"    produce() -> delivery callback, {len(ours):,} messages after 1 s warm-up: "
           f"p50 {percentile(ours, .5) * ms:.2f} ms, p99 {percentile(ours, .99) * ms:.2f} ms, "
           f"p99.9 {percentile(ours, .999) * ms:.2f} ms, max {ours[-1] * ms if ours else 0:.2f} ms")
@@ -173,8 +192,9 @@ def latency(args: argparse.Namespace, bootstrap: str) -> None:
           f"p50 {percentile(theirs, .5) * ms:.2f} ms, p99 {percentile(theirs, .99) * ms:.2f} ms, "
           f"p99.9 {percentile(theirs, .999) * ms:.2f} ms, "
           f"max {theirs[-1] * ms if theirs else 0:.2f} ms")
-    print(f"    load generator CPU: {cpu:.2f} s in {wall:.2f} s "
-          f"({cpu / wall * 100:.0f}% of one core, Python loop + librdkafka threads)")
+    print(f"    load generator CPU while sending: {send_cpu:.2f} s in {sent_s:.2f} s "
+          f"({send_cpu / sent_s * 100:.0f}% of one core, Python loop + librdkafka threads; "
+          f"all delivered after {wall:.2f} s)")
 
 
 def main() -> None:
@@ -184,7 +204,10 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--linger-ms", type=int, default=0)
+    ap.add_argument("--linger-ms", default="0",
+                    help="comma-separated: one latency run per value, e.g. 0,1,5")
+    ap.add_argument("--client-nagle", action="store_true",
+                    help="leave librdkafka's default socket.nagle.disable=false in (b)")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
     args = ap.parse_args()
@@ -211,7 +234,8 @@ def main() -> None:
         if not args.skip_throughput:
             throughput(args, bootstrap, tmp)
         if not args.skip_latency:
-            latency(args, bootstrap)
+            for linger_ms in (int(v) for v in args.linger_ms.split(",")):
+                latency(args, bootstrap, linger_ms)
     finally:
         if cluster is not None:
             cluster.stop()

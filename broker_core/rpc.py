@@ -27,6 +27,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from broker_core import net
 from broker_core.wire import apis, errors, framing
 
 
@@ -120,6 +121,7 @@ class KafkaClientProtocol(Protocol):
         self._answers: deque[list] = deque()
 
     def connectionMade(self) -> None:  # noqa: N802 (Twisted API)
+        net.tune(self.transport)  # small requests must not wait for Nagle (broker_core.net)
         self.connected_d.callback(self)
 
     @property

@@ -33,6 +33,7 @@ from twisted.internet.error import ConnectionLost as TxConnectionLost
 from twisted.logger import Logger
 
 from broker_core.log import UnexpectedAppendOffset
+from broker_core.replica.fetch_session import FetchSessionHandler, PartitionFetchState
 from broker_core.replica.partition import Partition
 from broker_core.rpc import (
     ClientConnection,
@@ -128,6 +129,8 @@ class ReplicaFetcher:
         self.on_appended = on_appended
         self.on_error = on_error
         self._conn = ClientConnection(connect or self._tcp_connect)
+        self._session = FetchSessionHandler()
+        self._session_proto: KafkaClientProtocol | None = None
         self.partitions: dict[TopicPartition, FetchState] = {}
         self._running = False
         self._loop: defer.Deferred | None = None
@@ -191,6 +194,10 @@ class ReplicaFetcher:
                 continue
             try:
                 proto = await self._conn.to(*self.address)
+                if proto is not self._session_proto:
+                    # A new connection may reach a restarted leader: open a new session.
+                    self._session.reset()
+                    self._session_proto = proto
                 truncating = self._due(truncating=True)
                 if truncating:
                     await self._truncate(proto, truncating)
@@ -271,23 +278,43 @@ class ReplicaFetcher:
 
     async def _fetch(self, proto: KafkaClientProtocol,
                      ready: list[tuple[TopicPartition, FetchState]]) -> None:
-        by_topic: dict[str, list[dict]] = {}
         sent: dict[TopicPartition, tuple[FetchState, int]] = {}
-        for (topic, index), s in ready:
+        states: dict[TopicPartition, PartitionFetchState] = {}
+        max_bytes = self.config.max_bytes
+        for tp, s in ready:
             log = s.partition.log
             offset = log.log_end_offset
-            sent[(topic, index)] = (s, offset)
-            by_topic.setdefault(topic, []).append({
-                "partition": index, "current_leader_epoch": s.leader_epoch,
-                "fetch_offset": offset, "log_start_offset": log.log_start_offset,
-                "partition_max_bytes": self.config.max_bytes})
+            sent[tp] = (s, offset)
+            states[tp] = (offset, log.log_start_offset, max_bytes, s.leader_epoch)
+        # KIP-227: once the leader granted a session, name only partitions whose fetch state
+        # changed; the leader answers only partitions with news.
+        req = self._session.build(states)
+        by_topic: dict[str, list[dict]] = {}
+        for tp in req.to_send:
+            offset, log_start, part_max, epoch = states[tp]
+            by_topic.setdefault(tp[0], []).append({
+                "partition": tp[1], "current_leader_epoch": epoch, "fetch_offset": offset,
+                "log_start_offset": log_start, "partition_max_bytes": part_max})
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in req.forgotten:
+            forgotten.setdefault(topic, []).append(index)
         body = {"replica_id": self.broker_id, "max_wait_ms": self.config.wait_max_ms,
                 "min_bytes": self.config.min_bytes, "max_bytes": self.config.response_max_bytes,
-                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "isolation_level": 0, "session_id": req.session_id, "session_epoch": req.epoch,
                 "topics": [{"topic": t, "partitions": parts} for t, parts in by_topic.items()],
-                "forgotten_topics_data": [], "rack_id": ""}
+                "forgotten_topics_data": [{"topic": t, "partitions": parts}
+                                          for t, parts in forgotten.items()],
+                "rack_id": ""}
         timeout = (self.config.wait_max_ms + self.config.request_timeout_ms) / 1000.0
-        resp = await self._request(proto, ApiKey.FETCH, FETCH_VERSION, body, timeout)
+        try:
+            resp = await self._request(proto, ApiKey.FETCH, FETCH_VERSION, body, timeout)
+        except BaseException:
+            self._session.reset()  # the leader may or may not have seen it: start afresh
+            raise
+        if not self._session.handle_response(req, resp.error_code, resp.session_id):
+            self.log.info("fetch session with broker {l} ended ({e}); fetching in full",
+                          l=self.leader_id, e=ErrorCode(resp.error_code).name)
+            return
         for t in resp.responses:
             for p in t.partitions:
                 tp = (t.topic, p.partition_index)

@@ -25,6 +25,7 @@ from broker_core.metadata_cache import MetadataCache
 from broker_core.purgatory import Purgatory
 from broker_core.replica.alter_isr import AlterIsrSender, IsrChange
 from broker_core.replica.delayed import DelayedFetch, DelayedProduce
+from broker_core.replica.fetch_session import FetchSessionCache
 from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker_core.replica.partition import LeaderAndIsrState, Partition
 from broker_core.wire.records import InvalidRecordBatch
@@ -93,6 +94,8 @@ class ReplicaManager:
                                            purge_interval=produce_purge_interval)
         self.fetch_purgatory = Purgatory("fetch", clock, metrics=metrics,
                                          purge_interval=fetch_purge_interval)
+        #: Followers' incremental fetch sessions on this leader (KIP-227).
+        self.fetch_sessions = FetchSessionCache()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.min_insync_replicas = min_insync_replicas
         self.fetchers = ReplicaFetcherManager(
@@ -342,6 +345,8 @@ class ReplicaManager:
         """
         results: dict[TopicPartition, ProduceResult] = {}
         waiting: dict[TopicPartition, int] = {}
+        appended: list[TopicPartition] = []
+        hw_moved: list[TopicPartition] = []
         for topic, index, records in entries:
             tp = (topic, index)
             p, error = self.leader_partition(topic, index)
@@ -371,15 +376,26 @@ class ReplicaManager:
                 results[tp] = ProduceResult(error="KAFKA_STORAGE_ERROR", message=str(e))
                 continue
             if self.metrics is not None:
-                self.metrics.bytes_in_total.labels(topic=topic).inc(info.size)
-                self.metrics.messages_in_total.labels(topic=topic).inc(info.record_count)
+                self.metrics.bytes_in_by_topic(topic).inc(info.size)
+                self.metrics.messages_in_by_topic(topic).inc(info.record_count)
             results[tp] = ProduceResult(base_offset=info.first_offset,
                                         log_start_offset=p.log.log_start_offset)
-            p.maybe_advance_high_watermark()
+            if p.maybe_advance_high_watermark():  # only with no follower in the ISR
+                hw_moved.append(tp)
             self._maybe_flush(p.log)
-            self._wake(tp)
+            appended.append(tp)
             if acks == -1:
                 waiting[tp] = info.last_offset + 1
+        # Wake the parked fetches once, after every partition is appended: a follower fetches
+        # all its partitions from us in one request, so it then gets the whole produce
+        # request's data in one answer instead of the first partition alone (and one more
+        # fetch round before the rest can commit).
+        self.fetch_purgatory.check_and_complete_keys(appended)
+        # Waiting acks=all produces complete only when the HW moves, which an append does only
+        # with an ISR of one. Re-trying them on every append cost O(waiting) per request:
+        # quadratic once hundreds of small requests wait (linger.ms=0).
+        if hw_moved:
+            self.produce_purgatory.check_and_complete_keys(hw_moved)
         if not waiting:
             return defer.succeed(results)
 
@@ -418,7 +434,8 @@ class ReplicaManager:
             return FetchResult(error=error)
         log = p.log
         hw = p.high_watermark
-        if consumer and hw <= offset <= log.log_end_offset:
+        if (hw <= offset <= log.log_end_offset) if consumer else offset == log.log_end_offset:
+            # Nothing to read (the common case of a parked long poll): skip the log.
             return FetchResult(high_watermark=hw, log_start_offset=log.log_start_offset)
         try:
             res = log.read(offset, max_bytes, max_offset=hw if consumer else None)
@@ -429,7 +446,7 @@ class ReplicaManager:
             self.log.error("read from {t}-{p} failed: {e}", t=topic, p=index, e=e)
             return FetchResult(error="KAFKA_STORAGE_ERROR")
         if self.metrics is not None and res.records:
-            self.metrics.bytes_out_total.labels(topic=topic).inc(len(res.records))
+            self.metrics.bytes_out_by_topic(topic).inc(len(res.records))
         return FetchResult(high_watermark=hw, log_start_offset=log.log_start_offset,
                            records=res.records)
 

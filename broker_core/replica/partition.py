@@ -167,10 +167,14 @@ class Partition:
             r.last_caught_up_time_ms = max(r.last_caught_up_time_ms, now_ms)
         elif r.last_fetch_leader_leo >= 0 and fetch_offset >= r.last_fetch_leader_leo:
             r.last_caught_up_time_ms = max(r.last_caught_up_time_ms, r.last_fetch_time_ms)
+        moved = fetch_offset > r.log_end_offset
         r.log_end_offset = fetch_offset
         r.last_fetch_leader_leo = leo
         r.last_fetch_time_ms = now_ms
-        return self.maybe_advance_high_watermark()
+        # The HW is a minimum over log end offsets: only this follower's moving up can raise it
+        # here (every other input re-checks it where it changes). A follower fetch names each
+        # partition it follows, mostly at the same offset as last time.
+        return moved and self.maybe_advance_high_watermark()
 
     def isr_expansion(self, replica_id: int) -> tuple[int, ...] | None:
         """The ISR to propose if ``replica_id`` has caught up and is outside it, else None.

@@ -279,13 +279,22 @@ class RequestHandler:
             for p in t.partitions:
                 requests.append((t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                                  p.current_leader_epoch))
-        d = self.replicas.fetch(requests, max_wait_ms=body.max_wait_ms,
+        forgotten = [(t.topic, index) for t in body.forgotten_topics_data
+                     for index in t.partitions]
+        # KIP-227: an incremental request names only what changed; the session supplies the
+        # rest, and the answer leaves out partitions with nothing new.
+        ctx = self.replicas.fetch_sessions.context(body.replica_id, body.session_id,
+                                                   body.session_epoch, requests, forgotten)
+        if ctx.error is not None:
+            return {"throttle_time_ms": 0, "error_code": _code(ctx.error), "session_id": 0,
+                    "responses": []}
+        d = self.replicas.fetch(ctx.entries, max_wait_ms=body.max_wait_ms,
                                 min_bytes=body.min_bytes, max_bytes=body.max_bytes,
                                 replica_id=body.replica_id)
-        d.addCallback(self._fetch_response)
+        d.addCallback(lambda results: self._fetch_response(ctx.select(results), ctx.session_id))
         return d
 
-    def _fetch_response(self, results: list) -> dict:
+    def _fetch_response(self, results: list, session_id: int = 0) -> dict:
         topics: list[dict] = []
         index: dict[str, dict] = {}
         for topic, partition, r in results:
@@ -303,9 +312,10 @@ class RequestHandler:
                 "preferred_read_replica": -1,
                 "records": r.records,
             })
-        # Fetch sessions (KIP-227) are not kept: session id 0 tells the client to send full
-        # fetch requests every time.
-        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": topics}
+        # Session id 0 (consumers, sessionless followers) tells the client to send full fetch
+        # requests every time (broker_core.replica.fetch_session).
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": session_id,
+                "responses": topics}
 
     def _fetch_error(self, header: Any, body: Any, error: str) -> dict:
         from broker_core.replica.manager import FetchResult

@@ -29,6 +29,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from broker_core import net
 from broker_core.wire import apis, errors, framing
 
 #: A handler answers with a response body, ``None`` (no response: acks=0 Produce), or a Deferred
@@ -64,7 +65,8 @@ class KafkaServerProtocol(Protocol):
 
     # -- connection lifecycle -------------------------------------------------------------
 
-    def connectionMade(self) -> None:
+    def connectionMade(self) -> None:  # noqa: N802 (Twisted API)
+        net.tune(self.transport)  # small responses must not wait for Nagle (broker_core.net)
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
         self.factory.connection_made(self)
@@ -235,6 +237,7 @@ class KafkaServerFactory(Factory):
         self.max_frame_bytes = max_frame_bytes
         self.max_in_flight = max_in_flight
         self.connections: set[KafkaServerProtocol] = set()
+        self._api_names: dict[int, str] = {}
 
     def buildProtocol(self, addr: Any) -> KafkaServerProtocol:  # noqa: N802 (Twisted API)
         return KafkaServerProtocol(self)
@@ -250,16 +253,20 @@ class KafkaServerFactory(Factory):
             self.metrics.connections.set(len(self.connections))
 
     def _api_name(self, api_key: int) -> str:
-        try:
-            return apis.ApiKey(api_key).name
-        except ValueError:
-            return str(api_key)
+        name = self._api_names.get(api_key)
+        if name is None:  # an enum lookup per request is measurable; the names never change
+            try:
+                name = apis.ApiKey(api_key).name
+            except ValueError:
+                name = str(api_key)
+            self._api_names[api_key] = name
+        return name
 
     def observe(self, api_key: int, seconds: float) -> None:
         if self.metrics is not None:
             name = self._api_name(api_key)
-            self.metrics.requests_total.labels(api=name).inc()
-            self.metrics.request_duration_seconds.labels(api=name).observe(seconds)
+            self.metrics.requests_by_api(name).inc()
+            self.metrics.request_duration_by_api(name).observe(seconds)
 
     def count_error(self, api_key: int, error: str) -> None:
         if self.metrics is not None:

@@ -13,7 +13,7 @@ from twisted.internet import task
 from twisted.internet.testing import StringTransport
 from twisted.web.test.requesthelper import DummyRequest
 
-from broker_core.metrics import BrokerMetrics, MetricsResource, metrics_site
+from broker_core.metrics import BrokerMetrics, LabelledChildren, MetricsResource, metrics_site
 
 
 @pytest.fixture
@@ -49,6 +49,40 @@ def test_request_metrics(metrics: BrokerMetrics):
     assert 'sluice_request_duration_seconds_bucket{api="FETCH",le="5.0"} 1.0' in text
     assert 'sluice_request_duration_seconds_bucket{api="FETCH",le="10.0"} 2.0' in text
     assert 'sluice_request_duration_seconds_count{api="FETCH"} 2.0' in text
+
+
+def test_labelled_children_are_looked_up_once_and_count_into_the_metric(
+        metrics: BrokerMetrics, monkeypatch):
+    calls = []
+    real = metrics.requests_total.labels
+    monkeypatch.setattr(metrics.requests_total, "labels",
+                        lambda *v: calls.append(v) or real(*v))
+    children = LabelledChildren(metrics.requests_total)
+    assert children("PRODUCE") is children("PRODUCE")
+    children("PRODUCE").inc()
+    children("PRODUCE").inc()
+    children("FETCH").inc()
+    assert calls == [("PRODUCE",), ("FETCH",)]
+    # The same series as metric.labels(...): one child per label values.
+    assert children("PRODUCE") is real(api="PRODUCE")
+    text = exposition(metrics)
+    assert 'sluice_requests_total{api="PRODUCE"} 2.0' in text
+    assert 'sluice_requests_total{api="FETCH"} 1.0' in text
+
+
+def test_per_request_shortcuts_feed_the_exported_series(metrics: BrokerMetrics):
+    metrics.requests_by_api("PRODUCE").inc()
+    metrics.request_duration_by_api("PRODUCE").observe(0.002)
+    metrics.bytes_in_by_topic("t").inc(10)
+    metrics.messages_in_by_topic("t").inc(2)
+    metrics.bytes_out_by_topic("t").inc(5)
+    text = exposition(metrics)
+    for line in ('sluice_requests_total{api="PRODUCE"} 1.0',
+                 'sluice_request_duration_seconds_count{api="PRODUCE"} 1.0',
+                 'sluice_bytes_in_total{topic="t"} 10.0',
+                 'sluice_messages_in_total{topic="t"} 2.0',
+                 'sluice_bytes_out_total{topic="t"} 5.0'):
+        assert line in text
 
 
 def test_traffic_connection_and_storage_metrics(metrics: BrokerMetrics):

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 from twisted.internet import defer, task
+from twisted.internet.error import ConnectionLost as TxConnectionLost
 
 from broker_core.log import Log, LogConfig
 from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcher
@@ -49,9 +50,10 @@ class FakeLeader:
                      log_start: int = 0) -> None:
         body, d = self.last(ApiKey.FETCH)
         t = body["topics"][0]
-        d.callback(SimpleNamespace(responses=[SimpleNamespace(topic=t["topic"], partitions=[
-            SimpleNamespace(partition_index=t["partitions"][0]["partition"], error_code=error,
-                            high_watermark=hw, log_start_offset=log_start, records=records)])]))
+        d.callback(SimpleNamespace(error_code=0, session_id=0, responses=[SimpleNamespace(
+            topic=t["topic"], partitions=[SimpleNamespace(
+                partition_index=t["partitions"][0]["partition"], error_code=error,
+                high_watermark=hw, log_start_offset=log_start, records=records)])]))
 
 
 def leader_batch(base: int, values: list[bytes], epoch: int) -> bytes:
@@ -148,4 +150,58 @@ def test_behind_the_leaders_log_start_starts_over_there(follower):
     leader.answer_fetch(error=int(ErrorCode.OFFSET_OUT_OF_RANGE), log_start=100)
     assert follower.log.log_start_offset == 100 and follower.log.log_end_offset == 100
     assert leader.last(ApiKey.FETCH)[0]["topics"][0]["partitions"][0]["fetch_offset"] == 100
+    fetcher.remove([("t", 0)])
+
+
+def answer_session(leader: FakeLeader, session_id: int, rows: list[tuple[int, bytes | None, int]],
+                   error: int = 0) -> None:
+    """Answer the last Fetch with ``session_id`` and ``(partition, records, hw)`` rows of t."""
+    _, d = leader.last(ApiKey.FETCH)
+    d.callback(SimpleNamespace(error_code=error, session_id=session_id, responses=[
+        SimpleNamespace(topic="t", partitions=[SimpleNamespace(
+            partition_index=p, error_code=0, high_watermark=hw, log_start_offset=0,
+            records=records) for p, records, hw in rows])] if rows else []))
+
+
+def fetch_shape(leader: FakeLeader) -> tuple[int, int, list[tuple[int, int]]]:
+    body, _ = leader.last(ApiKey.FETCH)
+    named = [(p["partition"], p["fetch_offset"]) for t in body["topics"] for p in t["partitions"]]
+    return body["session_id"], body["session_epoch"], named
+
+
+def test_fetch_session_names_only_what_changed_and_starts_over_after_an_error(follower):
+    clock, leader, appended = task.Clock(), FakeLeader(), []
+    fetcher = make(clock, leader, appended)
+    fetcher.add(follower)
+    fetcher.start()
+    leader.answer_epoch(0, 5)
+    assert fetch_shape(leader) == (0, 0, [(0, 5)])  # full, asking for a session
+    answer_session(leader, 7, [(0, leader_batch(5, [b"n5"], 1), 6)])
+    assert follower.log.log_end_offset == 6 and follower.high_watermark == 6
+    # Incremental: the partition's offset moved, so it is named.
+    assert fetch_shape(leader) == (7, 1, [(0, 6)])
+    answer_session(leader, 7, [])  # nothing new: the leader leaves the partition out
+    assert fetch_shape(leader) == (7, 2, [])  # and nothing changed here either
+    answer_session(leader, 7, [(0, None, 6)])
+    assert fetch_shape(leader) == (7, 3, [])
+    # The leader lost the session (a restart): the next request is full again.
+    answer_session(leader, 0, [], error=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND))
+    assert fetch_shape(leader) == (0, 0, [(0, 6)])
+    fetcher.remove([("t", 0)])
+
+
+def test_fetch_session_starts_over_after_a_lost_request(follower):
+    clock, leader, appended = task.Clock(), FakeLeader(), []
+    fetcher = make(clock, leader, appended)
+    fetcher.add(follower)
+    fetcher.start()
+    leader.answer_epoch(0, 5)
+    answer_session(leader, 7, [])
+    assert fetch_shape(leader) == (7, 1, [])
+    n = len(leader.requests)
+    # The request may or may not have reached the leader: the session is not to be trusted.
+    leader.last(ApiKey.FETCH)[1].errback(TxConnectionLost("gone"))
+    clock.advance(1.0)  # backoff_ms
+    assert len(leader.requests) > n
+    assert fetch_shape(leader) == (0, 0, [(0, 5)])
     fetcher.remove([("t", 0)])

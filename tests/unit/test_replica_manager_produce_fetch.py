@@ -1,0 +1,109 @@
+"""The leader's produce and follower-fetch path in ``ReplicaManager``, on a ``task.Clock`` with
+real logs: parked follower fetches are answered by an append, acks=all waits for both
+followers' next fetch, and a produce naming several partitions reaches a follower in one
+answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from twisted.internet import task
+
+from broker_core.log import LogConfig, LogManager
+from broker_core.metadata_cache import MetadataCache
+from broker_core.replica.manager import ReplicaManager
+from broker_core.replica.partition import LeaderAndIsrState
+from broker_core.wire.records import Record, build_batch
+
+REPLICAS = (1, 2, 3)
+
+
+def make_leader(tmp_path: Path, partitions: int = 2) -> tuple[task.Clock, ReplicaManager]:
+    """Broker 1 leading ``t``-0..n-1 with ISR 1, 2, 3; returns ``(clock, manager)``. The
+    caller shuts its purgatories and logs down (the ``leader`` fixture does)."""
+    clock = task.Clock()
+    logs = LogManager(tmp_path, LogConfig(), time_ms=lambda: int(clock.seconds() * 1000))
+    rm = ReplicaManager(1, logs, clock=clock, io_pool=None, reactor=None,
+                        topic_log_config=lambda topic: LogConfig(),
+                        metadata_cache=MetadataCache(), min_insync_replicas=lambda topic: 2)
+    rm.apply_leader_and_isr(1, [("t", p, LeaderAndIsrState(1, 1, REPLICAS, REPLICAS, 1, 0))
+                                for p in range(partitions)], full=False)
+    return clock, rm
+
+
+@pytest.fixture
+def leader(tmp_path):
+    clock, rm = make_leader(tmp_path)
+    yield clock, rm
+    rm.log_manager.shutdown()
+
+
+def follower_fetch(rm: ReplicaManager, replica: int, offsets: dict[int, int]):
+    got: list = []
+    rm.fetch([("t", p, o, 1 << 20, 1) for p, o in offsets.items()], max_wait_ms=500,
+             min_bytes=1, max_bytes=10 << 20, replica_id=replica).addCallback(got.append)
+    return got
+
+
+def batch(value: bytes) -> bytes:
+    return build_batch([Record(None, value)])
+
+
+def test_acks_all_answers_after_both_followers_fetched_again(leader):
+    clock, rm = leader
+    f2, f3 = follower_fetch(rm, 2, {0: 0, 1: 0}), follower_fetch(rm, 3, {0: 0, 1: 0})
+    assert f2 == [] and f3 == []  # parked: nothing to read
+    acked: list = []
+    rm.append(-1, 30000, [("t", 0, batch(b"a"))]).addCallback(acked.append)
+    # The append answered both parked fetches at once, with the batch.
+    assert f2 and f3
+    assert [len(r.records) > 0 for _, _, r in f2[0]] == [True, False]
+    assert acked == []
+    follower_fetch(rm, 2, {0: 1, 1: 0})
+    assert acked == []  # HW is the ISR's minimum: broker 3 has not fetched past it
+    follower_fetch(rm, 3, {0: 1, 1: 0})
+    assert acked and acked[0][("t", 0)].error is None
+    assert rm.get_partition("t", 0).high_watermark == 1
+
+
+def test_a_produce_to_several_partitions_reaches_a_parked_follower_in_one_answer(leader):
+    clock, rm = leader
+    f2 = follower_fetch(rm, 2, {0: 0, 1: 0})
+    rm.append(-1, 30000, [("t", 0, batch(b"a")), ("t", 1, batch(b"b"))])
+    assert f2
+    assert [(p, len(r.records) > 0) for _, p, r in f2[0]] == [(0, True), (1, True)]
+
+
+def test_an_append_that_cannot_move_the_hw_does_not_retry_waiting_produces(leader):
+    """With followers in the ISR only their fetches move the HW: each append used to re-try
+    every acks=all produce waiting on the partition (quadratic under many small requests)."""
+    clock, rm = leader
+    acked: list = []
+    for i in range(20):
+        rm.append(-1, 30000, [("t", 0, batch(b"%d" % i))]).addCallback(acked.append)
+    tries = []
+    real = rm.produce_purgatory._safe_try
+    rm.produce_purgatory._safe_try = lambda op: tries.append(op) or real(op)
+    rm.append(-1, 30000, [("t", 0, batch(b"last"))]).addCallback(acked.append)
+    assert len(tries) == 2  # the new request's own try, watch, try; none of the 20 waiting
+    assert acked == []
+    # The followers' fetches move the HW and complete all 21 at once.
+    follower_fetch(rm, 2, {0: 21, 1: 0})
+    follower_fetch(rm, 3, {0: 21, 1: 0})
+    assert len(acked) == 21
+
+
+def test_with_an_isr_of_one_the_append_itself_completes_acks_all(tmp_path):
+    clock, rm = make_leader(tmp_path, partitions=1)
+    try:
+        rm.apply_leader_and_isr(1, [("t", 0, LeaderAndIsrState(1, 1, (1,), REPLICAS, 1, 1))],
+                                full=False)
+        rm.min_insync_replicas = lambda topic: 1
+        acked: list = []
+        rm.append(-1, 30000, [("t", 0, batch(b"a"))]).addCallback(acked.append)
+        assert acked and acked[0][("t", 0)].error is None
+    finally:
+        rm.produce_purgatory.shutdown()
+        rm.fetch_purgatory.shutdown()
+        rm.log_manager.shutdown()

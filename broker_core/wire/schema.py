@@ -339,6 +339,34 @@ RECORDS = _Records()
 UUID = _Uuid()
 
 
+class Encoded:
+    """An array value encoded ahead of time (:meth:`Array.pre_encode`), for a value that many
+    messages repeat unchanged (Metadata's partitions of a topic, between two changes).
+
+    Invariant: ``data`` is exactly what ``array_type``'s writer writes for the value at
+    ``version`` (and ``flexible``). A writer of that array at that version writes ``data`` as it
+    is; any other writer refuses it with :class:`~broker_core.wire.errors.EncodeError`.
+    """
+
+    __slots__ = ("array_type", "version", "flexible", "data")
+
+    def __init__(self, array_type: Array, version: int, flexible: bool, data: bytes) -> None:
+        self.array_type = array_type
+        self.version = version
+        self.flexible = flexible
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"Encoded({self.array_type.name} v{self.version}, {len(self.data)} bytes)"
+
+
+def _write_encoded(w: Writer, v: Encoded, array_type: Array, version: int,
+                   flexible: bool) -> None:
+    if v.array_type is not array_type or v.version != version or v.flexible != flexible:
+        raise EncodeError(f"{v!r} cannot be written as {array_type.name} at version {version}")
+    w.raw(v.data)
+
+
 class Array(Type):
     """An array of a primitive type or of a :class:`Schema` (Kafka's ``[]Type``)."""
 
@@ -355,10 +383,17 @@ class Array(Type):
         return 1 if flexible else 4
 
     def coerce(self, v: Any) -> Any:
-        if v is None:
-            return None
+        if v is None or type(v) is Encoded:
+            return v
         el = self.element
         return [el.coerce(x) for x in v]
+
+    def pre_encode(self, value: Any, version: int, flexible: bool) -> Encoded:
+        """``value`` encoded once, to be written as it is by every later message at
+        ``version`` (see :class:`Encoded`)."""
+        w = Writer()
+        self.writer(version, flexible, False)(w, value)
+        return Encoded(self, version, flexible, w.tobytes())
 
     def reader(self, version: int, flexible: bool, nullable: bool) -> ReadFn:
         el = self.element
@@ -412,6 +447,9 @@ class Array(Type):
                 if v is None:
                     write_null(w)
                     return
+                if type(v) is Encoded:
+                    _write_encoded(w, v, self, version, flexible)
+                    return
                 n = len(v)
                 length(w, n)
                 w.pack(f">{n}{fmt}", v)
@@ -421,6 +459,9 @@ class Array(Type):
         write_el = el.writer(version, flexible, False)
 
         def write_array(w: Writer, v: Any) -> None:
+            if type(v) is Encoded:
+                _write_encoded(w, v, self, version, flexible)
+                return
             if v is None:
                 write_null(w)
                 return

@@ -729,7 +729,10 @@ def _generate(schema: Schema, version: int, flexible: bool) -> _Codec:
             local = f"v{len(values)}"
             read = src.const(f.type.reader(version, flexible, f.nullable_in(version)), "read")
             src.add(2, f"step = {f.name!r}")
-            src.add(2, f"{local} = {read}(r)")
+            if isinstance(f.type, Array) and f.type.element.fixed is not None:
+                _decode_small_fixed_array(src, f.type.element, flexible, local, read)
+            else:
+                src.add(2, f"{local} = {read}(r)")
             values[f.name] = local
     for f in tagged:
         values[f.name] = _default_expr(src, f, 2)
@@ -813,7 +816,10 @@ def _generate(schema: Schema, version: int, flexible: bool) -> _Codec:
             f = run[0]
             write = src.const(f.type.writer(version, flexible, f.nullable_in(version)), "write")
             src.add(2, f"step = {f.name!r}")
-            src.add(2, f"{write}(w, get({f.name!r}, {_enc_default_expr(src, f)}))")
+            if isinstance(f.type, Array) and f.type.element.fixed is not None:
+                _encode_small_fixed_array(src, f, flexible, write)
+            else:
+                src.add(2, f"{write}(w, get({f.name!r}, {_enc_default_expr(src, f)}))")
     if flexible:
         tag_writers = [(f, f.type.writer(version, True, f.nullable_in(version))) for f in tagged]
         src.add(2, "step = '<tagged fields>'")
@@ -833,6 +839,55 @@ def _generate(schema: Schema, version: int, flexible: bool) -> _Codec:
     src.add(2, "raise EncodeError(f'bad value: {e}', (step,) if step else ()) from None")
     encode = _exec(src, namespace, "encode", f"{name} v{version} encode")
     return _Codec(decode, encode, min_size)
+
+
+#: Arrays of fixed-width numbers shorter than this (replica lists, ISRs: a few broker ids) are
+#: read and written inline with a prebuilt ``struct.Struct`` per length; longer or unusual ones
+#: (null, a multi-byte length, too few bytes left) go through the type's reader or writer,
+#: which also raises the errors. Same bytes and errors either way, without the length-read call
+#: chain and a format string per array: a failover's LeaderAndIsr and UpdateMetadata carry
+#: three or four such arrays per partition.
+SMALL_ARRAY = 32
+
+
+def _small_array_structs(fmt: str) -> tuple[struct.Struct, ...]:
+    return tuple(struct.Struct(f">{n}{fmt}") for n in range(SMALL_ARRAY))
+
+
+def _decode_small_fixed_array(src: _Source, element: Type, flexible: bool, local: str,
+                              read: str) -> None:
+    sts = src.const(_small_array_structs(element.fixed), "sts")  # type: ignore[arg-type]
+    size = struct.calcsize(">" + element.fixed)  # type: ignore[operator]
+    src.add(2, "pos = r.pos")
+    src.add(2, "buf = r.buf")
+    if flexible:  # a one-byte uvarint length n + 1
+        src.add(2, f"n = buf[pos] - 1 if pos < r.end else {SMALL_ARRAY}")
+        src.add(2, "start = pos + 1")
+    else:  # an int32 length
+        src.add(2, f"n = {src.const(_I32_ST, 'i32')}.unpack_from(buf, pos)[0] "
+                   f"if pos + 4 <= r.end else {SMALL_ARRAY}")
+        src.add(2, "start = pos + 4")
+    src.add(2, f"if 0 <= n < {SMALL_ARRAY} and start + n * {size} <= r.end:")
+    src.add(3, f"{local} = list({sts}[n].unpack_from(buf, start))")
+    src.add(3, f"r.pos = start + n * {size}")
+    src.add(2, "else:")
+    src.add(3, f"{local} = {read}(r)")
+
+
+def _encode_small_fixed_array(src: _Source, f: Field, flexible: bool, write: str) -> None:
+    sts = src.const(_small_array_structs(f.type.element.fixed), "sts")  # type: ignore[attr-defined]
+    if flexible:
+        prefixes = tuple(bytes([n + 1]) for n in range(SMALL_ARRAY))
+    else:
+        prefixes = tuple(_I32_ST.pack(n) for n in range(SMALL_ARRAY))
+    src.add(2, f"v = get({f.name!r}, {_enc_default_expr(src, f)})")
+    src.add(2, f"if (type(v) is list or type(v) is tuple) and len(v) < {SMALL_ARRAY}:")
+    src.add(3, f"w.prefixed({src.const(prefixes, 'pre')}[len(v)], {sts}[len(v)], v)")
+    src.add(2, "else:")
+    src.add(3, f"{write}(w, v)")
+
+
+_I32_ST = struct.Struct(">i")
 
 
 def _enc_default_expr(src: _Source, f: Field) -> str:

@@ -131,3 +131,32 @@ def test_generated_source_is_kept_for_debugging():
     w = Writer()
     codec.encode(w, {})
     assert w.tobytes() == metadata.RESPONSE.to_bytes({}, 12)
+
+
+@pytest.mark.parametrize("version", [5, 8, 9, 12])  # classic (int32 lengths) and flexible
+@pytest.mark.parametrize("length", [0, 1, 3, 31, 32, 33, 200])
+def test_number_arrays_short_and_long_match_the_reference(version, length):
+    """Arrays of numbers shorter than SMALL_ARRAY take an inline path; longer ones the type's
+    reader and writer. Both give the reference's bytes, values and errors."""
+    from broker_core.wire.messages import metadata
+    from broker_core.wire.schema import SMALL_ARRAY
+
+    assert 0 < SMALL_ARRAY < 200
+    msg = metadata.RESPONSE
+    ids = list(range(length))
+
+    def body(isr):
+        return {"topics": [{"name": "t", "partitions": [
+            {"partition_index": 1, "replica_nodes": ids[::-1], "isr_nodes": isr,
+             "offline_replicas": ids[:2]}]}]}
+
+    data = msg.to_bytes(body(ids), version)
+    assert data == reference_encode(msg, body(ids), version)
+    assert same_struct(msg.from_bytes(data, version), reference_decode(msg, data, version))
+    for cut in range(max(0, len(data) - 8 * length - 24), len(data)):
+        assert _error(msg.from_bytes, data[:cut], version) == \
+            _error(reference_decode, msg, data[:cut], version)
+    if length:
+        bad = body([*ids[:-1], 2**40])
+        got = _error(msg.to_bytes, bad, version)
+        assert got[0] is EncodeError and got == _error(reference_encode, msg, bad, version)

@@ -105,7 +105,9 @@ def test_leader_change_during_a_batch_read_loses_and_duplicates_nothing(spark, s
     from consumer_client.spark.reader import Cluster
 
     create_topic(spark_cluster, "moving", 2)
-    n = 20_000
+    # 20,000 records were read in under a second once the wire codec got faster, before the
+    # kill one second in; three times as many keep the kill inside the read.
+    n = 60_000
     records = [(i % 2, None, b"moving-%06d" % i, None) for i in range(n)]
     # Small produce batches + a small fetch size: the read takes many fetches (seconds).
     produce(spark_cluster.bootstrap, "moving", records, batch_messages=20)

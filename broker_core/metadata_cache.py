@@ -7,12 +7,20 @@ removes the partition from the cache.
 
 Invariant: ``controller_epoch`` never goes backwards; an update carrying an older epoch is refused by
 the caller before it reaches :meth:`MetadataCache.apply`.
+
+Derived values (:meth:`MetadataCache.derived`, e.g. a topic's partitions pre-encoded for Metadata
+responses) are built once and kept until that topic's partitions or the set of live broker ids
+change: clients poll Metadata for every partition many times a second during a failover, and
+re-encoding 10,000 unchanged partitions each time was a third of a broker's reactor time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 LEADER_DURING_DELETE = -2
 NO_LEADER = -1
@@ -48,6 +56,8 @@ class MetadataCache:
     controller_id: int = NO_LEADER
     controller_epoch: int = -1
     topics: dict[str, dict[int, PartitionState]] = field(default_factory=dict)
+    _derived: dict[str, dict[Hashable, Any]] = field(default_factory=dict, repr=False,
+                                                     compare=False)
 
     def apply(
         self,
@@ -63,10 +73,16 @@ class MetadataCache:
         """
         self.controller_id = controller_id
         self.controller_epoch = controller_epoch
+        old_ids = self.brokers.keys()
         self.brokers = {b.id: b for b in brokers}
+        if self.brokers.keys() != old_ids:
+            # Leaders and offline replicas are shown against the live brokers.
+            self._derived.clear()
         changed: set[str] = set()
         for topic, index, state in partition_states:
-            changed.add(topic)
+            if topic not in changed:
+                changed.add(topic)
+                self._derived.pop(topic, None)
             if state.leader == LEADER_DURING_DELETE:
                 parts = self.topics.get(topic)
                 if parts is not None:
@@ -76,6 +92,16 @@ class MetadataCache:
                 continue
             self.topics.setdefault(topic, {})[index] = state
         return changed
+
+    def derived(self, topic: str, key: Hashable, build: Callable[[], T]) -> T:
+        """``build()``'s value for ``topic`` and ``key``, computed once and kept until the
+        topic's partitions or the live broker ids change (``build`` may read only those)."""
+        per_topic = self._derived.setdefault(topic, {})
+        try:
+            return per_topic[key]
+        except KeyError:
+            value = per_topic[key] = build()
+            return value
 
     def partition(self, topic: str, index: int) -> PartitionState | None:
         parts = self.topics.get(topic)

@@ -5,6 +5,13 @@ LeaderAndIsr, StopReplica and UpdateMetadata entries for many partitions; ``send
 most one LeaderAndIsr, one StopReplica and one UpdateMetadata request to each broker (seed 000:
 "for efficiency, we can put multiple commands in one RPC request"). StopReplica goes before
 LeaderAndIsr, so a partition removed and re-created in the same event ends up created.
+
+Brokers that are sent the same partitions (every broker gets the same UpdateMetadata, and with
+as many replicas as brokers the same LeaderAndIsr) share one body: its partition list is built
+and encoded once (:class:`~broker_core.wire.schema.Encoded`) and only the per-broker header
+fields (the target's broker epoch, the INIT flag) differ. A failover sends 10,000 partitions
+to each of three brokers; building and encoding them once instead of three times was a third of
+the controller's time.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from twisted.logger import Logger
 
 from broker_core.metadata_cache import LEADER_DURING_DELETE
 from broker_core.wire.apis import ApiKey
+from broker_core.wire.messages import leader_and_isr as leader_and_isr_messages
+from broker_core.wire.messages import update_metadata as update_metadata_messages
 
 LEADER_AND_ISR_VERSION = 5
 STOP_REPLICA_VERSION = 3
@@ -28,6 +37,9 @@ TYPE_INCREMENTAL = 0
 TYPE_FULL = 1  # Kafka's "full" LeaderAndIsr is the seed's INIT flag
 
 TopicPartition = tuple[str, int]
+
+_LEADER_AND_ISR_TOPICS = leader_and_isr_messages.REQUEST.field_map["topic_states"].type
+_UPDATE_METADATA_TOPICS = update_metadata_messages.REQUEST.field_map["topic_states"].type
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,17 +122,21 @@ class RequestBatch:
             if b in live:
                 sends.append(self._send(channel_for(b), ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION,
                                         self._stop_body(live[b], parts), b))
+        shared = _SharedBodies()
         for b, parts in self._leader_and_isr.items():
             if b in live:
+                body = dict(shared.get(parts, lambda p: self._leader_and_isr_shared(p, live)))
+                body.update(broker_epoch=live[b].epoch,
+                            type=TYPE_FULL if b in self._full else TYPE_INCREMENTAL)
                 sends.append(self._send(channel_for(b), ApiKey.LEADER_AND_ISR,
-                                        LEADER_AND_ISR_VERSION,
-                                        self._leader_and_isr_body(live[b], parts, b in self._full,
-                                                                  live), b))
+                                        LEADER_AND_ISR_VERSION, body, b))
+        shared = _SharedBodies()
         for b, parts in self._metadata.items():
             if b in live:
+                body = dict(shared.get(parts, lambda p: self._update_metadata_shared(p, live)))
+                body["broker_epoch"] = live[b].epoch
                 sends.append(self._send(channel_for(b), ApiKey.UPDATE_METADATA,
-                                        UPDATE_METADATA_VERSION,
-                                        self._update_metadata_body(live[b], parts, live), b))
+                                        UPDATE_METADATA_VERSION, body, b))
         return defer.DeferredList(sends, consumeErrors=True)
 
     def _send(self, channel: Any, api_key: int, version: int, body: dict, broker: int
@@ -149,9 +165,32 @@ class RequestBatch:
             topics[t].append(p)
         return topics
 
-    def _leader_and_isr_body(self, target: LiveBroker,
+    def _leader_and_isr_shared(self, parts: dict[TopicPartition, tuple[PartitionDecision, bool]],
+                               live: dict[int, LiveBroker]) -> dict:
+        """The LeaderAndIsr body for ``parts`` without its per-broker fields, the partition
+        list encoded once."""
+        body = self._leader_and_isr_body(None, parts, False, live)
+        del body["broker_epoch"], body["type"]
+        body["topic_states"] = _LEADER_AND_ISR_TOPICS.pre_encode(
+            body["topic_states"], LEADER_AND_ISR_VERSION,
+            leader_and_isr_messages.REQUEST.is_flexible(LEADER_AND_ISR_VERSION))
+        return body
+
+    def _update_metadata_shared(self, parts: dict[TopicPartition, PartitionDecision | None],
+                                live: dict[int, LiveBroker]) -> dict:
+        """The UpdateMetadata body for ``parts`` without its per-broker field, the partition
+        list encoded once."""
+        body = self._update_metadata_body(None, parts, live)
+        del body["broker_epoch"]
+        body["topic_states"] = _UPDATE_METADATA_TOPICS.pre_encode(
+            body["topic_states"], UPDATE_METADATA_VERSION,
+            update_metadata_messages.REQUEST.is_flexible(UPDATE_METADATA_VERSION))
+        return body
+
+    def _leader_and_isr_body(self, target: LiveBroker | None,
                              parts: dict[TopicPartition, tuple[PartitionDecision, bool]],
                              full: bool, live: dict[int, LiveBroker]) -> dict:
+        """The whole LeaderAndIsr body for ``target`` (``None``: broker epoch -1)."""
         leaders = {d.leader for d, _ in parts.values() if d.leader in live}
         topic_states = []
         for topic, indexes in self._group(parts).items():
@@ -174,7 +213,7 @@ class RequestBatch:
         return {
             "controller_id": self.controller_id,
             "controller_epoch": self.controller_epoch,
-            "broker_epoch": target.epoch,
+            "broker_epoch": -1 if target is None else target.epoch,
             "type": TYPE_FULL if full else TYPE_INCREMENTAL,
             "topic_states": topic_states,
             "live_leaders": [{"broker_id": live[b].id, "host_name": live[b].host,
@@ -195,9 +234,10 @@ class RequestBatch:
             ],
         }
 
-    def _update_metadata_body(self, target: LiveBroker,
+    def _update_metadata_body(self, target: LiveBroker | None,
                               parts: dict[TopicPartition, PartitionDecision | None],
                               live: dict[int, LiveBroker]) -> dict:
+        """The whole UpdateMetadata body for ``target`` (``None``: broker epoch -1)."""
         topic_states = []
         for topic, indexes in self._group(parts).items():
             states = []
@@ -222,7 +262,7 @@ class RequestBatch:
         return {
             "controller_id": self.controller_id,
             "controller_epoch": self.controller_epoch,
-            "broker_epoch": target.epoch,
+            "broker_epoch": -1 if target is None else target.epoch,
             "topic_states": topic_states,
             "live_brokers": [
                 {"id": b.id, "endpoints": [{"port": b.port, "host": b.host,
@@ -231,3 +271,20 @@ class RequestBatch:
                 for b in sorted(live.values(), key=lambda x: x.id)
             ],
         }
+
+
+class _SharedBodies:
+    """Request bodies of one send, built once per distinct partition map: brokers whose maps
+    are equal (the same entries: usually the very same decision objects, so comparing is cheap)
+    share one body."""
+
+    def __init__(self) -> None:
+        self._built: list[tuple[dict, dict]] = []
+
+    def get(self, parts: dict, build: Any) -> dict:
+        for seen, body in self._built:
+            if seen is parts or seen == parts:
+                return body
+        body = build(parts)
+        self._built.append((parts, body))
+        return body

@@ -2,10 +2,21 @@
 ``leader-epoch-checkpoint``.
 
 Each entry says "leader epoch E started at offset O". The file is the checkpoint format of
-:mod:`.checkpoints` with ``epoch start_offset`` lines, rewritten atomically (tmp, rename) on
+:mod:`.checkpoints` with ``epoch start_offset`` lines, rewritten atomically (tmp, rename) after
 every change and fsynced by the log's next flush (:meth:`LeaderEpochFile.sync`), not at once: a
 controller that moves thousands of leaders at once would otherwise cost two fsyncs per partition
 on the reactor thread. What a crash loses of it, recovery rebuilds from the batches' epochs.
+
+A broker writes the file behind the change (:class:`WriteBehind`): the entries change in memory
+on the reactor, and one job on an IO thread rewrites the files of every partition changed in
+that reactor turn (a LeaderAndIsr naming thousands of partitions is one job, not thousands of
+file replacements on the reactor). An entry may therefore exist only in memory for a moment.
+That is safe because the file is never the only record of an epoch that has data: every batch
+carries its leader epoch, :meth:`LeaderEpochFile.sync` (called by the log's flush *before* the
+segments are fsynced) writes a pending change first, so flushed batches never outrun the
+durable file, and recovery after an unclean stop re-reads the batches past the recovery point
+and adds the epoch starts the file lacks (``Log._load``). An epoch that has no batch yet carries
+no data to lose; its leader gets a new epoch when it comes back anyway (seed 003).
 
 The rules are Kafka's ``LeaderEpochFileCache``:
 
@@ -23,7 +34,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from broker_core.log.checkpoints import (
     CheckpointError,
@@ -52,8 +63,17 @@ class LeaderEpochFile:
         self.path = directory / FILE_NAME
         self._log_end_offset = log_end_offset
         self._entries: list[EpochEntry] = []
+        # ``_lock`` guards the flags and the snapshot of the entries, never any file work, so the
+        # reactor thread never waits for a disk there. ``_write_lock`` serializes the writers
+        # (a write-behind job and a flush may run on two IO threads; they share the temp file).
         self._lock = threading.Lock()
-        self._dirty = False
+        self._write_lock = threading.Lock()
+        self._dirty = False  # written since the last fsync
+        self._unsaved = False  # the entries changed since the file was last written
+        self._closed = False
+        #: Called with this file instead of writing it at once when the entries change, on the
+        #: thread that changed them (see :class:`WriteBehind`); None writes at once.
+        self.write_behind: Callable[[LeaderEpochFile], Any] | None = None
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -70,21 +90,60 @@ class LeaderEpochFile:
         self._entries = loaded
 
     def _save(self) -> None:
-        # Not fsynced here: becoming leader of thousands of partitions at once would cost two
-        # fsyncs each on the reactor thread (seconds). The log's flush fsyncs the file first
-        # (see :meth:`sync`), and recovery after a crash rebuilds entries from the batches
-        # themselves, which carry their epochs (seed 003's "rebuild the potentially missing
-        # part").
-        write_atomically(self.path, format_lines(f"{e} {o}" for e, o in self._entries),
-                         sync=False)
         with self._lock:
-            self._dirty = True
+            self._unsaved = True
+        if self.write_behind is None:
+            self.write_pending()
+        else:
+            self.write_behind(self)
+
+    def write_pending(self) -> None:
+        """Write the file if the entries changed since it was last written (not fsynced:
+        becoming leader of thousands of partitions at once would cost two fsyncs each; the log's
+        flush fsyncs it first, see :meth:`sync`, and recovery after a crash rebuilds entries
+        from the batches, which carry their epochs: seed 003's "rebuild the potentially missing
+        part"). BLOCKING; safe on an IO thread while the reactor changes the entries: it writes
+        a snapshot, and a change made meanwhile marks the file unsaved again. A closed file
+        (its log closed or deleted) is not written any more."""
+        with self._write_lock:
+            with self._lock:
+                if not self._unsaved or self._closed:
+                    return
+                self._unsaved = False
+                entries = list(self._entries)
+            try:
+                write_atomically(self.path, format_lines(f"{e} {o}" for e, o in entries),
+                                 sync=False)
+            except OSError:
+                with self._lock:
+                    self._unsaved = True
+                raise
+            with self._lock:
+                self._dirty = True
+
+    @property
+    def unsaved(self) -> bool:
+        """True while a change of the entries has not reached the file yet."""
+        return self._unsaved
+
+    def close(self, *, write: bool) -> None:
+        """Stop writing the file: with ``write`` after writing a pending change (a clean close),
+        without when the log is being deleted (a late write must not recreate its directory's
+        file, or land in a new log of the same partition)."""
+        try:
+            if write:
+                self.write_pending()
+        finally:
+            with self._write_lock, self._lock:
+                self._closed = True
 
     def sync(self) -> None:
-        """Make the file durable if it changed since the last sync. BLOCKING (fsync); safe to
-        call from an IO thread while the reactor thread changes the entries: the lock guards
-        only the flag, never the fsync, so the reactor never waits for the disk here. A change
-        made during the fsync sets the flag again and is synced next time."""
+        """Write a pending change, then make the file durable if it changed since the last sync.
+        BLOCKING (fsync); safe to call from an IO thread while the reactor thread changes the
+        entries: the lock guards only the flags, never the fsync, so the reactor never waits for
+        the disk here. A change made during the fsync sets the flag again and is synced next
+        time."""
+        self.write_pending()
         with self._lock:
             if not self._dirty:
                 return
@@ -169,3 +228,66 @@ class LeaderEpochFile:
         if self._entries:
             self._entries = []
             self._save()
+
+
+class WriteBehind:
+    """Writes changed epoch files in batches on an IO thread (see the module docstring).
+
+    Usage::
+
+        writer = WriteBehind(reactor, lambda fn: deferToThreadPool(reactor, io_pool, fn))
+        log.leader_epochs.write_behind = writer
+
+    Invariant: every file handed to the writer is written by a job that starts after the
+    change, once the current reactor turn is over (``clock.callLater(0, ...)``), so all files
+    changed while handling one event go in one job. One job runs at a time; files changed while
+    it runs go in the next one. ``run_blocking(fn)`` runs ``fn`` on an IO thread and returns a
+    Deferred; a failure is handed to ``on_error`` (the file stays unsaved, so the log's next
+    flush writes it).
+    """
+
+    def __init__(self, clock: Any, run_blocking: Callable[[Callable[[], None]], Any], *,
+                 on_error: Callable[[Any], None] = lambda failure: None) -> None:
+        self.clock = clock
+        self.run_blocking = run_blocking
+        self.on_error = on_error
+        self._pending: dict[int, LeaderEpochFile] = {}
+        self._scheduled: Any = None
+        self._running = False
+
+    def __call__(self, epoch_file: LeaderEpochFile) -> None:
+        self._pending[id(epoch_file)] = epoch_file
+        self._schedule()
+
+    @property
+    def pending(self) -> int:
+        """Files waiting for the next job (for tests and metrics)."""
+        return len(self._pending)
+
+    def _schedule(self) -> None:
+        if self._scheduled is None and not self._running and self._pending:
+            self._scheduled = self.clock.callLater(0, self._start)
+
+    def _start(self) -> None:
+        self._scheduled = None
+        files = list(self._pending.values())
+        self._pending.clear()
+        self._running = True
+
+        def write_all() -> None:
+            error: BaseException | None = None
+            for f in files:
+                try:
+                    f.write_pending()
+                except OSError as e:
+                    error = error or e
+            if error is not None:
+                raise error
+
+        d = self.run_blocking(write_all)
+        d.addErrback(self.on_error)
+        d.addBoth(self._done)
+
+    def _done(self, _: Any) -> None:
+        self._running = False
+        self._schedule()

@@ -668,6 +668,14 @@ class Log:
         self._close(persist=True)
 
     def _close(self, *, persist: bool) -> None:
+        # A clean close writes an epoch change still waiting for its write-behind job; a delete
+        # drops it, so a late job cannot write into the doomed (or a re-created) directory.
+        # A failed write is left to the flush before a clean-shutdown marker (which writes and
+        # fsyncs the file) or to recovery, which rebuilds the entries from the batches.
+        try:
+            self.leader_epochs.close(write=persist)
+        except OSError:
+            pass
         with self._lock:
             self._closed = True
             for seg in self.segments:

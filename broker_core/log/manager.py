@@ -24,10 +24,10 @@ from pathlib import Path
 from broker_core.log.checkpoints import (
     TMP_SUFFIX,
     CheckpointError,
+    OffsetsFile,
     fsync_dir,
     read_offsets,
     write_atomically,
-    write_offsets,
 )
 from broker_core.log.config import LogConfig
 from broker_core.log.log import (
@@ -65,6 +65,12 @@ class LogManager:
         self.time_ms = time_ms
         self._logs: dict[TopicPartition, Log] = {}
         self._checkpoint_lock = threading.Lock()
+        # Rewritten only when what they say changed (idle partitions change nothing).
+        self._checkpoint_files = [
+            (OffsetsFile(self.log_dir / RECOVERY_POINTS), lambda log: log.recovery_point),
+            (OffsetsFile(self.log_dir / HIGH_WATERMARKS), lambda log: log.high_watermark),
+            (OffsetsFile(self.log_dir / LOG_START_OFFSETS), lambda log: log.log_start_offset),
+        ]
         self.clean_shutdown = True
         self.recovery_reports: dict[TopicPartition, RecoveryReport] = {}
         # directory or file name -> why it was skipped (not fatal: the broker logs these)
@@ -148,15 +154,12 @@ class LogManager:
         return list(self._logs.values())
 
     def checkpoint(self) -> None:
-        """Write recovery points, high watermarks and log start offsets, each atomically."""
+        """Write recovery points, high watermarks and log start offsets, each atomically, each
+        only if it changed since this manager last wrote it."""
         with self._checkpoint_lock:
             logs = list(self._logs.items())
-            write_offsets(self.log_dir / RECOVERY_POINTS,
-                          {tp: log.recovery_point for tp, log in logs})
-            write_offsets(self.log_dir / HIGH_WATERMARKS,
-                          {tp: log.high_watermark for tp, log in logs})
-            write_offsets(self.log_dir / LOG_START_OFFSETS,
-                          {tp: log.log_start_offset for tp, log in logs})
+            for file, offset in self._checkpoint_files:
+                file.write({tp: offset(log) for tp, log in logs})
 
     def shutdown(self) -> None:
         """Flush every log, checkpoint, close, and leave the clean-shutdown marker. If a flush

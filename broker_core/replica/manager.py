@@ -8,7 +8,9 @@ purgatories; :class:`~broker_core.replica.partition.Partition` owns leader state
 :class:`~broker_core.log.Log` owns offsets and bytes.
 
 Threading: every method runs on the reactor thread. The only work sent elsewhere is ``Log.flush``
-(fsync) and the checkpoint writes, which run on ``io_pool``; a log has at most one flush in flight.
+(fsync), the checkpoint writes and the leader-epoch file writes (one job for every partition a
+LeaderAndIsr changed, :class:`~broker_core.log.leader_epoch.WriteBehind`), which run on
+``io_pool``; a log has at most one flush in flight.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
 from broker_core.log import Log, LogConfig, LogManager, OffsetOutOfRange, RecordTooLarge
+from broker_core.log.leader_epoch import WriteBehind
 from broker_core.metadata_cache import MetadataCache
 from broker_core.purgatory import Purgatory
 from broker_core.replica.alter_isr import AlterIsrSender, IsrChange
@@ -35,6 +38,37 @@ TopicPartition = tuple[str, int]
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+
+
+class _ApplySummary:
+    """What one LeaderAndIsr changed, for its one log line: per kind of change, how many
+    partitions, the range of leader epochs, and the first few partitions as examples."""
+
+    EXAMPLES = 3
+
+    def __init__(self) -> None:
+        self._kinds: dict[str, list[Any]] = {}
+
+    def add(self, kind: str, tp: TopicPartition, epoch: int | None = None) -> None:
+        entry = self._kinds.setdefault(kind, [0, None, None, []])
+        entry[0] += 1
+        if epoch is not None:
+            entry[1] = epoch if entry[1] is None else min(entry[1], epoch)
+            entry[2] = epoch if entry[2] is None else max(entry[2], epoch)
+        if len(entry[3]) < self.EXAMPLES:
+            entry[3].append(f"{tp[0]}-{tp[1]}")
+
+    def __bool__(self) -> bool:
+        return bool(self._kinds)
+
+    def describe(self) -> str:
+        parts = []
+        for kind, (n, lo, hi, examples) in self._kinds.items():
+            epochs = "" if lo is None else (f" at epoch {lo}" if lo == hi
+                                            else f" at epochs {lo}-{hi}")
+            more = ", ..." if n > len(examples) else ""
+            parts.append(f"{kind} for {n} partitions{epochs} ({', '.join(examples)}{more})")
+        return "; ".join(parts)
 
 
 @dataclass
@@ -106,6 +140,9 @@ class ReplicaManager:
             reactor=reactor, clock=clock, connect=connect)
         self._flushing: set[TopicPartition] = set()
         self._checkpointing = False
+        self.epoch_writes = WriteBehind(
+            clock, lambda fn: threads.deferToThreadPool(reactor, io_pool, fn),
+            on_error=lambda f: self.log.failure("writing leader-epoch files failed", f))
         self._loops: list[task.LoopingCall] = []
         self._intervals = (
             (self._checkpoint, checkpoint_interval_s),
@@ -173,6 +210,7 @@ class ReplicaManager:
         p = self.partitions.get((topic, index))
         if p is None:
             log = self.log_manager.get_or_create(topic, index, self.topic_log_config(topic))
+            log.leader_epochs.write_behind = self.epoch_writes
             p = Partition(topic, index, self.broker_id, log)
             self.partitions[(topic, index)] = p
         return p
@@ -217,6 +255,8 @@ class ReplicaManager:
         touched: list[TopicPartition] = []
         results: dict[TopicPartition, str | None] = {}
         named: set[TopicPartition] = set()
+        # One summary line per command, not a line per partition: a failover names thousands.
+        summary = _ApplySummary()
         for topic, index, state in states:
             tp = (topic, index)
             named.add(tp)
@@ -225,8 +265,7 @@ class ReplicaManager:
                 continue
             existing = self.partitions.get(tp)
             if existing is not None and existing.is_stale(state):
-                self.log.info("ignoring stale LeaderAndIsr for {t}-{p}: epoch {e} < {mine}",
-                              t=topic, p=index, e=state.leader_epoch, mine=existing.leader_epoch)
+                summary.add("ignored as stale", tp)
                 results[tp] = "STALE_CONTROLLER_EPOCH"
                 continue
             try:
@@ -244,14 +283,11 @@ class ReplicaManager:
                 if old_isr is not None and not new_leadership:
                     self._isr_changed(p, old_isr)
                 if new_leadership:
-                    self.log.info("became leader of {t}-{p} at epoch {e} (log end {leo}, "
-                                  "ISR {isr})", t=topic, p=index, e=state.leader_epoch,
-                                  leo=p.log.log_end_offset, isr=list(state.isr))
+                    summary.add("became leader", tp, state.leader_epoch)
             else:
                 changed = p.make_follower(state)
                 if changed:
-                    self.log.info("following broker {l} for {t}-{p} at epoch {e}",
-                                  l=state.leader, t=topic, p=index, e=state.leader_epoch)
+                    summary.add(f"following broker {state.leader}", tp, state.leader_epoch)
                 if changed or self.fetchers.following(tp) != state.leader:
                     self._follow(p, state.leader, leaders)
             touched.append(tp)
@@ -260,8 +296,7 @@ class ReplicaManager:
             # Seed 000 C step 3: the INIT flag carries every partition this broker hosts.
             for tp in list(self.partitions):
                 if tp not in named:
-                    self.log.info("INIT LeaderAndIsr does not name {t}-{p}: deleting it",
-                                  t=tp[0], p=tp[1])
+                    summary.add("deleted (not named by an INIT LeaderAndIsr)", tp)
                     self._stop_partition(tp, delete=True, wake=False)
                     touched.append(tp)
         # Waiting produce and fetch requests see the new states: a follower cannot satisfy them
@@ -270,6 +305,10 @@ class ReplicaManager:
         # thousands of partitions would cost quadratic time during a failover.
         self._wake_many(touched)
         self.fetchers.shutdown_idle()
+        if summary:
+            self.log.info("LeaderAndIsr (controller epoch {c}{full}, {n} partitions): {what}",
+                          c=controller_epoch, full=", INIT" if full else "", n=len(named),
+                          what=summary.describe())
         return results
 
     def _follow(self, p: Partition, leader: int,

@@ -22,6 +22,11 @@ from broker_core.server.describe_configs import describe_configs
 from broker_core.server.protocol import NO_RESPONSE
 from broker_core.wire.apis import SLUICE_API_KEYS_FROM, SUPPORTED, ApiKey
 from broker_core.wire.errors import ErrorCode
+from broker_core.wire.messages import metadata as metadata_messages
+
+#: The type of a Metadata response topic's ``partitions``: pre-encoded per topic and version.
+_METADATA_PARTITIONS = (metadata_messages.RESPONSE.field_map["topics"].type
+                        .element.field_map["partitions"].type)
 
 #: Longest a Metadata request waits for a just-started broker's first UpdateMetadata. It must
 #: outlast the wait for a crashed predecessor's ZooKeeper session to expire before this broker
@@ -178,6 +183,7 @@ class RequestHandler:
             names = [t.name for t in requested if t.name is not None]
         auto = (header.api_version < 4 or body.allow_auto_topic_creation) and \
             self.config.auto_create_topics_enable
+        version = header.api_version
         topics = []
         for name in names:
             parts = self.cache.topics.get(name)
@@ -188,7 +194,13 @@ class RequestHandler:
                 "error_code": 0,
                 "name": name,
                 "is_internal": False,
-                "partitions": [self._partition_metadata(i, st) for i, st in sorted(parts.items())],
+                # Encoded once per topic and version until the topic or the live brokers change:
+                # during a failover clients ask for every partition many times a second.
+                "partitions": self.cache.derived(
+                    name, ("metadata", version),
+                    lambda parts=parts: _METADATA_PARTITIONS.pre_encode(
+                        [self._partition_metadata(i, st) for i, st in sorted(parts.items())],
+                        version, metadata_messages.RESPONSE.is_flexible(version))),
                 "topic_authorized_operations": -2147483648,
             })
         return {

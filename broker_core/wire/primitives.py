@@ -350,6 +350,12 @@ class Writer:
     def fixed(self, st: struct.Struct, values: Iterable) -> None:
         self._buf += st.pack(*values)
 
+    def prefixed(self, prefix: bytes, st: struct.Struct, values: Iterable) -> None:
+        """``prefix`` (a length already encoded) followed by ``values`` packed with ``st``."""
+        buf = self._buf
+        buf += prefix
+        buf += st.pack(*values)
+
     def pack(self, fmt: str, values: Iterable) -> None:
         """Like :meth:`fixed` for a one-off format (``struct`` caches compiled formats)."""
         self._buf += struct.pack(fmt, *values)

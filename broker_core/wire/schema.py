@@ -42,15 +42,20 @@ Rules the DSL keeps
 
 Speed
 -----
-Produce and Fetch go through here thousands of times a second, so each ``(schema, version)`` is
-compiled once into a flat list of steps: runs of fixed-width fields become one ``struct`` call,
-arrays of fixed-width numbers are packed/unpacked in one call, and ``records`` are zero-copy
-``memoryview`` slices (see :mod:`broker_core.wire.primitives`). Messages compile all their
-versions at import.
+Produce and Fetch go through here thousands of times a second, and a failover decodes and encodes
+tens of thousands of partition structs, so each ``(schema, version)`` gets a decode and an encode
+function generated as straight-line Python source (compiled once, when a message version is
+first used): runs of fixed-width fields become one bounds check and one ``struct`` call, every
+other field one call of its type's reader or writer, a decoded struct one dict display; arrays
+of fixed-width numbers are packed/unpacked in one call, and ``records`` are zero-copy
+``memoryview`` slices (see :mod:`broker_core.wire.primitives`). A codec's functions carry their
+source in ``__source__``. A value many messages repeat unchanged can be encoded once
+(:meth:`Array.pre_encode`, :class:`Encoded`).
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid as _uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -339,6 +344,34 @@ RECORDS = _Records()
 UUID = _Uuid()
 
 
+class Encoded:
+    """An array value encoded ahead of time (:meth:`Array.pre_encode`), for a value that many
+    messages repeat unchanged (Metadata's partitions of a topic, between two changes).
+
+    Invariant: ``data`` is exactly what ``array_type``'s writer writes for the value at
+    ``version`` (and ``flexible``). A writer of that array at that version writes ``data`` as it
+    is; any other writer refuses it with :class:`~broker_core.wire.errors.EncodeError`.
+    """
+
+    __slots__ = ("array_type", "version", "flexible", "data")
+
+    def __init__(self, array_type: Array, version: int, flexible: bool, data: bytes) -> None:
+        self.array_type = array_type
+        self.version = version
+        self.flexible = flexible
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"Encoded({self.array_type.name} v{self.version}, {len(self.data)} bytes)"
+
+
+def _write_encoded(w: Writer, v: Encoded, array_type: Array, version: int,
+                   flexible: bool) -> None:
+    if v.array_type is not array_type or v.version != version or v.flexible != flexible:
+        raise EncodeError(f"{v!r} cannot be written as {array_type.name} at version {version}")
+    w.raw(v.data)
+
+
 class Array(Type):
     """An array of a primitive type or of a :class:`Schema` (Kafka's ``[]Type``)."""
 
@@ -355,10 +388,17 @@ class Array(Type):
         return 1 if flexible else 4
 
     def coerce(self, v: Any) -> Any:
-        if v is None:
-            return None
+        if v is None or type(v) is Encoded:
+            return v
         el = self.element
         return [el.coerce(x) for x in v]
+
+    def pre_encode(self, value: Any, version: int, flexible: bool) -> Encoded:
+        """``value`` encoded once, to be written as it is by every later message at
+        ``version`` (see :class:`Encoded`)."""
+        w = Writer()
+        self.writer(version, flexible, False)(w, value)
+        return Encoded(self, version, flexible, w.tobytes())
 
     def reader(self, version: int, flexible: bool, nullable: bool) -> ReadFn:
         el = self.element
@@ -412,6 +452,9 @@ class Array(Type):
                 if v is None:
                     write_null(w)
                     return
+                if type(v) is Encoded:
+                    _write_encoded(w, v, self, version, flexible)
+                    return
                 n = len(v)
                 length(w, n)
                 w.pack(f">{n}{fmt}", v)
@@ -421,6 +464,9 @@ class Array(Type):
         write_el = el.writer(version, flexible, False)
 
         def write_array(w: Writer, v: Any) -> None:
+            if type(v) is Encoded:
+                _write_encoded(w, v, self, version, flexible)
+                return
             if v is None:
                 write_null(w)
                 return
@@ -580,113 +626,300 @@ class Schema(Type):
         return self.codec(version, flexible).encode
 
     def _compile(self, version: int, flexible: bool) -> _Codec:
-        name = self.name
-        cls = self.cls
-        new = object.__new__
-        present = [f for f in self.fields if f.exists(version) and not f.is_tagged(version)]
-        tagged = sorted((f for f in self.fields if flexible and f.exists(version)
-                         and f.is_tagged(version)), key=lambda f: f.tag)
-        absent = [f for f in self.fields if f not in present and f not in tagged]
-        min_size = sum(f.type.min_size(version, flexible) for f in present) + (1 if flexible else 0)
+        return _generate(self, version, flexible)
 
-        # Decode steps: (name, read function, is_group). A run of fixed-width fields is one
-        # struct.unpack; its "name" is the tuple of field names.
-        dec_steps: list[tuple[Any, Callable, bool]] = []
-        enc_steps: list[tuple[str, Callable[[Writer, dict], None]]] = []
-        for run in _runs(present):
-            if run[0].type.fixed is not None:
-                names = tuple(f.name for f in run)
-                st = struct.Struct(">" + "".join(f.type.fixed for f in run))  # type: ignore[misc]
-                dec_steps.append((names, _fixed_reader(st), True))
-                # The run's writer names the failing field itself (a run has no single name).
-                enc_steps.append(("", _fixed_writer(st, run, version)))
+
+# -- generated codecs -----------------------------------------------------------------------------
+#
+# Each (schema, version, flexible) gets one decode and one encode function, written out as Python
+# source and compiled once: runs of fixed-width fields are one bounds check and one
+# ``unpack_from``/``pack``, every other field one call of its type's reader or writer, and a
+# decoded struct is one dict display. Walking a list of steps per value (what Sluice did before,
+# kept in ``tests/support/wire_reference.py``) cost a loop, a tuple unpack and a closure call per
+# field; a failover decodes and encodes tens of thousands of partition structs per second.
+# Whatever the generated code does, the reference did too: same bytes, same structs, same errors
+# at the same field paths (``tests/unit/test_wire_generated.py`` checks every message version).
+
+
+def _fresh_copy(v: Any) -> Any:
+    """A copy of a default value that shares nothing mutable with it (structs and lists are
+    copied all the way down)."""
+    if isinstance(v, Struct):
+        obj = object.__new__(type(v))
+        obj.__dict__ = {k: _fresh_copy(x) for k, x in v.__dict__.items()}
+        return obj
+    if isinstance(v, list):
+        return [_fresh_copy(x) for x in v]
+    return v
+
+
+class _Source:
+    """Python source being generated, with the objects it refers to as named constants."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {}
+
+    def const(self, value: Any, hint: str = "c") -> str:
+        name = f"_{hint}{len(self.names)}"
+        self.names[name] = value
+        return name
+
+    def add(self, indent: int, line: str) -> None:
+        self.lines.append("    " * indent + line)
+
+
+def _default_expr(src: _Source, f: Field, indent: int) -> str:
+    """An expression giving ``f``'s default: the value itself when immutable, else a fresh copy
+    each time (a decoded struct never shares a mutable default with another). A struct of
+    immutable values is copied by statements added to ``src`` here (no call per copy: the
+    tagged structs of a Fetch partition are three copies per partition)."""
+    d = f.default
+    if isinstance(d, list):
+        return "[]" if not d else f"{src.const(_fresh_copy, 'copy')}({src.const(d, 'dflt')})"
+    if isinstance(d, Struct):
+        if any(isinstance(v, Struct | list) for v in d.__dict__.values()):
+            return f"{src.const(_fresh_copy, 'copy')}({src.const(d, 'dflt')})"
+        local = f"c{len(src.names)}"
+        src.add(indent, f"{local} = _new({src.const(type(d), 'cls')})")
+        src.add(indent, f"{local}.__dict__ = {src.const(dict(d.__dict__), 'tmpl')}.copy()")
+        return local
+    if d is None or isinstance(d, bool | int | str | bytes):
+        return repr(d)
+    return src.const(d, "dflt")
+
+
+def _generate(schema: Schema, version: int, flexible: bool) -> _Codec:
+    name = schema.name
+    present = [f for f in schema.fields if f.exists(version) and not f.is_tagged(version)]
+    tagged = sorted((f for f in schema.fields if flexible and f.exists(version)
+                     and f.is_tagged(version)), key=lambda f: f.tag)
+    absent = [f for f in schema.fields if f not in present and f not in tagged]
+    min_size = sum(f.type.min_size(version, flexible) for f in present) + (1 if flexible else 0)
+    namespace = {
+        "MalformedFrame": MalformedFrame, "EncodeError": EncodeError, "Struct": Struct,
+        "struct_error": struct.error, "_new": object.__new__, "_MISSING": MISSING,
+    }
+
+    # -- decode ---------------------------------------------------------------------------------
+    src = _Source()
+    src.add(0, "def decode(r):")
+    src.add(1, f"step = {name!r}")
+    src.add(1, "try:")
+    values: dict[str, str] = {}  # field name -> expression of its decoded value
+    for run in _runs(present):
+        if run[0].type.fixed is not None:
+            st = struct.Struct(">" + "".join(f.type.fixed for f in run))  # type: ignore[misc]
+            locals_ = [f"v{len(values) + i}" for i in range(len(run))]
+            src.add(2, f"step = {','.join(f.name for f in run)!r}")
+            src.add(2, "pos = r.pos")
+            src.add(2, f"if {st.size} > r.end - pos:")
+            src.add(3, f"raise MalformedFrame('fixed-width fields needs {st.size} bytes, only ' "
+                       "f'{r.end - pos} left')")
+            src.add(2, f"r.pos = pos + {st.size}")
+            unpack = f"{src.const(st, 'st')}.unpack_from(r.buf, pos)"
+            if len(run) == 1:
+                src.add(2, f"{locals_[0]} = {unpack}[0]")
             else:
-                f = run[0]
-                nullable = f.nullable_in(version)
-                dec_steps.append((f.name, f.type.reader(version, flexible, nullable), False))
-                enc_steps.append((f.name, _var_writer(f, f.type.writer(version, flexible,
-                                                                         nullable))))
-
-        static_absent = {f.name: f.default for f in absent
-                         if not isinstance(f.default, list | Struct)}
-        factory_absent = [f for f in absent if isinstance(f.default, list | Struct)]
+                src.add(2, f"{', '.join(locals_)} = {unpack}")
+            for f, local in zip(run, locals_, strict=True):
+                values[f.name] = local
+        else:
+            f = run[0]
+            local = f"v{len(values)}"
+            read = src.const(f.type.reader(version, flexible, f.nullable_in(version)), "read")
+            src.add(2, f"step = {f.name!r}")
+            if isinstance(f.type, Array) and f.type.element.fixed is not None:
+                _decode_small_fixed_array(src, f.type.element, flexible, local, read)
+            else:
+                src.add(2, f"{local} = {read}(r)")
+            values[f.name] = local
+    for f in tagged:
+        values[f.name] = _default_expr(src, f, 2)
+    for f in absent:
+        values[f.name] = _default_expr(src, f, 2)
+    display = ", ".join(f"{f.name!r}: {values[f.name]}" for f in schema.fields)
+    src.add(2, f"d = {{{display}}}")
+    if flexible:
         tag_fields = {f.tag: (f.name, f.type.reader(version, True, f.nullable_in(version)))
                       for f in tagged}
-        tag_defaults = list(tagged)
+        src.add(2, "step = '<tagged fields>'")
+        # The usual case: an empty tagged-field section, one zero byte.
+        src.add(2, "pos = r.pos")
+        src.add(2, "if pos < r.end and r.buf[pos] == 0:")
+        src.add(3, "r.pos = pos + 1")
+        src.add(2, "else:")
+        src.add(3, f"unknown = {src.const(_read_tagged, 'tags')}(r, "
+                   f"{src.const(tag_fields, 'tagf')}, d)")
+        src.add(3, "if unknown:")
+        src.add(4, "d['_unknown_tags'] = unknown")
+    src.add(1, "except MalformedFrame as e:")
+    src.add(2, "raise e.at(step) from None")
+    src.add(1, f"obj = _new({src.const(schema.cls, 'cls')})")
+    src.add(1, "obj.__dict__ = d")
+    src.add(1, "return obj")
+    decode = _exec(src, namespace, "decode", f"{name} v{version} decode")
 
-        def decode(r: Reader) -> Struct:
-            d: dict[str, Any] = {}
-            step: Any = name
-            try:
-                for step, read, group in dec_steps:
-                    if group:
-                        d.update(zip(step, read(r), strict=False))
-                    else:
-                        d[step] = read(r)
-                if flexible:
-                    step = "<tagged fields>"
-                    for f in tag_defaults:
-                        d[f.name] = f.fresh_default()
-                    unknown = _read_tagged(r, tag_fields, d)
-                    if unknown:
-                        d["_unknown_tags"] = unknown
-            except MalformedFrame as e:
-                raise e.at(step if isinstance(step, str) else ",".join(step)) from None
-            if static_absent:
-                d.update(static_absent)
-            for f in factory_absent:
-                d[f.name] = f.fresh_default()
-            obj = new(cls)
-            obj.__dict__ = d
-            return obj
+    # -- encode ---------------------------------------------------------------------------------
+    src = _Source()
+    present_names = frozenset(f.name for f in present) | {f.name for f in tagged}
+    field_map = schema.field_map
 
-        present_names = frozenset(f.name for f in present) | {f.name for f in tagged}
-        tag_writers = [(f, f.type.writer(version, True, f.nullable_in(version))) for f in tagged]
+    def check_absent(f: Field, v: Any) -> None:
+        if f.ignorable or v is f.default or f.holds_default(v):
+            return
+        raise EncodeError(f"{_short_repr(v)} cannot be sent at version {version}, which "
+                          f"has no such field (and Kafka does not mark it ignorable)",
+                          (f.name,))
 
-        field_map = self.field_map
+    def check_dict_keys(d: dict) -> None:
+        for k, v in d.items():
+            if k in present_names or k == "_unknown_tags":
+                continue
+            f = field_map.get(k)
+            if f is None:
+                raise EncodeError(f"{name} has no field {k!r}")
+            check_absent(f, v)
 
-        def check_absent(f: Field, v: Any) -> None:
-            if f.ignorable or v is f.default or f.holds_default(v):
-                return
-            raise EncodeError(f"{_short_repr(v)} cannot be sent at version {version}, which "
-                              f"has no such field (and Kafka does not mark it ignorable)",
-                              (f.name,))
-
-        def check_dict_keys(d: dict) -> None:
-            for k, v in d.items():
-                if k in present_names or k == "_unknown_tags":
-                    continue
-                f = field_map.get(k)
-                if f is None:
-                    raise EncodeError(f"{name} has no field {k!r}")
-                check_absent(f, v)
-
-        def encode(w: Writer, obj: Any) -> None:
-            if type(obj) is dict:
-                d = obj
-                if not present_names.issuperset(d):
-                    check_dict_keys(d)
-            elif isinstance(obj, Struct):
-                if obj._schema is not self:
-                    raise EncodeError(f"expected {name}, got {type(obj).__name__}")
-                d = obj.__dict__
-                for f in absent:
-                    check_absent(f, d[f.name])
+    src.add(0, "def encode(w, obj):")
+    src.add(1, "if type(obj) is dict:")
+    src.add(2, "d = obj")
+    src.add(2, f"if not {src.const(present_names, 'names')}.issuperset(d):")
+    src.add(3, f"{src.const(check_dict_keys, 'keys')}(d)")
+    src.add(1, "elif isinstance(obj, Struct):")
+    src.add(2, f"if obj._schema is not {src.const(schema, 'schema')}:")
+    src.add(3, f"raise EncodeError(f'expected {name}, got {{type(obj).__name__}}')")
+    src.add(2, "d = obj.__dict__")
+    if absent:
+        check = src.const(check_absent, "absent")
+        for f in absent:
+            src.add(2, f"{check}({src.const(f, 'f')}, d[{f.name!r}])")
+    src.add(1, "else:")
+    src.add(2, f"raise EncodeError(f'expected a dict or {name}, got {{type(obj).__name__}}')")
+    src.add(1, f"step = {name!r}")
+    src.add(1, "try:")
+    src.add(2, "get = d.get")
+    if not present and not flexible:
+        src.add(2, "pass")
+    for run in _runs(present):
+        if run[0].type.fixed is not None:
+            st = struct.Struct(">" + "".join(f.type.fixed for f in run))  # type: ignore[misc]
+            args = ", ".join(f"get({f.name!r}, {_enc_default_expr(src, f)})" for f in run)
+            # A run has no single name: on a bad value the run's blame function names the field.
+            src.add(2, "step = ''")
+            src.add(2, "try:")
+            src.add(3, f"w.fixed({src.const(st, 'st')}, ({args},))")
+            src.add(2, "except struct_error:")
+            src.add(3, f"{src.const(_fixed_blame(run), 'blame')}(d)")
+            src.add(3, "raise")
+        else:
+            f = run[0]
+            write = src.const(f.type.writer(version, flexible, f.nullable_in(version)), "write")
+            src.add(2, f"step = {f.name!r}")
+            if isinstance(f.type, Array) and f.type.element.fixed is not None:
+                _encode_small_fixed_array(src, f, flexible, write)
             else:
-                raise EncodeError(f"expected a dict or {name}, got {type(obj).__name__}")
-            step = name
-            try:
-                for step, write in enc_steps:  # noqa: B007 (step names the field on error)
-                    write(w, d)
-                if flexible:
-                    step = "<tagged fields>"
-                    _write_tagged(w, tag_writers, d)
-            except EncodeError as e:
-                raise (e.at(step) if step else e) from None
-            except (struct.error, TypeError, ValueError, OverflowError, AttributeError) as e:
-                raise EncodeError(f"bad value: {e}", (step,) if step else ()) from None
+                src.add(2, f"{write}(w, get({f.name!r}, {_enc_default_expr(src, f)}))")
+    if flexible:
+        tag_writers = [(f, f.type.writer(version, True, f.nullable_in(version))) for f in tagged]
+        src.add(2, "step = '<tagged fields>'")
+        # Nothing tagged to send (the usual case) is one zero byte; anything else goes through
+        # the general writer, which drops values equal to their defaults.
+        cond = ["'_unknown_tags' in d"]
+        for f in tagged:
+            td = src.const(functools.partial(_tag_default, f), "tagdflt")
+            cond.append(f"((t := get({f.name!r}, _MISSING)) is not _MISSING and not {td}(t))")
+        src.add(2, f"if {' or '.join(cond)}:")
+        src.add(3, f"{src.const(_write_tagged, 'wtags')}(w, {src.const(tag_writers, 'tagw')}, d)")
+        src.add(2, "else:")
+        src.add(3, "w.uvarint(0)")
+    src.add(1, "except EncodeError as e:")
+    src.add(2, "raise (e.at(step) if step else e) from None")
+    src.add(1, "except (struct_error, TypeError, ValueError, OverflowError, AttributeError) as e:")
+    src.add(2, "raise EncodeError(f'bad value: {e}', (step,) if step else ()) from None")
+    encode = _exec(src, namespace, "encode", f"{name} v{version} encode")
+    return _Codec(decode, encode, min_size)
 
-        return _Codec(decode, encode, min_size)
+
+#: Arrays of fixed-width numbers shorter than this (replica lists, ISRs: a few broker ids) are
+#: read and written inline with a prebuilt ``struct.Struct`` per length; longer or unusual ones
+#: (null, a multi-byte length, too few bytes left) go through the type's reader or writer,
+#: which also raises the errors. Same bytes and errors either way, without the length-read call
+#: chain and a format string per array: a failover's LeaderAndIsr and UpdateMetadata carry
+#: three or four such arrays per partition.
+SMALL_ARRAY = 32
+
+
+def _small_array_structs(fmt: str) -> tuple[struct.Struct, ...]:
+    return tuple(struct.Struct(f">{n}{fmt}") for n in range(SMALL_ARRAY))
+
+
+def _decode_small_fixed_array(src: _Source, element: Type, flexible: bool, local: str,
+                              read: str) -> None:
+    sts = src.const(_small_array_structs(element.fixed), "sts")  # type: ignore[arg-type]
+    size = struct.calcsize(">" + element.fixed)  # type: ignore[operator]
+    src.add(2, "pos = r.pos")
+    src.add(2, "buf = r.buf")
+    if flexible:  # a one-byte uvarint length n + 1
+        src.add(2, f"n = buf[pos] - 1 if pos < r.end else {SMALL_ARRAY}")
+        src.add(2, "start = pos + 1")
+    else:  # an int32 length
+        src.add(2, f"n = {src.const(_I32_ST, 'i32')}.unpack_from(buf, pos)[0] "
+                   f"if pos + 4 <= r.end else {SMALL_ARRAY}")
+        src.add(2, "start = pos + 4")
+    src.add(2, f"if 0 <= n < {SMALL_ARRAY} and start + n * {size} <= r.end:")
+    src.add(3, f"{local} = list({sts}[n].unpack_from(buf, start))")
+    src.add(3, f"r.pos = start + n * {size}")
+    src.add(2, "else:")
+    src.add(3, f"{local} = {read}(r)")
+
+
+def _encode_small_fixed_array(src: _Source, f: Field, flexible: bool, write: str) -> None:
+    sts = src.const(_small_array_structs(f.type.element.fixed), "sts")  # type: ignore[attr-defined]
+    if flexible:
+        prefixes = tuple(bytes([n + 1]) for n in range(SMALL_ARRAY))
+    else:
+        prefixes = tuple(_I32_ST.pack(n) for n in range(SMALL_ARRAY))
+    src.add(2, f"v = get({f.name!r}, {_enc_default_expr(src, f)})")
+    src.add(2, f"if (type(v) is list or type(v) is tuple) and len(v) < {SMALL_ARRAY}:")
+    src.add(3, f"w.prefixed({src.const(prefixes, 'pre')}[len(v)], {sts}[len(v)], v)")
+    src.add(2, "else:")
+    src.add(3, f"{write}(w, v)")
+
+
+_I32_ST = struct.Struct(">i")
+
+
+def _enc_default_expr(src: _Source, f: Field) -> str:
+    d = f._enc_default  # immutable stand-ins: encoding never mutates a missing value
+    if d is None or isinstance(d, bool | int | str | bytes):
+        return repr(d)
+    return src.const(d, "edflt")
+
+
+def _exec(src: _Source, namespace: dict[str, Any], fn: str, label: str) -> Callable:
+    code = "\n".join(src.lines) + "\n"
+    scope = {**namespace, **src.names}
+    exec(compile(code, f"<sluice wire: {label}>", "exec"), scope)  # noqa: S102 (our own source)
+    f = scope[fn]
+    f.__source__ = code  # for debugging: print(codec.decode.__source__)
+    return f
+
+
+def _fixed_blame(run: list[Field]) -> Callable[[dict], None]:
+    """For a run of fixed-width fields whose pack failed: raise an EncodeError naming the
+    first field whose value does not fit, or return (the caller re-raises the pack error)."""
+
+    def blame(d: dict) -> None:
+        for f in run:
+            v = d.get(f.name, f.default)
+            try:
+                struct.pack(">" + f.type.fixed, v)  # type: ignore[operator]
+            except struct.error as e:
+                raise EncodeError(f"{_short_repr(v)} is not a valid {f.type.name} ({e})",
+                                  (f.name,)) from None
+
+    return blame
 
 
 def _runs(fields: list[Field]) -> Iterable[list[Field]]:
@@ -702,37 +935,6 @@ def _runs(fields: list[Field]) -> Iterable[list[Field]]:
         yield [f]
     if run:
         yield run
-
-
-def _fixed_reader(st: struct.Struct) -> Callable[[Reader], tuple]:
-    return lambda r: r.fixed(st)
-
-
-def _fixed_writer(st: struct.Struct, run: list[Field], version: int
-                  ) -> Callable[[Writer, dict], None]:
-    pairs = tuple((f.name, f.default) for f in run)
-
-    def write(w: Writer, d: dict) -> None:
-        try:
-            w.fixed(st, [d.get(n, dv) for n, dv in pairs])
-        except struct.error:
-            # Name the culprit rather than the whole run.
-            for f in run:
-                v = d.get(f.name, f.default)
-                try:
-                    struct.pack(">" + f.type.fixed, v)  # type: ignore[operator]
-                except struct.error as e:
-                    raise EncodeError(f"{_short_repr(v)} is not a valid {f.type.name} ({e})",
-                                      (f.name,)) from None
-            raise
-
-    return write
-
-
-def _var_writer(f: Field, write_value: WriteFn) -> Callable[[Writer, dict], None]:
-    name = f.name
-    dflt = f._enc_default
-    return lambda w, d: write_value(w, d.get(name, dflt))
 
 
 def _read_tagged(r: Reader, tag_fields: dict[int, tuple[str, ReadFn]],
@@ -805,8 +1007,9 @@ class Message(Schema):
                                      else self.flexible_versions[0])
         for f in self.fields:
             _check_tags(name, f, self.flexible_versions)
-        self._by_version: dict[int, _Codec] = {
-            v: self.codec(v, self.is_flexible(v)) for v in self.versions()}
+        # Compiled on first use: generating every version of every message at import would
+        # cost a client that speaks a few versions a fifth of a second of start-up.
+        self._by_version = _VersionCodecs(self)
 
     def versions(self) -> range:
         return range(self.min_version, self.max_version + 1)
@@ -816,9 +1019,10 @@ class Message(Schema):
 
     def decode(self, reader: Reader, version: int) -> Struct:
         """Decode one body at ``version`` from ``reader`` (which is left after the body)."""
-        c = self._by_version.get(version)
-        if c is None:
-            raise ProtocolError(f"{self.name} has no version {version}")
+        try:
+            c = self._by_version[version]
+        except KeyError:
+            raise ProtocolError(f"{self.name} has no version {version}") from None
         try:
             return c.decode(reader)
         except MalformedFrame as e:
@@ -830,10 +1034,11 @@ class Message(Schema):
 
     def encode(self, obj: Any, version: int, writer: Writer) -> None:
         """Append ``obj`` (a dict or a struct of this message) encoded at ``version``."""
-        c = self._by_version.get(version)
-        if c is None:
+        try:
+            c = self._by_version[version]
+        except KeyError:
             raise EncodeError(f"{self.name} has no version {version} "
-                              f"(v{self.min_version}-v{self.max_version})")
+                              f"(v{self.min_version}-v{self.max_version})") from None
         try:
             c.encode(writer, obj)
         except EncodeError as e:
@@ -852,6 +1057,22 @@ class Message(Schema):
         if r.remaining():
             raise MalformedFrame(f"{r.remaining()} bytes left after {self.name} v{version}")
         return body
+
+
+class _VersionCodecs(dict):
+    """A message's codec per version, compiled when a version is first used; a version outside
+    the message's range is a ``KeyError``."""
+
+    def __init__(self, message: Message) -> None:
+        super().__init__()
+        self.message = message
+
+    def __missing__(self, version: int) -> _Codec:
+        m = self.message
+        if not isinstance(version, int) or not m.min_version <= version <= m.max_version:
+            raise KeyError(version)
+        c = self[version] = m.codec(version, m.is_flexible(version))
+        return c
 
 
 def _check_tags(where: str, f: Field, flexible: tuple[int, int | None] | None) -> None:

@@ -366,9 +366,14 @@ class LeaderAndIsr:
     leader_broker_epoch: int = -1
 
     def to_bytes(self) -> bytes:
-        return _dump({"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
-                      "isr": list(self.isr), "controller_epoch": self.controller_epoch,
-                      "leader_broker_epoch": self.leader_broker_epoch})
+        # Exactly what ``_dump`` makes of the value (sorted keys, no spaces), formatted
+        # directly: a failover writes thousands of these, and json.dumps was a sixth of the
+        # controller's time. Every field is an int, so there is nothing to escape.
+        return (f'{{"controller_epoch":{int(self.controller_epoch)},'
+                f'"isr":[{",".join(str(int(b)) for b in self.isr)}],'
+                f'"leader":{int(self.leader)},'
+                f'"leader_broker_epoch":{int(self.leader_broker_epoch)},'
+                f'"leader_epoch":{int(self.leader_epoch)},"version":1}}').encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> LeaderAndIsr:

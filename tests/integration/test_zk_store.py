@@ -282,3 +282,39 @@ async def test_get_many_reads_in_order_with_absent_nodes_as_none(store):
     assert [g if g is None else g[0] for g in got] == [b"1", None, b"3"]
     assert got[0][1].version == 0
     assert await store.get_many([]) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_get_many_reads_in_multi_read_batches(store, monkeypatch):
+    """More paths than one multiRead holds: every batch answers, in order, with the same
+    values and stats as single reads, and no read goes one by one."""
+    from broker_core.zk import store as store_module
+
+    monkeypatch.setattr(store_module, "MULTI_READ_BATCH", 7)
+    await store.ensure_path("/mr")
+    ops = [Create(f"/mr/{i}", str(i).encode()) for i in range(40) if i % 5]
+    await store.multi(ops)
+    await store.set("/mr/1", b"again")
+    monkeypatch.setattr(store, "_get_each", lambda paths: pytest.fail("fell back"))
+    names = [f"/mr/{i}" for i in range(40)]
+    got = await store.get_many(names)
+    singles = []
+    for n in names:
+        try:
+            singles.append(await store.get(n))
+        except NoNode:
+            singles.append(None)
+    assert got == singles
+    assert got[0] is None and got[1][0] == b"again" and got[1][1].version == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_get_many_falls_back_to_single_reads_without_multi_read(store, monkeypatch):
+    from kazoo.exceptions import UnimplementedError
+    from twisted.internet import defer
+
+    await store.create("/fb/a", b"1", makepath=True)
+    monkeypatch.setattr(store, "_get_batched",
+                        lambda paths: defer.fail(UnimplementedError()))
+    got = await store.get_many(["/fb/a", "/fb/b"])
+    assert got[0][0] == b"1" and got[1] is None

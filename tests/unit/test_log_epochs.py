@@ -122,3 +122,119 @@ def test_epoch_file_changes_are_fsynced_by_the_next_flush_not_at_once(tmp_path, 
     log.flush()
     assert synced == ["leader-epoch-checkpoint"]  # unchanged since: nothing to sync
     log.close()
+
+
+# -- write-behind (a LeaderAndIsr's epoch files written in one IO job) ---------------------------
+
+
+def make_write_behind():
+    """(clock, jobs, writer): ``jobs`` holds the blocking functions handed to the IO pool; a
+    test runs them (as the pool would) and fires their Deferreds."""
+    from twisted.internet import defer, task
+
+    from broker_core.log.leader_epoch import WriteBehind
+
+    clock = task.Clock()
+    jobs: list[tuple] = []
+    errors: list = []
+
+    def run_blocking(fn):
+        d = defer.Deferred()
+        jobs.append((fn, d))
+        return d
+
+    return clock, jobs, errors, WriteBehind(clock, run_blocking, on_error=errors.append)
+
+
+def run_job(job) -> None:
+    fn, d = job
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 (handed to the Deferred, as the pool would)
+        d.errback(e)
+    else:
+        d.callback(None)
+
+
+def test_write_behind_writes_every_file_changed_in_one_turn_in_one_job(tmp_path):
+    clock, jobs, _, writer = make_write_behind()
+    files = []
+    for i in range(3):
+        (tmp_path / str(i)).mkdir()
+        f = LeaderEpochFile(tmp_path / str(i), Leo(10))
+        f.write_behind = writer
+        files.append(f)
+    for i, f in enumerate(files):
+        assert f.assign(5, i)
+    # Nothing is written on the thread that changed the entries.
+    assert not any(f.path.exists() for f in files) and all(f.unsaved for f in files)
+    assert jobs == []
+    clock.advance(0)
+    assert len(jobs) == 1
+    run_job(jobs[0])
+    assert [f.path.read_text() for f in files] == [f"0\n1\n5 {i}\n" for i in range(3)]
+    assert not any(f.unsaved for f in files)
+    clock.advance(0)
+    assert len(jobs) == 1  # nothing left to write
+
+
+def test_write_behind_runs_one_job_at_a_time_and_picks_up_later_changes(tmp_path):
+    clock, jobs, _, writer = make_write_behind()
+    f = LeaderEpochFile(tmp_path, Leo(100))
+    f.write_behind = writer
+    f.assign(1, 0)
+    clock.advance(0)
+    assert len(jobs) == 1
+    f.assign(2, 50)  # changed while the first job is queued: waits for it
+    clock.advance(0)
+    assert len(jobs) == 1
+    run_job(jobs[0])  # writes the entries as they are now (a snapshot at write time)
+    assert f.path.read_text() == "0\n2\n1 0\n2 50\n"
+    clock.advance(0)
+    assert len(jobs) == 2  # the second change was queued again; writing it is harmless
+    run_job(jobs[1])
+    assert LeaderEpochFile(tmp_path, Leo()).entries == [(1, 0), (2, 50)]
+
+
+def test_write_behind_failure_leaves_the_file_unsaved_for_the_next_flush(tmp_path):
+    clock, jobs, errors, writer = make_write_behind()
+    d = tmp_path / "p"
+    d.mkdir()
+    f = LeaderEpochFile(d, Leo(10))
+    f.write_behind = writer
+    f.assign(3, 0)
+    clock.advance(0)
+    d.rename(tmp_path / "moved")  # the directory is gone: the write fails
+    run_job(jobs[0])
+    assert len(errors) == 1 and f.unsaved
+    (tmp_path / "moved").rename(d)
+    f.sync()  # what the log's flush calls before fsyncing segments
+    assert not f.unsaved and f.path.read_text() == "0\n1\n3 0\n"
+
+
+def test_flush_writes_a_pending_epoch_change_before_the_segments(tmp_path):
+    clock, jobs, _, writer = make_write_behind()
+    log = Log.open(tmp_path / "t-0", LogConfig(), time_ms=lambda: 0)
+    log.leader_epochs.write_behind = writer
+    log.append_as_leader(batch(3), 4)
+    assert log.leader_epochs.unsaved
+    log.flush()
+    assert LeaderEpochFile(tmp_path / "t-0", Leo()).entries == [(4, 0)]
+    assert log.recovery_point == 3
+
+
+def test_clean_close_writes_a_pending_change_and_delete_drops_it(tmp_path):
+    clock, jobs, _, writer = make_write_behind()
+    kept = Log.open(tmp_path / "t-0", LogConfig(), time_ms=lambda: 0)
+    kept.leader_epochs.write_behind = writer
+    kept.append_as_leader(batch(), 2)
+    kept.close()
+    assert LeaderEpochFile(tmp_path / "t-0", Leo()).entries == [(2, 0)]
+
+    doomed = Log.open(tmp_path / "t-1", LogConfig(), time_ms=lambda: 0)
+    doomed.leader_epochs.write_behind = writer
+    doomed.append_as_leader(batch(), 2)
+    clock.advance(0)
+    doomed.delete()
+    run_job(jobs[-1])  # the job queued before the delete must not recreate the directory
+    assert not (tmp_path / "t-1").exists()

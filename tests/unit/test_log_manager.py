@@ -197,3 +197,31 @@ def test_config_constructor_checks_ranges():
         LogConfig(segment_bytes=0)
     with pytest.raises(ValueError, match="flush.ms"):
         LogConfig(flush_ms=-1)
+
+
+def test_checkpoints_are_rewritten_only_when_they_changed(tmp_path, monkeypatch):
+    manager = LogManager(tmp_path, LogConfig(), time_ms=ManualTime())
+    a = manager.get_or_create("t", 0)
+    manager.get_or_create("t", 1)
+    written: list[str] = []
+    real = checkpoints_module.write_atomically
+    monkeypatch.setattr(checkpoints_module, "write_atomically",
+                        lambda path, text, **kw: (written.append(path.name),
+                                                  real(path, text, **kw))[1])
+    manager.checkpoint()
+    assert sorted(written) == ["log-start-offset-checkpoint", "recovery-point-offset-checkpoint",
+                               "replication-offset-checkpoint"]
+    written.clear()
+    manager.checkpoint()
+    assert written == []  # nothing changed: nothing written
+    a.append_as_leader(batch(2), 1)
+    a.high_watermark = 2
+    manager.checkpoint()
+    assert written == ["replication-offset-checkpoint"]
+    assert read_offsets(tmp_path / "replication-offset-checkpoint") == {("t", 0): 2, ("t", 1): 0}
+    written.clear()
+    manager.delete("t", 1)
+    manager.checkpoint()
+    assert sorted(written) == ["log-start-offset-checkpoint", "recovery-point-offset-checkpoint",
+                               "replication-offset-checkpoint"]
+    manager.shutdown()

@@ -273,3 +273,25 @@ def test_any_prefix_recovers_to_the_last_complete_batch(template, tmp_path_facto
             log.close()
     finally:
         shutil.rmtree(work)
+
+
+def test_unclean_start_adds_epoch_entries_the_file_lacks_from_the_batches(tmp_path):
+    """docs/storage.md: an epoch entry written behind (in memory only when the broker died)
+    is not lost if it has data: its batches carry the epoch, and recovery re-reads the batches
+    past the recovery point and adds the entry."""
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time, batches=20)  # epoch 1 only
+    log.flush()
+    rp = log.log_end_offset
+    written_behind: list = []
+    log.leader_epochs.write_behind = written_behind.append  # never written: the crash wins
+    for i in range(10):
+        log.append_as_leader(batch(2, 100 + i), 7)
+    before = log.leader_epochs.entries
+    assert before == [(1, 0), (7, rp)] and written_behind
+    crash(log)
+    assert (tmp_path / "t-0" / EPOCH_FILE).read_text() == "0\n1\n1 0\n"  # the file lacks it
+    recovered = Log.open(tmp_path / "t-0", CONFIG, time_ms=time, recovery_point=rp,
+                         clean_shutdown=False)
+    assert recovered.leader_epochs.entries == before
+    assert recovered.recovery_report.epoch_entries_added == 1

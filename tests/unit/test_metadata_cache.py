@@ -28,3 +28,28 @@ def test_leader_during_delete_removes_partition_and_empty_topic():
     assert cache.has_topic("a") and cache.partition("a", 0) is None
     cache.apply(1, 1, [], [("a", 1, state(-2))])
     assert not cache.has_topic("a")
+
+
+def test_derived_values_are_kept_until_their_topic_or_the_live_brokers_change():
+    cache = MetadataCache()
+    b1, b2 = BrokerEndpoint(1, "h", 9092), BrokerEndpoint(2, "h", 9093)
+    cache.apply(1, 1, [b1, b2], [("a", 0, state(1)), ("b", 0, state(2))])
+    built: list[str] = []
+
+    def get(topic: str, key="k"):
+        return cache.derived(topic, key, lambda: built.append(topic) or f"{topic}{len(built)}")
+
+    assert get("a") == "a1" and get("a") == "a1" and get("b") == "b2"
+    assert get("a", key="other") == "a3"  # keys are separate
+    # A change of topic a drops a's values only.
+    cache.apply(1, 1, [b1, b2], [("a", 0, state(2, epoch=1))])
+    assert get("a") == "a4" and get("b") == "b2"
+    # The same brokers again (every UpdateMetadata names them all) keep everything.
+    cache.apply(1, 1, [b2, BrokerEndpoint(1, "h2", 9099)], [])
+    assert get("a") == "a4" and get("b") == "b2"
+    # A broker leaving changes who is shown as leader and offline: everything is rebuilt.
+    cache.apply(1, 1, [b2], [])
+    assert get("a") == "a5" and get("b") == "b6"
+    # Deleting a topic drops its values too.
+    cache.apply(1, 1, [b2], [("a", 0, state(-2))])
+    assert get("a") == "a7"

@@ -1,0 +1,196 @@
+"""The controller on a broker failure and on its own election: new leaders are written and sent
+before the ISR shrinks and the full state (and the rest waits for the brokers' answers at most
+LEADERS_FIRST_WAIT_S); fenced multis are pipelined and still resign the controller when the epoch
+check fails. Time is a task.Clock; the store is the in-memory one of the coordinator tests."""
+
+from __future__ import annotations
+
+from twisted.internet import defer, task
+
+from broker_core.controller import controller as controller_module
+from broker_core.controller.controller import (
+    FENCED_PIPELINE,
+    LEADERS_FIRST_WAIT_S,
+    MULTI_BATCH,
+    Controller,
+    NotController,
+)
+from broker_core.metadata import Create, SetData
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.messages import leader_and_isr
+from broker_core.zk import paths
+from tests.unit.test_coordinator_service import MemoryStore
+
+
+class HeldChannel:
+    """A channel to one broker whose answers the test gives (test-only: ``sent``, ``answer``)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, dict, defer.Deferred]] = []
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def send(self, api_key: int, version: int, body: dict) -> defer.Deferred:
+        d: defer.Deferred = defer.Deferred()
+        self.sent.append((api_key, body, d))
+        return d
+
+    def answer(self) -> None:
+        for _, _, d in self.sent:
+            if not d.called:
+                d.callback(None)
+
+    def leader_and_isr(self) -> list[set[tuple[str, int]]]:
+        """The partitions named by each LeaderAndIsr sent so far."""
+        out = []
+        for key, body, _ in self.sent:
+            if key == ApiKey.LEADER_AND_ISR:
+                msg = leader_and_isr.REQUEST
+                decoded = msg.from_bytes(msg.to_bytes(body, 5), 5)
+                out.append({(t.topic_name, s.partition_index)
+                            for t in decoded.topic_states for s in t.partition_states})
+        return out
+
+
+def make(partitions: int = 9):
+    """(store, clock, channels, controller): brokers 1-3 live, topic ``t`` with ``partitions``
+    partitions on all three, partition p led by broker 1 + p % 3, every ISR full; the
+    controller (broker 1, epoch 5) has loaded it all."""
+    store = MemoryStore()
+    store.ensure_path(paths.BROKER_IDS)
+    store.ensure_path(paths.TOPICS)
+    for b in (1, 2, 3):
+        store.create(paths.broker(b), paths.BrokerRegistration(b, "h", 9000 + b).to_bytes())
+    store.create(paths.CONTROLLER_EPOCH, b"5")
+    replicas = {p: [1 + (p + i) % 3 for i in range(3)] for p in range(partitions)}
+    store.create(paths.topic("t"), paths.TopicAssignment(replicas).to_bytes())
+    for p, rs in replicas.items():
+        store.create(paths.partition("t", p))
+        store.create(paths.leader_and_isr("t", p),
+                     paths.LeaderAndIsr(rs[0], 1, rs, 5).to_bytes())
+    clock = task.Clock()
+    channels: dict[int, HeldChannel] = {}
+
+    def channel(b):
+        channels[b.id] = HeldChannel()
+        return channels[b.id]
+
+    ctl = Controller(1, store, reactor=clock, channel_factory=channel)
+    ctl.active, ctl.epoch, ctl.epoch_zk_version = True, 5, 0
+    defer.Deferred.fromCoroutine(ctl._load_context())
+    return store, clock, channels, ctl
+
+
+def test_new_leaders_go_out_before_the_isr_shrinks():
+    store, clock, channels, ctl = make()
+    led_by_3 = {("t", p) for p in range(9) if 1 + p % 3 == 3}
+    store.delete(paths.broker(3))
+    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+
+    # The leaderships moved and were sent; the shrinks wait for the answers (or the timer).
+    for b in (1, 2):
+        assert channels[b].leader_and_isr() == [led_by_3]
+    assert all(3 not in ctl.states[tp].isr and ctl.states[tp].leader != 3 for tp in led_by_3)
+    assert 3 in ctl.states[("t", 0)].isr  # led by 1: its ISR not shrunk yet
+    assert not done.called
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    assert done.called
+    assert all(3 not in d.isr for d in ctl.states.values())
+    for b in (1, 2):
+        assert channels[b].leader_and_isr()[1] == {("t", p) for p in range(9)} - led_by_3
+
+
+def test_answers_from_the_brokers_end_the_wait_early():
+    store, clock, channels, ctl = make()
+    store.delete(paths.broker(3))
+    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    assert not done.called
+    for b in (1, 2):
+        channels[b].answer()
+    assert done.called and not clock.getDelayedCalls()
+
+
+def test_a_restarted_broker_gets_its_leaderships_only_with_its_full_state():
+    store, clock, channels, ctl = make()
+    # Broker 2 came back with a new registration (a new czxid) while 3 died.
+    store.delete(paths.broker(3))
+    ctl.live[2] = controller_module.LiveBroker(2, "h", 9002, None, -7)
+    old = channels[2]
+    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    assert old.sent == []  # the old channel to the old incarnation got nothing
+    assert channels[2] is not old and channels[2].sent == []
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    assert done.called
+    lai = [body for key, body, _ in channels[2].sent if key == ApiKey.LEADER_AND_ISR]
+    assert len(lai) == 1 and lai[0]["type"] == 1  # one full (INIT) LeaderAndIsr
+
+
+def test_controller_failover_elects_for_dead_leaders_before_sending_the_full_state():
+    store, clock, channels, ctl = make()
+    store.delete(paths.broker(3))
+    ctl.active = False
+    store.nodes[paths.CONTROLLER_EPOCH] = (b"5", 0)
+
+    async def elected() -> None:
+        ctl.active = True
+        await ctl._on_controller_failover()
+
+    ctl._register_watches = lambda: None  # the memory store's watches would re-enter
+    done = defer.Deferred.fromCoroutine(elected())
+    led_by_3 = {("t", p) for p in range(9) if 1 + p % 3 == 3}
+    for b in (1, 2):
+        first = channels[b].leader_and_isr()
+        assert first == [led_by_3]
+        assert channels[b].sent[0][1]["type"] == 0  # incremental, before the INIT
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    for b in (1, 2):
+        assert [body["type"] for key, body, _ in channels[b].sent
+                if key == ApiKey.LEADER_AND_ISR][1] == 1
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    assert done.called
+
+
+class HeldMultiStore(MemoryStore):
+    """Multis are applied when the test releases them (test-only: ``held``, ``release``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[tuple[list, defer.Deferred]] = []
+
+    def multi(self, ops):
+        d: defer.Deferred = defer.Deferred()
+        self.held.append((ops, d))
+        return d
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        for ops, d in held:
+            MemoryStore.multi(self, ops).chainDeferred(d)
+
+
+def test_fenced_multis_are_pipelined_and_still_fenced():
+    store = HeldMultiStore()
+    MemoryStore.multi(store, [Create(paths.CONTROLLER_EPOCH, b"5")])
+    ctl = Controller(1, store, reactor=task.Clock())
+    ctl.active, ctl.epoch_zk_version = True, 0
+    n = MULTI_BATCH * (FENCED_PIPELINE + 2)
+    ops = [Create(f"/n{i}", b"") for i in range(n)]
+    done = defer.Deferred.fromCoroutine(ctl._fenced(ops))
+    assert len(store.held) == FENCED_PIPELINE  # a whole window sent before any answer
+    assert all(ops[0].path == paths.CONTROLLER_EPOCH for ops, _ in store.held)
+    store.release()
+    assert len(store.held) == 2 and not done.called
+    store.release()
+    assert done.called and len([p for p in store.nodes if p.startswith("/n")]) == n
+
+    # A newer controller bumped the epoch: the controller learns it is deposed.
+    MemoryStore.multi(store, [SetData(paths.CONTROLLER_EPOCH, b"6", 0)])
+    failed = defer.Deferred.fromCoroutine(ctl._fenced([Create("/late", b"")]))
+    store.release()
+    errors: list = []
+    failed.addErrback(errors.append)
+    assert len(errors) == 1 and errors[0].check(NotController)

@@ -32,6 +32,8 @@ whole-second timestamps only, so they are not used):
   retried until it accepts). ``t_produce - t_expire`` is the headline figure: every moved
   partition accepting a produce. It is an upper bound: it includes the polling interval and the
   produce round trip for all moved partitions, printed separately.
+- ``baseline``: before the kill, the same produce round (fresh producer, one message to each
+  partition about to move) on the healthy cluster: what the measuring round costs by itself.
 - ``controller busy``: the increase of ``sluice_controller_event_duration_seconds_sum`` (scraped
   from each survivor's ``--metrics`` endpoint before the kill and after ``t_produce``): the time
   the controller's event loop spent handling the events of the failover (for the controller
@@ -173,6 +175,12 @@ class Bench:
         before, controller = self.leaders(exclude=victim)
         moved = sorted(tp for tp, leader in before.items() if leader == victim)
         events_before = {b: scrape_events(self.metrics_port[b]) for b in survivors}
+        # The same produce round on the healthy cluster, before the kill: what the measuring
+        # round itself costs, failover or not.
+        t_base, base_ok, base_errors = self.produce_round(moved, exclude=victim)
+        print(f"\nbaseline, healthy cluster: one acks=1 message to each of the {len(moved):,} "
+              f"partitions to be moved: {t_base:.2f} s ({base_ok:,} delivered, "
+              f"{len(base_errors)} failed)")
 
         expired = threading.Event()
         t_expire: list[float] = []
@@ -225,26 +233,9 @@ class Bench:
                 time.sleep(self.args.poll_ms / 1000)
         t_leaders = time.monotonic()
 
-        errors: list[str] = []
-        delivered = [0]
-
-        def report(err: object, _msg: object) -> None:
-            if err is not None:
-                errors.append(str(err))
-            else:
-                delivered[0] += 1
-
-        # A fresh producer: one that was connected before the kill caches the dead leader until
-        # its next periodic metadata refresh (up to a second of client-side waiting).
         t_sent = time.monotonic()
-        producer = Producer({"bootstrap.servers": self.bootstrap(exclude=victim), "acks": 1,
-                             "linger.ms": 5, "retry.backoff.ms": 20,
-                             "retry.backoff.max.ms": 100, "message.timeout.ms": 120000,
-                             "log_level": 2})
-        for t, p in moved:
-            producer.produce(t, b"after-failover", partition=p, on_delivery=report)
-        producer.flush(180)
-        t_produce = time.monotonic()
+        produce_s, delivered, errors = self.produce_round(moved, exclude=victim)
+        t_produce = t_sent + produce_s
         self.stop_profiles(spies)
         time.sleep(0.5)  # let the controller's last sends finish before scraping
         busy = {}
@@ -257,13 +248,39 @@ class Bench:
         print(f"  expiry -> Metadata shows a live leader for all: {t_leaders - t0:6.2f} s "
               f"({polls} Metadata polls every {self.args.poll_ms} ms)")
         print(f"  one acks=1 message to each moved partition:     {t_produce - t_sent:6.2f} s "
-              f"({delivered[0]:,} delivered, {len(errors)} failed"
+              f"({delivered:,} delivered, {len(errors)} failed"
               f"{': ' + errors[0] if errors else ''})")
         print(f"  expiry -> every moved partition accepted:       {t_produce - t0:6.2f} s")
         for b, (s, c) in busy.items():
             print(f"  broker {b} controller event loop busy: {s:.2f} s in {c} events")
         self.results.append((label, len(moved), t_leaders - t0, t_produce - t0,
-                             sum(s for s, _ in busy.values())))
+                             sum(s for s, _ in busy.values()), t_base))
+
+    def produce_round(self, partitions: list[tuple[str, int]], exclude: int
+                      ) -> tuple[float, int, list[str]]:
+        """(seconds, delivered, errors) for one ``acks=1`` message to each of ``partitions``
+        from a fresh producer bootstrapped from every broker but ``exclude``, until every
+        delivery report. Fresh because a producer connected before a kill caches the dead
+        leader until its next periodic metadata refresh (up to a second of client-side
+        waiting); librdkafka retries NOT_LEADER_OR_FOLLOWER after a metadata refresh."""
+        errors: list[str] = []
+        delivered = [0]
+
+        def report(err: object, _msg: object) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                delivered[0] += 1
+
+        start = time.monotonic()
+        producer = Producer({"bootstrap.servers": self.bootstrap(exclude=exclude), "acks": 1,
+                             "linger.ms": 5, "retry.backoff.ms": 20,
+                             "retry.backoff.max.ms": 100, "message.timeout.ms": 120000,
+                             "log_level": 2})
+        for t, p in partitions:
+            producer.produce(t, b"after-failover", partition=p, on_delivery=report)
+        producer.flush(180)
+        return time.monotonic() - start, delivered[0], errors
 
     def start_profiles(self, label: str, brokers: list[int]) -> list[subprocess.Popen]:
         """``--profile DIR``: py-spy (collapsed stacks) on each survivor, from just before the
@@ -295,7 +312,7 @@ class Bench:
                 s.wait()
 
     def run(self) -> None:
-        self.results: list[tuple[str, int, float, float, float]] = []
+        self.results: list[tuple[str, int, float, float, float, float]] = []
         self.cluster.start()
         self.cluster.wait_registered()
         self.kz.start(timeout=15)
@@ -313,10 +330,10 @@ class Bench:
             _, controller = self.leaders()
             self.failover("controller", controller)
         print("\nsummary (seconds from the victim's session expiry):")
-        for label, n, lead, prod, busy in self.results:
+        for label, n, lead, prod, busy, base in self.results:
             print(f"  kill {label:16s} {n:6,} partitions moved: leaders in Metadata "
                   f"{lead:6.2f} s, all accept produce {prod:6.2f} s, controller busy "
-                  f"{busy:6.2f} s")
+                  f"{busy:6.2f} s (the produce round on the healthy cluster: {base:.2f} s)")
 
     def close(self) -> None:
         try:

@@ -347,3 +347,39 @@ def test_a_broker_still_answers_quorum_requests_as_unknown():
     with pytest.raises(UnknownApiKey) as e:
         apis.decode_request(frame)
     assert (e.value.header.api_key, e.value.header.correlation_id) == (52, 12)
+
+
+replica_states = st.fixed_dictionaries({
+    "replica_id": int32s, "log_end_offset": int64s,
+    "last_fetch_timestamp": int64s, "last_caught_up_timestamp": int64s})
+
+
+@given(st.fixed_dictionaries({
+    "error_code": st.sampled_from([int(c) for c in ErrorCode]),
+    "topics": st.lists(st.fixed_dictionaries({
+        "topic_name": st.text(max_size=20),
+        "partitions": st.lists(st.fixed_dictionaries({
+            "partition_index": int32s, "error_code": st.sampled_from([int(c) for c in ErrorCode]),
+            "leader_id": int32s, "leader_epoch": int32s, "high_watermark": int64s,
+            "current_voters": st.lists(replica_states, max_size=5),
+            "observers": st.lists(replica_states, max_size=3),
+        }), max_size=2),
+    }), max_size=2),
+}))
+def test_describe_quorum_v1_response_round_trips(body):
+    frame = joined(apis.encode_response(ApiKey.DESCRIBE_QUORUM, 1, 5, body))
+    assert apis.decode_response(ApiKey.DESCRIBE_QUORUM, 1, frame) == \
+        (5, quorum.DESCRIBE_QUORUM_RESPONSE.build(body))
+
+
+@pytest.mark.parametrize("key", QUORUM_KEYS, ids=lambda k: k.name)
+def test_error_bodies_answer_every_requested_partition(key):
+    spec = DEFINED[key]
+    request = spec.request.build({"topics": [{"topic_name": "__cluster_metadata",
+                                              "partitions": [{"partition_index": 0}]}]})
+    for version in range(spec.min_version, spec.max_version + 1):
+        body = spec.response.build(spec.error_body(version, request, ErrorCode.INVALID_REQUEST))
+        assert body.error_code == ErrorCode.INVALID_REQUEST
+        assert [p.error_code for p in body.topics[0].partitions] == [ErrorCode.INVALID_REQUEST]
+        spec.response.to_bytes(body, version)
+        assert spec.response.build(spec.error_body(version, None, 35)).topics == []

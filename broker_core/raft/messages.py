@@ -1,11 +1,11 @@
 """The quorum's messages as plain values, named after KIP-595's fields.
 
-These are the sans-IO core's inputs and outputs; encoding them is a later step. On the wire
-they will use Kafka's api keys: Vote 52, BeginQuorumEpoch 53, EndQuorumEpoch 54, Fetch 1 (with
-KIP-595's ``LastFetchedEpoch``, ``DivergingEpoch`` and ``CurrentLeader`` fields), and
-DescribeQuorum 55 (not built yet). Kafka's requests carry a topic/partition list because one
+These are the sans-IO core's inputs and outputs; :mod:`broker_core.raft.wire` encodes them.
+On the wire they use Kafka's api keys: Vote 52, BeginQuorumEpoch 53, EndQuorumEpoch 54, Fetch 1
+(with KIP-595's ``LastFetchedEpoch``, ``DivergingEpoch`` and ``CurrentLeader`` fields), and
+DescribeQuorum 55 (its schema only). Kafka's requests carry a topic/partition list because one
 raft client could host several partitions; Sluice's quorum has exactly one metadata partition,
-so the values here hold that one partition's fields flat, and the codec will wrap them.
+so the values here hold that one partition's fields flat, and the wire module wraps them.
 
 Every message travels in an :class:`Envelope` that names its source, destination and
 correlation id, as a connection and a request header do on the wire. A response carries the

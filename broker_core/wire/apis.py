@@ -5,6 +5,8 @@ The ranges let kcat/librdkafka 2.x, confluent-kafka 2.x and kafka-python 2.x/3.x
 version they speak, and stop below versions that name topics only by id (Fetch 13+, DeleteTopics
 6+), since Sluice keeps no topic ids. The inter-broker APIs are served at exactly the version
 Sluice brokers send (AlterPartition at both v0 and v1). ``docs/protocol.md`` explains each choice.
+``DEFINED`` holds APIs the codec encodes and decodes but no broker serves or advertises yet (the
+Raft quorum's, KIP-595).
 
 The entry points work on frames *without* the 4-byte size prefix (see
 :mod:`broker_core.wire.framing`) and return/accept chunk lists, so large record data is never
@@ -54,6 +56,7 @@ from broker_core.wire.messages import (
     offset_for_leader_epoch,
     ping,
     produce,
+    quorum,
     register_consumer,
     start_fetcher,
     stop_fetcher,
@@ -191,9 +194,10 @@ class ApiSpec:
         return self.flexible_min_version is not None and version >= self.flexible_min_version
 
 
-def spec_from_module(key: ApiKey, module: ModuleType) -> ApiSpec:
-    """An :class:`ApiSpec` from a ``messages`` module (``REQUEST``, ``RESPONSE``,
-    ``error_body``), checking that request and response agree on their versions."""
+def spec_from_module(key: ApiKey, module: ModuleType | Any) -> ApiSpec:
+    """An :class:`ApiSpec` from a ``messages`` module (or an object with the same attributes:
+    ``REQUEST``, ``RESPONSE``, ``error_body``), checking that request and response agree on
+    their versions."""
     req: Message = module.REQUEST
     resp: Message = module.RESPONSE
     if (req.min_version, req.max_version) != (resp.min_version, resp.max_version):
@@ -246,6 +250,30 @@ for _key, _module in [
     register(spec_from_module(_key, _module))
 del _key, _module
 
+DEFINED: dict[ApiKey, ApiSpec] = {}
+"""APIs the codec knows but no broker serves yet: the Raft quorum's (KIP-595). They are kept
+apart from ``SUPPORTED`` so that ApiVersions, :func:`advertised_versions` and
+:func:`common_versions` never offer them and :func:`decode_request` refuses them as unknown
+unless asked with ``defined=True``. Invariant: no key is in both registries."""
+
+for _key, _api in [
+    (ApiKey.VOTE, quorum.VOTE),
+    (ApiKey.BEGIN_QUORUM_EPOCH, quorum.BEGIN_QUORUM_EPOCH),
+    (ApiKey.END_QUORUM_EPOCH, quorum.END_QUORUM_EPOCH),
+    (ApiKey.DESCRIBE_QUORUM, quorum.DESCRIBE_QUORUM),
+]:
+    if _key in SUPPORTED:
+        raise ValueError(f"{_key.name} is both served and only defined")
+    DEFINED[_key] = spec_from_module(_key, _api)
+del _key, _api
+
+
+def _known(api_key: int, defined: bool) -> ApiSpec | None:
+    spec = SUPPORTED.get(api_key)  # type: ignore[call-overload]
+    if spec is None and defined:
+        spec = DEFINED.get(api_key)  # type: ignore[call-overload]
+    return spec
+
 
 @dataclass(frozen=True, slots=True)
 class Request:
@@ -259,8 +287,9 @@ _MIN_HEADER_BYTES = 8  # api_key, api_version, correlation_id
 
 
 def _spec(api_key: int, api_version: int) -> ApiSpec:
-    """The spec to encode/decode with locally; a programming error if not served."""
-    spec = SUPPORTED.get(api_key)  # type: ignore[call-overload]
+    """The spec to encode/decode with locally (served or only defined); a programming error
+    if this codec does not know the API."""
+    spec = _known(api_key, defined=True)
     if spec is None:
         raise EncodeError(f"api key {api_key} is not served by this codec")
     if not spec.supports(api_version):
@@ -277,8 +306,11 @@ def _peek_client_id(r: Reader) -> str | None:
         return None
 
 
-def decode_request(frame: bytes | memoryview) -> Request:
+def decode_request(frame: bytes | memoryview, *, defined: bool = False) -> Request:
     """Decode one request frame (without its size prefix).
+
+    Only served APIs (``SUPPORTED``) are decoded unless ``defined`` is true, which also admits
+    the APIs in ``DEFINED`` (for a future quorum listener and for tests).
 
     Raises :class:`UnknownApiKey` / :class:`UnsupportedVersion` carrying the parsed header so the
     caller can answer or log it, and :class:`MalformedFrame` for anything else wrong (bytes left
@@ -290,7 +322,7 @@ def decode_request(frame: bytes | memoryview) -> Request:
         raise MalformedFrame(f"a frame of {r.remaining()} bytes is too short for a request header")
     api_key, api_version = r.int16(), r.int16()
     correlation_id = r.int32()
-    spec = SUPPORTED.get(api_key)  # type: ignore[call-overload]
+    spec = _known(api_key, defined)
     if spec is None or not spec.supports(api_version):
         header = RequestHeader(api_key, api_version, correlation_id, _peek_client_id(r))
         if spec is None:
@@ -342,7 +374,7 @@ def decode_response(api_key: int, api_version: int, frame: bytes | memoryview
     v0: that is how a broker that does not speak the requested version answers (KIP-511), and
     what Kafka's own clients do.
     """
-    spec = SUPPORTED.get(api_key)  # type: ignore[call-overload]
+    spec = _known(api_key, defined=True)
     if spec is None or not spec.supports(api_version):
         raise ProtocolError(f"cannot decode a response of api {api_key} v{api_version}: "
                             "not served by this codec")

@@ -1,0 +1,329 @@
+"""The quorum's messages on the wire: :mod:`broker_core.raft.messages` values to the codec's
+request and response bodies and back.
+
+Kafka's quorum APIs carry a list of topics, each with a list of partitions, because one raft
+client could host several partitions. Sluice's quorum replicates exactly one, the metadata log,
+named as Kafka names it: topic :data:`METADATA_TOPIC` (``__cluster_metadata``), partition
+:data:`METADATA_PARTITION` (0). Encoding wraps a message's flat fields in a one-topic,
+one-partition list; decoding requires exactly that list and raises :class:`UnexpectedPartitions`
+for anything else.
+
+Versions (:data:`VERSIONS`): Vote v0, BeginQuorumEpoch v0, EndQuorumEpoch v0 (KIP-595's), and
+Fetch v12, the first Fetch with KIP-595's ``ClusterId``, ``LastFetchedEpoch``,
+``DivergingEpoch`` and ``CurrentLeader`` and the highest one Sluice serves.
+
+Error codes. A response's single ``error_code`` travels where Kafka puts it: the errors about the
+request as a whole (:data:`TOP_LEVEL_ERRORS`: ``INCONSISTENT_CLUSTER_ID``, ``INVALID_REQUEST``)
+in the top-level field, every other one in the partition; the other field then holds NONE. The
+partition is always written, so its leader fields survive an error. Decoding prefers a non-NONE
+top-level code; a response with a top-level error and no partitions (as Kafka's quorum sends)
+decodes with no leader known. A code this codec does not know decodes as
+``UNKNOWN_SERVER_ERROR``, as Kafka's clients read one.
+
+Records. A :class:`~broker_core.raft.messages.FetchResponse` carries log entries; mapping them to
+RecordBatch v2 bytes is the storage adapter's job (not built yet), so the fetch functions take
+the mapping as arguments and, without one, carry only responses with no entries.
+
+Invariant, checked by the tests: for every message ``m``, decoding the encoding of ``m`` gives
+back ``m``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from broker_core.raft.entries import LogEntry
+from broker_core.raft.messages import (
+    NO_LEADER,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DivergingEpoch,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    Request,
+    Response,
+    VoteRequest,
+    VoteResponse,
+)
+from broker_core.wire import apis
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import EncodeError, ErrorCode, ProtocolError
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_PARTITION = 0
+
+#: The version each quorum API is sent at.
+VERSIONS: dict[ApiKey, int] = {
+    ApiKey.VOTE: 0,
+    ApiKey.BEGIN_QUORUM_EPOCH: 0,
+    ApiKey.END_QUORUM_EPOCH: 0,
+    ApiKey.FETCH: 12,
+}
+
+#: Errors that speak for the whole request and so travel in the top-level ``error_code``.
+TOP_LEVEL_ERRORS = frozenset({ErrorCode.INCONSISTENT_CLUSTER_ID, ErrorCode.INVALID_REQUEST})
+
+#: What a quorum fetch asks for: wait for at least one byte (up to ``max_wait_ms``), and up to
+#: 8 MiB per response, Kafka's default for its metadata fetches.
+FETCH_MIN_BYTES = 1
+FETCH_MAX_BYTES = 8 * 1024 * 1024
+
+EntriesToRecords = Callable[[tuple[LogEntry, ...]], bytes]
+RecordsToEntries = Callable[[memoryview | bytes], tuple[LogEntry, ...]]
+
+_REQUEST_KEYS: dict[type, ApiKey] = {
+    VoteRequest: ApiKey.VOTE,
+    BeginQuorumEpochRequest: ApiKey.BEGIN_QUORUM_EPOCH,
+    EndQuorumEpochRequest: ApiKey.END_QUORUM_EPOCH,
+    FetchRequest: ApiKey.FETCH,
+}
+_RESPONSE_KEYS: dict[type, ApiKey] = {
+    VoteResponse: ApiKey.VOTE,
+    BeginQuorumEpochResponse: ApiKey.BEGIN_QUORUM_EPOCH,
+    EndQuorumEpochResponse: ApiKey.END_QUORUM_EPOCH,
+    FetchResponse: ApiKey.FETCH,
+}
+
+
+class UnexpectedPartitions(ProtocolError):
+    """A well-formed quorum message that does not hold exactly the metadata partition
+    (``__cluster_metadata``-0) once, or a fetch response with entries and no way to read them."""
+
+
+def api_key_of(message: Request | Response) -> ApiKey:
+    """The api key a quorum message travels under."""
+    key = _REQUEST_KEYS.get(type(message)) or _RESPONSE_KEYS.get(type(message))
+    if key is None:
+        raise TypeError(f"{type(message).__name__} is not a quorum message")
+    return key
+
+
+# -- error codes ------------------------------------------------------------------------------
+
+
+def _error_code(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def _split_error(error: ErrorCode) -> tuple[int, int]:
+    """``(top_level, partition)`` codes for a message's single ``error_code``."""
+    if error in TOP_LEVEL_ERRORS:
+        return int(error), int(ErrorCode.NONE)
+    return int(ErrorCode.NONE), int(error)
+
+
+def _join_error(top_level: int, partition: int) -> ErrorCode:
+    return _error_code(top_level if top_level != ErrorCode.NONE else partition)
+
+
+# -- the one partition ------------------------------------------------------------------------
+
+
+def _wrap(partition: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"topic_name": METADATA_TOPIC,
+             "partitions": [{"partition_index": METADATA_PARTITION, **partition}]}]
+
+
+def _the_partition(topics: Any, topic_field: str = "topic_name",
+                   index_field: str = "partition_index") -> Any:
+    """The metadata partition of a decoded topic list; anything but exactly that one raises."""
+    if (len(topics) != 1 or getattr(topics[0], topic_field) != METADATA_TOPIC
+            or len(topics[0].partitions) != 1
+            or getattr(topics[0].partitions[0], index_field) != METADATA_PARTITION):
+        found = [(getattr(t, topic_field), [getattr(p, index_field) for p in t.partitions])
+                 for t in topics]
+        raise UnexpectedPartitions(
+            f"a quorum message must name {METADATA_TOPIC}-{METADATA_PARTITION} alone, not {found}")
+    return topics[0].partitions[0]
+
+
+def _leader_response_partition(body: Any) -> Any | None:
+    """The partition of a Vote/BeginQuorumEpoch/EndQuorumEpoch response, or ``None`` when a
+    top-level error came with no partitions."""
+    if body.error_code != ErrorCode.NONE and not body.topics:
+        return None
+    return _the_partition(body.topics)
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+def request_body(message: Request) -> dict[str, Any]:
+    """The codec's request body (at :data:`VERSIONS`) for a quorum request."""
+    if isinstance(message, VoteRequest):
+        return {"cluster_id": message.cluster_id, "topics": _wrap({
+            "candidate_epoch": message.candidate_epoch,
+            "candidate_id": message.candidate_id,
+            "last_offset_epoch": message.last_offset_epoch,
+            "last_offset": message.last_offset})}
+    if isinstance(message, BeginQuorumEpochRequest):
+        return {"cluster_id": message.cluster_id, "topics": _wrap({
+            "leader_id": message.leader_id, "leader_epoch": message.leader_epoch})}
+    if isinstance(message, EndQuorumEpochRequest):
+        return {"cluster_id": message.cluster_id, "topics": _wrap({
+            "leader_id": message.leader_id, "leader_epoch": message.leader_epoch,
+            "preferred_successors": list(message.preferred_successors)})}
+    if isinstance(message, FetchRequest):
+        return {
+            "cluster_id": message.cluster_id,
+            "replica_id": message.replica_id,
+            "max_wait_ms": message.max_wait_ms,
+            "min_bytes": FETCH_MIN_BYTES,
+            "max_bytes": FETCH_MAX_BYTES,
+            "topics": [{"topic": METADATA_TOPIC, "partitions": [{
+                "partition": METADATA_PARTITION,
+                "current_leader_epoch": message.current_leader_epoch,
+                "fetch_offset": message.fetch_offset,
+                "last_fetched_epoch": message.last_fetched_epoch,
+                "partition_max_bytes": FETCH_MAX_BYTES,
+            }]}],
+        }
+    raise TypeError(f"{type(message).__name__} is not a quorum request")
+
+
+def request_from_body(api_key: int, body: Any) -> Request:
+    """The quorum request a decoded body holds. Raises :class:`UnexpectedPartitions` when the
+    body does not name the metadata partition alone."""
+    if api_key == ApiKey.VOTE:
+        p = _the_partition(body.topics)
+        return VoteRequest(body.cluster_id, p.candidate_epoch, p.candidate_id,
+                           p.last_offset_epoch, p.last_offset)
+    if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
+        p = _the_partition(body.topics)
+        return BeginQuorumEpochRequest(body.cluster_id, p.leader_id, p.leader_epoch)
+    if api_key == ApiKey.END_QUORUM_EPOCH:
+        p = _the_partition(body.topics)
+        return EndQuorumEpochRequest(body.cluster_id, p.leader_id, p.leader_epoch,
+                                     tuple(p.preferred_successors))
+    if api_key == ApiKey.FETCH:
+        p = _the_partition(body.topics, "topic", "partition")
+        return FetchRequest(body.cluster_id, body.replica_id, p.current_leader_epoch,
+                            p.fetch_offset, p.last_fetched_epoch, body.max_wait_ms)
+    raise ValueError(f"api key {api_key} is not a quorum api")
+
+
+# -- responses --------------------------------------------------------------------------------
+
+
+def _no_entries(entries: tuple[LogEntry, ...]) -> bytes:
+    if entries:
+        raise EncodeError("a fetch response with entries needs an entries_to_records mapping "
+                          "(the storage adapter's)")
+    return b""
+
+
+def _no_records(records: memoryview | bytes) -> tuple[LogEntry, ...]:
+    if len(records):
+        raise UnexpectedPartitions("a fetch response with records needs a records_to_entries "
+                                   "mapping (the storage adapter's)")
+    return ()
+
+
+def response_body(message: Response, *,
+                  entries_to_records: EntriesToRecords = _no_entries) -> dict[str, Any]:
+    """The codec's response body (at :data:`VERSIONS`) for a quorum response.
+
+    ``entries_to_records`` turns a fetch response's entries into RecordBatch bytes; the default
+    accepts only an empty tuple (and raises :class:`EncodeError` otherwise).
+    """
+    top, part = _split_error(message.error_code)
+    if isinstance(message, VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse):
+        partition: dict[str, Any] = {"error_code": part, "leader_id": message.leader_id,
+                                     "leader_epoch": message.leader_epoch}
+        if isinstance(message, VoteResponse):
+            partition["vote_granted"] = message.vote_granted
+        return {"error_code": top, "topics": _wrap(partition)}
+    if isinstance(message, FetchResponse):
+        partition = {
+            "partition_index": METADATA_PARTITION,
+            "error_code": part,
+            "high_watermark": message.high_watermark,
+            "current_leader": {"leader_id": message.leader_id,
+                               "leader_epoch": message.leader_epoch},
+            "records": entries_to_records(message.records),
+        }
+        if message.diverging_epoch is not None:
+            partition["diverging_epoch"] = {"epoch": message.diverging_epoch.epoch,
+                                            "end_offset": message.diverging_epoch.end_offset}
+        return {"error_code": top, "session_id": 0,
+                "responses": [{"topic": METADATA_TOPIC, "partitions": [partition]}]}
+    raise TypeError(f"{type(message).__name__} is not a quorum response")
+
+
+def response_from_body(api_key: int, body: Any, *,
+                       records_to_entries: RecordsToEntries = _no_records) -> Response:
+    """The quorum response a decoded body holds.
+
+    A fetch response's ``diverging_epoch`` is ``None`` when the tagged field is absent (Kafka's
+    default, epoch and end offset -1); ``records_to_entries`` reads its records, the default
+    accepting only none.
+    """
+    if api_key in (ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH):
+        p = _leader_response_partition(body)
+        error = _join_error(body.error_code, ErrorCode.NONE if p is None else p.error_code)
+        leader_id = NO_LEADER if p is None else p.leader_id
+        leader_epoch = -1 if p is None else p.leader_epoch
+        if api_key == ApiKey.VOTE:
+            return VoteResponse(error, leader_id, leader_epoch,
+                                False if p is None else p.vote_granted)
+        if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
+            return BeginQuorumEpochResponse(error, leader_id, leader_epoch)
+        return EndQuorumEpochResponse(error, leader_id, leader_epoch)
+    if api_key == ApiKey.FETCH:
+        p = _the_partition(body.responses, "topic", "partition_index")
+        d = p.diverging_epoch
+        diverging = (None if (d.epoch, d.end_offset) == (-1, -1)
+                     else DivergingEpoch(d.epoch, d.end_offset))
+        records = p.records
+        return FetchResponse(
+            _join_error(body.error_code, p.error_code), p.current_leader.leader_id,
+            p.current_leader.leader_epoch, p.high_watermark, diverging,
+            () if records is None else records_to_entries(records))
+    raise ValueError(f"api key {api_key} is not a quorum api")
+
+
+# -- whole frames -----------------------------------------------------------------------------
+
+
+def encode_request(message: Request, correlation_id: int, client_id: str | None = None
+                   ) -> list[bytes]:
+    """A request frame (header and body as chunks, without the size prefix)."""
+    key = api_key_of(message)
+    return apis.encode_request(key, VERSIONS[key], correlation_id, client_id,
+                               request_body(message))
+
+
+def decode_request(frame: bytes | memoryview) -> tuple[int, Request]:
+    """``(correlation_id, request)`` from a request frame without its size prefix. Raises the
+    codec's :class:`~broker_core.wire.errors.ProtocolError` subclasses for bad bytes, and
+    :class:`UnexpectedPartitions` for a non-quorum api or the wrong partitions."""
+    decoded = apis.decode_request(frame, defined=True)
+    key = decoded.header.api_key
+    if key not in VERSIONS:
+        raise UnexpectedPartitions(f"api key {key} is not a quorum request")
+    return decoded.header.correlation_id, request_from_body(key, decoded.body)
+
+
+def encode_response(message: Response, correlation_id: int, *,
+                    entries_to_records: EntriesToRecords = _no_entries) -> list[bytes]:
+    """A response frame (header and body as chunks, without the size prefix)."""
+    key = api_key_of(message)
+    return apis.encode_response(key, VERSIONS[key], correlation_id,
+                                response_body(message, entries_to_records=entries_to_records))
+
+
+def decode_response(api_key: int, frame: bytes | memoryview, *,
+                    records_to_entries: RecordsToEntries = _no_records) -> tuple[int, Response]:
+    """``(correlation_id, response)`` from a response frame to a quorum request of
+    ``api_key``, sent at :data:`VERSIONS`."""
+    if api_key not in VERSIONS:
+        raise ValueError(f"api key {api_key} is not a quorum api")
+    correlation_id, body = apis.decode_response(api_key, VERSIONS[ApiKey(api_key)], frame)
+    return correlation_id, response_from_body(api_key, body,
+                                              records_to_entries=records_to_entries)

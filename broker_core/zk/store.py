@@ -189,6 +189,35 @@ class _DaemonThreadPool(ThreadPool):
         return thread
 
 
+class _Gather:
+    """The results of ``calls`` kazoo async calls into one list of ``size`` slots. Kazoo's
+    completion threads fill ``out`` and ``failures``; each call ends with :meth:`completed`,
+    and the last one hands the whole list to the reactor in one hop (a hop per result would
+    wait for the GIL, up to a switch interval each when the reactor is busy). ``deferred``
+    fires with ``out`` or fails with the first failure."""
+
+    def __init__(self, reactor: Any, size: int, calls: int) -> None:
+        self.out: list[tuple[bytes, Stat | None] | None] = [None] * size
+        self.failures: list[BaseException] = []
+        self.deferred: defer.Deferred = defer.Deferred()
+        self._reactor = reactor
+        self._remaining = calls
+        self._lock = threading.Lock()  # completions may run on more than one kazoo thread
+
+    def completed(self) -> None:
+        with self._lock:
+            self._remaining -= 1
+            last = self._remaining == 0
+        if last:
+            self._reactor.callFromThread(self._finish)
+
+    def _finish(self) -> None:
+        if self.failures:
+            self.deferred.errback(Failure(translate(self.failures[0])))
+        else:
+            self.deferred.callback(self.out)
+
+
 @implementer(IMetadataStore)
 class ZooKeeperStore:
     """See the module docstring."""
@@ -292,66 +321,36 @@ class ZooKeeperStore:
         return d
 
     def _get_batched(self, paths: Sequence[str]) -> defer.Deferred:
-        n = len(paths)
-        client = self._client
-        reactor = self.reactor
-        out: list[tuple[bytes, Stat | None] | None] = [None] * n
-        failures: list[BaseException] = []
-        batches = [(i, paths[i:i + MULTI_READ_BATCH]) for i in range(0, n, MULTI_READ_BATCH)]
-        remaining = [len(batches)]
-        lock = threading.Lock()
-        d: defer.Deferred = defer.Deferred()
-
-        def finish() -> None:
-            if failures:
-                d.errback(Failure(translate(failures[0])))
-            else:
-                d.callback(out)
+        batches = [(i, paths[i:i + MULTI_READ_BATCH])
+                   for i in range(0, len(paths), MULTI_READ_BATCH)]
+        gather = _Gather(self.reactor, len(paths), len(batches))
 
         def one(start: int, result: Any) -> None:
             try:
                 values = result.get_nowait()
             except BaseException as e:
-                failures.append(e)
+                gather.failures.append(e)
             else:
                 for i, value in enumerate(values, start):
                     if isinstance(value, NoNodeError):
                         continue  # stays None
                     if isinstance(value, BaseException):
-                        failures.append(value)
+                        gather.failures.append(value)
                     else:
-                        out[i] = (value[0], to_stat(value[1]))
-            with lock:  # completions may run on more than one kazoo thread
-                remaining[0] -= 1
-                last = remaining[0] == 0
-            if last:
-                reactor.callFromThread(finish)
+                        gather.out[i] = (value[0], to_stat(value[1]))
+            gather.completed()
 
+        client = self._client
         chroot = client.chroot
         for start, chunk in batches:
             ar = client.handler.async_result()
             ar.rawlink(functools.partial(one, start))
             client._call(MultiRead([_prefix_root(chroot, p) for p in chunk]), ar)
-        return d
+        return gather.deferred
 
     def _get_each(self, paths: Sequence[str]) -> defer.Deferred:
-        """One pipelined get per path (servers without multiRead); each result is stored by
-        kazoo's completion thread and the last one hands the whole list to the reactor (each
-        hop would wait for the GIL, up to a switch interval when the reactor is busy)."""
-        n = len(paths)
-        client = self._client
-        reactor = self.reactor
-        out: list[tuple[bytes, Stat | None] | None] = [None] * n
-        failures: list[BaseException] = []
-        remaining = [n]
-        lock = threading.Lock()
-        d: defer.Deferred = defer.Deferred()
-
-        def finish() -> None:
-            if failures:
-                d.errback(Failure(translate(failures[0])))
-            else:
-                d.callback(out)
+        """One pipelined get per path (servers without multiRead)."""
+        gather = _Gather(self.reactor, len(paths), len(paths))
 
         def one(i: int, result: Any) -> None:
             try:
@@ -359,18 +358,14 @@ class ZooKeeperStore:
             except NoNodeError:
                 pass  # stays None
             except BaseException as e:
-                failures.append(e)
+                gather.failures.append(e)
             else:
-                out[i] = (value, to_stat(zstat))
-            with lock:  # completions may run on more than one kazoo thread
-                remaining[0] -= 1
-                last = remaining[0] == 0
-            if last:
-                reactor.callFromThread(finish)
+                gather.out[i] = (value, to_stat(zstat))
+            gather.completed()
 
         for i, path in enumerate(paths):
-            client.get_async(path).rawlink(functools.partial(one, i))
-        return d
+            self._client.get_async(path).rawlink(functools.partial(one, i))
+        return gather.deferred
 
     def exists(self, path: str) -> defer.Deferred:
         return self._async(self._client.exists_async(path), to_stat)

@@ -1,7 +1,7 @@
 """What the metadata log holds: one :class:`LogEntry` per offset, carrying either an opaque
 payload (a metadata record, bytes) or a control record.
 
-The Raft core reasons about entries, not bytes. The storage adapter (a later step) maps each
+The Raft core reasons about entries, not bytes. :mod:`broker_core.raft.records` maps each
 entry to a RecordBatch v2 batch whose ``partitionLeaderEpoch`` is the entry's epoch; control
 records become control batches (attributes bit 5) whose key carries the control type below.
 

@@ -2,9 +2,10 @@
 
 The core needs only a handful of operations: append entries, read from an offset, truncate the
 end, and answer "where does epoch E end in this log?" (seed 003's leader-epoch semantics, the
-question OffsetForLeaderEpoch and KIP-595's diverging-epoch check ask). The storage adapter (a
-later step) implements the same interface over :mod:`broker_core.log` and its leader-epoch
-file; :class:`InMemoryRaftLog` serves the unit tests and the simulation.
+question OffsetForLeaderEpoch and KIP-595's diverging-epoch check ask). The on-disk log
+(:class:`broker_core.raft.storage.DiskRaftLog`) implements the same interface over
+:mod:`broker_core.log` and its leader-epoch file; :class:`InMemoryRaftLog` serves the unit
+tests and the simulation.
 """
 
 from __future__ import annotations

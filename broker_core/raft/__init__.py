@@ -17,6 +17,7 @@ from broker_core.raft.quorum_state import (
     read_quorum_state,
     write_quorum_state,
 )
+from broker_core.raft.records import RaftRecordError, entries_to_records, records_to_entries
 from broker_core.raft.roles import TRANSITIONS, IllegalStateTransition, Role
 
 __all__ = [
@@ -34,10 +35,13 @@ __all__ = [
     "RaftConfig",
     "RaftConfigError",
     "RaftNode",
+    "RaftRecordError",
     "RaftSafetyError",
     "Role",
     "Transition",
     "VoterAssignment",
+    "entries_to_records",
     "read_quorum_state",
+    "records_to_entries",
     "write_quorum_state",
 ]

@@ -376,9 +376,11 @@ def build_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    control: bool = False,
 ) -> bytes:
     """Encode ``records`` as one RecordBatch v2; offset deltas are 0..n-1 and timestamps are
-    stored relative to the first record's."""
+    stored relative to the first record's. ``control`` sets attributes bit 5 (a control batch,
+    which only a log's owner writes: the metadata quorum's LeaderChange and voter records)."""
     if not records:
         raise ValueError("a batch needs at least one record")
     if timestamp_type not in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME):
@@ -412,7 +414,8 @@ def build_batch(
         _write_varint(len(rec), body)
         body += rec
     payload = compress(compression, bytes(body))
-    attributes = int(compression) | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
+    attributes = (int(compression) | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
+                  | (_CONTROL_BIT if control else 0))
     after_crc = _after_crc.pack(attributes, len(records) - 1, base_ts, max_ts, producer_id,
                                 producer_epoch, base_sequence, len(records)) + payload
     crc = _crc32c.crc32c(after_crc)

@@ -2,8 +2,8 @@
 
 Nothing here imports Twisted or touches a socket or a clock. :class:`RaftNode` takes messages,
 ticks and proposals and returns :class:`Effects` (state to persist, messages to send, entries
-appended, commits); the network driver, the storage adapter over :mod:`broker_core.log` and
-the metadata store on top are later steps (docs/raft.md).
+appended, commits). :class:`DiskRaftLog` keeps the log on disk over :mod:`broker_core.log`;
+the network driver and the metadata store on top are later steps (docs/raft.md).
 """
 
 from broker_core.raft.config import RaftConfig, RaftConfigError
@@ -19,9 +19,11 @@ from broker_core.raft.quorum_state import (
 )
 from broker_core.raft.records import RaftRecordError, entries_to_records, records_to_entries
 from broker_core.raft.roles import TRANSITIONS, IllegalStateTransition, Role
+from broker_core.raft.storage import DiskRaftLog
 
 __all__ = [
     "TRANSITIONS",
+    "DiskRaftLog",
     "Effects",
     "IRaftLog",
     "IllegalStateTransition",

@@ -1,0 +1,239 @@
+"""The metadata log on disk: :class:`DiskRaftLog`, an :class:`IRaftLog` over the broker's own
+partition log (:mod:`broker_core.log`).
+
+Layout. The metadata log is an ordinary partition directory, ``__cluster_metadata-0`` under the
+data directory it is given: segments (``<base offset>.log`` with ``.index`` and ``.timeindex``)
+and ``leader-epoch-checkpoint``, exactly as any topic partition. Each entry is one RecordBatch
+v2 (:mod:`broker_core.raft.records`): ``baseOffset`` = the entry's offset,
+``partitionLeaderEpoch`` = its epoch, control entries as control batches. Because every entry is
+its own batch, the log layer's whole-batch truncation truncates at exactly the offset asked for.
+
+Epochs. The leader-epoch file is the epoch cache: the log layer records ``(epoch, start
+offset)`` when a batch of a new epoch is appended and drops entries past the end on truncation,
+so :meth:`DiskRaftLog.end_offset_for_epoch`, :meth:`~DiskRaftLog.epoch_at` and
+:meth:`~DiskRaftLog.last_epoch` are answered from it without reading a segment.
+
+Durability and recovery. :meth:`DiskRaftLog.flush` fsyncs the epoch file, then the segments and
+their indexes, then the directory when files came or went (:meth:`Log.flush`). A clean
+:meth:`~DiskRaftLog.close` flushes and then leaves a ``.clean-shutdown`` marker in the partition
+directory; opening removes it (durably) before anything else happens. Without the marker the
+open is unclean and every segment is re-validated batch by batch (CRC included): the first torn
+or corrupt batch and everything after it is cut, and the epoch file is trimmed to the new end
+and completed from the batches' epochs. What comes back is the durable prefix of what was
+appended, with its epochs.
+
+Threading. One thread (the driver's) calls every method. :meth:`~DiskRaftLog.flush` blocks on
+fsync; the driver may run it on another thread but never at the same time as an
+:meth:`~DiskRaftLog.append` or :meth:`~DiskRaftLog.truncate_to` (the Raft core asks for a flush
+of exactly what it appended before anything that depends on it is sent, so there is nothing to
+gain from overlapping them).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from zope.interface import implementer
+
+from broker_core.log.checkpoints import fsync_dir, write_atomically
+from broker_core.log.config import LogConfig
+from broker_core.log.log import Log, RecoveryReport, partition_dir_name
+from broker_core.log.manager import CLEAN_SHUTDOWN
+from broker_core.raft.entries import LogEntry
+from broker_core.raft.log import IRaftLog, LogInvariantError
+from broker_core.raft.records import batch_entries, entries_to_records
+from broker_core.raft.wire import METADATA_PARTITION, METADATA_TOPIC
+from broker_core.wire.records import batch_size_at, iter_batches, parse_batch
+
+#: The metadata log's directory under a data directory.
+DIR_NAME = partition_dir_name(METADATA_TOPIC, METADATA_PARTITION)
+
+#: The first read's byte budget when the log holds nothing yet to estimate entry sizes from.
+_MIN_READ_BYTES = 4096
+
+
+@implementer(IRaftLog)
+class DiskRaftLog:
+    """:class:`IRaftLog` over a :class:`~broker_core.log.log.Log` (see the module docstring).
+    Build one with :meth:`open`.
+
+    Invariant: the log's batches are exactly one per entry, at dense offsets from 0 with
+    non-decreasing epochs >= 1, and its epoch file lists the start of every epoch present.
+    """
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+        self._closed = False
+
+    @classmethod
+    def open(cls, data_dir: Path, *, time_ms: Callable[[], int],
+             config: LogConfig | None = None) -> DiskRaftLog:
+        """Open (or create) the metadata log under ``data_dir``.
+
+        ``time_ms`` is the clock the log layer stamps segments with (``segment.ms`` rolls);
+        ``config`` its settings (defaults: :class:`LogConfig`'s; retention never runs here).
+        A missing clean-shutdown marker means recovery (see the module docstring); what it
+        repaired is in :attr:`recovery_report`.
+        """
+        directory = Path(data_dir) / DIR_NAME
+        directory.mkdir(parents=True, exist_ok=True)
+        marker = directory / CLEAN_SHUTDOWN
+        clean = marker.exists() or not any(directory.iterdir())
+        log = Log.open(directory, config or LogConfig(), time_ms=time_ms, recovery_point=0,
+                       clean_shutdown=clean)
+        if marker.exists():
+            try:
+                # Gone (durably) before the first append: a crash from here on is unclean.
+                marker.unlink()
+                fsync_dir(directory)
+            except BaseException:
+                log.close()
+                raise
+        return cls(log)
+
+    @property
+    def log(self) -> Log:
+        """The partition log underneath (for tools, metrics and tests)."""
+        return self._log
+
+    @property
+    def directory(self) -> Path:
+        return self._log.directory
+
+    @property
+    def recovery_report(self) -> RecoveryReport:
+        """What opening the log found and repaired."""
+        return self._log.recovery_report
+
+    # -- IRaftLog ----------------------------------------------------------------------------------
+
+    def end_offset(self) -> int:
+        return self._log.log_end_offset
+
+    def last_epoch(self) -> int:
+        latest = self._log.leader_epochs.latest_entry
+        return 0 if latest is None else latest.epoch
+
+    def epoch_at(self, offset: int) -> int:
+        if offset == -1:
+            return 0
+        if not 0 <= offset < self._log.log_end_offset:
+            raise IndexError(f"offset {offset} is outside the log [0, "
+                             f"{self._log.log_end_offset})")
+        starts = self._log.leader_epochs.entries
+        i = bisect.bisect_right([e.start_offset for e in starts], offset)
+        return starts[i - 1].epoch
+
+    def append(self, entries: Sequence[LogEntry]) -> None:
+        expected = self._log.log_end_offset
+        last_epoch = self.last_epoch()
+        for entry in entries:
+            if entry.offset != expected:
+                raise LogInvariantError(f"entry at offset {entry.offset} appended where offset "
+                                        f"{expected} is next")
+            if entry.epoch < last_epoch or entry.epoch < 1:
+                raise LogInvariantError(f"entry at offset {entry.offset} has epoch {entry.epoch} "
+                                        f"after epoch {last_epoch}")
+            expected += 1
+            last_epoch = entry.epoch
+        if entries:
+            # The follower path keeps the batches' offsets and epochs and records each new
+            # epoch's start in the epoch file before the batches are written.
+            self._log.append_as_follower(entries_to_records(entries))
+
+    def read(self, start_offset: int, max_entries: int) -> tuple[LogEntry, ...]:
+        data = self.read_records(start_offset, max_entries)
+        out: list[LogEntry] = []
+        # Every batch was validated (CRC included) when it was appended or recovered.
+        for info in iter_batches(data, verify_crc=False):
+            out.extend(batch_entries(data, info))
+        return tuple(out)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        starts = self._log.leader_epochs.entries
+        i = bisect.bisect_right([e.epoch for e in starts], epoch)
+        if i == 0:
+            return (0, 0)
+        end = starts[i].start_offset if i < len(starts) else self._log.log_end_offset
+        return (starts[i - 1].epoch, end)
+
+    def truncate_to(self, offset: int) -> None:
+        if offset < 0:
+            raise ValueError(f"negative truncation offset {offset}")
+        if offset >= self._log.log_end_offset:
+            return
+        self._log.truncate_to(offset)
+
+    def flush(self) -> None:
+        """fsync everything appended so far (epoch file, segments, indexes, directory).
+        BLOCKING; never concurrently with :meth:`append` or :meth:`truncate_to`."""
+        self._log.flush()
+
+    # -- raw batches ---------------------------------------------------------------------------
+
+    def read_records(self, start_offset: int, max_entries: int,
+                     max_bytes: int | None = None) -> bytes:
+        """The stored batches of the entries ``[start_offset, start_offset + max_entries)``
+        (fewer at the log end), as they lie on disk and without decoding them: what a leader
+        puts in a fetch response. With ``max_bytes`` it stops before the batch that would pass
+        that many bytes, but always returns at least one batch when there is one (KIP-74).
+        ``records_to_entries`` of the result equals ``read(start_offset, max_entries)``."""
+        if start_offset < 0:
+            raise ValueError(f"negative read offset {start_offset}")
+        log = self._log
+        leo = log.log_end_offset
+        stop = min(start_offset + max(max_entries, 0), leo)
+        chunks: list[bytes] = []
+        offset = start_offset
+        left = max_bytes
+        while offset < stop and (left is None or left > 0):
+            # Enough bytes for the entries wanted at the log's average entry size; the log read
+            # stops at ``stop`` anyway, and a short guess only costs another round.
+            budget = max(_MIN_READ_BYTES, (stop - offset) * (log.size_bytes // max(leo, 1) + 1))
+            if left is not None:
+                budget = min(budget, left)
+            # Without a byte limit every round returns at least one batch, so a batch larger
+            # than the estimate never ends the read early.
+            data = log.read(offset, budget, max_offset=stop,
+                            min_one=left is None or not chunks).records
+            if not data:
+                break
+            chunks.append(data)
+            if left is not None:
+                left -= len(data)
+            offset = _last_offset(data) + 1
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, close the files and leave the clean-shutdown marker, so the next open trusts
+        the files (idempotent). If the flush fails the marker is not written, the files are
+        closed anyway, and the error is raised: the next open recovers."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._log.flush()
+        except BaseException:
+            self._log.close()
+            raise
+        self._log.close()
+        write_atomically(self._log.directory / CLEAN_SHUTDOWN, "")
+
+    def __repr__(self) -> str:
+        return f"DiskRaftLog({self._log!r})"
+
+
+def _last_offset(data: bytes) -> int:
+    """The last offset of the last batch in ``data`` (whole batches, at least one)."""
+    pos = 0
+    last = 0
+    while pos < len(data):
+        last = pos
+        size = batch_size_at(data, pos)
+        assert size is not None
+        pos += size
+    return parse_batch(data, last, verify_crc=False).last_offset

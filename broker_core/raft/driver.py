@@ -5,18 +5,24 @@ Theory of operation
 -------------------
 Every input is one *step*: :meth:`RaftDriver.receive` (a message from the transport), the
 timer (one ``DelayedCall`` armed at :meth:`RaftNode.next_deadline`, re-armed after every step)
-and :meth:`RaftDriver.propose`. Steps never nest: an input that arrives while a step is being
+and :meth:`RaftDriver.propose`. Steps never nest: an input that arrives while steps are being
 applied (a loopback transport delivering at once, a subscriber proposing from its callback)
 waits in a queue and runs right after, so effects apply in exactly the order the node produced
-them.
+them. Proposals wait for the end of the reactor turn (``callLater(0)``), so that all the
+proposals of one turn form one *group* of steps.
 
-A step's effects apply in the order ``effects.py`` fixes, all on the reactor thread:
+A group's effects apply in the order ``effects.py`` fixes, all on the reactor thread:
 
-1. the quorum state is written durably (temp file, fsync, rename, fsync of the directory);
-2. the log is flushed;
-3. the messages go to the transport;
-4. the layers above hear of it: proposals settle, committed entries are delivered,
-   transitions are announced.
+1. the newest quorum state of the group is written durably (temp file, fsync, rename, fsync
+   of the directory); epochs and votes only move forward, so it covers every message of the
+   group;
+2. the log is flushed once if any step appended or truncated (group commit: a thousand
+   proposals of one turn cost one fsync, not a thousand);
+3. the messages go to the transport, in the order the steps produced them;
+4. the layers above hear of it, step by step: proposals settle, committed entries are
+   delivered, transitions are announced.
+
+If step 1 or 2 fails the driver stops (fail-stop): the node's memory is ahead of its disk.
 
 Persisting on the reactor blocks it for the two fsyncs of a quorum-state write (epoch changes
 and votes only, a handful per election) and for a log flush per step that appended entries.
@@ -125,7 +131,7 @@ class RaftDriver:
         self._rng = rng or random.Random()
         self.node: RaftNode | None = None
         self._timer: IDelayedCall | None = None
-        self._inbox: deque[Callable[[], None]] = deque()
+        self._inbox: deque[Callable[[], Effects | None]] = deque()
         self._stepping = False
         self._stopped = False
         self._delivered = 0  # entries below this offset went to every subscriber
@@ -133,7 +139,9 @@ class RaftDriver:
         self._on_transition: list[TransitionCallback] = []
         self._pending: dict[int, tuple[LogEntry, defer.Deferred]] = {}  # offset -> proposal
         self._last_ms = 0.0
+        self._drain_call: IDelayedCall | None = None
         self.steps = 0
+        self.flushes = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -164,9 +172,12 @@ class RaftDriver:
         if self._stopped:
             return
         if graceful and self.node is not None and self.node.role is Role.LEADER:
-            self._run(lambda: self._apply(self.node.resign(self._now())))  # type: ignore[union-attr]
+            self._run(lambda: self._node().resign(self._now()))
         self._stopped = True
         self._inbox.clear()
+        if self._drain_call is not None and self._drain_call.active():
+            self._drain_call.cancel()
+        self._drain_call = None
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
@@ -210,7 +221,7 @@ class RaftDriver:
             self.log.warn("quorum node {node} dropped a message for node {dest}",
                           node=self.node_id, dest=envelope.destination)
             return
-        self._run(lambda: self._apply(self._node().receive(envelope, self._now())))
+        self._run(lambda: self._node().receive(envelope, self._now()))
 
     def propose(self, payload: Payload) -> defer.Deferred:
         """Append ``payload`` if this node leads; the Deferred fires with the entry's offset
@@ -219,19 +230,23 @@ class RaftDriver:
         log before committing, :class:`DriverStopped` on :meth:`stop`."""
         d: defer.Deferred = defer.Deferred()
 
-        def step() -> None:
+        def step() -> Effects | None:
             try:
                 fx = self._node().propose(payload, self._now())
             except Exception:
                 d.errback()
-                return
+                return None
             assert fx.proposed is not None
             self._pending[fx.proposed.offset] = (fx.proposed, d)
-            self._apply(fx)
+            return fx
 
         if self._stopped or self.node is None:
             return defer.fail(DriverStopped(f"quorum node {self.node_id} is not running"))
-        self._run(step)
+        # Proposals wait for the end of the reactor turn, so that all those made in one turn
+        # share one log flush (group commit) instead of one fsync each.
+        self._inbox.append(step)
+        if not self._stepping and self._drain_call is None:
+            self._drain_call = self.clock.callLater(0, self._drain_soon)
         return d
 
     # ------------------------------------------------------------------ stepping
@@ -245,48 +260,79 @@ class RaftDriver:
         self._last_ms = max(self.now_ms(), self._last_ms)
         return self._last_ms
 
-    def _run(self, step: Callable[[], None]) -> None:
-        """Run ``step`` now, or after the step in progress (steps never nest)."""
+    def _drain_soon(self) -> None:
+        self._drain_call = None
+        self._run(None)
+
+    def _run(self, step: Callable[[], Effects | None] | None) -> None:
+        """Run ``step`` (and whatever waits in the inbox) now, or after the steps in progress:
+        steps never nest. The steps run together apply their effects as one group."""
         if self._stopped:
             return
-        self._inbox.append(step)
+        if step is not None:
+            self._inbox.append(step)
         if self._stepping:
             return
+        if self._drain_call is not None and self._drain_call.active():
+            self._drain_call.cancel()
+        self._drain_call = None
         self._stepping = True
         try:
             while self._inbox and not self._stopped:
-                work = self._inbox.popleft()
+                group: list[Effects] = []
+                while self._inbox:
+                    work = self._inbox.popleft()
+                    try:
+                        fx = work()
+                    except Exception:
+                        self.log.failure("quorum node {node}: step failed", node=self.node_id)
+                        continue
+                    self.steps += 1
+                    if fx is not None:
+                        group.append(fx)
                 try:
-                    work()
+                    self._apply(group)
                 except Exception:
-                    self.log.failure("quorum node {node}: step failed", node=self.node_id)
-                self.steps += 1
+                    # A write or flush that failed leaves the node's state ahead of its disk;
+                    # going on could reveal a vote or entries a restart would not remember.
+                    self.log.failure("quorum node {node}: persisting failed; the node stops",
+                                     node=self.node_id)
+                    self._stepping = False
+                    self.stop(graceful=False)
+                    return
         finally:
             self._stepping = False
         self._arm()
 
-    def _apply(self, fx: Effects) -> None:
-        """Apply one step's effects in the contract's order (module docstring)."""
-        if fx.quorum_state is not None:
-            write_quorum_state(self.data_dir, fx.quorum_state)
-        if fx.flush_log:
+    def _apply(self, group: list[Effects]) -> None:
+        """Apply the effects of consecutive steps in the contract's order (module docstring):
+        one quorum-state write (the newest state: epochs and votes only move forward, so it
+        covers every message of the group) and one log flush before any message leaves."""
+        states = [fx.quorum_state for fx in group if fx.quorum_state is not None]
+        if states:
+            write_quorum_state(self.data_dir, states[-1])
+        if any(fx.flush_log for fx in group):
             self.raft_log.flush()
-        for envelope in fx.messages:
-            try:
-                self.transport.send(envelope)
-            except Exception:
-                self.log.failure("quorum node {node}: sending to {dest} failed",
-                                 node=self.node_id, dest=envelope.destination)
-        if fx.truncated_to is not None:
-            self._fail_truncated(fx.truncated_to)
-        if fx.high_watermark is not None:
-            self._deliver(fx.high_watermark)
-        for transition in fx.transitions:
-            self._announce(transition)
+            self.flushes += 1
+        for fx in group:
+            for envelope in fx.messages:
+                try:
+                    self.transport.send(envelope)
+                except Exception:
+                    self.log.failure("quorum node {node}: sending to {dest} failed",
+                                     node=self.node_id, dest=envelope.destination)
+        for fx in group:
+            if fx.truncated_to is not None:
+                self._fail_truncated(fx.truncated_to)
+            if fx.high_watermark is not None:
+                self._deliver(fx.high_watermark)
+            for transition in fx.transitions:
+                self._announce(transition)
 
     def _fail_truncated(self, offset: int) -> None:
-        for at in sorted(o for o in self._pending if o >= offset):
-            entry, d = self._pending.pop(at)
+        # Popped before any errback runs: a callback may stop the driver or propose again.
+        cut = [self._pending.pop(at) for at in sorted(o for o in self._pending if o >= offset)]
+        for entry, d in cut:
             d.errback(Failure(EntryTruncated(entry, offset)))
 
     def _read(self, start: int, end: int):
@@ -355,4 +401,4 @@ class RaftDriver:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._run(lambda: self._apply(self._node().tick(self._now())))
+        self._run(lambda: self._node().tick(self._now()))

@@ -147,6 +147,7 @@ def test_one_timer_follows_the_next_deadline_after_every_step(tmp_path):
     _timer_matches_deadline(clock, driver)
     for _ in range(3):
         driver.propose(b"x")
+        clock.advance(0)  # the proposal's step runs at the end of the turn
         _timer_matches_deadline(clock, driver)
         clock.advance(0.01)
         _timer_matches_deadline(clock, driver)
@@ -165,8 +166,11 @@ def test_propose_fires_with_the_offset_once_committed_and_after_the_flush(tmp_pa
     ds = [leader.propose(f"p{i}".encode()) for i in range(5)]
     for d in ds:
         d.addCallback(results.append)
+    clock.advance(0)
     assert results == []  # needs the followers' fetches first
-    assert leader.raft_log.flushes > flushes_before
+    # The five proposals of one turn were appended and flushed together.
+    assert leader.raft_log.flushes == flushes_before + 1
+    assert leader.raft_log.end_offset() >= 5
     run_until(clock, lambda: len(results) == 5, within_s=5)
     end = leader.raft_log.end_offset()
     assert results == list(range(end - 5, end))
@@ -184,6 +188,7 @@ def test_a_follower_propose_fails_naming_the_leader(tmp_path):
     follower = next(d for d in drivers.values() if d is not leader)
     failures = []
     follower.propose(b"x").addErrback(failures.append)
+    clock.advance(0)
     assert len(failures) == 1
     failures[0].trap(NotLeaderError)
     assert failures[0].value.leader_id == leader.node_id
@@ -207,6 +212,7 @@ def test_a_proposal_truncated_away_fails_and_the_new_leaders_entries_commit(tmp_
     assert new.node.epoch > old.node.epoch
     new_results: list = []
     new.propose(b"replacement").addCallback(new_results.append)
+    clock.advance(0)
     run_until(clock, lambda: new_results, within_s=5)
     loop.isolated.clear()
     run_until(clock, lambda: failures or committed, within_s=20)
@@ -251,6 +257,7 @@ def test_stop_fails_pending_proposals_and_silences_the_node(tmp_path):
     loop.isolated.add(leader.node_id)
     failures: list = []
     leader.propose(b"x").addErrback(failures.append)
+    clock.advance(0)
     leader.stop(graceful=False)
     failures[0].trap(DriverStopped)
     sent = len(loop.handed)

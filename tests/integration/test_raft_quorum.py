@@ -1,0 +1,148 @@
+"""Three quorum nodes in one process on real TCP sockets (127.0.0.1, port 0), the real reactor,
+logs and quorum-state files on disk, short timeouts: an election, 1,000 committed proposals on
+every node in order, the leader cut off (listener and connections shut) and a new leader with
+nothing committed lost, a restarted node catching up, and a wrong cluster id refused."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+import pytest_twisted
+from twisted.internet import defer, reactor
+
+from broker_core.raft import RaftConfig, Role, wire
+from broker_core.raft.config import VoterAddress
+from broker_core.raft.entries import LogEntry
+from broker_core.raft.messages import VoteRequest
+from broker_core.raft.service import QuorumNode
+from broker_core.raft.storage import DiskRaftLog
+from broker_core.rpc import connect_client
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import ErrorCode
+from tests.support.cluster import eventually
+
+CLUSTER = "quorum-it"
+CONFIG = RaftConfig(election_timeout_ms=150, fetch_timeout_ms=300, election_backoff_max_ms=150,
+                    request_timeout_ms=250, retry_backoff_ms=10, fetch_max_wait_ms=100)
+ELECTION_S = CONFIG.election_timeout_ms / 1000
+
+
+def _time_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Member:
+    """One node, its log on disk and what its subscribers saw."""
+
+    def __init__(self, node_id: int, data_dir) -> None:
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self.raft_log = DiskRaftLog.open(data_dir, time_ms=_time_ms)
+        self.node = QuorumNode(node_id, CLUSTER, self.raft_log, data_dir, CONFIG, reactor,
+                               random.Random(node_id))
+        self.committed: list[LogEntry] = []
+
+    def start(self, voters: dict[int, VoterAddress]) -> None:
+        driver = self.node.start(voters)
+        driver.subscribe_committed(self.committed.extend)
+
+    @property
+    def driver(self):
+        return self.node.driver
+
+    async def crash(self) -> None:
+        """Shut its listener and every connection, as a crash looks to the peers; the files
+        are left as they are (no clean-shutdown marker)."""
+        await self.node.stop(graceful=False)
+        self.raft_log.log.close()
+
+    async def stop(self) -> None:
+        await self.node.stop(graceful=False)
+        self.raft_log.close()
+
+
+@pytest.fixture
+def quorum(tmp_path):
+    members = {n: Member(n, tmp_path / f"node-{n}") for n in (1, 2, 3)}
+    voters = {}
+    for n, m in members.items():
+        port = pytest_twisted.blockon(defer.Deferred.fromCoroutine(m.node.listen("127.0.0.1", 0)))
+        voters[n] = VoterAddress(n, "127.0.0.1", port)
+    for m in members.values():
+        m.start(voters)
+    yield members, voters
+    for m in list(members.values()):
+        if m.node.port is not None or m.driver is not None and not m.driver._stopped:
+            pytest_twisted.blockon(defer.Deferred.fromCoroutine(m.stop()))
+
+
+def leader(members: dict[int, Member]) -> Member | None:
+    leaders = [m for m in members.values() if m.driver.role is Role.LEADER]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+@pytest_twisted.ensureDeferred
+async def test_quorum_elects_commits_fails_over_and_a_restarted_node_catches_up(quorum):
+    members, voters = quorum
+    first = await eventually(lambda: leader(members), timeout=10 * ELECTION_S * 4,
+                             what="a leader")
+    payloads = [f"entry-{i:04d}".encode().ljust(100, b".") for i in range(1000)]
+    offsets = await defer.gatherResults([first.driver.propose(p) for p in payloads])
+    assert offsets == sorted(offsets) and len(set(offsets)) == 1000
+    hw = first.driver.high_watermark
+    await eventually(lambda: all(m.driver.high_watermark >= hw for m in members.values()),
+                     timeout=10, what="every node at the leader's high watermark")
+    for m in members.values():
+        assert [e.offset for e in m.committed] == list(range(len(m.committed)))
+        data = [e.payload for e in m.committed if isinstance(e.payload, bytes)]
+        assert data == payloads, m.node_id
+    committed_before = list(first.committed[:hw])
+
+    # The leader is cut off: its listener and connections go, as in a crash.
+    cut_at = time.monotonic()
+    await first.crash()
+    survivors = {n: m for n, m in members.items() if m is not first}
+    second = await eventually(lambda: leader(survivors), timeout=10,
+                              what="a new leader among the survivors")
+    offset = await second.driver.propose(b"after-failover")
+    took = time.monotonic() - cut_at
+    # Fetch timeout (the followers notice) + at most a few election rounds; generous for CI.
+    assert took < (CONFIG.fetch_timeout_ms / 1000 + 6 * 2 * ELECTION_S) * 3, took
+    assert second.driver.node.epoch > first.driver.node.epoch
+    for m in survivors.values():
+        await eventually(lambda m=m: m.driver.high_watermark > offset, timeout=10,
+                         what=f"node {m.node_id} commits the new entry")
+        assert m.committed[:hw] == committed_before, "a committed entry was lost"
+
+    # The old leader restarts on its files (same quorum-state and log) and catches up.
+    restarted = Member(first.node_id, first.data_dir)
+    assert restarted.raft_log.end_offset() >= hw
+    members[first.node_id] = restarted
+    await restarted.node.listen("127.0.0.1", voters[first.node_id].port)
+    restarted.start(voters)
+    assert restarted.driver.node.epoch >= first.driver.node.epoch  # from the quorum-state file
+    await eventually(lambda: restarted.driver.high_watermark > offset, timeout=15,
+                     what="the restarted node catches up")
+    assert restarted.committed[:hw] == committed_before
+    assert restarted.committed[offset].payload == b"after-failover"
+    assert restarted.driver.leader_id == second.node_id
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_request_with_another_cluster_id_is_refused_over_the_wire(quorum):
+    members, voters = quorum
+    address = voters[1]
+    proto = await connect_client(reactor, address.host, address.port, "stranger")
+    try:
+        body = await proto.request(ApiKey.VOTE, 0, wire.request_body(
+            VoteRequest("another-cluster", 99, 7, 0, 0)))
+        answer = wire.response_from_body(ApiKey.VOTE, body)
+        assert answer.error_code is ErrorCode.INCONSISTENT_CLUSTER_ID
+        assert not answer.vote_granted
+        versions = await proto.request(ApiKey.API_VERSIONS, 3, {})
+        assert {k.api_key for k in versions.api_keys} == {1, 18, 52, 53, 54}
+    finally:
+        proto.transport.loseConnection()
+    assert members[1].driver.node.epoch < 99  # the stranger's epoch was not taken up

@@ -120,7 +120,7 @@ class LoadLoop:
 
     def kick(self) -> None:
         while (self._outstanding < self.in_flight and self.driver.role is Role.LEADER
-               and not self.driver._stopped):
+               and self.driver.running):
             self._seq += 1
             tag = f"w{self.driver.node_id}-e{self.driver.node.epoch}-s{self._seq}"  # type: ignore[union-attr]
             payload = tag.encode().ljust(self.size, b".")

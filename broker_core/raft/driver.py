@@ -189,6 +189,11 @@ class RaftDriver:
     # ------------------------------------------------------------------ views
 
     @property
+    def running(self) -> bool:
+        """Started and not stopped."""
+        return self.node is not None and not self._stopped
+
+    @property
     def role(self) -> Role | None:
         return None if self.node is None else self.node.role
 

@@ -43,6 +43,7 @@ class Member:
         self.node = QuorumNode(node_id, CLUSTER, self.raft_log, data_dir, CONFIG, reactor,
                                random.Random(node_id))
         self.committed: list[LogEntry] = []
+        self.stopped = False
 
     def start(self, voters: dict[int, VoterAddress]) -> None:
         driver = self.node.start(voters)
@@ -55,10 +56,12 @@ class Member:
     async def crash(self) -> None:
         """Shut its listener and every connection, as a crash looks to the peers; the files
         are left as they are (no clean-shutdown marker)."""
+        self.stopped = True
         await self.node.stop(graceful=False)
         self.raft_log.log.close()
 
     async def stop(self) -> None:
+        self.stopped = True
         await self.node.stop(graceful=False)
         self.raft_log.close()
 
@@ -74,7 +77,7 @@ def quorum(tmp_path):
         m.start(voters)
     yield members, voters
     for m in list(members.values()):
-        if m.node.port is not None or m.driver is not None and not m.driver._stopped:
+        if not m.stopped:
             pytest_twisted.blockon(defer.Deferred.fromCoroutine(m.stop()))
 
 

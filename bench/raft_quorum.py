@@ -82,7 +82,14 @@ def throughput(in_flight: int, seconds: float, payload: int, extra: list[str]) -
             if any(e["event"] == "role" and e["epoch"] > event["epoch"]
                    for p in quorum.nodes.values() for e in p.events()):
                 print("  (an election happened during the window; figure not valid)")
-            return (end["committed"] - start["committed"]) / (end["t"] - start["t"])
+            elapsed = end["t"] - start["t"]
+            writes = end["committed"] - start["committed"]
+            flushes = end["flushes"] - start["flushes"]
+            blocked = (end["persist_s"] - start["persist_s"]) / elapsed
+            print(f"  {in_flight:4d} in flight: {writes / elapsed:8.0f} writes/s; leader: "
+                  f"{flushes / elapsed:6.0f} flushes/s ({writes / max(flushes, 1):.1f} writes "
+                  f"each), {blocked * 100:4.1f}% of the time blocked on the disk", flush=True)
+            return writes / elapsed
         finally:
             quorum.stop()
 
@@ -112,8 +119,7 @@ def main() -> None:
         print(f"(b) committed writes per second ({args.payload_bytes}-byte entries):",
               flush=True)
         for k in (int(x) for x in args.in_flight.split(",")):
-            rate = throughput(k, args.seconds, args.payload_bytes, extra)
-            print(f"  {k:4d} in flight: {rate:8.0f} writes/s", flush=True)
+            throughput(k, args.seconds, args.payload_bytes, extra)
 
 
 if __name__ == "__main__":

@@ -140,7 +140,9 @@ class LoadLoop:
 
     def report(self) -> None:
         if self.committed != self._reported:
-            self.events.emit("load", committed=self.committed)
+            self.events.emit("load", committed=self.committed, steps=self.driver.steps,
+                             flushes=self.driver.flushes,
+                             persist_s=round(self.driver.persist_seconds, 4))
             self._reported = self.committed
 
 

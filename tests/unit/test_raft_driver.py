@@ -283,3 +283,38 @@ def test_a_graceful_stop_of_the_leader_resigns_and_another_leads_soon(tmp_path):
     start = clock.seconds()
     run_until(clock, lambda: leader_of(others) is not None, within_s=10)
     assert clock.seconds() - start < CONFIG.fetch_timeout_ms / 1000
+
+
+class _FailingFlushLog(InMemoryRaftLog):
+    """A log whose disk fails: every flush raises."""
+
+    def __init__(self, loop: Loopback) -> None:
+        super().__init__()
+        self.loop = loop
+        self.first_append_at: int | None = None  # how many envelopes had been handed then
+
+    def append(self, entries) -> None:
+        if entries and self.first_append_at is None:
+            self.first_append_at = len(self.loop.handed)
+        super().append(entries)
+
+    def flush(self) -> None:
+        raise OSError("disk gone")
+
+
+def test_a_failed_flush_stops_the_node_before_its_messages_leave(tmp_path):
+    clock = task.Clock()
+    loop = Loopback(clock)
+    drivers = make_quorum(tmp_path, clock, loop)
+    broken = drivers[1]
+    broken.stop(graceful=False)
+    failing = _FailingFlushLog(loop)
+    broken = RaftDriver(1, "cluster-a", frozenset(drivers), failing, tmp_path / "1b", CONFIG,
+                        clock, loop.transport_for(1), random.Random(3))
+    loop.drivers[1] = broken
+    broken.start()
+    run_until(clock, lambda: failing.first_append_at is not None, within_s=10)
+    assert not broken.running
+    assert all(env.source != 1 for env, _ in loop.handed[failing.first_append_at:])
+    others = {n: d for n, d in drivers.items() if n != 1}
+    run_until(clock, lambda: leader_of(others) is not None, within_s=10)

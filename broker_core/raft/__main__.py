@@ -71,6 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                       ("--fetch-max-wait-ms", "fetch_max_wait_ms")):
         p.add_argument(flag, type=int, default=getattr(defaults, key),
                        help=f"default {getattr(defaults, key)}")
+    p.add_argument("--persist-thread", action="store_true",
+                   help="write the quorum state and flush the log on a writer thread instead "
+                        "of the reactor thread")
     p.add_argument("--events", action="store_true", help="JSON event lines on stdout")
     p.add_argument("--load-in-flight", type=int, default=0,
                    help="while leading, keep this many proposals in flight (0: none)")
@@ -163,7 +166,8 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
 
     events = Events(args.events, args.node_id)
     raft_log = DiskRaftLog.open(args.data_dir, time_ms=lambda: int(reactor.seconds() * 1000))
-    node = QuorumNode(args.node_id, args.cluster_id, raft_log, args.data_dir, config, reactor)
+    node = QuorumNode(args.node_id, args.cluster_id, raft_log, args.data_dir, config, reactor,
+                      persist_thread=args.persist_thread)
     bound = await node.listen(host, port)
     events.emit("listening", port=bound)
     driver = node.start(voters)

@@ -50,10 +50,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from twisted.internet import defer
+from twisted.internet import defer, threads
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
 from zope.interface import Interface
 
 from broker_core.raft.config import RaftConfig
@@ -113,6 +114,8 @@ class RaftDriver:
     :param transport: sends envelopes (:class:`IRaftTransport`); may be set after
         construction (:attr:`transport`) but before :meth:`start`.
     :param rng: the random source for election timeouts.
+    :param persist_thread: write the quorum state and flush the log on a dedicated writer
+        thread instead of the reactor thread (``clock`` must then be the reactor).
     """
 
     log = Logger(namespace="sluice.raft")
@@ -120,7 +123,7 @@ class RaftDriver:
     def __init__(self, node_id: int, cluster_id: str, voters: frozenset[int] | set[int],
                  log: IRaftLog, data_dir: Path | str, config: RaftConfig,
                  clock: IReactorTime, transport: Any = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, persist_thread: bool = False) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.voters = frozenset(voters)
@@ -141,6 +144,9 @@ class RaftDriver:
         self._pending: dict[int, tuple[LogEntry, defer.Deferred]] = {}  # offset -> proposal
         self._last_ms = 0.0
         self._drain_call: IDelayedCall | None = None
+        self._persisting = False  # a group is being written on the writer thread
+        self._pool: ThreadPool | None = (ThreadPool(1, 1, f"raft-writer-{node_id}")
+                                         if persist_thread else None)
         self.steps = 0  # steps run (for tests and the benchmark)
         self.flushes = 0  # log flushes (one per group that appended or truncated)
         self.persist_seconds = 0.0  # time spent writing the quorum state and flushing
@@ -162,6 +168,8 @@ class RaftDriver:
         persisted = read_quorum_state(self.data_dir)
         self.node = RaftNode(self.node_id, self.cluster_id, self.voters, self.raft_log,
                              self.config, self._rng, self._now(), persisted)
+        if self._pool is not None:
+            self._pool.start()
         self.log.info("quorum node {node} starts as {role} in epoch {epoch} (log end {end})",
                       node=self.node_id, role=self.node.role.value, epoch=self.node.epoch,
                       end=self.raft_log.end_offset())
@@ -173,9 +181,21 @@ class RaftDriver:
         still be up). Pending proposals fail with :class:`DriverStopped`."""
         if self._stopped:
             return
-        if graceful and self.node is not None and self.node.role is Role.LEADER:
-            self._run(lambda: self._node().resign(self._now()))
+        if (graceful and self.node is not None and self.node.role is Role.LEADER
+                and not self._stepping and not self._persisting):
+            # Best effort, on this thread whatever the mode (the writer is idle): skipped
+            # while a step or a write is in progress.
+            group = [self._node().resign(self._now())]
+            try:
+                self._persist(group)
+            except Exception:
+                self.log.failure("quorum node {node}: persisting the resignation failed",
+                                 node=self.node_id)
+            else:
+                self._release(group)
         self._stopped = True
+        if self._pool is not None:
+            self._pool.stop()  # waits for a write in progress
         self._inbox.clear()
         if self._drain_call is not None and self._drain_call.active():
             self._drain_call.cancel()
@@ -273,19 +293,20 @@ class RaftDriver:
 
     def _run(self, step: Callable[[], Effects | None] | None) -> None:
         """Run ``step`` (and whatever waits in the inbox) now, or after the steps in progress:
-        steps never nest. The steps run together apply their effects as one group."""
+        steps never nest, and none runs while a group is being persisted on the writer
+        thread. The steps run together apply their effects as one group."""
         if self._stopped:
             return
         if step is not None:
             self._inbox.append(step)
-        if self._stepping:
+        if self._stepping or self._persisting:
             return
         if self._drain_call is not None and self._drain_call.active():
             self._drain_call.cancel()
         self._drain_call = None
         self._stepping = True
         try:
-            while self._inbox and not self._stopped:
+            while self._inbox and not self._stopped and not self._persisting:
                 group: list[Effects] = []
                 while self._inbox:
                     work = self._inbox.popleft()
@@ -297,24 +318,50 @@ class RaftDriver:
                     self.steps += 1
                     if fx is not None:
                         group.append(fx)
-                try:
-                    self._apply(group)
-                except Exception:
-                    # A write or flush that failed leaves the node's state ahead of its disk;
-                    # going on could reveal a vote or entries a restart would not remember.
-                    self.log.failure("quorum node {node}: persisting failed; the node stops",
-                                     node=self.node_id)
-                    self._stepping = False
-                    self.stop(graceful=False)
-                    return
+                if self._pool is None:
+                    try:
+                        self._persist(group)
+                    except Exception:
+                        self._persist_failed()
+                        return
+                    self._release(group)
+                elif any(fx.quorum_state is not None or fx.flush_log for fx in group):
+                    self._persisting = True
+                    d = threads.deferToThreadPool(self.clock, self._pool, self._persist, group)
+                    d.addCallbacks(self._persisted, lambda f: self._persist_failed(f),
+                                   callbackArgs=(group,))
+                else:
+                    self._release(group)  # nothing to write: no need to wait for the thread
         finally:
             self._stepping = False
         self._arm()
 
-    def _apply(self, group: list[Effects]) -> None:
-        """Apply the effects of consecutive steps in the contract's order (module docstring):
-        one quorum-state write (the newest state: epochs and votes only move forward, so it
-        covers every message of the group) and one log flush before any message leaves."""
+    def _persisted(self, _: object, group: list[Effects]) -> None:
+        """The writer thread finished the group's writes: release it, then run what waited."""
+        self._persisting = False
+        if self._stopped:
+            return
+        self._stepping = True
+        try:
+            self._release(group)
+        finally:
+            self._stepping = False
+        self._run(None)
+        self._arm()
+
+    def _persist_failed(self, failure: Failure | None = None) -> None:
+        # A write or flush that failed leaves the node's state ahead of its disk; going on
+        # could reveal a vote or entries a restart would not remember.
+        self.log.failure("quorum node {node}: persisting failed; the node stops", failure,
+                         node=self.node_id)
+        self._persisting = False
+        self._stepping = False
+        self.stop(graceful=False)
+
+    def _persist(self, group: list[Effects]) -> None:
+        """Steps 1 and 2 of the contract for a group: one quorum-state write (the newest state:
+        epochs and votes only move forward, so it covers every message of the group) and one
+        log flush. BLOCKING; on the reactor thread or the writer thread."""
         started = time.perf_counter()
         states = [fx.quorum_state for fx in group if fx.quorum_state is not None]
         if states:
@@ -322,8 +369,11 @@ class RaftDriver:
         if any(fx.flush_log for fx in group):
             self.raft_log.flush()
             self.flushes += 1
-        # Measured, not scheduled by: how long the reactor was blocked on the disk.
+        # Measured, not scheduled by: how long the disk held the group back.
         self.persist_seconds += time.perf_counter() - started
+
+    def _release(self, group: list[Effects]) -> None:
+        """Steps 3 and 4, once the group is durable: send, then tell the layers above."""
         for fx in group:
             for envelope in fx.messages:
                 try:

@@ -46,8 +46,9 @@ class QuorumNode:
 
     def __init__(self, node_id: int, cluster_id: str, raft_log: IRaftLog,
                  data_dir: Path | str, config: RaftConfig, reactor: Any,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, persist_thread: bool = False) -> None:
         self.node_id = node_id
+        self.persist_thread = persist_thread
         self.cluster_id = cluster_id
         self.raft_log = raft_log
         self.data_dir = Path(data_dir)
@@ -78,7 +79,7 @@ class QuorumNode:
                                      self.records_to_entries)
         self.driver = RaftDriver(self.node_id, self.cluster_id, frozenset(voters),
                                  self.raft_log, self.data_dir, self.config, self.reactor,
-                                 self.network, self._rng)
+                                 self.network, self._rng, self.persist_thread)
         self.network.bind(self.driver.receive)
         self.network.start()
         self.driver.start()

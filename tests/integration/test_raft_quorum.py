@@ -16,6 +16,7 @@ from broker_core.raft import RaftConfig, Role, wire
 from broker_core.raft.config import VoterAddress
 from broker_core.raft.entries import LogEntry
 from broker_core.raft.messages import VoteRequest
+from broker_core.raft.quorum_state import read_quorum_state
 from broker_core.raft.service import QuorumNode
 from broker_core.raft.storage import DiskRaftLog
 from broker_core.rpc import connect_client
@@ -29,6 +30,13 @@ CONFIG = RaftConfig(election_timeout_ms=150, fetch_timeout_ms=300, election_back
 ELECTION_S = CONFIG.election_timeout_ms / 1000
 
 
+def _epoch_of(message) -> int:
+    for name in ("candidate_epoch", "leader_epoch", "current_leader_epoch"):
+        if hasattr(message, name):
+            return getattr(message, name)
+    raise AssertionError(f"no epoch in {message}")
+
+
 def _time_ms() -> int:
     return int(time.time() * 1000)
 
@@ -36,18 +44,32 @@ def _time_ms() -> int:
 class Member:
     """One node, its log on disk and what its subscribers saw."""
 
-    def __init__(self, node_id: int, data_dir) -> None:
+    def __init__(self, node_id: int, data_dir, persist_thread: bool) -> None:
         self.node_id = node_id
         self.data_dir = data_dir
+        self.persist_thread = persist_thread
         self.raft_log = DiskRaftLog.open(data_dir, time_ms=_time_ms)
         self.node = QuorumNode(node_id, CLUSTER, self.raft_log, data_dir, CONFIG, reactor,
-                               random.Random(node_id))
+                               random.Random(node_id), persist_thread=persist_thread)
         self.committed: list[LogEntry] = []
+        self.ahead_of_disk: list = []
         self.stopped = False
 
     def start(self, voters: dict[int, VoterAddress]) -> None:
         driver = self.node.start(voters)
         driver.subscribe_committed(self.committed.extend)
+        # Persist before send, on the real network and (with the writer thread) across
+        # threads: what the file says when a message is handed to the connections.
+        network = self.node.network
+        send = network.send
+
+        def checked(envelope) -> None:
+            persisted = read_quorum_state(self.data_dir)
+            if persisted is None or persisted.leader_epoch < _epoch_of(envelope.message):
+                self.ahead_of_disk.append(envelope)
+            send(envelope)
+
+        network.send = checked
 
     @property
     def driver(self):
@@ -66,9 +88,9 @@ class Member:
         self.raft_log.close()
 
 
-@pytest.fixture
-def quorum(tmp_path):
-    members = {n: Member(n, tmp_path / f"node-{n}") for n in (1, 2, 3)}
+@pytest.fixture(params=[False, True], ids=["persist-on-reactor", "persist-on-thread"])
+def quorum(tmp_path, request):
+    members = {n: Member(n, tmp_path / f"node-{n}", request.param) for n in (1, 2, 3)}
     voters = {}
     for n, m in members.items():
         port = pytest_twisted.blockon(defer.Deferred.fromCoroutine(m.node.listen("127.0.0.1", 0)))
@@ -120,7 +142,7 @@ async def test_quorum_elects_commits_fails_over_and_a_restarted_node_catches_up(
         assert m.committed[:hw] == committed_before, "a committed entry was lost"
 
     # The old leader restarts on its files (same quorum-state and log) and catches up.
-    restarted = Member(first.node_id, first.data_dir)
+    restarted = Member(first.node_id, first.data_dir, first.persist_thread)
     assert restarted.raft_log.end_offset() >= hw
     members[first.node_id] = restarted
     await restarted.node.listen("127.0.0.1", voters[first.node_id].port)
@@ -131,6 +153,8 @@ async def test_quorum_elects_commits_fails_over_and_a_restarted_node_catches_up(
     assert restarted.committed[:hw] == committed_before
     assert restarted.committed[offset].payload == b"after-failover"
     assert restarted.driver.leader_id == second.node_id
+    for m in [*members.values(), first]:
+        assert m.ahead_of_disk == [], f"node {m.node_id} sent ahead of its quorum state"
 
 
 @pytest_twisted.ensureDeferred

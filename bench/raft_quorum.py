@@ -14,7 +14,9 @@ process, same machine).
 ``--in-flight`` proposals of ``--payload-bytes`` bytes outstanding, proposing a new one as each
 commits (every write is appended, flushed with fsync on the leader and on a follower, and
 committed before it counts). The rate is taken over ``--seconds`` after a warm-up, from the
-leader's once-a-second ``load`` events.
+leader's once-a-second ``load`` events, with the nodes persisting on the reactor thread and
+on a writer thread (``--modes``); the leader's flushes per second and the share of time its
+writes took are printed with it.
 
     python bench/raft_quorum.py [--rounds 5] [--in-flight 1,8,64,256] [--seconds 10]
 """
@@ -62,7 +64,8 @@ def failover(rounds: int, settle_s: float, extra: list[str]) -> list[tuple[float
     return results
 
 
-def throughput(in_flight: int, seconds: float, payload: int, extra: list[str]) -> float:
+def throughput(in_flight: int, seconds: float, payload: int, extra: list[str],
+               mode: str) -> float:
     with tempfile.TemporaryDirectory(prefix="raft-bench-") as tmp:
         quorum = QuorumProcesses(Path(tmp), extra=[*extra, "--load-in-flight", str(in_flight),
                                                    "--load-payload-bytes", str(payload)])
@@ -86,9 +89,9 @@ def throughput(in_flight: int, seconds: float, payload: int, extra: list[str]) -
             writes = end["committed"] - start["committed"]
             flushes = end["flushes"] - start["flushes"]
             blocked = (end["persist_s"] - start["persist_s"]) / elapsed
-            print(f"  {in_flight:4d} in flight: {writes / elapsed:8.0f} writes/s; leader: "
+            print(f"  {mode:7s} {in_flight:4d} in flight: {writes / elapsed:8.0f} writes/s; leader: "
                   f"{flushes / elapsed:6.0f} flushes/s ({writes / max(flushes, 1):.1f} writes "
-                  f"each), {blocked * 100:4.1f}% of the time blocked on the disk", flush=True)
+                  f"each), {blocked * 100:4.1f}% of the time writing", flush=True)
             return writes / elapsed
         finally:
             quorum.stop()
@@ -101,6 +104,8 @@ def main() -> None:
     p.add_argument("--in-flight", default="1,8,64,256")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--payload-bytes", type=int, default=100)
+    p.add_argument("--modes", default="reactor,thread",
+                   help="where nodes persist: reactor (default), thread (--persist-thread)")
     p.add_argument("--skip-failover", action="store_true")
     p.add_argument("--skip-throughput", action="store_true")
     p.add_argument("node_args", nargs="*", help="passed to every node (after --)")
@@ -119,7 +124,9 @@ def main() -> None:
         print(f"(b) committed writes per second ({args.payload_bytes}-byte entries):",
               flush=True)
         for k in (int(x) for x in args.in_flight.split(",")):
-            throughput(k, args.seconds, args.payload_bytes, extra)
+            for mode in args.modes.split(","):
+                flags = ["--persist-thread"] if mode == "thread" else []
+                throughput(k, args.seconds, args.payload_bytes, [*extra, *flags], mode)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ waits in a queue and runs right after, so effects apply in exactly the order the
 them. Proposals wait for the end of the reactor turn (``callLater(0)``), so that all the
 proposals of one turn form one *group* of steps.
 
-A group's effects apply in the order ``effects.py`` fixes, all on the reactor thread:
+A group's effects apply in the order ``effects.py`` fixes:
 
 1. the newest quorum state of the group is written durably (temp file, fsync, rename, fsync
    of the directory); epochs and votes only move forward, so it covers every message of the
@@ -24,11 +24,12 @@ A group's effects apply in the order ``effects.py`` fixes, all on the reactor th
 
 If step 1 or 2 fails the driver stops (fail-stop): the node's memory is ahead of its disk.
 
-Persisting on the reactor blocks it for the two fsyncs of a quorum-state write (epoch changes
-and votes only, a handful per election) and for a log flush per step that appended entries.
-That is the simple choice, and docs/raft.md has the figures that justify it for now; a
-dedicated writer thread would have to hold every later step's messages back until its write
-completed, which is the same serialisation with a thread hop added.
+Where steps 1 and 2 run. By default on the reactor thread: it blocks for the two fsyncs of
+a quorum-state write (a handful per election) and one log flush per group. With
+``persist_thread=True`` they run on a dedicated writer thread (one thread, so writes never
+overlap); while a group is being written no further step runs (inputs wait in the queue, and
+become the next group), and steps 3 and 4 follow on the reactor once the write is done. The
+reactor keeps reading, decoding and timing meanwhile. docs/raft.md has the measurements.
 
 Invariants kept here:
 

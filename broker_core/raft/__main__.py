@@ -48,6 +48,7 @@ from broker_core.raft.config import (
 from broker_core.raft.driver import RaftDriver
 from broker_core.raft.effects import Transition
 from broker_core.raft.entries import LeaderChange, LogEntry
+from broker_core.raft.quorum_state import QuorumStateError
 from broker_core.raft.roles import Role
 from broker_core.raft.service import QuorumNode
 
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def fail(f: Any) -> None:
             failed.append(f.value)
-            if isinstance(f.value, RaftConfigError | OSError):
+            if isinstance(f.value, RaftConfigError | QuorumStateError | OSError):
                 print(f"sluice-quorum: {f.value}", file=sys.stderr)
             else:
                 log.failure("quorum node failed", f)

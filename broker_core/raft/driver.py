@@ -64,7 +64,11 @@ from broker_core.raft.entries import LogEntry, Payload
 from broker_core.raft.log import IRaftLog
 from broker_core.raft.messages import Envelope
 from broker_core.raft.node import NotLeaderError, RaftNode
-from broker_core.raft.quorum_state import read_quorum_state, write_quorum_state
+from broker_core.raft.quorum_state import (
+    QuorumStateError,
+    read_quorum_state,
+    write_quorum_state,
+)
 from broker_core.raft.roles import Role
 
 __all__ = ["DriverStopped", "EntryTruncated", "IRaftTransport", "NotLeaderError",
@@ -167,6 +171,9 @@ class RaftDriver:
             raise RuntimeError("driver has no transport")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         persisted = read_quorum_state(self.data_dir)
+        if persisted is not None and persisted.cluster_id != self.cluster_id:
+            raise QuorumStateError(f"{self.data_dir}: the quorum state belongs to cluster "
+                                   f"{persisted.cluster_id!r}, not {self.cluster_id!r}")
         self.node = RaftNode(self.node_id, self.cluster_id, self.voters, self.raft_log,
                              self.config, self._rng, self._now(), persisted)
         if self._pool is not None:

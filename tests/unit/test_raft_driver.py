@@ -16,7 +16,12 @@ from zope.interface.verify import verifyObject
 from broker_core.raft import InMemoryRaftLog, NotLeaderError, RaftConfig, Role
 from broker_core.raft.driver import DriverStopped, EntryTruncated, IRaftTransport, RaftDriver
 from broker_core.raft.messages import Envelope, VoteResponse
-from broker_core.raft.quorum_state import read_quorum_state
+from broker_core.raft.quorum_state import (
+    QuorumState,
+    QuorumStateError,
+    read_quorum_state,
+    write_quorum_state,
+)
 
 CONFIG = RaftConfig(election_timeout_ms=100, fetch_timeout_ms=200, election_backoff_max_ms=100,
                     request_timeout_ms=150, retry_backoff_ms=10, fetch_max_wait_ms=50)
@@ -318,3 +323,13 @@ def test_a_failed_flush_stops_the_node_before_its_messages_leave(tmp_path):
     assert all(env.source != 1 for env, _ in loop.handed[failing.first_append_at:])
     others = {n: d for n, d in drivers.items() if n != 1}
     run_until(clock, lambda: leader_of(others) is not None, within_s=10)
+
+
+def test_a_data_directory_of_another_cluster_refuses_to_start(tmp_path):
+    clock = task.Clock()
+    write_quorum_state(tmp_path, QuorumState("cluster-b", -1, 4, -1, -1, (1, 2, 3)))
+    driver = RaftDriver(1, "cluster-a", frozenset({1, 2, 3}), InMemoryRaftLog(), tmp_path,
+                        CONFIG, clock, Loopback(clock).transport_for(1))
+    with pytest.raises(QuorumStateError, match="belongs to cluster 'cluster-b', not 'cluster-a'"):
+        driver.start()
+    assert not driver.running

@@ -110,13 +110,12 @@ class LoadLoop:
     writer, epoch and sequence number, so an acknowledged write can be found in the log."""
 
     def __init__(self, driver: RaftDriver, events: Events, in_flight: int, size: int,
-                 print_acks: bool, clock: Any) -> None:
+                 print_acks: bool) -> None:
         self.driver = driver
         self.events = events
         self.in_flight = in_flight
         self.size = size
         self.print_acks = print_acks
-        self.clock = clock
         self._outstanding = 0
         self._seq = 0
         self.committed = 0
@@ -173,7 +172,7 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
     events.emit("listening", port=bound)
     driver = node.start(voters)
     load = (LoadLoop(driver, events, args.load_in_flight, args.load_payload_bytes,
-                     args.print_acks, reactor) if args.load_in_flight > 0 else None)
+                     args.print_acks) if args.load_in_flight > 0 else None)
     leading_epoch: list[int] = []
 
     def on_transition(t: Transition) -> None:

@@ -133,8 +133,9 @@ async def test_quorum_elects_commits_fails_over_and_a_restarted_node_catches_up(
                               what="a new leader among the survivors")
     offset = await second.driver.propose(b"after-failover")
     took = time.monotonic() - cut_at
-    # Fetch timeout (the followers notice) + at most a few election rounds; generous for CI.
-    assert took < (CONFIG.fetch_timeout_ms / 1000 + 6 * 2 * ELECTION_S) * 3, took
+    # The followers notice by the fetch timeout, then a few election rounds (slack for a
+    # loaded machine: twenty election timeouts).
+    assert took < CONFIG.fetch_timeout_ms / 1000 + 20 * ELECTION_S, took
     assert second.driver.node.epoch > first.driver.node.epoch
     for m in survivors.values():
         await eventually(lambda m=m: m.driver.high_watermark > offset, timeout=10,

@@ -233,7 +233,10 @@ class RaftDriver:
 
     @property
     def high_watermark(self) -> int:
-        return 0 if self.node is None else self.node.high_watermark
+        """Every entry below this offset is committed and has been delivered to the
+        subscribers. It can trail the node's own (``node.high_watermark``) while a group is
+        being written on the writer thread."""
+        return self._delivered
 
     # ------------------------------------------------------------------ subscriptions
 

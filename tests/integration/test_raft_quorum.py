@@ -25,8 +25,10 @@ from broker_core.wire.errors import ErrorCode
 from tests.support.cluster import eventually
 
 CLUSTER = "quorum-it"
-CONFIG = RaftConfig(election_timeout_ms=150, fetch_timeout_ms=300, election_backoff_max_ms=150,
-                    request_timeout_ms=250, retry_backoff_ms=10, fetch_max_wait_ms=100)
+# Short, but not so short that a loaded machine (two cores, other test runs) deposes leaders
+# by itself: the fetch timeout is three long polls.
+CONFIG = RaftConfig(election_timeout_ms=300, fetch_timeout_ms=600, election_backoff_max_ms=300,
+                    request_timeout_ms=500, retry_backoff_ms=10, fetch_max_wait_ms=200)
 ELECTION_S = CONFIG.election_timeout_ms / 1000
 
 
@@ -108,11 +110,23 @@ def leader(members: dict[int, Member]) -> Member | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
+def settled_leader(members: dict[int, Member]) -> Member | None:
+    """A leader every member follows, with its first entries committed everywhere."""
+    first = leader(members)
+    if first is None or first.driver.high_watermark < 2:
+        return None
+    epoch = first.driver.node.epoch
+    if all(m.driver.node.epoch == epoch and m.driver.leader_id == first.node_id
+           and m.driver.high_watermark >= 2 for m in members.values()):
+        return first
+    return None
+
+
 @pytest_twisted.ensureDeferred
 async def test_quorum_elects_commits_fails_over_and_a_restarted_node_catches_up(quorum):
     members, voters = quorum
-    first = await eventually(lambda: leader(members), timeout=10 * ELECTION_S * 4,
-                             what="a leader")
+    first = await eventually(lambda: settled_leader(members), timeout=15,
+                             what="a leader followed by all")
     payloads = [f"entry-{i:04d}".encode().ljust(100, b".") for i in range(1000)]
     offsets = await defer.gatherResults([first.driver.propose(p) for p in payloads])
     assert offsets == sorted(offsets) and len(set(offsets)) == 1000

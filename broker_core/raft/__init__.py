@@ -3,7 +3,12 @@
 Nothing here imports Twisted or touches a socket or a clock. :class:`RaftNode` takes messages,
 ticks and proposals and returns :class:`Effects` (state to persist, messages to send, entries
 appended, commits). :class:`DiskRaftLog` keeps the log on disk over :mod:`broker_core.log`;
-the network driver and the metadata store on top are later steps (docs/raft.md).
+the metadata store on top is a later step (docs/raft.md).
+
+The network driver lives in its own modules, which import Twisted and are not re-exported
+here: :mod:`broker_core.raft.driver` (``RaftDriver``), :mod:`~broker_core.raft.listener`,
+:mod:`~broker_core.raft.transport`, :mod:`~broker_core.raft.service` (``QuorumNode``) and
+``python -m broker_core.raft``.
 """
 
 from broker_core.raft.config import RaftConfig, RaftConfigError

@@ -58,3 +58,49 @@ class RaftConfig:
                 f"quorum.fetch.timeout.ms ({self.fetch_timeout_ms}) must exceed "
                 f"replica.fetch.wait.max.ms ({self.fetch_max_wait_ms}), or an idle follower "
                 "would stand while its leader is fine")
+
+
+@dataclass(frozen=True, slots=True)
+class VoterAddress:
+    """Where voter ``node_id`` listens for the quorum's requests."""
+
+    node_id: int
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.node_id}@{host}:{self.port}"
+
+
+def parse_quorum_voters(raw: str, key: str = "quorum.voters") -> dict[int, VoterAddress]:
+    """Kafka's ``quorum.voters``: ``id@host:port`` entries separated by commas
+    (``1@a:9093,2@b:9093,3@c:9093``; an IPv6 host goes in brackets: ``1@[::1]:9093``).
+
+    Returns the voters by id. Raises :class:`RaftConfigError` naming ``key`` and the bad entry
+    for an empty list, an entry without ``@`` or ``:port``, an id that is not a non-negative
+    integer, a port outside 1-65535, or an id listed twice.
+    """
+    expected = "id@host:port[,id@host:port...]"
+    entries = [e.strip() for e in raw.split(",")]
+    if not raw.strip() or not all(entries):
+        raise RaftConfigError(f"invalid value {raw!r} for {key!r}: expected {expected}")
+    voters: dict[int, VoterAddress] = {}
+    for entry in entries:
+        node, at, address = entry.partition("@")
+        if not at or not node.isdigit() or not node.isascii():
+            raise RaftConfigError(f"invalid entry {entry!r} in {key!r}: expected id@host:port "
+                                  "with a non-negative integer id")
+        host, colon, port = address.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if (not colon or not host or not port.isdigit() or not port.isascii()
+                or not 1 <= int(port) <= 65535):
+            raise RaftConfigError(f"invalid entry {entry!r} in {key!r}: expected id@host:port "
+                                  "with a port from 1 to 65535")
+        node_id = int(node)
+        if node_id in voters:
+            raise RaftConfigError(f"invalid value {raw!r} for {key!r}: voter {node_id} is "
+                                  "listed twice")
+        voters[node_id] = VoterAddress(node_id, host, int(port))
+    return voters

@@ -122,7 +122,7 @@ class KafkaServerProtocol(Protocol):
 
     def _handle_frame(self, frame: bytes) -> None:
         try:
-            request = apis.decode_request(frame)
+            request = self.factory.decode_request(frame)
         except errors.UnsupportedVersion as e:
             chunks = apis.error_response(e.header, errors.ErrorCode.UNSUPPORTED_VERSION)
             self.factory.count_error(e.header.api_key, "UNSUPPORTED_VERSION")
@@ -221,6 +221,9 @@ class KafkaServerFactory(Factory):
     """
 
     noisy = False
+    #: How a frame becomes a request; a listener serving another set of APIs (the quorum's,
+    #: :mod:`broker_core.raft.listener`) replaces it.
+    decode_request = staticmethod(apis.decode_request)
 
     def __init__(
         self,

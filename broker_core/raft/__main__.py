@@ -1,0 +1,242 @@
+"""Run one metadata-quorum node as a process: ``python -m broker_core.raft`` (or
+``sluice-quorum``).
+
+::
+
+    sluice-quorum --node-id 1 --cluster-id sluice-1 \\
+        --quorum-voters 1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095 \\
+        --listen 127.0.0.1:9093 --data-dir /var/lib/sluice/quorum-1
+
+The node keeps its quorum-state file and its log (``__cluster_metadata-0``) under
+``--data-dir`` and logs its role changes. SIGTERM or SIGINT stops it cleanly: a leader resigns
+first (EndQuorumEpoch), and the log is closed with its clean-shutdown marker.
+
+``--events`` prints one JSON object per line on stdout for tools (the benchmark and the system
+tests read them): ``listening``, ``role`` (every role change), ``leader-committed`` (a leader's
+first entry of its epoch committed: from then on it serves writes), ``load`` (once a second
+while the load loop runs) and, with ``--print-acks``, ``ack`` (one committed write).
+
+``--load-in-flight N`` makes the node, while it leads, keep N proposals of
+``--load-payload-bytes`` bytes in flight, proposing a new one as each commits. It is the
+only way to write to this quorum from outside for now (there is no client API yet), and it
+is what the benchmark measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from twisted.internet import defer
+from twisted.logger import (
+    FilteringLogObserver,
+    Logger,
+    LogLevel,
+    LogLevelFilterPredicate,
+    globalLogBeginner,
+    textFileLogObserver,
+)
+
+from broker_core.raft.config import (
+    RaftConfig,
+    RaftConfigError,
+    parse_quorum_voters,
+)
+from broker_core.raft.driver import RaftDriver
+from broker_core.raft.effects import Transition
+from broker_core.raft.entries import LeaderChange, LogEntry
+from broker_core.raft.quorum_state import QuorumStateError
+from broker_core.raft.roles import Role
+from broker_core.raft.service import QuorumNode
+
+log = Logger(namespace="sluice.raft")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="sluice-quorum", description=__doc__.split("\n\n")[0])
+    p.add_argument("--node-id", type=int, required=True, help="this node's id (node.id)")
+    p.add_argument("--quorum-voters", required=True,
+                   help="quorum.voters: id@host:port,id@host:port,...")
+    p.add_argument("--listen", required=True, help="host:port of the quorum listener")
+    p.add_argument("--data-dir", required=True, help="quorum-state file and metadata log")
+    p.add_argument("--cluster-id", required=True)
+    defaults = RaftConfig()
+    for flag, key in (("--election-timeout-ms", "election_timeout_ms"),
+                      ("--fetch-timeout-ms", "fetch_timeout_ms"),
+                      ("--election-backoff-max-ms", "election_backoff_max_ms"),
+                      ("--request-timeout-ms", "request_timeout_ms"),
+                      ("--retry-backoff-ms", "retry_backoff_ms"),
+                      ("--fetch-max-wait-ms", "fetch_max_wait_ms")):
+        p.add_argument(flag, type=int, default=getattr(defaults, key),
+                       help=f"default {getattr(defaults, key)}")
+    p.add_argument("--persist-thread", action="store_true",
+                   help="write the quorum state and flush the log on a writer thread instead "
+                        "of the reactor thread")
+    p.add_argument("--events", action="store_true", help="JSON event lines on stdout")
+    p.add_argument("--load-in-flight", type=int, default=0,
+                   help="while leading, keep this many proposals in flight (0: none)")
+    p.add_argument("--load-payload-bytes", type=int, default=100)
+    p.add_argument("--print-acks", action="store_true",
+                   help="with --events: one 'ack' event per committed load write")
+    return p.parse_args(argv)
+
+
+def _listen_address(raw: str) -> tuple[str, int]:
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise RaftConfigError(f"invalid value {raw!r} for '--listen': expected host:port")
+    return host.strip("[]"), int(port)
+
+
+class Events:
+    """JSON lines on stdout (or nothing)."""
+
+    def __init__(self, enabled: bool, node_id: int) -> None:
+        self.enabled = enabled
+        self.node_id = node_id
+
+    def emit(self, event: str, **fields: Any) -> None:
+        if self.enabled:
+            line = json.dumps({"event": event, "node": self.node_id, "t": time.time(), **fields})
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+
+class LoadLoop:
+    """While the node leads, keep ``in_flight`` proposals outstanding. Payloads name the
+    writer, epoch and sequence number, so an acknowledged write can be found in the log."""
+
+    def __init__(self, driver: RaftDriver, events: Events, in_flight: int, size: int,
+                 print_acks: bool) -> None:
+        self.driver = driver
+        self.events = events
+        self.in_flight = in_flight
+        self.size = size
+        self.print_acks = print_acks
+        self._outstanding = 0
+        self._seq = 0
+        self.committed = 0
+        self._reported = 0
+
+    def kick(self) -> None:
+        while (self._outstanding < self.in_flight and self.driver.role is Role.LEADER
+               and self.driver.running):
+            self._seq += 1
+            tag = f"w{self.driver.node_id}-e{self.driver.node.epoch}-s{self._seq}"  # type: ignore[union-attr]
+            payload = tag.encode().ljust(self.size, b".")
+            self._outstanding += 1
+            d = self.driver.propose(payload)
+            d.addCallbacks(self._acked, self._failed, callbackArgs=(tag,))
+
+    def _acked(self, offset: int, tag: str) -> None:
+        self._outstanding -= 1
+        self.committed += 1
+        if self.print_acks:
+            self.events.emit("ack", offset=offset, tag=tag)
+        self.kick()
+
+    def _failed(self, failure: Any) -> None:
+        self._outstanding -= 1  # not leading any more, or truncated: nothing was acknowledged
+
+    def report(self) -> None:
+        if self.committed != self._reported:
+            self.events.emit("load", committed=self.committed, steps=self.driver.steps,
+                             flushes=self.driver.flushes,
+                             persist_s=round(self.driver.persist_seconds, 4))
+            self._reported = self.committed
+
+
+async def run(reactor: Any, args: argparse.Namespace) -> None:
+    voters = parse_quorum_voters(args.quorum_voters, "--quorum-voters")
+    if args.node_id not in voters:
+        raise RaftConfigError(f"--node-id {args.node_id} is not in --quorum-voters "
+                              f"({','.join(str(v) for v in voters.values())}); observers are "
+                              "not supported by this entry point")
+    host, port = _listen_address(args.listen)
+    config = RaftConfig(election_timeout_ms=args.election_timeout_ms,
+                        fetch_timeout_ms=args.fetch_timeout_ms,
+                        election_backoff_max_ms=args.election_backoff_max_ms,
+                        request_timeout_ms=args.request_timeout_ms,
+                        retry_backoff_ms=args.retry_backoff_ms,
+                        fetch_max_wait_ms=args.fetch_max_wait_ms)
+    from broker_core.raft.storage import DiskRaftLog  # noqa: PLC0415 (after arg checks)
+
+    events = Events(args.events, args.node_id)
+    raft_log = DiskRaftLog.open(args.data_dir, time_ms=lambda: int(reactor.seconds() * 1000))
+    node = QuorumNode(args.node_id, args.cluster_id, raft_log, args.data_dir, config, reactor,
+                      persist_thread=args.persist_thread)
+    bound = await node.listen(host, port)
+    events.emit("listening", port=bound)
+    driver = node.start(voters)
+    load = (LoadLoop(driver, events, args.load_in_flight, args.load_payload_bytes,
+                     args.print_acks) if args.load_in_flight > 0 else None)
+    leading_epoch: list[int] = []
+
+    def on_transition(t: Transition) -> None:
+        events.emit("role", role=t.to_role.value, epoch=t.to_epoch, leader=t.leader_id)
+        if t.to_role is Role.LEADER:
+            leading_epoch[:] = [t.to_epoch]
+
+    def on_committed(entries: tuple[LogEntry, ...]) -> None:
+        for e in entries:
+            if (leading_epoch and e.epoch == leading_epoch[0]
+                    and isinstance(e.payload, LeaderChange)
+                    and e.payload.leader_id == args.node_id):
+                events.emit("leader-committed", epoch=e.epoch, offset=e.offset)
+                leading_epoch.clear()
+                if load is not None:
+                    load.kick()
+
+    driver.subscribe_transitions(on_transition)
+    driver.subscribe_committed(on_committed)
+    if load is not None:
+        from twisted.internet.task import LoopingCall  # noqa: PLC0415
+
+        LoopingCall(load.report).start(1.0, now=False)
+
+    stopping = defer.Deferred()
+
+    async def shutdown() -> None:
+        await node.stop(graceful=True)
+        raft_log.close()
+        stopping.callback(None)
+
+    reactor.addSystemEventTrigger("before", "shutdown",
+                                  lambda: defer.Deferred.fromCoroutine(shutdown()))
+    await stopping
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from twisted.internet import reactor  # noqa: PLC0415 (installed by the import)
+
+    # Info and up on stderr; stdout is left alone for the --events lines.
+    observer = FilteringLogObserver(textFileLogObserver(sys.stderr),
+                                    [LogLevelFilterPredicate(LogLevel.info)])
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        d = defer.Deferred.fromCoroutine(run(reactor, args))
+
+        def fail(f: Any) -> None:
+            failed.append(f.value)
+            if isinstance(f.value, RaftConfigError | QuorumStateError | OSError):
+                print(f"sluice-quorum: {f.value}", file=sys.stderr)
+            else:
+                log.failure("quorum node failed", f)
+            if reactor.running:
+                reactor.stop()
+
+        d.addErrback(fail)
+
+    reactor.callWhenRunning(start)
+    reactor.run()
+    return 2 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""The quorum's server side: a Kafka-protocol listener for the quorum APIs, like KRaft's
+separate controller listener.
+
+It serves ApiVersions (advertising exactly what it serves), Vote (52), BeginQuorumEpoch (53),
+EndQuorumEpoch (54) and Fetch v12 on ``__cluster_metadata``-0, on the broker's own server
+protocol (:class:`~broker_core.server.protocol.KafkaServerProtocol`): framing, socket options,
+back-pressure and **responses in request order per connection** come from there. This module
+only decodes the quorum's requests and turns each into an :class:`Envelope` for the node.
+
+A request reaches the node under a correlation id of this listener's own (the wire ids of
+different connections may collide); :class:`InboundRequests` remembers which Deferred waits
+for which ``(peer, id)`` and fires it when the node's response envelope comes back through
+the transport, maybe much later (a follower's fetch is held up to ``fetch_max_wait_ms``).
+
+Bad input never reaches the node and never crashes it: an undecodable frame, an api key this
+listener does not serve, or a quorum API at a version it does not speak closes the connection
+(logged, as the broker's listener does); a Fetch at another version than v12 gets
+UNSUPPORTED_VERSION; a request naming another partition than the metadata one, or claiming to
+come from this node itself, gets INVALID_REQUEST. A wrong cluster id is the node's to answer
+(INCONSISTENT_CLUSTER_ID). A request the node has not answered within the request timeout
+closes its connection: the peer has given up on it, and the responses queued behind it could
+not be sent out of order anyway.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from broker_core.raft import wire
+from broker_core.raft.messages import (
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    Envelope,
+    FetchRequest,
+    Request,
+    Response,
+    VoteRequest,
+)
+from broker_core.server.protocol import NO_RESPONSE, KafkaServerFactory, KafkaServerProtocol
+from broker_core.wire import apis, errors
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import ErrorCode
+
+#: The APIs this listener serves and the versions it advertises.
+SERVED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.API_VERSIONS: (apis.SUPPORTED[ApiKey.API_VERSIONS].min_version,
+                          apis.SUPPORTED[ApiKey.API_VERSIONS].max_version),
+    ApiKey.FETCH: (wire.VERSIONS[ApiKey.FETCH], wire.VERSIONS[ApiKey.FETCH]),
+    **{key: (apis.DEFINED[key].min_version, apis.DEFINED[key].max_version)
+       for key in (ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH)},
+}
+
+
+def source_of(request: Request) -> int:
+    """The node a quorum request comes from, as the request itself names it."""
+    if isinstance(request, VoteRequest):
+        return request.candidate_id
+    if isinstance(request, BeginQuorumEpochRequest | EndQuorumEpochRequest):
+        return request.leader_id
+    if isinstance(request, FetchRequest):
+        return request.replica_id
+    raise TypeError(f"{type(request).__name__} is not a quorum request")
+
+
+class InboundRequests:
+    """Requests handed to the node and not yet answered, by ``(peer, correlation id)``.
+
+    Invariant: each entry's Deferred fires at most once, with the node's response message;
+    an entry leaves the table when it is answered or given up (:meth:`forget`).
+    """
+
+    def __init__(self, node_id: int, deliver: Callable[[Envelope], None] | None = None) -> None:
+        self.node_id = node_id
+        self.deliver = deliver
+        self._ids = itertools.count(1)
+        self._waiting: dict[tuple[int, int], defer.Deferred] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def submit(self, source: int, request: Request) -> tuple[tuple[int, int], defer.Deferred]:
+        """Hand ``request`` from ``source`` to the node; returns its key and a Deferred for the
+        node's response message."""
+        if self.deliver is None:
+            raise RuntimeError("no node to deliver quorum requests to")
+        key = (source, next(self._ids) & 0x7FFFFFFF)
+        d: defer.Deferred = defer.Deferred()
+        self._waiting[key] = d
+        self.deliver(Envelope(source, self.node_id, key[1], request))
+        return key, d
+
+    def answer(self, envelope: Envelope) -> bool:
+        """The node's response ``envelope``; False when nothing waits for it any more."""
+        d = self._waiting.pop((envelope.destination, envelope.correlation_id), None)
+        if d is None:
+            return False
+        d.callback(envelope.message)
+        return True
+
+    def forget(self, key: tuple[int, int]) -> None:
+        self._waiting.pop(key, None)
+
+
+def _invalid_request_body(api_key: int) -> dict[str, Any]:
+    code = int(ErrorCode.INVALID_REQUEST)
+    if api_key == ApiKey.FETCH:
+        return {"error_code": code, "session_id": 0, "responses": []}
+    return {"error_code": code, "topics": []}
+
+
+class QuorumRequestHandler:
+    """Answers one decoded request (the ``handler`` of :class:`KafkaServerFactory`)."""
+
+    log = Logger(namespace="sluice.raft.listener")
+
+    def __init__(self, inbound: InboundRequests, clock: IReactorTime, timeout_s: float,
+                 entries_to_records: wire.EntriesToRecords | None = None) -> None:
+        self.inbound = inbound
+        self.clock = clock
+        self.timeout_s = timeout_s
+        self._encode_kw = ({} if entries_to_records is None
+                           else {"entries_to_records": entries_to_records})
+
+    def __call__(self, request: apis.Request, proto: KafkaServerProtocol) -> Any:
+        header = request.header
+        if header.api_key == ApiKey.API_VERSIONS:
+            return {"error_code": 0, "throttle_time_ms": 0, "api_keys": [
+                {"api_key": int(k), "min_version": lo, "max_version": hi}
+                for k, (lo, hi) in sorted(SERVED_VERSIONS.items())]}
+        if header.api_key == ApiKey.FETCH and header.api_version != wire.VERSIONS[ApiKey.FETCH]:
+            spec = apis.SUPPORTED[ApiKey.FETCH]
+            assert spec.error_body is not None
+            return spec.error_body(header.api_version, request.body,
+                                   int(ErrorCode.UNSUPPORTED_VERSION))
+        try:
+            message = wire.request_from_body(header.api_key, request.body)
+        except wire.UnexpectedPartitions as e:
+            self.log.warn("invalid quorum request from {peer}: {e}", peer=proto.peer, e=e)
+            return _invalid_request_body(header.api_key)
+        source = source_of(message)
+        if source == self.inbound.node_id or source < 0:
+            self.log.warn("quorum request from {peer} claims node id {source}",
+                          peer=proto.peer, source=source)
+            return _invalid_request_body(header.api_key)
+        key, d = self.inbound.submit(source, message)
+
+        def timed_out(result: Any, timeout: float) -> Any:
+            self.inbound.forget(key)
+            self.log.warn("quorum node did not answer {api} from {peer} in {t}s; closing",
+                          api=header.api_key, peer=proto.peer, t=timeout)
+            proto.transport.loseConnection()
+            return NO_RESPONSE
+
+        d.addTimeout(self.timeout_s, self.clock, onTimeoutCancel=timed_out)
+        d.addCallback(self._encode)
+        return d
+
+    def _encode(self, message: Response | object) -> Any:
+        if message is NO_RESPONSE:
+            return NO_RESPONSE
+        return wire.response_body(message, **self._encode_kw)  # type: ignore[arg-type]
+
+
+class QuorumListenerFactory(KafkaServerFactory):
+    """The quorum listener: :class:`KafkaServerFactory` decoding only the APIs in
+    :data:`SERVED_VERSIONS` (anything else is an unknown api key: the connection closes)."""
+
+    def __init__(self, handler: QuorumRequestHandler, *, clock: IReactorTime,
+                 metrics: Any = None) -> None:
+        super().__init__(handler, clock=clock, metrics=metrics)
+
+    def decode_request(self, frame: bytes | memoryview) -> apis.Request:  # type: ignore[override]
+        request = apis.decode_request(frame, defined=True)
+        header = request.header
+        served = SERVED_VERSIONS.get(header.api_key)  # type: ignore[call-overload]
+        if served is None:
+            raise errors.UnknownApiKey(header)
+        if header.api_key != ApiKey.FETCH and not served[0] <= header.api_version <= served[1]:
+            raise errors.UnsupportedVersion(header, f"api {header.api_key} "
+                                                    f"v{header.api_version} is not served")
+        return request

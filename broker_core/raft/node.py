@@ -24,6 +24,13 @@ fetch timeout stands; a leader that has not been fetched from by a majority for 
 timeout resigns (seed 002's zombie leader: it cannot learn of a newer epoch by itself in a
 pull model, so it must stop acting as leader on its own).
 
+Reassignment (seed 002): an admin's AlterVotersRequest makes the leader append the target as
+the TargetVoters of an assignment, answered once that commits; after every step a leader with
+a committed TargetVoters appends the next single-member change the planner
+(:mod:`~broker_core.raft.reassignment`) gives, adding only caught-up replicas, and resigns when
+it is the last voter to remove. A removed voter that lacks its removal is told NOT_FOLLOWER on
+its fetch and observes. DescribeQuorum answers from the leader's progress table.
+
 Pre-vote is not implemented: a node that was partitioned away bumps its epoch and, once back,
 makes the current leader step down. That costs an election, never safety.
 
@@ -678,7 +685,7 @@ class RaftNode:
         finds a TargetVoters in its log carries on from where the previous one stopped."""
         history = self._history
         if (self._role is not Role.LEADER or history.has_pending
-                or history.committed_target is None
+                or not history.committed_target  # None, or an empty one never accepted
                 or self._high_watermark <= self._rs.epoch_start_offset):
             return
         current = history.committed_voters

@@ -115,6 +115,8 @@ class VoterSetHistory:
         at most one voter added or removed, and the leader stays a voter
         (seed 002: a leader removes itself last, by resigning and letting the next leader do
         it)."""
+        if proposed.target_voters is not None and not proposed.target_voters:
+            raise VoterChangeRejected("a reassignment target needs at least one voter")
         new = frozenset(proposed.current_voters)
         if new == self.voters:
             # The same voters (only TargetVoters changes): no new configuration, so it needs

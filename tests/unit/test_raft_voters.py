@@ -184,3 +184,16 @@ def test_a_change_for_another_cluster_is_refused():
     node = committed_leader()
     with pytest.raises(VoterChangeRejected, match="cluster 'other'"):
         node.propose(VoterAssignment("other", (1, 2)), 3.0)
+
+
+def test_an_empty_reassignment_target_is_refused():
+    with pytest.raises(VoterChangeRejected, match="at least one voter"):
+        VoterSetHistory(-1, {1, 2, 3}).check_change(VoterAssignment(CLUSTER, (1, 2, 3), ()), 1)
+
+
+def test_a_change_of_the_target_alone_may_follow_an_uncommitted_assignment():
+    history = VoterSetHistory(-1, {1, 2, 3})
+    history.appended([LogEntry(0, 1, assignment(1, 2, 3, 4))])
+    history.check_change(VoterAssignment(CLUSTER, (1, 2, 3, 4), (2, 3, 4)), leader_id=1)
+    with pytest.raises(VoterChangeRejected, match="not committed yet"):
+        history.check_change(assignment(1, 2, 3), leader_id=1)

@@ -111,6 +111,7 @@ class _ReplicaProgress:
     leader_end_at_last_fetch: int = 0
     matched_fetch_ms: float | None = None  # time of the previous fetch that matched
     was_voter: bool = False  # a voter at some point of this epoch (NOT_FOLLOWER)
+    announce: bool = False  # a non-voter told of the epoch with BeginQuorumEpoch (a rival)
     told_not_follower: bool = False
 
 
@@ -190,6 +191,9 @@ class RaftNode:
         # log reaches it we act as an observer (0: not demoted). Not persisted: a restarted
         # node learns it again from the leader.
         self._demoted_below = 0
+        # Candidates outside our voter set that asked us for a vote since we last knew a
+        # leader: we tell them our epoch when we stand (see _request_votes).
+        self._rivals: set[int] = set()
         if persisted is not None:
             if persisted.cluster_id != cluster_id:
                 raise ValueError(f"quorum state belongs to cluster {persisted.cluster_id!r}, "
@@ -407,6 +411,8 @@ class RaftNode:
             self._voted_id = voted_id
         old_role, old_epoch, old_rs = self._role, self._epoch, self._rs
         self._role, self._epoch, self._leader_id = role, epoch, leader_id
+        if leader_id != NO_LEADER:
+            self._rivals.clear()  # an election ended
         self._rs = _RoleState()
         self._fx.transitions.append(Transition(old_role, old_epoch, role, epoch, leader_id))
         # A former leader answers its parked fetches now rather than leave them to time out
@@ -478,7 +484,13 @@ class RaftNode:
                               candidate_id=self.node_id,
                               last_offset_epoch=self.log.last_epoch(),
                               last_offset=self.log.end_offset())
-        for voter in sorted(self._voters - self._rs.answered):
+        # Rivals that are no voters by our log hear of our candidacy too. Two candidates with
+        # different voter sets (one log lacks an assignment) where only one asks the other
+        # stay in lock step: the one asked is always an epoch ahead when the other's request
+        # arrives, and refuses, having voted for itself. Hearing our epoch lets random timeouts
+        # put the other ahead (the simulation found a quorum stuck so). Their votes count only
+        # if they are our voters.
+        for voter in sorted((self._voters | self._rivals) - self._rs.answered):
             self._send(voter, request)
         self._schedule_resend()
 
@@ -487,7 +499,13 @@ class RaftNode:
         if self._role is Role.CANDIDATE and len(rs.granted & self._voters) >= majority_size(
                 len(self._voters)):
             granted = tuple(sorted(rs.granted & self._voters))
+            rivals = self._rivals - self._voters
             self._transition(Role.LEADER, self._epoch, leader_id=self.node_id)
+            # Rivals hear of the win as they heard of the candidacy: one that is no voter by
+            # our log (a removed voter lacking its removal) otherwise never learns of a leader,
+            # never fetches its removal, and keeps standing in the next epoch.
+            for rival in rivals:
+                self._rs.progress.setdefault(rival, _ReplicaProgress(announce=True))
             if self.log.end_offset() == 0:
                 # Seed 002: the first leader of a cluster writes the bootstrap voters down, so
                 # the quorum no longer depends on ``quorum.voters`` once this commits.
@@ -527,6 +545,8 @@ class RaftNode:
             voted_role = Role.VOTED if self._role is Role.UNATTACHED else Role.OBSERVER
             self._transition(voted_role, self._epoch, voted_id=req.candidate_id)
             granted = True
+        if not granted and req.candidate_id not in self._voters:
+            self._rivals.add(req.candidate_id)
         self._reply(env, self._vote_response(ErrorCode.NONE, granted))
 
     def _vote_response(self, error: ErrorCode, granted: bool) -> VoteResponse:
@@ -555,7 +575,8 @@ class RaftNode:
         request = BeginQuorumEpochRequest(cluster_id=self.cluster_id, leader_id=self.node_id,
                                           leader_epoch=self._epoch)
         for replica, progress in sorted(self._rs.progress.items()):
-            if replica in self._voters and not progress.acknowledged_epoch:
+            if ((replica in self._voters or progress.announce)
+                    and not progress.acknowledged_epoch):
                 self._send(replica, request)
         self._schedule_resend()
 

@@ -194,6 +194,7 @@ class RaftNode:
         # Candidates outside our voter set that asked us for a vote since we last knew a
         # leader: we tell them our epoch when we stand (see _request_votes).
         self._rivals: set[int] = set()
+        self._lost_candidacies = 0  # candidacies in a row that timed out; 0 once a leader is known
         if persisted is not None:
             if persisted.cluster_id != cluster_id:
                 raise ValueError(f"quorum state belongs to cluster {persisted.cluster_id!r}, "
@@ -413,6 +414,7 @@ class RaftNode:
         self._role, self._epoch, self._leader_id = role, epoch, leader_id
         if leader_id != NO_LEADER:
             self._rivals.clear()  # an election ended
+            self._lost_candidacies = 0
         self._rs = _RoleState()
         self._fx.transitions.append(Transition(old_role, old_epoch, role, epoch, leader_id))
         # A former leader answers its parked fetches now rather than leave them to time out
@@ -477,6 +479,8 @@ class RaftNode:
     # ------------------------------------------------------------------ elections
 
     def _start_election(self) -> None:
+        if self._role is Role.CANDIDATE:
+            self._lost_candidacies += 1
         self._transition(Role.CANDIDATE, self._epoch + 1, voted_id=self.node_id)
 
     def _request_votes(self) -> None:
@@ -490,7 +494,16 @@ class RaftNode:
         # arrives, and refuses, having voted for itself. Hearing our epoch lets random timeouts
         # put the other ahead (the simulation found a quorum stuck so). Their votes count only
         # if they are our voters.
-        for voter in sorted((self._voters | self._rivals) - self._rs.answered):
+        #
+        # A candidate that keeps losing asks every node its log ever named as a voter: a voter
+        # removed while it was away, whose log lacks the removal, otherwise only asks nodes
+        # that may all be observers now; it would stand forever, and drag those observers into
+        # epochs the real quorum never reaches. The quorum hears of it (one election's cost,
+        # as without pre-vote), names it a rival, and tells it of the next leader.
+        asked = self._voters | self._rivals
+        if self._lost_candidacies:
+            asked |= self._history.known
+        for voter in sorted(asked - self._rs.answered - {self.node_id}):
             self._send(voter, request)
         self._schedule_resend()
 

@@ -44,6 +44,9 @@ class VoterSetHistory:
         self.committed_voters = frozenset(voters)
         self.committed_target = target_voters
         self._pending: list[tuple[int, VoterAssignment]] = []
+        # Every node named as a current or target voter since this history began: whom a
+        # candidate that keeps losing asks too (RaftNode._request_votes).
+        self.known: set[int] = set(self.committed_voters) | set(target_voters or ())
 
     @classmethod
     def recover(cls, applied_offset: int, voters: Iterable[int],
@@ -86,6 +89,7 @@ class VoterSetHistory:
         for entry in entries:
             if isinstance(entry.payload, VoterAssignment):
                 self._pending.append((entry.offset, entry.payload))
+                self.known.update(entry.payload.current_voters, entry.payload.target_voters or ())
         return self.voters != before
 
     def truncated(self, offset: int) -> bool:

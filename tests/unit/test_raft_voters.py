@@ -231,3 +231,16 @@ def test_a_new_leader_announces_itself_to_its_rivals_too():
     fx = node.receive(env(2, 1, VoteResponse(ErrorCode.NONE, -1, 1, True)), 1502.0)
     assert node.role is Role.LEADER
     assert sorted(e.destination for e in sent(fx, BeginQuorumEpochRequest)) == [2, 3, 6]
+
+
+def test_a_candidate_that_keeps_losing_asks_every_node_its_log_named():
+    # Node 3's log made 6 a voter once and later removed it; after a candidacy that timed out,
+    # node 3 asks 6 too (its quorum may have moved on without 3's log knowing).
+    entries = [LogEntry(0, 1, assignment(1, 2, 3)), LogEntry(1, 1, assignment(1, 2, 3, 6)),
+               LogEntry(2, 1, assignment(1, 2, 3))]
+    node = make_node(node_id=3, entries=entries)
+    fx = node.tick(1500.0)
+    assert sorted(e.destination for e in sent(fx, VoteRequest)) == [1, 2]
+    fx = node.tick(3000.0)  # lost: stands again
+    assert node.epoch == 2
+    assert sorted(e.destination for e in sent(fx, VoteRequest)) == [1, 2, 6]

@@ -1,7 +1,7 @@
 """A deterministic simulation of a Raft quorum: N :class:`RaftNode` s, simulated time, a
 network that drops, delays, duplicates, reorders and partitions messages, crashes and
-restarts, and a client that proposes entries. The :class:`InvariantChecker` runs after every
-step.
+restarts, a client that proposes entries, and an admin client that asks for voter reassignments
+(:meth:`Simulation.alter_voters`). The :class:`InvariantChecker` runs after every step.
 
 Everything random comes from one ``random.Random(seed)``, so a failing seed replays exactly.
 

@@ -3,7 +3,8 @@
 These are the sans-IO core's inputs and outputs; :mod:`broker_core.raft.wire` encodes them.
 On the wire they use Kafka's api keys: Vote 52, BeginQuorumEpoch 53, EndQuorumEpoch 54, Fetch 1
 (with KIP-595's ``LastFetchedEpoch``, ``DivergingEpoch`` and ``CurrentLeader`` fields), and
-DescribeQuorum 55 (its schema only). Kafka's requests carry a topic/partition list because one
+for admin clients DescribeQuorum 55 and AlterPartitionReassignments 45 (seed 002's voter
+reassignment, here :class:`AlterVotersRequest`). Kafka's requests carry a topic/partition list because one
 raft client could host several partitions; Sluice's quorum has exactly one metadata partition,
 so the values here hold that one partition's fields flat, and the wire module wraps them.
 
@@ -135,7 +136,8 @@ class FetchResponse:
     """The leader's answer to a :class:`FetchRequest`.
 
     - ``error_code``: NONE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER,
-      INCONSISTENT_CLUSTER_ID.
+      INCONSISTENT_CLUSTER_ID, or :data:`NOT_FOLLOWER` (the fetcher's removal from the voters is
+      committed; ``high_watermark`` is then the leader's, past that removal).
     - ``leader_id`` / ``leader_epoch``: KIP-595's ``CurrentLeader``: the answering node's view.
     - ``high_watermark``: the leader's high watermark (-1 when not answering as leader).
     - ``diverging_epoch``: set instead of ``records`` when the fetch position does not match.
@@ -151,11 +153,96 @@ class FetchResponse:
     records: tuple[LogEntry, ...] = ()
 
 
-Request = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
-Response = VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | FetchResponse
+#: Seed 002's ``NOT_FOLLOWER``: a leader's answer to a fetch from a voter whose removal has
+#: committed but which does not hold that removal yet; the fetcher stops acting as a voter. Kafka
+#: has no such code; Sluice sends Kafka's ``VOTER_NOT_FOUND`` (127, "the voter is not part of
+#: the voter set"), which says the same and which any Kafka client can name.
+NOT_FOLLOWER = ErrorCode.VOTER_NOT_FOUND
+
+
+@dataclass(frozen=True, slots=True)
+class AlterVotersRequest:
+    """An admin asks the leader to move the voters to ``target_voters`` (seed 002's use of
+    AlterPartitionReassignments, api 45, on ``__cluster_metadata``-0).
+
+    - ``target_voters``: the voters wanted; ``None`` cancels an ongoing reassignment (the
+      quorum stays with its current voters), as resubmitting the current voters does.
+    - ``timeout_ms``: how long the leader may hold the request before answering
+      REQUEST_TIMED_OUT (the reassignment may still be accepted later; the client retries).
+    """
+
+    target_voters: tuple[int, ...] | None
+    timeout_ms: int = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class AlterVotersResponse:
+    """The answer to an :class:`AlterVotersRequest`, sent once it is settled.
+
+    - ``error_code``: NONE once an assignment with the requested ``TargetVoters`` (or, for a
+      cancellation, with the current voters and no target) is committed; NOT_LEADER_OR_FOLLOWER
+      from a non-leader, or when the leader stepped down before then; INVALID_REPLICA_ASSIGNMENT
+      for an empty target or duplicate ids; REQUEST_TIMED_OUT.
+    - ``leader_id`` / ``leader_epoch``: the responder's view (-1: no leader known).
+    """
+
+    error_code: ErrorCode
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeQuorumRequest:
+    """An admin asks the leader for the quorum's state (api 55)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """One replica in a :class:`DescribeQuorumResponse` (KIP-595 and KIP-836 fields).
+
+    - ``log_end_offset``: the highest fetch offset that matched the leader's log in its epoch
+      (the leader's own log end for itself); -1 when the leader has not heard from it.
+    - ``last_fetch_ms`` / ``last_caught_up_ms``: the leader's clock at its latest fetch, and the
+      latest time it was known to hold the leader's whole log (see
+      :meth:`~broker_core.raft.node.RaftNode.describe_quorum`); -1 when unknown.
+    """
+
+    replica_id: int
+    log_end_offset: int = -1
+    last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeQuorumResponse:
+    """The leader's view of the quorum, or an error naming the leader a non-leader knows.
+
+    - ``error_code``: NONE, or NOT_LEADER_OR_FOLLOWER (then only the leader fields are set).
+    - ``current_voters``: the voters of the latest assignment in the leader's log.
+    - ``target_voters``: where an ongoing reassignment is heading, ``None`` when none is (a
+      Sluice extension of the seed's field: a tagged field on the wire).
+    - ``observers``: replicas fetching from the leader in its epoch that are not voters.
+    """
+
+    error_code: ErrorCode
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int = -1
+    current_voters: tuple[ReplicaState, ...] = ()
+    target_voters: tuple[ReplicaState, ...] | None = None
+    observers: tuple[ReplicaState, ...] = ()
+
+
+Request = (VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
+           | AlterVotersRequest | DescribeQuorumRequest)
+Response = (VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | FetchResponse
+            | AlterVotersResponse | DescribeQuorumResponse)
 Message = Request | Response
 
-REQUEST_TYPES = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest)
+REQUEST_TYPES = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest,
+                 AlterVotersRequest, DescribeQuorumRequest)
+#: Requests from admin clients rather than from quorum members.
+ADMIN_REQUEST_TYPES = (AlterVotersRequest, DescribeQuorumRequest)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,13 @@ fetch timeout stands; a leader that has not been fetched from by a majority for 
 timeout resigns (seed 002's zombie leader: it cannot learn of a newer epoch by itself in a
 pull model, so it must stop acting as leader on its own).
 
+Reassignment (seed 002): an admin's AlterVotersRequest makes the leader append the target as
+the TargetVoters of an assignment, answered once that commits; after every step a leader with
+a committed TargetVoters appends the next single-member change the planner
+(:mod:`~broker_core.raft.reassignment`) gives, adding only caught-up replicas, and resigns when
+it is the last voter to remove. A removed voter that lacks its removal is told NOT_FOLLOWER on
+its fetch and observes. DescribeQuorum answers from the leader's progress table.
+
 Pre-vote is not implemented: a node that was partitioned away bumps its epoch and, once back,
 makes the current leader step down. That costs an election, never safety.
 
@@ -48,8 +55,13 @@ from broker_core.raft.entries import LeaderChange, LogEntry, Payload, VoterAssig
 from broker_core.raft.log import IRaftLog
 from broker_core.raft.messages import (
     NO_LEADER,
+    NOT_FOLLOWER,
+    AlterVotersRequest,
+    AlterVotersResponse,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     DivergingEpoch,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
@@ -57,10 +69,12 @@ from broker_core.raft.messages import (
     FetchRequest,
     FetchResponse,
     Message,
+    ReplicaState,
     VoteRequest,
     VoteResponse,
 )
 from broker_core.raft.quorum_state import QuorumState
+from broker_core.raft.reassignment import Add, Done, Remove, ResignThenRemove, next_step
 from broker_core.raft.roles import VOTER_ROLES, IllegalStateTransition, Role, check_transition
 from broker_core.raft.voter_set import VoterChangeRejected, VoterSetHistory
 from broker_core.wire.errors import ErrorCode
@@ -91,6 +105,23 @@ class _ReplicaProgress:
     last_fetch_ms: float | None = None
     acknowledged_epoch: bool = False  # fetched or answered BeginQuorumEpoch this epoch
     last_hw_sent: int = -1
+    # Observer promotion (KIP-836's lastCaughtUpTimestamp): the latest time the replica was
+    # known to hold the leader's whole log, and the leader's log end at its previous fetch.
+    last_caught_up_ms: float | None = None
+    leader_end_at_last_fetch: int = 0
+    matched_fetch_ms: float | None = None  # time of the previous fetch that matched
+    was_voter: bool = False  # a voter at some point of this epoch (NOT_FOLLOWER)
+    announce: bool = False  # a non-voter told of the epoch with BeginQuorumEpoch (a rival)
+    told_not_follower: bool = False
+
+
+@dataclass(slots=True)
+class _PendingAlter:
+    """An AlterVotersRequest answered once the assignment at ``offset`` commits."""
+
+    envelope: Envelope
+    offset: int
+    deadline: float
 
 
 @dataclass(slots=True)
@@ -123,6 +154,7 @@ class _RoleState:
     resends: int = 0
     progress: dict[int, _ReplicaProgress] = field(default_factory=dict)  # leader
     parked: dict[int, _ParkedFetch] = field(default_factory=dict)  # leader
+    pending_alters: list[_PendingAlter] = field(default_factory=list)  # leader
     probing: bool = False  # observer: the leader went quiet, ask the voters who leads
     epoch_start_offset: int = 0  # leader: offset of its LeaderChange entry
     leader_since_ms: float = 0.0  # leader
@@ -155,6 +187,14 @@ class RaftNode:
         self._correlation = 0
         self._fx = Effects()
         self._high_watermark = 0
+        # NOT_FOLLOWER: the leader said our removal is committed below this offset; until our
+        # log reaches it we act as an observer (0: not demoted). Not persisted: a restarted
+        # node learns it again from the leader.
+        self._demoted_below = 0
+        # Candidates outside our voter set that asked us for a vote since we last knew a
+        # leader: we tell them our epoch when we stand (see _request_votes).
+        self._rivals: set[int] = set()
+        self._lost_candidacies = 0  # candidacies in a row that timed out; 0 once a leader is known
         if persisted is not None:
             if persisted.cluster_id != cluster_id:
                 raise ValueError(f"quorum state belongs to cluster {persisted.cluster_id!r}, "
@@ -227,7 +267,15 @@ class RaftNode:
 
     @property
     def is_voter(self) -> bool:
-        return self.node_id in self._history.voters
+        """In the voter set of this node's log, and not told by the leader (NOT_FOLLOWER) that
+        its removal is committed beyond its log end."""
+        return (self.node_id in self._history.voters
+                and self._demoted_below <= self.log.end_offset())
+
+    @property
+    def target_voters(self) -> tuple[int, ...] | None:
+        """Where an ongoing reassignment is heading (the latest assignment's TargetVoters)."""
+        return self._history.target_voters
 
     def quorum_state(self) -> QuorumState:
         """What the driver persists (see ``Effects.quorum_state``). Its voters are the
@@ -247,6 +295,7 @@ class RaftNode:
             times.append(rs.in_flight.sent_ms + self.config.request_timeout_ms)
         if self._role is Role.LEADER:
             times.extend(p.deadline for p in rs.parked.values())
+            times.extend(p.deadline for p in rs.pending_alters)
             times.append(self._check_quorum_due())
         present = [t for t in times if t is not None]
         return min(present) if present else None
@@ -309,6 +358,7 @@ class RaftNode:
         self._fx = Effects()
 
     def _end(self) -> Effects:
+        self._maybe_step_reassignment()
         fx = self._fx
         state = self.quorum_state()
         if state != self._last_persisted:
@@ -362,6 +412,9 @@ class RaftNode:
             self._voted_id = voted_id
         old_role, old_epoch, old_rs = self._role, self._epoch, self._rs
         self._role, self._epoch, self._leader_id = role, epoch, leader_id
+        if leader_id != NO_LEADER:
+            self._rivals.clear()  # an election ended
+            self._lost_candidacies = 0
         self._rs = _RoleState()
         self._fx.transitions.append(Transition(old_role, old_epoch, role, epoch, leader_id))
         # A former leader answers its parked fetches now rather than leave them to time out
@@ -369,6 +422,9 @@ class RaftNode:
         for held in old_rs.parked.values():
             self._reply(held.envelope, self._not_leader_fetch_response(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        # Requests it had not settled: the client retries with the leader it can find.
+        for alter in old_rs.pending_alters:
+            self._reply(alter.envelope, self._alter_response(ErrorCode.NOT_LEADER_OR_FOLLOWER))
         self._enter_role()
         if (role is Role.UNATTACHED and old_rs.election_deadline is not None
                 and old_role in (Role.UNATTACHED, Role.VOTED, Role.CANDIDATE)):
@@ -403,7 +459,8 @@ class RaftNode:
                 self._maybe_send_fetch()
         elif role is Role.LEADER:
             rs.leader_since_ms = now
-            rs.progress = {r: _ReplicaProgress() for r in self._voters if r != self.node_id}
+            rs.progress = {r: _ReplicaProgress(was_voter=True)
+                           for r in self._voters if r != self.node_id}
             rs.epoch_start_offset = self.log.end_offset()
 
     def _observe_epoch(self, epoch: int, leader_id: int) -> None:
@@ -422,6 +479,8 @@ class RaftNode:
     # ------------------------------------------------------------------ elections
 
     def _start_election(self) -> None:
+        if self._role is Role.CANDIDATE:
+            self._lost_candidacies += 1
         self._transition(Role.CANDIDATE, self._epoch + 1, voted_id=self.node_id)
 
     def _request_votes(self) -> None:
@@ -429,7 +488,22 @@ class RaftNode:
                               candidate_id=self.node_id,
                               last_offset_epoch=self.log.last_epoch(),
                               last_offset=self.log.end_offset())
-        for voter in sorted(self._voters - self._rs.answered):
+        # Rivals that are no voters by our log hear of our candidacy too. Two candidates with
+        # different voter sets (one log lacks an assignment) where only one asks the other
+        # stay in lock step: the one asked is always an epoch ahead when the other's request
+        # arrives, and refuses, having voted for itself. Hearing our epoch lets random timeouts
+        # put the other ahead (the simulation found a quorum stuck so). Their votes count only
+        # if they are our voters.
+        #
+        # A candidate that keeps losing asks every node its log ever named as a voter: a voter
+        # removed while it was away, whose log lacks the removal, otherwise only asks nodes
+        # that may all be observers now; it would stand forever, and drag those observers into
+        # epochs the real quorum never reaches. The quorum hears of it (one election's cost,
+        # as without pre-vote), names it a rival, and tells it of the next leader.
+        asked = self._voters | self._rivals
+        if self._lost_candidacies:
+            asked |= self._history.known
+        for voter in sorted(asked - self._rs.answered - {self.node_id}):
             self._send(voter, request)
         self._schedule_resend()
 
@@ -438,7 +512,13 @@ class RaftNode:
         if self._role is Role.CANDIDATE and len(rs.granted & self._voters) >= majority_size(
                 len(self._voters)):
             granted = tuple(sorted(rs.granted & self._voters))
+            rivals = self._rivals - self._voters
             self._transition(Role.LEADER, self._epoch, leader_id=self.node_id)
+            # Rivals hear of the win as they heard of the candidacy: one that is no voter by
+            # our log (a removed voter lacking its removal) otherwise never learns of a leader,
+            # never fetches its removal, and keeps standing in the next epoch.
+            for rival in rivals:
+                self._rs.progress.setdefault(rival, _ReplicaProgress(announce=True))
             if self.log.end_offset() == 0:
                 # Seed 002: the first leader of a cluster writes the bootstrap voters down, so
                 # the quorum no longer depends on ``quorum.voters`` once this commits.
@@ -478,6 +558,8 @@ class RaftNode:
             voted_role = Role.VOTED if self._role is Role.UNATTACHED else Role.OBSERVER
             self._transition(voted_role, self._epoch, voted_id=req.candidate_id)
             granted = True
+        if not granted and req.candidate_id not in self._voters:
+            self._rivals.add(req.candidate_id)
         self._reply(env, self._vote_response(ErrorCode.NONE, granted))
 
     def _vote_response(self, error: ErrorCode, granted: bool) -> VoteResponse:
@@ -506,7 +588,8 @@ class RaftNode:
         request = BeginQuorumEpochRequest(cluster_id=self.cluster_id, leader_id=self.node_id,
                                           leader_epoch=self._epoch)
         for replica, progress in sorted(self._rs.progress.items()):
-            if replica in self._voters and not progress.acknowledged_epoch:
+            if ((replica in self._voters or progress.announce)
+                    and not progress.acknowledged_epoch):
                 self._send(replica, request)
         self._schedule_resend()
 
@@ -578,6 +661,119 @@ class RaftNode:
         if self._role is Role.RESIGNED and resp.leader_epoch == self._epoch:
             self._rs.answered.add(env.source)
 
+    # ------------------------------------------------------------------ reassignment (admin)
+
+    def _known_leader(self) -> int:
+        """The leader to name to a client: never ourselves unless we lead (a resigned leader
+        knows it no longer does)."""
+        if self._leader_id == self.node_id and self._role is not Role.LEADER:
+            return NO_LEADER
+        return self._leader_id
+
+    def _alter_response(self, error: ErrorCode) -> AlterVotersResponse:
+        return AlterVotersResponse(error, self._known_leader(), self._epoch)
+
+    def _handle_alter_voters_request(self, env: Envelope, req: AlterVotersRequest) -> None:
+        """Seed 002's AlterPartitionReassignments handling: only the leader accepts; the same
+        target as the latest assignment's is not written again (idempotent resubmission); a
+        new one is written as ``(current voters, target)``, or as ``(current voters, None)``
+        when the target is the current voters (cancellation). The answer waits until that
+        assignment commits; the moves themselves follow (:meth:`_maybe_step_reassignment`)."""
+        if self._role is not Role.LEADER:
+            self._reply(env, self._alter_response(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            return
+        history = self._history
+        current = history.voters
+        wanted = (tuple(sorted(current)) if req.target_voters is None
+                  else tuple(req.target_voters))
+        if (not wanted or len(set(wanted)) != len(wanted) or min(wanted) < 0
+                or req.timeout_ms < 0):
+            self._reply(env, self._alter_response(ErrorCode.INVALID_REPLICA_ASSIGNMENT))
+            return
+        target = frozenset(wanted)
+        latest_target = history.target_voters
+        if (target == current and latest_target is None) or (
+                latest_target is not None and frozenset(latest_target) == target):
+            offset = history.latest_offset  # already asked for: wait for the same entry
+        else:
+            assignment = VoterAssignment(self.cluster_id, tuple(sorted(current)),
+                                         None if target == current else tuple(sorted(target)))
+            history.check_change(assignment, self.node_id)  # the same voters: always safe
+            offset = self._append_as_leader(assignment).offset
+        if offset < self._high_watermark:
+            self._reply(env, self._alter_response(ErrorCode.NONE))
+            return
+        self._rs.pending_alters.append(_PendingAlter(env, offset, self._now + req.timeout_ms))
+
+    def _settle_alters(self) -> None:
+        rs = self._rs
+        done = [a for a in rs.pending_alters if a.offset < self._high_watermark]
+        for alter in done:
+            rs.pending_alters.remove(alter)
+            self._reply(alter.envelope, self._alter_response(ErrorCode.NONE))
+
+    def _maybe_step_reassignment(self) -> None:
+        """Take the next single-member step of an ongoing reassignment (seed 002), once the
+        previous assignment is committed and the leader has committed an entry of its own
+        epoch (the condition :meth:`propose` puts on every voter change). A new leader that
+        finds a TargetVoters in its log carries on from where the previous one stopped."""
+        history = self._history
+        if (self._role is not Role.LEADER or history.has_pending
+                or not history.committed_target  # None, or an empty one never accepted
+                or self._high_watermark <= self._rs.epoch_start_offset):
+            return
+        current = history.committed_voters
+        step = next_step(current, history.committed_target, self.node_id, self._caught_up())
+        if isinstance(step, Add):
+            voters = current | {step.voter_id}
+        elif isinstance(step, Remove):
+            voters = current - {step.voter_id}
+        elif isinstance(step, Done):
+            voters = current
+        elif isinstance(step, ResignThenRemove):
+            # The last voter to remove is this leader: it steps down (EndQuorumEpoch) and the
+            # next leader, for whom it is an ordinary voter, removes it.
+            self._resign()
+            return
+        else:
+            return  # Wait: no new voter has caught up yet
+        target = None if isinstance(step, Done) else history.committed_target
+        assignment = VoterAssignment(self.cluster_id, tuple(sorted(voters)), target)
+        history.check_change(assignment, self.node_id)
+        self._append_as_leader(assignment)
+
+    def describe_quorum(self) -> DescribeQuorumResponse:
+        """The answer to DescribeQuorum: the leader's progress table (voters, the target of an
+        ongoing reassignment, observers), or NOT_LEADER_OR_FOLLOWER naming the leader this
+        node knows. Times are this node's clock (the driver's milliseconds); the leader reports
+        itself as fetched and caught up now, as Kafka does."""
+        if self._role is not Role.LEADER:
+            return DescribeQuorumResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, self._known_leader(),
+                                          self._epoch)
+        progress = self._rs.progress
+
+        def state(replica: int) -> ReplicaState:
+            if replica == self.node_id:
+                now = int(self._now)
+                return ReplicaState(replica, self.log.end_offset(), now, now)
+            p = progress.get(replica)
+            if p is None or p.last_fetch_ms is None:
+                return ReplicaState(replica)
+            caught_up = -1 if p.last_caught_up_ms is None else int(p.last_caught_up_ms)
+            return ReplicaState(replica, p.end_offset, int(p.last_fetch_ms), caught_up)
+
+        voters = self._voters
+        target = self._history.target_voters
+        return DescribeQuorumResponse(
+            ErrorCode.NONE, self.node_id, self._epoch, self._high_watermark,
+            current_voters=tuple(state(v) for v in sorted(voters)),
+            target_voters=None if target is None else tuple(state(v) for v in sorted(target)),
+            observers=tuple(state(r) for r in sorted(progress)
+                            if r not in voters and progress[r].last_fetch_ms is not None))
+
+    def _handle_describe_quorum_request(self, env: Envelope, req: DescribeQuorumRequest) -> None:
+        self._reply(env, self.describe_quorum())
+
     # ------------------------------------------------------------------ leader side of fetch
 
     def _append_as_leader(self, payload: Payload) -> LogEntry:
@@ -590,7 +786,12 @@ class RaftNode:
     def _append(self, entries: tuple[LogEntry, ...] | list[LogEntry]) -> None:
         self.log.append(entries)
         self._fx.appended.extend(entries)
-        if self._history.appended(entries):
+        changed = self._history.appended(entries)
+        if self._demoted_below and self.log.end_offset() >= self._demoted_below:
+            # Our log now holds the removal NOT_FOLLOWER told of: it speaks for itself again.
+            self._demoted_below = 0
+            changed = True
+        if changed:
             self._voters_changed()
 
     def _truncate(self, offset: int) -> None:
@@ -607,7 +808,7 @@ class RaftNode:
         role = self._role
         if role is Role.LEADER:
             for replica in self._voters - {self.node_id}:
-                self._rs.progress.setdefault(replica, _ReplicaProgress())
+                self._rs.progress.setdefault(replica, _ReplicaProgress()).was_voter = True
             self._send_begin_epoch()
             self._maybe_advance_leader_hw()
         elif role is Role.OBSERVER and voter:
@@ -630,6 +831,8 @@ class RaftNode:
         self._high_watermark = hw
         self._fx.high_watermark = hw
         self._history.committed(hw)  # a committed assignment joins the persisted state
+        if self._role is Role.LEADER:
+            self._settle_alters()
 
     def _not_leader_fetch_response(self, error: ErrorCode) -> FetchResponse:
         return FetchResponse(error_code=error, leader_id=self._leader_id,
@@ -663,6 +866,16 @@ class RaftNode:
             self._reply(env, FetchResponse(ErrorCode.NONE, self.node_id, self._epoch,
                                            self._high_watermark, diverging_epoch=diverging))
             return
+        self._note_caught_up(progress, req.fetch_offset)
+        if self._lacks_own_removal(req.replica_id, req.fetch_offset, progress):
+            # Seed 002's NOT_FOLLOWER: tell a removed voter at once, rather than after the many
+            # fetch rounds it may need to reach its removal, so it stops standing for election.
+            # Once per epoch: its next fetch, as an observer, gets entries as usual.
+            progress.told_not_follower = True
+            rs.parked.pop(req.replica_id, None)
+            self._reply(env, FetchResponse(NOT_FOLLOWER, self.node_id, self._epoch,
+                                           self._high_watermark))
+            return
         # A replica has one fetch in flight, the newest; an older one held here is stale.
         rs.parked.pop(req.replica_id, None)
         # The position matched: the replica holds our log below fetch_offset.
@@ -676,6 +889,35 @@ class RaftNode:
             rs.parked[req.replica_id] = parked
             return
         self._answer_fetch(parked)
+
+    def _note_caught_up(self, progress: _ReplicaProgress, fetch_offset: int) -> None:
+        """KIP-836's rule for ``last_caught_up_ms``: a fetch at the leader's log end means the
+        replica is caught up now; a fetch at or past the leader's log end as of the replica's
+        previous fetch means it was caught up then."""
+        leader_end = self.log.end_offset()
+        if fetch_offset >= leader_end:
+            progress.last_caught_up_ms = self._now
+        elif (progress.matched_fetch_ms is not None
+              and fetch_offset >= progress.leader_end_at_last_fetch):
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms or 0.0,
+                                             progress.matched_fetch_ms)
+        progress.leader_end_at_last_fetch = leader_end
+        progress.matched_fetch_ms = self._now
+
+    def _caught_up(self) -> set[int]:
+        """Replicas that may be promoted: caught up with the leader's log within the last
+        election timeout, so one fetch round of theirs takes less than an election timeout
+        (seed 002's leader-based observer promotion)."""
+        horizon = self._now - self.config.election_timeout_ms
+        return {r for r, p in self._rs.progress.items()
+                if p.last_caught_up_ms is not None and p.last_caught_up_ms >= horizon}
+
+    def _lacks_own_removal(self, replica: int, fetch_offset: int,
+                           progress: _ReplicaProgress) -> bool:
+        history = self._history
+        return (progress.was_voter and not progress.told_not_follower
+                and replica not in self._voters and replica not in history.committed_voters
+                and fetch_offset <= history.applied_offset)
 
     def _check_fetch_position(self, fetch_offset: int, last_fetched_epoch: int
                               ) -> DivergingEpoch | None:
@@ -763,6 +1005,10 @@ class RaftNode:
             self._observe_epoch(resp.leader_epoch, resp.leader_id)
             if self._role not in (Role.FOLLOWER, Role.OBSERVER) or self._rs is not rs:
                 return
+        if (resp.error_code is NOT_FOLLOWER and resp.leader_id == env.source
+                and resp.leader_epoch == self._epoch):
+            self._demoted(resp.high_watermark)
+            return
         if resp.error_code is not ErrorCode.NONE or resp.leader_id != env.source \
                 or resp.leader_epoch != self._epoch:
             rs.next_fetch_ms = self._now + self.config.retry_backoff_ms
@@ -782,6 +1028,22 @@ class RaftNode:
         rs.probing = False
         rs.next_fetch_ms = self._now
         self._maybe_send_fetch()
+
+    def _demoted(self, removal_committed_below: int) -> None:
+        """The leader says our removal from the voters is committed below
+        ``removal_committed_below``: act as an observer until our log gets there (seed 002: the
+        removed voter downgrades at once). Safe even if stale: a voter that observes only
+        costs availability, and the log decides again once it reaches that offset."""
+        if removal_committed_below <= self.log.end_offset():
+            self._rs.next_fetch_ms = self._now
+            self._maybe_send_fetch()
+            return
+        self._demoted_below = max(self._demoted_below, removal_committed_below)
+        if self._role is Role.FOLLOWER:
+            self._transition(Role.OBSERVER, self._epoch, self._leader_id)  # fetches at once
+        else:
+            self._rs.next_fetch_ms = self._now
+            self._maybe_send_fetch()
 
     def _truncate_diverging(self, diverging: DivergingEpoch) -> None:
         # KIP-595: truncate to the end of the latest epoch both logs share, as far as this
@@ -834,6 +1096,9 @@ class RaftNode:
                 self._resign()
                 return
             self._complete_parked()
+            for alter in [a for a in rs.pending_alters if a.deadline <= now]:
+                rs.pending_alters.remove(alter)
+                self._reply(alter.envelope, self._alter_response(ErrorCode.REQUEST_TIMED_OUT))
             if rs.next_resend_ms is not None and now >= rs.next_resend_ms:
                 self._send_begin_epoch()
 
@@ -847,4 +1112,6 @@ class RaftNode:
         EndQuorumEpochResponse: "_handle_end_epoch_response",
         FetchRequest: "_handle_fetch_request",
         FetchResponse: "_handle_fetch_response",
+        AlterVotersRequest: "_handle_alter_voters_request",
+        DescribeQuorumRequest: "_handle_describe_quorum_request",
     }

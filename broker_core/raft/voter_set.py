@@ -44,6 +44,9 @@ class VoterSetHistory:
         self.committed_voters = frozenset(voters)
         self.committed_target = target_voters
         self._pending: list[tuple[int, VoterAssignment]] = []
+        # Every node named as a current or target voter since this history began: whom a
+        # candidate that keeps losing asks too (RaftNode._request_votes).
+        self.known: set[int] = set(self.committed_voters) | set(target_voters or ())
 
     @classmethod
     def recover(cls, applied_offset: int, voters: Iterable[int],
@@ -65,6 +68,18 @@ class VoterSetHistory:
         return self.committed_voters
 
     @property
+    def target_voters(self) -> tuple[int, ...] | None:
+        """The ``TargetVoters`` of the latest assignment, committed or not."""
+        if self._pending:
+            return self._pending[-1][1].target_voters
+        return self.committed_target
+
+    @property
+    def latest_offset(self) -> int:
+        """The offset of the latest assignment (``applied_offset`` when none is pending)."""
+        return self._pending[-1][0] if self._pending else self.applied_offset
+
+    @property
     def has_pending(self) -> bool:
         return bool(self._pending)
 
@@ -74,6 +89,7 @@ class VoterSetHistory:
         for entry in entries:
             if isinstance(entry.payload, VoterAssignment):
                 self._pending.append((entry.offset, entry.payload))
+                self.known.update(entry.payload.current_voters, entry.payload.target_voters or ())
         return self.voters != before
 
     def truncated(self, offset: int) -> bool:
@@ -98,14 +114,21 @@ class VoterSetHistory:
         return changed
 
     def check_change(self, proposed: VoterAssignment, leader_id: int) -> None:
-        """Raise :class:`VoterChangeRejected` unless appending ``proposed`` is safe now: no
-        other change pending, at most one voter added or removed, and the leader stays a voter
+        """Raise :class:`VoterChangeRejected` unless appending ``proposed`` is safe now: the same
+        voters (a change of ``TargetVoters`` alone is always safe), or no other change pending,
+        at most one voter added or removed, and the leader stays a voter
         (seed 002: a leader removes itself last, by resigning and letting the next leader do
         it)."""
+        if proposed.target_voters is not None and not proposed.target_voters:
+            raise VoterChangeRejected("a reassignment target needs at least one voter")
+        new = frozenset(proposed.current_voters)
+        if new == self.voters:
+            # The same voters (only TargetVoters changes): no new configuration, so it needs
+            # no commit of the previous one first.
+            return
         if self._pending:
             raise VoterChangeRejected(
                 f"the voter assignment at offset {self._pending[-1][0]} is not committed yet")
-        new = frozenset(proposed.current_voters)
         if len(new ^ self.voters) > 1:
             raise VoterChangeRejected(
                 f"{sorted(self.voters)} -> {sorted(new)} changes more than one voter")

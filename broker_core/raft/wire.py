@@ -30,19 +30,25 @@ back ``m``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 from broker_core.raft.entries import LogEntry
 from broker_core.raft.messages import (
     NO_LEADER,
+    AlterVotersRequest,
+    AlterVotersResponse,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     DivergingEpoch,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
+    ReplicaState,
     Request,
     Response,
     VoteRequest,
@@ -61,6 +67,10 @@ VERSIONS: dict[ApiKey, int] = {
     ApiKey.BEGIN_QUORUM_EPOCH: 0,
     ApiKey.END_QUORUM_EPOCH: 0,
     ApiKey.FETCH: 12,
+    # Admin APIs (seed 002): DescribeQuorum v1 (KIP-836's timestamps) and
+    # AlterPartitionReassignments v0 carrying the target voters.
+    ApiKey.DESCRIBE_QUORUM: 1,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
 }
 
 #: Errors that speak for the whole request and so travel in the top-level ``error_code``.
@@ -79,12 +89,16 @@ _REQUEST_KEYS: dict[type, ApiKey] = {
     BeginQuorumEpochRequest: ApiKey.BEGIN_QUORUM_EPOCH,
     EndQuorumEpochRequest: ApiKey.END_QUORUM_EPOCH,
     FetchRequest: ApiKey.FETCH,
+    DescribeQuorumRequest: ApiKey.DESCRIBE_QUORUM,
+    AlterVotersRequest: ApiKey.ALTER_PARTITION_REASSIGNMENTS,
 }
 _RESPONSE_KEYS: dict[type, ApiKey] = {
     VoteResponse: ApiKey.VOTE,
     BeginQuorumEpochResponse: ApiKey.BEGIN_QUORUM_EPOCH,
     EndQuorumEpochResponse: ApiKey.END_QUORUM_EPOCH,
     FetchResponse: ApiKey.FETCH,
+    DescribeQuorumResponse: ApiKey.DESCRIBE_QUORUM,
+    AlterVotersResponse: ApiKey.ALTER_PARTITION_REASSIGNMENTS,
 }
 
 
@@ -184,6 +198,8 @@ def request_body(message: Request) -> dict[str, Any]:
                 "partition_max_bytes": FETCH_MAX_BYTES,
             }]}],
         }
+    if isinstance(message, DescribeQuorumRequest | AlterVotersRequest):
+        return _admin_request_body(message)
     raise TypeError(f"{type(message).__name__} is not a quorum request")
 
 
@@ -205,6 +221,8 @@ def request_from_body(api_key: int, body: Any) -> Request:
         p = _the_partition(body.topics, "topic", "partition")
         return FetchRequest(body.cluster_id, body.replica_id, p.current_leader_epoch,
                             p.fetch_offset, p.last_fetched_epoch, body.max_wait_ms)
+    if api_key in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION_REASSIGNMENTS):
+        return _admin_request_from_body(api_key, body)
     raise ValueError(f"api key {api_key} is not a quorum api")
 
 
@@ -253,6 +271,8 @@ def response_body(message: Response, *,
                                             "end_offset": message.diverging_epoch.end_offset}
         return {"error_code": top, "session_id": 0,
                 "responses": [{"topic": METADATA_TOPIC, "partitions": [partition]}]}
+    if isinstance(message, DescribeQuorumResponse | AlterVotersResponse):
+        return _admin_response_body(message)
     raise TypeError(f"{type(message).__name__} is not a quorum response")
 
 
@@ -285,7 +305,95 @@ def response_from_body(api_key: int, body: Any, *,
             _join_error(body.error_code, p.error_code), p.current_leader.leader_id,
             p.current_leader.leader_epoch, p.high_watermark, diverging,
             () if records is None else records_to_entries(records))
+    if api_key in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION_REASSIGNMENTS):
+        return _admin_response_from_body(api_key, body)
     raise ValueError(f"api key {api_key} is not a quorum api")
+
+
+# -- admin APIs: DescribeQuorum (55) and AlterPartitionReassignments (45) -----------------------
+#
+# DescribeQuorum carries seed 002's TargetVoters in Sluice's tagged ``target_voters`` field.
+# AlterPartitionReassignments has no leader fields; the leader the answering node knows travels
+# in the partition's ``error_message`` as ``"leader 3, epoch 7"`` (``"no leader known, epoch 7"``),
+# which a person reading a Kafka tool's output can act on and which decodes back exactly. A
+# request naming anything but ``__cluster_metadata``-0 raises :class:`UnexpectedPartitions`; the
+# driver answers it with the API's ``error_body`` (the same error on every partition named).
+
+_LEADER_MESSAGE = re.compile(r"(?:leader (-?\d+)|no leader known), epoch (-?\d+)")
+
+
+def _leader_message(leader_id: int, leader_epoch: int) -> str:
+    who = "no leader known" if leader_id == NO_LEADER else f"leader {leader_id}"
+    return f"{who}, epoch {leader_epoch}"
+
+
+def _leader_from_message(message: str | None) -> tuple[int, int]:
+    match = _LEADER_MESSAGE.fullmatch(message or "")
+    if match is None:
+        return NO_LEADER, -1
+    leader = NO_LEADER if match.group(1) is None else int(match.group(1))
+    return leader, int(match.group(2))
+
+
+def _replica_states(states: tuple[ReplicaState, ...]) -> list[dict[str, int]]:
+    return [{"replica_id": r.replica_id, "log_end_offset": r.log_end_offset,
+             "last_fetch_timestamp": r.last_fetch_ms,
+             "last_caught_up_timestamp": r.last_caught_up_ms} for r in states]
+
+
+def _replica_states_from(structs: Any) -> tuple[ReplicaState, ...]:
+    return tuple(ReplicaState(r.replica_id, r.log_end_offset, r.last_fetch_timestamp,
+                              r.last_caught_up_timestamp) for r in structs)
+
+
+def _admin_request_body(message: DescribeQuorumRequest | AlterVotersRequest) -> dict[str, Any]:
+    if isinstance(message, DescribeQuorumRequest):
+        return {"topics": _wrap({})}
+    replicas = None if message.target_voters is None else list(message.target_voters)
+    return {"timeout_ms": message.timeout_ms, "topics": [{"name": METADATA_TOPIC, "partitions": [
+        {"partition_index": METADATA_PARTITION, "replicas": replicas}]}]}
+
+
+def _admin_request_from_body(api_key: int, body: Any) -> Request:
+    if api_key == ApiKey.DESCRIBE_QUORUM:
+        _the_partition(body.topics)
+        return DescribeQuorumRequest()
+    p = _the_partition(body.topics, "name", "partition_index")
+    return AlterVotersRequest(None if p.replicas is None else tuple(p.replicas), body.timeout_ms)
+
+
+def _admin_response_body(message: DescribeQuorumResponse | AlterVotersResponse
+                         ) -> dict[str, Any]:
+    top, part = _split_error(message.error_code)
+    if isinstance(message, DescribeQuorumResponse):
+        target = (None if message.target_voters is None
+                  else _replica_states(message.target_voters))
+        return {"error_code": top, "topics": _wrap({
+            "error_code": part, "leader_id": message.leader_id,
+            "leader_epoch": message.leader_epoch, "high_watermark": message.high_watermark,
+            "current_voters": _replica_states(message.current_voters),
+            "observers": _replica_states(message.observers),
+            "target_voters": target})}
+    return {"error_code": top, "responses": [{"name": METADATA_TOPIC, "partitions": [
+        {"partition_index": METADATA_PARTITION, "error_code": part,
+         "error_message": _leader_message(message.leader_id, message.leader_epoch)}]}]}
+
+
+def _admin_response_from_body(api_key: int, body: Any) -> Response:
+    if api_key == ApiKey.DESCRIBE_QUORUM:
+        p = _leader_response_partition(body)
+        error = _join_error(body.error_code, ErrorCode.NONE if p is None else p.error_code)
+        if p is None:
+            return DescribeQuorumResponse(error, NO_LEADER, -1)
+        target = None if p.target_voters is None else _replica_states_from(p.target_voters)
+        return DescribeQuorumResponse(
+            error, p.leader_id, p.leader_epoch, p.high_watermark,
+            _replica_states_from(p.current_voters), target, _replica_states_from(p.observers))
+    if body.error_code != ErrorCode.NONE and not body.responses:
+        return AlterVotersResponse(_error_code(body.error_code), NO_LEADER, -1)
+    p = _the_partition(body.responses, "name", "partition_index")
+    return AlterVotersResponse(_join_error(body.error_code, p.error_code),
+                               *_leader_from_message(p.error_message))
 
 
 # -- whole frames -----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ version they speak, and stop below versions that name topics only by id (Fetch 1
 6+), since Sluice keeps no topic ids. The inter-broker APIs are served at exactly the version
 Sluice brokers send (AlterPartition at both v0 and v1). ``docs/protocol.md`` explains each choice.
 ``DEFINED`` holds APIs the codec encodes and decodes but no broker serves or advertises yet (the
-Raft quorum's, KIP-595).
+Raft quorum's, KIP-595, and AlterPartitionReassignments for its voters, seed 002).
 
 The entry points work on frames *without* the 4-byte size prefix (see
 :mod:`broker_core.wire.framing`) and return/accept chunk lists, so large record data is never
@@ -40,6 +40,7 @@ from broker_core.wire.header import (
 )
 from broker_core.wire.messages import (
     alter_partition,
+    alter_partition_reassignments,
     api_versions,
     cluster_metadata,
     commit_offsets,
@@ -251,7 +252,8 @@ for _key, _module in [
 del _key, _module
 
 DEFINED: dict[ApiKey, ApiSpec] = {}
-"""APIs the codec knows but no broker serves yet: the Raft quorum's (KIP-595). They are kept
+"""APIs the codec knows but no broker serves yet: the Raft quorum's (KIP-595) and
+AlterPartitionReassignments (seed 002's voter reassignment). They are kept
 apart from ``SUPPORTED`` so that ApiVersions, :func:`advertised_versions` and
 :func:`common_versions` never offer them and :func:`decode_request` refuses them as unknown
 unless asked with ``defined=True``. Invariant: no key is in both registries."""
@@ -261,6 +263,7 @@ for _key, _api in [
     (ApiKey.BEGIN_QUORUM_EPOCH, quorum.BEGIN_QUORUM_EPOCH),
     (ApiKey.END_QUORUM_EPOCH, quorum.END_QUORUM_EPOCH),
     (ApiKey.DESCRIBE_QUORUM, quorum.DESCRIBE_QUORUM),
+    (ApiKey.ALTER_PARTITION_REASSIGNMENTS, alter_partition_reassignments),
 ]:
     if _key in SUPPORTED:
         raise ValueError(f"{_key.name} is both served and only defined")

@@ -12,7 +12,9 @@ thousands of simulations:
   holds it, and every node's log agrees with the committed log below its high watermark;
 - a node that becomes leader holds every committed entry (Leader Completeness);
 - nothing a node sends is ahead of what it has persisted: every message's epoch is at most
-  the persisted epoch, and a granted vote is the persisted vote (:meth:`check_sent`).
+  the persisted epoch, and a granted vote is the persisted vote (:meth:`check_sent`);
+- a reassignment is answered "success" only when an assignment with the requested target is
+  committed (:meth:`check_alter_reply`).
 
 "Committed" is learned from the nodes themselves: whenever a node's high watermark passes an
 offset, the entry it holds there joins the committed log, or must equal the one already there.
@@ -20,11 +22,15 @@ offset, the entry it holds there joins the committed log, or must equal the one 
 
 from __future__ import annotations
 
-from broker_core.raft import Effects, LogEntry, QuorumState, RaftNode, Role
+from broker_core.raft import Effects, LogEntry, QuorumState, RaftNode, Role, VoterAssignment
 from broker_core.raft.messages import (
     NO_LEADER,
+    AlterVotersRequest,
+    AlterVotersResponse,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
     Envelope,
@@ -33,6 +39,7 @@ from broker_core.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from broker_core.wire.errors import ErrorCode
 
 
 def message_epoch(env: Envelope) -> int:
@@ -44,8 +51,10 @@ def message_epoch(env: Envelope) -> int:
         return m.leader_epoch
     if isinstance(m, FetchRequest):
         return m.current_leader_epoch
+    if isinstance(m, (AlterVotersRequest, DescribeQuorumRequest)):
+        return 0  # an admin client's request names no epoch
     assert isinstance(m, (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse,
-                          FetchResponse))
+                          FetchResponse, AlterVotersResponse, DescribeQuorumResponse))
     return m.leader_epoch
 
 
@@ -85,6 +94,27 @@ class InvariantChecker:
                     persisted is None or persisted.voted_id != env.destination):
                 self._fail(now, node_id, f"granted a vote to {env.destination} before "
                                          "persisting it")
+
+    def check_alter_reply(self, node_id: int, target: tuple[int, ...] | None,
+                          response: AlterVotersResponse, now: float) -> None:
+        """A success answer to a request for ``target`` needs a committed assignment that
+        carries it: as its TargetVoters, or as its voters with no target (a target equal to the
+        voters, or ``None``: a cancellation)."""
+        if response.error_code is not ErrorCode.NONE:
+            return
+        wanted = None if target is None else frozenset(target)
+        for entry in self.committed:
+            a = entry.payload
+            if not isinstance(a, VoterAssignment):
+                continue
+            if wanted is None:
+                if a.target_voters is None:
+                    return
+            elif (a.target_voters is not None and frozenset(a.target_voters) == wanted) or (
+                    a.target_voters is None and frozenset(a.current_voters) == wanted):
+                return
+        self._fail(now, node_id, f"answered success to a reassignment to {target} that is not "
+                                 "committed")
 
     def check(self, node: RaftNode, effects: Effects | None, now: float) -> None:
         """Check ``node`` right after a step that produced ``effects`` (``None`` for a start)."""

@@ -1,7 +1,7 @@
 """A deterministic simulation of a Raft quorum: N :class:`RaftNode` s, simulated time, a
 network that drops, delays, duplicates, reorders and partitions messages, crashes and
-restarts, and a client that proposes entries. The :class:`InvariantChecker` runs after every
-step.
+restarts, a client that proposes entries, and an admin client that asks for voter reassignments
+(:meth:`Simulation.alter_voters`). The :class:`InvariantChecker` runs after every step.
 
 Everything random comes from one ``random.Random(seed)``, so a failing seed replays exactly.
 
@@ -28,11 +28,14 @@ from broker_core.raft import (
     Role,
     VoterAssignment,
 )
-from broker_core.raft.messages import Envelope
+from broker_core.raft.messages import AlterVotersRequest, AlterVotersResponse, Envelope
 from broker_core.raft.voter_set import VoterChangeRejected
 from tests.support.raft_invariants import InvariantChecker
 
 CLUSTER_ID = "sim-cluster"
+
+#: The admin client's id in envelopes: not a node; always reachable, answers recorded at once.
+ADMIN_ID = 1000
 
 SIM_CONFIG = RaftConfig(election_timeout_ms=150, fetch_timeout_ms=300,
                         election_backoff_max_ms=150, request_timeout_ms=200,
@@ -69,6 +72,15 @@ class Proposal:
     node_id: int
     offset: int
     epoch: int
+    at: float
+
+
+@dataclass
+class AlterReply:
+    """An answer the admin client got: to the request for ``target`` (``None``: cancel)."""
+
+    target: tuple[int, ...] | None
+    response: AlterVotersResponse
     at: float
 
 
@@ -128,6 +140,10 @@ class Simulation:
             self._schedule(propose_every_ms, "propose")
         self._reassign_every = reassign_every_ms
         self.reassignments: list[Proposal] = []
+        self.alter_requests: dict[int, tuple[int, ...] | None] = {}  # correlation id -> target
+        self.alter_replies: list[AlterReply] = []
+        self._admin_inbox: list[Envelope] = []
+        self._admin_correlation = 0
         if reassign_every_ms is not None:
             self._schedule(self.rng.expovariate(1 / reassign_every_ms), "reassign")
         self._schedule_faults()
@@ -183,13 +199,28 @@ class Simulation:
             for env in effects.messages:
                 self._send(env)
         self.checker.check(node, effects, self.now)
+        self._admin_replies()
         self._arm(n)
 
+    def _admin_replies(self) -> None:
+        """Record the admin client's answers, checked against what is committed once the step
+        that sent them has been checked (and its commits learned)."""
+        inbox, self._admin_inbox = self._admin_inbox, []
+        for env in inbox:
+            response = env.message
+            assert isinstance(response, AlterVotersResponse)
+            target = self.alter_requests[env.correlation_id]
+            self.checker.check_alter_reply(env.source, target, response, self.now)
+            self.alter_replies.append(AlterReply(target, response, self.now))
+
     def _connected(self, a: int, b: int) -> bool:
-        return self.groups[a] == self.groups[b]
+        return ADMIN_ID in (a, b) or self.groups[a] == self.groups[b]
 
     def _send(self, env: Envelope) -> None:
         self.messages_sent += 1
+        if env.destination == ADMIN_ID:
+            self._admin_inbox.append(env)
+            return
         f = self.faults
         if not self._connected(env.source, env.destination) or self.rng.random() < f.drop:
             return
@@ -286,8 +317,42 @@ class Simulation:
                                        self.now))
         self._apply(node.node_id, effects)
 
+    def alter_voters(self, target: tuple[int, ...] | None, node_id: int | None = None) -> int:
+        """The admin client sends AlterVotersRequest(``target``) over the network to
+        ``node_id`` (default: the current leader, or any node); returns its correlation id.
+        Answers land in :attr:`alter_replies`."""
+        if node_id is None:
+            leader = self.leader()
+            node_id = leader.node_id if leader is not None else self.rng.choice(self.ids)
+        self._admin_correlation += 1
+        cid = self._admin_correlation
+        self.alter_requests[cid] = target
+        self._send(Envelope(ADMIN_ID, node_id, cid, AlterVotersRequest(target, 1000)))
+        return cid
+
+    def _random_alter(self) -> None:
+        """A random reassignment: a new target, a cancellation (the current voters or null),
+        or a resubmission of the previous target."""
+        leader = self.leader()
+        roll = self.rng.random()
+        previous = [t for t in self.alter_requests.values() if t is not None]
+        if roll < 0.15 and leader is not None:
+            target: tuple[int, ...] | None = tuple(sorted(leader.voters))
+        elif roll < 0.2:
+            target = None
+        elif roll < 0.35 and previous:
+            target = previous[-1]
+        else:
+            size = self.rng.randint(1, min(5, len(self.ids)))
+            target = tuple(sorted(self.rng.sample(self.ids, size)))
+        self.alter_voters(target, None if self.rng.random() < 0.8 else self.rng.choice(self.ids))
+
     def _reassign(self) -> None:
-        """Propose a random single-member change of the voters to a leader."""
+        """A random reassignment request (mostly), or a random single-member change proposed
+        directly to a leader."""
+        if self.rng.random() < 0.6:
+            self._random_alter()
+            return
         leaders = [node for node in self.nodes.values()
                    if node is not None and node.role is Role.LEADER]
         if not leaders:

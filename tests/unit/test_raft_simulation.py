@@ -14,9 +14,9 @@ import random
 
 import pytest
 
-from broker_core.raft import Effects, RaftNode, Role
+from broker_core.raft import Effects, RaftNode, Role, VoterAssignment
 from broker_core.raft.commit import next_high_watermark
-from broker_core.raft.messages import NO_LEADER
+from broker_core.raft.messages import NO_LEADER, AlterVotersResponse
 from broker_core.wire.errors import ErrorCode
 from tests.support.raft_invariants import InvariantViolation
 from tests.support.raft_sim import SIM_CONFIG, Faults, Simulation
@@ -114,6 +114,66 @@ def test_an_observer_replicates_without_voting_weight():
     assert observer.high_watermark > 0
 
 
+# ---------------------------------------------------------------------- reassignment
+
+
+def committed_voter_sets(sim: Simulation) -> list[tuple[int, ...]]:
+    """The CurrentVoters of the committed assignments, in log order, repeats collapsed."""
+    sets: list[tuple[int, ...]] = []
+    for entry in sim.checker.committed:
+        if isinstance(entry.payload, VoterAssignment):
+            voters = tuple(sorted(entry.payload.current_voters))
+            if not sets or sets[-1] != voters:
+                sets.append(voters)
+    return sets
+
+
+def test_the_seeds_example_reassignment_completes_while_a_client_keeps_proposing():
+    # Seed 002's example: (1, 2, 3) -> (4, 5, 6) with 1 leading and 4, 5, 6 observing.
+    sim = Simulation(2, voters=(1, 2, 3), observers=(4, 5, 6))
+    assert sim.run_until(lambda: sim.leader() is not None and sim.leader().high_watermark > 2,
+                         20 * T)
+    assert sim.leader().node_id == 1
+    asked_at = sim.now
+    sim.alter_voters((4, 5, 6))
+
+    def done() -> bool:
+        return all(n is not None and n.quorum_state().current_voters == (4, 5, 6)
+                   and n.quorum_state().target_voters is None for n in sim.nodes.values())
+
+    assert sim.run_until(done, 40 * T)
+    assert committed_voter_sets(sim) == [(1, 2, 3), (1, 2, 3, 4), (1, 2, 4), (1, 2, 4, 5),
+                                         (1, 4, 5), (1, 4, 5, 6), (4, 5, 6)]
+    assert [r.response.error_code for r in sim.alter_replies] == [ErrorCode.NONE]
+    # 1 resigned to be removed last; the new leader is one of the target's.
+    assert sim.leader().node_id in (4, 5, 6)
+    assert {n: sim.nodes[n].role for n in (1, 2, 3)} == dict.fromkeys((1, 2, 3), Role.OBSERVER)
+
+    # The client kept proposing throughout; what committed survived, and commits go on.
+    committed = {(e.offset, e.payload) for e in sim.checker.committed}
+    during = [p for p in sim.proposals if p.at > asked_at]
+    assert len(during) >= 3 and all((p.offset, p.payload) in committed for p in during)
+    last = sim.propose_to_leader(b"after")
+    assert sim.run_until(lambda: sim.committed_everywhere(last.offset), 20 * T)
+    for node in sim.live_nodes():
+        held = {(e.offset, e.payload) for e in node.log.read(0, node.log.end_offset())}
+        assert committed <= held
+
+
+def test_random_runs_do_reassign_and_answer_success():
+    completed = successes = 0
+    for seed in range(20):
+        sim = chaotic_simulation(seed)
+        run_chaos_then_heal(sim)
+        successes += sum(r.response.error_code is ErrorCode.NONE for r in sim.alter_replies)
+        assignments = [e.payload for e in sim.checker.committed
+                       if isinstance(e.payload, VoterAssignment)]
+        completed += sum(a.target_voters is not None and b.target_voters is None
+                         and set(a.current_voters) == set(a.target_voters)
+                         for a, b in zip(assignments, assignments[1:], strict=False))
+    assert successes > 10 and completed > 0
+
+
 # ---------------------------------------------------------------------- the checker can fail
 
 
@@ -148,6 +208,17 @@ class OlderEpochCommitter(RaftNode):
         hw = next_high_watermark(self._high_watermark, ends, epoch_start_offset=-1)
         if hw > self._high_watermark:
             self._set_high_watermark(hw)
+
+
+class EagerReassigner(RaftNode):
+    """Broken on purpose: answers a reassignment "success" as soon as it is appended."""
+
+    def _handle_alter_voters_request(self, env, req):
+        super()._handle_alter_voters_request(env, req)
+        for alter in self._rs.pending_alters:
+            self._reply(alter.envelope, AlterVotersResponse(ErrorCode.NONE, self.node_id,
+                                                            self._epoch))
+        self._rs.pending_alters.clear()
 
 
 def first_violation(seeds, **kwargs) -> InvariantViolation | None:
@@ -186,6 +257,11 @@ def test_the_checker_catches_a_leader_that_commits_entries_of_an_older_epoch():
             caught = e
             break
     assert caught is not None and "without committed entry" in str(caught)
+
+
+def test_the_checker_catches_a_reassignment_answered_before_it_commits():
+    caught = first_violation(range(30), node_factory=EagerReassigner)
+    assert caught is not None and "not committed" in str(caught)
 
 
 def test_the_checker_catches_a_driver_that_sends_before_persisting():

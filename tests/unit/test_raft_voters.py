@@ -10,6 +10,7 @@ from broker_core.raft.messages import (
     BeginQuorumEpochRequest,
     DivergingEpoch,
     FetchRequest,
+    VoteRequest,
     VoteResponse,
 )
 from broker_core.raft.voter_set import VoterChangeRejected, VoterSetHistory
@@ -184,3 +185,62 @@ def test_a_change_for_another_cluster_is_refused():
     node = committed_leader()
     with pytest.raises(VoterChangeRejected, match="cluster 'other'"):
         node.propose(VoterAssignment("other", (1, 2)), 3.0)
+
+
+def test_an_empty_reassignment_target_is_refused():
+    with pytest.raises(VoterChangeRejected, match="at least one voter"):
+        VoterSetHistory(-1, {1, 2, 3}).check_change(VoterAssignment(CLUSTER, (1, 2, 3), ()), 1)
+
+
+def test_a_change_of_the_target_alone_may_follow_an_uncommitted_assignment():
+    history = VoterSetHistory(-1, {1, 2, 3})
+    history.appended([LogEntry(0, 1, assignment(1, 2, 3, 4))])
+    history.check_change(VoterAssignment(CLUSTER, (1, 2, 3, 4), (2, 3, 4)), leader_id=1)
+    with pytest.raises(VoterChangeRejected, match="not committed yet"):
+        history.check_change(assignment(1, 2, 3), leader_id=1)
+
+
+def test_a_candidate_tells_a_rival_outside_its_voter_set_of_its_next_candidacy():
+    # Node 1's log (voters 1, 3) lacks the assignment that made 2 a voter. 2 asks 1 in the
+    # epoch 1 already stands in and is refused; when 1 stands again it asks 2 too, so 2
+    # learns the epoch and its own timer can put it ahead (lock step otherwise).
+    node = make_node(node_id=1, voters=(1, 3))
+    node.tick(1500.0)
+    assert node.role is Role.CANDIDATE and node.epoch == 1
+    fx = node.receive(env(2, 1, vote(2, 1, 5, 9)), 1501.0)
+    assert not sent(fx, VoteResponse)[0].message.vote_granted
+    fx = node.tick(3100.0)
+    assert node.epoch == 2
+    assert sorted(e.destination for e in sent(fx, VoteRequest)) == [2, 3]
+    # Its vote does not count: 1 needs 3.
+    node.receive(env(2, 1, VoteResponse(ErrorCode.NONE, -1, 2, True)), 3101.0)
+    assert node.role is Role.CANDIDATE
+    # Once a leader is known, the rivals are forgotten.
+    node.receive(env(3, 1, BeginQuorumEpochRequest(CLUSTER, 3, 2)), 3102.0)
+    fx = node.tick(9000.0)
+    assert node.role is Role.CANDIDATE and node.epoch == 3
+    assert [e.destination for e in sent(fx, VoteRequest)] == [3]
+
+
+def test_a_new_leader_announces_itself_to_its_rivals_too():
+    # A removed voter lacking its removal only learns of the leader this way, then fetches
+    # the removal; otherwise it would stand again and again.
+    node = make_node(node_id=1, voters=(1, 2, 3))
+    node.tick(1500.0)
+    node.receive(env(6, 1, vote(6, 1, 0, 0)), 1501.0)  # 6 is no voter by 1's log
+    fx = node.receive(env(2, 1, VoteResponse(ErrorCode.NONE, -1, 1, True)), 1502.0)
+    assert node.role is Role.LEADER
+    assert sorted(e.destination for e in sent(fx, BeginQuorumEpochRequest)) == [2, 3, 6]
+
+
+def test_a_candidate_that_keeps_losing_asks_every_node_its_log_named():
+    # Node 3's log made 6 a voter once and later removed it; after a candidacy that timed out,
+    # node 3 asks 6 too (its quorum may have moved on without 3's log knowing).
+    entries = [LogEntry(0, 1, assignment(1, 2, 3)), LogEntry(1, 1, assignment(1, 2, 3, 6)),
+               LogEntry(2, 1, assignment(1, 2, 3))]
+    node = make_node(node_id=3, entries=entries)
+    fx = node.tick(1500.0)
+    assert sorted(e.destination for e in sent(fx, VoteRequest)) == [1, 2]
+    fx = node.tick(3000.0)  # lost: stands again
+    assert node.epoch == 2
+    assert sorted(e.destination for e in sent(fx, VoteRequest)) == [1, 2, 6]

@@ -3,7 +3,8 @@ and DescribeQuorum (55), each at the versions KIP-595 defined.
 
 - Vote v0, flexible from v0.
 - BeginQuorumEpoch v0 and EndQuorumEpoch v0, not flexible (Kafka makes them flexible from v1).
-- DescribeQuorum v0-1, flexible from v0 (v1, KIP-836, adds the two fetch timestamps).
+- DescribeQuorum v0-1, flexible from v0 (v1, KIP-836, adds the two fetch timestamps), plus
+  Sluice's tagged ``target_voters`` (seed 002's TargetVoters).
 
 The later versions (KIP-853's directory ids and leader endpoints, DescribeQuorum v2's nodes and
 error messages) are left out: Sluice's quorum identifies voters by node id alone.
@@ -29,6 +30,10 @@ END_QUORUM_EPOCH_VERSIONS = "0"
 END_QUORUM_EPOCH_FLEXIBLE = "1+"
 DESCRIBE_QUORUM_VERSIONS = "0-1"
 DESCRIBE_QUORUM_FLEXIBLE = "0+"
+
+#: The tag of DescribeQuorum's ``target_voters`` (a Sluice-only tagged field; Sluice's own
+#: numbers start at 1000, as its api keys and error codes do).
+TARGET_VOTERS_TAG = 1000
 
 
 def _topics(name: str, partition_fields: list[Field]) -> Field:
@@ -117,7 +122,8 @@ END_QUORUM_EPOCH_RESPONSE = Message(
 REPLICA_STATE = Schema("ReplicaState", [
     Field("replica_id", INT32),
     Field("log_end_offset", INT64, default=-1),  # -1: not known to the leader
-    # v1 (KIP-836), leader wall-clock milliseconds; -1 when unknown (and for the leader itself).
+    # v1 (KIP-836), the leader's clock in milliseconds; -1 when unknown. The leader reports
+    # itself as fetched and caught up at the time of the answer, as Kafka does.
     Field("last_fetch_timestamp", INT64, "1+", default=-1, ignorable=True),
     Field("last_caught_up_timestamp", INT64, "1+", default=-1, ignorable=True),
 ])
@@ -135,6 +141,11 @@ DESCRIBE_QUORUM_RESPONSE = Message(
             Field("high_watermark", INT64, default=-1),
             Field("current_voters", Array(REPLICA_STATE)),
             Field("observers", Array(REPLICA_STATE)),
+            # Sluice's extension (seed 002's TargetVoters): where an ongoing reassignment is
+            # heading, null when none is. A tagged field, so Kafka's tools skip it; its tag is
+            # far above any Kafka may use for this struct.
+            Field("target_voters", Array(REPLICA_STATE), nullable="0+", tag=TARGET_VOTERS_TAG,
+                  ignorable=True),
         ]),
     ])
 

@@ -1,0 +1,56 @@
+"""AlterPartitionReassignments (key 45, KIP-455), v0 (flexible): an admin asks the controller to
+move a partition's replicas. Seed 002 reuses it for the metadata quorum: on
+``__cluster_metadata``-0, ``replicas`` are the target voters and ``null`` cancels an ongoing
+reassignment (:mod:`broker_core.raft.wire` maps it to the Raft core's request).
+
+*Defined, not served*: registered in ``apis.DEFINED`` with the quorum's APIs. v1 (KIP-860's
+``allow_replication_factor_change``) is left out: a voter set may change size by design.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker_core.wire.schema import INT16, INT32, STRING, Array, Field, Message, Schema
+
+VERSIONS = "0"
+FLEXIBLE = "0+"
+
+REQUEST = Message("AlterPartitionReassignmentsRequest", versions=VERSIONS, flexible=FLEXIBLE,
+                  fields=[
+    Field("timeout_ms", INT32, default=60_000),
+    Field("topics", Array(Schema("ReassignableTopic", [
+        Field("name", STRING),
+        Field("partitions", Array(Schema("ReassignablePartition", [
+            Field("partition_index", INT32),
+            # The replicas to move to; null cancels the partition's pending reassignment.
+            Field("replicas", Array(INT32), nullable="0+"),
+        ]))),
+    ]))),
+])
+
+RESPONSE = Message("AlterPartitionReassignmentsResponse", versions=VERSIONS, flexible=FLEXIBLE,
+                   fields=[
+    Field("throttle_time_ms", INT32),
+    Field("error_code", INT16),
+    Field("error_message", STRING, nullable="0+"),
+    Field("responses", Array(Schema("ReassignableTopicResponse", [
+        Field("name", STRING),
+        Field("partitions", Array(Schema("ReassignablePartitionResponse", [
+            Field("partition_index", INT32),
+            Field("error_code", INT16),
+            Field("error_message", STRING, nullable="0+"),
+        ]))),
+    ]))),
+])
+
+
+def error_body(version: int, request: Any, error_code: int) -> dict:
+    """A top-level error, and the same code on every partition the request named."""
+    code = int(error_code)
+    responses = [] if request is None else [
+        {"name": t.name,
+         "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                        for p in t.partitions]}
+        for t in request.topics]
+    return {"error_code": code, "responses": responses}

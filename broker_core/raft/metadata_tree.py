@@ -16,7 +16,10 @@ Semantics follow ZooKeeper, as :mod:`broker_core.zk.store` reports them:
   ``czxid`` is the offset of the entry that created the node, ``mzxid`` of the one that last
   set it (a multi is one entry, so all its changes share one offset). A broker that
   re-registers gets a new ``czxid``: the controller's broker epoch (seed 003) keeps working;
-- a sequential create appends the parent's ``cversion`` as 10 digits, as ZooKeeper does;
+- a sequential create appends, as 10 digits, the number of children ever created under the
+  parent: what a ZooKeeper 3.x server does (its deletes count in ``cversion`` but do not move
+  the next sequence number; checked against a real server: create, create, delete, then a
+  sequential create gets suffix 2 while ``cversion`` is 3);
 - a parent must exist (:class:`NoNode`); creating parents is the client's job (``makepath``);
 - ephemeral nodes belong to a session whose id is the offset of its ``open_session`` entry
   (always > 0: the quorum's first entry is a control record); they go when the session is
@@ -153,6 +156,7 @@ class _Node:
     owner: int
     cversion: int
     pzxid: int
+    created_children: int = 0  # the next sequence suffix
     children: set[str] = field(default_factory=set)
 
     def stat(self) -> Stat:
@@ -324,7 +328,7 @@ class MetadataTree:
         if parent.owner:
             raise _Failed(NoChildrenForEphemerals(
                 f"{parent_path} is ephemeral and cannot have children"))
-        path = f"{op.path}{parent.cversion:010d}" if op.sequence else op.path
+        path = f"{op.path}{parent.created_children:010d}" if op.sequence else op.path
         if path in self._nodes:
             raise _Failed(NodeExists(path))
         if op.owner and op.owner not in self._sessions:
@@ -342,16 +346,17 @@ class MetadataTree:
         return path
 
     def _child_changed(self, parent: _Node, name: str, offset: int, added: bool) -> None:
-        saved = (parent.cversion, parent.pzxid)
+        saved = (parent.cversion, parent.pzxid, parent.created_children)
         parent.cversion += 1
         parent.pzxid = offset
         if added:
+            parent.created_children += 1
             parent.children.add(name)
         else:
             parent.children.discard(name)
 
         def undo() -> None:
-            parent.cversion, parent.pzxid = saved
+            parent.cversion, parent.pzxid, parent.created_children = saved
             if added:
                 parent.children.discard(name)
             else:
@@ -429,7 +434,7 @@ class MetadataTree:
     def to_snapshot(self) -> bytes:
         """The whole tree as bytes (JSON, sorted: equal trees give equal bytes)."""
         nodes = [[path, base64.b64encode(n.value).decode("ascii"), n.version, n.czxid,
-                  n.mzxid, n.ctime, n.mtime, n.owner, n.cversion, n.pzxid]
+                  n.mzxid, n.ctime, n.mtime, n.owner, n.cversion, n.pzxid, n.created_children]
                  for path, n in sorted(self._nodes.items())]
         doc = {"v": SNAPSHOT_VERSION, "applied": self.applied_offset, "nodes": nodes,
                "sessions": sorted([sid, ms] for sid, ms in self._sessions.items())}

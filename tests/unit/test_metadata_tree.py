@@ -222,12 +222,14 @@ def test_recursive_delete_removes_the_subtree_in_one_entry_and_absent_is_fine(lo
     assert log(DeleteNode("/t", recursive=True)).result is None  # as kazoo: no NoNode
 
 
-def test_sequence_names_use_the_parents_cversion_as_ten_digits(log):
+def test_sequence_names_count_the_children_created_as_ten_digits(log):
     log(CreateNode("/q"))
     assert log(CreateNode("/q/n-", sequence=True)).result == "/q/n-0000000000"
     assert log(CreateNode("/q/n-", sequence=True)).result == "/q/n-0000000001"
+    log(CreateNode("/q/other"))
     log(DeleteNode("/q/n-0000000000"))
-    # A delete also counts as a child change, as in ZooKeeper: the next suffix is 3.
+    # As a real ZooKeeper server: a delete counts in cversion, not in the next suffix.
+    assert log.tree.exists("/q").cversion == 4
     assert log(CreateNode("/q/n-", sequence=True)).result == "/q/n-0000000003"
     assert log(CreateNode("/q/", sequence=True)).result == "/q/0000000004"
 

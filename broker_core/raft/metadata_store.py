@@ -161,7 +161,6 @@ class QuorumMetadataStore:
         self._listeners: list[Callable[[SessionState], None]] = []
         self._watches: dict[tuple[str, str], list[_Watch]] = {}
         self._heartbeat_call: Any = None
-        self._heartbeat_in_flight = False
         self._renewing = False
         self._running = False
 
@@ -385,11 +384,17 @@ class QuorumMetadataStore:
                                                           self._heartbeat)
 
     def _heartbeat(self) -> None:
+        """One heartbeat; the next is scheduled once it is answered or has timed out (a third
+        of the session timeout), so at most one is in flight."""
         self._heartbeat_call = None
-        if not self._running or self._renewing or self.session_id is None:
+        if not self._running:
+            return
+        if self._renewing or self.session_id is None:
             self._schedule_heartbeat()
             return
         sid = self.session_id
+        d = self.client.heartbeat(sid)
+        timer = self.reactor.callLater(self.session_timeout / 3, d.cancel)
 
         def ok(_: Any) -> None:
             if sid == self.session_id:
@@ -400,17 +405,16 @@ class QuorumMetadataStore:
                 return
             if f.check(SessionExpired):
                 self._session_lost(f"the leader expired session {sid}")
-            elif f.check(ConnectionLost):
+            elif f.check(ConnectionLost, defer.CancelledError):
                 self._set_state(SessionState.SUSPENDED)
             else:
                 self.log.failure("heartbeat failed", f)
 
         def done(_: Any) -> None:
-            self._heartbeat_in_flight = False
+            if timer.active():
+                timer.cancel()
             self._schedule_heartbeat()
 
-        self._heartbeat_in_flight = True
-        d = self.client.heartbeat(sid)
         d.addCallbacks(ok, failed)
         d.addBoth(done)
 

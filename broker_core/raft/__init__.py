@@ -4,6 +4,10 @@ Nothing here imports Twisted or touches a socket or a clock. :class:`RaftNode` t
 ticks and proposals and returns :class:`Effects` (state to persist, messages to send, entries
 appended, commits); the network driver, the storage adapter over :mod:`broker_core.log` and
 the metadata store on top are later steps (docs/raft.md).
+
+The metadata store on top: ``metadata_tree`` (the replicated state machine) and
+``metadata_sessions`` are sans-IO too; ``metadata_store`` (``IMetadataStore`` on the quorum) is
+the one module of the package on Twisted, and is not imported here.
 """
 
 from broker_core.raft.config import RaftConfig, RaftConfigError

@@ -2,8 +2,8 @@
 
 Nothing here imports Twisted or touches a socket or a clock. :class:`RaftNode` takes messages,
 ticks and proposals and returns :class:`Effects` (state to persist, messages to send, entries
-appended, commits); the network driver, the storage adapter over :mod:`broker_core.log` and
-the metadata store on top are later steps (docs/raft.md).
+appended, commits); the network driver and the storage adapter over :mod:`broker_core.log`
+are later steps (docs/raft.md).
 
 The metadata store on top: ``metadata_tree`` (the replicated state machine) and
 ``metadata_sessions`` are sans-IO too; ``metadata_store`` (``IMetadataStore`` on the quorum) is

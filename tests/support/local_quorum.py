@@ -1,5 +1,6 @@
-"""A real metadata quorum of one voter, in this process: the :class:`IQuorumClient` the
-``QuorumMetadataStore`` tests run on until the network driver exists.
+"""Real metadata quorums in this process: the :class:`IQuorumClient` the ``QuorumMetadataStore``
+tests run on until the network driver exists. :class:`LocalQuorum` is one voter;
+:class:`LocalQuorumCluster` is several voters joined by an in-memory network.
 
 It is the real Raft code, not a stand-in: one :class:`~broker_core.raft.RaftNode` (node 1, the
 only voter) on an :class:`~broker_core.raft.InMemoryRaftLog`, driven by a Twisted clock (the
@@ -22,6 +23,15 @@ The driver applies each step's ``Effects`` in the documented order (``docs/raft.
 On becoming leader the node grants every open session of its tree a full timeout from then
 (:meth:`SessionTracker.lead`); while leading it proposes ``expire_session`` for every session
 whose heartbeats stopped.
+
+:class:`LocalQuorumCluster` runs one :class:`QuorumMember` (node, log, tree, tracker) per voter.
+Raft's messages go through :class:`InMemoryNetwork`, delivered on the next reactor turn and
+dropped across a cut link. What the network driver will carry as requests, a client's command
+and heartbeat, is a direct call to the member its node knows as leader, when the two are
+connected and that member leads; otherwise the call fails with ``ConnectionLost``, as a request
+to an unreachable leader would. A command's Deferred fires when the entry is applied to the
+*requesting* member's tree (so its store reads its own write), or fails if the entry committed
+at that offset is another one (lost in a leader change).
 """
 
 from __future__ import annotations
@@ -49,21 +59,25 @@ FAST = RaftConfig(election_timeout_ms=50, fetch_timeout_ms=1000, election_backof
 
 
 @implementer(IQuorumClient)
-class LocalQuorum:
-    """See the module docstring. ``stop()`` cancels its timer and fails what is pending."""
+class QuorumMember:
+    """One voter: a node, its log, its applied tree and its session tracker, driven by
+    ``clock``. Without a ``network`` it is a whole quorum of one. ``stop()`` cancels its timer
+    and fails what is pending."""
 
     log = Logger(namespace="sluice.quorum.local")
 
-    def __init__(self, clock: Any, *, config: RaftConfig = FAST, seed: int = 0,
-                 cluster_id: str = "local") -> None:
+    def __init__(self, clock: Any, node_id: int = 1, voters: frozenset[int] = frozenset({1}),
+                 *, config: RaftConfig = FAST, seed: int = 0, cluster_id: str = "local",
+                 network: InMemoryNetwork | None = None) -> None:
         self.clock = clock
+        self.network = network
         self.raft_log = InMemoryRaftLog()
         self.tree = MetadataTree()
         self.sessions = SessionTracker()
         self.persisted: QuorumState | None = None
-        self.voters = "1 (in-process)"
-        self.node = RaftNode(1, cluster_id, frozenset({1}), self.raft_log, config,
-                             random.Random(seed), self._now())
+        self.voters = f"{', '.join(map(str, sorted(voters)))} (in-process)"
+        self.node = RaftNode(node_id, cluster_id, frozenset(voters), self.raft_log, config,
+                             random.Random(seed * 1000 + node_id), self._now())
         self._pending: dict[int, tuple[int, defer.Deferred]] = {}
         self._listeners: list[Callable[[int, ApplyResult], None]] = []
         self._timer: Any = None
@@ -109,7 +123,10 @@ class LocalQuorum:
         if fx.flush_log:
             self.raft_log.flush()
         if fx.messages:
-            raise RuntimeError(f"a one-voter quorum has no peer, yet sent {fx.messages}")
+            if self.network is None:
+                raise RuntimeError(f"a one-voter quorum has no peer, yet sent {fx.messages}")
+            for envelope in fx.messages:
+                self.network.send(envelope)
         for t in fx.transitions:
             if t.to_role is Role.LEADER:
                 self.sessions.lead(self.tree.sessions, self._now())
@@ -159,28 +176,49 @@ class LocalQuorum:
         finally:
             self._applying = False
 
-    def _propose(self, payload: bytes) -> defer.Deferred:
+    def receive(self, envelope: Any) -> None:
+        """A Raft message from the network."""
+        if self._stopped:
+            return
+        self._effects(self.node.receive(envelope, self._now()))
+        self._schedule()
+
+    def _propose(self, payload: bytes, requester: QuorumMember | None = None) -> defer.Deferred:
+        """Append ``payload`` (this member leads); the Deferred is the requester's: it fires
+        when the entry is applied to the requester's tree."""
+        requester = requester or self
         fx = self.node.propose(payload, self._now())
         entry = fx.proposed
         d: defer.Deferred = defer.Deferred()
-        self._pending[entry.offset] = (entry.epoch, d)
+        requester._pending[entry.offset] = (entry.epoch, d)
         self._effects(fx)
+        self._schedule()
         return d
+
+    def _leader(self) -> QuorumMember | None:
+        """The member that takes this member's requests: itself when leading, else the leader
+        its node knows, if reachable and leading."""
+        if self._stopped:
+            return None
+        if self.leading:
+            return self
+        return self.network.leader_for(self) if self.network is not None else None
 
     # -- IQuorumClient ---------------------------------------------------------------------------
 
     def submit(self, command: bytes) -> defer.Deferred:
-        if self._stopped or not self.leading:
-            return defer.fail(ConnectionLost(f"no leader: node 1 is {self.node.role.value} in "
-                                             f"epoch {self.node.epoch}"))
-        d = self._propose(command)
-        self._schedule()
-        return d
+        leader = self._leader()
+        if leader is None:
+            return defer.fail(ConnectionLost(
+                f"no leader: node {self.node.node_id} is {self.node.role.value} in epoch "
+                f"{self.node.epoch} and knows no reachable leader"))
+        return leader._propose(command, requester=self)
 
     def heartbeat(self, session_id: int) -> defer.Deferred:
-        if self._stopped or not self.leading:
+        leader = self._leader()
+        if leader is None:
             return defer.fail(ConnectionLost("no leader to take the heartbeat"))
-        if self.sessions.heartbeat(session_id, self._now()):
+        if leader.sessions.heartbeat(session_id, leader._now()):
             return defer.succeed(None)
         return defer.fail(SessionExpired(f"session {session_id} is not live"))
 
@@ -212,3 +250,68 @@ class LocalQuorum:
         pending, self._pending = self._pending, {}
         for _, d in pending.values():
             d.errback(ConnectionLost("the local quorum stopped"))
+
+
+class LocalQuorum(QuorumMember):
+    """A metadata quorum of one voter (node 1); see the module docstring."""
+
+    def __init__(self, clock: Any, *, config: RaftConfig = FAST, seed: int = 0,
+                 cluster_id: str = "local") -> None:
+        super().__init__(clock, config=config, seed=seed, cluster_id=cluster_id)
+
+
+class InMemoryNetwork:
+    """Delivers Raft envelopes between members on the next turn of ``clock``; a cut member
+    neither sends nor receives (messages in flight when it is cut are dropped too)."""
+
+    def __init__(self, clock: Any) -> None:
+        self.clock = clock
+        self.members: dict[int, QuorumMember] = {}
+        self.cut: set[int] = set()
+
+    def connected(self, a: int, b: int) -> bool:
+        return a == b or (a not in self.cut and b not in self.cut)
+
+    def send(self, envelope: Any) -> None:
+        self.clock.callLater(0, self._deliver, envelope)
+
+    def _deliver(self, envelope: Any) -> None:
+        member = self.members.get(envelope.destination)
+        if member is not None and self.connected(envelope.source, envelope.destination):
+            member.receive(envelope)
+
+    def leader_for(self, member: QuorumMember) -> QuorumMember | None:
+        leader = self.members.get(member.node.leader_id)
+        if (leader is None or not leader.leading or leader._stopped
+                or not self.connected(member.node.node_id, leader.node.node_id)):
+            return None
+        return leader
+
+
+class LocalQuorumCluster:
+    """``size`` voters (ids 1..size) in this process; ``members[i]`` is voter ``i + 1``, each an
+    :class:`IQuorumClient` for a store of its own."""
+
+    def __init__(self, clock: Any, size: int = 3, *, config: RaftConfig = FAST,
+                 seed: int = 0) -> None:
+        self.clock = clock
+        self.network = InMemoryNetwork(clock)
+        voters = frozenset(range(1, size + 1))
+        self.members = [QuorumMember(clock, i, voters, config=config, seed=seed,
+                                     network=self.network) for i in sorted(voters)]
+        self.network.members = {m.node.node_id: m for m in self.members}
+
+    def leader(self) -> QuorumMember | None:
+        """The member leading in the highest epoch, if any."""
+        leading = [m for m in self.members if m.leading]
+        return max(leading, key=lambda m: m.node.epoch) if leading else None
+
+    def isolate(self, node_id: int) -> None:
+        self.network.cut.add(node_id)
+
+    def heal(self) -> None:
+        self.network.cut.clear()
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()

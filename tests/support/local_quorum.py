@@ -42,6 +42,7 @@ from typing import Any
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from broker_core.metadata import ConnectionLost, SessionExpired
@@ -315,3 +316,19 @@ class LocalQuorumCluster:
     def stop(self) -> None:
         for m in self.members:
             m.stop()
+
+
+def run(clock: Any, work: Any, step: float = 0.01, limit: float = 30.0) -> Any:
+    """Advance the ``task.Clock`` ``clock`` in ``step``s until ``work`` (a Deferred or a
+    coroutine) is done, at most ``limit`` seconds of it; its result, or raise its error."""
+    d = work if isinstance(work, defer.Deferred) else defer.Deferred.fromCoroutine(work)
+    out: list = []
+    d.addBoth(out.append)
+    start = clock.seconds()
+    while not out:
+        if clock.seconds() - start > limit:
+            raise AssertionError(f"not done after {limit}s of clock time")
+        clock.advance(step)
+    if isinstance(out[0], Failure):
+        out[0].raiseException()
+    return out[0]

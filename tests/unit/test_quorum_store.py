@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import pytest
 from twisted.internet import defer, task
-from twisted.python.failure import Failure
 from zope.interface.verify import verifyObject
 
 from broker_core.interfaces import IMetadataStore
@@ -24,24 +23,7 @@ from broker_core.metadata import (
     TransactionFailed,
 )
 from broker_core.raft.metadata_store import MAX_MULTI_OPS, IQuorumClient, QuorumMetadataStore
-from tests.support.local_quorum import FAST, LocalQuorum
-
-
-def run(clock: task.Clock, coro_or_d, step: float = 0.01, limit: float = 30.0):
-    """Advance ``clock`` until the Deferred (or coroutine) is done; its result, or raise."""
-    d = coro_or_d if isinstance(coro_or_d, defer.Deferred) else defer.Deferred.fromCoroutine(
-        coro_or_d)
-    out: list = []
-    d.addBoth(out.append)
-    waited = 0.0
-    while not out:
-        if waited > limit:
-            raise AssertionError(f"not done after {limit}s of clock time")
-        clock.advance(step)
-        waited += step
-    if isinstance(out[0], Failure):
-        out[0].raiseException()
-    return out[0]
+from tests.support.local_quorum import FAST, LocalQuorum, run
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ from twisted.internet import task
 
 from broker_core.metadata import SessionState
 from broker_core.raft.metadata_store import QuorumMetadataStore
-from tests.support.local_quorum import FAST, LocalQuorumCluster
-from tests.unit.test_quorum_store import run
+from tests.support.local_quorum import FAST, LocalQuorumCluster, run
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@ in-process brokers whose ``IMetadataStore`` is a ``QuorumMetadataStore`` on one 
 one-voter quorum (``tests/support/local_quorum.py``), no ZooKeeper involved. A controller is
 elected, a replicated topic gets its leaders, records go in and come out, and when the
 controller's broker stops (its session closes, its ephemerals go) another broker takes over in a
-higher epoch."""
+higher epoch. The consumer coordinator is elected, balances a group, and keeps its owners and
+offsets in the quorum's tree."""
 
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ from tests.support.cluster import (
     stop_brokers,
 )
 from tests.support.local_quorum import LocalQuorum
+from tests.support.scripted_consumer import ScriptedConsumer, static
+
+#: Small group timings, as tests/integration/test_coordinator.py uses.
+GROUP_TIMINGS = {
+    "group_min_session_timeout_ms": "300",
+    "group_initial_rebalance_delay_ms": "300",
+    "rebalance_backoff_ms": "200",
+    "offsets_commit_interval_ms": "200",
+}
 
 
 async def _start(quorum: LocalQuorum, base, count: int) -> list[BrokerService]:
@@ -33,7 +43,7 @@ async def _start(quorum: LocalQuorum, base, count: int) -> list[BrokerService]:
     brokers = []
     for i in range(1, count + 1):
         # zookeeper.connect names no server: the store given to the broker is the quorum's.
-        cfg = broker_config(i, "127.0.0.1:1", base / f"broker-{i}")
+        cfg = broker_config(i, "127.0.0.1:1", base / f"broker-{i}", **GROUP_TIMINGS)
         store = QuorumMetadataStore(quorum, reactor=reactor, session_timeout=6.0)
         svc = BrokerService(cfg, reactor=reactor, store=store)
         brokers.append(svc)
@@ -90,3 +100,40 @@ async def test_controller_failover_on_the_quorum(quorum_brokers):
     await eventually(lambda: all(leader_of(rest, "fo", p) for p in range(2)), timeout=30,
                      what="every partition led by a surviving broker")
     assert quorum.tree.exists(paths.broker(first.broker_id)) is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_coordinator_balances_a_group_with_its_state_in_the_quorum(quorum_brokers):
+    quorum, brokers = quorum_brokers
+    coord = await eventually(lambda: next((b for b in brokers if b.coordinator.active), None),
+                             what="an active coordinator")
+    reg = paths.CoordinatorRegistration.from_bytes(
+        quorum.tree.get(paths.CONSUMERS_COORDINATOR)[0])
+    assert reg.broker_id == coord.broker_id
+    await create_topic(coord, "events", partitions=4)
+    consumers = [ScriptedConsumer("g1", "a", static(events=1)),
+                 ScriptedConsumer("g1", "b", static(events=1))]
+    try:
+        for c in consumers:
+            assert (await c.register_at(coord)).error_code == 0
+
+        def balanced():
+            owned = [tp for c in consumers for tp in c.owned]
+            return (all(c.fetching for c in consumers) and len({c.generation for c in consumers})
+                    == 1 and sorted(owned) == [("events", p) for p in range(4)])
+
+        await eventually(balanced, what="a balanced group")
+        owners = quorum.tree.children(paths.consumer_owners_topic("g1", "events"))
+        assert sorted(int(p) for p in owners) == [0, 1, 2, 3]
+        a = consumers[0]
+        tp = sorted(a.owned)[0]
+        a.consume(*tp, 42)
+
+        def committed():
+            got = quorum.tree.get(paths.consumer_offset("g1", *tp))
+            return got is not None and paths.parse_offset_value(got[0]) == 42
+
+        await eventually(committed, what="offset 42 in the quorum's tree")
+    finally:
+        for c in consumers:
+            c.close()

@@ -6,7 +6,11 @@ snapshot plus the rest of the log gives the tree of the whole log)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -450,13 +454,10 @@ sys.stdout.write(hashlib.sha256(tree.to_snapshot()).hexdigest() + " %d" % len(tr
 def test_replicas_with_different_hash_seeds_build_the_same_tree(tmp_path):
     """Set and dict orders differ between processes with other hash seeds; the tree (and the
     ephemerals an expiry deletes, and their events) must not depend on them."""
-    import os
-    import subprocess
-    import sys
-
+    root = str(Path(__file__).resolve().parents[2])
     out = []
     for seed in ("1", "2"):
-        env = dict(os.environ, PYTHONHASHSEED=seed)
+        env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=root)
         out.append(subprocess.run([sys.executable, "-c", REPLICA_SCRIPT], env=env, check=True,
                                   capture_output=True, text=True, cwd=tmp_path).stdout)
     assert out[0] == out[1]

@@ -2,13 +2,14 @@
 
 Nothing here imports Twisted or touches a socket or a clock. :class:`RaftNode` takes messages,
 ticks and proposals and returns :class:`Effects` (state to persist, messages to send, entries
-appended, commits). :class:`DiskRaftLog` keeps the log on disk over :mod:`broker_core.log`;
-the metadata store on top is a later step (docs/raft.md).
+appended, commits). :class:`DiskRaftLog` keeps the log on disk over :mod:`broker_core.log`.
 
-The network driver lives in its own modules, which import Twisted and are not re-exported
-here: :mod:`broker_core.raft.driver` (``RaftDriver``), :mod:`~broker_core.raft.listener`,
+The modules on Twisted are not re-exported here: the network driver
+(:mod:`broker_core.raft.driver` (``RaftDriver``), :mod:`~broker_core.raft.listener`,
 :mod:`~broker_core.raft.transport`, :mod:`~broker_core.raft.service` (``QuorumNode``) and
-``python -m broker_core.raft``.
+``python -m broker_core.raft``) and :mod:`~broker_core.raft.metadata_store`
+(``IMetadataStore`` on the quorum). The store's state machine, ``metadata_tree``, and
+``metadata_sessions`` are sans-IO like the core.
 """
 
 from broker_core.raft.config import RaftConfig, RaftConfigError

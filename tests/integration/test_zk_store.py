@@ -1,10 +1,12 @@
 """The kazoo→Twisted bridge (``broker_core.zk.store.ZooKeeperStore``) against a real ZooKeeper.
 
-What is checked: results arrive as Deferreds with typed errors; a failed multi writes nothing and
-names the operation that failed; watch callbacks and session-state events run on the reactor
-thread; a hung server (SIGSTOP) gives SUSPENDED then CONNECTED; a real session expiry gives LOST,
-drops the session's ephemerals, and the store comes back on a new session with its watches
-re-armed; a broker re-registers after its session expires.
+What is checked: the store-neutral contract (``tests/support/metadata_store_contract.py``:
+results as Deferreds with typed errors, a failed multi writes nothing and names the operation
+that failed, watches on the reactor thread); then what is ZooKeeper's own: the race between a
+read and its exists watch, multiRead batches, session-state events on the reactor thread; a hung
+server (SIGSTOP) gives SUSPENDED then CONNECTED; a real session expiry gives LOST, drops the
+session's ephemerals, and the store comes back on a new session with its watches re-armed; a
+broker re-registers after its session expires.
 """
 
 from __future__ import annotations
@@ -18,22 +20,16 @@ from twisted.internet import reactor, threads
 from twisted.internet.defer import Deferred
 
 from broker_core.metadata import (
-    BadVersion,
-    Check,
     ConnectionLost,
     Create,
-    Delete,
     MetadataStoreError,
-    NodeExists,
     NoNode,
-    NotEmpty,
     SessionState,
-    SetData,
-    TransactionFailed,
 )
 from broker_core.zk import paths
 from broker_core.zk.store import MAX_MULTI_OPS, ZooKeeperStore
 from tests.support.cluster import eventually, free_port, start_brokers, stop_brokers
+from tests.support.metadata_store_contract import MetadataStoreContract
 from tests.support.zookeeper import ZooKeeperServer
 
 REACTOR_THREAD = threading.current_thread()  # pytest-twisted runs the reactor on this thread
@@ -57,53 +53,15 @@ def expire_session(hosts: str, session_id: int, password: bytes) -> None:
     twin.close()
 
 
+# -- the contract every IMetadataStore meets ------------------------------------------------------
+
+
+class TestZooKeeperStoreContract(MetadataStoreContract):
+    """The store-neutral tests of ``tests/support/metadata_store_contract.py``, on ZooKeeper
+    (the ``store`` fixture of ``tests/integration/conftest.py``)."""
+
+
 # -- requests ------------------------------------------------------------------------------------
-
-
-@pytest_twisted.ensureDeferred
-async def test_crud_returns_values_and_stats(store):
-    await store.create("/a", b"one")
-    data, stat = await store.get("/a")
-    assert data == b"one" and stat.version == 0
-    stat = await store.set("/a", b"two", version=0)
-    assert stat.version == 1
-    assert (await store.get("/a"))[0] == b"two"
-    await store.create("/a/b/c", b"", makepath=True)
-    assert await store.get_children("/a") == ["b"]
-    await store.delete("/a", recursive=True)
-    assert await store.exists("/a") is None
-
-
-@pytest_twisted.ensureDeferred
-async def test_errors_are_typed(store):
-    with pytest.raises(NoNode):
-        await store.get("/missing")
-    await store.create("/x", b"")
-    with pytest.raises(NodeExists):
-        await store.create("/x", b"")
-    with pytest.raises(BadVersion):
-        await store.set("/x", b"v", version=7)
-    await store.create("/x/child", b"")
-    with pytest.raises(NotEmpty):
-        await store.delete("/x")
-    assert (await store.get("/x"))[0] == b""  # nothing changed by the failed calls
-
-
-@pytest_twisted.ensureDeferred
-async def test_failed_multi_writes_nothing_and_names_the_failing_operation(store):
-    await store.create("/epoch", b"1")
-    await store.set("/epoch", b"2")  # version 1
-    ops = [Check("/epoch", 0), Create("/t", b"new"), SetData("/epoch", b"3", 1)]
-    with pytest.raises(TransactionFailed) as info:
-        await store.multi(ops)
-    assert isinstance(info.value.first_error, BadVersion)
-    assert info.value.failed_index == 0
-    assert await store.exists("/t") is None
-    assert (await store.get("/epoch"))[0] == b"2"
-
-    results = await store.multi([Check("/epoch", 1), Create("/t", b"new"), Delete("/epoch", 1)])
-    assert len(results) == 3
-    assert (await store.get("/t"))[0] == b"new" and await store.exists("/epoch") is None
 
 
 @pytest_twisted.ensureDeferred
@@ -114,31 +72,6 @@ async def test_oversized_multi_is_refused_before_reaching_zookeeper(store):
 
 
 # -- watches -------------------------------------------------------------------------------------
-
-
-@pytest_twisted.ensureDeferred
-async def test_data_watch_sees_create_change_delete_on_the_reactor_thread(store):
-    seen: list[tuple[bytes | None, int | None, bool]] = []
-
-    def on_data(data, stat):
-        seen.append((data, stat.version if stat else None,
-                     threading.current_thread() is REACTOR_THREAD))
-
-    watch = store.watch_data("/w", on_data)
-    await eventually(lambda: seen == [(None, None, True)], what="initial absence")
-    await store.create("/w", b"a")
-    await eventually(lambda: seen[-1][0] == b"a", what="created")
-    await store.set("/w", b"b")
-    await eventually(lambda: seen[-1][0] == b"b", what="changed")
-    await store.delete("/w")
-    await eventually(lambda: seen[-1][0] is None and len(seen) >= 4, what="deleted")
-    assert all(on_reactor for _, _, on_reactor in seen)
-    assert [d for d, _, _ in seen] == [None, b"a", b"b", None]
-
-    watch.cancel()
-    await store.create("/w", b"after cancel")
-    await store.get("/w")  # a round trip after the create: a live watch would have fired by now
-    assert seen[-1][0] is None
 
 
 @pytest.mark.parametrize("kind", ["data", "children"])
@@ -168,19 +101,6 @@ async def test_watch_sees_a_node_created_between_its_read_and_its_exists_watch(s
         await eventually(lambda: seen and seen[-1] == [], what="the node's (empty) children")
     other.stop()
     other.close()
-
-
-@pytest_twisted.ensureDeferred
-async def test_children_watch_follows_the_child_list(store):
-    seen: list[list[str] | None] = []
-    store.watch_children("/ids", lambda children: seen.append(children))
-    await eventually(lambda: seen == [None], what="absent parent")
-    await store.create("/ids", b"")
-    await store.create("/ids/2", b"", ephemeral=True)
-    await store.create("/ids/1", b"", ephemeral=True)
-    await eventually(lambda: seen and seen[-1] == ["1", "2"], what="both children")
-    await store.delete("/ids/2")
-    await eventually(lambda: seen[-1] == ["1"], what="one child")
 
 
 # -- session states -----------------------------------------------------------------------------
@@ -272,16 +192,6 @@ async def test_broker_re_registers_after_its_session_expires(zk_hosts, tmp_path)
                          what="controller re-elected")
     finally:
         await stop_brokers([broker])
-
-
-@pytest_twisted.ensureDeferred
-async def test_get_many_reads_in_order_with_absent_nodes_as_none(store):
-    await store.create("/m/a", b"1", makepath=True)
-    await store.create("/m/c", b"3")
-    got = await store.get_many(["/m/a", "/m/b", "/m/c"])
-    assert [g if g is None else g[0] for g in got] == [b"1", None, b"3"]
-    assert got[0][1].version == 0
-    assert await store.get_many([]) == []
 
 
 @pytest_twisted.ensureDeferred

@@ -55,6 +55,22 @@ class IRaftLog(Interface):
         before any message that depends on the entries leaves the node."""
 
 
+def check_appendable(entries: Sequence[LogEntry], end_offset: int, last_epoch: int) -> None:
+    """Raise :class:`LogInvariantError` unless ``entries`` may follow a log that ends at
+    ``end_offset`` with ``last_epoch``: dense offsets from ``end_offset``, epochs >= 1 and never
+    decreasing. Every :class:`IRaftLog` checks an append with this before changing anything."""
+    expected = end_offset
+    for entry in entries:
+        if entry.offset != expected:
+            raise LogInvariantError(f"entry at offset {entry.offset} appended where offset "
+                                    f"{expected} is next")
+        if entry.epoch < last_epoch or entry.epoch < 1:
+            raise LogInvariantError(f"entry at offset {entry.offset} has epoch {entry.epoch} "
+                                    f"after epoch {last_epoch}")
+        expected += 1
+        last_epoch = entry.epoch
+
+
 @implementer(IRaftLog)
 class InMemoryRaftLog:
     """:class:`IRaftLog` in a list. Invariant: ``entries[i].offset == i``, epochs never
@@ -84,17 +100,7 @@ class InMemoryRaftLog:
         return self._entries[offset].epoch
 
     def append(self, entries: Sequence[LogEntry]) -> None:
-        expected = len(self._entries)
-        last_epoch = self.last_epoch()
-        for entry in entries:
-            if entry.offset != expected:
-                raise LogInvariantError(f"entry at offset {entry.offset} appended where offset "
-                                        f"{expected} is next")
-            if entry.epoch < last_epoch or entry.epoch < 1:
-                raise LogInvariantError(f"entry at offset {entry.offset} has epoch {entry.epoch} "
-                                        f"after epoch {last_epoch}")
-            expected += 1
-            last_epoch = entry.epoch
+        check_appendable(entries, len(self._entries), self.last_epoch())
         for entry in entries:
             if not self._epoch_starts or self._epoch_starts[-1][0] != entry.epoch:
                 self._epoch_starts.append((entry.epoch, entry.offset))

@@ -42,7 +42,7 @@ from broker_core.log.config import LogConfig
 from broker_core.log.log import Log, RecoveryReport, partition_dir_name
 from broker_core.log.manager import CLEAN_SHUTDOWN
 from broker_core.raft.entries import LogEntry
-from broker_core.raft.log import IRaftLog, LogInvariantError
+from broker_core.raft.log import IRaftLog, check_appendable
 from broker_core.raft.records import batch_entries, entries_to_records
 from broker_core.raft.wire import METADATA_PARTITION, METADATA_TOPIC
 from broker_core.wire.records import batch_size_at, iter_batches, parse_batch
@@ -127,17 +127,7 @@ class DiskRaftLog:
         return starts[i - 1].epoch
 
     def append(self, entries: Sequence[LogEntry]) -> None:
-        expected = self._log.log_end_offset
-        last_epoch = self.last_epoch()
-        for entry in entries:
-            if entry.offset != expected:
-                raise LogInvariantError(f"entry at offset {entry.offset} appended where offset "
-                                        f"{expected} is next")
-            if entry.epoch < last_epoch or entry.epoch < 1:
-                raise LogInvariantError(f"entry at offset {entry.offset} has epoch {entry.epoch} "
-                                        f"after epoch {last_epoch}")
-            expected += 1
-            last_epoch = entry.epoch
+        check_appendable(entries, self._log.log_end_offset, self.last_epoch())
         if entries:
             # The follower path keeps the batches' offsets and epochs and records each new
             # epoch's start in the epoch file before the batches are written.

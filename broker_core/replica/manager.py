@@ -517,12 +517,30 @@ class ReplicaManager:
             return self.read(topic, index, offset, limit, consumer=consumer,
                              current_leader_epoch=epoch)
 
+        partitions = self.partitions
+        me = self.broker_id
+
         def collect() -> tuple[list[tuple[str, int, FetchResult]], int, bool]:
             out = []
             total = 0
             errors = False
             budget = max_bytes
             for topic, index, offset, part_max, epoch in reqs:
+                if not consumer:
+                    # The common case of a follower's fetch, inlined (what read() decides for
+                    # it): a partition we lead at the epoch it names, and the follower already
+                    # at our log end. A fetch session names every partition a follower
+                    # follows here, thousands after a failover, and most have nothing new.
+                    p = partitions.get((topic, index))
+                    st = None if p is None else p.state
+                    if st is not None and st.leader == me and (
+                            epoch < 0 or epoch == st.leader_epoch):
+                        log = p.log
+                        if offset == log.log_end_offset:
+                            out.append((topic, index, FetchResult(
+                                high_watermark=log.high_watermark,
+                                log_start_offset=log.log_start_offset)))
+                            continue
                 limit = max(0, min(part_max, budget))
                 if limit == 0 and total > 0:
                     # Response budget spent: later partitions answer with no data this time.
@@ -569,12 +587,18 @@ class ReplicaManager:
     def _record_follower_fetches(self, replica_id: int,
                                  reqs: list[tuple[str, int, int, int, int]]) -> None:
         now_ms = self._now_ms()
+        partitions = self.partitions
+        me = self.broker_id
         for topic, index, offset, _, epoch in reqs:
-            p, error = self.leader_partition(topic, index, epoch)
-            if p is None:
+            # leader_partition() inlined: this runs for every partition of every follower fetch.
+            p = partitions.get((topic, index))
+            st = None if p is None else p.state
+            if st is None or st.leader != me or (epoch >= 0 and epoch != st.leader_epoch):
                 continue
             if p.record_follower_fetch(replica_id, offset, now_ms):
                 self._wake(p.topic_partition)
+            if replica_id in st.isr:
+                continue  # already in sync: isr_expansion() would say None
             new_isr = p.isr_expansion(replica_id)
             if new_isr is not None:
                 self.log.info("{t}-{p}: broker {r} caught up (log end {o}); asking the "

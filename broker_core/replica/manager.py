@@ -563,8 +563,9 @@ class ReplicaManager:
         def available() -> int:
             n = 0
             for topic, index, offset, part_max, epoch in reqs:
-                p = self.partitions.get((topic, index))
-                if p is None or not p.is_leader or (epoch >= 0 and epoch != p.leader_epoch):
+                p = partitions.get((topic, index))
+                st = None if p is None else p.state
+                if st is None or st.leader != me or (epoch >= 0 and epoch != st.leader_epoch):
                     return min_bytes  # leadership moved: answer now with the error
                 end = p.high_watermark if consumer else p.log.log_end_offset
                 if end > offset:
@@ -578,7 +579,8 @@ class ReplicaManager:
         def respond() -> None:
             d.callback(collect()[0])
 
-        op = DelayedFetch(max_wait_ms / 1000.0, min_bytes, available, respond)
+        # collect() just found too little, in this reactor turn: skip the purgatory's first try.
+        op = DelayedFetch(max_wait_ms / 1000.0, min_bytes, available, respond, just_checked=True)
         self.fetch_purgatory.try_complete_else_watch(op, [(r[0], r[1]) for r in reqs])
         return d
 

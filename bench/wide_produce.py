@@ -11,6 +11,10 @@ that). This builds the leader and two followers of ``bench/replica_hot_path.py``
 2. the followers' fetches that copy those batches (the leader's reads and answer, the
    followers' appends), pumped until both followers are parked again: *replicate*.
 
+Then, on the leader alone, an *idle session fetch*: a follower's incremental fetch in a session
+holding every partition, all at the leader's log end (what the leader does for each fetch of a
+follower with nothing to copy), answered at once (``max_wait_ms`` 0) and parked (500).
+
 Figures are process CPU time (``time.process_time``) per partition; ``--profile`` prints where
 the produce step goes (cProfile, own time). Logs live in a temp dir removed afterwards.
 
@@ -29,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -39,6 +44,26 @@ from broker_core.wire.apis import ApiKey  # noqa: E402
 from broker_core.wire.records import Record, build_batch  # noqa: E402
 
 PRODUCE_VERSION = 8
+
+
+def idle_session_fetch(leader: Any, n: int, wait_ms: int, reps: int = 30) -> float:
+    """Best CPU seconds of ``reps`` incremental fetches by a follower (id 2, a session of its
+    own) naming nothing new, on ``leader`` directly (no framing). Parked ones stay parked."""
+    sessions = leader.fetch_sessions
+    entries = []
+    for p in range(n):
+        part = leader.get_partition(TOPIC, p)
+        entries.append((TOPIC, p, part.log.log_end_offset, 1 << 20, part.leader_epoch))
+    session = sessions.context(2, 0, 0, entries).session
+    best = float("inf")
+    for _ in range(reps):
+        start = time.process_time()
+        ctx = sessions.context(2, session.id, session.next_epoch, [], [])
+        d = leader.fetch(ctx.entries, max_wait_ms=wait_ms, min_bytes=1, max_bytes=10 << 20,
+                         replica_id=2)
+        d.addCallback(ctx.select)
+        best = min(best, time.process_time() - start)
+    return best
 
 
 def main() -> None:
@@ -98,6 +123,10 @@ def main() -> None:
         print(f"  replicate: best {min(replicate_s) * 1e3:7.1f} ms CPU = "
               f"{min(replicate_s) / n * 1e6:5.1f} us a partition (two followers' fetches, "
               f"both sides, and this script's check of every log end after each pump)")
+        for wait_ms in (0, 500):
+            best = idle_session_fetch(leader, n, wait_ms)
+            print(f"  idle session fetch, max_wait_ms {wait_ms:3d}: best {best * 1e3:5.1f} ms "
+                  f"CPU = {best / n * 1e6:4.2f} us a partition (leader side)")
         if profiler is not None:
             pstats.Stats(profiler).sort_stats(args.sort).print_stats(30)
         cluster.stop()

@@ -129,6 +129,9 @@ def main() -> None:
                   f"CPU = {best / n * 1e6:4.2f} us a partition (leader side)")
         if profiler is not None:
             pstats.Stats(profiler).sort_stats(args.sort).print_stats(30)
+        # The measurement replaced follower 2's session (one per replica): let its fetcher
+        # start a new one before stopping, or its retries meet a stopped leader.
+        cluster.settle()
         cluster.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

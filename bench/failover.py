@@ -42,10 +42,10 @@ whole-second timestamps only, so they are not used):
 - ``baseline``: before the kill, both the probe and the librdkafka round on the healthy
   cluster, for the partitions about to move: what each measurement costs by itself.
 - ``controller busy``: the increase of ``sluice_controller_event_duration_seconds_sum`` (scraped
-  from each survivor's ``--metrics`` endpoint before the kill and after the librdkafka round): the time
-  the controller's event loop spent handling the events of the failover (for the controller
-  kill: winning the election, reloading every partition from ZooKeeper, sending everything to
-  every broker, handling the broker change).
+  from each survivor's ``--metrics`` endpoint before the kill and after the librdkafka round):
+  the time the controller's event loop spent handling the events of the failover (for the
+  controller kill: winning the election, reloading every partition from ZooKeeper, sending
+  everything to every broker, handling the broker change).
 
 Each broker hosts every partition and keeps about one file open per replica (the active
 segment's ``.log``; docs/storage.md), so the script raises its open-files soft limit to the hard

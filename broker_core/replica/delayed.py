@@ -71,6 +71,11 @@ class DelayedFetch(DelayedOperation):
 
     ``available()`` returns how many bytes the fetch would now return; ``respond()`` re-reads and
     answers. Both run on the reactor thread.
+
+    ``just_checked``: the caller has just found fewer than ``min_bytes`` available, in this
+    reactor turn, so the purgatory's first try (before watching) is answered False without
+    calling ``available()`` again; the try after watching always checks. A follower's fetch
+    names thousands of partitions after a failover, and each ``available()`` walks them all.
     """
 
     def __init__(
@@ -79,13 +84,19 @@ class DelayedFetch(DelayedOperation):
         min_bytes: int,
         available: Callable[[], int],
         respond: Callable[[], Any],
+        *,
+        just_checked: bool = False,
     ) -> None:
         super().__init__(timeout_s)
         self.min_bytes = min_bytes
         self.available = available
         self.respond = respond
+        self._skip_next_try = just_checked
 
     def try_complete(self) -> bool:
+        if self._skip_next_try:
+            self._skip_next_try = False
+            return False
         if self.available() >= self.min_bytes:
             return self.force_complete()
         return False

@@ -517,12 +517,30 @@ class ReplicaManager:
             return self.read(topic, index, offset, limit, consumer=consumer,
                              current_leader_epoch=epoch)
 
+        partitions = self.partitions
+        me = self.broker_id
+
         def collect() -> tuple[list[tuple[str, int, FetchResult]], int, bool]:
             out = []
             total = 0
             errors = False
             budget = max_bytes
             for topic, index, offset, part_max, epoch in reqs:
+                if not consumer:
+                    # The common case of a follower's fetch, inlined (what read() decides for
+                    # it): a partition we lead at the epoch it names, and the follower already
+                    # at our log end. A fetch session names every partition a follower
+                    # follows here, thousands after a failover, and most have nothing new.
+                    p = partitions.get((topic, index))
+                    st = None if p is None else p.state
+                    if st is not None and st.leader == me and (
+                            epoch < 0 or epoch == st.leader_epoch):
+                        log = p.log
+                        if offset == log.log_end_offset:
+                            out.append((topic, index, FetchResult(
+                                high_watermark=log.high_watermark,
+                                log_start_offset=log.log_start_offset)))
+                            continue
                 limit = max(0, min(part_max, budget))
                 if limit == 0 and total > 0:
                     # Response budget spent: later partitions answer with no data this time.
@@ -545,8 +563,9 @@ class ReplicaManager:
         def available() -> int:
             n = 0
             for topic, index, offset, part_max, epoch in reqs:
-                p = self.partitions.get((topic, index))
-                if p is None or not p.is_leader or (epoch >= 0 and epoch != p.leader_epoch):
+                p = partitions.get((topic, index))
+                st = None if p is None else p.state
+                if st is None or st.leader != me or (epoch >= 0 and epoch != st.leader_epoch):
                     return min_bytes  # leadership moved: answer now with the error
                 end = p.high_watermark if consumer else p.log.log_end_offset
                 if end > offset:
@@ -560,7 +579,8 @@ class ReplicaManager:
         def respond() -> None:
             d.callback(collect()[0])
 
-        op = DelayedFetch(max_wait_ms / 1000.0, min_bytes, available, respond)
+        # collect() just found too little, in this reactor turn: skip the purgatory's first try.
+        op = DelayedFetch(max_wait_ms / 1000.0, min_bytes, available, respond, just_checked=True)
         self.fetch_purgatory.try_complete_else_watch(op, [(r[0], r[1]) for r in reqs])
         return d
 
@@ -569,12 +589,18 @@ class ReplicaManager:
     def _record_follower_fetches(self, replica_id: int,
                                  reqs: list[tuple[str, int, int, int, int]]) -> None:
         now_ms = self._now_ms()
+        partitions = self.partitions
+        me = self.broker_id
         for topic, index, offset, _, epoch in reqs:
-            p, error = self.leader_partition(topic, index, epoch)
-            if p is None:
+            # leader_partition() inlined: this runs for every partition of every follower fetch.
+            p = partitions.get((topic, index))
+            st = None if p is None else p.state
+            if st is None or st.leader != me or (epoch >= 0 and epoch != st.leader_epoch):
                 continue
             if p.record_follower_fetch(replica_id, offset, now_ms):
                 self._wake(p.topic_partition)
+            if replica_id in st.isr:
+                continue  # already in sync: isr_expansion() would say None
             new_isr = p.isr_expansion(replica_id)
             if new_isr is not None:
                 self.log.info("{t}-{p}: broker {r} caught up (log end {o}); asking the "

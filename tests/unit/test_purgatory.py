@@ -1,5 +1,6 @@
 """The delayed-operation purgatory on ``task.Clock``: triggers, expiry, exactly-once completion,
-several watch keys, lazy purge, re-entrancy, failing callbacks, shutdown and metrics."""
+several watch keys, lazy purge, re-entrancy, failing callbacks, shutdown and metrics; a fetch
+that parks right after its own check."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from twisted.logger import capturedLogs
 
 from broker_core.metrics import BrokerMetrics
 from broker_core.purgatory import DelayedOperation, Purgatory, PurgatoryClosedError
+from broker_core.replica.delayed import DelayedFetch
 
 
 class Waiter(DelayedOperation):
@@ -400,3 +402,29 @@ def test_checking_many_keys_tries_each_operation_once():
     assert purgatory.check_and_complete_keys(reversed(keys)) == 2
     assert sorted(events) == [("complete", "narrow"), ("complete", "wide")]
     assert purgatory.watched("k0") == 0 and purgatory.delayed == 0
+
+
+def test_a_fetch_just_checked_skips_only_the_first_try():
+    """DelayedFetch(just_checked=True): the caller has just found too little, so the first try
+    (before watching) does not ask again; the try after watching and later triggers do."""
+    clock, purgatory, _, _ = make_purgatory()
+    available = [0]
+    asked: list[int] = []
+    answered: list[bool] = []
+
+    def count() -> int:
+        asked.append(available[0])
+        return available[0]
+
+    op = DelayedFetch(0.5, 1, count, lambda: answered.append(True), just_checked=True)
+    assert purgatory.try_complete_else_watch(op, ["t-0", "t-1"]) is False
+    assert asked == [0]  # the try after watching, not the one before
+    available[0] = 1
+    assert purgatory.check_and_complete("t-1") == 1
+    assert asked == [0, 1] and answered == [True]
+
+    # Data that arrived between the caller's check and the watch is still seen: the try after
+    # watching completes the fetch at once.
+    early = DelayedFetch(0.5, 1, lambda: 1, lambda: answered.append(True), just_checked=True)
+    assert purgatory.try_complete_else_watch(early, ["t-0"]) is True
+    assert answered == [True, True] and purgatory.delayed == 0

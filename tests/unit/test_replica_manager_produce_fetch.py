@@ -107,3 +107,28 @@ def test_with_an_isr_of_one_the_append_itself_completes_acks_all(tmp_path):
         rm.produce_purgatory.shutdown()
         rm.fetch_purgatory.shutdown()
         rm.log_manager.shutdown()
+
+
+def test_a_follower_fetch_answers_each_partition_as_a_read_would(leader):
+    """The follower's walk decides the common case inline: a partition at our log end answers
+    its HW and log start without records; a stale epoch or one we do not lead answers its
+    error at once instead of parking the whole fetch."""
+    clock, rm = leader
+    rm.append(1, 30000, [("t", 0, batch(b"a"))])
+    got: list = []
+    rm.fetch([("t", 0, 1, 1 << 20, 1), ("t", 1, 0, 1 << 20, -1)], max_wait_ms=0, min_bytes=1,
+             max_bytes=10 << 20, replica_id=2).addCallback(got.append)
+    (_, _, p0), (_, _, p1) = got[0]
+    assert (p0.error, p0.records, p0.log_start_offset) == (None, b"", 0)
+    assert p0.high_watermark == rm.get_partition("t", 0).high_watermark
+    assert (p1.error, p1.high_watermark, p1.records) == (None, 0, b"")
+    fenced: list = []
+    rm.fetch([("t", 0, 1, 1 << 20, 0)], max_wait_ms=500, min_bytes=1, max_bytes=10 << 20,
+             replica_id=3).addCallback(fenced.append)
+    assert fenced[0][0][2].error == "FENCED_LEADER_EPOCH"  # answered, not parked
+    rm.apply_leader_and_isr(1, [("t", 1, LeaderAndIsrState(2, 2, REPLICAS, REPLICAS, 1, 1))],
+                            full=False)
+    moved: list = []
+    rm.fetch([("t", 1, 0, 1 << 20, -1)], max_wait_ms=500, min_bytes=1, max_bytes=10 << 20,
+             replica_id=3).addCallback(moved.append)
+    assert moved[0][0][2].error == "NOT_LEADER_OR_FOLLOWER"

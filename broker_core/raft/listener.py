@@ -2,7 +2,8 @@
 separate controller listener.
 
 It serves ApiVersions (advertising exactly what it serves), Vote (52), BeginQuorumEpoch (53),
-EndQuorumEpoch (54) and Fetch v12 on ``__cluster_metadata``-0, on the broker's own server
+EndQuorumEpoch (54) and Fetch v12 on ``__cluster_metadata``-0, and the admin APIs
+DescribeQuorum (55) and AlterPartitionReassignments (45) (:mod:`.listener_admin`), on the broker's own server
 protocol (:class:`~broker_core.server.protocol.KafkaServerProtocol`): framing, socket options,
 back-pressure and **responses in request order per connection** come from there. This module
 only decodes the quorum's requests and turns each into an :class:`Envelope` for the node.
@@ -33,6 +34,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from broker_core.raft import wire
+from broker_core.raft.listener_admin import ADMIN_VERSIONS, handle_admin_request
 from broker_core.raft.messages import (
     BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
@@ -54,6 +56,7 @@ SERVED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FETCH: (wire.VERSIONS[ApiKey.FETCH], wire.VERSIONS[ApiKey.FETCH]),
     **{key: (apis.DEFINED[key].min_version, apis.DEFINED[key].max_version)
        for key in (ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH)},
+    **ADMIN_VERSIONS,  # DescribeQuorum, AlterPartitionReassignments: listener_admin.py
 }
 
 
@@ -138,6 +141,8 @@ class QuorumRequestHandler:
             assert spec.error_body is not None
             return spec.error_body(header.api_version, request.body,
                                    int(ErrorCode.UNSUPPORTED_VERSION))
+        if header.api_key in ADMIN_VERSIONS:
+            return handle_admin_request(self, request, proto)
         try:
             message = wire.request_from_body(header.api_key, request.body)
         except wire.UnexpectedPartitions as e:

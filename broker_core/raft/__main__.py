@@ -7,6 +7,10 @@
         --quorum-voters 1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095 \\
         --listen 127.0.0.1:9093 --data-dir /var/lib/sluice/quorum-1
 
+A node whose id is not in ``--quorum-voters`` starts as an **observer**: it fetches from the
+leader and can be made a voter with ``sluice quorum reassign``. ``--peers`` gives the
+addresses of such nodes (``id@host:port,...``) to the others, which need them once they vote.
+
 The node keeps its quorum-state file and its log (``__cluster_metadata-0``) under
 ``--data-dir`` and logs its role changes. SIGTERM or SIGINT stops it cleanly: a leader resigns
 first (EndQuorumEpoch), and the log is closed with its clean-shutdown marker.
@@ -60,6 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--node-id", type=int, required=True, help="this node's id (node.id)")
     p.add_argument("--quorum-voters", required=True,
                    help="quorum.voters: id@host:port,id@host:port,...")
+    p.add_argument("--peers", default="",
+                   help="id@host:port,... of other quorum nodes that are not in "
+                        "--quorum-voters (observers that may become voters)")
     p.add_argument("--listen", required=True, help="host:port of the quorum listener")
     p.add_argument("--data-dir", required=True, help="quorum-state file and metadata log")
     p.add_argument("--cluster-id", required=True)
@@ -151,10 +158,12 @@ class LoadLoop:
 
 async def run(reactor: Any, args: argparse.Namespace) -> None:
     voters = parse_quorum_voters(args.quorum_voters, "--quorum-voters")
-    if args.node_id not in voters:
-        raise RaftConfigError(f"--node-id {args.node_id} is not in --quorum-voters "
-                              f"({','.join(str(v) for v in voters.values())}); observers are "
-                              "not supported by this entry point")
+    peers = parse_quorum_voters(args.peers, "--peers") if args.peers.strip() else {}
+    both = sorted(set(voters) & set(peers))
+    if both:
+        raise RaftConfigError(f"--peers names voters {both}: list each node once")
+    # A node that is not in --quorum-voters is an observer: it fetches from the leader and
+    # becomes a voter when a reassignment adds it (sluice quorum reassign).
     host, port = _listen_address(args.listen)
     config = RaftConfig(election_timeout_ms=args.election_timeout_ms,
                         fetch_timeout_ms=args.fetch_timeout_ms,
@@ -170,23 +179,23 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
                       persist_thread=args.persist_thread)
     bound = await node.listen(host, port)
     events.emit("listening", port=bound)
-    driver = node.start(voters)
+    driver = node.start(voters, peers)
     load = (LoadLoop(driver, events, args.load_in_flight, args.load_payload_bytes,
                      args.print_acks) if args.load_in_flight > 0 else None)
-    leading_epoch: list[int] = []
 
     def on_transition(t: Transition) -> None:
         events.emit("role", role=t.to_role.value, epoch=t.to_epoch, leader=t.leader_id)
-        if t.to_role is Role.LEADER:
-            leading_epoch[:] = [t.to_epoch]
 
     def on_committed(entries: tuple[LogEntry, ...]) -> None:
+        # Our own LeaderChange of the epoch we lead now. The role is asked of the driver, not
+        # remembered from on_transition: a single voter commits its LeaderChange in the step
+        # that makes it leader, and committed entries are told before transitions. A replay
+        # at start never matches: a restarted node never starts as leader.
         for e in entries:
-            if (leading_epoch and e.epoch == leading_epoch[0]
-                    and isinstance(e.payload, LeaderChange)
-                    and e.payload.leader_id == args.node_id):
+            if (isinstance(e.payload, LeaderChange) and e.payload.leader_id == args.node_id
+                    and driver.role is Role.LEADER
+                    and e.epoch == driver.node.epoch):  # type: ignore[union-attr]
                 events.emit("leader-committed", epoch=e.epoch, offset=e.offset)
-                leading_epoch.clear()
                 if load is not None:
                     load.kick()
 

@@ -70,11 +70,17 @@ class QuorumNode:
         self.port = await endpoint_type(self.reactor, port, interface=host).listen(self.factory)
         return self.port.getHost().port
 
-    def start(self, voters: dict[int, VoterAddress]) -> RaftDriver:
-        """Open the peer connections and start the driver (after :meth:`listen`)."""
+    def start(self, voters: dict[int, VoterAddress],
+              peers: dict[int, VoterAddress] | None = None) -> RaftDriver:
+        """Open the peer connections and start the driver (after :meth:`listen`).
+
+        ``voters`` is the bootstrap voter set with addresses (a node not in it starts as an
+        observer); ``peers`` are the addresses of other nodes that may become voters by a
+        reassignment: the node needs them to fetch from, vote for or lead them."""
         if self.port is None:
             raise RuntimeError("listen() first")
-        self.network = QuorumNetwork(self.node_id, voters, self.reactor,
+        addresses = {**(peers or {}), **voters}
+        self.network = QuorumNetwork(self.node_id, addresses, self.reactor,
                                      self.config.request_timeout_ms / 1000, self.inbound,
                                      self.records_to_entries)
         self.driver = RaftDriver(self.node_id, self.cluster_id, frozenset(voters),

@@ -15,10 +15,16 @@ The node keeps its quorum-state file and its log (``__cluster_metadata-0``) unde
 ``--data-dir`` and logs its role changes. SIGTERM or SIGINT stops it cleanly: a leader resigns
 first (EndQuorumEpoch), and the log is closed with its clean-shutdown marker.
 
+``--cluster-id`` may be left out on a restart (the quorum-state file has it) and by a fresh
+node that is the only voter of ``--quorum-voters`` (seed 002's bootstrapping example): it
+generates one, logs it and prints it as a ``cluster-id`` event; every other node must then be
+started with that id.
+
 ``--events`` prints one JSON object per line on stdout for tools (the benchmark and the system
-tests read them): ``listening``, ``role`` (every role change), ``leader-committed`` (a leader's
-first entry of its epoch committed: from then on it serves writes), ``load`` (once a second
-while the load loop runs) and, with ``--print-acks``, ``ack`` (one committed write).
+tests read them): ``cluster-id``, ``listening``, ``role`` (every role change),
+``leader-committed`` (a leader's first entry of its epoch committed: from then on it serves
+writes), ``load`` (once a second while the load loop runs) and, with ``--print-acks``,
+``ack`` (one committed write).
 
 ``--load-in-flight N`` makes the node, while it leads, keep N proposals of
 ``--load-payload-bytes`` bytes in flight, proposing a new one as each commits. It is the
@@ -32,6 +38,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from twisted.internet import defer
@@ -44,6 +51,7 @@ from twisted.logger import (
     textFileLogObserver,
 )
 
+from broker_core.raft.cluster_id import resolve_cluster_id
 from broker_core.raft.config import (
     RaftConfig,
     RaftConfigError,
@@ -52,7 +60,7 @@ from broker_core.raft.config import (
 from broker_core.raft.driver import RaftDriver
 from broker_core.raft.effects import Transition
 from broker_core.raft.entries import LeaderChange, LogEntry
-from broker_core.raft.quorum_state import QuorumStateError
+from broker_core.raft.quorum_state import QuorumStateError, read_quorum_state
 from broker_core.raft.roles import Role
 from broker_core.raft.service import QuorumNode
 
@@ -69,7 +77,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "--quorum-voters (observers that may become voters)")
     p.add_argument("--listen", required=True, help="host:port of the quorum listener")
     p.add_argument("--data-dir", required=True, help="quorum-state file and metadata log")
-    p.add_argument("--cluster-id", required=True)
+    p.add_argument("--cluster-id", default=None,
+                   help="the quorum's cluster id; may be left out on a restart (it is read "
+                        "from the quorum-state file) and by a fresh node that is the only "
+                        "voter of --quorum-voters, which generates one")
     defaults = RaftConfig()
     for flag, key in (("--election-timeout-ms", "election_timeout_ms"),
                       ("--fetch-timeout-ms", "fetch_timeout_ms"),
@@ -174,8 +185,20 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
     from broker_core.raft.storage import DiskRaftLog  # noqa: PLC0415 (after arg checks)
 
     events = Events(args.events, args.node_id)
+    persisted = read_quorum_state(Path(args.data_dir))
     raft_log = DiskRaftLog.open(args.data_dir, time_ms=lambda: int(reactor.seconds() * 1000))
-    node = QuorumNode(args.node_id, args.cluster_id, raft_log, args.data_dir, config, reactor,
+    try:
+        cluster_id, generated = resolve_cluster_id(
+            args.cluster_id, None if persisted is None else persisted.cluster_id,
+            raft_log.end_offset() == 0, args.node_id, voters)
+    except RaftConfigError:
+        raft_log.close()
+        raise
+    if generated:
+        log.info("quorum node {node} generated cluster id {cluster_id}: start the other nodes "
+                 "with --cluster-id {cluster_id}", node=args.node_id, cluster_id=cluster_id)
+    events.emit("cluster-id", cluster_id=cluster_id, generated=generated)
+    node = QuorumNode(args.node_id, cluster_id, raft_log, args.data_dir, config, reactor,
                       persist_thread=args.persist_thread)
     bound = await node.listen(host, port)
     events.emit("listening", port=bound)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -147,3 +148,40 @@ def test_voters_move_to_4_5_6_while_the_leader_writes(tmp_path):
             # The leader itself must go: it resigned and the next leader removed it.
             assert isinstance(step, ResignThenRemove) or by not in before_set, (sets, leaders)
             assert not added and len(removed) == 1, sets
+
+
+def test_the_bootstrapping_voter_generates_the_cluster_id_and_other_ids_are_refused(tmp_path):
+    quorum = QuorumProcesses(tmp_path, size=3, voters=1, extra=TIMEOUTS)
+    node1, node2, node3 = (quorum.nodes[n] for n in (1, 2, 3))
+    try:
+        node1.start(quorum.voters, None, quorum.peers)
+        quorum.wait(lambda: quorum.leader_committed(), 30, "node 1 leading")
+        (event,) = [e for e in node1.events() if e["event"] == "cluster-id"]
+        cluster_id = event["cluster_id"]
+        assert event["generated"] and len(cluster_id) == 22
+        # Node 2 with the generated id observes; node 3 with another id is refused by the
+        # leader (INCONSISTENT_CLUSTER_ID) and never shows up as an observer.
+        node2.start(quorum.voters, cluster_id, quorum.peers)
+        node3.start(quorum.voters, "some-other-cluster", quorum.peers)
+        quorum.wait(lambda: [r["replica_id"] for r in describe(
+            quorum.bootstrap_servers)["observers"]] == [2], 30, "node 2 observing")
+        node3.stop()
+        assert read_log(node3.data_dir) == ()
+        # A fresh observer without --cluster-id may not make one up.
+        shutil.rmtree(node3.data_dir)
+        node3.start(quorum.voters, None, quorum.peers)
+        assert node3.proc is not None and node3.proc.wait(30) == 2
+        assert "--cluster-id is needed" in node3.stderr_path.read_text()
+        node3.proc = None  # exited as it should: not a failure for quorum.wait
+        # Node 1 restarted without --cluster-id reads its own back.
+        node1.stop()
+        node1.start(quorum.voters, None, quorum.peers)
+        quorum.wait(lambda: len([e for e in node1.events() if e["event"] == "cluster-id"]) == 2,
+                    30, "node 1 restarted")
+        assert [e for e in node1.events() if e["event"] == "cluster-id"][1] == {
+            **[e for e in node1.events() if e["event"] == "cluster-id"][1],
+            "cluster_id": cluster_id, "generated": False}
+    finally:
+        quorum.stop()
+    entries = read_log(node1.data_dir)
+    assert entries[0].payload == VoterAssignment(cluster_id, (1,), None)

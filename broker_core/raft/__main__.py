@@ -55,6 +55,7 @@ from broker_core.raft.cluster_id import resolve_cluster_id
 from broker_core.raft.config import (
     RaftConfig,
     RaftConfigError,
+    parse_bootstrap_servers,
     parse_quorum_voters,
 )
 from broker_core.raft.driver import RaftDriver
@@ -70,8 +71,13 @@ log = Logger(namespace="sluice.raft")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="sluice-quorum", description=__doc__.split("\n\n")[0])
     p.add_argument("--node-id", type=int, required=True, help="this node's id (node.id)")
-    p.add_argument("--quorum-voters", required=True,
-                   help="quorum.voters: id@host:port,id@host:port,...")
+    p.add_argument("--quorum-voters", default="",
+                   help="quorum.voters: id@host:port,id@host:port,... (needed for the first "
+                        "start of a quorum; without it the node discovers the voters through "
+                        "--bootstrap-servers)")
+    p.add_argument("--bootstrap-servers", default="",
+                   help="bootstrap.servers: host:port,... of quorum nodes to ask for the quorum "
+                        "(DiscoverBrokers) and to tell this node's address")
     p.add_argument("--peers", default="",
                    help="id@host:port,... of other quorum nodes that are not in "
                         "--quorum-voters (observers that may become voters)")
@@ -168,7 +174,13 @@ class LoadLoop:
 
 
 async def run(reactor: Any, args: argparse.Namespace) -> None:
-    voters = parse_quorum_voters(args.quorum_voters, "--quorum-voters")
+    voters = (parse_quorum_voters(args.quorum_voters, "--quorum-voters")
+              if args.quorum_voters.strip() else {})
+    bootstrap = (parse_bootstrap_servers(args.bootstrap_servers, "--bootstrap-servers")
+                 if args.bootstrap_servers.strip() else [])
+    if not voters and not bootstrap:
+        raise RaftConfigError("give --quorum-voters (the first start of a quorum) or "
+                              "--bootstrap-servers (to discover it)")
     peers = parse_quorum_voters(args.peers, "--peers") if args.peers.strip() else {}
     both = sorted(set(voters) & set(peers))
     if both:
@@ -187,21 +199,35 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
     events = Events(args.events, args.node_id)
     persisted = read_quorum_state(Path(args.data_dir))
     raft_log = DiskRaftLog.open(args.data_dir, time_ms=lambda: int(reactor.seconds() * 1000))
+    cluster_id: str | None
     try:
         cluster_id, generated = resolve_cluster_id(
             args.cluster_id, None if persisted is None else persisted.cluster_id,
             raft_log.end_offset() == 0, args.node_id, voters)
     except RaftConfigError:
-        raft_log.close()
-        raise
+        if not bootstrap or raft_log.end_offset() > 0:
+            raft_log.close()
+            raise
+        cluster_id, generated = None, False  # DiscoverBrokers supplies it
     if generated:
         log.info("quorum node {node} generated cluster id {cluster_id}: start the other nodes "
                  "with --cluster-id {cluster_id}", node=args.node_id, cluster_id=cluster_id)
-    events.emit("cluster-id", cluster_id=cluster_id, generated=generated)
     node = QuorumNode(args.node_id, cluster_id, raft_log, args.data_dir, config, reactor,
-                      persist_thread=args.persist_thread)
+                      persist_thread=args.persist_thread, bootstrap_servers=bootstrap)
     bound = await node.listen(host, port)
     events.emit("listening", port=bound)
+    if cluster_id is None or not voters:
+        # Seed 002's step 3: learn the quorum (cluster id, voters, their endpoints) from the
+        # bootstrap servers before taking part.
+        log.info("quorum node {node} discovering the quorum through {servers}",
+                 node=args.node_id, servers=args.bootstrap_servers)
+        view = await node.discover_quorum()
+        voters = node.voter_addresses()
+        peers = {n: a for n, a in peers.items() if n not in voters}
+        events.emit("discovered", cluster_id=view.cluster_id, leader=view.leader_id,
+                    epoch=view.leader_epoch, voters=sorted(voters))
+    assert node.cluster_id is not None
+    events.emit("cluster-id", cluster_id=node.cluster_id, generated=generated)
     driver = node.start(voters, peers)
     load = (LoadLoop(driver, events, args.load_in_flight, args.load_payload_bytes,
                      args.print_acks) if args.load_in_flight > 0 else None)

@@ -34,7 +34,12 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from broker_core.raft import wire
-from broker_core.raft.listener_admin import ADMIN_VERSIONS, handle_admin_request
+from broker_core.raft.listener_admin import (
+    ADMIN_VERSIONS,
+    GOSSIP_VERSIONS,
+    GossipHandler,
+    handle_admin_request,
+)
 from broker_core.raft.messages import (
     BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
@@ -127,6 +132,7 @@ class QuorumRequestHandler:
         self.inbound = inbound
         self.clock = clock
         self.timeout_s = timeout_s
+        self.gossip: GossipHandler | None = None  # DiscoverBrokers, when the node gossips
         self._encode_kw = ({} if entries_to_records is None
                            else {"entries_to_records": entries_to_records})
 
@@ -143,6 +149,11 @@ class QuorumRequestHandler:
                                    int(ErrorCode.UNSUPPORTED_VERSION))
         if header.api_key in ADMIN_VERSIONS:
             return handle_admin_request(self, request, proto)
+        if header.api_key in GOSSIP_VERSIONS:
+            if self.gossip is None:
+                proto.transport.loseConnection()  # as for any api this listener does not serve
+                return NO_RESPONSE
+            return self.gossip(request, proto)
         try:
             message = wire.request_from_body(header.api_key, request.body)
         except wire.UnexpectedPartitions as e:
@@ -183,7 +194,8 @@ class QuorumListenerFactory(KafkaServerFactory):
     def decode_request(self, frame: bytes | memoryview) -> apis.Request:  # type: ignore[override]
         request = apis.decode_request(frame, defined=True)
         header = request.header
-        served = SERVED_VERSIONS.get(header.api_key)  # type: ignore[call-overload]
+        served = (SERVED_VERSIONS.get(header.api_key)  # type: ignore[call-overload]
+                  or GOSSIP_VERSIONS.get(header.api_key))  # type: ignore[call-overload]
         if served is None:
             raise errors.UnknownApiKey(header)
         if header.api_key != ApiKey.FETCH and not served[0] <= header.api_version <= served[1]:

@@ -1,7 +1,8 @@
 """The quorum listener's admin APIs: DescribeQuorum (55) and AlterPartitionReassignments (45)
 on ``__cluster_metadata``-0 (seed 002), kept apart from the replication APIs of
 :mod:`broker_core.raft.listener`, which only advertises :data:`ADMIN_VERSIONS` and hands these
-two api keys to :func:`handle_admin_request`.
+two api keys to :func:`handle_admin_request`; and the gossip API DiscoverBrokers (Sluice key
+1007, :class:`GossipHandler`), served but not advertised.
 
 An admin request reaches the node as an :class:`Envelope` from :data:`ADMIN_SOURCE`, an id no
 node has (node ids are never negative, and the listener refuses replication requests claiming
@@ -23,11 +24,13 @@ A request naming another partition gets INVALID_REQUEST, never reaching the node
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
-from broker_core.raft import wire
+from broker_core.raft import discovery, wire
+from broker_core.raft.discovery import Directory
 from broker_core.raft.messages import (
     NO_LEADER,
     AlterVotersRequest,
@@ -85,3 +88,36 @@ def handle_admin_request(handler: QuorumRequestHandler, request: apis.Request,
     d.addTimeout(timeout_s, handler.clock, onTimeoutCancel=timed_out)
     d.addCallback(wire.response_body)
     return d
+
+
+# -- DiscoverBrokers (seed 002's quorum gossip) -------------------------------------------------
+
+#: Served but, as Sluice's own APIs never are, not listed in ApiVersions.
+GOSSIP_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.DISCOVER_BROKERS: (apis.DEFINED[ApiKey.DISCOVER_BROKERS].min_version,
+                              apis.DEFINED[ApiKey.DISCOVER_BROKERS].max_version)}
+
+
+class GossipHandler:
+    """Answers DiscoverBrokers from a :class:`~broker_core.raft.discovery.Directory`: merges
+    what the asker tells (``on_learned`` hears of nodes whose endpoint is new) and answers with
+    what this node knows. A peer of another cluster gets INCONSISTENT_CLUSTER_ID and teaches
+    nothing."""
+
+    def __init__(self, directory: Directory,
+                 on_learned: Callable[[set[int]], None] | None = None) -> None:
+        self.directory = directory
+        self.on_learned = on_learned
+
+    def __call__(self, request: apis.Request, proto: KafkaServerProtocol) -> Any:
+        try:
+            learned = self.directory.merge(discovery.gossip_from_body(request.body))
+        except discovery.ClusterMismatch as e:
+            log.warn("DiscoverBrokers from {peer}: {e}", peer=proto.peer, e=e)
+            spec = apis.DEFINED[ApiKey.DISCOVER_BROKERS]
+            assert spec.error_body is not None
+            return spec.error_body(request.header.api_version, request.body,
+                                   int(ErrorCode.INCONSISTENT_CLUSTER_ID))
+        if learned and self.on_learned is not None:
+            self.on_learned(learned)
+        return discovery.gossip_body(self.directory.gossip(), response=True)

@@ -34,12 +34,16 @@ class QuorumProcess:
         self._partial = b""
         self.starts = 0
 
-    def start(self, voters: str, cluster_id: str | None, peers: str = "") -> None:
-        """Start the process; ``cluster_id`` None leaves ``--cluster-id`` out."""
+    def start(self, voters: str | None, cluster_id: str | None, peers: str = "",
+              bootstrap: str = "") -> None:
+        """Start the process; ``voters`` or ``cluster_id`` None leaves ``--quorum-voters`` or
+        ``--cluster-id`` out, ``bootstrap`` is ``--bootstrap-servers``."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         args = [sys.executable, "-m", "broker_core.raft", "--node-id", str(self.node_id),
-                "--quorum-voters", voters, "--listen", f"127.0.0.1:{self.port}",
+                *(["--quorum-voters", voters] if voters is not None else []),
+                *(["--bootstrap-servers", bootstrap] if bootstrap else []),
+                "--listen", f"127.0.0.1:{self.port}",
                 "--data-dir", str(self.data_dir),
                 *(["--cluster-id", cluster_id] if cluster_id is not None else []), "--events",
                 *(["--peers", peers] if peers else []), *self.extra]

@@ -56,14 +56,18 @@ def read_log(data_dir) -> list:
 
 
 def test_seed_bootstrapping_example_grows_one_node_to_three(tmp_path):
+    """Node 1 alone (voters = itself, no cluster id: it generates one); nodes 2 and 3 given
+    only ``--bootstrap-servers`` node 1 learn the cluster id, the voters and the endpoints
+    through DiscoverBrokers, and node 1 learns theirs."""
     quorum = QuorumProcesses(tmp_path, size=3, voters=1, extra=TIMEOUTS)
+    node1 = quorum.nodes[1]
     try:
-        quorum.start(1)
+        node1.start(quorum.voters, None)
         quorum.wait(lambda: quorum.leader_committed(), 30, "node 1 leading")
         d = describe(quorum.bootstrap_servers)
         assert d["leader_id"] == 1 and voter_ids(d) == [1] and d["observers"] == []
-        quorum.start(2)
-        quorum.start(3)
+        for n in (2, 3):
+            quorum.nodes[n].start(None, None, bootstrap=f"127.0.0.1:{node1.port}")
         quorum.wait(lambda: sorted(r["replica_id"] for r in describe(
             quorum.bootstrap_servers)["observers"]) == [2, 3], 30, "2 and 3 observing")
         done = sluice("quorum", "reassign", "--bootstrap-server", quorum.bootstrap_servers,
@@ -75,6 +79,14 @@ def test_seed_bootstrapping_example_grows_one_node_to_three(tmp_path):
         assert d["observers"] == []
         table = sluice("quorum", "describe", "--bootstrap-server", quorum.bootstrap_servers)
         assert table.returncode == 0 and "CurrentVoters:  [1,2,3]" in table.stdout
+        (generated,) = [e for e in node1.events() if e["event"] == "cluster-id"]
+        for n in (2, 3):
+            (found,) = [e for e in quorum.nodes[n].events() if e["event"] == "discovered"]
+            assert found["cluster_id"] == generated["cluster_id"] and found["voters"] == [1]
+        # The grown quorum survives its first leader: 2 and 3 elect one of them, which they
+        # can only do with each other's endpoints, learned by gossip.
+        node1.stop()
+        quorum.wait(lambda: quorum.leader_committed(d["leader_epoch"]), 30, "a new leader")
     finally:
         quorum.stop()
 

@@ -8,8 +8,11 @@
         --listen 127.0.0.1:9093 --data-dir /var/lib/sluice/quorum-1
 
 A node whose id is not in ``--quorum-voters`` starts as an **observer**: it fetches from the
-leader and can be made a voter with ``sluice quorum reassign``. ``--peers`` gives the
-addresses of such nodes (``id@host:port,...``) to the others, which need them once they vote.
+leader and can be made a voter with ``sluice quorum reassign``. Nodes learn each other's
+addresses through DiscoverBrokers with ``--bootstrap-servers host:port,...``; a node given
+no ``--quorum-voters`` (or no cluster id it may use) first discovers the quorum there, then
+starts. ``--peers`` (``id@host:port,...``) is the fixed alternative: the addresses of the
+nodes outside ``--quorum-voters``, which the others need once those vote.
 
 The node keeps its quorum-state file and its log (``__cluster_metadata-0``) under
 ``--data-dir`` and logs its role changes. SIGTERM or SIGINT stops it cleanly: a leader resigns

@@ -2,8 +2,9 @@
 separate controller listener.
 
 It serves ApiVersions (advertising exactly what it serves), Vote (52), BeginQuorumEpoch (53),
-EndQuorumEpoch (54) and Fetch v12 on ``__cluster_metadata``-0, and the admin APIs
-DescribeQuorum (55) and AlterPartitionReassignments (45) (:mod:`.listener_admin`), on the broker's own server
+EndQuorumEpoch (54) and Fetch v12 on ``__cluster_metadata``-0, the admin APIs
+DescribeQuorum (55) and AlterPartitionReassignments (45), and the unadvertised gossip API
+DiscoverBrokers (1007) (those three in :mod:`.listener_admin`), on the broker's own server
 protocol (:class:`~broker_core.server.protocol.KafkaServerProtocol`): framing, socket options,
 back-pressure and **responses in request order per connection** come from there. This module
 only decodes the quorum's requests and turns each into an :class:`Envelope` for the node.

@@ -150,6 +150,7 @@ class QuorumNetwork:
         self._timeout_s = timeout_s
         self._records_to_entries = records_to_entries
         self._started = False
+        self._stopped = False
         self.peers = {v: PeerConnection(node_id, address, reactor, timeout_s,
                                         self._to_node, records_to_entries)
                       for v, address in voters.items() if v != node_id}
@@ -159,8 +160,8 @@ class QuorumNetwork:
         """Reach node ``address.node_id`` at ``address`` from now on: a node learned through
         DiscoverBrokers, or one that came back elsewhere (its old connection is closed; the
         requests on it are dropped and the core resends them)."""
-        if address.node_id == self.node_id:
-            return
+        if address.node_id == self.node_id or self._stopped:
+            return  # a stopped network opens no connection (gossip may still arrive)
         old = self.peers.get(address.node_id)
         if old is not None:
             if old.peer == address:
@@ -192,6 +193,7 @@ class QuorumNetwork:
 
     def stop(self) -> defer.Deferred:
         """Close every outbound connection; fires when all are closed."""
+        self._stopped = True
         return defer.DeferredList([p.stop() for p in self.peers.values()])
 
     def send(self, envelope: Envelope) -> None:

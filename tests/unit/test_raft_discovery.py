@@ -117,3 +117,24 @@ def test_parse_bootstrap_servers():
     for raw in ("", "a", "a:0", "a:1,,b:2"):
         with pytest.raises(RaftConfigError, match="--bootstrap-servers"):
             parse_bootstrap_servers(raw, "--bootstrap-servers")
+
+
+def test_the_network_connects_to_learned_nodes_and_not_once_stopped():
+    from twisted.internet import reactor  # nothing is started: no connection is made
+
+    from broker_core.raft.config import VoterAddress
+    from broker_core.raft.listener import InboundRequests
+    from broker_core.raft.transport import QuorumNetwork
+
+    net = QuorumNetwork(1, {2: VoterAddress(2, "h2", 2)}, reactor, 1.0, InboundRequests(1))
+    first = net.peers[2]
+    net.set_peer(VoterAddress(2, "h2", 2))  # the same address: the same connection
+    assert net.peers[2] is first
+    net.set_peer(VoterAddress(2, "moved", 22))  # a later boot elsewhere
+    assert net.peers[2].peer == VoterAddress(2, "moved", 22)
+    net.set_peer(VoterAddress(3, "h3", 3))
+    net.set_peer(VoterAddress(1, "me", 1))  # never to itself
+    assert set(net.peers) == {2, 3}
+    net.stop()
+    net.set_peer(VoterAddress(4, "h4", 4))
+    assert set(net.peers) == {2, 3}

@@ -9,10 +9,13 @@
     sluice groups list | describe [--group G ...]
     sluice loadtest --topic T --consumers N [--processes M] [--groups G] [--duration S] ...
     sluice consume --topic T --group G [--members N] [--from-beginning] [--max-messages N]
+    sluice quorum describe [--json]
+    sluice quorum reassign (--voters ID,ID,... [--wait] | --cancel)
 
 Each takes ``--bootstrap-server HOST:PORT[,...]`` or ``--zookeeper HOST:PORT[/chroot]``
 (``reassign`` and ``elect-leaders`` work through ZooKeeper only; ``groups`` through the brokers
-only, since the members live in the coordinator's memory). Errors go
+only, since the members live in the coordinator's memory; ``quorum`` takes the metadata
+quorum's listeners, ``sluice-quorum --listen``). Errors go
 to stderr as one line: exit code 1 for a failed operation, 2 for bad usage.
 """
 
@@ -100,6 +103,29 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--verify", action="store_true", help="report the status of each partition")
     ag.add_argument("--cancel", action="store_true",
                     help="revert partitions not yet moved to their original replicas")
+
+    qu = sub.add_parser("quorum", help="the metadata quorum (kafka-metadata-quorum)")
+    qsub = qu.add_subparsers(dest="action", required=True)
+
+    def quorum_connection(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--bootstrap-server", required=True,
+                        help="HOST:PORT[,HOST:PORT...] of quorum listeners (list them all "
+                        "to reach whichever node leads)")
+        sp.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds for the whole operation, retries included (default 30)")
+
+    qd = qsub.add_parser("describe", help="leader, epoch, high watermark, voters and "
+                         "observers with their lag")
+    quorum_connection(qd)
+    qd.add_argument("--json", action="store_true", help="print the answer as JSON")
+    qr = qsub.add_parser("reassign", help="move the quorum's voters (one member at a time)")
+    quorum_connection(qr)
+    qg = qr.add_mutually_exclusive_group(required=True)
+    qg.add_argument("--voters", metavar="ID,ID,...", help="the voters wanted, e.g. 4,5,6")
+    qg.add_argument("--cancel", action="store_true",
+                    help="stop a running reassignment where it is")
+    qr.add_argument("--wait", action="store_true",
+                    help="with --voters: return once the voters are exactly those")
 
     el = sub.add_parser("elect-leaders", help="move leadership to preferred replicas "
                         "(kafka-leader-election)")
@@ -320,7 +346,49 @@ def run_elect_leaders(args: argparse.Namespace, admin: AdminClient, out=sys.stdo
         raise AdminError(None, f"{len(failed)} partition(s) could not be elected")
 
 
+def run_quorum(args: argparse.Namespace, out=sys.stdout) -> None:
+    from consumer_client import quorum_admin
+
+    target = None
+    if args.action == "reassign":
+        if args.cancel and args.wait:
+            raise ValueError("--wait goes with --voters, not --cancel")
+        if not args.cancel:
+            target = quorum_admin.parse_voters(args.voters)
+    if args.timeout <= 0:
+        raise ValueError(f"--timeout must be positive, got {args.timeout}")
+    try:
+        with quorum_admin.QuorumAdminClient(args.bootstrap_server,
+                                            timeout_s=args.timeout) as client:
+            if args.action == "describe":
+                d = client.describe()
+                if args.json:
+                    print(json.dumps(quorum_admin.describe_as_dict(d), indent=2), file=out)
+                else:
+                    print(quorum_admin.format_describe(d), file=out)
+                return
+            resp = client.reassign(target)
+            if target is None:
+                print(f"Cancelled the quorum reassignment (leader {resp.leader_id}, "
+                      f"epoch {resp.leader_epoch}): the voters stay as they are now.", file=out)
+                return
+            voters = ",".join(map(str, target))
+            print(f"Accepted: the quorum moves to voters {voters} one member at a time "
+                  f"(leader {resp.leader_id}, epoch {resp.leader_epoch}).", file=out)
+            if args.wait:
+                d = client.wait_for(target)
+                print(f"Done: the voters are {voters} (leader {d.leader_id}, "
+                      f"epoch {d.leader_epoch}).", file=out)
+            else:
+                print("Follow it with: sluice quorum describe", file=out)
+    except quorum_admin.QuorumAdminError as e:
+        raise AdminError(None if e.code is None else int(e.code), str(e)) from None
+
+
 def run(args: argparse.Namespace, out=sys.stdout) -> None:
+    if args.area == "quorum":
+        run_quorum(args, out)
+        return
     if args.area == "groups":
         run_groups(args, out)
         return

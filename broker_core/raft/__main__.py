@@ -7,14 +7,27 @@
         --quorum-voters 1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095 \\
         --listen 127.0.0.1:9093 --data-dir /var/lib/sluice/quorum-1
 
+A node whose id is not in ``--quorum-voters`` starts as an **observer**: it fetches from the
+leader and can be made a voter with ``sluice quorum reassign``. Nodes learn each other's
+addresses through DiscoverBrokers with ``--bootstrap-servers host:port,...``; a node given
+no ``--quorum-voters`` (or no cluster id it may use) first discovers the quorum there, then
+starts. ``--peers`` (``id@host:port,...``) is the fixed alternative: the addresses of the
+nodes outside ``--quorum-voters``, which the others need once those vote.
+
 The node keeps its quorum-state file and its log (``__cluster_metadata-0``) under
 ``--data-dir`` and logs its role changes. SIGTERM or SIGINT stops it cleanly: a leader resigns
 first (EndQuorumEpoch), and the log is closed with its clean-shutdown marker.
 
+``--cluster-id`` may be left out on a restart (the quorum-state file has it) and by a fresh
+node that is the only voter of ``--quorum-voters`` (seed 002's bootstrapping example): it
+generates one, logs it and prints it as a ``cluster-id`` event; every other node must then be
+started with that id.
+
 ``--events`` prints one JSON object per line on stdout for tools (the benchmark and the system
-tests read them): ``listening``, ``role`` (every role change), ``leader-committed`` (a leader's
-first entry of its epoch committed: from then on it serves writes), ``load`` (once a second
-while the load loop runs) and, with ``--print-acks``, ``ack`` (one committed write).
+tests read them): ``cluster-id``, ``listening``, ``role`` (every role change),
+``leader-committed`` (a leader's first entry of its epoch committed: from then on it serves
+writes), ``load`` (once a second while the load loop runs) and, with ``--print-acks``,
+``ack`` (one committed write).
 
 ``--load-in-flight N`` makes the node, while it leads, keep N proposals of
 ``--load-payload-bytes`` bytes in flight, proposing a new one as each commits. It is the
@@ -28,6 +41,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from twisted.internet import defer
@@ -40,15 +54,17 @@ from twisted.logger import (
     textFileLogObserver,
 )
 
+from broker_core.raft.cluster_id import resolve_cluster_id
 from broker_core.raft.config import (
     RaftConfig,
     RaftConfigError,
+    parse_bootstrap_servers,
     parse_quorum_voters,
 )
 from broker_core.raft.driver import RaftDriver
 from broker_core.raft.effects import Transition
 from broker_core.raft.entries import LeaderChange, LogEntry
-from broker_core.raft.quorum_state import QuorumStateError
+from broker_core.raft.quorum_state import QuorumStateError, read_quorum_state
 from broker_core.raft.roles import Role
 from broker_core.raft.service import QuorumNode
 
@@ -58,11 +74,22 @@ log = Logger(namespace="sluice.raft")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="sluice-quorum", description=__doc__.split("\n\n")[0])
     p.add_argument("--node-id", type=int, required=True, help="this node's id (node.id)")
-    p.add_argument("--quorum-voters", required=True,
-                   help="quorum.voters: id@host:port,id@host:port,...")
+    p.add_argument("--quorum-voters", default="",
+                   help="quorum.voters: id@host:port,id@host:port,... (needed for the first "
+                        "start of a quorum; without it the node discovers the voters through "
+                        "--bootstrap-servers)")
+    p.add_argument("--bootstrap-servers", default="",
+                   help="bootstrap.servers: host:port,... of quorum nodes to ask for the quorum "
+                        "(DiscoverBrokers) and to tell this node's address")
+    p.add_argument("--peers", default="",
+                   help="id@host:port,... of other quorum nodes that are not in "
+                        "--quorum-voters (observers that may become voters)")
     p.add_argument("--listen", required=True, help="host:port of the quorum listener")
     p.add_argument("--data-dir", required=True, help="quorum-state file and metadata log")
-    p.add_argument("--cluster-id", required=True)
+    p.add_argument("--cluster-id", default=None,
+                   help="the quorum's cluster id; may be left out on a restart (it is read "
+                        "from the quorum-state file) and by a fresh node that is the only "
+                        "voter of --quorum-voters, which generates one")
     defaults = RaftConfig()
     for flag, key in (("--election-timeout-ms", "election_timeout_ms"),
                       ("--fetch-timeout-ms", "fetch_timeout_ms"),
@@ -150,11 +177,19 @@ class LoadLoop:
 
 
 async def run(reactor: Any, args: argparse.Namespace) -> None:
-    voters = parse_quorum_voters(args.quorum_voters, "--quorum-voters")
-    if args.node_id not in voters:
-        raise RaftConfigError(f"--node-id {args.node_id} is not in --quorum-voters "
-                              f"({','.join(str(v) for v in voters.values())}); observers are "
-                              "not supported by this entry point")
+    voters = (parse_quorum_voters(args.quorum_voters, "--quorum-voters")
+              if args.quorum_voters.strip() else {})
+    bootstrap = (parse_bootstrap_servers(args.bootstrap_servers, "--bootstrap-servers")
+                 if args.bootstrap_servers.strip() else [])
+    if not voters and not bootstrap:
+        raise RaftConfigError("give --quorum-voters (the first start of a quorum) or "
+                              "--bootstrap-servers (to discover it)")
+    peers = parse_quorum_voters(args.peers, "--peers") if args.peers.strip() else {}
+    both = sorted(set(voters) & set(peers))
+    if both:
+        raise RaftConfigError(f"--peers names voters {both}: list each node once")
+    # A node that is not in --quorum-voters is an observer: it fetches from the leader and
+    # becomes a voter when a reassignment adds it (sluice quorum reassign).
     host, port = _listen_address(args.listen)
     config = RaftConfig(election_timeout_ms=args.election_timeout_ms,
                         fetch_timeout_ms=args.fetch_timeout_ms,
@@ -165,28 +200,54 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
     from broker_core.raft.storage import DiskRaftLog  # noqa: PLC0415 (after arg checks)
 
     events = Events(args.events, args.node_id)
+    persisted = read_quorum_state(Path(args.data_dir))
     raft_log = DiskRaftLog.open(args.data_dir, time_ms=lambda: int(reactor.seconds() * 1000))
-    node = QuorumNode(args.node_id, args.cluster_id, raft_log, args.data_dir, config, reactor,
-                      persist_thread=args.persist_thread)
+    cluster_id: str | None
+    try:
+        cluster_id, generated = resolve_cluster_id(
+            args.cluster_id, None if persisted is None else persisted.cluster_id,
+            raft_log.end_offset() == 0, args.node_id, voters)
+    except RaftConfigError:
+        if not bootstrap or raft_log.end_offset() > 0:
+            raft_log.close()
+            raise
+        cluster_id, generated = None, False  # DiscoverBrokers supplies it
+    if generated:
+        log.info("quorum node {node} generated cluster id {cluster_id}: start the other nodes "
+                 "with --cluster-id {cluster_id}", node=args.node_id, cluster_id=cluster_id)
+    node = QuorumNode(args.node_id, cluster_id, raft_log, args.data_dir, config, reactor,
+                      persist_thread=args.persist_thread, bootstrap_servers=bootstrap)
     bound = await node.listen(host, port)
     events.emit("listening", port=bound)
-    driver = node.start(voters)
+    if cluster_id is None or not voters:
+        # Seed 002's step 3: learn the quorum (cluster id, voters, their endpoints) from the
+        # bootstrap servers before taking part.
+        log.info("quorum node {node} discovering the quorum through {servers}",
+                 node=args.node_id, servers=args.bootstrap_servers)
+        view = await node.discover_quorum()
+        voters = node.voter_addresses()
+        peers = {n: a for n, a in peers.items() if n not in voters}
+        events.emit("discovered", cluster_id=view.cluster_id, leader=view.leader_id,
+                    epoch=view.leader_epoch, voters=sorted(voters))
+    assert node.cluster_id is not None
+    events.emit("cluster-id", cluster_id=node.cluster_id, generated=generated)
+    driver = node.start(voters, peers)
     load = (LoadLoop(driver, events, args.load_in_flight, args.load_payload_bytes,
                      args.print_acks) if args.load_in_flight > 0 else None)
-    leading_epoch: list[int] = []
 
     def on_transition(t: Transition) -> None:
         events.emit("role", role=t.to_role.value, epoch=t.to_epoch, leader=t.leader_id)
-        if t.to_role is Role.LEADER:
-            leading_epoch[:] = [t.to_epoch]
 
     def on_committed(entries: tuple[LogEntry, ...]) -> None:
+        # Our own LeaderChange of the epoch we lead now. The role is asked of the driver, not
+        # remembered from on_transition: a single voter commits its LeaderChange in the step
+        # that makes it leader, and committed entries are told before transitions. A replay
+        # at start never matches: a restarted node never starts as leader.
         for e in entries:
-            if (leading_epoch and e.epoch == leading_epoch[0]
-                    and isinstance(e.payload, LeaderChange)
-                    and e.payload.leader_id == args.node_id):
+            if (isinstance(e.payload, LeaderChange) and e.payload.leader_id == args.node_id
+                    and driver.role is Role.LEADER
+                    and e.epoch == driver.node.epoch):  # type: ignore[union-attr]
                 events.emit("leader-committed", epoch=e.epoch, offset=e.offset)
-                leading_epoch.clear()
                 if load is not None:
                     load.kick()
 

@@ -104,3 +104,17 @@ def parse_quorum_voters(raw: str, key: str = "quorum.voters") -> dict[int, Voter
                                   "listed twice")
         voters[node_id] = VoterAddress(node_id, host, int(port))
     return voters
+
+
+def parse_bootstrap_servers(raw: str, key: str = "bootstrap.servers") -> list[tuple[str, int]]:
+    """``host:port[,host:port...]`` (an IPv6 host in brackets), the servers a quorum node asks
+    with DiscoverBrokers. Raises :class:`RaftConfigError` naming ``key`` and the bad entry."""
+    entries = [e.strip() for e in raw.split(",")]
+    if not raw.strip() or not all(entries):
+        raise RaftConfigError(f"invalid value {raw!r} for {key!r}: expected host:port[,...]")
+    servers = []
+    for entry in entries:
+        # The voters' parser checks hosts and ports; an id in front makes it one.
+        address = parse_quorum_voters(f"0@{entry}", key)[0]
+        servers.append((address.host, address.port))
+    return servers

@@ -2,7 +2,9 @@
 separate controller listener.
 
 It serves ApiVersions (advertising exactly what it serves), Vote (52), BeginQuorumEpoch (53),
-EndQuorumEpoch (54) and Fetch v12 on ``__cluster_metadata``-0, on the broker's own server
+EndQuorumEpoch (54) and Fetch v12 on ``__cluster_metadata``-0, the admin APIs
+DescribeQuorum (55) and AlterPartitionReassignments (45), and the unadvertised gossip API
+DiscoverBrokers (1007) (those three in :mod:`.listener_admin`), on the broker's own server
 protocol (:class:`~broker_core.server.protocol.KafkaServerProtocol`): framing, socket options,
 back-pressure and **responses in request order per connection** come from there. This module
 only decodes the quorum's requests and turns each into an :class:`Envelope` for the node.
@@ -33,6 +35,12 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from broker_core.raft import wire
+from broker_core.raft.listener_admin import (
+    ADMIN_VERSIONS,
+    GOSSIP_VERSIONS,
+    GossipHandler,
+    handle_admin_request,
+)
 from broker_core.raft.messages import (
     BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
@@ -54,6 +62,7 @@ SERVED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FETCH: (wire.VERSIONS[ApiKey.FETCH], wire.VERSIONS[ApiKey.FETCH]),
     **{key: (apis.DEFINED[key].min_version, apis.DEFINED[key].max_version)
        for key in (ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH)},
+    **ADMIN_VERSIONS,  # DescribeQuorum, AlterPartitionReassignments: listener_admin.py
 }
 
 
@@ -124,6 +133,7 @@ class QuorumRequestHandler:
         self.inbound = inbound
         self.clock = clock
         self.timeout_s = timeout_s
+        self.gossip: GossipHandler | None = None  # DiscoverBrokers, when the node gossips
         self._encode_kw = ({} if entries_to_records is None
                            else {"entries_to_records": entries_to_records})
 
@@ -138,6 +148,13 @@ class QuorumRequestHandler:
             assert spec.error_body is not None
             return spec.error_body(header.api_version, request.body,
                                    int(ErrorCode.UNSUPPORTED_VERSION))
+        if header.api_key in ADMIN_VERSIONS:
+            return handle_admin_request(self, request, proto)
+        if header.api_key in GOSSIP_VERSIONS:
+            if self.gossip is None:
+                proto.transport.loseConnection()  # as for any api this listener does not serve
+                return NO_RESPONSE
+            return self.gossip(request, proto)
         try:
             message = wire.request_from_body(header.api_key, request.body)
         except wire.UnexpectedPartitions as e:
@@ -178,7 +195,8 @@ class QuorumListenerFactory(KafkaServerFactory):
     def decode_request(self, frame: bytes | memoryview) -> apis.Request:  # type: ignore[override]
         request = apis.decode_request(frame, defined=True)
         header = request.header
-        served = SERVED_VERSIONS.get(header.api_key)  # type: ignore[call-overload]
+        served = (SERVED_VERSIONS.get(header.api_key)  # type: ignore[call-overload]
+                  or GOSSIP_VERSIONS.get(header.api_key))  # type: ignore[call-overload]
         if served is None:
             raise errors.UnknownApiKey(header)
         if header.api_key != ApiKey.FETCH and not served[0] <= header.api_version <= served[1]:

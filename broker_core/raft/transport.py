@@ -146,10 +146,35 @@ class QuorumNetwork:
         self.node_id = node_id
         self.inbound = inbound
         self._deliver: Callable[[Envelope], None] | None = None
+        self._reactor = reactor
+        self._timeout_s = timeout_s
+        self._records_to_entries = records_to_entries
+        self._started = False
+        self._stopped = False
         self.peers = {v: PeerConnection(node_id, address, reactor, timeout_s,
                                         self._to_node, records_to_entries)
                       for v, address in voters.items() if v != node_id}
         self._unknown_warned: set[int] = set()
+
+    def set_peer(self, address: VoterAddress) -> None:
+        """Reach node ``address.node_id`` at ``address`` from now on: a node learned through
+        DiscoverBrokers, or one that came back elsewhere (its old connection is closed; the
+        requests on it are dropped and the core resends them)."""
+        if address.node_id == self.node_id or self._stopped:
+            return  # a stopped network opens no connection (gossip may still arrive)
+        old = self.peers.get(address.node_id)
+        if old is not None:
+            if old.peer == address:
+                return
+            old.stop()
+        peer = PeerConnection(self.node_id, address, self._reactor, self._timeout_s,
+                              self._to_node, self._records_to_entries)
+        self.peers[address.node_id] = peer
+        self._unknown_warned.discard(address.node_id)
+        self.log.info("quorum node {node} reaches node {peer} at {address}", node=self.node_id,
+                      peer=address.node_id, address=str(address))
+        if self._started:
+            peer.start()
 
     def bind(self, deliver: Callable[[Envelope], None]) -> None:
         """Where envelopes for this node go (the driver's ``receive``), both the responses
@@ -162,11 +187,13 @@ class QuorumNetwork:
             self._deliver(envelope)
 
     def start(self) -> None:
+        self._started = True
         for peer in self.peers.values():
             peer.start()
 
     def stop(self) -> defer.Deferred:
         """Close every outbound connection; fires when all are closed."""
+        self._stopped = True
         return defer.DeferredList([p.stop() for p in self.peers.values()])
 
     def send(self, envelope: Envelope) -> None:

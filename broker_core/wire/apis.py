@@ -50,6 +50,7 @@ from broker_core.wire.messages import (
     delete_topics,
     describe_configs,
     describe_consumer_groups,
+    discover_brokers,
     fetch,
     leader_and_isr,
     list_offsets,
@@ -160,6 +161,8 @@ class ApiKey(IntEnum):
     START_FETCHER = 1004
     COMMIT_OFFSETS = 1005
     DESCRIBE_CONSUMER_GROUPS = 1006
+    # Seed 002's quorum gossip, served by the metadata quorum's listener only.
+    DISCOVER_BROKERS = 1007
 
 
 ErrorBody = Callable[[int, Any, int], dict | None]
@@ -252,8 +255,9 @@ for _key, _module in [
 del _key, _module
 
 DEFINED: dict[ApiKey, ApiSpec] = {}
-"""APIs the codec knows but no broker serves yet: the Raft quorum's (KIP-595) and
-AlterPartitionReassignments (seed 002's voter reassignment). They are kept
+"""APIs the codec knows but no broker serves: the Raft quorum's (KIP-595),
+AlterPartitionReassignments (seed 002's voter reassignment) and DiscoverBrokers (seed 002's
+quorum gossip), served by the quorum's own listener only. They are kept
 apart from ``SUPPORTED`` so that ApiVersions, :func:`advertised_versions` and
 :func:`common_versions` never offer them and :func:`decode_request` refuses them as unknown
 unless asked with ``defined=True``. Invariant: no key is in both registries."""
@@ -264,6 +268,7 @@ for _key, _api in [
     (ApiKey.END_QUORUM_EPOCH, quorum.END_QUORUM_EPOCH),
     (ApiKey.DESCRIBE_QUORUM, quorum.DESCRIBE_QUORUM),
     (ApiKey.ALTER_PARTITION_REASSIGNMENTS, alter_partition_reassignments),
+    (ApiKey.DISCOVER_BROKERS, discover_brokers),
 ]:
     if _key in SUPPORTED:
         raise ValueError(f"{_key.name} is both served and only defined")

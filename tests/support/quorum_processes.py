@@ -34,13 +34,19 @@ class QuorumProcess:
         self._partial = b""
         self.starts = 0
 
-    def start(self, voters: str, cluster_id: str) -> None:
+    def start(self, voters: str | None, cluster_id: str | None, peers: str = "",
+              bootstrap: str = "") -> None:
+        """Start the process; ``voters`` or ``cluster_id`` None leaves ``--quorum-voters`` or
+        ``--cluster-id`` out, ``bootstrap`` is ``--bootstrap-servers``."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         args = [sys.executable, "-m", "broker_core.raft", "--node-id", str(self.node_id),
-                "--quorum-voters", voters, "--listen", f"127.0.0.1:{self.port}",
-                "--data-dir", str(self.data_dir), "--cluster-id", cluster_id, "--events",
-                *self.extra]
+                *(["--quorum-voters", voters] if voters is not None else []),
+                *(["--bootstrap-servers", bootstrap] if bootstrap else []),
+                "--listen", f"127.0.0.1:{self.port}",
+                "--data-dir", str(self.data_dir),
+                *(["--cluster-id", cluster_id] if cluster_id is not None else []), "--events",
+                *(["--peers", peers] if peers else []), *self.extra]
         self.starts += 1
         with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(args, stdout=out, stderr=err, cwd=ROOT, env=env)
@@ -86,20 +92,33 @@ class QuorumProcess:
 
 
 class QuorumProcesses:
-    """``size`` voters (ids 1..size) on free ports under ``base``."""
+    """``size`` nodes (ids 1..size) on free ports under ``base``; the first ``voters`` of them
+    (default all) are the bootstrap voters, the others start as observers, and every node is
+    given every other's address (``--peers``)."""
 
     def __init__(self, base: Path, size: int = 3, extra: list[str] | None = None,
-                 cluster_id: str = "quorum-sys") -> None:
+                 cluster_id: str = "quorum-sys", voters: int | None = None) -> None:
         base.mkdir(parents=True, exist_ok=True)
         self.cluster_id = cluster_id
         self.nodes = {n: QuorumProcess(n, free_port(), base, list(extra or []))
                       for n in range(1, size + 1)}
-        self.voters = ",".join(f"{n}@127.0.0.1:{p.port}" for n, p in self.nodes.items())
+        voter_count = size if voters is None else voters
+        self.voters = ",".join(f"{n}@127.0.0.1:{p.port}" for n, p in self.nodes.items()
+                               if n <= voter_count)
+        self.peers = ",".join(f"{n}@127.0.0.1:{p.port}" for n, p in self.nodes.items()
+                              if n > voter_count)
 
-    def start(self, node_id: int | None = None) -> None:
+    @property
+    def bootstrap_servers(self) -> str:
+        """Every node's quorum listener, for ``sluice quorum --bootstrap-server``."""
+        return ",".join(f"127.0.0.1:{p.port}" for p in self.nodes.values())
+
+    def start(self, node_id: int | None = None, extra: list[str] | None = None) -> None:
         for n, p in self.nodes.items():
             if node_id is None or n == node_id:
-                p.start(self.voters, self.cluster_id)
+                if extra is not None:
+                    p.extra = list(extra)
+                p.start(self.voters, self.cluster_id, self.peers)
 
     def stop(self) -> None:
         for p in self.nodes.values():

@@ -326,7 +326,8 @@ def test_quorum_apis_are_defined_at_kip_595_versions():
     assert versions == {ApiKey.VOTE: (0, 0, 0), ApiKey.BEGIN_QUORUM_EPOCH: (0, 0, None),
                         ApiKey.END_QUORUM_EPOCH: (0, 0, None),
                         ApiKey.DESCRIBE_QUORUM: (0, 1, 0),
-                        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0, 0)}
+                        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0, 0),
+                        ApiKey.DISCOVER_BROKERS: (0, 0, 0)}  # Sluice's quorum gossip
     assert not set(DEFINED) & set(SUPPORTED)
 
 

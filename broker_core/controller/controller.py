@@ -323,6 +323,14 @@ class Controller:
             self.log.info("controller failover: {n} partitions whose leader is gone re-elected "
                           "first", n=len(written))
             await self._send_leaders_first(written)
+        # The ISRs that still name dead brokers are shrunk before the full state goes out, so
+        # that it carries them: shrinking after it (in the broker change below) sent two thirds
+        # of the partitions to every broker a second time, a second LeaderAndIsr and
+        # UpdateMetadata that each survivor (one of them the new leader of half the moved
+        # partitions, the controller itself) decoded and applied while clients waited on it.
+        # The new generations of leaders that restarted unseen are left to the broker change
+        # (they go into a dict dropped here, and their ISRs are not shrunk now).
+        await self._write_decisions(self._live_leader_changes(self.live, (), {}))
         batch = self._new_batch()
         for b in self.live:
             batch.full_leader_and_isr(b)
@@ -621,21 +629,7 @@ class Controller:
         # Judge every partition against the live set, not just the brokers that left since the
         # last event: after a failover the new controller never saw the old live set.
         leaders = self._elect_for_dead_leaders(now)
-        shrinks: dict[TopicPartition, Election] = {}
-        for tp, d in self.states.items():
-            if tp in leaders:
-                continue
-            if d.leader in bounced or (d.leader in now and d.leader_broker_epoch >= 0
-                                       and now[d.leader].epoch != d.leader_broker_epoch):
-                # The second test catches a restart the controller never saw: one that
-                # happened while there was no controller, or before this one loaded its state.
-                # Seed 003: a broker whose registration czxid changed came back with a new
-                # session (a restart we never saw as a death); it keeps leading, but in a new
-                # leader generation.
-                leaders[tp] = Election(d.leader, shrink_isr(d.isr, set(d.isr) - set(now)),
-                                       new_generation=True)
-            elif d.leader != -1 and any(b not in now for b in d.isr):
-                shrinks[tp] = Election(d.leader, shrink_isr(d.isr, set(d.isr) - set(now)))
+        shrinks = self._live_leader_changes(now, bounced, leaders)
         if not (dead or new or bounced or leaders or shrinks):
             return
         self.log.info("broker change: new {new}, dead {dead}, restarted {bounced}; "
@@ -667,6 +661,30 @@ class Controller:
         if self.reassigning and (new or bounced):
             # A new replica that was down can catch up now.
             self._enqueue("reassignment_wakeup", self._reassignment_wakeup)
+
+    def _live_leader_changes(self, now: dict[int, LiveBroker], bounced: Collection[int],
+                             leaders: dict[TopicPartition, Election]
+                             ) -> dict[TopicPartition, Election]:
+        """The changes of partitions whose leader is alive (those in ``leaders``, already being
+        re-elected, are skipped): a leader that restarted (in ``bounced``, or registered anew
+        since it was elected) is added to ``leaders`` for a new leader generation; an ISR with
+        members not in ``now`` is returned as a shrink (same leader, same epoch)."""
+        shrinks: dict[TopicPartition, Election] = {}
+        for tp, d in self.states.items():
+            if tp in leaders:
+                continue
+            if d.leader in bounced or (d.leader in now and d.leader_broker_epoch >= 0
+                                       and now[d.leader].epoch != d.leader_broker_epoch):
+                # The second test catches a restart the controller never saw: one that
+                # happened while there was no controller, or before this one loaded its state.
+                # Seed 003: a broker whose registration czxid changed came back with a new
+                # session (a restart we never saw as a death); it keeps leading, but in a new
+                # leader generation.
+                leaders[tp] = Election(d.leader, shrink_isr(d.isr, set(d.isr) - set(now)),
+                                       new_generation=True)
+            elif d.leader != -1 and any(b not in now for b in d.isr):
+                shrinks[tp] = Election(d.leader, shrink_isr(d.isr, set(d.isr) - set(now)))
+        return shrinks
 
     def _elect_for_dead_leaders(self, live: Collection[int]) -> dict[TopicPartition, Election]:
         """Elections for every partition whose leader is not in ``live`` (it may come out

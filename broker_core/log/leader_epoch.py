@@ -10,7 +10,8 @@ on the reactor thread. What a crash loses of it, recovery rebuilds from the batc
 A broker writes the file behind the change (:class:`WriteBehind`): the entries change in memory
 on the reactor, and one job on an IO thread rewrites the files of every partition changed in
 that reactor turn (a LeaderAndIsr naming thousands of partitions is one job, not thousands of
-file replacements on the reactor). An entry may therefore exist only in memory for a moment.
+file replacements on the reactor; such a burst may be held a little longer, see
+:class:`WriteBehind`). An entry may therefore exist only in memory for a moment.
 That is safe because the file is never the only record of an epoch that has data: every batch
 carries its leader epoch, :meth:`LeaderEpochFile.sync` (called by the log's flush *before* the
 segments are fsynced) writes a pending change first, so flushed batches never outrun the
@@ -244,16 +245,29 @@ class WriteBehind:
     it runs go in the next one. ``run_blocking(fn)`` runs ``fn`` on an IO thread and returns a
     Deferred; a failure is handed to ``on_error`` (the file stays unsaved, so the log's next
     flush writes it).
+
+    A burst (at least ``burst_files`` files waiting when the job would start: a LeaderAndIsr
+    that moved thousands of leaderships) starts ``burst_delay_s`` later instead, with whatever
+    else changed meanwhile. Its writes are many system calls, but the IO thread holds the GIL
+    between them and so takes up to half of the reactor's time while it runs: just when the
+    new leaders' first produce requests and their followers' fetches come in. Writing later
+    is safe for the same reasons writing behind is (module docstring: the log's flush writes
+    a pending change first, a clean close writes it, recovery rebuilds the rest from the
+    batches).
     """
 
     def __init__(self, clock: Any, run_blocking: Callable[[Callable[[], None]], Any], *,
-                 on_error: Callable[[Any], None] = lambda failure: None) -> None:
+                 on_error: Callable[[Any], None] = lambda failure: None,
+                 burst_files: int = 0, burst_delay_s: float = 0.0) -> None:
         self.clock = clock
         self.run_blocking = run_blocking
         self.on_error = on_error
+        self.burst_files = burst_files
+        self.burst_delay_s = burst_delay_s
         self._pending: dict[int, LeaderEpochFile] = {}
         self._scheduled: Any = None
         self._running = False
+        self._held = False  # a burst is waiting out burst_delay_s
 
     def __call__(self, epoch_file: LeaderEpochFile) -> None:
         self._pending[id(epoch_file)] = epoch_file
@@ -270,6 +284,12 @@ class WriteBehind:
 
     def _start(self) -> None:
         self._scheduled = None
+        if (self.burst_delay_s > 0 and not self._held
+                and len(self._pending) >= max(1, self.burst_files)):
+            self._held = True
+            self._scheduled = self.clock.callLater(self.burst_delay_s, self._start)
+            return
+        self._held = False
         files = list(self._pending.values())
         self._pending.clear()
         self._running = True

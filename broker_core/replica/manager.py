@@ -39,6 +39,14 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 
+#: Leader-epoch files changed by one event from which their writing waits
+#: :data:`EPOCH_WRITE_BURST_DELAY_S` (see :class:`~broker_core.log.leader_epoch.WriteBehind`): a
+#: failover's thousands of new leaderships are written once the new leaders are serving, not
+#: while their first produce requests wait for the reactor. A handful of changes (a controlled
+#: move, a preferred election of a few partitions) is written at once as before.
+EPOCH_WRITE_BURST_FILES = 500
+EPOCH_WRITE_BURST_DELAY_S = 2.0
+
 
 class _ApplySummary:
     """What one LeaderAndIsr changed, for its one log line: per kind of change, how many
@@ -142,7 +150,8 @@ class ReplicaManager:
         self._checkpointing = False
         self.epoch_writes = WriteBehind(
             clock, lambda fn: threads.deferToThreadPool(reactor, io_pool, fn),
-            on_error=lambda f: self.log.failure("writing leader-epoch files failed", f))
+            on_error=lambda f: self.log.failure("writing leader-epoch files failed", f),
+            burst_files=EPOCH_WRITE_BURST_FILES, burst_delay_s=EPOCH_WRITE_BURST_DELAY_S)
         self._loops: list[task.LoopingCall] = []
         self._intervals = (
             (self._checkpoint, checkpoint_interval_s),

@@ -194,3 +194,58 @@ def test_fenced_multis_are_pipelined_and_still_fenced():
     errors: list = []
     failed.addErrback(errors.append)
     assert len(errors) == 1 and errors[0].check(NotController)
+
+
+def test_controller_failover_sends_the_full_state_with_the_isrs_already_shrunk():
+    store, clock, channels, ctl = make()
+    store.delete(paths.broker(3))
+    ctl.active = False
+    store.nodes[paths.CONTROLLER_EPOCH] = (b"5", 0)
+
+    async def elected() -> None:
+        ctl.active = True
+        await ctl._on_controller_failover()
+
+    ctl._register_watches = lambda: None  # the memory store's watches would re-enter
+    done = defer.Deferred.fromCoroutine(elected())
+    for b in (1, 2):
+        channels[b].answer()
+    assert done.called
+    # Every ISR shrunk in ZooKeeper, not only in the controller's view.
+    for p in range(9):
+        data, _ = store.nodes[paths.leader_and_isr("t", p)]
+        assert 3 not in paths.LeaderAndIsr.from_bytes(data).isr
+    for b in (1, 2):
+        lai = [body for key, body, _ in channels[b].sent if key == ApiKey.LEADER_AND_ISR]
+        # The new leaders, then the full state; no third request repeating the shrinks.
+        assert [body["type"] for body in lai] == [0, 1]
+        msg = leader_and_isr.REQUEST
+        full = msg.from_bytes(msg.to_bytes(lai[1], 5), 5)
+        isrs = {(t.topic_name, s.partition_index): s.isr
+                for t in full.topic_states for s in t.partition_states}
+        assert len(isrs) == 9 and all(3 not in isr for isr in isrs.values())
+
+
+def test_controller_failover_leaves_an_unseen_leader_restart_to_the_broker_change():
+    store, clock, channels, ctl = make()
+    store.delete(paths.broker(3))
+    ctl.active = False
+    store.nodes[paths.CONTROLLER_EPOCH] = (b"5", 0)
+    # Partition 1 (led by broker 2) was elected under an older registration of broker 2.
+    path = paths.leader_and_isr("t", 1)
+    store.nodes[path] = (paths.LeaderAndIsr(2, 1, [2, 3, 1], 5, 77).to_bytes(),
+                         store.nodes[path][1])
+
+    async def elected() -> None:
+        ctl.active = True
+        await ctl._on_controller_failover()
+
+    ctl._register_watches = lambda: None
+    done = defer.Deferred.fromCoroutine(elected())
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    assert done.called
+    d = ctl.states[("t", 1)]
+    # Still led by 2, in a new generation (epoch bumped), its ISR shrunk on the way.
+    assert d.leader == 2 and d.leader_epoch == 2 and d.isr == (2, 1)
+    assert all(3 not in s.isr for s in ctl.states.values())

@@ -238,3 +238,65 @@ def test_clean_close_writes_a_pending_change_and_delete_drops_it(tmp_path):
     doomed.delete()
     run_job(jobs[-1])  # the job queued before the delete must not recreate the directory
     assert not (tmp_path / "t-1").exists()
+
+
+def test_write_behind_holds_a_burst_for_its_delay_and_writes_later_changes_with_it(tmp_path):
+    from twisted.internet import defer, task
+
+    from broker_core.log.leader_epoch import WriteBehind
+
+    clock = task.Clock()
+    jobs: list[tuple] = []
+
+    def run_blocking(fn):
+        d = defer.Deferred()
+        jobs.append((fn, d))
+        return d
+
+    writer = WriteBehind(clock, run_blocking, burst_files=3, burst_delay_s=2.0)
+    files = []
+    for i in range(4):
+        (tmp_path / str(i)).mkdir()
+        f = LeaderEpochFile(tmp_path / str(i), Leo(10))
+        f.write_behind = writer
+        files.append(f)
+    # Below the burst size: written at the end of the turn, as always.
+    files[0].assign(1, 0)
+    clock.advance(0)
+    assert len(jobs) == 1
+    run_job(jobs[0])
+    assert not files[0].unsaved
+    # A burst waits out the delay; a change made meanwhile joins it.
+    for f in files[1:]:
+        f.assign(5, 0)
+    clock.advance(0)
+    assert len(jobs) == 1 and all(f.unsaved for f in files[1:])
+    files[0].assign(6, 3)
+    clock.advance(1.9)
+    assert len(jobs) == 1
+    clock.advance(0.1)
+    assert len(jobs) == 2
+    run_job(jobs[1])
+    assert not any(f.unsaved for f in files)
+    assert LeaderEpochFile(tmp_path / "0", Leo()).entries == [(1, 0), (6, 3)]
+    # The next burst is held again.
+    for f in files[1:]:
+        f.assign(7, 1)
+    clock.advance(0)
+    assert len(jobs) == 2
+    clock.advance(2.0)
+    assert len(jobs) == 3
+
+
+def test_a_held_burst_is_written_by_the_flush_if_it_comes_first(tmp_path):
+    clock, jobs, _, _ = make_write_behind()
+    from broker_core.log.leader_epoch import WriteBehind
+
+    writer = WriteBehind(clock, lambda fn: jobs.append(fn), burst_files=1, burst_delay_s=2.0)
+    log = Log.open(tmp_path / "t-0", LogConfig(), time_ms=lambda: 0)
+    log.leader_epochs.write_behind = writer
+    log.append_as_leader(batch(3), 4)
+    clock.advance(0)
+    assert jobs == [] and log.leader_epochs.unsaved
+    log.flush()  # durability does not wait for the burst's job
+    assert LeaderEpochFile(tmp_path / "t-0", Leo()).entries == [(4, 0)]

@@ -54,6 +54,7 @@ from broker_core.wire.messages import (
     leader_and_isr,
     list_offsets,
     metadata,
+    metadata_quorum,
     offset_for_leader_epoch,
     ping,
     produce,
@@ -160,6 +161,9 @@ class ApiKey(IntEnum):
     START_FETCHER = 1004
     COMMIT_OFFSETS = 1005
     DESCRIBE_CONSUMER_GROUPS = 1006
+    # The metadata quorum's client APIs (quorum listener only).
+    METADATA_WRITE = 1020
+    SESSION_HEARTBEAT = 1021
 
 
 ErrorBody = Callable[[int, Any, int], dict | None]
@@ -264,6 +268,8 @@ for _key, _api in [
     (ApiKey.END_QUORUM_EPOCH, quorum.END_QUORUM_EPOCH),
     (ApiKey.DESCRIBE_QUORUM, quorum.DESCRIBE_QUORUM),
     (ApiKey.ALTER_PARTITION_REASSIGNMENTS, alter_partition_reassignments),
+    (ApiKey.METADATA_WRITE, metadata_quorum.METADATA_WRITE),
+    (ApiKey.SESSION_HEARTBEAT, metadata_quorum.SESSION_HEARTBEAT),
 ]:
     if _key in SUPPORTED:
         raise ValueError(f"{_key.name} is both served and only defined")

@@ -37,10 +37,11 @@ def broker_config(broker_id: int, zk_hosts: str, log_dir: Path, port: int = 0,
     values = {
         "broker.id": str(broker_id),
         "listeners": f"tcp:{port}:interface=127.0.0.1",
-        "zookeeper.connect": zk_hosts,
         "zookeeper.session.timeout.ms": "6000",
         "log.dirs": str(log_dir),
     }
+    if zk_hosts:  # empty in quorum mode
+        values["zookeeper.connect"] = zk_hosts
     values.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
     return BrokerConfig.from_mapping(values)
 

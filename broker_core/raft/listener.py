@@ -2,7 +2,8 @@
 separate controller listener.
 
 It serves ApiVersions (advertising exactly what it serves), Vote (52), BeginQuorumEpoch (53),
-EndQuorumEpoch (54) and Fetch v12 on ``__cluster_metadata``-0, on the broker's own server
+EndQuorumEpoch (54) and Fetch v12 on ``__cluster_metadata``-0 (plus the APIs other modules
+register with :meth:`QuorumRequestHandler.serve`), on the broker's own server
 protocol (:class:`~broker_core.server.protocol.KafkaServerProtocol`): framing, socket options,
 back-pressure and **responses in request order per connection** come from there. This module
 only decodes the quorum's requests and turns each into an :class:`Envelope` for the node.

@@ -14,17 +14,19 @@ The client sits on a :class:`~broker_core.raft.driver.RaftDriver` (voter or obse
   it sends **SessionHeartbeat** (api 1021) to the leader. The leader proposes
   ``expire_session`` for every session whose heartbeats stopped.
 
-Retries, and why a write is never retried once it may have been proposed. A write is retried
+Retries, and why a write is never resent once it may have been proposed. A write is retried
 (until ``submit_timeout_s``) only when it certainly was **not** proposed: no leader known yet,
 the connection to the leader could not be opened, the node asked answered
 NOT_LEADER_OR_FOLLOWER, or the entry was cut from the log (a truncated entry never commits).
-When the request was sent and no answer came (connection lost, timeout) or the leader's
-commit timed out, the entry may or may not commit: the submit fails with
-:class:`~broker_core.metadata.ConnectionLost`, as a ZooKeeper client's operation fails with
-ConnectionLoss. The caller retries as it would on ZooKeeper, and sees what it would see there
-(a create retried after its first attempt committed gets ``NodeExists``; a conditional set
-gets ``BadVersion``). So nothing is applied twice behind the caller's back, and the tree
-needs no idempotency keys.
+When the request was sent and no answer came (connection lost, timeout, the leader stopped) or
+the leader's commit timed out, the entry may still commit under the next leader, and resending
+it could apply it twice. So it is not resent: the client watches its applied entries for the
+exact payload until the deadline and, if it appears, answers with that entry's result (the
+payload carries the proposer's clock in ms, so equal bytes are the same command); otherwise it
+fails with :class:`~broker_core.metadata.ConnectionLost`, as a ZooKeeper client's operation
+fails with ConnectionLoss, and the caller sees on its retry what it would see on ZooKeeper
+(``NodeExists`` for a create that committed late, ``BadVersion`` for a conditional set). The
+tree needs no idempotency keys.
 
 Invariants: every ``submit`` Deferred fires exactly once, within ``submit_timeout_s`` plus one
 request timeout; a successful one fires after the entry is applied to :attr:`tree` and the

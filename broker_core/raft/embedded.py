@@ -40,11 +40,6 @@ class EmbeddedQuorum:
         self.node: QuorumNode | None = None
         self.raft_log: Any = None
 
-    @property
-    def role(self) -> str:
-        driver = self.client.driver
-        return driver.role.value if driver is not None and driver.role is not None else "stopped"
-
     async def start(self) -> None:
         from broker_core.raft.storage import DiskRaftLog  # noqa: PLC0415 (the log layer)
 

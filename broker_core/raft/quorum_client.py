@@ -142,6 +142,11 @@ class NetworkQuorumClient:
         for ds in waiters.values():
             for d in ds:
                 d.errback(ConnectionLost("the quorum client stopped"))
+        for watches in list(self._watched.values()):
+            for watch in watches:
+                waiting, watch.waiting = watch.waiting, None
+                if waiting is not None and not waiting.called:
+                    waiting.errback(defer.TimeoutError("the quorum client stopped"))
 
     @property
     def leading(self) -> bool:

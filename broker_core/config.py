@@ -358,6 +358,15 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
 REQUIRED = tuple(k.name for k in BROKER_KEYS.values() if k.required)
 
 
+def required_keys(cfg: BrokerConfig) -> tuple[str, ...]:
+    """The keys ``cfg``'s metadata store needs besides :data:`REQUIRED` included: with them
+    alone (and the defaults) a broker of the same mode can be configured."""
+    if cfg.metadata_store == "zookeeper":
+        return (*REQUIRED, "zookeeper.connect")
+    extra = ("quorum.listener",) if cfg.quorum_listener is not None else ()
+    return (*REQUIRED, "metadata.store", "quorum.voters", *extra)
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     """A broker's configuration: one typed, validated, immutable attribute per key.

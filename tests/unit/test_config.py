@@ -449,3 +449,16 @@ def test_an_observer_names_its_listener():
                                      "quorum.data.dir": "/var/q"})
     assert cfg.quorum_listen_address() == ("h7", 9100)
     assert cfg.quorum_data_path() == Path("/var/q")
+
+
+@pytest.mark.parametrize("values", [REQUIRED, QUORUM,
+                                    {**QUORUM, "broker.id": "7", "quorum.listener": "h7:1"}])
+def test_the_required_keys_of_each_mode_make_a_config(values):
+    """DescribeConfigs builds the built-in defaults from a config's required keys alone."""
+    from broker_core.config import required_keys
+
+    cfg = BrokerConfig.from_mapping(values)
+    props = cfg.as_properties()
+    minimal = BrokerConfig.from_mapping({k: props[k] for k in required_keys(cfg)})
+    assert minimal.metadata_store == cfg.metadata_store
+    assert set(required_keys(cfg)) <= set(values)

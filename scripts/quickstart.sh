@@ -20,14 +20,20 @@ BOOTSTRAP=127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094
 VOTERS=1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194
 
 stop_all() {
+    # All at once: in quorum mode a broker stopping after the others have gone waits for a
+    # quorum leader to close its session (up to 18 s) before giving up.
+    pids=()
     for id in 1 2 3; do
         pidfile="$RUN/broker-$id.pid"
         if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
             echo "stopping broker $id"
-            pid=$(cat "$pidfile")
-            kill -TERM "$pid"
-            for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+            pids+=("$(cat "$pidfile")")
+            kill -TERM "${pids[-1]}"
         fi
+    done
+    for pid in "${pids[@]}"; do
+        for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        kill -0 "$pid" 2>/dev/null && echo "broker pid $pid still stopping; see run/*.log" >&2
     done
     if [ -f "$RUN/zookeeper.pid" ]; then
         scripts/zookeeper-stop.sh --pid-file "$RUN/zookeeper.pid" || true

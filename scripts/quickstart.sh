@@ -4,10 +4,12 @@
 # the topic with a Sluice consumer group of three members and shows the group's ownership,
 # offsets and lag.
 #
-#   scripts/quickstart.sh              ZooKeeper mode: ZooKeeper and three brokers (the default)
-#   scripts/quickstart.sh --quorum     quorum mode: three brokers, each a voter of the metadata
-#                                      quorum; no ZooKeeper, no Java (state in ./run/)
+#   scripts/quickstart.sh              quorum mode (the default): three brokers, each a voter of
+#                                      Sluice's metadata quorum; no ZooKeeper, no Java
+#   scripts/quickstart.sh --zookeeper  ZooKeeper mode: ZooKeeper and three brokers
 #   scripts/quickstart.sh --stop       stop the brokers (and ZooKeeper) started here
+#
+# State and logs in ./run/.
 #
 # Ports: brokers 9092-9094, metrics 9404-9406, ZooKeeper 2181 or quorum 9192-9194 (127.0.0.1).
 set -euo pipefail
@@ -40,13 +42,13 @@ stop_all() {
     fi
 }
 
-MODE=zookeeper
+MODE=quorum
 case "${1:-}" in
     --stop) stop_all; exit 0 ;;
     --quorum) MODE=quorum; shift ;;
     --zookeeper) MODE=zookeeper; shift ;;
 esac
-if [ $# -gt 0 ]; then sed -n '2,13p' "$0"; exit 2; fi
+if [ $# -gt 0 ]; then sed -n '2,15p' "$0"; exit 2; fi
 
 mkdir -p "$RUN"
 if [ "$MODE" = zookeeper ]; then

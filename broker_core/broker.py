@@ -78,6 +78,10 @@ class BrokerService(service.Service):
         self.metrics = BrokerMetrics(registry)
         self.cache = MetadataCache()
         self.io_pool = ThreadPool(minthreads=0, maxthreads=4, name="sluice-io")
+        #: The broker's own metadata-quorum node in quorum mode (``metadata.store=quorum``).
+        self.quorum: Any = None
+        if store is None and config.metadata_store == "quorum":
+            store = self._quorum_store(config, reactor)
         self.store = store or ZooKeeperStore(
             config.zookeeper_connect, reactor=reactor,
             session_timeout=config.zookeeper_session_timeout_ms / 1000.0,
@@ -133,6 +137,21 @@ class BrokerService(service.Service):
         self.metrics.offline_partitions.set_function(
             lambda: sum(1 for d in self.controller.states.values() if d.leader < 0)
             if self.controller.active else 0)
+
+    def _quorum_store(self, config: BrokerConfig, reactor: Any) -> Any:
+        """The quorum store on this broker's own quorum node; the session timeouts are the
+        ZooKeeper keys', which mean the same there."""
+        from broker_core.raft.embedded import EmbeddedQuorum  # noqa: PLC0415 (quorum mode)
+        from broker_core.raft.metadata_store import QuorumMetadataStore  # noqa: PLC0415
+
+        self.quorum = EmbeddedQuorum(config.broker_id, config.cluster_id,
+                                     config.quorum_voter_addresses(),
+                                     config.quorum_listen_address(), config.quorum_data_path(),
+                                     reactor)
+        return QuorumMetadataStore(
+            self.quorum.client, reactor=reactor,
+            session_timeout=config.zookeeper_session_timeout_ms / 1000.0,
+            connect_timeout=config.zookeeper_connection_timeout_ms / 1000.0)
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -191,9 +210,17 @@ class BrokerService(service.Service):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.log_manager.load()
         self._report_recovery()
+        if self.quorum is not None:
+            await self.quorum.start()
+            self.log.info("metadata quorum node {b} listening on {h}:{p} ({role}; voters {v})",
+                          b=self.broker_id, h=self.quorum.listen[0], p=self.quorum.listen[1],
+                          role="voter" if self.broker_id in self.quorum.voters else "observer",
+                          v=self.quorum.client.voters)
         try:
             await self.store.start()
         except Exception as e:
+            if self.quorum is not None:
+                raise StartupError(f"{e}. Are a majority of quorum.voters running?") from e
             raise StartupError(
                 f"{e}. Is ZooKeeper running at {cfg.zookeeper_connect}? "
                 "(scripts/zookeeper-start.sh starts one)") from e
@@ -354,7 +381,12 @@ class BrokerService(service.Service):
         try:
             await self.store.stop()
         except Exception:
-            self.log.failure("ZooKeeper close failed")
+            self.log.failure("metadata store close failed")
+        if self.quorum is not None:
+            try:
+                await self.quorum.stop()
+            except Exception:
+                self.log.failure("metadata quorum node stop failed")
         await self.replicas.stop()
         if self.metrics_port is not None:
             await self.metrics_port.stopListening()

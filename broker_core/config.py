@@ -178,6 +178,48 @@ def directory(key: str, raw: str) -> str:
     return value
 
 
+def metadata_store(key: str, raw: str) -> str:
+    """``zookeeper`` or ``quorum``."""
+    value = raw.strip().lower()
+    if value not in ("zookeeper", "quorum"):
+        raise _bad(key, raw, "zookeeper or quorum")
+    return value
+
+
+#: The directory inside ``log.dirs`` that holds the metadata quorum's data by default.
+QUORUM_DIR_NAME = "quorum"
+
+
+def _check_metadata_store(attrs: dict[str, Any]) -> None:
+    """The keys one metadata store needs, and the quorum keys' agreement with each other."""
+    if attrs["metadata_store"] == "zookeeper":
+        if not attrs["zookeeper_connect"]:
+            raise ConfigError("missing required config key 'zookeeper.connect'",
+                              "zookeeper.connect")
+        return
+    from broker_core.raft.config import RaftConfigError, parse_quorum_voters  # noqa: PLC0415
+
+    if not attrs["quorum_voters"]:
+        raise ConfigError("metadata.store=quorum needs 'quorum.voters' "
+                          "(id@host:port,id@host:port,...)", "quorum.voters")
+    try:
+        voters = parse_quorum_voters(attrs["quorum_voters"], "quorum.voters")
+    except RaftConfigError as e:
+        raise ConfigError(str(e), "quorum.voters") from None
+    own = voters.get(attrs["broker_id"])
+    listener = attrs["quorum_listener"]
+    if own is None and listener is None:
+        raise ConfigError(f"broker {attrs['broker_id']} is not in quorum.voters, so it runs as "
+                          "an observer and needs 'quorum.listener' (host:port)",
+                          "quorum.listener")
+    if own is not None and listener is not None:
+        host, _, port = listener.rpartition(":")
+        if int(port) != own.port:
+            raise ConfigError(f"quorum.listener {listener} does not match this broker's "
+                              f"entry {own} in quorum.voters (the voters reach it there)",
+                              "quorum.listener")
+
+
 # -- key declarations ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -237,12 +279,18 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("broker.id", "broker_id", integer(0, INT_MAX), None, True),
     ("listeners", "listeners", endpoint, "tcp:9092"),
     ("advertised.listeners", "advertised_listeners", host_port, None),
-    ("zookeeper.connect", "zookeeper_connect", zookeeper_connect, None, True),
+    ("metadata.store", "metadata_store", metadata_store, "zookeeper"),
+    # Required in ZooKeeper mode only (checked in ``from_mapping``).
+    ("zookeeper.connect", "zookeeper_connect", zookeeper_connect, None),
     ("zookeeper.session.timeout.ms", "zookeeper_session_timeout_ms", integer(1, INT_MAX),
      "18000"),
     ("zookeeper.connection.timeout.ms", "zookeeper_connection_timeout_ms", integer(1, INT_MAX),
      "18000"),
     ("log.dirs", "log_dirs", directory, None, True),
+    ("quorum.voters", "quorum_voters", optional_text, None),
+    ("quorum.listener", "quorum_listener", host_port, None),
+    ("quorum.data.dir", "quorum_data_dir", optional_text, None),
+    ("cluster.id", "cluster_id", text, "sluice"),
     ("metrics.listener", "metrics_listener", optional_endpoint, None),
     ("num.partitions", "num_partitions", integer(1, INT_MAX), "1"),
     ("default.replication.factor", "default_replication_factor", integer(1, 32767), "1"),
@@ -310,6 +358,15 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
 REQUIRED = tuple(k.name for k in BROKER_KEYS.values() if k.required)
 
 
+def required_keys(cfg: BrokerConfig) -> tuple[str, ...]:
+    """The keys ``cfg``'s metadata store needs besides :data:`REQUIRED` included: with them
+    alone (and the defaults) a broker of the same mode can be configured."""
+    if cfg.metadata_store == "zookeeper":
+        return (*REQUIRED, "zookeeper.connect")
+    extra = ("quorum.listener",) if cfg.quorum_listener is not None else ()
+    return (*REQUIRED, "metadata.store", "quorum.voters", *extra)
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     """A broker's configuration: one typed, validated, immutable attribute per key.
@@ -326,10 +383,21 @@ class BrokerConfig:
     #: ``host:port`` clients are told to use; None: derived when the listener is bound
     #: (see :meth:`advertised_address`).
     advertised_listeners: str | None
-    zookeeper_connect: str
+    #: ``zookeeper`` (the default) or ``quorum`` (the self-managed metadata quorum).
+    metadata_store: str
+    #: None only in quorum mode.
+    zookeeper_connect: str | None
     zookeeper_session_timeout_ms: int
     zookeeper_connection_timeout_ms: int
     log_dirs: str
+    #: Quorum mode: ``quorum.voters`` as given (checked by :meth:`quorum_voter_addresses`).
+    quorum_voters: str | None
+    #: Quorum mode: this broker's quorum listener ``host:port`` (default: its voter entry's).
+    quorum_listener: str | None
+    #: Quorum mode: the quorum-state file and the metadata log (default: see
+    #: :meth:`quorum_data_path`).
+    quorum_data_dir: str | None
+    cluster_id: str
     metrics_listener: str | None
     num_partitions: int
     default_replication_factor: int
@@ -394,6 +462,7 @@ class BrokerConfig:
                 f"group.min.session.timeout.ms ({attrs['group_min_session_timeout_ms']}) is "
                 f"above group.max.session.timeout.ms ({attrs['group_max_session_timeout_ms']})",
                 "group.min.session.timeout.ms")
+        _check_metadata_store(attrs)
         return cls(**attrs)
 
     @classmethod
@@ -404,6 +473,32 @@ class BrokerConfig:
             values.update(read_properties(Path(file)))
         values.update(overrides)
         return cls.from_mapping(values)
+
+    # -- the metadata quorum -------------------------------------------------------------------
+
+    def quorum_voter_addresses(self) -> dict[int, Any]:
+        """``quorum.voters`` parsed: voter id -> ``VoterAddress`` (quorum mode only)."""
+        from broker_core.raft.config import RaftConfigError, parse_quorum_voters  # noqa: PLC0415
+
+        try:
+            return parse_quorum_voters(self.quorum_voters or "", "quorum.voters")
+        except RaftConfigError as e:
+            raise ConfigError(str(e), "quorum.voters") from None
+
+    def quorum_listen_address(self) -> tuple[str, int]:
+        """Where this broker's quorum listener binds: ``quorum.listener``, else its own entry
+        in ``quorum.voters`` (quorum mode only; checked at construction)."""
+        if self.quorum_listener is not None:
+            host, _, port = self.quorum_listener.rpartition(":")
+            return host.strip("[]"), int(port)
+        own = self.quorum_voter_addresses()[self.broker_id]
+        return own.host, own.port
+
+    def quorum_data_path(self) -> Path:
+        """``quorum.data.dir``, else ``quorum`` inside ``log.dirs`` (a name the log manager
+        never takes for a partition: see ``broker_core.log.manager.RESERVED_DIRS``)."""
+        return Path(self.quorum_data_dir) if self.quorum_data_dir else \
+            Path(self.log_dirs) / QUORUM_DIR_NAME
 
     # -- access --------------------------------------------------------------------------------
 

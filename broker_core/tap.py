@@ -24,6 +24,11 @@ OPTION_KEYS = {
     "zookeeper": "zookeeper.connect",
     "log-dir": "log.dirs",
     "metrics": "metrics.listener",
+    "metadata": "metadata.store",
+    "quorum-voters": "quorum.voters",
+    "quorum-listen": "quorum.listener",
+    "quorum-data-dir": "quorum.data.dir",
+    "cluster-id": "cluster.id",
 }
 
 
@@ -45,9 +50,12 @@ def tune_gc() -> None:
 
 class Options(usage.Options):
     synopsis = "[options]"
-    longdesc = ("Run a Sluice broker: a Kafka-compatible broker on ZooKeeper. "
-                "Example: twistd -n broker --broker-id 1 --listen tcp:9092:interface=127.0.0.1 "
-                "--zookeeper 127.0.0.1:2181 --log-dir ./run/broker-1")
+    longdesc = ("Run a Sluice broker: a Kafka-compatible broker on ZooKeeper or on its own "
+                "metadata quorum. Example: twistd -n broker --broker-id 1 "
+                "--listen tcp:9092:interface=127.0.0.1 --zookeeper 127.0.0.1:2181 "
+                "--log-dir ./run/broker-1; in quorum mode, --metadata quorum "
+                "--quorum-voters 1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095 instead "
+                "of --zookeeper.")
     optParameters = [
         ["broker-id", None, None, "This broker's id (broker.id), a non-negative integer."],
         ["listen", None, None,
@@ -57,6 +65,17 @@ class Options(usage.Options):
         ["zookeeper", None, None, "ZooKeeper connect string (zookeeper.connect), e.g. host:2181."],
         ["log-dir", None, None, "Directory for partition logs (log.dirs)."],
         ["metrics", None, None, "Twisted server endpoint for /metrics, e.g. tcp:9404."],
+        ["metadata", None, None,
+         "Where the cluster's metadata lives (metadata.store): zookeeper (default) or quorum."],
+        ["quorum-voters", None, None,
+         "Quorum mode: the voters (quorum.voters), e.g. 1@127.0.0.1:9093,2@127.0.0.1:9094."],
+        ["quorum-listen", None, None,
+         "Quorum mode: host:port of this broker's quorum listener (quorum.listener); "
+         "default: its own entry in --quorum-voters."],
+        ["quorum-data-dir", None, None,
+         "Quorum mode: the metadata log's directory (quorum.data.dir); default: "
+         "LOG_DIR/quorum."],
+        ["cluster-id", None, None, "Quorum mode: the cluster id (cluster.id), default sluice."],
         ["config", None, None, "A properties file of config keys (key=value lines)."],
     ]
 

@@ -2,15 +2,18 @@
 # Installs what Sluice needs on a fresh Debian/Ubuntu machine, only where it is missing:
 # Java + ZooKeeper and kcat from the distribution, and a virtualenv at .venv with Sluice
 # installed (editable, in "compat" mode so twistd finds the broker plugin from any directory).
-# Usage: scripts/bootstrap.sh [--extras test[,spark]]  (run from anywhere; idempotent)
+# Usage: scripts/bootstrap.sh [--extras test[,spark]] [--no-zookeeper]  (run from anywhere;
+# idempotent). --no-zookeeper skips Java and ZooKeeper (brokers in quorum mode need neither).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras=""
+zookeeper=yes
 while [ $# -gt 0 ]; do
     case "$1" in
         --extras) extras="$2"; shift 2 ;;
-        -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+        --no-zookeeper) zookeeper=no; shift ;;
+        -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
         *) echo "bootstrap: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -21,8 +24,10 @@ as_root() {
 }
 
 need=()
-command -v java >/dev/null || need+=(default-jre-headless)
-[ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+if [ "$zookeeper" = yes ]; then
+    command -v java >/dev/null || need+=(default-jre-headless)
+    [ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+fi
 command -v kcat >/dev/null || need+=(kcat)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then

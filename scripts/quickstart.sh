@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Sluice quickstart: installs what is missing, starts ZooKeeper and three brokers on this machine,
-# creates a topic, produces and consumes 100,000 messages with kcat, describes the topic, then
-# consumes the topic with a Sluice consumer group of three members and shows the group's
-# ownership, offsets and lag.
+# Sluice quickstart: installs what is missing, starts three brokers on this machine, creates a
+# topic, produces and consumes 100,000 messages with kcat, describes the topic, then consumes
+# the topic with a Sluice consumer group of three members and shows the group's ownership,
+# offsets and lag.
 #
-#   scripts/quickstart.sh            start everything and run the demo (state in ./run/)
-#   scripts/quickstart.sh --stop     stop the brokers and ZooKeeper started here
+#   scripts/quickstart.sh              quorum mode (the default): three brokers, each a voter of
+#                                      Sluice's metadata quorum; no ZooKeeper, no Java
+#   scripts/quickstart.sh --zookeeper  ZooKeeper mode: ZooKeeper and three brokers
+#   scripts/quickstart.sh --stop       stop the brokers (and ZooKeeper) started here
 #
-# Ports: ZooKeeper 2181, brokers 9092-9094, metrics 9404-9406 (all on 127.0.0.1).
+# State and logs in ./run/.
+#
+# Ports: brokers 9092-9094, metrics 9404-9406, ZooKeeper 2181 or quorum 9192-9194 (127.0.0.1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN="$PWD/run"
@@ -15,27 +19,48 @@ ZK_PORT=${ZK_PORT:-2181}
 TOPIC=${TOPIC:-quickstart}
 COUNT=${COUNT:-100000}
 BOOTSTRAP=127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094
+VOTERS=1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194
 
 stop_all() {
+    # All at once: in quorum mode a broker stopping after the others have gone waits for a
+    # quorum leader to close its session (up to 18 s) before giving up.
+    pids=()
     for id in 1 2 3; do
         pidfile="$RUN/broker-$id.pid"
         if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
             echo "stopping broker $id"
-            pid=$(cat "$pidfile")
-            kill -TERM "$pid"
-            for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+            pids+=("$(cat "$pidfile")")
+            kill -TERM "${pids[-1]}"
         fi
     done
-    scripts/zookeeper-stop.sh --pid-file "$RUN/zookeeper.pid" || true
+    for pid in "${pids[@]}"; do
+        for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        kill -0 "$pid" 2>/dev/null && echo "broker pid $pid still stopping; see run/*.log" >&2
+    done
+    if [ -f "$RUN/zookeeper.pid" ]; then
+        scripts/zookeeper-stop.sh --pid-file "$RUN/zookeeper.pid" || true
+    fi
 }
 
-if [ "${1:-}" = "--stop" ]; then stop_all; exit 0; fi
-if [ $# -gt 0 ]; then sed -n '2,10p' "$0"; exit 2; fi
+MODE=quorum
+case "${1:-}" in
+    --stop) stop_all; exit 0 ;;
+    --quorum) MODE=quorum; shift ;;
+    --zookeeper) MODE=zookeeper; shift ;;
+esac
+if [ $# -gt 0 ]; then sed -n '2,15p' "$0"; exit 2; fi
 
-scripts/bootstrap.sh
 mkdir -p "$RUN"
-scripts/zookeeper-start.sh --port "$ZK_PORT" --data-dir "$RUN/zookeeper" \
-    --pid-file "$RUN/zookeeper.pid" --log-file "$RUN/zookeeper.log"
+if [ "$MODE" = zookeeper ]; then
+    scripts/bootstrap.sh
+    scripts/zookeeper-start.sh --port "$ZK_PORT" --data-dir "$RUN/zookeeper" \
+        --pid-file "$RUN/zookeeper.pid" --log-file "$RUN/zookeeper.log"
+    metadata=(--zookeeper "127.0.0.1:$ZK_PORT")
+else
+    scripts/bootstrap.sh --no-zookeeper
+    # Every broker is a voter; they start together (a broker waits for a quorum leader).
+    metadata=(--metadata quorum --quorum-voters "$VOTERS")
+fi
 
 for id in 1 2 3; do
     pidfile="$RUN/broker-$id.pid"
@@ -44,7 +69,7 @@ for id in 1 2 3; do
     fi
     .venv/bin/twistd --pidfile "$pidfile" --logfile "$RUN/broker-$id.log" broker \
         --broker-id "$id" --listen "tcp:909$((id + 1)):interface=127.0.0.1" \
-        --zookeeper "127.0.0.1:$ZK_PORT" --log-dir "$RUN/broker-$id" \
+        "${metadata[@]}" --log-dir "$RUN/broker-$id" \
         --metrics "tcp:940$((id + 3)):interface=127.0.0.1"
     echo "started broker $id on 127.0.0.1:909$((id + 1)) (log: run/broker-$id.log)"
 done

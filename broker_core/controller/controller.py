@@ -352,6 +352,17 @@ class Controller:
         # replicas were being added), then any pending preferred-leader election.
         await self._on_partitions_reassigned()
         await self._on_preferred_election()
+        # A topic created while no controller ran (its creator wrote the assignment, nobody
+        # watched) was loaded above with its assignment but no partition state; the topic
+        # watch above does not see it as new. Elect its first leaders now.
+        unstarted = [(t, p) for t, parts in sorted(self.assignments.items())
+                     for p in sorted(parts) if (t, p) not in self.states]
+        if unstarted:
+            self.log.info("controller failover: {n} partitions of topics created while no "
+                          "controller ran get their first leaders", n=len(unstarted))
+            batch = self._new_batch()
+            await self._init_leaders(unstarted, batch)
+            self._send(batch)
 
     def _register_watches(self) -> None:
         s = self.store

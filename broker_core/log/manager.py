@@ -44,6 +44,9 @@ CLEAN_SHUTDOWN = ".clean-shutdown"
 RECOVERY_POINTS = "recovery-point-offset-checkpoint"
 HIGH_WATERMARKS = "replication-offset-checkpoint"
 LOG_START_OFFSETS = "log-start-offset-checkpoint"
+#: Directories of log.dirs that are not partitions: "quorum" holds the metadata quorum of a
+#: broker in quorum mode (``quorum.data.dir``'s default; it has a log of its own).
+RESERVED_DIRS = frozenset({"quorum"})
 
 TopicPartition = tuple[str, int]
 
@@ -88,7 +91,8 @@ class LogManager:
                 shutil.rmtree(p, ignore_errors=True)  # a deletion interrupted by a crash
             elif p.is_file() and p.name.endswith(TMP_SUFFIX):
                 p.unlink()
-        dirs = sorted(p for p in self.log_dir.iterdir() if p.is_dir())
+        dirs = sorted(p for p in self.log_dir.iterdir()
+                      if p.is_dir() and p.name not in RESERVED_DIRS)
         # A directory with no logs at all (first start) has nothing to recover.
         self.clean_shutdown = had_marker or not dirs
         recovery = self._read_checkpoint(RECOVERY_POINTS)

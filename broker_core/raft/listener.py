@@ -4,7 +4,8 @@ separate controller listener.
 It serves ApiVersions (advertising exactly what it serves), Vote (52), BeginQuorumEpoch (53),
 EndQuorumEpoch (54) and Fetch v12 on ``__cluster_metadata``-0, the admin APIs
 DescribeQuorum (55) and AlterPartitionReassignments (45), and the unadvertised gossip API
-DiscoverBrokers (1007) (those three in :mod:`.listener_admin`), on the broker's own server
+DiscoverBrokers (1007) (those three in :mod:`.listener_admin`), plus the APIs other modules
+register with :meth:`QuorumRequestHandler.serve`, on the broker's own server
 protocol (:class:`~broker_core.server.protocol.KafkaServerProtocol`): framing, socket options,
 back-pressure and **responses in request order per connection** come from there. This module
 only decodes the quorum's requests and turns each into an :class:`Envelope` for the node.
@@ -136,13 +137,33 @@ class QuorumRequestHandler:
         self.gossip: GossipHandler | None = None  # DiscoverBrokers, when the node gossips
         self._encode_kw = ({} if entries_to_records is None
                            else {"entries_to_records": entries_to_records})
+        #: APIs served by other modules on this listener: api key -> (versions, handler).
+        self.extra: dict[int, tuple[tuple[int, int], Callable[..., Any]]] = {}
+
+    def serve(self, api_key: ApiKey, handler: Callable[[apis.Request, KafkaServerProtocol], Any]
+              ) -> None:
+        """Serve ``api_key`` (an API in ``apis.DEFINED``, at all its versions) with
+        ``handler(request, proto)``, which returns the response body or a Deferred of it."""
+        spec = apis.DEFINED[api_key]
+        self.extra[int(api_key)] = ((spec.min_version, spec.max_version), handler)
+
+    def served_versions(self, api_key: int) -> tuple[int, int] | None:
+        extra = self.extra.get(api_key)
+        if extra is not None:
+            return extra[0]
+        return (SERVED_VERSIONS.get(api_key)  # type: ignore[call-overload]
+                or GOSSIP_VERSIONS.get(api_key))  # type: ignore[call-overload]
 
     def __call__(self, request: apis.Request, proto: KafkaServerProtocol) -> Any:
         header = request.header
         if header.api_key == ApiKey.API_VERSIONS:
+            served = {int(k): v for k, v in SERVED_VERSIONS.items()}
+            served.update({k: versions for k, (versions, _) in self.extra.items()})
             return {"error_code": 0, "throttle_time_ms": 0, "api_keys": [
-                {"api_key": int(k), "min_version": lo, "max_version": hi}
-                for k, (lo, hi) in sorted(SERVED_VERSIONS.items())]}
+                {"api_key": k, "min_version": lo, "max_version": hi}
+                for k, (lo, hi) in sorted(served.items())]}
+        if header.api_key in self.extra:
+            return self.extra[header.api_key][1](request, proto)
         if header.api_key == ApiKey.FETCH and header.api_version != wire.VERSIONS[ApiKey.FETCH]:
             spec = apis.SUPPORTED[ApiKey.FETCH]
             assert spec.error_body is not None
@@ -195,8 +216,7 @@ class QuorumListenerFactory(KafkaServerFactory):
     def decode_request(self, frame: bytes | memoryview) -> apis.Request:  # type: ignore[override]
         request = apis.decode_request(frame, defined=True)
         header = request.header
-        served = (SERVED_VERSIONS.get(header.api_key)  # type: ignore[call-overload]
-                  or GOSSIP_VERSIONS.get(header.api_key))  # type: ignore[call-overload]
+        served = self.handler.served_versions(header.api_key)
         if served is None:
             raise errors.UnknownApiKey(header)
         if header.api_key != ApiKey.FETCH and not served[0] <= header.api_version <= served[1]:

@@ -34,9 +34,9 @@ from twisted.logger import Logger
 
 from broker_core.config import (
     BROKER_KEYS,
-    REQUIRED,
     TOPIC_CONFIG_KEYS,
     BrokerConfig,
+    required_keys,
     topic_defaults,
 )
 from broker_core.metadata import NoNode
@@ -158,7 +158,7 @@ def _builtin_broker_values(cfg: BrokerConfig) -> dict[str, str | None]:
     """The values a broker configured with only ``cfg``'s required keys has: Sluice's built-in
     defaults (derived ones included, e.g. ``log.retention.ms`` from ``log.retention.hours``)."""
     props = cfg.as_properties()
-    return _broker_values(BrokerConfig.from_mapping({k: props[k] for k in REQUIRED}))
+    return _broker_values(BrokerConfig.from_mapping({k: props[k] for k in required_keys(cfg)}))
 
 
 def _statically_set(cfg: BrokerConfig, builtin: Mapping[str, str | None]) -> set[str]:
@@ -166,7 +166,7 @@ def _statically_set(cfg: BrokerConfig, builtin: Mapping[str, str | None]) -> set
     keys, and every key whose value differs from its built-in default (so a derived value such
     as ``log.retention.ms`` counts as set when ``log.retention.hours`` is)."""
     ours = _broker_values(cfg)
-    return set(REQUIRED) | {k for k in ours if ours[k] != builtin[k]}
+    return set(required_keys(cfg)) | {k for k in ours if ours[k] != builtin[k]}
 
 
 def _broker_source(name: str, static: set[str]) -> ConfigSource:

@@ -55,6 +55,7 @@ from broker_core.wire.messages import (
     leader_and_isr,
     list_offsets,
     metadata,
+    metadata_quorum,
     offset_for_leader_epoch,
     ping,
     produce,
@@ -163,6 +164,9 @@ class ApiKey(IntEnum):
     DESCRIBE_CONSUMER_GROUPS = 1006
     # Seed 002's quorum gossip, served by the metadata quorum's listener only.
     DISCOVER_BROKERS = 1007
+    # The metadata quorum's client APIs (quorum listener only).
+    METADATA_WRITE = 1020
+    SESSION_HEARTBEAT = 1021
 
 
 ErrorBody = Callable[[int, Any, int], dict | None]
@@ -269,6 +273,8 @@ for _key, _api in [
     (ApiKey.DESCRIBE_QUORUM, quorum.DESCRIBE_QUORUM),
     (ApiKey.ALTER_PARTITION_REASSIGNMENTS, alter_partition_reassignments),
     (ApiKey.DISCOVER_BROKERS, discover_brokers),
+    (ApiKey.METADATA_WRITE, metadata_quorum.METADATA_WRITE),
+    (ApiKey.SESSION_HEARTBEAT, metadata_quorum.SESSION_HEARTBEAT),
 ]:
     if _key in SUPPORTED:
         raise ValueError(f"{_key.name} is both served and only defined")

@@ -137,3 +137,25 @@ async def test_the_coordinator_balances_a_group_with_its_state_in_the_quorum(quo
     finally:
         for c in consumers:
             c.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_topic_created_while_no_controller_ran_gets_leaders(tmp_path):
+    """The assignment is written before any broker runs (as CreateTopics does while the
+    controller's broker is dead and its ephemeral node lingers): the first controller's
+    failover loads it with no partition state and must elect its first leaders."""
+    quorum = LocalQuorum(reactor)
+    await quorum.wait_for_leader()
+    writer = QuorumMetadataStore(quorum, reactor=reactor, session_timeout=6.0)
+    await writer.start()
+    await writer.create(paths.topic("early"),
+                        paths.TopicAssignment({0: [1, 2, 3], 1: [2, 3, 1]}).to_bytes(),
+                        makepath=True)
+    await writer.stop()
+    brokers = await _start(quorum, tmp_path, 3)
+    try:
+        await eventually(lambda: all(leader_of(brokers, "early", p) for p in range(2)),
+                         timeout=30, what="leaders of a topic created with no controller")
+    finally:
+        await stop_brokers(brokers)
+        quorum.stop()

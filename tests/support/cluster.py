@@ -37,10 +37,11 @@ def broker_config(broker_id: int, zk_hosts: str, log_dir: Path, port: int = 0,
     values = {
         "broker.id": str(broker_id),
         "listeners": f"tcp:{port}:interface=127.0.0.1",
-        "zookeeper.connect": zk_hosts,
         "zookeeper.session.timeout.ms": "6000",
         "log.dirs": str(log_dir),
     }
+    if zk_hosts:  # empty in quorum mode
+        values["zookeeper.connect"] = zk_hosts
     values.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
     return BrokerConfig.from_mapping(values)
 
@@ -187,9 +188,12 @@ class BrokerProcess:
     """A broker run as ``python -m twisted broker ...`` (``twist``) in its own process."""
 
     def __init__(self, broker_id: int, zk_hosts: str, base: Path, *, port: int | None = None,
-                 extra: dict[str, str] | None = None, metrics: bool = False) -> None:
+                 extra: dict[str, str] | None = None, metrics: bool = False,
+                 quorum_voters: str | None = None) -> None:
         self.broker_id = broker_id
         self.zk_hosts = zk_hosts
+        #: Quorum mode (``--metadata quorum``) when set; ``zk_hosts`` is then unused.
+        self.quorum_voters = quorum_voters
         self.port = port or free_port()
         self.log_dir = base / f"broker-{broker_id}"
         self.log_file = base / f"broker-{broker_id}.log"
@@ -211,7 +215,11 @@ class BrokerProcess:
                 "--log-file", str(self.log_file), "broker",
                 "--broker-id", str(self.broker_id),
                 "--listen", f"tcp:{self.port}:interface=127.0.0.1",
-                "--zookeeper", self.zk_hosts, "--log-dir", str(self.log_dir)]
+                "--log-dir", str(self.log_dir)]
+        if self.quorum_voters is not None:
+            args += ["--metadata", "quorum", "--quorum-voters", self.quorum_voters]
+        else:
+            args += ["--zookeeper", self.zk_hosts]
         for k, v in self.extra.items():
             args += ["--set", f"{k}={v}"]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}

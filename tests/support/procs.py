@@ -2,33 +2,61 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from tests.support.cluster import BrokerProcess
+from tests.support.cluster import BrokerProcess, free_port
+
+#: The line a quorum node logs when it becomes leader (``RaftDriver``).
+_LEADS = re.compile(r"quorum node (\d+) leads epoch (\d+)")
 
 
 class ProcessCluster:
     """``size`` brokers (ids 1..size) as ``twistd`` processes sharing a fresh chroot; with
-    ``metrics``, each serves /metrics (:meth:`BrokerProcess.metric`)."""
+    ``metrics``, each serves /metrics (:meth:`BrokerProcess.metric`).
 
-    def __init__(self, zk_base_hosts: str, base: Path, size: int = 3,
-                 extra: dict[str, str] | None = None, metrics: bool = False) -> None:
-        self.chroot = f"/sluice-{uuid.uuid4().hex[:10]}"
-        zk = KazooClient(hosts=zk_base_hosts)
-        zk.start(timeout=15)
-        try:
-            zk.ensure_path(self.chroot)
-        finally:
-            zk.stop()
-            zk.close()
-        self.zk_hosts = zk_base_hosts + self.chroot
+    With ``quorum`` (and no ZooKeeper: ``zk_base_hosts`` None) the brokers run in quorum mode,
+    every one a voter; the voters' ports are picked here, before any broker starts."""
+
+    def __init__(self, zk_base_hosts: str | None, base: Path, size: int = 3,
+                 extra: dict[str, str] | None = None, metrics: bool = False,
+                 quorum: bool = False) -> None:
         self.base = base
-        self.brokers = {i: BrokerProcess(i, self.zk_hosts, base, extra=extra, metrics=metrics)
+        self.quorum_ports: dict[int, int] = {}
+        voters = None
+        if quorum:
+            self.chroot = ""
+            self.zk_hosts = ""
+            self.quorum_ports = {i: free_port() for i in range(1, size + 1)}
+            voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.quorum_ports.items())
+        else:
+            assert zk_base_hosts is not None, "ZooKeeper mode needs ZooKeeper"
+            self.chroot = f"/sluice-{uuid.uuid4().hex[:10]}"
+            zk = KazooClient(hosts=zk_base_hosts)
+            zk.start(timeout=15)
+            try:
+                zk.ensure_path(self.chroot)
+            finally:
+                zk.stop()
+                zk.close()
+            self.zk_hosts = zk_base_hosts + self.chroot
+        self.brokers = {i: BrokerProcess(i, self.zk_hosts, base, extra=extra, metrics=metrics,
+                                         quorum_voters=voters)
                         for i in range(1, size + 1)}
+
+    def quorum_leader(self) -> tuple[int, int]:
+        """``(epoch, broker id)`` of the highest epoch a broker's quorum node led, as the
+        brokers' logs say (every node logs when it becomes leader); ``(-1, -1)`` before any."""
+        best = (-1, -1)
+        for i, b in self.brokers.items():
+            for m in _LEADS.finditer(b.log_text()):
+                if int(m.group(1)) == i:
+                    best = max(best, (int(m.group(2)), i))
+        return best
 
     @property
     def bootstrap(self) -> str:

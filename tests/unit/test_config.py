@@ -410,3 +410,55 @@ def test_every_key_is_documented():
     docs = DOCS.read_text(encoding="utf-8")
     missing = [k for k in [*BROKER_KEYS, *TOPIC_CONFIG_KEYS] if f"`{k}`" not in docs]
     assert missing == []
+
+
+# -- quorum mode -----------------------------------------------------------------------------
+
+QUORUM = {"broker.id": "2", "log.dirs": "data", "metadata.store": "quorum",
+          "quorum.voters": "1@h1:9093,2@h2:9093,3@h3:9093"}
+
+
+def test_quorum_mode_needs_no_zookeeper_and_defaults_from_the_voters():
+    cfg = BrokerConfig.from_mapping(QUORUM)
+    assert cfg.metadata_store == "quorum" and cfg.zookeeper_connect is None
+    assert sorted(cfg.quorum_voter_addresses()) == [1, 2, 3]
+    assert cfg.quorum_listen_address() == ("h2", 9093)
+    assert cfg.quorum_data_path() == Path("data") / "quorum"
+    assert cfg.cluster_id == "sluice"
+    assert BrokerConfig.from_mapping(REQUIRED).metadata_store == "zookeeper"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"quorum.voters": ""}, "metadata.store=quorum needs 'quorum.voters'"),
+    ({"quorum.voters": "1@h1"}, "invalid entry '1@h1' in 'quorum.voters'"),
+    ({"quorum.listener": "h2:9999"}, "quorum.listener h2:9999 does not match this broker's "
+                                     "entry 2@h2:9093 in quorum.voters"),
+    ({"broker.id": "7"}, "broker 7 is not in quorum.voters, so it runs as an observer and "
+                         "needs 'quorum.listener'"),
+    ({"metadata.store": "etcd"}, "invalid value 'etcd' for 'metadata.store': expected "
+                                 "zookeeper or quorum"),
+])
+def test_quorum_mode_is_checked(values, message):
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_mapping({**QUORUM, **values})
+    assert str(info.value).startswith(message)
+
+
+def test_an_observer_names_its_listener():
+    cfg = BrokerConfig.from_mapping({**QUORUM, "broker.id": "7", "quorum.listener": "h7:9100",
+                                     "quorum.data.dir": "/var/q"})
+    assert cfg.quorum_listen_address() == ("h7", 9100)
+    assert cfg.quorum_data_path() == Path("/var/q")
+
+
+@pytest.mark.parametrize("values", [REQUIRED, QUORUM,
+                                    {**QUORUM, "broker.id": "7", "quorum.listener": "h7:1"}])
+def test_the_required_keys_of_each_mode_make_a_config(values):
+    """DescribeConfigs builds the built-in defaults from a config's required keys alone."""
+    from broker_core.config import required_keys
+
+    cfg = BrokerConfig.from_mapping(values)
+    props = cfg.as_properties()
+    minimal = BrokerConfig.from_mapping({k: props[k] for k in required_keys(cfg)})
+    assert minimal.metadata_store == cfg.metadata_store
+    assert set(required_keys(cfg)) <= set(values)

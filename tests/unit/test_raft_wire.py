@@ -327,7 +327,9 @@ def test_quorum_apis_are_defined_at_kip_595_versions():
                         ApiKey.END_QUORUM_EPOCH: (0, 0, None),
                         ApiKey.DESCRIBE_QUORUM: (0, 1, 0),
                         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0, 0),
-                        ApiKey.DISCOVER_BROKERS: (0, 0, 0)}  # Sluice's quorum gossip
+                        ApiKey.DISCOVER_BROKERS: (0, 0, 0),  # Sluice's quorum gossip
+                        # The metadata quorum's client APIs, served on the quorum listener.
+                        ApiKey.METADATA_WRITE: (0, 0, 0), ApiKey.SESSION_HEARTBEAT: (0, 0, 0)}
     assert not set(DEFINED) & set(SUPPORTED)
 
 
@@ -385,3 +387,18 @@ def test_error_bodies_answer_every_requested_partition(key):
         assert [p.error_code for p in body.topics[0].partitions] == [ErrorCode.INVALID_REQUEST]
         spec.response.to_bytes(body, version)
         assert spec.response.build(spec.error_body(version, None, 35)).topics == []
+
+
+@pytest.mark.parametrize("key, request_body, response_body", [
+    (ApiKey.METADATA_WRITE, {"node_id": 2, "command": b'{"v":1}'},
+     {"error_code": 0, "error_message": None, "leader_id": 1, "offset": 41}),
+    (ApiKey.SESSION_HEARTBEAT, {"node_id": 3, "session_id": 1 << 40},
+     {"error_code": 25, "error_message": "session 7 is not live", "leader_id": 1}),
+])
+def test_the_metadata_quorum_client_apis_round_trip(key, request_body, response_body):
+    request = apis.decode_request(b"".join(apis.encode_request(key, 0, 9, "c", request_body)),
+                                  defined=True)
+    assert {k: getattr(request.body, k) for k in request_body} == request_body
+    _, response = apis.decode_response(
+        key, 0, b"".join(apis.encode_response(key, 0, 9, response_body)))
+    assert {k: getattr(response, k) for k in response_body} == response_body

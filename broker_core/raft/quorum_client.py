@@ -1,0 +1,414 @@
+"""The network :class:`IQuorumClient`: a quorum node's metadata tree, and its writes and
+heartbeats carried to the leader (:class:`NetworkQuorumClient`).
+
+The client sits on a :class:`~broker_core.raft.driver.RaftDriver` (voter or observer) and
+
+- **applies** the driver's committed entries to its own :class:`MetadataTree`, in offset order,
+  each once (the driver's ``subscribe_committed`` contract), calling the apply listeners;
+- **submits** a command: on the leader it proposes it itself; on any other node it forwards it
+  to the leader it knows with **MetadataWrite** (api 1020, on the leader's quorum listener).
+  The leader proposes it and answers with the entry's offset once committed; the forwarding
+  node waits until its own tree has applied that offset and fires with *its* apply result
+  (the tree is deterministic, so it is the leader's too): read-your-writes on every node;
+- **heartbeats** a session: on the leader it refreshes its :class:`SessionTracker`; elsewhere
+  it sends **SessionHeartbeat** (api 1021) to the leader. The leader proposes
+  ``expire_session`` for every session whose heartbeats stopped.
+
+Retries, and why a write is never resent once it may have been proposed. A write is retried
+(until ``submit_timeout_s``) only when it certainly was **not** proposed: no leader known yet,
+the connection to the leader could not be opened, the node asked answered
+NOT_LEADER_OR_FOLLOWER, or the entry was cut from the log (a truncated entry never commits).
+When the request was sent and no answer came (connection lost, timeout, the leader stopped) or
+the leader's commit timed out, the entry may still commit under the next leader, and resending
+it could apply it twice. So it is not resent: the client watches its applied entries for the
+exact payload until the deadline and, if it appears, answers with that entry's result (the
+payload carries the proposer's clock in ms, so equal bytes are the same command); otherwise it
+fails with :class:`~broker_core.metadata.ConnectionLost`, as a ZooKeeper client's operation
+fails with ConnectionLoss, and the caller sees on its retry what it would see on ZooKeeper
+(``NodeExists`` for a create that committed late, ``BadVersion`` for a conditional set). The
+tree needs no idempotency keys.
+
+Invariants: every ``submit`` Deferred fires exactly once, within ``submit_timeout_s`` plus one
+request timeout; a successful one fires after the entry is applied to :attr:`tree` and the
+apply listeners ran for it. Everything runs on the reactor thread.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import defer, task
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from broker_core.metadata import ConnectionLost, SessionExpired
+from broker_core.raft.config import VoterAddress
+from broker_core.raft.driver import DriverStopped, EntryTruncated, RaftDriver
+from broker_core.raft.effects import Transition
+from broker_core.raft.entries import LogEntry
+from broker_core.raft.listener import QuorumRequestHandler
+from broker_core.raft.metadata_commands import ExpireSession, encode
+from broker_core.raft.metadata_sessions import SessionTracker
+from broker_core.raft.metadata_store import IQuorumClient
+from broker_core.raft.metadata_tree import ApplyResult, MetadataTree
+from broker_core.raft.node import NotLeaderError
+from broker_core.raft.roles import Role
+from broker_core.rpc import ClientConnection, connect_client, request_with_timeout
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import ErrorCode
+
+#: Apply results kept for offsets already applied, so a write whose commit is reported after
+#: its entry was applied (the usual order on the leader) still finds its result. Far more than
+#: the entries that can apply between a commit and its report.
+RECENT_RESULTS = 65_536
+
+
+class _NotSent(Exception):
+    """The request certainly did not reach the leader (safe to retry)."""
+
+
+class _Ambiguous(ConnectionLost):
+    """The write may or may not commit (sent, and the answer lost); never retried."""
+
+
+class _PayloadWatch:
+    """A submitted payload whose fate is unknown: set when an entry with exactly these bytes
+    is applied locally (the commands carry the proposer's clock, so two commands of one node
+    are the same bytes only if they are the same command issued in the same millisecond)."""
+
+    def __init__(self) -> None:
+        self.applied: ApplyResult | None = None
+        self.waiting: defer.Deferred | None = None
+
+
+@implementer(IQuorumClient)
+class NetworkQuorumClient:
+    """See the module docstring.
+
+    :param node_id: this node.
+    :param voters: the voters' quorum listeners (``quorum.voters``), where the leader is.
+    :param reactor: the reactor (``IReactorTCP`` and ``IReactorTime``).
+    :param request_timeout_s: one forwarded request's timeout; the leader gives a write's commit
+        the same time.
+    :param submit_timeout_s: how long a write may wait for a leader (retries included).
+    """
+
+    log = Logger(namespace="sluice.quorum.client")
+
+    def __init__(self, node_id: int, voters: dict[int, VoterAddress], reactor: Any, *,
+                 request_timeout_s: float = 2.0, submit_timeout_s: float = 10.0) -> None:
+        self.node_id = node_id
+        self.addresses = dict(voters)
+        self.voters = ",".join(str(v) for _, v in sorted(voters.items()))
+        self.reactor = reactor
+        self.request_timeout_s = request_timeout_s
+        self.submit_timeout_s = submit_timeout_s
+        self.tree = MetadataTree()
+        self.sessions = SessionTracker()
+        self.driver: RaftDriver | None = None
+        self._listeners: list[Callable[[int, ApplyResult], None]] = []
+        self._results: OrderedDict[int, ApplyResult] = OrderedDict()
+        self._waiters: dict[int, list[defer.Deferred]] = {}
+        self._expiry_call: Any = None
+        self._stopped = False
+        self._watched: dict[bytes, list[_PayloadWatch]] = {}
+        self._conn = ClientConnection(lambda host, port: connect_client(
+            reactor, host, port, f"sluice-quorum-client-{node_id}", request_timeout_s))
+
+    # -- wiring --------------------------------------------------------------------------------
+
+    def serve_on(self, handler: QuorumRequestHandler) -> None:
+        """Answer MetadataWrite and SessionHeartbeat on this node's quorum listener (before it
+        starts listening: a peer may forward as soon as it can connect)."""
+        handler.serve(ApiKey.METADATA_WRITE, self._serve_write)
+        handler.serve(ApiKey.SESSION_HEARTBEAT, self._serve_heartbeat)
+
+    def attach(self, driver: RaftDriver) -> None:
+        """Follow ``driver`` (started): apply its committed entries, lead sessions with it."""
+        self.driver = driver
+        driver.subscribe_transitions(self._on_transition)
+        driver.subscribe_committed(self._on_committed)
+
+    def stop(self) -> None:
+        """Fail what waits, close the connection to the leader, stop expiring sessions."""
+        self._stopped = True
+        if self._expiry_call is not None and self._expiry_call.active():
+            self._expiry_call.cancel()
+        self._expiry_call = None
+        self._conn.drop()
+        waiters, self._waiters = self._waiters, {}
+        for ds in waiters.values():
+            for d in ds:
+                d.errback(ConnectionLost("the quorum client stopped"))
+        for watches in list(self._watched.values()):
+            for watch in watches:
+                waiting, watch.waiting = watch.waiting, None
+                if waiting is not None and not waiting.called:
+                    waiting.errback(defer.TimeoutError("the quorum client stopped"))
+
+    @property
+    def leading(self) -> bool:
+        return self.driver is not None and self.driver.running and \
+            self.driver.role is Role.LEADER
+
+    def _now_ms(self) -> float:
+        return self.reactor.seconds() * 1000.0
+
+    # -- applying committed entries ------------------------------------------------------------
+
+    def _on_committed(self, entries: tuple[LogEntry, ...]) -> None:
+        for entry in entries:
+            if entry.offset <= self.tree.applied_offset:
+                continue  # a replay from offset 0 after a restart of the driver
+            if entry.is_control:
+                self.tree.skip(entry.offset)
+                continue
+            applied = self.tree.apply(entry.offset, entry.payload)  # type: ignore[arg-type]
+            if self.leading:
+                if applied.opened_session is not None:
+                    sid = applied.opened_session
+                    self.sessions.opened(sid, self.tree.sessions[sid], self._now_ms())
+                    self._arm_expiry()
+                if applied.ended_session is not None:
+                    self.sessions.ended(applied.ended_session)
+            for listener in list(self._listeners):
+                try:
+                    listener(entry.offset, applied)
+                except Exception:
+                    self.log.failure("apply listener failed")
+            for watch in self._watched.get(entry.payload, ()):  # type: ignore[call-overload]
+                if watch.applied is None:
+                    watch.applied = applied
+                    if watch.waiting is not None:
+                        watch.waiting.callback(applied)
+            self._results[entry.offset] = applied
+            while len(self._results) > RECENT_RESULTS:
+                self._results.popitem(last=False)
+            for d in self._waiters.pop(entry.offset, []):
+                d.callback(applied)
+
+    def _applied(self, offset: int, timeout_s: float) -> defer.Deferred:
+        """Fires with the apply result of ``offset`` once the local tree applied it; fails with
+        ConnectionLost when it has not within ``timeout_s`` (this node is cut off)."""
+        if offset <= self.tree.applied_offset:
+            result = self._results.get(offset)
+            if result is None:
+                return defer.fail(ConnectionLost(f"the result of entry {offset} is gone"))
+            return defer.succeed(result)
+        d: defer.Deferred = defer.Deferred()
+        self._waiters.setdefault(offset, []).append(d)
+
+        def timed_out(result: Any, timeout: float) -> Any:
+            waiting = self._waiters.get(offset, [])
+            if d in waiting:
+                waiting.remove(d)
+            raise ConnectionLost(f"entry {offset} committed but did not reach node "
+                                 f"{self.node_id} within {timeout:g}s")
+
+        d.addTimeout(max(timeout_s, 0.001), self.reactor, onTimeoutCancel=timed_out)
+        return d
+
+    # -- session liveness (the leader's job) ---------------------------------------------------
+
+    def _on_transition(self, t: Transition) -> None:
+        if t.to_role is Role.LEADER:
+            self.sessions.lead(self.tree.sessions, self._now_ms())
+            self._arm_expiry()
+        elif t.from_role is Role.LEADER:
+            self.sessions.stop_leading()
+
+    def _arm_expiry(self) -> None:
+        if self._stopped:
+            return
+        if self._expiry_call is not None and self._expiry_call.active():
+            self._expiry_call.cancel()
+        self._expiry_call = None
+        deadline = self.sessions.next_deadline() if self.leading else None
+        if deadline is not None:
+            delay = max(0.0, (deadline - self._now_ms()) / 1000.0)
+            self._expiry_call = self.reactor.callLater(delay, self._expire)
+
+    def _expire(self) -> None:
+        self._expiry_call = None
+        if self.leading and self.driver is not None:
+            now = self._now_ms()
+            for sid in self.sessions.expired(now):
+                self.log.info("metadata session {s} missed its heartbeats: expiring it", s=sid)
+                d = self.driver.propose(encode(ExpireSession(sid), int(now)))
+                d.addErrback(lambda f, sid=sid: self.log.info(
+                    "expiring session {s} did not commit here: {e}", s=sid,
+                    e=f.getErrorMessage()))
+        self._arm_expiry()
+
+    # -- IQuorumClient -------------------------------------------------------------------------
+
+    def add_apply_listener(self, callback: Callable[[int, ApplyResult], None]) -> None:
+        self._listeners.append(callback)
+
+    def remove_apply_listener(self, callback: Callable[[int, ApplyResult], None]) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    def submit(self, command: bytes) -> defer.Deferred:
+        async def run() -> Any:
+            applied = await self._submit(command)
+            if applied.failed:
+                raise applied.result
+            return applied.result
+        return defer.Deferred.fromCoroutine(run())
+
+    async def _submit(self, command: bytes) -> ApplyResult:
+        deadline = self.reactor.seconds() + self.submit_timeout_s
+        delay = 0.02
+        why = "no leader known"
+        while not self._stopped:
+            driver = self.driver
+            if driver is None or not driver.running:
+                raise ConnectionLost(f"quorum node {self.node_id} is not running")
+            watch = _PayloadWatch()
+            self._watched.setdefault(command, []).append(watch)
+            try:
+                if driver.role is Role.LEADER:
+                    offset = await self._propose_here(driver, command)
+                else:
+                    offset = await self._forward(driver.leader_id, command)
+                return await self._applied(offset, deadline - self.reactor.seconds()
+                                           + self.request_timeout_s)
+            except _NotSent as e:
+                why = str(e)
+            except _Ambiguous as e:
+                # Sent, answer lost: it may still commit (an old leader's entry that the next
+                # leader holds). Never resent (it could apply twice); if it shows up in the
+                # log by the deadline, that is its result.
+                return await self._await_watch(watch, e, deadline + self.request_timeout_s)
+            finally:
+                watches = self._watched.get(command, [])
+                if watch in watches:
+                    watches.remove(watch)
+                if not watches:
+                    self._watched.pop(command, None)
+            remaining = deadline - self.reactor.seconds()
+            if remaining <= 0:
+                break
+            await task.deferLater(self.reactor, min(delay, remaining), lambda: None)
+            delay = min(delay * 2, 0.5)
+        raise ConnectionLost(f"no metadata quorum leader took the write within "
+                             f"{self.submit_timeout_s:g}s (voters {self.voters}): {why}")
+
+    async def _await_watch(self, watch: _PayloadWatch, why: Exception,
+                           deadline: float) -> ApplyResult:
+        if watch.applied is not None:
+            return watch.applied
+        remaining = deadline - self.reactor.seconds()
+        if remaining > 0 and not self._stopped:
+            watch.waiting = defer.Deferred()
+            watch.waiting.addTimeout(remaining, self.reactor)
+            try:
+                return await watch.waiting
+            except defer.TimeoutError:
+                pass
+        raise ConnectionLost(f"{why}; it did not appear in the metadata log within "
+                             f"{self.submit_timeout_s:g}s (it may still)")
+
+    async def _propose_here(self, driver: RaftDriver, command: bytes) -> int:
+        d = driver.propose(command)
+        d.addTimeout(self.request_timeout_s, self.reactor)
+        try:
+            return await d
+        except NotLeaderError as e:
+            raise _NotSent(str(e)) from None
+        except EntryTruncated as e:
+            raise _NotSent(f"the entry was replaced in a leader change ({e})") from None
+        except (defer.TimeoutError, DriverStopped):
+            raise _Ambiguous(f"the write did not commit within {self.request_timeout_s:g}s "
+                             "here") from None
+
+    async def _forward(self, leader_id: int, command: bytes) -> int:
+        body = await self._request(leader_id, ApiKey.METADATA_WRITE,
+                                   {"node_id": self.node_id, "command": command})
+        code = body.error_code
+        if code == ErrorCode.NONE:
+            return int(body.offset)
+        if code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            raise _NotSent(f"node {leader_id} does not lead (it knows leader {body.leader_id})")
+        raise _Ambiguous(f"quorum leader {leader_id}: {ErrorCode(code).name}: "
+                         f"{body.error_message or ''}")
+
+    async def _request(self, leader_id: int, api_key: ApiKey, body: dict) -> Any:
+        """One request to node ``leader_id``'s quorum listener. Raises :class:`_NotSent` when it
+        certainly did not get there, ConnectionLost when it may have."""
+        address = self.addresses.get(leader_id)
+        if address is None:
+            raise _NotSent("no leader known" if leader_id < 0
+                           else f"leader {leader_id} has no address in quorum.voters")
+        try:
+            proto = await self._conn.to(address.host, address.port)
+        except Exception as e:
+            raise _NotSent(f"cannot connect to quorum leader {address}: {e}") from None
+        try:
+            return await request_with_timeout(proto, self.reactor, api_key, 0, body,
+                                              self.request_timeout_s, f"quorum node {address}")
+        except Exception as e:
+            self._conn.drop()
+            raise _Ambiguous(f"no answer from quorum leader {address}: {e}") from None
+
+    def heartbeat(self, session_id: int) -> defer.Deferred:
+        async def run() -> None:
+            driver = self.driver
+            if driver is None or not driver.running:
+                raise ConnectionLost(f"quorum node {self.node_id} is not running")
+            if driver.role is Role.LEADER:
+                if not self.sessions.heartbeat(session_id, self._now_ms()):
+                    raise SessionExpired(f"session {session_id} is not live")
+                return
+            try:
+                body = await self._request(driver.leader_id, ApiKey.SESSION_HEARTBEAT,
+                                           {"node_id": self.node_id, "session_id": session_id})
+            except _NotSent as e:
+                raise ConnectionLost(str(e)) from None
+            if body.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                raise SessionExpired(body.error_message or f"session {session_id} is not live")
+            if body.error_code != ErrorCode.NONE:
+                raise ConnectionLost(f"heartbeat refused by node {driver.leader_id}: "
+                                     f"{ErrorCode(body.error_code).name}")
+        return defer.Deferred.fromCoroutine(run())
+
+    # -- the leader's side of the two APIs -----------------------------------------------------
+
+    def _not_leader(self) -> dict:
+        leader = self.driver.leader_id if self.driver is not None else -1
+        return {"error_code": int(ErrorCode.NOT_LEADER_OR_FOLLOWER),
+                "error_message": f"node {self.node_id} does not lead", "leader_id": leader}
+
+    def _serve_write(self, request: Any, proto: Any) -> Any:
+        driver = self.driver
+        if not self.leading or driver is None:
+            return {**self._not_leader(), "offset": -1}
+        d = driver.propose(bytes(request.body.command))
+        d.addTimeout(self.request_timeout_s, self.reactor)
+
+        def committed(offset: int) -> dict:
+            return {"error_code": 0, "error_message": None, "leader_id": self.node_id,
+                    "offset": offset}
+
+        def failed(f: Any) -> dict:
+            if f.check(NotLeaderError, EntryTruncated):
+                # Certainly not committed (never appended, or cut from the log): safe to retry.
+                return {**self._not_leader(), "offset": -1}
+            return {"error_code": int(ErrorCode.REQUEST_TIMED_OUT),
+                    "error_message": f"not committed: {f.getErrorMessage()}",
+                    "leader_id": self.node_id, "offset": -1}
+
+        d.addCallbacks(committed, failed)
+        return d
+
+    def _serve_heartbeat(self, request: Any, proto: Any) -> dict:
+        if not self.leading:
+            return self._not_leader()
+        sid = int(request.body.session_id)
+        if not self.sessions.heartbeat(sid, self._now_ms()):
+            return {"error_code": int(ErrorCode.UNKNOWN_MEMBER_ID),
+                    "error_message": f"session {sid} is not live", "leader_id": self.node_id}
+        return {"error_code": 0, "error_message": None, "leader_id": self.node_id}

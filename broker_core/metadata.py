@@ -5,6 +5,7 @@ session states. Neither kazoo nor Twisted is imported here; ZooKeeper's implemen
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -109,3 +110,29 @@ class SessionState(Enum):
     CONNECTED = "connected"
     SUSPENDED = "suspended"
     LOST = "lost"
+
+
+class SessionStateListeners:
+    """The state listeners of a metadata store (``add_state_listener`` /
+    ``remove_state_listener`` of ``IMetadataStore``), shared by its implementations.
+
+    :meth:`notify` calls each listener registered when the call starts, in order; a listener
+    that raises is logged through ``log.failure`` (a Twisted ``Logger``) and does not stop the
+    others."""
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[SessionState], None]] = []
+
+    def add(self, callback: Callable[[SessionState], None]) -> None:
+        self._callbacks.append(callback)
+
+    def remove(self, callback: Callable[[SessionState], None]) -> None:
+        if callback in self._callbacks:
+            self._callbacks.remove(callback)
+
+    def notify(self, state: SessionState, log: Any) -> None:
+        for cb in list(self._callbacks):
+            try:
+                cb(state)
+            except Exception:
+                log.failure("session state listener failed")

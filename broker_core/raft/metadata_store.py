@@ -46,6 +46,7 @@ from broker_core.metadata import (
     NoNode,
     SessionExpired,
     SessionState,
+    SessionStateListeners,
     SetData,
     Stat,
 )
@@ -158,7 +159,7 @@ class QuorumMetadataStore:
         self.connect_timeout = connect_timeout
         self.state = SessionState.LOST
         self.session_id: int | None = None
-        self._listeners: list[Callable[[SessionState], None]] = []
+        self._listeners = SessionStateListeners()
         self._watches: dict[tuple[str, str], list[_Watch]] = {}
         self._heartbeat_call: Any = None
         self._renewing = False
@@ -360,11 +361,10 @@ class QuorumMetadataStore:
     # -- session -------------------------------------------------------------------------------
 
     def add_state_listener(self, callback: Callable[[SessionState], None]) -> None:
-        self._listeners.append(callback)
+        self._listeners.add(callback)
 
     def remove_state_listener(self, callback: Callable[[SessionState], None]) -> None:
-        if callback in self._listeners:
-            self._listeners.remove(callback)
+        self._listeners.remove(callback)
 
     def _set_state(self, state: SessionState) -> None:
         if state is self.state:
@@ -372,11 +372,7 @@ class QuorumMetadataStore:
         previous, self.state = self.state, state
         self.log.info("metadata quorum session {prev} -> {state}", prev=previous.name,
                       state=state.name)
-        for cb in list(self._listeners):
-            try:
-                cb(state)
-            except Exception:
-                self.log.failure("session state listener failed")
+        self._listeners.notify(state, self.log)
 
     def _schedule_heartbeat(self) -> None:
         if self._running:

@@ -70,6 +70,7 @@ from broker_core.metadata import (
     RolledBack,
     SessionExpired,
     SessionState,
+    SessionStateListeners,
     SetData,
     Stat,
     TransactionFailed,
@@ -235,7 +236,7 @@ class ZooKeeperStore:
         )
         self._client.add_listener(self._on_kazoo_state)
         self._pool = _DaemonThreadPool(minthreads=0, maxthreads=1, name="sluice-zookeeper")
-        self._listeners: list[Callable[[SessionState], None]] = []
+        self._listeners = SessionStateListeners()
         self._watches: set[_Watch] = set()
         self.state = SessionState.LOST
         self._lost_since_connect = False
@@ -494,11 +495,10 @@ class ZooKeeperStore:
     # -- session state -------------------------------------------------------------------------
 
     def add_state_listener(self, callback: Callable[[SessionState], None]) -> None:
-        self._listeners.append(callback)
+        self._listeners.add(callback)
 
     def remove_state_listener(self, callback: Callable[[SessionState], None]) -> None:
-        if callback in self._listeners:
-            self._listeners.remove(callback)
+        self._listeners.remove(callback)
 
     def _on_kazoo_state(self, state: str) -> None:
         # kazoo's connection thread: never call ZooKeeper here, only hand over.
@@ -518,8 +518,4 @@ class ZooKeeperStore:
             # After LOST the server forgot our watches; after SUSPENDED a read may have failed.
             for w in list(self._watches):
                 self._arm(w)
-        for cb in list(self._listeners):
-            try:
-                cb(state)
-            except Exception:
-                self.log.failure("session state listener failed")
+        self._listeners.notify(state, self.log)

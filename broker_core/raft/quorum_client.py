@@ -178,7 +178,9 @@ class NetworkQuorumClient:
                     listener(entry.offset, applied)
                 except Exception:
                     self.log.failure("apply listener failed")
-            for watch in self._watched.get(entry.payload, ()):  # type: ignore[call-overload]
+            # Only writes with an unknown outcome are watched; skip hashing every payload.
+            watched = self._watched.get(entry.payload, ()) if self._watched else ()  # type: ignore[call-overload]
+            for watch in watched:
                 if watch.applied is None:
                     watch.applied = applied
                     if watch.waiting is not None:

@@ -272,8 +272,13 @@ class ZooKeeperStore:
         self.state = SessionState.CONNECTED
 
     async def stop(self) -> None:
+        """Close the session. Safe on a store that never started or whose start failed: its
+        pool is not running then, and work handed to it would wait forever (a broker whose
+        start failed is still stopped, and its process must exit)."""
         for w in list(self._watches):
             w.cancel()
+        if not self._pool.started:
+            return
         try:
             await self._blocking(self._client.stop)
             await self._blocking(self._client.close)

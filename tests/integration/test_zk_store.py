@@ -167,6 +167,16 @@ async def test_unreachable_zookeeper_fails_start_with_a_clear_error():
     # A failed start leaves no thread behind (the test session checks for leftover threads too).
     assert not [t for t in threading.enumerate() if t.name.startswith("PoolThread-sluice-zookeeper")
                 and t.is_alive()]
+    # And stopping it after the failed start returns (a broker whose start failed is still
+    # stopped, and its process must exit): it used to wait forever on the stopped pool.
+    stopped = Deferred.fromCoroutine(store.stop())
+    assert stopped.called
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_store_never_started_stops_at_once():
+    store = ZooKeeperStore(f"127.0.0.1:{free_port()}", reactor=reactor)
+    assert Deferred.fromCoroutine(store.stop()).called
 
 
 @pytest_twisted.ensureDeferred

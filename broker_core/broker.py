@@ -2,8 +2,14 @@
 
 Start-up (seed 000 E, in order):
 
-1. open the log directory and recover every partition (unclean shutdown: torn tails truncated);
-2. connect to ZooKeeper (a dead ZooKeeper fails the start with a message naming the hosts);
+1. check that the log directory is this broker's (``meta.properties``; in quorum mode also
+   that it is this quorum's cluster) before anything reads or writes it;
+2. connect to ZooKeeper (a dead ZooKeeper fails the start with a message naming the hosts),
+   read the cluster id (``/cluster/id``, created by the cluster's first broker) and check the
+   log directory belongs to that cluster (Kafka's order: a directory of another cluster is
+   refused before its partitions are opened, recovered or written);
+2b. open the log directory and recover every partition (unclean shutdown: torn tails
+   truncated);
 3. listen for Kafka clients;
 4. register ``/brokers/ids/[id]`` (ephemeral), waiting out a previous session's node after a
    crash;
@@ -32,10 +38,11 @@ from twisted.python.threadpool import ThreadPool
 from broker_core.config import BrokerConfig
 from broker_core.controller.controller import Controller
 from broker_core.controller.shutdown import controlled_shutdown
-from broker_core.log import LogConfig, LogManager
+from broker_core.log import LogConfig, LogManager, meta_properties
 from broker_core.metadata import NodeExists, NoNode, SessionState
 from broker_core.metadata_cache import MetadataCache
 from broker_core.metrics import BrokerMetrics, metrics_site
+from broker_core.raft.cluster_id import generate_cluster_id
 from broker_core.replica.fetcher import FetcherConfig
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
@@ -70,8 +77,12 @@ class BrokerService(service.Service):
     log = Logger(namespace="sluice.broker")
 
     def __init__(self, config: BrokerConfig, *, reactor: Any, registry: Any = None,
-                 store: Any = None) -> None:
+                 store: Any = None, stop_reactor_on_failure: bool = False) -> None:
         self.config = config
+        #: The process's own broker (``twistd broker``) stops the reactor when its start fails,
+        #: so the process exits; an embedded one (tests, tools) leaves that to its owner, who
+        #: sees the failure in ``startService()``'s Deferred.
+        self.stop_reactor_on_failure = stop_reactor_on_failure
         self.reactor = reactor
         self.clock: IReactorTime = reactor
         self.broker_id = config.broker_id
@@ -121,6 +132,11 @@ class BrokerService(service.Service):
             config=CoordinatorConfig.from_broker_config(config),
             brokers=lambda: self.cache.brokers.values(), metrics=self.metrics)
         self.registration_epoch = -1
+        #: The cluster's id (``/cluster/id``), known once the store is connected.
+        self.cluster_id: str | None = None
+        # Only a loaded log directory is checkpointed and marked clean at stop: one refused at
+        # start (another broker's, another cluster's) is left exactly as it was.
+        self._logs_loaded = False
         self._registration_waiters: list[defer.Deferred] = []
         self.handler = RequestHandler(
             broker_id=self.broker_id, config=config, cache=self.cache, replicas=self.replicas,
@@ -196,7 +212,7 @@ class BrokerService(service.Service):
         def failed(f: Any) -> None:
             self.log.critical("broker {b} failed to start: {e}", b=self.broker_id,
                               e=f.getErrorMessage())
-            if self.reactor.running:
+            if self.stop_reactor_on_failure and self.reactor.running:
                 self.reactor.stop()
             return f
 
@@ -208,8 +224,9 @@ class BrokerService(service.Service):
         cfg = self.config
         self.io_pool.start()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_manager.load()
-        self._report_recovery()
+        # In quorum mode the cluster id is known now (the quorum's); in ZooKeeper mode only
+        # the broker id can be checked before the store answers.
+        self._claim_log_dir(cfg.cluster_id if self.quorum is not None else None)
         if self.quorum is not None:
             await self.quorum.start()
             self.log.info("metadata quorum node {b} listening on {h}:{p} ({role}; voters {v})",
@@ -227,6 +244,12 @@ class BrokerService(service.Service):
         self.store.add_state_listener(self._on_session_state)
         for path in paths.PERSISTENT_PATHS:
             await self.store.ensure_path(path)
+        self.cluster_id = await self._agree_cluster_id()
+        self._claim_log_dir(self.cluster_id)
+        self.handler.cluster_id = self.cluster_id
+        self.log_manager.load()
+        self._logs_loaded = True
+        self._report_recovery()
         ep = endpoints.serverFromString(self.reactor, cfg.listeners)
         self.port = await ep.listen(self.factory)
         host = self.port.getHost()
@@ -242,6 +265,31 @@ class BrokerService(service.Service):
         self.controller.start()
         self.coordinator.start()
         self.log.info("broker {b} started", b=self.broker_id)
+
+    def _claim_log_dir(self, cluster_id: str | None) -> None:
+        try:
+            meta_properties.check_and_claim(self.log_dir, self.broker_id, cluster_id)
+        except meta_properties.MetaPropertiesError as e:
+            raise StartupError(str(e)) from None
+
+    async def _agree_cluster_id(self) -> str:
+        """The cluster's id from ``/cluster/id``, created by the first broker that finds none
+        (Kafka's rule): in quorum mode the quorum's own id, in ZooKeeper mode a new random id.
+        Two first brokers racing both read the winner's."""
+        proposed = (self.config.cluster_id if self.quorum is not None
+                    else generate_cluster_id())
+        try:
+            await self.store.create(paths.CLUSTER_ID, paths.cluster_id_to_bytes(proposed),
+                                    makepath=True)
+            self.log.info("created cluster id {c}", c=proposed)
+            return proposed
+        except NodeExists:
+            pass
+        data, _ = await self.store.get(paths.CLUSTER_ID)
+        try:
+            return paths.cluster_id_from_bytes(data)
+        except ValueError as e:
+            raise StartupError(str(e)) from None
 
     def _report_recovery(self) -> None:
         lm = self.log_manager
@@ -392,7 +440,9 @@ class BrokerService(service.Service):
             await self.metrics_port.stopListening()
         from twisted.internet import threads
 
-        await threads.deferToThreadPool(self.reactor, self.io_pool, self.log_manager.shutdown)
+        if self._logs_loaded:
+            await threads.deferToThreadPool(self.reactor, self.io_pool,
+                                            self.log_manager.shutdown)
         self.io_pool.stop()
         self.log.info("broker {b} stopped cleanly", b=self.broker_id)
 

@@ -111,4 +111,4 @@ def makeService(options: Options) -> service.IService:  # noqa: N802 (Twisted AP
 
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 5000))
     tune_gc()
-    return BrokerService(options.config, reactor=reactor)
+    return BrokerService(options.config, reactor=reactor, stop_reactor_on_failure=True)

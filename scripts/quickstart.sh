@@ -9,7 +9,9 @@
 #   scripts/quickstart.sh --zookeeper  ZooKeeper mode: ZooKeeper and three brokers
 #   scripts/quickstart.sh --stop       stop the brokers (and ZooKeeper) started here
 #
-# State and logs in ./run/.
+# State and logs in ./run/: each mode keeps its brokers' data in its own directory
+# (run/quorum-mode/, run/zookeeper-mode/), since a broker refuses a log directory of another
+# cluster (meta.properties).
 #
 # Ports: brokers 9092-9094, metrics 9404-9406, ZooKeeper 2181 or quorum 9192-9194 (127.0.0.1).
 set -euo pipefail
@@ -48,7 +50,7 @@ case "${1:-}" in
     --quorum) MODE=quorum; shift ;;
     --zookeeper) MODE=zookeeper; shift ;;
 esac
-if [ $# -gt 0 ]; then sed -n '2,15p' "$0"; exit 2; fi
+if [ $# -gt 0 ]; then sed -n '2,17p' "$0"; exit 2; fi
 
 mkdir -p "$RUN"
 if [ "$MODE" = zookeeper ]; then
@@ -69,7 +71,7 @@ for id in 1 2 3; do
     fi
     .venv/bin/twistd --pidfile "$pidfile" --logfile "$RUN/broker-$id.log" broker \
         --broker-id "$id" --listen "tcp:909$((id + 1)):interface=127.0.0.1" \
-        "${metadata[@]}" --log-dir "$RUN/broker-$id" \
+        "${metadata[@]}" --log-dir "$RUN/$MODE-mode/broker-$id" \
         --metrics "tcp:940$((id + 3)):interface=127.0.0.1"
     echo "started broker $id on 127.0.0.1:909$((id + 1)) (log: run/broker-$id.log)"
 done

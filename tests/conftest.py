@@ -18,20 +18,31 @@ def zookeeper_server():
     server.stop()
 
 
-@pytest.fixture
-def zk_hosts(zookeeper_server):
-    """``127.0.0.1:PORT/sluice-test-XXXX``: a chroot of the session's ZooKeeper, created empty."""
+def new_chroot(server: ZooKeeperServer) -> str:
+    """``127.0.0.1:PORT/sluice-test-XXXX``: a new, empty chroot of ``server``."""
     from kazoo.client import KazooClient
 
     chroot = f"/sluice-test-{uuid.uuid4().hex[:10]}"
-    zk = KazooClient(hosts=zookeeper_server.hosts)
+    zk = KazooClient(hosts=server.hosts)
     zk.start(timeout=15)
     try:
         zk.ensure_path(chroot)
     finally:
         zk.stop()
         zk.close()
-    return zookeeper_server.hosts + chroot
+    return server.hosts + chroot
+
+
+@pytest.fixture
+def zk_hosts(zookeeper_server):
+    """A chroot of the session's ZooKeeper, created empty (:func:`new_chroot`)."""
+    return new_chroot(zookeeper_server)
+
+
+@pytest.fixture
+def other_zk_hosts(zookeeper_server):
+    """A second chroot: another cluster's metadata on the same ZooKeeper."""
+    return new_chroot(zookeeper_server)
 
 
 def pytest_sessionfinish(session, exitstatus):

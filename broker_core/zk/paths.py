@@ -29,6 +29,10 @@ REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 #: Kafka's preferred-leader-election znode (one znode, JSON list of partitions).
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 CONSUMERS = "/consumers"
+#: Kafka's cluster id znode: ``{"version":"1","id":"<22-character id>"}``, created once by
+#: the first broker of the cluster; every broker reports it and stamps its log directory
+#: with it (``meta.properties``).
+CLUSTER_ID = "/cluster/id"
 CONSUMERS_COORDINATOR = "/consumers/coordinator"
 #: The consumer coordinator's epoch (persistent, decimal), bumped by every election in the same
 #: multi that creates ``/consumers/coordinator``; every offset/owner write of the coordinator
@@ -401,3 +405,19 @@ class TopicConfig:
             return cls({str(k): str(x) for k, x in v["config"].items()})
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"topic config: bad value ({e})") from None
+
+
+def cluster_id_to_bytes(cluster_id: str) -> bytes:
+    return json.dumps({"version": "1", "id": cluster_id}, separators=(",", ":")).encode()
+
+
+def cluster_id_from_bytes(data: bytes) -> str:
+    """The id of a ``/cluster/id`` value; ValueError names what is wrong."""
+    try:
+        value = json.loads(data)
+        cluster_id = value["id"]
+    except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"{CLUSTER_ID} holds {data[:80]!r}, not a cluster id ({e})") from None
+    if not isinstance(cluster_id, str) or not cluster_id:
+        raise ValueError(f"{CLUSTER_ID} holds {data[:80]!r}, not a cluster id")
+    return cluster_id

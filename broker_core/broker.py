@@ -212,13 +212,26 @@ class BrokerService(service.Service):
         def failed(f: Any) -> None:
             self.log.critical("broker {b} failed to start: {e}", b=self.broker_id,
                               e=f.getErrorMessage())
-            if self.stop_reactor_on_failure and self.reactor.running:
-                self.reactor.stop()
+            if self.stop_reactor_on_failure:
+                self._exit_after_failed_start()
             return f
 
         d.addErrback(failed)
         self.ready = d
         return d
+
+    def _exit_after_failed_start(self) -> None:
+        """Stop the process with exit status 1 (as ``kafka-server-start`` does), so a
+        supervisor sees the failure. The start may fail before the reactor runs (the log
+        directory check comes first), so the stop waits for it; the exit waits for the
+        shutdown, which stops this service and closes what it opened."""
+        import os  # noqa: PLC0415
+
+        self.reactor.addSystemEventTrigger("after", "shutdown", os._exit, 1)
+        if self.reactor.running:
+            self.reactor.stop()
+        else:
+            self.reactor.callWhenRunning(self.reactor.stop)
 
     async def _start(self) -> None:
         cfg = self.config
@@ -444,7 +457,11 @@ class BrokerService(service.Service):
             await threads.deferToThreadPool(self.reactor, self.io_pool,
                                             self.log_manager.shutdown)
         self.io_pool.stop()
-        self.log.info("broker {b} stopped cleanly", b=self.broker_id)
+        if self._logs_loaded:
+            self.log.info("broker {b} stopped cleanly", b=self.broker_id)
+        else:
+            self.log.info("broker {b} stopped (its log directory was not opened)",
+                          b=self.broker_id)
 
 
 _LOG_KEYS = {"segment.bytes", "segment.ms", "retention.bytes", "retention.ms", "flush.messages",

@@ -13,6 +13,7 @@ from broker_core.log import meta_properties
 from broker_core.wire.apis import ApiKey
 from broker_core.zk import paths
 from tests.support.cluster import (
+    BrokerProcess,
     broker_config,
     call,
     free_port,
@@ -89,3 +90,19 @@ async def test_a_zookeeper_mode_log_dir_is_refused_in_quorum_mode(zk_hosts, tmp_
                           "cluster sluice")
     assert contents(first.log_dir) == before
     assert not (first.log_dir / "quorum").exists()
+
+
+def test_twistd_broker_on_a_refused_log_dir_exits_1_saying_why(tmp_path):
+    """As a process (``twist broker``): the refusal comes before the reactor runs, and the
+    process still stops, with exit status 1 for its supervisor."""
+    log_dir = tmp_path / "broker-1"
+    log_dir.mkdir()
+    (log_dir / "meta.properties").write_text("version=0\nbroker.id=1\ncluster.id=other\n")
+    proc = BrokerProcess(1, "", tmp_path, quorum_voters=f"1@127.0.0.1:{free_port()}")
+    proc.start()
+    try:
+        assert proc.proc.wait(timeout=60) == 1
+    finally:
+        proc.stop()
+    assert "belongs to cluster other, but the broker is joining cluster sluice" in proc.log_text()
+    assert sorted(p.name for p in log_dir.iterdir()) == ["meta.properties"]

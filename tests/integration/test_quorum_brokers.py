@@ -321,4 +321,5 @@ async def test_an_observer_broker_joins_hosts_partitions_and_writes_metadata(wit
     assert d.leader_id == leader.broker_id and voter_ids(d) == [1, 2, 3]
     assert [r.replica_id for r in d.observers] == [4]
     (seen,) = d.observers
-    assert 0 < seen.log_end_offset <= d.high_watermark + 1 and seen.last_fetch_ms >= 0
+    (leader_row,) = [r for r in d.current_voters if r.replica_id == d.leader_id]
+    assert 0 < seen.log_end_offset <= leader_row.log_end_offset and seen.last_fetch_ms >= 0

@@ -15,7 +15,8 @@
 Each takes ``--bootstrap-server HOST:PORT[,...]`` or ``--zookeeper HOST:PORT[/chroot]``
 (``reassign`` and ``elect-leaders`` work through ZooKeeper only; ``groups`` through the brokers
 only, since the members live in the coordinator's memory; ``quorum`` takes the metadata
-quorum's listeners, ``sluice-quorum --listen``). Errors go
+quorum's listeners, ``sluice-quorum --listen`` or a broker's ``quorum.listener``: any one
+will do, the client finds the leader through DiscoverBrokers). Errors go
 to stderr as one line: exit code 1 for a failed operation, 2 for bad usage.
 """
 
@@ -109,8 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def quorum_connection(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--bootstrap-server", required=True,
-                        help="HOST:PORT[,HOST:PORT...] of quorum listeners (list them all "
-                        "to reach whichever node leads)")
+                        help="HOST:PORT[,HOST:PORT...] of quorum listeners: any quorum "
+                        "node will do, the leader is found through DiscoverBrokers")
         sp.add_argument("--timeout", type=float, default=30.0,
                         help="seconds for the whole operation, retries included (default 30)")
 

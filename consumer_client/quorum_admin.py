@@ -1,27 +1,47 @@
 """The metadata quorum's admin client (``sluice quorum describe | reassign``), blocking.
 
-It speaks to quorum listeners (``sluice-quorum --listen``) with DescribeQuorum (55) and
-AlterPartitionReassignments (45) on ``__cluster_metadata``-0, and follows seed 002's retry
-rules as :func:`broker_core.raft.admin.next_action` states them: success is returned; a
-retriable error or no answer is retried with a doubling backoff; any other error fails; nothing
-is retried past the overall timeout. A reassignment is always resent until answered
-(resubmitting the same target is idempotent at the leader).
+It speaks to quorum listeners (``sluice-quorum --listen``, or a broker's ``quorum.listener`` in
+quorum mode) with DescribeQuorum (55) and AlterPartitionReassignments (45) on
+``__cluster_metadata``-0, and follows seed 002's retry rules as
+:func:`broker_core.raft.admin.next_action` states them: success is returned; a retriable error
+or no answer is retried with a doubling backoff; any other error fails; nothing is retried past
+the overall timeout. A reassignment is always resent until answered (resubmitting the same
+target is idempotent at the leader).
 
-Finding the leader: an answer NOT_LEADER_OR_FOLLOWER names the leader's id, but the quorum
-listener does not tell addresses, so the client tries the next of the given servers at once
-(list every quorum node in ``--bootstrap-server`` to reach whichever leads); once it has tried
-them all since its last backoff it backs off as for an unknown leader.
+Finding the leader (seed 002: "we expect AdminClient to use DiscoverBrokers and Metadata in
+order to discover the current leader"). The client asks the servers given (``--bootstrap-server``,
+any quorum nodes, one is enough) with **DiscoverBrokers** (Sluice key 1007), in order, until an
+answer names a leader whose endpoint it knows, and sends the request straight there:
+
+- it sends DiscoverBrokers as a tool that is no node: node id -1, no other nodes, no cluster
+  id, no quorum view. The listener merges what a request tells into its directory only when it
+  is news, and ignores negative node ids and a view that is not newer than its own, so the
+  request teaches it nothing and leaves its directory as it was;
+- the answers are merged into the client's own
+  :class:`~broker_core.raft.discovery.Directory`, with its monotonic rules (an endpoint only by a
+  later boot time, the quorum view only by a higher epoch and voters offset); an answer of
+  another cluster than the first one's is refused (:class:`~broker_core.raft.discovery
+  .ClusterMismatch`) and counts as a failed server;
+- a node that answered is reached where the client reached it, whatever it advertises for
+  itself (a listener bound to every interface advertises an address others cannot use);
+- NOT_LEADER_OR_FOLLOWER naming a leader: straight to that leader's endpoint, or a new
+  DiscoverBrokers round at once when its endpoint is unknown; no leader known, no answer, or a
+  leader that cannot be reached: back off (doubling) and ask DiscoverBrokers again. Redirects
+  without a backoff are bounded (two nodes naming each other back off like an unknown leader).
+
+Invariant: every request goes to the node the client believes leads, and the client never
+sleeps without :func:`~broker_core.raft.admin.next_action` (or the redirect bound) asking for it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from broker_core.raft import wire
+from broker_core.raft import discovery, wire
 from broker_core.raft.admin import Step, next_action, retry_backoff
+from broker_core.raft.discovery import NO_NODE, Directory, Gossip, NodeEndpoint, QuorumView
 from broker_core.raft.messages import (
     AlterVotersRequest,
     AlterVotersResponse,
@@ -29,8 +49,18 @@ from broker_core.raft.messages import (
     DescribeQuorumResponse,
     ReplicaState,
 )
+from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from consumer_client.connection import BrokerConnection, parse_servers
+
+#: The DiscoverBrokers version the client speaks (the only one defined).
+DISCOVER_BROKERS_VERSION = 0
+
+#: What the client says of itself in DiscoverBrokers: no node (id -1), nothing known. The
+#: listener learns nothing from it (see the module docstring).
+ADMIN_GOSSIP = Gossip(NodeEndpoint(NO_NODE, "", 0, -1), (), QuorumView())
+
+Address = tuple[str, int]
 
 
 class QuorumAdminError(Exception):
@@ -58,36 +88,37 @@ def parse_voters(raw: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
-@dataclass
-class _Conn:
-    host: str
-    port: int
-    conn: BrokerConnection | None = None
+def _name(address: Address) -> str:
+    return f"{address[0]}:{address[1]}"
 
 
 class QuorumAdminClient:
-    """See the module docstring. ``sleep`` and ``monotonic`` are injectable for tests."""
+    """See the module docstring. ``connect``, ``sleep`` and ``monotonic`` are injectable for
+    tests. :attr:`directory` is what DiscoverBrokers told the client; :attr:`leader_id` the
+    leader of the latest answer, if any."""
 
     def __init__(self, servers: str, *, timeout_s: float = 30.0,
                  retry_backoff_ms: float = 100.0, max_backoff_ms: float = 1000.0,
                  connect: Callable[..., BrokerConnection] = BrokerConnection,
                  sleep: Callable[[float], None] = time.sleep,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.servers = [_Conn(h, p) for h, p in parse_servers(servers)]
+        self.servers: list[Address] = parse_servers(servers)
         self.timeout_s = timeout_s
         self.retry_backoff_ms = retry_backoff_ms
         self.max_backoff_ms = max_backoff_ms
         self._connect = connect
         self._sleep = sleep
         self._monotonic = monotonic
-        self._next = 0  # the server to try next
-        self.leader_id: int | None = None  # the leader of the latest answer, if any
+        self.directory = Directory(ADMIN_GOSSIP.node)
+        self._reached: dict[int, Address] = {}  # node id -> where it answered DiscoverBrokers
+        self._conns: dict[Address, BrokerConnection] = {}
+        self._leader: Address | None = None  # where the latest successful answer came from
+        self.leader_id: int | None = None
 
     def close(self) -> None:
-        for s in self.servers:
-            if s.conn is not None:
-                s.conn.close()
-                s.conn = None
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
 
     def __enter__(self) -> QuorumAdminClient:
         return self
@@ -128,6 +159,51 @@ class QuorumAdminClient:
                                        f"{','.join(map(str, wanted))}, after {self.timeout_s} s")
             self._sleep(poll_s)
 
+    # -- finding the leader ---------------------------------------------------------------------
+
+    def endpoint_of(self, node_id: int) -> Address | None:
+        """Where to reach node ``node_id``: where it answered, else what gossip says."""
+        if node_id < 0:
+            return None
+        if node_id in self._reached:
+            return self._reached[node_id]
+        e = self.directory.endpoint(node_id)
+        return None if e is None else (e.host, e.port)
+
+    def discover(self, failures: dict[str, str], leader: int | None = None) -> Address | None:
+        """One DiscoverBrokers round: ask the given servers, then the other nodes learned of,
+        until the endpoint of ``leader`` (default: the leader of the view) is known; returns it
+        (``None``: no leader known, or its endpoint is not)."""
+        asked: set[Address] = set()
+        while True:
+            candidates = [*self.servers, *(
+                (e.host, e.port) for e in self.directory.nodes.values())]
+            todo = [a for a in candidates if a not in asked]
+            if not todo:
+                return None
+            address = todo[0]
+            asked.add(address)
+            body = self._request(address, ApiKey.DISCOVER_BROKERS,
+                                 discovery.gossip_body(ADMIN_GOSSIP),
+                                 DISCOVER_BROKERS_VERSION, failures)
+            if body is None:
+                continue
+            if body.error_code != ErrorCode.NONE:
+                failures[_name(address)] = f"DiscoverBrokers: {ErrorCode(body.error_code).name}"
+                continue
+            gossip = discovery.gossip_from_body(body)
+            try:
+                self.directory.merge(gossip)
+            except discovery.ClusterMismatch as e:
+                failures[_name(address)] = str(e)
+                continue
+            if gossip.node.node_id >= 0:
+                self._reached[gossip.node.node_id] = address
+            found = self.endpoint_of(self.directory.view.leader_id if leader is None
+                                     else leader)
+            if found is not None:
+                return found
+
     # -- retries ----------------------------------------------------------------------------
 
     def _call(self, message: DescribeQuorumRequest | AlterVotersRequest
@@ -135,11 +211,15 @@ class QuorumAdminClient:
         key = wire.api_key_of(message)
         start = self._monotonic()
         attempt = 1
-        tried_since_backoff = 0
+        redirects = 0  # NOT_LEADER_OR_FOLLOWER redirects since the last backoff
         failures: dict[str, str] = {}
+        target = self._leader
+        named: int | None = None  # a leader named by a refusal, whose endpoint is unknown
         while True:
-            server = self.servers[self._next % len(self.servers)]
-            resp = self._send(server, key, message, failures)
+            if target is None:
+                target = self.discover(failures, named)
+                named = None
+            resp = None if target is None else self._send(target, key, message, failures)
             elapsed_ms = (self._monotonic() - start) * 1000
             action = next_action(resp, attempt=attempt, elapsed_ms=elapsed_ms,
                                  timeout_ms=self.timeout_s * 1000,
@@ -149,53 +229,77 @@ class QuorumAdminClient:
                 self.leader_id = resp.leader_id
             if action.step is Step.DONE:
                 assert resp is not None
+                self._leader = target
                 return resp
             if action.step is Step.FAIL:
-                raise self._failure(action.error, resp, failures)
+                raise self._failure(action.error, failures)
             attempt += 1
-            tried_since_backoff += 1
-            self._next += 1  # this one does not lead (or did not answer): try the next
+            self._leader = None
             delay_ms = action.delay_ms
-            if action.step is Step.SEND_TO and tried_since_backoff >= len(self.servers):
-                # Every server was tried and none leads: back off as for an unknown leader.
-                delay_ms = retry_backoff(attempt - 1, self.retry_backoff_ms, self.max_backoff_ms)
+            target = None  # DISCOVER: ask DiscoverBrokers again after the backoff
+            if action.step is Step.SEND_TO:
+                assert action.node_id is not None
+                redirects += 1
+                # Unknown endpoint: target stays None and the next turn asks DiscoverBrokers
+                # where that node is.
+                target = self.endpoint_of(action.node_id)
+                named = action.node_id
+                if redirects > len(self.servers) + len(self.directory.nodes):
+                    # Nodes keep naming leaders that do not lead: back off as for no leader.
+                    target = named = None
+                    delay_ms = retry_backoff(attempt - 1, self.retry_backoff_ms,
+                                             self.max_backoff_ms)
             if delay_ms:
-                tried_since_backoff = 0
+                redirects = 0
                 if elapsed_ms + delay_ms >= self.timeout_s * 1000:
-                    raise self._failure(ErrorCode.REQUEST_TIMED_OUT, resp, failures)
+                    raise self._failure(ErrorCode.REQUEST_TIMED_OUT, failures)
                 self._sleep(delay_ms / 1000)
 
-    def _send(self, server: _Conn, key: int, message: Any, failures: dict[str, str]
+    def _send(self, address: Address, key: int, message: Any, failures: dict[str, str]
               ) -> DescribeQuorumResponse | AlterVotersResponse | None:
-        """One attempt at ``server``; ``None`` when it could not be reached or answered."""
-        name = f"{server.host}:{server.port}"
-        read_timeout = self.timeout_s + 5.0  # the leader answers a reassignment before this
-        try:
-            if server.conn is None:
-                server.conn = self._connect(server.host, server.port, timeout=read_timeout)
-            body = server.conn.request(key, wire.request_body(message),
-                                       version=wire.VERSIONS[key])
-        except OSError as e:
-            failures[name] = str(e) or type(e).__name__
-            if server.conn is not None:
-                server.conn.close()
-                server.conn = None
+        """One attempt at ``address``; ``None`` when it could not be reached or answered."""
+        body = self._request(address, key, wire.request_body(message), wire.VERSIONS[key],
+                             failures)
+        if body is None:
             return None
-        failures.pop(name, None)
         resp = wire.response_from_body(key, body)
         assert isinstance(resp, DescribeQuorumResponse | AlterVotersResponse)
         return resp
 
-    def _failure(self, error: ErrorCode, resp: Any, failures: dict[str, str]
-                 ) -> QuorumAdminError:
-        if len(failures) == len(self.servers):
+    def _request(self, address: Address, key: int, body: dict[str, Any], version: int,
+                 failures: dict[str, str]) -> Any:
+        """One request on the connection to ``address`` (opened if needed); ``None``, with
+        the reason in ``failures``, when it could not be reached or answered."""
+        read_timeout = self.timeout_s + 5.0  # the leader answers a reassignment before this
+        try:
+            conn = self._conns.get(address)
+            if conn is None:
+                conn = self._conns[address] = self._connect(*address, timeout=read_timeout)
+            answer = conn.request(key, body, version=version)
+        except OSError as e:
+            failures[_name(address)] = str(e) or type(e).__name__
+            dropped = self._conns.pop(address, None)
+            if dropped is not None:
+                dropped.close()
+            return None
+        failures.pop(_name(address), None)
+        return answer
+
+    def _failure(self, error: ErrorCode, failures: dict[str, str]) -> QuorumAdminError:
+        if all(_name(a) in failures for a in self.servers) and not self._reached:
             return QuorumAdminError(None, "no quorum node reachable: " + "; ".join(
                 f"{k} ({v})" for k, v in failures.items()))
         if error is ErrorCode.REQUEST_TIMED_OUT:
-            leader = ("no leader known" if self.leader_id is None
-                      else f"leader {self.leader_id} is not among the servers given")
-            return QuorumAdminError(error, f"timed out after {self.timeout_s} s ({leader}; "
-                                    "list every quorum node in --bootstrap-server)")
+            view = self.directory.view
+            if view.leader_id < 0 and self.leader_id is None:
+                why = "no leader known"
+            else:
+                leader = view.leader_id if self.leader_id is None else self.leader_id
+                address = self.endpoint_of(leader)
+                why = (f"leader {leader}'s endpoint is unknown" if address is None else
+                       f"leader {leader} at {_name(address)}: "
+                       f"{failures.get(_name(address), 'no answer in time')}")
+            return QuorumAdminError(error, f"timed out after {self.timeout_s} s ({why})")
         return QuorumAdminError(error, "the quorum refused the request")
 
 

@@ -10,9 +10,12 @@ Invariants (the seed's "brokers only accept monotonically increasing updates"):
 
 - a node's endpoint is replaced only by one with a **higher boot time** (a restarted node may
   come back at another address; an older report of it never undoes a newer one);
-- the quorum view is replaced only by one with a higher ``(leader_epoch, voters_offset)``:
-  the seed orders voter states by epoch, and since a reassignment changes the voters within
-  an epoch, the offset of the voter assignment they come from breaks ties;
+- the quorum view is replaced only by one with a higher ``(leader_epoch, voters_offset,
+  leader known)``: the seed orders voter states by epoch, and since a reassignment changes the
+  voters within an epoch, the offset of the voter assignment they come from breaks ties; and
+  a view that knows the epoch's leader beats one of the same epoch and offset that does not
+  (an epoch has at most one leader, and a node learns it after it learned the epoch: without
+  this, a view taken during an election kept "no leader" for the whole epoch);
 - a view of another cluster is never merged (:class:`ClusterMismatch`), and the cluster id,
   once known, never changes;
 - the directory's own endpoint is never replaced by what others say of it.
@@ -58,8 +61,8 @@ class QuorumView:
     voter_ids: tuple[int, ...] = ()
 
     @property
-    def order(self) -> tuple[int, int]:
-        return (self.leader_epoch, self.voters_offset)
+    def order(self) -> tuple[int, int, bool]:
+        return (self.leader_epoch, self.voters_offset, self.leader_id >= 0)
 
 
 @dataclass(frozen=True, slots=True)

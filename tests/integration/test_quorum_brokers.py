@@ -6,14 +6,23 @@ quorum stops, the other two elect a new quorum leader and keep serving."""
 
 from __future__ import annotations
 
+import io
+import json
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import pytest_twisted
-from twisted.internet import defer, reactor
+from twisted.internet import defer, reactor, threads
 
 from broker_core.broker import BrokerService
+from broker_core.raft.metadata_commands import CreateNode, encode
 from broker_core.raft.roles import Role
 from broker_core.wire.apis import ApiKey
+from broker_core.wire.records import decode_records
 from broker_core.zk import paths
+from consumer_client import cli
+from consumer_client.quorum_admin import QuorumAdminClient
 from tests.support.cluster import (
     broker_config,
     call,
@@ -38,21 +47,27 @@ GROUP_TIMINGS = {
 }
 
 
-def quorum_configs(base, count: int) -> list:
-    """Configs of ``count`` brokers, all voters; the voters' ports are picked before any
-    broker starts because every voter must know the others' addresses up front."""
+def quorum_configs(base, count: int, observers: int = 0) -> list:
+    """Configs of ``count`` voter brokers (ids 1..count) and ``observers`` more (the next
+    ids, not in ``quorum.voters``, each with its own ``quorum.listener``); the voters' ports
+    are picked before any broker starts because every voter must know the others' addresses
+    up front."""
     ports = {i: free_port() for i in range(1, count + 1)}
     voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in ports.items())
+    listeners = {i: f"127.0.0.1:{free_port()}" for i in range(count + 1, count + observers + 1)}
     # zookeeper.connect is not needed in quorum mode.
     return [broker_config(i, "", base / f"broker-{i}", metadata_store="quorum",
-                          quorum_voters=voters, cluster_id="quorum-test", **GROUP_TIMINGS)
-            for i in range(1, count + 1)]
+                          quorum_voters=voters, cluster_id="quorum-test",
+                          **({"quorum_listener": listeners[i]} if i in listeners else {}),
+                          **GROUP_TIMINGS)
+            for i in range(1, count + observers + 1)]
 
 
-async def start_quorum_brokers(base, count: int = 3) -> list[BrokerService]:
+async def start_quorum_brokers(base, count: int = 3, observers: int = 0) -> list[BrokerService]:
     """Start the brokers together: the first cannot open its metadata session before a
     majority of voters runs."""
-    brokers = [BrokerService(cfg, reactor=reactor) for cfg in quorum_configs(base, count)]
+    brokers = [BrokerService(cfg, reactor=reactor)
+               for cfg in quorum_configs(base, count, observers)]
     results = await defer.DeferredList([defer.maybeDeferred(b.startService) for b in brokers],
                                        consumeErrors=True)
     failed = [r for ok, r in results if not ok]
@@ -165,3 +180,146 @@ async def test_the_cluster_survives_stopping_the_quorum_leaders_broker(brokers):
     assert new_leader.quorum.client.tree.exists(paths.broker(leader.broker_id)) is None
     md = await call(other, ApiKey.METADATA, 9, {"topics": [{"name": "after"}]})
     assert md.topics[0].error_code == 0
+
+
+# -- sluice quorum against a broker's quorum listener -----------------------------------------
+
+
+async def quorum_admin(port: int, operation: Callable[[QuorumAdminClient], Any]) -> Any:
+    """``operation`` on a :class:`QuorumAdminClient` given only ``127.0.0.1:port``, in a
+    thread: the client blocks, and the brokers it talks to run on this reactor."""
+    def run() -> Any:
+        with QuorumAdminClient(f"127.0.0.1:{port}", timeout_s=30.0) as client:
+            return operation(client)
+    return await threads.deferToThread(run)
+
+
+async def sluice_quorum(*args: str) -> str:
+    """``sluice quorum ARGS`` (the CLI's parsing, client and printing) in a thread; its
+    output."""
+    out = io.StringIO()
+    await threads.deferToThread(cli.run, cli.build_parser().parse_args(["quorum", *args]), out)
+    return out.getvalue()
+
+
+def voter_ids(d) -> list[int]:
+    return sorted(r.replica_id for r in d.current_voters)
+
+
+@pytest_twisted.ensureDeferred
+async def test_sluice_quorum_describe_and_reassign_through_a_broker_that_does_not_lead(brokers):
+    leader = await eventually(lambda: quorum_leader(brokers), what="a quorum leader")
+    await eventually(lambda: controller_of(brokers), what="an active controller")
+    # The highest id that does not lead: it leaves the voters and comes back; every request
+    # goes to its quorum listener, which never leads, so the client must find the leader.
+    moved = max((b for b in brokers if b is not leader), key=lambda b: b.broker_id)
+    port = moved.quorum.listen[1]
+
+    text = await sluice_quorum("describe", "--bootstrap-server", f"127.0.0.1:{port}")
+    epoch = leader.quorum.client.driver.node.epoch
+    assert text.splitlines()[:4] == [f"LeaderId:       {leader.broker_id}",
+                                     f"LeaderEpoch:    {epoch}",
+                                     text.splitlines()[2], "CurrentVoters:  [1,2,3]"]
+    hw = int(text.splitlines()[2].split()[1])
+    assert 0 < hw <= leader.quorum.client.driver.high_watermark
+    as_json = json.loads(await sluice_quorum("describe", "--bootstrap-server",
+                                             f"127.0.0.1:{port}", "--json"))
+    assert as_json["leader_id"] == leader.broker_id and as_json["observers"] == []
+    assert sorted(r["replica_id"] for r in as_json["current_voters"]) == [1, 2, 3]
+
+    kept = sorted(b.broker_id for b in brokers if b is not moved)
+    done = await quorum_admin(port, lambda c: (c.reassign(kept), c.wait_for(kept))[1])
+    assert voter_ids(done) == kept and done.target_voters is None
+    await eventually(lambda: moved.quorum.client.driver.role is Role.OBSERVER,
+                     what=f"broker {moved.broker_id} observing")
+    d = await quorum_admin(port, lambda c: c.describe())
+    assert [r.replica_id for r in d.observers] == [moved.broker_id]
+    # The broker goes on as an observer: its metadata writes are forwarded to the leader.
+    await create_topic(moved, "while-observing", partitions=1, rf=3)
+    await eventually(lambda: leader_of(brokers, "while-observing", 0),
+                     what="a leader of 'while-observing'")
+
+    out = await sluice_quorum("reassign", "--bootstrap-server", f"127.0.0.1:{port}",
+                              "--voters", "1,2,3", "--wait")
+    assert out.splitlines()[-1].startswith("Done: the voters are 1,2,3")
+    await eventually(lambda: moved.quorum.client.driver.role is Role.FOLLOWER,
+                     what=f"broker {moved.broker_id} a voter again")
+    d = await quorum_admin(port, lambda c: c.describe())
+    assert voter_ids(d) == [1, 2, 3] and d.observers == () and d.target_voters is None
+
+
+# -- a broker that is not a voter: an observer of the quorum ----------------------------------
+
+
+@pytest.fixture
+def with_observer(tmp_path):
+    """Brokers 1-3 vote; broker 4 observes (its own quorum.listener)."""
+    started = pytest_twisted.blockon(defer.Deferred.fromCoroutine(
+        start_quorum_brokers(tmp_path, observers=1)))
+    try:
+        yield started
+    finally:
+        pytest_twisted.blockon(defer.Deferred.fromCoroutine(stop_brokers(started)))
+
+
+async def fetch_values(broker: BrokerService, topic: str, partition: int) -> list[bytes]:
+    resp = await call(broker, ApiKey.FETCH, 11, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+        "topics": [{"topic": topic, "partitions": [
+            {"partition": partition, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+    p = resp.responses[0].partitions[0]
+    assert p.error_code == 0, p
+    return [r.value for r in decode_records(p.records)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_observer_broker_joins_hosts_partitions_and_writes_metadata(with_observer):
+    brokers = with_observer
+    observer = brokers[3]
+    assert observer.broker_id == 4 and 4 not in observer.quorum.voters
+    await eventually(lambda: quorum_leader(brokers), what="a quorum leader")
+    assert observer.quorum.client.driver.role is Role.OBSERVER
+    await eventually(lambda: controller_of(brokers), what="an active controller")
+    # It registered through the quorum like the voters, and every broker sees all four.
+    await eventually(lambda: all(len(b.cache.brokers) == 4 for b in brokers),
+                     what="every cache lists 4 brokers")
+
+    # Metadata written elsewhere reaches it: a topic created through a voter, with broker 4
+    # leading partition 0 and following partition 1.
+    await create_topic(brokers[0], "seen", assignment={0: [4, 1], 1: [2, 4]})
+    await eventually(lambda: leader_of(brokers, "seen", 0) is observer
+                     and leader_of(brokers, "seen", 1) is brokers[1],
+                     what="broker 4 leading 'seen'-0")
+    md = await call(observer, ApiKey.METADATA, 9, {"topics": [{"name": "seen"}]})
+    assert md.topics[0].error_code == 0
+    assert sorted(p.leader_id for p in md.topics[0].partitions) == [2, 4]
+    # It hosts partitions: a produce and a fetch through it, and it replicates the other.
+    resp = await produce(observer, "seen", 0, [b"a", b"b"], acks=-1)
+    assert (resp.error_code, resp.base_offset) == (0, 0)
+    assert await fetch_values(observer, "seen", 0) == [b"a", b"b"]
+    assert (await produce(brokers[1], "seen", 1, [b"c"], acks=-1)).error_code == 0
+    await eventually(lambda: len(local_batches(observer, "seen", 1)) == 1,
+                     what="broker 4's replica of 'seen'-1")
+
+    # Its own metadata writes are forwarded to the quorum leader (an observer never leads):
+    # a topic created through it, and a command submitted on its quorum client directly.
+    await create_topic(observer, "from-observer", partitions=2, rf=2)
+    await eventually(lambda: all(leader_of(brokers, "from-observer", p) for p in range(2)),
+                     what="leaders of 'from-observer'")
+    stamp = int(reactor.seconds() * 1000)
+    assert await observer.quorum.client.submit(
+        encode(CreateNode("/observer-wrote", b"4", 0, False), stamp)) == "/observer-wrote"
+    assert observer.quorum.client.tree.get("/observer-wrote")[0] == b"4"  # read-your-writes
+    leader = quorum_leader(brokers)
+    assert leader is not None and leader.quorum.client.tree.exists("/observer-wrote")
+    trees = [b.quorum.client.tree for b in brokers]
+    await eventually(lambda: len({t.applied_offset for t in trees}) == 1, what="trees level")
+    assert len({t.to_snapshot() for t in trees}) == 1
+
+    # DescribeQuorum, asked at the observer's own quorum listener, lists it as an observer.
+    d = await quorum_admin(observer.quorum.listen[1], lambda c: c.describe())
+    assert d.leader_id == leader.broker_id and voter_ids(d) == [1, 2, 3]
+    assert [r.replica_id for r in d.observers] == [4]
+    (seen,) = d.observers
+    (leader_row,) = [r for r in d.current_voters if r.replica_id == d.leader_id]
+    assert 0 < seen.log_end_offset <= leader_row.log_end_offset and seen.last_fetch_ms >= 0

@@ -3,7 +3,8 @@ broker in quorum mode runs it): a follower's writes are forwarded to the leader 
 MetadataWrite and it reads its own write at once; failed commands fail alike on every node;
 heartbeats reach the leader's tracker through SessionHeartbeat; a quorum without a majority
 fails a write with ConnectionLost after the timeout; the quorum listener advertises the two
-APIs."""
+APIs; a forwarded write whose answer is lost (a proxy cuts the connection after the request)
+is never resent: it succeeds exactly once if it applied, else fails with ConnectionLost."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from broker_core.raft.metadata_commands import CreateNode, OpenSession, SetNode,
 from broker_core.rpc import connect_client
 from broker_core.wire.apis import ApiKey
 from tests.support.cluster import eventually, free_port
+from tests.support.cutting_proxy import CuttingProxy
 
 #: Short timers: an election in 0.2-0.4 s.
 FAST = RaftConfig(election_timeout_ms=200, fetch_timeout_ms=1000, election_backoff_max_ms=200,
@@ -120,3 +122,72 @@ async def test_without_a_majority_a_write_fails_with_connection_lost(tmp_path):
             await alone.client.heartbeat(1)
     finally:
         await alone.stop()
+
+
+# -- a forwarded write whose answer is lost ---------------------------------------------------
+
+
+@pytest.fixture
+def cut_off(quorums):
+    """``(leader, follower, proxy)``: the follower's quorum client reaches the leader's
+    listener only through a :class:`CuttingProxy` watching MetadataWrite (its Raft traffic
+    goes direct, so it goes on applying the log)."""
+    leader = next(q for q in quorums if q.client.leading)
+    follower = next(q for q in quorums if not q.client.leading)
+    proxy = CuttingProxy(reactor, ("127.0.0.1", leader.listen[1]), ApiKey.METADATA_WRITE)
+    port = pytest_twisted.blockon(defer.Deferred.fromCoroutine(proxy.start()))
+    follower.client.addresses[leader.node_id] = VoterAddress(leader.node_id, "127.0.0.1", port)
+    try:
+        yield leader, follower, proxy
+    finally:
+        pytest_twisted.blockon(defer.Deferred.fromCoroutine(proxy.stop()))
+
+
+def offsets_of(quorum: EmbeddedQuorum, payload: bytes) -> list[int]:
+    """The offsets of the entries of ``quorum``'s log that carry exactly ``payload``."""
+    log = quorum.raft_log
+    return [e.offset for e in log.read(0, log.end_offset()) if e.payload == payload]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_write_whose_answer_is_lost_but_that_applied_succeeds_exactly_once(cut_off):
+    leader, follower, proxy = cut_off
+    assert await follower.client.submit(encode(CreateNode("/w", b"1", 0, False),
+                                               _now())) == "/w"
+    assert (proxy.seen, proxy.cuts) == (1, 0)  # the proxy passes writes through
+
+    # The leader gets the set and commits it; the follower's connection closes before the
+    # answer. The client must not resend it, and must find its result in the applied log.
+    proxy.cut_next(forward=True)
+    command = encode(SetNode("/w", b"2", 0), _now())
+    stat = await follower.client.submit(command)
+    assert (proxy.seen, proxy.cuts) == (2, 1)  # sent once, never again
+    assert stat.version == 1 and follower.client.tree.get("/w")[0] == b"2"
+    # Applied exactly once, at the offset the caller was given as the node's mzxid.
+    await eventually(lambda: follower.client.tree.applied_offset
+                     == leader.client.tree.applied_offset, what="trees level")
+    assert offsets_of(leader, command) == [stat.mzxid]
+    assert offsets_of(follower, command) == [stat.mzxid]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_write_whose_answer_is_lost_and_that_never_applied_fails_connection_lost(
+        cut_off):
+    leader, follower, proxy = cut_off
+    follower.client.submit_timeout_s = 1.0  # the deadline of the watch for its payload
+    # The request never reaches the leader, but to the client it is the same as a lost
+    # answer: a connection lost after sending. It cannot know, so it must not resend.
+    proxy.cut_next(forward=False)
+    command = encode(CreateNode("/never", b"", 0, False), _now())
+    with pytest.raises(ConnectionLost, match="did not appear in the metadata log"):
+        await follower.client.submit(command)
+    assert (proxy.seen, proxy.cuts) == (1, 1)  # sent once, never again
+
+    # The client works on, and the lost command never applies under its payload.
+    assert await follower.client.submit(encode(CreateNode("/later", b"", 0, False),
+                                               _now())) == "/later"
+    assert proxy.seen == 2
+    await eventually(lambda: follower.client.tree.applied_offset
+                     == leader.client.tree.applied_offset, what="trees level")
+    for q in (leader, follower):
+        assert offsets_of(q, command) == [] and q.client.tree.exists("/never") is None

@@ -1,5 +1,6 @@
 """``sluice quorum describe | reassign``: argument parsing, the table and JSON, and the admin
-client's retries (seed 002's rules) against scripted servers, on an injected clock."""
+client's leader discovery (DiscoverBrokers) and retries (seed 002's rules) against scripted
+servers, on an injected clock."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import json
 
 import pytest
 
-from broker_core.raft import wire
+from broker_core.raft import discovery, wire
+from broker_core.raft.discovery import Directory, Gossip, NodeEndpoint, QuorumView
 from broker_core.raft.messages import (
     NO_LEADER,
     AlterVotersRequest,
@@ -18,6 +20,7 @@ from broker_core.raft.messages import (
     ReplicaState,
 )
 from broker_core.wire import apis
+from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from consumer_client import cli
 from consumer_client.quorum_admin import (
@@ -126,31 +129,49 @@ class FakeClock:
 
 
 class Scripted:
-    """Servers by port, each answering from its list of responses. A ConnectionRefusedError
-    is raised at connect, any other OSError by the request (a connection lost mid-way)."""
+    """Servers by port, each answering from its list of responses in order: a quorum response,
+    or a :class:`Gossip` for DiscoverBrokers. A ConnectionRefusedError is raised at connect,
+    any other OSError by the request (a connection lost mid-way). Every request is recorded
+    as ``(port, message)``; a DiscoverBrokers request as the :class:`Gossip` it carries."""
 
     def __init__(self, script: dict[int, list]) -> None:
         self.script = script
         self.requests: list[tuple[int, object]] = []
 
     def connect(self, host: str, port: int, timeout: float) -> Scripted.Conn:
-        if not self.script[port]:
+        if not self.script.get(port):
             raise ConnectionRefusedError(111, "Connection refused")
         if isinstance(self.script[port][0], ConnectionRefusedError):
             raise self.script[port].pop(0)
         return Scripted.Conn(self, port)
+
+    def ports(self) -> list[int]:
+        return [p for p, _ in self.requests]
+
+    def discoveries(self) -> list[int]:
+        return [p for p, m in self.requests if isinstance(m, Gossip)]
 
     class Conn:
         def __init__(self, owner: Scripted, port: int) -> None:
             self.owner, self.port = owner, port
 
         def request(self, key: int, body: dict, *, version: int):
-            message = wire.request_from_body(key, _roundtrip_request(key, version, body))
+            decoded = _roundtrip_request(key, version, body)
+            if key == ApiKey.DISCOVER_BROKERS:
+                message = discovery.gossip_from_body(decoded)
+            else:
+                message = wire.request_from_body(key, decoded)
             self.owner.requests.append((self.port, message))
             answer = self.owner.script[self.port].pop(0)
             if isinstance(answer, OSError):
                 raise answer
-            frame = b"".join(wire.encode_response(answer, 1))
+            if isinstance(answer, Gossip):
+                assert key == ApiKey.DISCOVER_BROKERS, f"{answer} answers DiscoverBrokers only"
+                frame = b"".join(apis.encode_response(
+                    key, version, 1, discovery.gossip_body(answer, response=True)))
+            else:
+                assert key != ApiKey.DISCOVER_BROKERS, f"DiscoverBrokers answered with {answer}"
+                frame = b"".join(wire.encode_response(answer, 1))
             return apis.decode_response(key, version, frame)[1]
 
         def close(self) -> None:
@@ -162,7 +183,16 @@ def _roundtrip_request(key: int, version: int, body: dict):
                                defined=True).body
 
 
-def client(script: Scripted, clock: FakeClock, servers: str = "a:1,b:2,c:3",
+def gossip(responder: int, leader: int, nodes: dict[int, int] | None = None, *,
+           epoch: int = 5, cluster: str = "c", host: str = "h") -> Gossip:
+    """A DiscoverBrokers answer of node ``responder`` knowing ``leader`` and the nodes
+    ``nodes`` (id -> port on ``host``); the responder advertises port ``responder + 10``."""
+    return Gossip(NodeEndpoint(responder, host, responder + 10, 1000),
+                  tuple(NodeEndpoint(n, host, p, 1000) for n, p in sorted((nodes or {}).items())),
+                  QuorumView(cluster, leader, epoch if leader >= 0 else -1, 0, (1, 2, 3)))
+
+
+def client(script: Scripted, clock: FakeClock, servers: str = "a:1",
            timeout_s: float = 10.0) -> QuorumAdminClient:
     return QuorumAdminClient(servers, timeout_s=timeout_s, connect=script.connect,
                              sleep=clock.sleep, monotonic=clock.monotonic)
@@ -172,59 +202,140 @@ def not_leader(leader: int = NO_LEADER) -> DescribeQuorumResponse:
     return DescribeQuorumResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, leader, 5)
 
 
-def test_not_leader_moves_to_the_next_server_at_once():
+def test_one_non_leader_server_is_enough_discover_brokers_names_the_leader():
+    # Node 2, reached at port 1, knows leader 3 at port 13: the describe goes straight there.
     clock = FakeClock()
-    s = Scripted({1: [not_leader(3)], 2: [not_leader(3)], 3: [DESCRIBED]})
+    s = Scripted({1: [gossip(2, 3, {1: 11, 3: 13})], 13: [DESCRIBED]})
+    c = client(s, clock)
+    assert c.describe() == DESCRIBED
+    assert s.ports() == [1, 13] and clock.sleeps == []
+    assert s.requests[1][1] == DescribeQuorumRequest()
+    # The next operation goes to the leader that answered, without asking again.
+    s.script[13].append(DESCRIBED)
+    assert c.describe() == DESCRIBED and s.discoveries() == [1]
+
+
+def test_the_discover_request_tells_the_listener_nothing_it_would_keep():
+    clock = FakeClock()
+    s = Scripted({1: [gossip(1, 1), DESCRIBED]})
+    client(s, clock).describe()
+    (sent,) = [m for _, m in s.requests if isinstance(m, Gossip)]
+    assert sent.node.node_id == -1 and sent.brokers == ()
+    assert sent.view == QuorumView()  # no cluster id, no leader, no epoch, no voters
+    # A node's directory, before the quorum is known and after: merging it changes nothing.
+    for view in (QuorumView(), QuorumView("c", 1, 5, 0, (1, 2, 3))):
+        directory = Directory(NodeEndpoint(1, "h", 11, 1000), view,
+                              {2: NodeEndpoint(2, "h", 12, 1000)})
+        before = (directory.view, dict(directory.nodes))
+        assert directory.merge(sent) == set()
+        assert (directory.view, directory.nodes) == before
+
+
+def test_a_node_is_reached_where_it_answered_not_where_it_says_it_listens():
+    # Node 1 leads and advertises 0.0.0.0:11 (bound to every interface); it answered at a:1.
+    clock = FakeClock()
+    s = Scripted({1: [gossip(1, 1, host="0.0.0.0"), DESCRIBED]})
     assert client(s, clock).describe() == DESCRIBED
-    assert [p for p, _ in s.requests] == [1, 2, 3] and clock.sleeps == []
+    assert s.ports() == [1, 1]
 
 
-def test_no_leader_known_backs_off_doubling_then_succeeds():
+def test_not_leader_naming_a_leader_goes_straight_to_its_endpoint():
+    # DiscoverBrokers named leader 3 (stale); 3 names 2, whose endpoint the client knows.
     clock = FakeClock()
-    s = Scripted({1: [not_leader(), not_leader(), DESCRIBED]})
-    assert client(s, clock, servers="a:1").describe() == DESCRIBED
-    assert clock.sleeps == [0.1, 0.2]
+    s = Scripted({1: [gossip(1, 3, {2: 12, 3: 13})], 13: [not_leader(2)], 12: [DESCRIBED]})
+    assert client(s, clock).describe() == DESCRIBED
+    assert s.ports() == [1, 13, 12] and clock.sleeps == []
 
 
-def test_every_server_refusing_as_non_leader_backs_off_before_trying_them_again():
+def test_a_leader_whose_endpoint_is_unknown_is_looked_up_with_discover_brokers_at_once():
     clock = FakeClock()
-    s = Scripted({1: [not_leader(9), DESCRIBED], 2: [not_leader(9)]})
+    # The second answer still holds the old view (same epoch): the leader the refusal named
+    # is looked for, not the view's.
+    s = Scripted({1: [gossip(1, 3, {3: 13}), gossip(1, 3, {3: 13, 7: 17})],
+                  13: [not_leader(7)], 17: [DESCRIBED]})
+    assert client(s, clock).describe() == DESCRIBED
+    assert s.ports() == [1, 13, 1, 17] and clock.sleeps == []
+
+
+def test_no_leader_known_backs_off_doubling_and_asks_discover_brokers_again():
+    clock = FakeClock()
+    s = Scripted({1: [gossip(1, NO_LEADER), gossip(1, NO_LEADER), gossip(1, 2, {2: 12})],
+                  12: [DESCRIBED]})
+    assert client(s, clock).describe() == DESCRIBED
+    assert clock.sleeps == [0.1, 0.2] and s.discoveries() == [1, 1, 1]
+
+
+def test_not_leader_with_no_leader_known_backs_off_then_rediscovers():
+    # The node DiscoverBrokers named lost its leadership (an election is on).
+    clock = FakeClock()
+    s = Scripted({1: [gossip(1, 2, {2: 12}), gossip(1, 3, {2: 12, 3: 13}, epoch=6)],
+                  12: [not_leader()], 13: [DESCRIBED]})
+    assert client(s, clock).describe() == DESCRIBED
+    assert clock.sleeps == [0.1] and s.ports() == [1, 12, 1, 13]
+
+
+def test_a_dead_server_is_skipped_and_nodes_learned_of_are_asked_too():
+    clock = FakeClock()
+    # Port 1 refuses; node 2 (port 2) knows no leader but knows node 3, which does.
+    s = Scripted({1: [], 2: [gossip(2, NO_LEADER, {3: 13})], 13: [gossip(3, 3), DESCRIBED]})
     assert client(s, clock, servers="a:1,b:2").describe() == DESCRIBED
-    assert len(clock.sleeps) == 1 and [p for p, _ in s.requests] == [1, 2, 1]
+    assert s.ports() == [2, 13, 13] and clock.sleeps == []
+
+
+def test_an_answer_of_another_cluster_is_refused_and_its_leader_never_asked():
+    clock = FakeClock()
+    s = Scripted({1: [gossip(1, NO_LEADER), gossip(1, 1), DESCRIBED],
+                  2: [gossip(5, 9, {9: 19}, cluster="other")] * 2})
+    assert client(s, clock, servers="a:1,b:2").describe() == DESCRIBED
+    assert 19 not in s.ports() and clock.sleeps == [0.1]
+
+
+def test_nodes_naming_each_other_back_off_instead_of_spinning():
+    clock = FakeClock()
+    s = Scripted({1: [gossip(1, 2, {2: 12, 3: 13}), gossip(1, 1, {2: 12, 3: 13}, epoch=6),
+                      DESCRIBED],
+                  12: [not_leader(3)] * 10, 13: [not_leader(2)] * 10})
+    assert client(s, clock).describe() == DESCRIBED
+    # One redirect more than the servers and nodes known (1, 2, 3), then a backoff and
+    # DiscoverBrokers, which now names leader 1.
+    assert s.ports() == [1, 12, 13, 12, 13, 12, 1, 1] and len(clock.sleeps) == 1
 
 
 def test_a_lost_connection_is_retried_and_a_reassignment_resent_until_answered():
     clock = FakeClock()
     ok = AlterVotersResponse(ErrorCode.NONE, 1, 5)
-    s = Scripted({1: [ConnectionResetError("reset"), ok]})
-    c = client(s, clock, servers="a:1")
+    s = Scripted({1: [gossip(1, 1), ConnectionResetError("reset"), gossip(1, 1), ok]})
+    c = client(s, clock)
     assert c.reassign((1, 2, 3)) == ok
-    assert [m for _, m in s.requests] == [AlterVotersRequest((1, 2, 3), 10_000)] * 2
+    assert [m for _, m in s.requests if not isinstance(m, Gossip)] == \
+        [AlterVotersRequest((1, 2, 3), 10_000)] * 2
+    assert clock.sleeps == [0.1]
 
 
 def test_a_non_retriable_error_fails_at_once_with_its_code():
     clock = FakeClock()
-    s = Scripted({1: [AlterVotersResponse(ErrorCode.INVALID_REPLICA_ASSIGNMENT, 1, 5)]})
+    s = Scripted({1: [gossip(1, 1), AlterVotersResponse(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                                        1, 5)]})
     with pytest.raises(QuorumAdminError) as e:
-        client(s, clock, servers="a:1").reassign((1,))
+        client(s, clock).reassign((1,))
     assert e.value.code is ErrorCode.INVALID_REPLICA_ASSIGNMENT and clock.sleeps == []
 
 
-def test_retries_stop_at_the_timeout_naming_the_leader_not_given():
+def test_retries_stop_at_the_timeout_naming_the_leader_it_cannot_reach():
     clock = FakeClock()
-    s = Scripted({1: [not_leader(7)] * 100})
-    with pytest.raises(QuorumAdminError, match="leader 7 is not among the servers given") as e:
-        client(s, clock, servers="a:1", timeout_s=2.0).describe()
-    assert e.value.code is ErrorCode.REQUEST_TIMED_OUT and sum(clock.sleeps) < 2.0
+    s = Scripted({1: [gossip(1, 7)] * 100})  # leader 7, whose endpoint nobody tells
+    with pytest.raises(QuorumAdminError, match="leader 7's endpoint is unknown") as e:
+        client(s, clock, timeout_s=2.0).describe()
+    assert e.value.code is ErrorCode.REQUEST_TIMED_OUT and 0 < sum(clock.sleeps) < 2.0
 
 
 def test_wait_for_polls_until_the_target_is_the_voter_set(monkeypatch):
     clock = FakeClock()
     done = DescribeQuorumResponse(ErrorCode.NONE, 4, 6, 200,
                                   current_voters=tuple(ReplicaState(i) for i in (4, 5, 6)))
-    s = Scripted({1: [DESCRIBED, DESCRIBED, done]})
-    assert client(s, clock, servers="a:1").wait_for((6, 5, 4)) == done
-    assert clock.sleeps == [0.2, 0.2]
+    s = Scripted({1: [gossip(1, 1), DESCRIBED, DESCRIBED, done]})
+    assert client(s, clock).wait_for((6, 5, 4)) == done
+    assert clock.sleeps == [0.2, 0.2] and s.discoveries() == [1]
 
 
 def test_cli_reassign_prints_acceptance_and_done(monkeypatch):

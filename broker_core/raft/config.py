@@ -27,6 +27,16 @@ class RaftConfig:
     - ``fetch_max_wait_ms`` (``replica.fetch.wait.max.ms``): how long a leader holds a fetch
       that it has nothing new for.
     - ``fetch_max_entries``: entries per fetch response (a byte limit once entries are bytes).
+    - ``snapshot_interval_entries`` (``quorum.snapshot.interval.entries``) and
+      ``snapshot_interval_bytes`` (``quorum.snapshot.interval.bytes``, Kafka's
+      ``metadata.log.max.record.bytes.between.snapshots``): the state machine's owner asks for a
+      snapshot once this many committed entries, or payload bytes, were applied since the last
+      one (0 disables that trigger; both 0: no snapshots).
+    - ``snapshot_retain_entries`` (``quorum.snapshot.retain.entries``): after a snapshot the
+      log's prefix below it is deleted, except for the last this-many entries, so a follower
+      slightly behind still fetches entries. ``None`` (the default) keeps the whole log: no
+      node can fetch a snapshot from its leader yet (FetchSnapshot), so a node that falls
+      behind a leader's log start cannot catch up (the leader answers OFFSET_OUT_OF_RANGE).
     """
 
     election_timeout_ms: int = 1000
@@ -36,6 +46,9 @@ class RaftConfig:
     retry_backoff_ms: int = 20
     fetch_max_wait_ms: int = 500
     fetch_max_entries: int = 500
+    snapshot_interval_entries: int = 100_000
+    snapshot_interval_bytes: int = 20 * 1024 * 1024
+    snapshot_retain_entries: int | None = None
 
     def __post_init__(self) -> None:
         for key, value in (("quorum.election.timeout.ms", self.election_timeout_ms),
@@ -46,6 +59,13 @@ class RaftConfig:
                            ("fetch.max.entries", self.fetch_max_entries)):
             if value <= 0:
                 raise RaftConfigError(f"{key} must be positive, got {value}")
+        for key, value in (("quorum.snapshot.interval.entries", self.snapshot_interval_entries),
+                           ("quorum.snapshot.interval.bytes", self.snapshot_interval_bytes),
+                           ("quorum.snapshot.retain.entries",
+                            0 if self.snapshot_retain_entries is None
+                            else self.snapshot_retain_entries)):
+            if value < 0:
+                raise RaftConfigError(f"{key} must not be negative, got {value}")
         if self.fetch_max_wait_ms < 0:
             raise RaftConfigError(f"replica.fetch.wait.max.ms must not be negative, got "
                                   f"{self.fetch_max_wait_ms}")

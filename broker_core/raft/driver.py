@@ -35,8 +35,9 @@ Invariants kept here:
 
 - no message of a step reaches the transport before that step's quorum state is on disk and
   its log flushed;
-- committed entries reach each subscriber once, in offset order, with no gaps, from offset 0
-  (every start replays the log: there are no snapshots yet);
+- committed entries reach each subscriber once, in offset order, with no gaps, from the
+  node's latest snapshot on (a subscriber that keeps state is given the snapshot first, see
+  :meth:`RaftDriver.subscribe_committed`; without snapshots, from offset 0);
 - a :meth:`propose` Deferred fires with the entry's offset once the high watermark passes it,
   or fails with :class:`EntryTruncated` if the entry leaves the log, or with
   :class:`DriverStopped`; it never fires twice.
@@ -70,6 +71,12 @@ from broker_core.raft.quorum_state import (
     write_quorum_state,
 )
 from broker_core.raft.roles import Role
+from broker_core.raft.snapshots import (
+    DiskSnapshotStore,
+    InMemorySnapshotStore,
+    ISnapshotStore,
+    Snapshot,
+)
 
 __all__ = ["DriverStopped", "EntryTruncated", "IRaftTransport", "NotLeaderError",
            "RaftDriver"]
@@ -103,6 +110,7 @@ class DriverStopped(Exception):
 
 
 CommittedCallback = Callable[[tuple[LogEntry, ...]], Any]
+SnapshotLoader = Callable[[Snapshot], Any]
 TransitionCallback = Callable[[Transition], Any]
 
 
@@ -121,6 +129,8 @@ class RaftDriver:
     :param rng: the random source for election timeouts.
     :param persist_thread: write the quorum state and flush the log on a dedicated writer
         thread instead of the reactor thread (``clock`` must then be the reactor).
+    :param snapshots: the node's snapshot store; by default a :class:`DiskSnapshotStore` in
+        the log's own directory for a log on disk, an in-memory one otherwise.
     """
 
     log = Logger(namespace="sluice.raft")
@@ -128,7 +138,8 @@ class RaftDriver:
     def __init__(self, node_id: int, cluster_id: str, voters: frozenset[int] | set[int],
                  log: IRaftLog, data_dir: Path | str, config: RaftConfig,
                  clock: IReactorTime, transport: Any = None,
-                 rng: random.Random | None = None, persist_thread: bool = False) -> None:
+                 rng: random.Random | None = None, persist_thread: bool = False,
+                 snapshots: ISnapshotStore | None = None) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.voters = frozenset(voters)
@@ -145,6 +156,9 @@ class RaftDriver:
         self._stopped = False
         self._delivered = 0  # entries below this offset went to every subscriber
         self._on_committed: list[CommittedCallback] = []
+        directory = getattr(log, "directory", None)
+        self.snapshots: ISnapshotStore = snapshots if snapshots is not None else (
+            DiskSnapshotStore(directory) if directory is not None else InMemorySnapshotStore())
         self._on_transition: list[TransitionCallback] = []
         self._pending: dict[int, tuple[LogEntry, defer.Deferred]] = {}  # offset -> proposal
         self._last_ms = 0.0
@@ -175,12 +189,21 @@ class RaftDriver:
             raise QuorumStateError(f"{self.data_dir}: the quorum state belongs to cluster "
                                    f"{persisted.cluster_id!r}, not {self.cluster_id!r}")
         self.node = RaftNode(self.node_id, self.cluster_id, self.voters, self.raft_log,
-                             self.config, self._rng, self._now(), persisted)
+                             self.config, self._rng, self._now(), persisted,
+                             snapshots=self.snapshots)
+        # What the snapshot covers is committed and is given to subscribers as the snapshot.
+        self._delivered = self.node.high_watermark
         if self._pool is not None:
             self._pool.start()
-        self.log.info("quorum node {node} starts as {role} in epoch {epoch} (log end {end})",
-                      node=self.node_id, role=self.node.role.value, epoch=self.node.epoch,
-                      end=self.raft_log.end_offset())
+        for problem in getattr(self.snapshots, "problems", ()):
+            self.log.warn("quorum node {node}: skipped a damaged snapshot: {problem}",
+                          node=self.node_id, problem=problem)
+        snapshot = self.node.latest_snapshot
+        self.log.info("quorum node {node} starts as {role} in epoch {epoch} (log {start} to "
+                      "{end}, snapshot {snapshot})", node=self.node_id,
+                      role=self.node.role.value, epoch=self.node.epoch,
+                      start=self.raft_log.start_offset(), end=self.raft_log.end_offset(),
+                      snapshot=None if snapshot is None else snapshot.snapshot_id)
         self._arm()
 
     def stop(self, graceful: bool = True) -> None:
@@ -240,12 +263,34 @@ class RaftDriver:
 
     # ------------------------------------------------------------------ subscriptions
 
-    def subscribe_committed(self, callback: CommittedCallback) -> None:
+    def subscribe_committed(self, callback: CommittedCallback,
+                            load_snapshot: SnapshotLoader | None = None) -> None:
         """Call ``callback(entries)`` with committed entries, in order, each exactly once: at
-        once with every entry already delivered, then as the high watermark advances."""
-        for chunk in self._read(0, self._delivered):
+        once with every entry already delivered, then as the high watermark advances.
+
+        The node's latest snapshot stands for the entries below its end: a subscriber that
+        keeps state passes ``load_snapshot``, which is called with it first, and gets the
+        entries from its end on. One without a loader (views, counters) only gets the entries
+        from the snapshot's end. Without a snapshot both start at offset 0."""
+        snapshot = self._node().latest_snapshot
+        start = 0
+        if snapshot is not None:
+            start = snapshot.end_offset
+            if load_snapshot is not None:
+                load_snapshot(snapshot)
+        for chunk in self._read(start, self._delivered):
             callback(chunk)
         self._on_committed.append(callback)
+
+    def take_snapshot(self, end_offset: int, state: bytes) -> None:
+        """The state machine's ``state`` after every committed entry below ``end_offset``:
+        keep it as the node's snapshot (written durably in the step; BLOCKING), after which
+        the log's prefix may go (``RaftNode.create_snapshot``). The state machine's owner
+        calls this, typically every ``snapshot_interval_entries`` / ``_bytes``; from a
+        committed-entries callback it runs right after the current step."""
+        if self._stopped or self.node is None:
+            return
+        self._run(lambda: self._node().create_snapshot(end_offset, state, self._now()))
 
     def subscribe_transitions(self, callback: TransitionCallback) -> None:
         """Call ``callback(transition)`` for every role change from now on."""

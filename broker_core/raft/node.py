@@ -76,10 +76,22 @@ from broker_core.raft.messages import (
 from broker_core.raft.quorum_state import QuorumState
 from broker_core.raft.reassignment import Add, Done, Remove, ResignThenRemove, next_step
 from broker_core.raft.roles import VOTER_ROLES, IllegalStateTransition, Role, check_transition
+from broker_core.raft.snapshots import InMemorySnapshotStore, ISnapshotStore, Snapshot, SnapshotId
 from broker_core.raft.voter_set import VoterChangeRejected, VoterSetHistory
 from broker_core.wire.errors import ErrorCode
 
 NO_ID = -1
+
+
+def _log_continues(log: IRaftLog, snapshot_id: SnapshotId) -> bool:
+    """Whether ``log`` holds the snapshot's end (its entry below it, or the epoch below its
+    start) with the snapshot's epoch, and nothing older after it."""
+    end = snapshot_id.end_offset
+    if not log.start_offset() <= end <= log.end_offset():
+        return False
+    if log.epoch_at(end - 1) != snapshot_id.epoch:
+        return False
+    return log.end_offset() == end or log.epoch_at(end) >= snapshot_id.epoch
 
 
 class NotLeaderError(Exception):
@@ -173,11 +185,15 @@ class RaftNode:
     :param rng: the random source for election timeouts (inject a seeded one in tests).
     :param now: the current time in milliseconds, for the first timers.
     :param persisted: the quorum state read at start, or ``None`` for a fresh node.
+    :param snapshots: the node's snapshot store (default: an empty in-memory one). The node
+        starts from its latest valid snapshot: entries below it count as committed, and its
+        voters apply when they are newer than the persisted ones.
     """
 
     def __init__(self, node_id: int, cluster_id: str, voters: frozenset[int] | set[int],
                  log: IRaftLog, config: RaftConfig, rng: random.Random, now: float,
-                 persisted: QuorumState | None = None) -> None:
+                 persisted: QuorumState | None = None,
+                 snapshots: ISnapshotStore | None = None) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.log = log
@@ -195,20 +211,40 @@ class RaftNode:
         # leader: we tell them our epoch when we stand (see _request_votes).
         self._rivals: set[int] = set()
         self._lost_candidacies = 0  # candidacies in a row that timed out; 0 once a leader is known
+        self.snapshots: ISnapshotStore = (snapshots if snapshots is not None
+                                          else InMemorySnapshotStore())
+        snapshot = self._snapshot = self.snapshots.latest()
+        if snapshot is not None:
+            self._check_snapshot(snapshot)
+            if not _log_continues(log, snapshot.snapshot_id):
+                # The snapshot was installed from the leader but the node stopped before its
+                # log was reset (or the log lost what the snapshot covers): the snapshot wins.
+                log.reset(snapshot.end_offset, snapshot.epoch)
+        applied, current, target = -1, tuple(voters), None
         if persisted is not None:
             if persisted.cluster_id != cluster_id:
                 raise ValueError(f"quorum state belongs to cluster {persisted.cluster_id!r}, "
                                  f"not {cluster_id!r}")
-            self._history = VoterSetHistory.recover(
-                persisted.applied_offset, persisted.current_voters, persisted.target_voters, log)
+            applied = persisted.applied_offset
+            current, target = persisted.current_voters, persisted.target_voters
             self._epoch = persisted.leader_epoch
             self._voted_id = persisted.voted_id
             self._leader_id = persisted.leader_id
         else:
-            self._history = VoterSetHistory.recover(-1, voters, None, log)
             self._epoch = 0
             self._voted_id = NO_ID
             self._leader_id = NO_LEADER
+        if snapshot is not None and snapshot.voters_offset > applied:
+            # The snapshot knows a newer committed assignment than the quorum-state file (it
+            # came from the leader): its voters hold at its end.
+            applied = snapshot.voters_offset
+            current = snapshot.voters.current_voters
+            target = snapshot.voters.target_voters
+        self._history = VoterSetHistory.recover(applied, current, target, log)
+        if snapshot is not None:
+            # Everything a snapshot covers was committed when it was taken.
+            self._high_watermark = snapshot.end_offset
+            self._history.committed(self._high_watermark)
         self._rs = _RoleState()
         self._role = self._initial_role()
         self._enter_role(initial=True)
@@ -255,6 +291,11 @@ class RaftNode:
     def high_watermark(self) -> int:
         """Every entry below this offset is committed. Never decreases while the node runs."""
         return self._high_watermark
+
+    @property
+    def latest_snapshot(self) -> Snapshot | None:
+        """The newest snapshot this node holds (taken here or installed from the leader)."""
+        return self._snapshot
 
     @property
     def voters(self) -> frozenset[int]:
@@ -340,6 +381,45 @@ class RaftNode:
         self._begin(now)
         self._fx.proposed = self._append_as_leader(payload)
         return self._end()
+
+    def create_snapshot(self, end_offset: int, state: bytes, now: float) -> Effects:
+        """Keep ``state``, the state machine's state after every entry below ``end_offset``,
+        as a snapshot (durably, in the snapshot store), with the voters in force there; then
+        let the log's prefix go, keeping ``snapshot_retain_entries`` entries below the log
+        end. ``end_offset`` must be committed (at most the high watermark) and past the log
+        start; one at or below the latest snapshot's end changes nothing."""
+        if end_offset > self._high_watermark:
+            raise ValueError(f"snapshot end {end_offset} is past the high watermark "
+                             f"{self._high_watermark}: only committed state may be kept")
+        self._begin(now)
+        latest = self._snapshot
+        if end_offset >= max(1, self.log.start_offset()) and (
+                latest is None or end_offset > latest.end_offset):
+            offset, current, target = self._history.assignment_at(end_offset)
+            snapshot = Snapshot(SnapshotId(end_offset, self.log.epoch_at(end_offset - 1)),
+                                VoterAssignment(self.cluster_id, current, target), offset,
+                                state)
+            self.snapshots.save(snapshot)
+            self._snapshot = snapshot
+            self._delete_prefix()
+        return self._end()
+
+    def _delete_prefix(self) -> None:
+        """Let go of the log below the latest snapshot, keeping the last
+        ``snapshot_retain_entries`` entries (a follower a little behind fetches those rather
+        than the whole snapshot). The snapshot is durable before this runs."""
+        retain = self.config.snapshot_retain_entries
+        if self._snapshot is None or retain is None:
+            return
+        keep_from = self.log.end_offset() - retain
+        start = min(self._snapshot.end_offset, keep_from)
+        if start > self.log.start_offset():
+            self.log.delete_prefix(start)
+
+    def _check_snapshot(self, snapshot: Snapshot) -> None:
+        if snapshot.voters.cluster_id != self.cluster_id:
+            raise ValueError(f"snapshot {snapshot.snapshot_id} belongs to cluster "
+                             f"{snapshot.voters.cluster_id!r}, not {self.cluster_id!r}")
 
     def resign(self, now: float) -> Effects:
         """Graceful step-down (shutdown): a leader resigns and tells the voters; otherwise a
@@ -860,6 +940,14 @@ class RaftNode:
         progress = rs.progress.setdefault(req.replica_id, _ReplicaProgress())
         progress.last_fetch_ms = self._now
         progress.acknowledged_epoch = True
+        if self._below_log_start(req.fetch_offset, req.last_fetched_epoch):
+            # The entries the fetcher needs next were deleted after a snapshot. KIP-630 answers
+            # with the snapshot's id for FetchSnapshot, which is not built yet: say so plainly
+            # instead (the fetcher backs off and asks again).
+            rs.parked.pop(req.replica_id, None)
+            self._reply(env, FetchResponse(ErrorCode.OFFSET_OUT_OF_RANGE, self.node_id,
+                                           self._epoch, self._high_watermark))
+            return
         diverging = self._check_fetch_position(req.fetch_offset, req.last_fetched_epoch)
         if diverging is not None:
             rs.parked.pop(req.replica_id, None)
@@ -918,6 +1006,18 @@ class RaftNode:
         return (progress.was_voter and not progress.told_not_follower
                 and replica not in self._voters and replica not in history.committed_voters
                 and fetch_offset <= history.applied_offset)
+
+    def _below_log_start(self, fetch_offset: int, last_fetched_epoch: int) -> bool:
+        """Whether the fetcher's position (or where it diverges) lies below our log start,
+        where only a snapshot can help (Kafka's ``validateOffsetAndEpoch``): its offset is
+        below the start, or at the start with another epoch below it, or its last epoch is
+        older than the epoch below the start (so the logs part below the start)."""
+        start = self.log.start_offset()
+        if start == 0:
+            return False
+        start_epoch = self.log.epoch_at(start - 1)
+        return (fetch_offset < start or last_fetched_epoch < start_epoch
+                or (fetch_offset == start and last_fetched_epoch != start_epoch))
 
     def _check_fetch_position(self, fetch_offset: int, last_fetched_epoch: int
                               ) -> DivergingEpoch | None:

@@ -13,6 +13,7 @@ incarnation are lost with its connections.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import random
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from broker_core.raft import (
     VoterAssignment,
 )
 from broker_core.raft.messages import AlterVotersRequest, AlterVotersResponse, Envelope
+from broker_core.raft.snapshots import InMemorySnapshotStore
 from broker_core.raft.voter_set import VoterChangeRejected
 from tests.support.raft_invariants import InvariantChecker
 
@@ -110,7 +112,8 @@ class Simulation:
                  node_factory: Callable[..., RaftNode] = RaftNode,
                  send_before_persist: bool = False,
                  reassign_every_ms: float | None = None,
-                 check_persist_order: bool = True) -> None:
+                 check_persist_order: bool = True,
+                 snapshot_every_ms: float | None = None) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
         self.voters = voters
@@ -123,6 +126,13 @@ class Simulation:
         self.now = 0.0
         self.checker = InvariantChecker()
         self.logs = {n: InMemoryRaftLog() for n in self.ids}
+        # Snapshot stores survive crashes, as files do. Each node runs a state machine (a
+        # digest chain over the committed entries it applied: ``applied[n] = (end, digest)``),
+        # started from its latest snapshot at every start.
+        self.snapshot_stores = {n: InMemorySnapshotStore() for n in self.ids}
+        self.applied: dict[int, tuple[int, bytes]] = {}
+        self._prefix_digests: list[bytes] = [b""]
+        self._snapshot_every = snapshot_every_ms
         self.persisted: dict[int, QuorumState | None] = {n: None for n in self.ids}
         self.nodes: dict[int, RaftNode | None] = {}
         self.incarnation = {n: 0 for n in self.ids}
@@ -146,6 +156,8 @@ class Simulation:
         self._admin_correlation = 0
         if reassign_every_ms is not None:
             self._schedule(self.rng.expovariate(1 / reassign_every_ms), "reassign")
+        if snapshot_every_ms is not None:
+            self._schedule(self.rng.expovariate(1 / snapshot_every_ms), "snapshot")
         self._schedule_faults()
 
     # ------------------------------------------------------------------ plumbing
@@ -157,10 +169,54 @@ class Simulation:
     def _start_node(self, n: int) -> None:
         node = self.node_factory(n, CLUSTER_ID, frozenset(self.voters), self.logs[n],
                                  self.config, random.Random(self.rng.random()), self.now,
-                                 self.persisted[n])
+                                 self.persisted[n], snapshots=self.snapshot_stores[n])
         self.nodes[n] = node
+        snapshot = node.latest_snapshot
+        if snapshot is None:
+            self.applied[n] = (0, b"")
+        else:
+            end, _, digest = snapshot.state.partition(b":")
+            self.applied[n] = (int(end), bytes.fromhex(digest.decode()))
+            assert self.applied[n][0] == snapshot.end_offset
         self.checker.check(node, None, self.now)
+        self._apply_committed(n)
         self._arm(n)
+
+    # ------------------------------------------------------------------ the state machine
+
+    @staticmethod
+    def _fold(digest: bytes, entry) -> bytes:
+        return hashlib.blake2b(digest + repr(entry).encode(), digest_size=16).digest()
+
+    def _apply_committed(self, n: int) -> None:
+        """Apply node ``n``'s newly committed entries to its state machine, then check the
+        invariant: its state equals the committed log applied from scratch."""
+        node = self.nodes[n]
+        assert node is not None
+        end, digest = self.applied[n]
+        hw = node.high_watermark
+        while end < hw:
+            for entry in node.log.read(end, hw - end):
+                digest = self._fold(digest, entry)
+                end += 1
+        self.applied[n] = (end, digest)
+        committed = self.checker.committed
+        prefix = self._prefix_digests
+        while len(prefix) <= min(end, len(committed)):
+            prefix.append(self._fold(prefix[-1], committed[len(prefix) - 1]))
+        if end > len(committed) or prefix[end] != digest:
+            self.checker.state_machine_diverged(n, end, self.now)
+
+    def snapshot(self, n: int) -> None:
+        """Node ``n``'s state machine owner asks for a snapshot of what it applied."""
+        node = self.nodes[n]
+        if node is None:
+            return
+        end, digest = self.applied[n]
+        if end == 0:
+            return
+        self._apply(n, node.create_snapshot(end, b"%d:%s" % (end, digest.hex().encode()),
+                                            self.now))
 
     def _arm(self, n: int) -> None:
         node = self.nodes[n]
@@ -199,6 +255,7 @@ class Simulation:
             for env in effects.messages:
                 self._send(env)
         self.checker.check(node, effects, self.now)
+        self._apply_committed(n)
         self._admin_replies()
         self._arm(n)
 
@@ -273,6 +330,12 @@ class Simulation:
             if self._reassign_every is not None:
                 self._reassign()
                 self._schedule(self.rng.expovariate(1 / self._reassign_every), "reassign")
+        elif kind == "snapshot":
+            if self._snapshot_every is not None:
+                live = [n for n in self.ids if self.nodes[n] is not None]
+                if live:
+                    self.snapshot(self.rng.choice(live))
+                self._schedule(self.rng.expovariate(1 / self._snapshot_every), "snapshot")
         elif kind == "partition":
             if self.faults.partitions_per_s > 0 and len(self.ids) > 1:
                 ids = list(self.ids)

@@ -33,7 +33,7 @@ def chaotic_simulation(seed: int, **kwargs) -> Simulation:
     return Simulation(seed, voters=(1, 2, 3, 4, 5)[:rng.choice([1, 3, 3, 5])],
                       observers=(6, 7)[:rng.choice([0, 1, 2])], faults=Faults.random(rng),
                       reassign_every_ms=rng.choice([None, 100.0, 400.0]), config=config,
-                      **kwargs)
+                      snapshot_every_ms=rng.choice([None, 50.0, 300.0]), **kwargs)
 
 
 def run_chaos_then_heal(sim: Simulation, chaos_ms: float = 2000.0) -> None:

@@ -395,14 +395,38 @@ class RaftNode:
         latest = self._snapshot
         if end_offset >= max(1, self.log.start_offset()) and (
                 latest is None or end_offset > latest.end_offset):
-            offset, current, target = self._history.assignment_at(end_offset)
+            offset, voters = self._assignment_at(end_offset)
             snapshot = Snapshot(SnapshotId(end_offset, self.log.epoch_at(end_offset - 1)),
-                                VoterAssignment(self.cluster_id, current, target), offset,
-                                state)
+                                voters, offset, state)
             self.snapshots.save(snapshot)
             self._snapshot = snapshot
             self._delete_prefix()
         return self._end()
+
+    def _assignment_at(self, end_offset: int) -> tuple[int, VoterAssignment]:
+        """The committed voter assignment in force at ``end_offset`` and its offset. The
+        history knows it unless it started (at a restart) from a persisted assignment at or
+        past ``end_offset``; then the log below ``end_offset`` is scanned from the latest
+        snapshot below it (whose own voters hold when the log has no newer assignment)."""
+        try:
+            offset, current, target = self._history.assignment_at(end_offset)
+            return offset, VoterAssignment(self.cluster_id, current, target)
+        except ValueError:
+            pass
+        below = self._snapshot if (self._snapshot is not None
+                                   and self._snapshot.end_offset <= end_offset) else None
+        found = None if below is None else (below.voters_offset, below.voters)
+        offset = max(self.log.start_offset(), below.end_offset if below is not None else 0)
+        while offset < end_offset:
+            chunk = self.log.read(offset, min(1000, end_offset - offset))
+            for entry in chunk:
+                if isinstance(entry.payload, VoterAssignment):
+                    found = (entry.offset, entry.payload)
+            offset += len(chunk)
+        if found is None:
+            raise RaftSafetyError(f"node {self.node_id}: no voter assignment known below "
+                                  f"offset {end_offset}")
+        return found
 
     def _delete_prefix(self) -> None:
         """Let go of the log below the latest snapshot, keeping the last

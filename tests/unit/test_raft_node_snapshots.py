@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from broker_core.raft import InMemoryRaftLog, RaftNode, Role
+from broker_core.raft import InMemoryRaftLog, QuorumState, RaftNode, Role
 from broker_core.raft.entries import LogEntry, VoterAssignment
 from broker_core.raft.messages import FetchRequest, FetchResponse, VoteResponse
 from broker_core.raft.snapshots import InMemorySnapshotStore, Snapshot, SnapshotId
@@ -141,3 +141,18 @@ def test_the_checker_catches_a_state_machine_that_diverges_from_the_log():
                              snapshot_every_ms=30.0, node_factory=LossySnapshots,
                              config=SIM_CONFIG)
             sim.run_for(2000.0)
+
+
+def test_after_a_restart_a_snapshot_below_the_persisted_assignment_finds_its_voters_in_the_log():
+    entries = [LogEntry(0, 1, VoterAssignment(CLUSTER, (1,)))]
+    entries += [LogEntry(i, 1, b"x") for i in range(1, 30)]
+    entries += [LogEntry(30, 1, VoterAssignment(CLUSTER, (1,), (1, 2)))]
+    persisted = QuorumState(CLUSTER, -1, 1, -1, applied_offset=30, current_voters=(1,),
+                            target_voters=(1, 2))
+    node = RaftNode(1, CLUSTER, frozenset({1}), InMemoryRaftLog(entries), CONFIG, FixedRandom(),
+                    0.0, persisted)
+    node.tick(5000.0)
+    assert node.role is Role.LEADER and node.high_watermark > 30
+    node.create_snapshot(27, b"s", 6000.0)  # the state machine is still replaying
+    assert node.latest_snapshot.voters == VoterAssignment(CLUSTER, (1,))
+    assert node.latest_snapshot.voters_offset == 0

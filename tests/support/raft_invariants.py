@@ -38,6 +38,8 @@ from broker_core.raft.messages import (
     Envelope,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     VoteRequest,
     VoteResponse,
 )
@@ -51,12 +53,13 @@ def message_epoch(env: Envelope) -> int:
         return m.candidate_epoch
     if isinstance(m, (BeginQuorumEpochRequest, EndQuorumEpochRequest)):
         return m.leader_epoch
-    if isinstance(m, FetchRequest):
+    if isinstance(m, FetchRequest | FetchSnapshotRequest):
         return m.current_leader_epoch
     if isinstance(m, (AlterVotersRequest, DescribeQuorumRequest)):
         return 0  # an admin client's request names no epoch
     assert isinstance(m, (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse,
-                          FetchResponse, AlterVotersResponse, DescribeQuorumResponse))
+                          FetchResponse, FetchSnapshotResponse, AlterVotersResponse,
+                          DescribeQuorumResponse))
     return m.leader_epoch
 
 

@@ -39,9 +39,12 @@ CLUSTER_ID = "sim-cluster"
 #: The admin client's id in envelopes: not a node; always reachable, answers recorded at once.
 ADMIN_ID = 1000
 
+#: Snapshots keep the last 20 entries below the log end and come in chunks of 40 bytes, so a
+#: node a little behind fetches entries, one further behind a snapshot in several chunks.
 SIM_CONFIG = RaftConfig(election_timeout_ms=150, fetch_timeout_ms=300,
                         election_backoff_max_ms=150, request_timeout_ms=200,
-                        retry_backoff_ms=10, fetch_max_wait_ms=100, fetch_max_entries=50)
+                        retry_backoff_ms=10, fetch_max_wait_ms=100, fetch_max_entries=50,
+                        snapshot_retain_entries=20, fetch_snapshot_max_bytes=40)
 
 
 @dataclass
@@ -100,6 +103,9 @@ class Simulation:
     :param seed: the only source of randomness.
     :param voters: voter ids; ``observers`` are extra non-voting nodes.
     :param node_factory: builds a node (tests pass a deliberately broken one).
+    :param snapshot_every_ms: mean time between snapshots, each of a random live node's
+        state machine (with the config's retention, the log's prefix goes after each).
+    :param start_at: nodes that start only at the given time (a node added late).
     :param send_before_persist: drive the effects in the wrong order (sending first, then
         persisting), with a chance of crashing in between; only for proving that the order
         matters. ``check_persist_order=False`` lets such a run go on to show what the crash
@@ -113,7 +119,8 @@ class Simulation:
                  send_before_persist: bool = False,
                  reassign_every_ms: float | None = None,
                  check_persist_order: bool = True,
-                 snapshot_every_ms: float | None = None) -> None:
+                 snapshot_every_ms: float | None = None,
+                 start_at: dict[int, float] | None = None) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
         self.voters = voters
@@ -131,6 +138,7 @@ class Simulation:
         # started from its latest snapshot at every start.
         self.snapshot_stores = {n: InMemorySnapshotStore() for n in self.ids}
         self.applied: dict[int, tuple[int, bytes]] = {}
+        self.installs: dict[int, int] = {}  # node -> snapshots it installed from a leader
         self._prefix_digests: list[bytes] = [b""]
         self._snapshot_every = snapshot_every_ms
         self.persisted: dict[int, QuorumState | None] = {n: None for n in self.ids}
@@ -144,8 +152,13 @@ class Simulation:
         self._wake: dict[int, float] = {}
         self._propose_every = propose_every_ms
         self._payloads = 0
+        start_at = start_at or {}
         for n in self.ids:
-            self._start_node(n)
+            if n in start_at:
+                self.nodes[n] = None  # a node added late: it starts with an empty log
+                self._schedule(start_at[n], "restart", n)
+            else:
+                self._start_node(n)
         if propose_every_ms is not None:
             self._schedule(propose_every_ms, "propose")
         self._reassign_every = reassign_every_ms
@@ -175,14 +188,17 @@ class Simulation:
         if snapshot is None:
             self.applied[n] = (0, b"")
         else:
-            end, _, digest = snapshot.state.partition(b":")
-            self.applied[n] = (int(end), bytes.fromhex(digest.decode()))
-            assert self.applied[n][0] == snapshot.end_offset
+            self._load(n, snapshot)
         self.checker.check(node, None, self.now)
         self._apply_committed(n)
         self._arm(n)
 
     # ------------------------------------------------------------------ the state machine
+
+    def _load(self, n: int, snapshot) -> None:
+        end, _, digest = snapshot.state.partition(b":")
+        self.applied[n] = (int(end), bytes.fromhex(digest.decode()))
+        assert self.applied[n][0] == snapshot.end_offset
 
     @staticmethod
     def _fold(digest: bytes, entry) -> bytes:
@@ -255,6 +271,11 @@ class Simulation:
             for env in effects.messages:
                 self._send(env)
         self.checker.check(node, effects, self.now)
+        if effects.installed_snapshot is not None:
+            # The state machine loads the snapshot fetched from the leader (as the quorum
+            # client replaces its tree), then goes on from its end.
+            self._load(n, effects.installed_snapshot)
+            self.installs[n] = self.installs.get(n, 0) + 1
         self._apply_committed(n)
         self._admin_replies()
         self._arm(n)

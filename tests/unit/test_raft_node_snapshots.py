@@ -1,10 +1,10 @@
 """The Raft core and snapshots (RaftNode.create_snapshot, start from a snapshot): only committed
-state is kept; the snapshot records the voters in force at its end; a restarted node starts
-from its latest snapshot (entries below it committed, its voters when newer than the persisted
-ones, its log reset when it does not continue the snapshot); a leader whose log no longer holds
-what a fetcher needs says so; and in the simulation nodes snapshot at random points, crash,
-restart from their snapshots, and every state machine equals the committed log applied from
-scratch."""
+state is kept; the snapshot records the voters in force at its end; a restarted node starts from
+its latest snapshot (entries below it committed, its voters when newer than the persisted ones,
+its log reset when it does not continue the snapshot); a leader whose log no longer holds what a
+fetcher needs names its snapshot (FetchSnapshot: test_raft_fetch_snapshot.py); and in the
+simulation nodes snapshot at random points, crash, restart from their snapshots, and every state
+machine equals the committed log applied from scratch."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_only_committed_state_is_kept_and_the_snapshot_names_its_end_epoch_and_v
     assert node.log.start_offset() == 0  # the default keeps the whole log
 
 
-def test_with_retention_the_prefix_goes_and_a_fetch_below_it_is_told_so():
+def test_with_retention_the_prefix_goes_and_a_fetch_below_it_is_told_of_the_snapshot():
     config = dataclasses.replace(CONFIG, snapshot_retain_entries=5)
     node = RaftNode(1, CLUSTER, frozenset({1, 2}), InMemoryRaftLog(), config, FixedRandom(),
                     0.0)
@@ -64,7 +64,7 @@ def test_with_retention_the_prefix_goes_and_a_fetch_below_it_is_told_so():
     assert node.log.start_offset() == end - 5
     fx = node.receive(env(2, 1, _fetch(3, 1, node.epoch), correlation_id=7), 2300.0)
     (answer,) = sent(fx, FetchResponse, to=2)
-    assert answer.message.error_code is ErrorCode.OFFSET_OUT_OF_RANGE
+    assert answer.message.snapshot_id == node.latest_snapshot.snapshot_id  # FetchSnapshot
     fx = node.receive(env(2, 1, _fetch(end - 2, node.log.last_epoch(), node.epoch)), 2400.0)
     (answer,) = sent(fx, FetchResponse, to=2)
     assert answer.message.error_code is ErrorCode.NONE  # above the start: entries as usual

@@ -37,7 +37,8 @@ Invariants kept here:
   its log flushed;
 - committed entries reach each subscriber once, in offset order, with no gaps, from the
   node's latest snapshot on (a subscriber that keeps state is given the snapshot first, see
-  :meth:`RaftDriver.subscribe_committed`; without snapshots, from offset 0);
+  :meth:`RaftDriver.subscribe_committed`; without snapshots, from offset 0); a snapshot
+  installed from the leader takes the place of the entries it covers;
 - a :meth:`propose` Deferred fires with the entry's offset once the high watermark passes it,
   or fails with :class:`EntryTruncated` if the entry leaves the log, or with
   :class:`DriverStopped`; it never fires twice.
@@ -79,7 +80,7 @@ from broker_core.raft.snapshots import (
 )
 
 __all__ = ["DriverStopped", "EntryTruncated", "IRaftTransport", "NotLeaderError",
-           "RaftDriver"]
+           "ProposalOutcomeUnknown", "RaftDriver"]
 
 #: Committed entries are read from the log and delivered in chunks of at most this many.
 DELIVERY_CHUNK = 1000
@@ -103,6 +104,12 @@ class EntryTruncated(Exception):
         super().__init__(f"entry at offset {entry.offset} (epoch {entry.epoch}) was truncated "
                          f"away (log cut back to offset {truncated_to}) before it committed")
         self.entry = entry
+
+
+class ProposalOutcomeUnknown(Exception):
+    """A snapshot installed from the leader covers the proposed entry's offset: the entry
+    left this node's log without being seen committed here, so whether it committed is
+    unknown."""
 
 
 class DriverStopped(Exception):
@@ -156,6 +163,7 @@ class RaftDriver:
         self._stopped = False
         self._delivered = 0  # entries below this offset went to every subscriber
         self._on_committed: list[CommittedCallback] = []
+        self._loaders: list[SnapshotLoader] = []  # subscribers that keep state
         directory = getattr(log, "directory", None)
         self.snapshots: ISnapshotStore = snapshots if snapshots is not None else (
             DiskSnapshotStore(directory) if directory is not None else InMemorySnapshotStore())
@@ -271,7 +279,12 @@ class RaftDriver:
         The node's latest snapshot stands for the entries below its end: a subscriber that
         keeps state passes ``load_snapshot``, which is called with it first, and gets the
         entries from its end on. One without a loader (views, counters) only gets the entries
-        from the snapshot's end. Without a snapshot both start at offset 0."""
+        from the snapshot's end. Without a snapshot both start at offset 0.
+
+        A snapshot installed later from the leader (FetchSnapshot: the node was too far
+        behind for entries) is given to ``load_snapshot`` again, in the place of the entries it
+        covers: the subscriber replaces its state with it, and entries continue from its end.
+        A subscriber without a loader skips from where it was to the snapshot's end."""
         snapshot = self._node().latest_snapshot
         start = 0
         if snapshot is not None:
@@ -281,6 +294,8 @@ class RaftDriver:
         for chunk in self._read(start, self._delivered):
             callback(chunk)
         self._on_committed.append(callback)
+        if load_snapshot is not None:
+            self._loaders.append(load_snapshot)
 
     def take_snapshot(self, end_offset: int, state: bytes) -> None:
         """The state machine's ``state`` after every committed entry below ``end_offset``:
@@ -440,10 +455,33 @@ class RaftDriver:
         for fx in group:
             if fx.truncated_to is not None:
                 self._fail_truncated(fx.truncated_to)
+            if fx.installed_snapshot is not None:
+                self._install(fx.installed_snapshot)
             if fx.high_watermark is not None:
                 self._deliver(fx.high_watermark)
             for transition in fx.transitions:
                 self._announce(transition)
+
+    def _install(self, snapshot: Snapshot) -> None:
+        """A snapshot from the leader now stands for every entry below its end: the
+        subscribers that keep state load it, and delivery goes on from its end. Proposals
+        below its end cannot be told apart any more (their entries are gone from this log):
+        they fail with :class:`ProposalOutcomeUnknown`."""
+        self.log.info("quorum node {node} installed snapshot {id} from the leader",
+                      node=self.node_id, id=snapshot.snapshot_id)
+        self._delivered = max(self._delivered, snapshot.end_offset)
+        lost = [self._pending.pop(at) for at in sorted(o for o in self._pending
+                                                       if o < snapshot.end_offset)]
+        for entry, d in lost:
+            d.errback(Failure(ProposalOutcomeUnknown(
+                f"entry at offset {entry.offset} is covered by snapshot "
+                f"{snapshot.snapshot_id} installed from the leader; whether it committed "
+                "is unknown")))
+        for load in list(self._loaders):
+            try:
+                load(snapshot)
+            except Exception:
+                self.log.failure("snapshot subscriber failed")
 
     def _fail_truncated(self, offset: int) -> None:
         # Popped before any errback runs: a callback may stop the driver or propose again.

@@ -31,7 +31,13 @@ tree needs no idempotency keys.
 Snapshots. At start the client is given the node's latest snapshot (the tree as of its end)
 and then only the entries after it, instead of the whole log. It asks the driver for a new
 snapshot of its tree once ``quorum.snapshot.interval.entries`` entries or
-``quorum.snapshot.interval.bytes`` payload bytes were applied since the last one.
+``quorum.snapshot.interval.bytes`` payload bytes were applied since the last one. A node too
+far behind its leader for entries installs the leader's snapshot (FetchSnapshot) while it
+runs: the tree is replaced, and the apply listeners (the store's watches) are told what
+changed as if one entry had made every change at the snapshot's last offset
+(:meth:`MetadataTree.changes_to`: a watch fires if its node changed, as on ZooKeeper), plus
+one result per session the new tree no longer has (ended). Writes waiting for an entry the
+snapshot covers fail with ConnectionLost, since their results are not in a snapshot.
 
 Invariants: every ``submit`` Deferred fires exactly once, within ``submit_timeout_s`` plus one
 request timeout; a successful one fires after the entry is applied to :attr:`tree` and the
@@ -123,7 +129,9 @@ class NetworkQuorumClient:
         # Entries applied since this client started (what a start replayed, for tests and
         # operators), and since the last snapshot (the trigger).
         self.entries_applied = 0
-        self.loaded_snapshot: Any = None  # the SnapshotId the tree started from, if any
+        self.loaded_snapshot: Any = None  # the SnapshotId the tree was loaded from, if any
+        self.snapshots_installed = 0  # leader's snapshots that replaced the tree at run time
+        self._attached = False
         self._since_snapshot_entries = 0
         self._since_snapshot_bytes = 0
         self._conn = ClientConnection(lambda host, port: connect_client(
@@ -142,18 +150,40 @@ class NetworkQuorumClient:
         self.driver = driver
         driver.subscribe_transitions(self._on_transition)
         driver.subscribe_committed(self._on_committed, load_snapshot=self._load_snapshot)
+        self._attached = True  # a snapshot loaded from now on replaces a tree in use
 
     def _load_snapshot(self, snapshot: Snapshot) -> None:
-        """Start the tree from ``snapshot`` (its state is :meth:`MetadataTree.to_snapshot`'s)."""
+        """Replace the tree with ``snapshot``'s (its state is :meth:`MetadataTree.to_snapshot`'s):
+        at start, or when the node installs its leader's snapshot (see the module docstring
+        for what the listeners and waiting writes are told)."""
         tree = MetadataTree.from_snapshot(snapshot.state)
         if tree.applied_offset != snapshot.end_offset - 1:
             raise SnapshotError(f"snapshot {snapshot.snapshot_id} holds a tree applied up to "
                                 f"{tree.applied_offset}, not {snapshot.end_offset - 1}")
-        self.tree = tree
+        old, self.tree = self.tree, tree
         self.loaded_snapshot = snapshot.snapshot_id
         self._results.clear()
+        self._since_snapshot_entries = self._since_snapshot_bytes = 0
         self.log.info("quorum node {node}: metadata tree loaded from snapshot {id} "
                       "({n} nodes)", node=self.node_id, id=snapshot.snapshot_id, n=len(tree))
+        if not self._attached:
+            return  # the start (attach): nobody has read the tree yet
+        self.snapshots_installed += 1
+        offset = tree.applied_offset
+        results = [ApplyResult(None, ended_session=sid)
+                   for sid in sorted(old.sessions.keys() - tree.sessions.keys())]
+        results.append(ApplyResult(None, events=old.changes_to(tree)))
+        for applied in results:
+            for listener in list(self._listeners):
+                try:
+                    listener(offset, applied)
+                except Exception:
+                    self.log.failure("apply listener failed")
+        for waiting_offset in sorted(o for o in self._waiters if o <= offset):
+            for d in self._waiters.pop(waiting_offset):
+                d.errback(ConnectionLost(f"entry {waiting_offset} is covered by snapshot "
+                                         f"{snapshot.snapshot_id} installed from the leader; "
+                                         "its result is not known here"))
 
     def stop(self) -> None:
         """Fail what waits, close the connection to the leader, stop expiring sessions."""

@@ -54,6 +54,7 @@ Invariants (checked by the simulation after every step):
 from __future__ import annotations
 
 import random
+from collections import deque
 from dataclasses import dataclass, field
 
 from broker_core.raft.commit import majority_size, next_high_watermark
@@ -242,10 +243,10 @@ class RaftNode:
         # leader: we tell them our epoch when we stand (see _request_votes).
         self._rivals: set[int] = set()
         self._lost_candidacies = 0  # candidacies in a row that timed out; 0 once a leader is known
-        # Snapshots installed from a leader, and why fetched ones were refused (for operators
-        # and tests).
+        # Snapshots installed from a leader, and why fetched ones were refused, the latest few
+        # (for operators and tests; bounded, since a leader could keep sending a bad one).
         self.snapshots_installed = 0
-        self.snapshot_problems: list[str] = []
+        self.snapshot_problems: deque[str] = deque(maxlen=16)
         self.snapshots: ISnapshotStore = (snapshots if snapshots is not None
                                           else InMemorySnapshotStore())
         snapshot = self._snapshot = self.snapshots.latest()

@@ -1224,6 +1224,13 @@ class RaftNode:
             return
         if resp.error_code is not ErrorCode.NONE or resp.leader_id != env.source \
                 or resp.leader_epoch != self._epoch:
+            if (rs.probing and resp.leader_epoch == self._epoch
+                    and resp.leader_id == self._leader_id != NO_LEADER):
+                # A probed voter names the leader we know, in our epoch: go back to it. Only a
+                # newer epoch would otherwise end the probe, and an observer whose leader went
+                # quiet during a partition kept asking the voters after it healed (the
+                # simulation found one so, never catching up).
+                rs.probing = False
             rs.next_fetch_ms = self._now + self.config.retry_backoff_ms
             return
         if resp.snapshot_id is not None:

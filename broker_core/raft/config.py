@@ -27,6 +27,20 @@ class RaftConfig:
     - ``fetch_max_wait_ms`` (``replica.fetch.wait.max.ms``): how long a leader holds a fetch
       that it has nothing new for.
     - ``fetch_max_entries``: entries per fetch response (a byte limit once entries are bytes).
+    - ``snapshot_interval_entries`` (``quorum.snapshot.interval.entries``) and
+      ``snapshot_interval_bytes`` (``quorum.snapshot.interval.bytes``, Kafka's
+      ``metadata.log.max.record.bytes.between.snapshots``): the state machine's owner asks for a
+      snapshot once this many committed entries, or payload bytes, were applied since the last
+      one (0 disables that trigger; both 0: no snapshots).
+    - ``snapshot_retain_entries`` (``quorum.snapshot.retain.entries``): after a snapshot the
+      log's prefix below it is deleted, except for the last this-many entries below the log
+      end, so a follower slightly behind still fetches entries rather than the whole
+      snapshot; one further behind fetches the leader's snapshot (FetchSnapshot). The default
+      keeps as many entries as the default snapshot interval, so about two intervals of log
+      stay on disk; ``None`` keeps the whole log (no prefix is ever deleted).
+    - ``fetch_snapshot_max_bytes``: the most bytes of a snapshot one FetchSnapshot answer
+      carries (KIP-630's ``MaxBytes``); a larger snapshot comes in several chunks, so one
+      step never reads, and one response never carries, more than this.
     """
 
     election_timeout_ms: int = 1000
@@ -36,6 +50,10 @@ class RaftConfig:
     retry_backoff_ms: int = 20
     fetch_max_wait_ms: int = 500
     fetch_max_entries: int = 500
+    snapshot_interval_entries: int = 100_000
+    snapshot_interval_bytes: int = 20 * 1024 * 1024
+    snapshot_retain_entries: int | None = 100_000
+    fetch_snapshot_max_bytes: int = 1024 * 1024
 
     def __post_init__(self) -> None:
         for key, value in (("quorum.election.timeout.ms", self.election_timeout_ms),
@@ -43,9 +61,17 @@ class RaftConfig:
                            ("quorum.election.backoff.max.ms", self.election_backoff_max_ms),
                            ("quorum.request.timeout.ms", self.request_timeout_ms),
                            ("quorum.retry.backoff.ms", self.retry_backoff_ms),
-                           ("fetch.max.entries", self.fetch_max_entries)):
+                           ("fetch.max.entries", self.fetch_max_entries),
+                           ("fetch.snapshot.max.bytes", self.fetch_snapshot_max_bytes)):
             if value <= 0:
                 raise RaftConfigError(f"{key} must be positive, got {value}")
+        for key, value in (("quorum.snapshot.interval.entries", self.snapshot_interval_entries),
+                           ("quorum.snapshot.interval.bytes", self.snapshot_interval_bytes),
+                           ("quorum.snapshot.retain.entries",
+                            0 if self.snapshot_retain_entries is None
+                            else self.snapshot_retain_entries)):
+            if value < 0:
+                raise RaftConfigError(f"{key} must not be negative, got {value}")
         if self.fetch_max_wait_ms < 0:
             raise RaftConfigError(f"replica.fetch.wait.max.ms must not be negative, got "
                                   f"{self.fetch_max_wait_ms}")

@@ -35,8 +35,10 @@ Invariants kept here:
 
 - no message of a step reaches the transport before that step's quorum state is on disk and
   its log flushed;
-- committed entries reach each subscriber once, in offset order, with no gaps, from offset 0
-  (every start replays the log: there are no snapshots yet);
+- committed entries reach each subscriber once, in offset order, with no gaps, from the
+  node's latest snapshot on (a subscriber that keeps state is given the snapshot first, see
+  :meth:`RaftDriver.subscribe_committed`; without snapshots, from offset 0); a snapshot
+  installed from the leader takes the place of the entries it covers;
 - a :meth:`propose` Deferred fires with the entry's offset once the high watermark passes it,
   or fails with :class:`EntryTruncated` if the entry leaves the log, or with
   :class:`DriverStopped`; it never fires twice.
@@ -70,9 +72,15 @@ from broker_core.raft.quorum_state import (
     write_quorum_state,
 )
 from broker_core.raft.roles import Role
+from broker_core.raft.snapshots import (
+    DiskSnapshotStore,
+    InMemorySnapshotStore,
+    ISnapshotStore,
+    Snapshot,
+)
 
 __all__ = ["DriverStopped", "EntryTruncated", "IRaftTransport", "NotLeaderError",
-           "RaftDriver"]
+           "ProposalOutcomeUnknown", "RaftDriver"]
 
 #: Committed entries are read from the log and delivered in chunks of at most this many.
 DELIVERY_CHUNK = 1000
@@ -98,11 +106,18 @@ class EntryTruncated(Exception):
         self.entry = entry
 
 
+class ProposalOutcomeUnknown(Exception):
+    """A snapshot installed from the leader covers the proposed entry's offset: the entry
+    left this node's log without being seen committed here, so whether it committed is
+    unknown."""
+
+
 class DriverStopped(Exception):
     """The driver stopped before the proposal committed; whether it will commit is unknown."""
 
 
 CommittedCallback = Callable[[tuple[LogEntry, ...]], Any]
+SnapshotLoader = Callable[[Snapshot], Any]
 TransitionCallback = Callable[[Transition], Any]
 
 
@@ -121,6 +136,8 @@ class RaftDriver:
     :param rng: the random source for election timeouts.
     :param persist_thread: write the quorum state and flush the log on a dedicated writer
         thread instead of the reactor thread (``clock`` must then be the reactor).
+    :param snapshots: the node's snapshot store; by default a :class:`DiskSnapshotStore` in
+        the log's own directory for a log on disk, an in-memory one otherwise.
     """
 
     log = Logger(namespace="sluice.raft")
@@ -128,7 +145,8 @@ class RaftDriver:
     def __init__(self, node_id: int, cluster_id: str, voters: frozenset[int] | set[int],
                  log: IRaftLog, data_dir: Path | str, config: RaftConfig,
                  clock: IReactorTime, transport: Any = None,
-                 rng: random.Random | None = None, persist_thread: bool = False) -> None:
+                 rng: random.Random | None = None, persist_thread: bool = False,
+                 snapshots: ISnapshotStore | None = None) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.voters = frozenset(voters)
@@ -145,6 +163,10 @@ class RaftDriver:
         self._stopped = False
         self._delivered = 0  # entries below this offset went to every subscriber
         self._on_committed: list[CommittedCallback] = []
+        self._loaders: list[SnapshotLoader] = []  # subscribers that keep state
+        directory = getattr(log, "directory", None)
+        self.snapshots: ISnapshotStore = snapshots if snapshots is not None else (
+            DiskSnapshotStore(directory) if directory is not None else InMemorySnapshotStore())
         self._on_transition: list[TransitionCallback] = []
         self._pending: dict[int, tuple[LogEntry, defer.Deferred]] = {}  # offset -> proposal
         self._last_ms = 0.0
@@ -175,12 +197,21 @@ class RaftDriver:
             raise QuorumStateError(f"{self.data_dir}: the quorum state belongs to cluster "
                                    f"{persisted.cluster_id!r}, not {self.cluster_id!r}")
         self.node = RaftNode(self.node_id, self.cluster_id, self.voters, self.raft_log,
-                             self.config, self._rng, self._now(), persisted)
+                             self.config, self._rng, self._now(), persisted,
+                             snapshots=self.snapshots)
+        # What the snapshot covers is committed and is given to subscribers as the snapshot.
+        self._delivered = self.node.high_watermark
         if self._pool is not None:
             self._pool.start()
-        self.log.info("quorum node {node} starts as {role} in epoch {epoch} (log end {end})",
-                      node=self.node_id, role=self.node.role.value, epoch=self.node.epoch,
-                      end=self.raft_log.end_offset())
+        for problem in getattr(self.snapshots, "problems", ()):
+            self.log.warn("quorum node {node}: skipped a damaged snapshot: {problem}",
+                          node=self.node_id, problem=problem)
+        snapshot = self.node.latest_snapshot
+        self.log.info("quorum node {node} starts as {role} in epoch {epoch} (log {start} to "
+                      "{end}, snapshot {snapshot})", node=self.node_id,
+                      role=self.node.role.value, epoch=self.node.epoch,
+                      start=self.raft_log.start_offset(), end=self.raft_log.end_offset(),
+                      snapshot=None if snapshot is None else snapshot.snapshot_id)
         self._arm()
 
     def stop(self, graceful: bool = True) -> None:
@@ -240,12 +271,41 @@ class RaftDriver:
 
     # ------------------------------------------------------------------ subscriptions
 
-    def subscribe_committed(self, callback: CommittedCallback) -> None:
+    def subscribe_committed(self, callback: CommittedCallback,
+                            load_snapshot: SnapshotLoader | None = None) -> None:
         """Call ``callback(entries)`` with committed entries, in order, each exactly once: at
-        once with every entry already delivered, then as the high watermark advances."""
-        for chunk in self._read(0, self._delivered):
+        once with every entry already delivered, then as the high watermark advances.
+
+        The node's latest snapshot stands for the entries below its end: a subscriber that
+        keeps state passes ``load_snapshot``, which is called with it first, and gets the
+        entries from its end on. One without a loader (views, counters) only gets the entries
+        from the snapshot's end. Without a snapshot both start at offset 0.
+
+        A snapshot installed later from the leader (FetchSnapshot: the node was too far
+        behind for entries) is given to ``load_snapshot`` again, in the place of the entries it
+        covers: the subscriber replaces its state with it, and entries continue from its end.
+        A subscriber without a loader skips from where it was to the snapshot's end."""
+        snapshot = self._node().latest_snapshot
+        start = 0
+        if snapshot is not None:
+            start = snapshot.end_offset
+            if load_snapshot is not None:
+                load_snapshot(snapshot)
+        for chunk in self._read(start, self._delivered):
             callback(chunk)
         self._on_committed.append(callback)
+        if load_snapshot is not None:
+            self._loaders.append(load_snapshot)
+
+    def take_snapshot(self, end_offset: int, state: bytes) -> None:
+        """The state machine's ``state`` after every committed entry below ``end_offset``:
+        keep it as the node's snapshot (written durably in the step; BLOCKING), after which
+        the log's prefix may go (``RaftNode.create_snapshot``). The state machine's owner
+        calls this, typically every ``snapshot_interval_entries`` / ``_bytes``; from a
+        committed-entries callback it runs right after the current step."""
+        if self._stopped or self.node is None:
+            return
+        self._run(lambda: self._node().create_snapshot(end_offset, state, self._now()))
 
     def subscribe_transitions(self, callback: TransitionCallback) -> None:
         """Call ``callback(transition)`` for every role change from now on."""
@@ -395,10 +455,33 @@ class RaftDriver:
         for fx in group:
             if fx.truncated_to is not None:
                 self._fail_truncated(fx.truncated_to)
+            if fx.installed_snapshot is not None:
+                self._install(fx.installed_snapshot)
             if fx.high_watermark is not None:
                 self._deliver(fx.high_watermark)
             for transition in fx.transitions:
                 self._announce(transition)
+
+    def _install(self, snapshot: Snapshot) -> None:
+        """A snapshot from the leader now stands for every entry below its end: the
+        subscribers that keep state load it, and delivery goes on from its end. Proposals
+        below its end cannot be told apart any more (their entries are gone from this log):
+        they fail with :class:`ProposalOutcomeUnknown`."""
+        self.log.info("quorum node {node} installed snapshot {id} from the leader",
+                      node=self.node_id, id=snapshot.snapshot_id)
+        self._delivered = max(self._delivered, snapshot.end_offset)
+        lost = [self._pending.pop(at) for at in sorted(o for o in self._pending
+                                                       if o < snapshot.end_offset)]
+        for entry, d in lost:
+            d.errback(Failure(ProposalOutcomeUnknown(
+                f"entry at offset {entry.offset} is covered by snapshot "
+                f"{snapshot.snapshot_id} installed from the leader; whether it committed "
+                "is unknown")))
+        for load in list(self._loaders):
+            try:
+                load(snapshot)
+            except Exception:
+                self.log.failure("snapshot subscriber failed")
 
     def _fail_truncated(self, offset: int) -> None:
         # Popped before any errback runs: a callback may stop the driver or propose again.

@@ -8,8 +8,13 @@ The driver applies a step's :class:`Effects` in this order, and the order is the
 2. ``flush_log``: flush the log — a follower's next fetch offset tells the leader the entries
    are replicated, and a leader counts its own log end toward the majority;
 3. ``messages``: send them;
-4. ``appended`` / ``truncated_to`` / ``high_watermark`` / ``transitions``: tell the layers
-   above (the metadata store applies entries up to the high watermark).
+4. ``appended`` / ``truncated_to`` / ``installed_snapshot`` / ``high_watermark`` /
+   ``transitions``: tell the layers above (the metadata store applies entries up to the high
+   watermark; an installed snapshot replaces its state first).
+
+A snapshot installed from the leader was saved in its store and the log reset to its end
+within the step (both durable when they return, as the quorum state's write is), before any
+message of the step leaves.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from broker_core.raft.entries import LogEntry
 from broker_core.raft.messages import Envelope
 from broker_core.raft.quorum_state import QuorumState
 from broker_core.raft.roles import Role
+from broker_core.raft.snapshots import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +51,9 @@ class Effects:
     - ``high_watermark``: the new high watermark if it advanced.
     - ``transitions``: role changes, in order.
     - ``proposed``: the entry a successful :meth:`RaftNode.propose` appended.
+    - ``installed_snapshot``: a snapshot fetched from the leader (FetchSnapshot) that now
+      stands for every entry below its end: the state machine loads it, and committed entries
+      continue from its end. Entries ``appended`` in the same step come after it.
     """
 
     quorum_state: QuorumState | None = None
@@ -55,3 +64,4 @@ class Effects:
     high_watermark: int | None = None
     transitions: list[Transition] = field(default_factory=list)
     proposed: LogEntry | None = None
+    installed_snapshot: Snapshot | None = None

@@ -2,7 +2,8 @@
 separate controller listener.
 
 It serves ApiVersions (advertising exactly what it serves), Vote (52), BeginQuorumEpoch (53),
-EndQuorumEpoch (54) and Fetch v12 on ``__cluster_metadata``-0, the admin APIs
+EndQuorumEpoch (54), Fetch v12 and FetchSnapshot (59, KIP-630) on ``__cluster_metadata``-0, the
+admin APIs
 DescribeQuorum (55) and AlterPartitionReassignments (45), and the unadvertised gossip API
 DiscoverBrokers (1007) (those three in :mod:`.listener_admin`), plus the APIs other modules
 register with :meth:`QuorumRequestHandler.serve`, on the broker's own server
@@ -47,6 +48,7 @@ from broker_core.raft.messages import (
     EndQuorumEpochRequest,
     Envelope,
     FetchRequest,
+    FetchSnapshotRequest,
     Request,
     Response,
     VoteRequest,
@@ -62,7 +64,8 @@ SERVED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
                           apis.SUPPORTED[ApiKey.API_VERSIONS].max_version),
     ApiKey.FETCH: (wire.VERSIONS[ApiKey.FETCH], wire.VERSIONS[ApiKey.FETCH]),
     **{key: (apis.DEFINED[key].min_version, apis.DEFINED[key].max_version)
-       for key in (ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH)},
+       for key in (ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH,
+                   ApiKey.FETCH_SNAPSHOT)},
     **ADMIN_VERSIONS,  # DescribeQuorum, AlterPartitionReassignments: listener_admin.py
 }
 
@@ -73,7 +76,7 @@ def source_of(request: Request) -> int:
         return request.candidate_id
     if isinstance(request, BeginQuorumEpochRequest | EndQuorumEpochRequest):
         return request.leader_id
-    if isinstance(request, FetchRequest):
+    if isinstance(request, FetchRequest | FetchSnapshotRequest):
         return request.replica_id
     raise TypeError(f"{type(request).__name__} is not a quorum request")
 

@@ -1,12 +1,14 @@
 """The quorum's messages as plain values, named after KIP-595's fields.
 
-These are the sans-IO core's inputs and outputs; :mod:`broker_core.raft.wire` encodes them.
-On the wire they use Kafka's api keys: Vote 52, BeginQuorumEpoch 53, EndQuorumEpoch 54, Fetch 1
-(with KIP-595's ``LastFetchedEpoch``, ``DivergingEpoch`` and ``CurrentLeader`` fields), and
-for admin clients DescribeQuorum 55 and AlterPartitionReassignments 45 (seed 002's voter
-reassignment, here :class:`AlterVotersRequest`). Kafka's requests carry a topic/partition list because one
-raft client could host several partitions; Sluice's quorum has exactly one metadata partition,
-so the values here hold that one partition's fields flat, and the wire module wraps them.
+These are the sans-IO core's inputs and outputs; :mod:`broker_core.raft.wire` encodes them. On
+the wire they use Kafka's api keys: Vote 52, BeginQuorumEpoch 53, EndQuorumEpoch 54, Fetch 1
+(with KIP-595's ``LastFetchedEpoch``, ``DivergingEpoch`` and ``CurrentLeader`` fields), and for
+admin clients DescribeQuorum 55 and AlterPartitionReassignments 45 (seed 002's voter
+reassignment, here :class:`AlterVotersRequest`), and KIP-630's FetchSnapshot 59 for a fetcher
+whose next entries the leader only holds in a snapshot. Kafka's requests carry a topic/partition
+list because one raft client could host several partitions; Sluice's quorum has exactly one
+metadata partition, so the values here hold that one partition's fields flat, and the wire
+module wraps them.
 
 Every message travels in an :class:`Envelope` that names its source, destination and
 correlation id, as a connection and a request header do on the wire. A response carries the
@@ -19,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker_core.raft.entries import LogEntry
+from broker_core.raft.snapshots import SnapshotId
 from broker_core.wire.errors import ErrorCode
 
 NO_LEADER = -1
@@ -141,8 +144,10 @@ class FetchResponse:
     - ``leader_id`` / ``leader_epoch``: KIP-595's ``CurrentLeader``: the answering node's view.
     - ``high_watermark``: the leader's high watermark (-1 when not answering as leader).
     - ``diverging_epoch``: set instead of ``records`` when the fetch position does not match.
-    - ``records``: entries from ``fetch_offset`` on, in order. There are no snapshots yet, so a
-      leader never answers with a snapshot id: the whole log is always available.
+    - ``snapshot_id``: set instead of ``records`` (KIP-630) when the entries the fetcher needs
+      next are below the leader's log start: the leader's latest snapshot, which the fetcher
+      gets with :class:`FetchSnapshotRequest` before fetching again from its end.
+    - ``records``: entries from ``fetch_offset`` on, in order.
     """
 
     error_code: ErrorCode
@@ -151,6 +156,47 @@ class FetchResponse:
     high_watermark: int
     diverging_epoch: DivergingEpoch | None = None
     records: tuple[LogEntry, ...] = ()
+    snapshot_id: SnapshotId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotRequest:
+    """A follower or observer pulls a chunk of the leader's snapshot (api 59, KIP-630).
+
+    - ``replica_id`` / ``current_leader_epoch``: as in :class:`FetchRequest`.
+    - ``snapshot_id``: the snapshot a :class:`FetchResponse` named.
+    - ``position``: the byte offset in the snapshot's file of the chunk wanted.
+    - ``max_bytes``: the most bytes the answer may carry.
+    """
+
+    cluster_id: str
+    replica_id: int
+    current_leader_epoch: int
+    snapshot_id: SnapshotId
+    position: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotResponse:
+    """The leader's answer to a :class:`FetchSnapshotRequest`.
+
+    - ``error_code``: NONE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER,
+      INCONSISTENT_CLUSTER_ID, INVALID_REQUEST, SNAPSHOT_NOT_FOUND (the leader no longer keeps
+      that snapshot: it made newer ones), POSITION_OUT_OF_RANGE.
+    - ``leader_id`` / ``leader_epoch``: the answering node's view (``CurrentLeader``).
+    - ``snapshot_id``: the snapshot the chunk is from (the request's).
+    - ``size``: the whole snapshot file's size in bytes (-1 with an error).
+    - ``position`` / ``data``: the chunk: ``data`` are the file's bytes from ``position`` on.
+    """
+
+    error_code: ErrorCode
+    leader_id: int
+    leader_epoch: int
+    snapshot_id: SnapshotId
+    size: int = -1
+    position: int = -1
+    data: bytes = b""
 
 
 #: Seed 002's ``NOT_FOLLOWER``: a leader's answer to a fetch from a voter whose removal has
@@ -234,13 +280,13 @@ class DescribeQuorumResponse:
 
 
 Request = (VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
-           | AlterVotersRequest | DescribeQuorumRequest)
+           | FetchSnapshotRequest | AlterVotersRequest | DescribeQuorumRequest)
 Response = (VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | FetchResponse
-            | AlterVotersResponse | DescribeQuorumResponse)
+            | FetchSnapshotResponse | AlterVotersResponse | DescribeQuorumResponse)
 Message = Request | Response
 
 REQUEST_TYPES = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest,
-                 AlterVotersRequest, DescribeQuorumRequest)
+                 FetchSnapshotRequest, AlterVotersRequest, DescribeQuorumRequest)
 #: Requests from admin clients rather than from quorum members.
 ADMIN_REQUEST_TYPES = (AlterVotersRequest, DescribeQuorumRequest)
 

@@ -431,6 +431,28 @@ class MetadataTree:
 
     # ------------------------------------------------------------------ snapshots
 
+    def changes_to(self, other: MetadataTree) -> list[WatchEvent]:
+        """The watch events that turn this tree into ``other`` (a snapshot that replaces it):
+        a node only in ``other`` is CREATED, one only here DELETED, one in both whose data or
+        identity (version, creation, last change) differs CHANGED, and one whose child list or
+        child version differs has a CHILDREN event. Paths in sorted order, so parents come
+        before their children. Nodes that are the same in both give no event."""
+        events = []
+        mine, theirs = self._nodes, other._nodes
+        for path in sorted(mine.keys() | theirs.keys()):
+            a, b = mine.get(path), theirs.get(path)
+            if a is None:
+                events.append(WatchEvent(EventKind.CREATED, path))
+            elif b is None:
+                events.append(WatchEvent(EventKind.DELETED, path))
+            else:
+                if (a.value, a.version, a.czxid, a.mzxid) != (b.value, b.version, b.czxid,
+                                                              b.mzxid):
+                    events.append(WatchEvent(EventKind.CHANGED, path))
+                if a.children != b.children or a.cversion != b.cversion:
+                    events.append(WatchEvent(EventKind.CHILDREN, path))
+        return events
+
     def to_snapshot(self) -> bytes:
         """The whole tree as bytes (JSON, sorted: equal trees give equal bytes)."""
         nodes = [[path, base64.b64encode(n.value).decode("ascii"), n.version, n.czxid,

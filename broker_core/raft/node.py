@@ -18,6 +18,14 @@ end offset, after which the follower truncates and fetches again. A new leader a
 LeaderChange entry (so it has an entry of its own epoch to commit) and announces itself with
 BeginQuorumEpoch; a leader steps down with EndQuorumEpoch.
 
+Snapshots (KIP-630): a node keeps snapshots of its state machine (:meth:`create_snapshot`)
+and deletes the log below them. A fetch the leader can only serve from below its log start is
+answered with its latest snapshot id; the fetcher then sends FetchSnapshot for it, chunk by
+chunk (``_SnapshotFetch``, part of the follower's or observer's role state, so any transition
+drops it), checks the whole file and installs it: snapshot store, log reset to its end, its
+voters, its end as the high watermark, and ``Effects.installed_snapshot`` for the state
+machine. It is not a role of its own: the epoch and leader rules are the follower's.
+
 Timers: a voter without a leader stands after a random election timeout in ``[T, 2T)``
 (random source injected); a follower that has not had a successful fetch response for the
 fetch timeout stands; a leader that has not been fetched from by a majority for the fetch
@@ -46,6 +54,7 @@ Invariants (checked by the simulation after every step):
 from __future__ import annotations
 
 import random
+from collections import deque
 from dataclasses import dataclass, field
 
 from broker_core.raft.commit import majority_size, next_high_watermark
@@ -68,6 +77,8 @@ from broker_core.raft.messages import (
     Envelope,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     Message,
     ReplicaState,
     VoteRequest,
@@ -76,10 +87,29 @@ from broker_core.raft.messages import (
 from broker_core.raft.quorum_state import QuorumState
 from broker_core.raft.reassignment import Add, Done, Remove, ResignThenRemove, next_step
 from broker_core.raft.roles import VOTER_ROLES, IllegalStateTransition, Role, check_transition
+from broker_core.raft.snapshots import (
+    InMemorySnapshotStore,
+    ISnapshotStore,
+    Snapshot,
+    SnapshotError,
+    SnapshotId,
+    decode_snapshot,
+)
 from broker_core.raft.voter_set import VoterChangeRejected, VoterSetHistory
 from broker_core.wire.errors import ErrorCode
 
 NO_ID = -1
+
+
+def _log_continues(log: IRaftLog, snapshot_id: SnapshotId) -> bool:
+    """Whether ``log`` holds the snapshot's end (its entry below it, or the epoch below its
+    start) with the snapshot's epoch, and nothing older after it."""
+    end = snapshot_id.end_offset
+    if not log.start_offset() <= end <= log.end_offset():
+        return False
+    if log.epoch_at(end - 1) != snapshot_id.epoch:
+        return False
+    return log.end_offset() == end or log.epoch_at(end) >= snapshot_id.epoch
 
 
 class NotLeaderError(Exception):
@@ -140,6 +170,19 @@ class _InFlightFetch:
 
 
 @dataclass(slots=True)
+class _SnapshotFetch:
+    """A follower's or observer's transfer of the leader's snapshot (KIP-630): the bytes
+    received so far, in order. Part of the role state, so a new epoch, leader or role drops
+    it; an error answer drops it too, and the next Fetch names the snapshot to get."""
+
+    snapshot_id: SnapshotId
+    leader: int
+    position: int = 0
+    size: int | None = None  # the file's size, from the first chunk
+    chunks: list[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class _RoleState:
     """Timers and bookkeeping of the current role; rebuilt on every transition so nothing
     leaks from one role or epoch into the next."""
@@ -148,6 +191,7 @@ class _RoleState:
     fetch_deadline: float | None = None  # followers: stand when it passes; observers: rediscover
     next_fetch_ms: float | None = None  # followers/observers: when to send the next fetch
     in_flight: _InFlightFetch | None = None
+    snapshot_fetch: _SnapshotFetch | None = None  # followers/observers: fetching a snapshot
     granted: set[int] = field(default_factory=set)  # candidate: votes for it
     answered: set[int] = field(default_factory=set)  # candidate/resigned: who replied
     next_resend_ms: float | None = None  # Vote / BeginQuorumEpoch / EndQuorumEpoch resends
@@ -173,11 +217,15 @@ class RaftNode:
     :param rng: the random source for election timeouts (inject a seeded one in tests).
     :param now: the current time in milliseconds, for the first timers.
     :param persisted: the quorum state read at start, or ``None`` for a fresh node.
+    :param snapshots: the node's snapshot store (default: an empty in-memory one). The node
+        starts from its latest valid snapshot: entries below it count as committed, and its
+        voters apply when they are newer than the persisted ones.
     """
 
     def __init__(self, node_id: int, cluster_id: str, voters: frozenset[int] | set[int],
                  log: IRaftLog, config: RaftConfig, rng: random.Random, now: float,
-                 persisted: QuorumState | None = None) -> None:
+                 persisted: QuorumState | None = None,
+                 snapshots: ISnapshotStore | None = None) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.log = log
@@ -195,20 +243,44 @@ class RaftNode:
         # leader: we tell them our epoch when we stand (see _request_votes).
         self._rivals: set[int] = set()
         self._lost_candidacies = 0  # candidacies in a row that timed out; 0 once a leader is known
+        # Snapshots installed from a leader, and why fetched ones were refused, the latest few
+        # (for operators and tests; bounded, since a leader could keep sending a bad one).
+        self.snapshots_installed = 0
+        self.snapshot_problems: deque[str] = deque(maxlen=16)
+        self.snapshots: ISnapshotStore = (snapshots if snapshots is not None
+                                          else InMemorySnapshotStore())
+        snapshot = self._snapshot = self.snapshots.latest()
+        if snapshot is not None:
+            self._check_snapshot(snapshot)
+            if not _log_continues(log, snapshot.snapshot_id):
+                # The snapshot was installed from the leader but the node stopped before its
+                # log was reset (or the log lost what the snapshot covers): the snapshot wins.
+                log.reset(snapshot.end_offset, snapshot.epoch)
+        applied, current, target = -1, tuple(voters), None
         if persisted is not None:
             if persisted.cluster_id != cluster_id:
                 raise ValueError(f"quorum state belongs to cluster {persisted.cluster_id!r}, "
                                  f"not {cluster_id!r}")
-            self._history = VoterSetHistory.recover(
-                persisted.applied_offset, persisted.current_voters, persisted.target_voters, log)
+            applied = persisted.applied_offset
+            current, target = persisted.current_voters, persisted.target_voters
             self._epoch = persisted.leader_epoch
             self._voted_id = persisted.voted_id
             self._leader_id = persisted.leader_id
         else:
-            self._history = VoterSetHistory.recover(-1, voters, None, log)
             self._epoch = 0
             self._voted_id = NO_ID
             self._leader_id = NO_LEADER
+        if snapshot is not None and snapshot.voters_offset > applied:
+            # The snapshot knows a newer committed assignment than the quorum-state file (it
+            # came from the leader): its voters hold at its end.
+            applied = snapshot.voters_offset
+            current = snapshot.voters.current_voters
+            target = snapshot.voters.target_voters
+        self._history = VoterSetHistory.recover(applied, current, target, log)
+        if snapshot is not None:
+            # Everything a snapshot covers was committed when it was taken.
+            self._high_watermark = snapshot.end_offset
+            self._history.committed(self._high_watermark)
         self._rs = _RoleState()
         self._role = self._initial_role()
         self._enter_role(initial=True)
@@ -255,6 +327,11 @@ class RaftNode:
     def high_watermark(self) -> int:
         """Every entry below this offset is committed. Never decreases while the node runs."""
         return self._high_watermark
+
+    @property
+    def latest_snapshot(self) -> Snapshot | None:
+        """The newest snapshot this node holds (taken here or installed from the leader)."""
+        return self._snapshot
 
     @property
     def voters(self) -> frozenset[int]:
@@ -340,6 +417,69 @@ class RaftNode:
         self._begin(now)
         self._fx.proposed = self._append_as_leader(payload)
         return self._end()
+
+    def create_snapshot(self, end_offset: int, state: bytes, now: float) -> Effects:
+        """Keep ``state``, the state machine's state after every entry below ``end_offset``,
+        as a snapshot (durably, in the snapshot store), with the voters in force there; then
+        let the log's prefix go, keeping ``snapshot_retain_entries`` entries below the log
+        end. ``end_offset`` must be committed (at most the high watermark) and past the log
+        start; one at or below the latest snapshot's end changes nothing."""
+        if end_offset > self._high_watermark:
+            raise ValueError(f"snapshot end {end_offset} is past the high watermark "
+                             f"{self._high_watermark}: only committed state may be kept")
+        self._begin(now)
+        latest = self._snapshot
+        if end_offset >= max(1, self.log.start_offset()) and (
+                latest is None or end_offset > latest.end_offset):
+            offset, voters = self._assignment_at(end_offset)
+            snapshot = Snapshot(SnapshotId(end_offset, self.log.epoch_at(end_offset - 1)),
+                                voters, offset, state)
+            self.snapshots.save(snapshot)
+            self._snapshot = snapshot
+            self._delete_prefix()
+        return self._end()
+
+    def _assignment_at(self, end_offset: int) -> tuple[int, VoterAssignment]:
+        """The committed voter assignment in force at ``end_offset`` and its offset. The
+        history knows it unless it started (at a restart) from a persisted assignment at or
+        past ``end_offset``; then the log below ``end_offset`` is scanned from the latest
+        snapshot below it (whose own voters hold when the log has no newer assignment)."""
+        try:
+            offset, current, target = self._history.assignment_at(end_offset)
+            return offset, VoterAssignment(self.cluster_id, current, target)
+        except ValueError:
+            pass
+        below = self._snapshot if (self._snapshot is not None
+                                   and self._snapshot.end_offset <= end_offset) else None
+        found = None if below is None else (below.voters_offset, below.voters)
+        offset = max(self.log.start_offset(), below.end_offset if below is not None else 0)
+        while offset < end_offset:
+            chunk = self.log.read(offset, min(1000, end_offset - offset))
+            for entry in chunk:
+                if isinstance(entry.payload, VoterAssignment):
+                    found = (entry.offset, entry.payload)
+            offset += len(chunk)
+        if found is None:
+            raise RaftSafetyError(f"node {self.node_id}: no voter assignment known below "
+                                  f"offset {end_offset}")
+        return found
+
+    def _delete_prefix(self) -> None:
+        """Let go of the log below the latest snapshot, keeping the last
+        ``snapshot_retain_entries`` entries (a follower a little behind fetches those rather
+        than the whole snapshot). The snapshot is durable before this runs."""
+        retain = self.config.snapshot_retain_entries
+        if self._snapshot is None or retain is None:
+            return
+        keep_from = self.log.end_offset() - retain
+        start = min(self._snapshot.end_offset, keep_from)
+        if start > self.log.start_offset():
+            self.log.delete_prefix(start)
+
+    def _check_snapshot(self, snapshot: Snapshot) -> None:
+        if snapshot.voters.cluster_id != self.cluster_id:
+            raise ValueError(f"snapshot {snapshot.snapshot_id} belongs to cluster "
+                             f"{snapshot.voters.cluster_id!r}, not {self.cluster_id!r}")
 
     def resign(self, now: float) -> Effects:
         """Graceful step-down (shutdown): a leader resigns and tells the voters; otherwise a
@@ -860,6 +1000,17 @@ class RaftNode:
         progress = rs.progress.setdefault(req.replica_id, _ReplicaProgress())
         progress.last_fetch_ms = self._now
         progress.acknowledged_epoch = True
+        if self._below_log_start(req.fetch_offset, req.last_fetched_epoch):
+            # The entries the fetcher needs next were deleted after a snapshot (KIP-630): name
+            # the latest snapshot, which the fetcher gets with FetchSnapshot. The log start
+            # never passes the latest snapshot's end, so there is one.
+            rs.parked.pop(req.replica_id, None)
+            snapshot = self._snapshot
+            assert snapshot is not None, "a log start above 0 without a snapshot"
+            self._reply(env, FetchResponse(ErrorCode.NONE, self.node_id, self._epoch,
+                                           self._high_watermark,
+                                           snapshot_id=snapshot.snapshot_id))
+            return
         diverging = self._check_fetch_position(req.fetch_offset, req.last_fetched_epoch)
         if diverging is not None:
             rs.parked.pop(req.replica_id, None)
@@ -890,6 +1041,44 @@ class RaftNode:
             return
         self._answer_fetch(parked)
 
+    def _handle_fetch_snapshot_request(self, env: Envelope, req: FetchSnapshotRequest) -> None:
+        """KIP-630's FetchSnapshot on the leader: a chunk of a snapshot it keeps, checked like a
+        fetch (cluster id, epoch, leadership). A snapshot it no longer keeps (it made newer
+        ones since it named it) is SNAPSHOT_NOT_FOUND: the fetcher fetches again and is told
+        the newest. A chunk counts as hearing from the replica (the check-quorum timer), since
+        a voter fetching a snapshot fetches nothing else meanwhile."""
+
+        def fail(error: ErrorCode) -> None:
+            self._reply(env, FetchSnapshotResponse(error, self._known_leader(), self._epoch,
+                                                   req.snapshot_id))
+
+        if req.cluster_id != self.cluster_id:
+            fail(ErrorCode.INCONSISTENT_CLUSTER_ID)
+        elif req.current_leader_epoch < self._epoch:
+            fail(ErrorCode.FENCED_LEADER_EPOCH)
+        elif req.current_leader_epoch > self._epoch:
+            fail(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        elif self._role is not Role.LEADER:
+            fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        elif req.position < 0 or req.max_bytes <= 0 or req.replica_id != env.source:
+            fail(ErrorCode.INVALID_REQUEST)
+        else:
+            size = self.snapshots.size(req.snapshot_id)
+            if size is None:
+                fail(ErrorCode.SNAPSHOT_NOT_FOUND)
+                return
+            if req.position >= size:
+                fail(ErrorCode.POSITION_OUT_OF_RANGE)
+                return
+            progress = self._rs.progress.setdefault(req.replica_id, _ReplicaProgress())
+            progress.last_fetch_ms = self._now
+            progress.acknowledged_epoch = True
+            data = self.snapshots.read_chunk(
+                req.snapshot_id, req.position,
+                min(req.max_bytes, self.config.fetch_snapshot_max_bytes))
+            self._reply(env, FetchSnapshotResponse(ErrorCode.NONE, self.node_id, self._epoch,
+                                                   req.snapshot_id, size, req.position, data))
+
     def _note_caught_up(self, progress: _ReplicaProgress, fetch_offset: int) -> None:
         """KIP-836's rule for ``last_caught_up_ms``: a fetch at the leader's log end means the
         replica is caught up now; a fetch at or past the leader's log end as of the replica's
@@ -918,6 +1107,18 @@ class RaftNode:
         return (progress.was_voter and not progress.told_not_follower
                 and replica not in self._voters and replica not in history.committed_voters
                 and fetch_offset <= history.applied_offset)
+
+    def _below_log_start(self, fetch_offset: int, last_fetched_epoch: int) -> bool:
+        """Whether the fetcher's position (or where it diverges) lies below our log start,
+        where only a snapshot can help (Kafka's ``validateOffsetAndEpoch``): its offset is
+        below the start, or at the start with another epoch below it, or its last epoch is
+        older than the epoch below the start (so the logs part below the start)."""
+        start = self.log.start_offset()
+        if start == 0:
+            return False
+        start_epoch = self.log.epoch_at(start - 1)
+        return (fetch_offset < start or last_fetched_epoch < start_epoch
+                or (fetch_offset == start and last_fetched_epoch != start_epoch))
 
     def _check_fetch_position(self, fetch_offset: int, last_fetched_epoch: int
                               ) -> DivergingEpoch | None:
@@ -984,6 +1185,18 @@ class RaftNode:
         target = self._fetch_target()
         if target is None:
             return
+        transfer = rs.snapshot_fetch
+        if transfer is not None and transfer.leader != target:
+            rs.snapshot_fetch = transfer = None  # an observer probing the voters: start over
+        if transfer is not None:
+            chunk = FetchSnapshotRequest(cluster_id=self.cluster_id, replica_id=self.node_id,
+                                         current_leader_epoch=self._epoch,
+                                         snapshot_id=transfer.snapshot_id,
+                                         position=transfer.position,
+                                         max_bytes=self.config.fetch_snapshot_max_bytes)
+            rs.in_flight = _InFlightFetch(self._send(target, chunk), target, self._now)
+            rs.next_fetch_ms = None
+            return
         end = self.log.end_offset()
         request = FetchRequest(cluster_id=self.cluster_id, replica_id=self.node_id,
                                current_leader_epoch=self._epoch, fetch_offset=end,
@@ -1011,14 +1224,25 @@ class RaftNode:
             return
         if resp.error_code is not ErrorCode.NONE or resp.leader_id != env.source \
                 or resp.leader_epoch != self._epoch:
+            if (rs.probing and resp.leader_epoch == self._epoch
+                    and resp.leader_id == self._leader_id != NO_LEADER):
+                # A probed voter names the leader we know, in our epoch: go back to it. Only a
+                # newer epoch would otherwise end the probe, and an observer whose leader went
+                # quiet during a partition kept asking the voters after it healed (the
+                # simulation found one so, never catching up).
+                rs.probing = False
             rs.next_fetch_ms = self._now + self.config.retry_backoff_ms
             return
-        if resp.diverging_epoch is not None:
+        if resp.snapshot_id is not None:
+            # KIP-630: what we need next is only in the leader's snapshot; get it chunk by
+            # chunk (the next "fetch" sends FetchSnapshot), then fetch from its end.
+            rs.snapshot_fetch = _SnapshotFetch(resp.snapshot_id, env.source)
+        elif resp.diverging_epoch is not None:
             self._truncate_diverging(resp.diverging_epoch)
         elif resp.records:
             if resp.records[0].offset == self.log.end_offset():
                 self._append(resp.records)
-        if resp.diverging_epoch is None:
+        if resp.diverging_epoch is None and resp.snapshot_id is None:
             # The leader matched our log below the fetch offset and sent its own entries
             # after it, so everything we hold is the leader's: its high watermark applies.
             hw = min(resp.high_watermark, self.log.end_offset())
@@ -1028,6 +1252,93 @@ class RaftNode:
         rs.probing = False
         rs.next_fetch_ms = self._now
         self._maybe_send_fetch()
+
+    def _handle_fetch_snapshot_response(self, env: Envelope, resp: FetchSnapshotResponse
+                                        ) -> None:
+        """A chunk of the leader's snapshot. The transfer goes on while every answer is the
+        next chunk of the same snapshot from the same leader in the same epoch; anything else
+        (an error such as SNAPSHOT_NOT_FOUND, a new epoch, a chunk that does not fit) drops
+        it, and the next Fetch starts again from the snapshot the leader names then. A lost
+        chunk is asked for again after the request timeout."""
+        rs = self._rs
+        flight = rs.in_flight
+        if (flight is None or flight.correlation_id != env.correlation_id
+                or flight.destination != env.source):
+            return  # late or duplicated
+        rs.in_flight = None
+        if resp.leader_epoch > self._epoch or (
+                resp.leader_epoch == self._epoch and self._leader_id == NO_LEADER):
+            self._observe_epoch(resp.leader_epoch, resp.leader_id)
+            if self._role not in (Role.FOLLOWER, Role.OBSERVER) or self._rs is not rs:
+                return
+        transfer = rs.snapshot_fetch
+        data = resp.data
+        if (transfer is None or resp.error_code is not ErrorCode.NONE
+                or resp.leader_id != env.source or resp.leader_epoch != self._epoch
+                or resp.snapshot_id != transfer.snapshot_id
+                or resp.position != transfer.position or not data
+                or transfer.size not in (None, resp.size)
+                or resp.position + len(data) > resp.size):
+            rs.snapshot_fetch = None
+            rs.next_fetch_ms = self._now + self.config.retry_backoff_ms
+            return
+        transfer.size = resp.size
+        transfer.chunks.append(bytes(data))
+        transfer.position += len(data)
+        rs.fetch_deadline = self._now + self.config.fetch_timeout_ms
+        rs.probing = False
+        rs.next_fetch_ms = self._now
+        if transfer.position == transfer.size:
+            rs.snapshot_fetch = None
+            if not self._install_snapshot(transfer):
+                rs.next_fetch_ms = self._now + self.config.retry_backoff_ms
+                return
+            if self._rs is not rs:
+                return  # the snapshot's voters moved us to another role, which fetches
+        self._maybe_send_fetch()
+
+    def _install_snapshot(self, transfer: _SnapshotFetch) -> bool:
+        """Install a fetched snapshot (KIP-630): check it, keep it durably, reset the log to
+        start empty at its end, take its voters as the committed ones and its end as the high
+        watermark; the driver gives it to the state machine (``Effects.installed_snapshot``).
+        False (and why, in ``snapshot_problems``) for bytes that are not the snapshot asked
+        for; the fetcher then starts over.
+
+        Only the leader's committed state is in a snapshot, and the leader named it because
+        our log does not reach its log start, so the snapshot is ahead of everything we know
+        to be committed; anything in our log is replaced, as the leader's log would replace
+        it entry by entry."""
+        what = f"snapshot {transfer.snapshot_id} from node {transfer.leader}"
+        try:
+            snapshot = decode_snapshot(b"".join(transfer.chunks), what)
+            if snapshot.snapshot_id != transfer.snapshot_id:
+                raise SnapshotError(f"{what}: holds snapshot {snapshot.snapshot_id}")
+            self._check_snapshot(snapshot)
+        except (SnapshotError, ValueError) as e:
+            self.snapshot_problems.append(str(e))
+            return False
+        latest = self._snapshot
+        if snapshot.end_offset < self._high_watermark or (
+                latest is not None and latest.snapshot_id >= snapshot.snapshot_id):
+            raise RaftSafetyError(
+                f"node {self.node_id}: leader {transfer.leader} sent {what}, but this node "
+                f"already has committed entries to {self._high_watermark} and snapshot "
+                f"{None if latest is None else latest.snapshot_id}")
+        self.snapshots.save(snapshot)  # durable before the log below it goes
+        self._snapshot = snapshot
+        self.log.reset(snapshot.end_offset, snapshot.epoch)
+        voters = snapshot.voters
+        self._history = VoterSetHistory.recover(snapshot.voters_offset, voters.current_voters,
+                                                voters.target_voters, self.log)
+        self._history.committed(snapshot.end_offset)
+        if self._demoted_below and snapshot.end_offset >= self._demoted_below:
+            self._demoted_below = 0
+        self.snapshots_installed += 1
+        self._fx.installed_snapshot = snapshot
+        if snapshot.end_offset > self._high_watermark:
+            self._set_high_watermark(snapshot.end_offset)
+        self._voters_changed()  # the snapshot's voters may make us a voter, or no longer one
+        return True
 
     def _demoted(self, removal_committed_below: int) -> None:
         """The leader says our removal from the voters is committed below
@@ -1112,6 +1423,8 @@ class RaftNode:
         EndQuorumEpochResponse: "_handle_end_epoch_response",
         FetchRequest: "_handle_fetch_request",
         FetchResponse: "_handle_fetch_response",
+        FetchSnapshotRequest: "_handle_fetch_snapshot_request",
+        FetchSnapshotResponse: "_handle_fetch_snapshot_response",
         AlterVotersRequest: "_handle_alter_voters_request",
         DescribeQuorumRequest: "_handle_describe_quorum_request",
     }

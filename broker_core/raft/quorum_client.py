@@ -28,6 +28,17 @@ fails with ConnectionLoss, and the caller sees on its retry what it would see on
 (``NodeExists`` for a create that committed late, ``BadVersion`` for a conditional set). The
 tree needs no idempotency keys.
 
+Snapshots. At start the client is given the node's latest snapshot (the tree as of its end)
+and then only the entries after it, instead of the whole log. It asks the driver for a new
+snapshot of its tree once ``quorum.snapshot.interval.entries`` entries or
+``quorum.snapshot.interval.bytes`` payload bytes were applied since the last one. A node too
+far behind its leader for entries installs the leader's snapshot (FetchSnapshot) while it
+runs: the tree is replaced, and the apply listeners (the store's watches) are told what
+changed as if one entry had made every change at the snapshot's last offset
+(:meth:`MetadataTree.changes_to`: a watch fires if its node changed, as on ZooKeeper), plus
+one result per session the new tree no longer has (ended). Writes waiting for an entry the
+snapshot covers fail with ConnectionLost, since their results are not in a snapshot.
+
 Invariants: every ``submit`` Deferred fires exactly once, within ``submit_timeout_s`` plus one
 request timeout; a successful one fires after the entry is applied to :attr:`tree` and the
 apply listeners ran for it. Everything runs on the reactor thread.
@@ -52,9 +63,10 @@ from broker_core.raft.listener import QuorumRequestHandler
 from broker_core.raft.metadata_commands import ExpireSession, encode
 from broker_core.raft.metadata_sessions import SessionTracker
 from broker_core.raft.metadata_store import IQuorumClient
-from broker_core.raft.metadata_tree import ApplyResult, MetadataTree
+from broker_core.raft.metadata_tree import ApplyResult, MetadataTree, SnapshotError
 from broker_core.raft.node import NotLeaderError
 from broker_core.raft.roles import Role
+from broker_core.raft.snapshots import Snapshot
 from broker_core.rpc import ClientConnection, connect_client, request_with_timeout
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -114,6 +126,14 @@ class NetworkQuorumClient:
         self._expiry_call: Any = None
         self._stopped = False
         self._watched: dict[bytes, list[_PayloadWatch]] = {}
+        # Entries applied since this client started (what a start replayed, for tests and
+        # operators), and since the last snapshot (the trigger).
+        self.entries_applied = 0
+        self.loaded_snapshot: Any = None  # the SnapshotId the tree was loaded from, if any
+        self.snapshots_installed = 0  # leader's snapshots that replaced the tree at run time
+        self._attached = False
+        self._since_snapshot_entries = 0
+        self._since_snapshot_bytes = 0
         self._conn = ClientConnection(lambda host, port: connect_client(
             reactor, host, port, f"sluice-quorum-client-{node_id}", request_timeout_s))
 
@@ -129,7 +149,41 @@ class NetworkQuorumClient:
         """Follow ``driver`` (started): apply its committed entries, lead sessions with it."""
         self.driver = driver
         driver.subscribe_transitions(self._on_transition)
-        driver.subscribe_committed(self._on_committed)
+        driver.subscribe_committed(self._on_committed, load_snapshot=self._load_snapshot)
+        self._attached = True  # a snapshot loaded from now on replaces a tree in use
+
+    def _load_snapshot(self, snapshot: Snapshot) -> None:
+        """Replace the tree with ``snapshot``'s (its state is :meth:`MetadataTree.to_snapshot`'s):
+        at start, or when the node installs its leader's snapshot (see the module docstring
+        for what the listeners and waiting writes are told)."""
+        tree = MetadataTree.from_snapshot(snapshot.state)
+        if tree.applied_offset != snapshot.end_offset - 1:
+            raise SnapshotError(f"snapshot {snapshot.snapshot_id} holds a tree applied up to "
+                                f"{tree.applied_offset}, not {snapshot.end_offset - 1}")
+        old, self.tree = self.tree, tree
+        self.loaded_snapshot = snapshot.snapshot_id
+        self._results.clear()
+        self._since_snapshot_entries = self._since_snapshot_bytes = 0
+        self.log.info("quorum node {node}: metadata tree loaded from snapshot {id} "
+                      "({n} nodes)", node=self.node_id, id=snapshot.snapshot_id, n=len(tree))
+        if not self._attached:
+            return  # the start (attach): nobody has read the tree yet
+        self.snapshots_installed += 1
+        offset = tree.applied_offset
+        results = [ApplyResult(None, ended_session=sid)
+                   for sid in sorted(old.sessions.keys() - tree.sessions.keys())]
+        results.append(ApplyResult(None, events=old.changes_to(tree)))
+        for applied in results:
+            for listener in list(self._listeners):
+                try:
+                    listener(offset, applied)
+                except Exception:
+                    self.log.failure("apply listener failed")
+        for waiting_offset in sorted(o for o in self._waiters if o <= offset):
+            for d in self._waiters.pop(waiting_offset):
+                d.errback(ConnectionLost(f"entry {waiting_offset} is covered by snapshot "
+                                         f"{snapshot.snapshot_id} installed from the leader; "
+                                         "its result is not known here"))
 
     def stop(self) -> None:
         """Fail what waits, close the connection to the leader, stop expiring sessions."""
@@ -159,13 +213,34 @@ class NetworkQuorumClient:
     # -- applying committed entries ------------------------------------------------------------
 
     def _on_committed(self, entries: tuple[LogEntry, ...]) -> None:
+        self._apply_entries(entries)
+        self._maybe_snapshot()
+
+    def _maybe_snapshot(self) -> None:
+        driver = self.driver
+        if driver is None or not driver.running:
+            return
+        config = driver.config
+        by_entries = config.snapshot_interval_entries
+        by_bytes = config.snapshot_interval_bytes
+        if (by_entries and self._since_snapshot_entries >= by_entries) or (
+                by_bytes and self._since_snapshot_bytes >= by_bytes):
+            self._since_snapshot_entries = self._since_snapshot_bytes = 0
+            # Every entry up to the tree's applied offset is committed: the tree is the state
+            # at the end of that offset. The driver writes it right after this step.
+            driver.take_snapshot(self.tree.applied_offset + 1, self.tree.to_snapshot())
+
+    def _apply_entries(self, entries: tuple[LogEntry, ...]) -> None:
         for entry in entries:
             if entry.offset <= self.tree.applied_offset:
-                continue  # a replay from offset 0 after a restart of the driver
+                continue  # already in the tree (a snapshot or an earlier delivery)
+            self.entries_applied += 1
+            self._since_snapshot_entries += 1
             if entry.is_control:
                 self.tree.skip(entry.offset)
                 continue
             applied = self.tree.apply(entry.offset, entry.payload)  # type: ignore[arg-type]
+            self._since_snapshot_bytes += len(entry.payload)  # type: ignore[arg-type]
             if self.leading:
                 if applied.opened_session is not None:
                     sid = applied.opened_session

@@ -22,6 +22,16 @@ or corrupt batch and everything after it is cut, and the epoch file is trimmed t
 and completed from the batches' epochs. What comes back is the durable prefix of what was
 appended, with its epochs.
 
+Log start. After a snapshot the prefix below it may go (:meth:`DiskRaftLog.delete_prefix`):
+the new start and the epoch of the entry just below it go to ``raft-log-start`` first
+(atomically and durably, Kafka's checkpoint text format: ``start epoch``), then the log start
+moves, the epoch file is trimmed and the segments wholly below the start are deleted. A crash
+in between leaves the file ahead of the segments, and the next open deletes them. Reads below
+the start raise :class:`~broker_core.raft.log.OffsetBelowLogStart`. :meth:`DiskRaftLog.reset`
+(a snapshot installed from the leader) writes the file, then deletes every segment and starts
+an empty log at the snapshot's end; the node checks the log against its latest snapshot at
+start and resets again if a crash came between the two.
+
 Threading. One thread (the driver's) calls every method. :meth:`~DiskRaftLog.flush` blocks on
 fsync; the driver may run it on another thread but never at the same time as an
 :meth:`~DiskRaftLog.append` or :meth:`~DiskRaftLog.truncate_to` (the Raft core asks for a flush
@@ -37,18 +47,28 @@ from pathlib import Path
 
 from zope.interface import implementer
 
-from broker_core.log.checkpoints import fsync_dir, write_atomically
+from broker_core.log.checkpoints import (
+    CheckpointError,
+    format_lines,
+    fsync_dir,
+    parse_ints,
+    parse_lines,
+    write_atomically,
+)
 from broker_core.log.config import LogConfig
 from broker_core.log.log import Log, RecoveryReport, partition_dir_name
 from broker_core.log.manager import CLEAN_SHUTDOWN
 from broker_core.raft.entries import LogEntry
-from broker_core.raft.log import IRaftLog, check_appendable
+from broker_core.raft.log import IRaftLog, OffsetBelowLogStart, check_appendable, epoch_starts_from
 from broker_core.raft.records import batch_entries, entries_to_records
 from broker_core.raft.wire import METADATA_PARTITION, METADATA_TOPIC
 from broker_core.wire.records import batch_size_at, iter_batches, parse_batch
 
 #: The metadata log's directory under a data directory.
 DIR_NAME = partition_dir_name(METADATA_TOPIC, METADATA_PARTITION)
+
+#: The log start offset and the epoch below it, next to the segments.
+START_FILE = "raft-log-start"
 
 #: The first read's byte budget when the log holds nothing yet to estimate entry sizes from.
 _MIN_READ_BYTES = 4096
@@ -63,8 +83,9 @@ class DiskRaftLog:
     non-decreasing epochs >= 1, and its epoch file lists the start of every epoch present.
     """
 
-    def __init__(self, log: Log) -> None:
+    def __init__(self, log: Log, start_epoch: int = 0) -> None:
         self._log = log
+        self._start_epoch = start_epoch  # the epoch of the entry at start_offset() - 1
         self._closed = False
 
     @classmethod
@@ -81,17 +102,24 @@ class DiskRaftLog:
         directory.mkdir(parents=True, exist_ok=True)
         marker = directory / CLEAN_SHUTDOWN
         clean = marker.exists() or not any(directory.iterdir())
+        start, start_epoch = _read_start(directory / START_FILE)
         log = Log.open(directory, config or LogConfig(), time_ms=time_ms, recovery_point=0,
-                       clean_shutdown=clean)
-        if marker.exists():
-            try:
+                       clean_shutdown=clean, log_start_offset=start)
+        try:
+            if log.log_start_offset != start:
+                # A reset that crashed before its segments went: the node resets again from
+                # its snapshot; until then the epoch below this start is unknown.
+                start_epoch = 0
+            else:
+                log.delete_old_segments()  # a prefix deletion that crashed half-way
+            if marker.exists():
                 # Gone (durably) before the first append: a crash from here on is unclean.
                 marker.unlink()
                 fsync_dir(directory)
-            except BaseException:
-                log.close()
-                raise
-        return cls(log)
+        except BaseException:
+            log.close()
+            raise
+        return cls(log, start_epoch)
 
     @property
     def log(self) -> Log:
@@ -109,16 +137,24 @@ class DiskRaftLog:
 
     # -- IRaftLog ----------------------------------------------------------------------------------
 
+    def start_offset(self) -> int:
+        return self._log.log_start_offset
+
     def end_offset(self) -> int:
         return self._log.log_end_offset
 
     def last_epoch(self) -> int:
         latest = self._log.leader_epochs.latest_entry
-        return 0 if latest is None else latest.epoch
+        return self._start_epoch if latest is None else latest.epoch
 
     def epoch_at(self, offset: int) -> int:
         if offset == -1:
             return 0
+        start = self._log.log_start_offset
+        if offset == start - 1:
+            return self._start_epoch
+        if offset < start:
+            raise OffsetBelowLogStart(offset, start)
         if not 0 <= offset < self._log.log_end_offset:
             raise IndexError(f"offset {offset} is outside the log [0, "
                              f"{self._log.log_end_offset})")
@@ -134,6 +170,8 @@ class DiskRaftLog:
             self._log.append_as_follower(entries_to_records(entries))
 
     def read(self, start_offset: int, max_entries: int) -> tuple[LogEntry, ...]:
+        if start_offset < self._log.log_start_offset and start_offset >= 0:
+            raise OffsetBelowLogStart(start_offset, self._log.log_start_offset)
         data = self.read_records(start_offset, max_entries)
         out: list[LogEntry] = []
         # Every batch was validated (CRC included) when it was appended or recovered.
@@ -142,19 +180,53 @@ class DiskRaftLog:
         return tuple(out)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        starts = self._log.leader_epochs.entries
-        i = bisect.bisect_right([e.epoch for e in starts], epoch)
+        starts = [(e.epoch, e.start_offset) for e in self._log.leader_epochs.entries]
+        start = self._log.log_start_offset
+        if start:
+            # The epoch file covers the entries held; the epoch below the start ends there.
+            starts = epoch_starts_from(start, self._start_epoch, starts)
+        i = bisect.bisect_right([e for e, _ in starts], epoch)
         if i == 0:
             return (0, 0)
-        end = starts[i].start_offset if i < len(starts) else self._log.log_end_offset
-        return (starts[i - 1].epoch, end)
+        end = starts[i][1] if i < len(starts) else self._log.log_end_offset
+        return (starts[i - 1][0], end)
 
     def truncate_to(self, offset: int) -> None:
         if offset < 0:
             raise ValueError(f"negative truncation offset {offset}")
+        if offset < self._log.log_start_offset:
+            raise OffsetBelowLogStart(offset, self._log.log_start_offset)
         if offset >= self._log.log_end_offset:
             return
         self._log.truncate_to(offset)
+
+    def delete_prefix(self, offset: int) -> None:
+        """Drop the entries below ``offset``: ``raft-log-start`` first (durably), then the
+        log start moves and the segments wholly below it are deleted (see the module
+        docstring). BLOCKING (one atomic file write)."""
+        log = self._log
+        if offset <= log.log_start_offset:
+            return
+        if offset > log.log_end_offset:
+            raise ValueError(f"cannot delete below {offset}: the log ends at "
+                             f"{log.log_end_offset}")
+        start_epoch = self.epoch_at(offset - 1)
+        _write_start(log.directory / START_FILE, offset, start_epoch)
+        self._start_epoch = start_epoch
+        log.log_start_offset = offset
+        log.high_watermark = offset  # the log layer deletes segments only below its hw
+        log.leader_epochs.truncate_from_start(offset)
+        log.delete_old_segments()
+
+    def reset(self, offset: int, epoch: int) -> None:
+        """Start again, empty, at ``offset`` with ``epoch`` below it (a snapshot ending there
+        was installed). BLOCKING."""
+        if offset < 0 or epoch < 0:
+            raise ValueError(f"cannot start a log at ({offset}, {epoch})")
+        _write_start(self._log.directory / START_FILE, offset, epoch)
+        self._start_epoch = epoch
+        self._log.truncate_fully_and_start_at(offset)
+        self._log.flush()
 
     def flush(self) -> None:
         """fsync everything appended so far (epoch file, segments, indexes, directory).
@@ -215,6 +287,24 @@ class DiskRaftLog:
 
     def __repr__(self) -> str:
         return f"DiskRaftLog({self._log!r})"
+
+
+def _write_start(path: Path, offset: int, epoch: int) -> None:
+    write_atomically(path, format_lines([f"{offset} {epoch}"]), sync=True)
+
+
+def _read_start(path: Path) -> tuple[int, int]:
+    """``(start offset, epoch below it)`` from ``raft-log-start``; ``(0, 0)`` without one.
+    A damaged file is a :class:`~broker_core.log.checkpoints.CheckpointError` naming it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return (0, 0)
+    lines = parse_lines(text, str(path))
+    if len(lines) != 1:
+        raise CheckpointError(f"{path}: expected one entry, found {len(lines)}")
+    offset, epoch = parse_ints(lines[0], 2, str(path))
+    return (offset, epoch)
 
 
 def _last_offset(data: bytes) -> int:

@@ -4,7 +4,7 @@ that came in through the listener (:mod:`broker_core.raft.listener`).
 :class:`QuorumNetwork` is the driver's :class:`~broker_core.raft.driver.IRaftTransport`. An
 envelope the node sends is either
 
-- a *request* (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch): it goes out on the
+- a *request* (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot): it goes out on the
   connection to its destination (:class:`PeerConnection`), encoded by
   :mod:`broker_core.raft.wire`; the response is decoded and handed back to the node as an
   envelope carrying the node's own correlation id (the wire's ids belong to the connection);

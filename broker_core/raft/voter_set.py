@@ -44,6 +44,10 @@ class VoterSetHistory:
         self.committed_voters = frozenset(voters)
         self.committed_target = target_voters
         self._pending: list[tuple[int, VoterAssignment]] = []
+        # Committed assignments by offset, oldest first, for the voters a snapshot at some
+        # committed offset records (:meth:`assignment_at`). Assignments are rare; kept whole.
+        self._committed: list[tuple[int, tuple[int, ...], tuple[int, ...] | None]] = [
+            (applied_offset, tuple(sorted(self.committed_voters)), target_voters)]
         # Every node named as a current or target voter since this history began: whom a
         # candidate that keeps losing asks too (RaftNode._request_votes).
         self.known: set[int] = set(self.committed_voters) | set(target_voters or ())
@@ -54,7 +58,9 @@ class VoterSetHistory:
         """The history after a restart: the persisted committed state, then every assignment
         the log holds after ``applied_offset`` (seed 002's forward scan)."""
         history = cls(applied_offset, voters, target_voters)
-        offset, end = applied_offset + 1, log.end_offset()
+        # Entries below the log start are covered by a snapshot, whose voters the caller
+        # passed in when they are newer than the persisted ones.
+        offset, end = max(applied_offset + 1, log.start_offset()), log.end_offset()
         while offset < end:
             chunk = log.read(offset, _SCAN_CHUNK)
             history.appended(chunk)
@@ -110,8 +116,20 @@ class VoterSetHistory:
             self.applied_offset = offset
             self.committed_voters = frozenset(assignment.current_voters)
             self.committed_target = assignment.target_voters
+            self._committed.append((offset, tuple(assignment.current_voters),
+                                    assignment.target_voters))
             changed = True
         return changed
+
+    def assignment_at(self, end_offset: int
+                      ) -> tuple[int, tuple[int, ...], tuple[int, ...] | None]:
+        """``(offset, current voters, target voters)`` of the latest committed assignment below
+        ``end_offset`` (at most the high watermark): the voters a snapshot ending there holds.
+        Raises ValueError when this history starts above ``end_offset``."""
+        found = [c for c in self._committed if c[0] < end_offset]
+        if not found:
+            raise ValueError(f"no committed voter assignment known below offset {end_offset}")
+        return found[-1]
 
     def check_change(self, proposed: VoterAssignment, leader_id: int) -> None:
         """Raise :class:`VoterChangeRejected` unless appending ``proposed`` is safe now: the same

@@ -8,9 +8,12 @@ named as Kafka names it: topic :data:`METADATA_TOPIC` (``__cluster_metadata``), 
 one-partition list; decoding requires exactly that list and raises :class:`UnexpectedPartitions`
 for anything else.
 
-Versions (:data:`VERSIONS`): Vote v0, BeginQuorumEpoch v0, EndQuorumEpoch v0 (KIP-595's), and
+Versions (:data:`VERSIONS`): Vote v0, BeginQuorumEpoch v0, EndQuorumEpoch v0 (KIP-595's),
 Fetch v12, the first Fetch with KIP-595's ``ClusterId``, ``LastFetchedEpoch``,
-``DivergingEpoch`` and ``CurrentLeader`` and the highest one Sluice serves.
+``DivergingEpoch`` and ``CurrentLeader`` (and KIP-630's ``SnapshotId``) and the highest one
+Sluice serves, and FetchSnapshot v0 (KIP-630). A fetch response's ``snapshot_id`` is ``None``
+exactly when the tagged field is absent; a FetchSnapshot response's chunk travels as its
+``UnalignedRecords`` bytes, which are the snapshot file's own bytes, not record batches.
 
 Error codes. A response's single ``error_code`` travels where Kafka puts it: the errors about the
 request as a whole (:data:`TOP_LEVEL_ERRORS`: ``INCONSISTENT_CLUSTER_ID``, ``INVALID_REQUEST``)
@@ -48,12 +51,15 @@ from broker_core.raft.messages import (
     EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     ReplicaState,
     Request,
     Response,
     VoteRequest,
     VoteResponse,
 )
+from broker_core.raft.snapshots import SnapshotId
 from broker_core.wire import apis
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import EncodeError, ErrorCode, ProtocolError
@@ -67,6 +73,7 @@ VERSIONS: dict[ApiKey, int] = {
     ApiKey.BEGIN_QUORUM_EPOCH: 0,
     ApiKey.END_QUORUM_EPOCH: 0,
     ApiKey.FETCH: 12,
+    ApiKey.FETCH_SNAPSHOT: 0,  # KIP-630
     # Admin APIs (seed 002): DescribeQuorum v1 (KIP-836's timestamps) and
     # AlterPartitionReassignments v0 carrying the target voters.
     ApiKey.DESCRIBE_QUORUM: 1,
@@ -89,6 +96,7 @@ _REQUEST_KEYS: dict[type, ApiKey] = {
     BeginQuorumEpochRequest: ApiKey.BEGIN_QUORUM_EPOCH,
     EndQuorumEpochRequest: ApiKey.END_QUORUM_EPOCH,
     FetchRequest: ApiKey.FETCH,
+    FetchSnapshotRequest: ApiKey.FETCH_SNAPSHOT,
     DescribeQuorumRequest: ApiKey.DESCRIBE_QUORUM,
     AlterVotersRequest: ApiKey.ALTER_PARTITION_REASSIGNMENTS,
 }
@@ -97,6 +105,7 @@ _RESPONSE_KEYS: dict[type, ApiKey] = {
     BeginQuorumEpochResponse: ApiKey.BEGIN_QUORUM_EPOCH,
     EndQuorumEpochResponse: ApiKey.END_QUORUM_EPOCH,
     FetchResponse: ApiKey.FETCH,
+    FetchSnapshotResponse: ApiKey.FETCH_SNAPSHOT,
     DescribeQuorumResponse: ApiKey.DESCRIBE_QUORUM,
     AlterVotersResponse: ApiKey.ALTER_PARTITION_REASSIGNMENTS,
 }
@@ -198,9 +207,25 @@ def request_body(message: Request) -> dict[str, Any]:
                 "partition_max_bytes": FETCH_MAX_BYTES,
             }]}],
         }
+    if isinstance(message, FetchSnapshotRequest):
+        return {
+            "cluster_id": message.cluster_id,
+            "replica_id": message.replica_id,
+            "max_bytes": message.max_bytes,
+            "topics": [{"name": METADATA_TOPIC, "partitions": [{
+                "partition": METADATA_PARTITION,
+                "current_leader_epoch": message.current_leader_epoch,
+                "snapshot_id": _snapshot_id(message.snapshot_id),
+                "position": message.position,
+            }]}],
+        }
     if isinstance(message, DescribeQuorumRequest | AlterVotersRequest):
         return _admin_request_body(message)
     raise TypeError(f"{type(message).__name__} is not a quorum request")
+
+
+def _snapshot_id(snapshot_id: SnapshotId) -> dict[str, int]:
+    return {"end_offset": snapshot_id.end_offset, "epoch": snapshot_id.epoch}
 
 
 def request_from_body(api_key: int, body: Any) -> Request:
@@ -221,6 +246,12 @@ def request_from_body(api_key: int, body: Any) -> Request:
         p = _the_partition(body.topics, "topic", "partition")
         return FetchRequest(body.cluster_id, body.replica_id, p.current_leader_epoch,
                             p.fetch_offset, p.last_fetched_epoch, body.max_wait_ms)
+    if api_key == ApiKey.FETCH_SNAPSHOT:
+        p = _the_partition(body.topics, "name", "partition")
+        return FetchSnapshotRequest(
+            body.cluster_id, body.replica_id, p.current_leader_epoch,
+            SnapshotId(p.snapshot_id.end_offset, p.snapshot_id.epoch), p.position,
+            body.max_bytes)
     if api_key in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION_REASSIGNMENTS):
         return _admin_request_from_body(api_key, body)
     raise ValueError(f"api key {api_key} is not a quorum api")
@@ -269,8 +300,21 @@ def response_body(message: Response, *,
         if message.diverging_epoch is not None:
             partition["diverging_epoch"] = {"epoch": message.diverging_epoch.epoch,
                                             "end_offset": message.diverging_epoch.end_offset}
+        if message.snapshot_id is not None:
+            partition["snapshot_id"] = _snapshot_id(message.snapshot_id)
         return {"error_code": top, "session_id": 0,
                 "responses": [{"topic": METADATA_TOPIC, "partitions": [partition]}]}
+    if isinstance(message, FetchSnapshotResponse):
+        return {"error_code": top, "topics": [{"name": METADATA_TOPIC, "partitions": [{
+            "index": METADATA_PARTITION,
+            "error_code": part,
+            "snapshot_id": _snapshot_id(message.snapshot_id),
+            "current_leader": {"leader_id": message.leader_id,
+                               "leader_epoch": message.leader_epoch},
+            "size": message.size,
+            "position": message.position,
+            "unaligned_records": message.data,
+        }]}]}
     if isinstance(message, DescribeQuorumResponse | AlterVotersResponse):
         return _admin_response_body(message)
     raise TypeError(f"{type(message).__name__} is not a quorum response")
@@ -301,10 +345,23 @@ def response_from_body(api_key: int, body: Any, *,
         diverging = (None if (d.epoch, d.end_offset) == (-1, -1)
                      else DivergingEpoch(d.epoch, d.end_offset))
         records = p.records
+        sid = p.snapshot_id  # absent: Kafka's default, -1 and -1
+        snapshot_id = (None if (sid.end_offset, sid.epoch) == (-1, -1)
+                       else SnapshotId(sid.end_offset, sid.epoch))
         return FetchResponse(
             _join_error(body.error_code, p.error_code), p.current_leader.leader_id,
             p.current_leader.leader_epoch, p.high_watermark, diverging,
-            () if records is None else records_to_entries(records))
+            () if records is None else records_to_entries(records), snapshot_id)
+    if api_key == ApiKey.FETCH_SNAPSHOT:
+        if body.error_code != ErrorCode.NONE and not body.topics:
+            return FetchSnapshotResponse(_error_code(body.error_code), NO_LEADER, -1,
+                                         SnapshotId(-1, -1))
+        p = _the_partition(body.topics, "name", "index")
+        return FetchSnapshotResponse(
+            _join_error(body.error_code, p.error_code), p.current_leader.leader_id,
+            p.current_leader.leader_epoch,
+            SnapshotId(p.snapshot_id.end_offset, p.snapshot_id.epoch), p.size, p.position,
+            bytes(p.unaligned_records))
     if api_key in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION_REASSIGNMENTS):
         return _admin_response_from_body(api_key, body)
     raise ValueError(f"api key {api_key} is not a quorum api")

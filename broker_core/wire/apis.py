@@ -259,7 +259,8 @@ for _key, _module in [
 del _key, _module
 
 DEFINED: dict[ApiKey, ApiSpec] = {}
-"""APIs the codec knows but no broker serves: the Raft quorum's (KIP-595),
+"""APIs the codec knows but no broker serves: the Raft quorum's (KIP-595, and KIP-630's
+FetchSnapshot),
 AlterPartitionReassignments (seed 002's voter reassignment) and DiscoverBrokers (seed 002's
 quorum gossip), served by the quorum's own listener only. They are kept
 apart from ``SUPPORTED`` so that ApiVersions, :func:`advertised_versions` and
@@ -271,6 +272,7 @@ for _key, _api in [
     (ApiKey.BEGIN_QUORUM_EPOCH, quorum.BEGIN_QUORUM_EPOCH),
     (ApiKey.END_QUORUM_EPOCH, quorum.END_QUORUM_EPOCH),
     (ApiKey.DESCRIBE_QUORUM, quorum.DESCRIBE_QUORUM),
+    (ApiKey.FETCH_SNAPSHOT, quorum.FETCH_SNAPSHOT),
     (ApiKey.ALTER_PARTITION_REASSIGNMENTS, alter_partition_reassignments),
     (ApiKey.DISCOVER_BROKERS, discover_brokers),
     (ApiKey.METADATA_WRITE, metadata_quorum.METADATA_WRITE),

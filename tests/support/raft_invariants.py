@@ -14,7 +14,9 @@ thousands of simulations:
 - nothing a node sends is ahead of what it has persisted: every message's epoch is at most
   the persisted epoch, and a granted vote is the persisted vote (:meth:`check_sent`);
 - a reassignment is answered "success" only when an assignment with the requested target is
-  committed (:meth:`check_alter_reply`).
+  committed (:meth:`check_alter_reply`);
+- a node's state machine (started from its latest snapshot, then fed committed entries) equals
+  the committed log applied from scratch (the simulation calls :meth:`state_machine_diverged`).
 
 "Committed" is learned from the nodes themselves: whenever a node's high watermark passes an
 offset, the entry it holds there joins the committed log, or must equal the one already there.
@@ -36,6 +38,8 @@ from broker_core.raft.messages import (
     Envelope,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     VoteRequest,
     VoteResponse,
 )
@@ -49,12 +53,13 @@ def message_epoch(env: Envelope) -> int:
         return m.candidate_epoch
     if isinstance(m, (BeginQuorumEpochRequest, EndQuorumEpochRequest)):
         return m.leader_epoch
-    if isinstance(m, FetchRequest):
+    if isinstance(m, FetchRequest | FetchSnapshotRequest):
         return m.current_leader_epoch
     if isinstance(m, (AlterVotersRequest, DescribeQuorumRequest)):
         return 0  # an admin client's request names no epoch
     assert isinstance(m, (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse,
-                          FetchResponse, AlterVotersResponse, DescribeQuorumResponse))
+                          FetchResponse, FetchSnapshotResponse, AlterVotersResponse,
+                          DescribeQuorumResponse))
     return m.leader_epoch
 
 
@@ -77,6 +82,10 @@ class InvariantChecker:
         """A crash loses the high watermark (it is not persisted); nothing else is forgiven."""
         self._hw.pop(node_id, None)
         self._role.pop(node_id, None)
+
+    def state_machine_diverged(self, node_id: int, applied_end: int, now: float) -> None:
+        self._fail(now, node_id, f"its state machine at offset {applied_end} differs from the "
+                                 "committed log applied from scratch")
 
     def _fail(self, now: float, node_id: int, what: str) -> None:
         raise InvariantViolation(f"t={now:.1f} node {node_id}: {what}")
@@ -136,7 +145,9 @@ class InvariantChecker:
                 self._fail(now, n, f"leads epoch {epoch}, which node {prior} already led")
 
         hw, end = node.high_watermark, log.end_offset()
-        verified = self._verified.get(n, 0)
+        # Below the log start a snapshot stands for the entries (the state machine check
+        # covers it); the log is compared from its start.
+        verified = max(self._verified.get(n, 0), log.start_offset())
         # The lowest the log end went in this step: a truncation followed by appends in the
         # same step must not hide a committed entry that was dropped and written again.
         lowest = end

@@ -13,6 +13,7 @@ incarnation are lost with its connections.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import random
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from broker_core.raft import (
     VoterAssignment,
 )
 from broker_core.raft.messages import AlterVotersRequest, AlterVotersResponse, Envelope
+from broker_core.raft.snapshots import InMemorySnapshotStore
 from broker_core.raft.voter_set import VoterChangeRejected
 from tests.support.raft_invariants import InvariantChecker
 
@@ -37,9 +39,12 @@ CLUSTER_ID = "sim-cluster"
 #: The admin client's id in envelopes: not a node; always reachable, answers recorded at once.
 ADMIN_ID = 1000
 
+#: Snapshots keep the last 20 entries below the log end and come in chunks of 40 bytes, so a
+#: node a little behind fetches entries, one further behind a snapshot in several chunks.
 SIM_CONFIG = RaftConfig(election_timeout_ms=150, fetch_timeout_ms=300,
                         election_backoff_max_ms=150, request_timeout_ms=200,
-                        retry_backoff_ms=10, fetch_max_wait_ms=100, fetch_max_entries=50)
+                        retry_backoff_ms=10, fetch_max_wait_ms=100, fetch_max_entries=50,
+                        snapshot_retain_entries=20, fetch_snapshot_max_bytes=40)
 
 
 @dataclass
@@ -98,6 +103,9 @@ class Simulation:
     :param seed: the only source of randomness.
     :param voters: voter ids; ``observers`` are extra non-voting nodes.
     :param node_factory: builds a node (tests pass a deliberately broken one).
+    :param snapshot_every_ms: mean time between snapshots, each of a random live node's
+        state machine (with the config's retention, the log's prefix goes after each).
+    :param start_at: nodes that start only at the given time (a node added late).
     :param send_before_persist: drive the effects in the wrong order (sending first, then
         persisting), with a chance of crashing in between; only for proving that the order
         matters. ``check_persist_order=False`` lets such a run go on to show what the crash
@@ -110,7 +118,9 @@ class Simulation:
                  node_factory: Callable[..., RaftNode] = RaftNode,
                  send_before_persist: bool = False,
                  reassign_every_ms: float | None = None,
-                 check_persist_order: bool = True) -> None:
+                 check_persist_order: bool = True,
+                 snapshot_every_ms: float | None = None,
+                 start_at: dict[int, float] | None = None) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
         self.voters = voters
@@ -123,6 +133,14 @@ class Simulation:
         self.now = 0.0
         self.checker = InvariantChecker()
         self.logs = {n: InMemoryRaftLog() for n in self.ids}
+        # Snapshot stores survive crashes, as files do. Each node runs a state machine (a
+        # digest chain over the committed entries it applied: ``applied[n] = (end, digest)``),
+        # started from its latest snapshot at every start.
+        self.snapshot_stores = {n: InMemorySnapshotStore() for n in self.ids}
+        self.applied: dict[int, tuple[int, bytes]] = {}
+        self.installs: dict[int, int] = {}  # node -> snapshots it installed from a leader
+        self._prefix_digests: list[bytes] = [b""]
+        self._snapshot_every = snapshot_every_ms
         self.persisted: dict[int, QuorumState | None] = {n: None for n in self.ids}
         self.nodes: dict[int, RaftNode | None] = {}
         self.incarnation = {n: 0 for n in self.ids}
@@ -134,8 +152,13 @@ class Simulation:
         self._wake: dict[int, float] = {}
         self._propose_every = propose_every_ms
         self._payloads = 0
+        start_at = start_at or {}
         for n in self.ids:
-            self._start_node(n)
+            if n in start_at:
+                self.nodes[n] = None  # a node added late: it starts with an empty log
+                self._schedule(start_at[n], "restart", n)
+            else:
+                self._start_node(n)
         if propose_every_ms is not None:
             self._schedule(propose_every_ms, "propose")
         self._reassign_every = reassign_every_ms
@@ -146,6 +169,8 @@ class Simulation:
         self._admin_correlation = 0
         if reassign_every_ms is not None:
             self._schedule(self.rng.expovariate(1 / reassign_every_ms), "reassign")
+        if snapshot_every_ms is not None:
+            self._schedule(self.rng.expovariate(1 / snapshot_every_ms), "snapshot")
         self._schedule_faults()
 
     # ------------------------------------------------------------------ plumbing
@@ -157,10 +182,57 @@ class Simulation:
     def _start_node(self, n: int) -> None:
         node = self.node_factory(n, CLUSTER_ID, frozenset(self.voters), self.logs[n],
                                  self.config, random.Random(self.rng.random()), self.now,
-                                 self.persisted[n])
+                                 self.persisted[n], snapshots=self.snapshot_stores[n])
         self.nodes[n] = node
+        snapshot = node.latest_snapshot
+        if snapshot is None:
+            self.applied[n] = (0, b"")
+        else:
+            self._load(n, snapshot)
         self.checker.check(node, None, self.now)
+        self._apply_committed(n)
         self._arm(n)
+
+    # ------------------------------------------------------------------ the state machine
+
+    def _load(self, n: int, snapshot) -> None:
+        end, _, digest = snapshot.state.partition(b":")
+        self.applied[n] = (int(end), bytes.fromhex(digest.decode()))
+        assert self.applied[n][0] == snapshot.end_offset
+
+    @staticmethod
+    def _fold(digest: bytes, entry) -> bytes:
+        return hashlib.blake2b(digest + repr(entry).encode(), digest_size=16).digest()
+
+    def _apply_committed(self, n: int) -> None:
+        """Apply node ``n``'s newly committed entries to its state machine, then check the
+        invariant: its state equals the committed log applied from scratch."""
+        node = self.nodes[n]
+        assert node is not None
+        end, digest = self.applied[n]
+        hw = node.high_watermark
+        while end < hw:
+            for entry in node.log.read(end, hw - end):
+                digest = self._fold(digest, entry)
+                end += 1
+        self.applied[n] = (end, digest)
+        committed = self.checker.committed
+        prefix = self._prefix_digests
+        while len(prefix) <= min(end, len(committed)):
+            prefix.append(self._fold(prefix[-1], committed[len(prefix) - 1]))
+        if end > len(committed) or prefix[end] != digest:
+            self.checker.state_machine_diverged(n, end, self.now)
+
+    def snapshot(self, n: int) -> None:
+        """Node ``n``'s state machine owner asks for a snapshot of what it applied."""
+        node = self.nodes[n]
+        if node is None:
+            return
+        end, digest = self.applied[n]
+        if end == 0:
+            return
+        self._apply(n, node.create_snapshot(end, b"%d:%s" % (end, digest.hex().encode()),
+                                            self.now))
 
     def _arm(self, n: int) -> None:
         node = self.nodes[n]
@@ -199,6 +271,12 @@ class Simulation:
             for env in effects.messages:
                 self._send(env)
         self.checker.check(node, effects, self.now)
+        if effects.installed_snapshot is not None:
+            # The state machine loads the snapshot fetched from the leader (as the quorum
+            # client replaces its tree), then goes on from its end.
+            self._load(n, effects.installed_snapshot)
+            self.installs[n] = self.installs.get(n, 0) + 1
+        self._apply_committed(n)
         self._admin_replies()
         self._arm(n)
 
@@ -273,6 +351,12 @@ class Simulation:
             if self._reassign_every is not None:
                 self._reassign()
                 self._schedule(self.rng.expovariate(1 / self._reassign_every), "reassign")
+        elif kind == "snapshot":
+            if self._snapshot_every is not None:
+                live = [n for n in self.ids if self.nodes[n] is not None]
+                if live:
+                    self.snapshot(self.rng.choice(live))
+                self._schedule(self.rng.expovariate(1 / self._snapshot_every), "snapshot")
         elif kind == "partition":
             if self.faults.partitions_per_s > 0 and len(self.ids) > 1:
                 ids = list(self.ids)

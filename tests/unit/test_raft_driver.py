@@ -5,6 +5,7 @@ subscribers once and in order."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -333,3 +334,43 @@ def test_a_data_directory_of_another_cluster_refuses_to_start(tmp_path):
     with pytest.raises(QuorumStateError, match="belongs to cluster 'cluster-b', not 'cluster-a'"):
         driver.start()
     assert not driver.running
+
+
+def test_a_snapshot_installed_from_the_leader_goes_to_the_loaders_and_entries_go_on_after_it(
+        tmp_path):
+    clock = task.Clock()
+    loop = Loopback(clock)
+    config = dataclasses.replace(CONFIG, snapshot_retain_entries=0)
+    rng = random.Random(3)
+    for n in (1, 2, 3):
+        loop.drivers[n] = RaftDriver(n, "cluster-a", frozenset({1, 2, 3}), InMemoryRaftLog(),
+                                     tmp_path / str(n), config, clock, loop.transport_for(n),
+                                     random.Random(rng.random()))
+        loop.drivers[n].start()
+    drivers = loop.drivers
+    run_until(clock, lambda: leader_of(drivers) is not None, within_s=10)
+    leader = leader_of(drivers)
+    behind = next(d for d in drivers.values() if d is not leader)
+    seen: list = []
+    loaded: list = []
+    behind.subscribe_committed(seen.extend, load_snapshot=loaded.append)
+    loop.isolated.add(behind.node_id)
+    done: list = []
+    for i in range(30):
+        leader.propose(f"e{i}".encode()).addCallback(done.append)
+        clock.advance(0.002)
+    run_until(clock, lambda: len(done) == 30, within_s=10)
+    for d in drivers.values():
+        if d is not behind:
+            d.take_snapshot(d.high_watermark, b"state at %d" % d.high_watermark)
+    clock.advance(0.01)
+    assert leader.raft_log.start_offset() > behind.raft_log.end_offset()
+    loop.isolated.clear()
+    run_until(clock, lambda: behind.high_watermark == leader.high_watermark
+              and behind.raft_log.end_offset() == leader.raft_log.end_offset(), within_s=10)
+    (snapshot,) = loaded
+    assert snapshot == leader.node.latest_snapshot and behind.node.snapshots_installed == 1
+    before = [e for e in seen if e.offset < snapshot.end_offset]
+    after = [e.offset for e in seen if e.offset >= snapshot.end_offset]
+    assert [e.offset for e in before] == list(range(len(before)))  # what it had, then none
+    assert after == list(range(snapshot.end_offset, behind.high_watermark))

@@ -59,7 +59,7 @@ def test_api_versions_advertises_exactly_the_quorum_apis():
     assert cid == 9 and body.error_code == 0
     advertised = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
     assert advertised == {int(k): v for k, v in SERVED_VERSIONS.items()}
-    assert set(advertised) == {18, 1, 52, 53, 54, 55, 45}
+    assert set(advertised) == {18, 1, 52, 53, 54, 55, 59, 45}  # 59: FetchSnapshot
     assert advertised[1] == (12, 12)
 
 

@@ -43,6 +43,7 @@ from tests.support.raft_nodes import (
     sent,
     vote,
 )
+from tests.support.raft_nodes import CONFIG as RAFT_CONFIG
 
 # ---------------------------------------------------------------------- start and elections
 
@@ -554,6 +555,25 @@ def test_an_observer_never_stands_and_asks_a_voter_who_leads():
     assert sent(fx, FetchRequest, to=2)
     node.tick(100_000.0)
     assert node.role is Role.OBSERVER
+
+
+def test_an_observer_probing_goes_back_to_its_leader_when_a_voter_names_the_same_one():
+    node = make_node(node_id=7)
+    fx = node.tick(0.0)
+    (probe,) = sent(fx, FetchRequest)
+    node.receive(env(1, 7, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 2, 3, -1),
+                     probe.correlation_id), 1.0)
+    assert node.leader_id == 2
+    # The leader goes quiet past the fetch timeout: the observer asks the voters again.
+    now = 1.0 + RAFT_CONFIG.fetch_timeout_ms
+    (probe,) = sent(node.tick(now), FetchRequest)
+    assert probe.destination == 1
+    # The voter names the leader the observer knows, in its epoch: back to that leader.
+    node.receive(env(1, 7, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 2, 3, -1),
+                     probe.correlation_id), now + 1)
+    fx = node.tick(now + 1 + RAFT_CONFIG.retry_backoff_ms)
+    (fetch,) = sent(fx, FetchRequest)
+    assert fetch.destination == 2
 
 
 def test_the_leader_does_not_count_observers_toward_the_high_watermark():

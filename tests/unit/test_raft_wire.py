@@ -21,9 +21,12 @@ from broker_core.raft.messages import (
     EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     VoteRequest,
     VoteResponse,
 )
+from broker_core.raft.snapshots import SnapshotId
 from broker_core.server.handlers import RequestHandler
 from broker_core.wire import apis
 from broker_core.wire.apis import DEFINED, SUPPORTED, ApiKey
@@ -69,10 +72,20 @@ fetch_requests = st.builds(FetchRequest, cluster_ids, int32s, int32s, int64s, in
 # A diverging epoch names a real epoch and offset (>= 0); -1/-1 is the wire's "absent".
 diverging_epochs = st.none() | st.builds(DivergingEpoch, non_negative_int32s,
                                          st.integers(0, 2**63 - 1))
-fetch_responses = st.builds(FetchResponse, error_codes, int32s, int32s, int64s, diverging_epochs)
+# A snapshot id in a fetch response is a real one (>= 0); -1/-1 is the wire's "absent".
+snapshot_ids = st.builds(SnapshotId, st.integers(0, 2**63 - 1), non_negative_int32s)
+fetch_responses = st.builds(FetchResponse, error_codes, int32s, int32s, int64s, diverging_epochs,
+                            st.just(()), st.none() | snapshot_ids)
+any_snapshot_ids = st.builds(SnapshotId, int64s, int32s)
+fetch_snapshot_requests = st.builds(FetchSnapshotRequest, cluster_ids, int32s, int32s,
+                                    any_snapshot_ids, int64s, int32s)
+fetch_snapshot_responses = st.builds(FetchSnapshotResponse, error_codes, int32s, int32s,
+                                     any_snapshot_ids, int64s, int64s, st.binary(max_size=64))
 
-requests = vote_requests | begin_requests | end_requests | fetch_requests
-responses = vote_responses | begin_responses | end_responses | fetch_responses
+requests = (vote_requests | begin_requests | end_requests | fetch_requests
+            | fetch_snapshot_requests)
+responses = (vote_responses | begin_responses | end_responses | fetch_responses
+             | fetch_snapshot_responses)
 
 
 # -- round trips ------------------------------------------------------------------------------
@@ -94,11 +107,42 @@ def test_every_response_round_trips_through_bytes(message, correlation_id):
 def test_request_bodies_name_the_metadata_partition_alone(message):
     key = wire.api_key_of(message)
     body = (DEFINED.get(key) or SUPPORTED[key]).request.build(wire.request_body(message))
-    fetch = key == ApiKey.FETCH
+    topic_field, partition_field = {ApiKey.FETCH: ("topic", "partition"),
+                                    ApiKey.FETCH_SNAPSHOT: ("name", "partition")}.get(
+        key, ("topic_name", "partition_index"))
     [topic] = body.topics
-    assert (topic.topic if fetch else topic.topic_name) == "__cluster_metadata"
+    assert getattr(topic, topic_field) == "__cluster_metadata"
     [partition] = topic.partitions
-    assert (partition.partition if fetch else partition.partition_index) == 0
+    assert getattr(partition, partition_field) == 0
+
+
+def test_a_fetch_snapshot_request_is_kafkas_bytes():
+    # FetchSnapshotRequest v0 (flexible, KIP-630), field by field in Kafka's order: ReplicaId,
+    # MaxBytes, Topics [Name, Partitions [Partition, CurrentLeaderEpoch, SnapshotId
+    # [EndOffset, Epoch], Position]], then the tagged ClusterId (tag 0).
+    message = FetchSnapshotRequest("c1", 2, 7, SnapshotId(1000, 6), 4096, 65536)
+    cluster = compact_string("c1")
+    expected = joined([
+        request_header_v2(ApiKey.FETCH_SNAPSHOT, 0, 11, "n"),
+        i32(2), i32(65536),
+        bytes([2]), compact_string("__cluster_metadata"),
+        bytes([2]), i32(0), i32(7), i64(1000), i32(6), NO_TAGS, i64(4096), NO_TAGS,
+        NO_TAGS,
+        bytes([1, 0, len(cluster)]), cluster,
+    ])
+    assert joined(wire.encode_request(message, 11, "n")) == expected
+    assert wire.decode_request(expected) == (11, message)
+
+
+def test_a_fetch_response_names_the_snapshot_in_kafkas_tagged_field():
+    response = FetchResponse(ErrorCode.NONE, 1, 4, 500, snapshot_id=SnapshotId(400, 3))
+    body = wire.response_body(response)
+    assert body["responses"][0]["partitions"][0]["snapshot_id"] == {"end_offset": 400,
+                                                                    "epoch": 3}
+    frame = joined(wire.encode_response(response, 5))
+    assert wire.decode_response(ApiKey.FETCH, frame) == (5, response)
+    plain = joined(wire.encode_response(FetchResponse(ErrorCode.NONE, 1, 4, 500), 5))
+    assert wire.decode_response(ApiKey.FETCH, plain)[1].snapshot_id is None
 
 
 def test_errors_about_the_whole_request_travel_at_top_level():
@@ -326,6 +370,7 @@ def test_quorum_apis_are_defined_at_kip_595_versions():
     assert versions == {ApiKey.VOTE: (0, 0, 0), ApiKey.BEGIN_QUORUM_EPOCH: (0, 0, None),
                         ApiKey.END_QUORUM_EPOCH: (0, 0, None),
                         ApiKey.DESCRIBE_QUORUM: (0, 1, 0),
+                        ApiKey.FETCH_SNAPSHOT: (0, 0, 0),  # KIP-630
                         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0, 0),
                         ApiKey.DISCOVER_BROKERS: (0, 0, 0),  # Sluice's quorum gossip
                         # The metadata quorum's client APIs, served on the quorum listener.

@@ -1,10 +1,11 @@
 """The Raft quorum's APIs (KIP-595): Vote (key 52), BeginQuorumEpoch (53), EndQuorumEpoch (54)
-and DescribeQuorum (55), each at the versions KIP-595 defined.
+and DescribeQuorum (55), each at the versions KIP-595 defined, and KIP-630's FetchSnapshot (59).
 
 - Vote v0, flexible from v0.
 - BeginQuorumEpoch v0 and EndQuorumEpoch v0, not flexible (Kafka makes them flexible from v1).
 - DescribeQuorum v0-1, flexible from v0 (v1, KIP-836, adds the two fetch timestamps), plus
   Sluice's tagged ``target_voters`` (seed 002's TargetVoters).
+- FetchSnapshot v0, flexible from v0 (v1, KIP-853, adds directory ids and endpoints).
 
 The later versions (KIP-853's directory ids and leader endpoints, DescribeQuorum v2's nodes and
 error messages) are left out: Sluice's quorum identifies voters by node id alone.
@@ -20,7 +21,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker_core.wire.schema import BOOL, INT16, INT32, INT64, STRING, Array, Field, Message, Schema
+from broker_core.wire.schema import (
+    BOOL,
+    INT16,
+    INT32,
+    INT64,
+    RECORDS,
+    STRING,
+    Array,
+    Field,
+    Message,
+    Schema,
+)
 
 VOTE_VERSIONS = "0"
 VOTE_FLEXIBLE = "0+"
@@ -30,6 +42,8 @@ END_QUORUM_EPOCH_VERSIONS = "0"
 END_QUORUM_EPOCH_FLEXIBLE = "1+"
 DESCRIBE_QUORUM_VERSIONS = "0-1"
 DESCRIBE_QUORUM_FLEXIBLE = "0+"
+FETCH_SNAPSHOT_VERSIONS = "0"
+FETCH_SNAPSHOT_FLEXIBLE = "0+"
 
 #: The tag of DescribeQuorum's ``target_voters`` (a Sluice-only tagged field; Sluice's own
 #: numbers start at 1000, as its api keys and error codes do).
@@ -150,6 +164,68 @@ DESCRIBE_QUORUM_RESPONSE = Message(
     ])
 
 
+# -- FetchSnapshot (59) -----------------------------------------------------------------------
+#
+# KIP-630: a follower or observer whose fetch was answered with a SnapshotId pulls that
+# snapshot's bytes by position. Kafka names the topic list's fields ``name`` and ``partition``
+# (``index`` in the response), not ``topic_name`` / ``partition_index``.
+
+SNAPSHOT_ID = Schema("SnapshotId", [
+    Field("end_offset", INT64),
+    Field("epoch", INT32),
+])
+
+FETCH_SNAPSHOT_REQUEST = Message(
+    "FetchSnapshotRequest", versions=FETCH_SNAPSHOT_VERSIONS, flexible=FETCH_SNAPSHOT_FLEXIBLE,
+    fields=[
+        Field("cluster_id", STRING, nullable="0+", default=None, tag=0),
+        Field("replica_id", INT32, default=-1),  # the fetching replica
+        Field("max_bytes", INT32, default=0x7FFFFFFF),  # the most bytes the answer may carry
+        Field("topics", Array(Schema("FetchSnapshotTopic", [
+            Field("name", STRING),
+            Field("partitions", Array(Schema("FetchSnapshotPartition", [
+                Field("partition", INT32),
+                Field("current_leader_epoch", INT32),
+                Field("snapshot_id", SNAPSHOT_ID),
+                Field("position", INT64),  # the byte position in the snapshot to fetch from
+            ]))),
+        ]))),
+    ])
+
+FETCH_SNAPSHOT_RESPONSE = Message(
+    "FetchSnapshotResponse", versions=FETCH_SNAPSHOT_VERSIONS, flexible=FETCH_SNAPSHOT_FLEXIBLE,
+    fields=[
+        Field("throttle_time_ms", INT32),
+        Field("error_code", INT16),  # errors about the whole request
+        Field("topics", Array(Schema("FetchSnapshotTopicResponse", [
+            Field("name", STRING),
+            Field("partitions", Array(Schema("FetchSnapshotPartitionResponse", [
+                Field("index", INT32),
+                Field("error_code", INT16),
+                Field("snapshot_id", SNAPSHOT_ID),
+                Field("current_leader", Schema("FetchSnapshotLeader", [
+                    Field("leader_id", INT32, default=-1),
+                    Field("leader_epoch", INT32, default=-1),
+                ]), tag=0),
+                Field("size", INT64),  # the whole snapshot's size in bytes
+                Field("position", INT64),  # where ``unaligned_records`` starts in it
+                Field("unaligned_records", RECORDS),  # the chunk, not cut at batch bounds
+            ]))),
+        ]))),
+    ])
+
+
+def _fetch_snapshot_error(request: Any, error_code: int) -> dict:
+    code = int(error_code)
+    topics = [] if request is None else [
+        {"name": t.name, "partitions": [
+            {"index": p.partition, "error_code": code, "snapshot_id": {
+                "end_offset": p.snapshot_id.end_offset, "epoch": p.snapshot_id.epoch}}
+            for p in t.partitions]}
+        for t in request.topics]
+    return {"error_code": code, "topics": topics}
+
+
 def _per_partition_error(request: Any, error_code: int) -> dict:
     """A top-level ``error_code`` and, when the request is known, the same code on each of its
     partitions (so a sender matching answers to partitions finds every one)."""
@@ -179,3 +255,12 @@ VOTE = _Api(VOTE_REQUEST, VOTE_RESPONSE)
 BEGIN_QUORUM_EPOCH = _Api(BEGIN_QUORUM_EPOCH_REQUEST, BEGIN_QUORUM_EPOCH_RESPONSE)
 END_QUORUM_EPOCH = _Api(END_QUORUM_EPOCH_REQUEST, END_QUORUM_EPOCH_RESPONSE)
 DESCRIBE_QUORUM = _Api(DESCRIBE_QUORUM_REQUEST, DESCRIBE_QUORUM_RESPONSE)
+
+
+class _FetchSnapshotApi(_Api):
+    @staticmethod
+    def error_body(version: int, request: Any, error_code: int) -> dict:
+        return _fetch_snapshot_error(request, error_code)
+
+
+FETCH_SNAPSHOT = _FetchSnapshotApi(FETCH_SNAPSHOT_REQUEST, FETCH_SNAPSHOT_RESPONSE)

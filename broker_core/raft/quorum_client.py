@@ -125,6 +125,7 @@ class NetworkQuorumClient:
         self._waiters: dict[int, list[defer.Deferred]] = {}
         self._expiry_call: Any = None
         self._stopped = False
+        self.shutting_down = False  # see begin_shutdown
         self._watched: dict[bytes, list[_PayloadWatch]] = {}
         # Entries applied since this client started (what a start replayed, for tests and
         # operators), and since the last snapshot (the trigger).
@@ -336,8 +337,18 @@ class NetworkQuorumClient:
             return applied.result
         return defer.Deferred.fromCoroutine(run())
 
+    def begin_shutdown(self) -> None:
+        """The node's owner is stopping: its last writes (a coordinator's offsets and
+        resignation, the controller's, closing the session) are worth a short wait, not
+        ``submit_timeout_s`` each. From now on a write waits at most ``request_timeout_s``,
+        and none waits for a leader while this node knows none: the rest of the quorum may be
+        stopping too, and what is not written then (a session, its ephemeral nodes) expires
+        on its own. A stopping broker after the others left took 32 s without this."""
+        self.shutting_down = True
+
     async def _submit(self, command: bytes) -> ApplyResult:
-        deadline = self.reactor.seconds() + self.submit_timeout_s
+        budget = self.request_timeout_s if self.shutting_down else self.submit_timeout_s
+        deadline = self.reactor.seconds() + budget
         delay = 0.02
         why = "no leader known"
         while not self._stopped:
@@ -355,6 +366,8 @@ class NetworkQuorumClient:
                                            + self.request_timeout_s)
             except _NotSent as e:
                 why = str(e)
+                if self.shutting_down and driver.leader_id < 0:
+                    break
             except _Ambiguous as e:
                 # Sent, answer lost: it may still commit (an old leader's entry that the next
                 # leader holds). Never resent (it could apply twice); if it shows up in the
@@ -372,7 +385,7 @@ class NetworkQuorumClient:
             await task.deferLater(self.reactor, min(delay, remaining), lambda: None)
             delay = min(delay * 2, 0.5)
         raise ConnectionLost(f"no metadata quorum leader took the write within "
-                             f"{self.submit_timeout_s:g}s (voters {self.voters}): {why}")
+                             f"{budget:g}s (voters {self.voters}): {why}")
 
     async def _await_watch(self, watch: _PayloadWatch, why: Exception,
                            deadline: float) -> ApplyResult:

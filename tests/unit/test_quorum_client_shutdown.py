@@ -1,0 +1,91 @@
+"""A stopping broker's last metadata writes (NetworkQuorumClient.begin_shutdown): none waits for
+a leader the node does not know, and none waits longer than one request timeout; before the
+shutdown a write waits for a leader up to submit_timeout_s. Injected clock."""
+
+from __future__ import annotations
+
+from twisted.internet.task import Clock
+
+from broker_core.metadata import ConnectionLost
+from broker_core.raft.config import RaftConfig, VoterAddress
+from broker_core.raft.metadata_commands import CreateNode, encode
+from broker_core.raft.quorum_client import NetworkQuorumClient
+from broker_core.raft.roles import Role
+
+
+class FakeDriver:
+    """What the client asks of a driver: a follower that knows ``leader_id`` (-1: none)."""
+
+    config = RaftConfig()
+    running = True
+    role = Role.FOLLOWER
+
+    def __init__(self, leader_id: int) -> None:
+        self.leader_id = leader_id
+
+    def subscribe_transitions(self, callback):
+        pass
+
+    def subscribe_committed(self, callback, load_snapshot=None):
+        pass
+
+
+def client_following(leader_id: int, addresses=None) -> tuple[NetworkQuorumClient, Clock]:
+    clock = Clock()
+    client = NetworkQuorumClient(1, addresses or {}, clock, request_timeout_s=2.0,
+                                 submit_timeout_s=10.0)
+    client.attach(FakeDriver(leader_id))
+    return client, clock
+
+
+def write(client: NetworkQuorumClient):
+    d = client.submit(encode(CreateNode("/x", b""), 0))
+    failures: list = []
+    d.addErrback(failures.append)
+    return d, failures
+
+
+def advance(clock: Clock, seconds: float, step: float = 0.01) -> None:
+    for _ in range(round(seconds / step)):
+        clock.advance(step)
+
+
+def test_before_the_shutdown_a_write_waits_for_a_leader_up_to_the_submit_timeout():
+    client, clock = client_following(-1)
+    d, failures = write(client)
+    advance(clock, 9.9)
+    assert not d.called  # still waiting for a leader to be elected
+    advance(clock, 0.6)
+    assert len(failures) == 1 and failures[0].check(ConnectionLost)
+    assert "within 10s" in str(failures[0].value)
+
+
+def test_while_shutting_down_a_write_with_no_leader_known_fails_at_once():
+    client, clock = client_following(-1)
+    client.begin_shutdown()
+    d, failures = write(client)
+    assert len(failures) == 1 and failures[0].check(ConnectionLost)
+    assert "no leader known" in str(failures[0].value)
+
+
+def test_while_shutting_down_a_write_to_an_unreachable_leader_waits_one_request_timeout():
+    # Leader 2 is known but has no address here: not sent, retried until the budget.
+    client, clock = client_following(2, {3: VoterAddress(3, "127.0.0.1", 1)})
+    client.begin_shutdown()
+    d, failures = write(client)
+    advance(clock, 1.9)
+    assert not d.called
+    advance(clock, 0.6)
+    assert len(failures) == 1 and failures[0].check(ConnectionLost)
+    assert "within 2s" in str(failures[0].value)
+
+
+def test_a_write_waiting_for_a_leader_when_the_shutdown_begins_gives_up_at_its_next_try():
+    client, clock = client_following(-1)
+    d, failures = write(client)
+    advance(clock, 3.0)
+    assert not failures
+    client.begin_shutdown()
+    advance(clock, 0.6)  # the retry backoff is at most 0.5 s
+    assert len(failures) == 1 and failures[0].check(ConnectionLost)
+    assert "no leader known" in str(failures[0].value)

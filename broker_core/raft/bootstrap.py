@@ -82,6 +82,11 @@ TRANSITIONS: frozenset[tuple[Phase, Phase]] = frozenset({
 })
 
 
+#: How long a node with bootstrap servers looks for an existing quorum before it falls back to
+#: ``quorum.voters`` (step 5).
+DEFAULT_DISCOVERY_TIMEOUT_MS = 5000.0
+
+
 class IllegalBootstrapTransition(Exception):
     pass
 
@@ -126,7 +131,8 @@ class BootstrapMachine:
     def __init__(self, me: NodeEndpoint, configured_voters: Mapping[int, NodeEndpoint | None],
                  bootstrap_servers: list[tuple[str, int]], cluster_id: str | None,
                  persisted: QuorumView | None, now: float, *,
-                 interval_ms: float = 1000.0, discovery_timeout_ms: float = 5000.0,
+                 interval_ms: float = 1000.0,
+                 discovery_timeout_ms: float = DEFAULT_DISCOVERY_TIMEOUT_MS,
                  new_cluster_id: Callable[[], str] = generate_cluster_id) -> None:
         self.configured = dict(configured_voters)
         self.servers = tuple(bootstrap_servers)

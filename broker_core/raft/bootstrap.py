@@ -140,6 +140,7 @@ class BootstrapMachine:
         self.discovery_timeout_ms = discovery_timeout_ms
         self._new_cluster_id = new_cluster_id
         self.phase = Phase.RESTORING
+        self.history: list[Phase] = [Phase.RESTORING]  # every phase entered, in order
         self.failure: str | None = None  # why the phase is FAILED
         self.warning: str | None = None  # the latest peer of another cluster
         self.started: StartNode | None = None
@@ -205,6 +206,7 @@ class BootstrapMachine:
         if (self.phase, to) not in TRANSITIONS:
             raise IllegalBootstrapTransition(f"{self.phase.value} -> {to.value}")
         self.phase = to
+        self.history.append(to)
 
     def _restore(self, now: float) -> None:
         view = self.directory.view

@@ -67,7 +67,8 @@ class BootstrapRunner:
     :param clock: ``IReactorTime``.
     :param ask: sends one DiscoverBrokers ``(server, gossip)``; a Deferred of the answer.
     :param start: starts the node; called once, with the machine's :class:`StartNode`.
-    :param on_phase: hears of every phase the machine enters (after it entered it).
+    :param on_phase: hears of every phase the machine enters, in order (after the input that
+        made it enter it).
     """
 
     log = Logger(namespace="sluice.raft.bootstrap")
@@ -85,8 +86,7 @@ class BootstrapRunner:
         self.node_id = machine.directory.me.node_id if node_id is None else node_id
         self._timer: Any = None
         self._done: defer.Deferred | None = None
-        # The constructor already took step 1; report the phase it led to as a change.
-        self._phase = Phase.RESTORING
+        self._reported = 1  # phases of ``machine.history`` told (restoring needs no telling)
         self._busy = False
         self._queue: list[Callable[[], list[Action]]] = []
 
@@ -103,8 +103,6 @@ class BootstrapRunner:
         if self._done is not None:
             raise RuntimeError("run() once")
         self._done = defer.Deferred()
-        self.log.info("quorum node {node} starting: {phase}", node=self.node_id,
-                      phase=self.machine.phase.value)
         self._input(self.machine.take_actions)
         return self._done
 
@@ -168,10 +166,14 @@ class BootstrapRunner:
         self._done.callback(start)
 
     def _phase_changed(self) -> None:
-        phase = self.machine.phase
-        if phase is self._phase:
-            return
-        self._phase = phase
+        """Tell every phase the machine entered since the last input (one input may pass
+        through several: a fall back that finds a majority at once starts)."""
+        history = self.machine.history
+        while self._reported < len(history):
+            self._told(history[self._reported])
+            self._reported += 1
+
+    def _told(self, phase: Phase) -> None:
         if phase is Phase.FAILED:
             self.log.error("quorum node {node} cannot start: {why}", node=self.node_id,
                            why=self.machine.failure)

@@ -136,6 +136,10 @@ def parse_bootstrap_servers(raw: str, key: str = "bootstrap.servers") -> list[tu
     servers = []
     for entry in entries:
         # The voters' parser checks hosts and ports; an id in front makes it one.
-        address = parse_quorum_voters(f"0@{entry}", key)[0]
+        try:
+            address = parse_quorum_voters(f"0@{entry}", key)[0]
+        except RaftConfigError:
+            raise RaftConfigError(f"invalid entry {entry!r} in {key!r}: expected host:port "
+                                  "with a port from 1 to 65535") from None
         servers.append((address.host, address.port))
     return servers

@@ -163,7 +163,8 @@ class BrokerService(service.Service):
         self.quorum = EmbeddedQuorum(config.broker_id, config.cluster_id,
                                      config.quorum_voter_addresses(),
                                      config.quorum_listen_address(), config.quorum_data_path(),
-                                     reactor)
+                                     reactor,
+                                     bootstrap_servers=config.quorum_bootstrap_server_list())
         return QuorumMetadataStore(
             self.quorum.client, reactor=reactor,
             session_timeout=config.zookeeper_session_timeout_ms / 1000.0,
@@ -241,11 +242,17 @@ class BrokerService(service.Service):
         # the broker id can be checked before the store answers.
         self._claim_log_dir(cfg.cluster_id if self.quorum is not None else None)
         if self.quorum is not None:
-            await self.quorum.start()
+            from broker_core.raft.bootstrap_runner import BootstrapFailed  # noqa: PLC0415
+
+            try:
+                await self.quorum.start()
+            except BootstrapFailed as e:
+                raise StartupError(f"the metadata quorum node cannot start: {e}") from e
+            started = self.quorum.started
             self.log.info("metadata quorum node {b} listening on {h}:{p} ({role}; voters {v})",
                           b=self.broker_id, h=self.quorum.listen[0], p=self.quorum.listen[1],
-                          role="voter" if self.broker_id in self.quorum.voters else "observer",
-                          v=self.quorum.client.voters)
+                          role="voter" if started.as_voter else "observer",
+                          v=list(started.voter_ids))
         try:
             await self.store.start()
         except Exception as e:

@@ -197,15 +197,28 @@ def _check_metadata_store(attrs: dict[str, Any]) -> None:
             raise ConfigError("missing required config key 'zookeeper.connect'",
                               "zookeeper.connect")
         return
-    from broker_core.raft.config import RaftConfigError, parse_quorum_voters  # noqa: PLC0415
+    from broker_core.raft.config import (  # noqa: PLC0415
+        RaftConfigError,
+        parse_bootstrap_servers,
+        parse_quorum_voters,
+    )
 
-    if not attrs["quorum_voters"]:
+    if not attrs["quorum_voters"] and not attrs["quorum_bootstrap_servers"]:
         raise ConfigError("metadata.store=quorum needs 'quorum.voters' "
-                          "(id@host:port,id@host:port,...)", "quorum.voters")
-    try:
-        voters = parse_quorum_voters(attrs["quorum_voters"], "quorum.voters")
-    except RaftConfigError as e:
-        raise ConfigError(str(e), "quorum.voters") from None
+                          "(id@host:port,id@host:port,...) for the quorum's first start, or "
+                          "'quorum.bootstrap.servers' (host:port,...) to find it",
+                          "quorum.voters")
+    voters = {}
+    if attrs["quorum_voters"]:
+        try:
+            voters = parse_quorum_voters(attrs["quorum_voters"], "quorum.voters")
+        except RaftConfigError as e:
+            raise ConfigError(str(e), "quorum.voters") from None
+    if attrs["quorum_bootstrap_servers"]:
+        try:
+            parse_bootstrap_servers(attrs["quorum_bootstrap_servers"], "quorum.bootstrap.servers")
+        except RaftConfigError as e:
+            raise ConfigError(str(e), "quorum.bootstrap.servers") from None
     own = voters.get(attrs["broker_id"])
     listener = attrs["quorum_listener"]
     if own is None and listener is None:
@@ -288,6 +301,7 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
      "18000"),
     ("log.dirs", "log_dirs", directory, None, True),
     ("quorum.voters", "quorum_voters", optional_text, None),
+    ("quorum.bootstrap.servers", "quorum_bootstrap_servers", optional_text, None),
     ("quorum.listener", "quorum_listener", host_port, None),
     ("quorum.data.dir", "quorum_data_dir", optional_text, None),
     ("cluster.id", "cluster_id", text, "sluice"),
@@ -363,8 +377,12 @@ def required_keys(cfg: BrokerConfig) -> tuple[str, ...]:
     alone (and the defaults) a broker of the same mode can be configured."""
     if cfg.metadata_store == "zookeeper":
         return (*REQUIRED, "zookeeper.connect")
-    extra = ("quorum.listener",) if cfg.quorum_listener is not None else ()
-    return (*REQUIRED, "metadata.store", "quorum.voters", *extra)
+    given = tuple(key for key, value in (("quorum.voters", cfg.quorum_voters),
+                                         ("quorum.bootstrap.servers",
+                                          cfg.quorum_bootstrap_servers),
+                                         ("quorum.listener", cfg.quorum_listener))
+                  if value is not None)
+    return (*REQUIRED, "metadata.store", *given)
 
 
 @dataclass(frozen=True)
@@ -392,6 +410,9 @@ class BrokerConfig:
     log_dirs: str
     #: Quorum mode: ``quorum.voters`` as given (checked by :meth:`quorum_voter_addresses`).
     quorum_voters: str | None
+    #: Quorum mode: ``host:port,...`` of quorum listeners to find the quorum through
+    #: (DiscoverBrokers); with it ``quorum.voters`` may be left out (checked at construction).
+    quorum_bootstrap_servers: str | None
     #: Quorum mode: this broker's quorum listener ``host:port`` (default: its voter entry's).
     quorum_listener: str | None
     #: Quorum mode: the quorum-state file and the metadata log (default: see
@@ -477,13 +498,24 @@ class BrokerConfig:
     # -- the metadata quorum -------------------------------------------------------------------
 
     def quorum_voter_addresses(self) -> dict[int, Any]:
-        """``quorum.voters`` parsed: voter id -> ``VoterAddress`` (quorum mode only)."""
+        """``quorum.voters`` parsed: voter id -> ``VoterAddress`` (quorum mode only; empty
+        when only ``quorum.bootstrap.servers`` is given)."""
         from broker_core.raft.config import RaftConfigError, parse_quorum_voters  # noqa: PLC0415
 
+        if not self.quorum_voters:
+            return {}
         try:
             return parse_quorum_voters(self.quorum_voters or "", "quorum.voters")
         except RaftConfigError as e:
             raise ConfigError(str(e), "quorum.voters") from None
+
+    def quorum_bootstrap_server_list(self) -> list[tuple[str, int]]:
+        """``quorum.bootstrap.servers`` parsed (empty when not given)."""
+        from broker_core.raft.config import parse_bootstrap_servers  # noqa: PLC0415
+
+        if not self.quorum_bootstrap_servers:
+            return []
+        return parse_bootstrap_servers(self.quorum_bootstrap_servers, "quorum.bootstrap.servers")
 
     def quorum_listen_address(self) -> tuple[str, int]:
         """Where this broker's quorum listener binds: ``quorum.listener``, else its own entry

@@ -26,6 +26,7 @@ OPTION_KEYS = {
     "metrics": "metrics.listener",
     "metadata": "metadata.store",
     "quorum-voters": "quorum.voters",
+    "quorum-bootstrap-servers": "quorum.bootstrap.servers",
     "quorum-listen": "quorum.listener",
     "quorum-data-dir": "quorum.data.dir",
     "cluster-id": "cluster.id",
@@ -69,6 +70,9 @@ class Options(usage.Options):
          "Where the cluster's metadata lives (metadata.store): zookeeper (default) or quorum."],
         ["quorum-voters", None, None,
          "Quorum mode: the voters (quorum.voters), e.g. 1@127.0.0.1:9093,2@127.0.0.1:9094."],
+        ["quorum-bootstrap-servers", None, None,
+         "Quorum mode: host:port,... of quorum listeners to find the quorum through "
+         "(quorum.bootstrap.servers); with it --quorum-voters may be left out."],
         ["quorum-listen", None, None,
          "Quorum mode: host:port of this broker's quorum listener (quorum.listener); "
          "default: its own entry in --quorum-voters."],

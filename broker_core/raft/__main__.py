@@ -7,24 +7,32 @@
         --quorum-voters 1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095 \\
         --listen 127.0.0.1:9093 --data-dir /var/lib/sluice/quorum-1
 
-A node whose id is not in ``--quorum-voters`` starts as an **observer**: it fetches from the
-leader and can be made a voter with ``sluice quorum reassign``. Nodes learn each other's
-addresses through DiscoverBrokers with ``--bootstrap-servers host:port,...``; a node given
-no ``--quorum-voters`` (or no cluster id it may use) first discovers the quorum there, then
-starts. ``--peers`` (``id@host:port,...``) is the fixed alternative: the addresses of the
-nodes outside ``--quorum-voters``, which the others need once those vote.
+Every start follows seed 002's start procedure (``bootstrap_runner.py``): the node reads
+what it persisted; a node that knows its quorum and its voters' addresses starts at once.
+Otherwise, with ``--bootstrap-servers host:port,...``, it asks those (DiscoverBrokers, which
+also tells them its own address) and joins the quorum it finds, never forming a second one.
+If none is found within ``--discovery-timeout-ms``, ``--quorum-voters`` decides: a listed
+node names itself a voter in its gossip and begins the vote once it knows the addresses of a
+majority of the listed voters; any other node is an **observer**, which fetches from the
+leader and can be made a voter with ``sluice quorum reassign``. With bootstrap servers the
+voters may be given by id only (``--quorum-voters 1,2,3``): their addresses are learned by
+gossip. ``--peers`` (``id@host:port,...``) is the fixed alternative without gossip: the
+addresses of the nodes outside ``--quorum-voters``, which the others need once those vote.
 
 The node keeps its quorum-state file and its log (``__cluster_metadata-0``) under
 ``--data-dir`` and logs its role changes. SIGTERM or SIGINT stops it cleanly: a leader resigns
 first (EndQuorumEpoch), and the log is closed with its clean-shutdown marker.
 
-``--cluster-id`` may be left out on a restart (the quorum-state file has it) and by a fresh
-node that is the only voter of ``--quorum-voters`` (seed 002's bootstrapping example): it
-generates one, logs it and prints it as a ``cluster-id`` event; every other node must then be
-started with that id.
+``--cluster-id`` may be left out on a restart (the quorum-state file has it), by a node that
+learns it from the quorum it discovers, and by a fresh node that is the only voter of
+``--quorum-voters`` (seed 002's bootstrapping example): when it finds no quorum it generates
+one, logs it and prints it as a ``cluster-id`` event.
 
 ``--events`` prints one JSON object per line on stdout for tools (the benchmark and the system
-tests read them): ``cluster-id``, ``listening``, ``role`` (every role change),
+tests read them): ``listening``, ``bootstrap`` (every phase of the start procedure: ``phase``
+is ``discovering``, ``waiting for voters``, ``started`` with the voters, or ``failed``),
+``discovered`` (started in a quorum found through gossip), ``cluster-id``, ``role`` (every
+role change),
 ``leader-committed`` (a leader's first entry of its epoch committed: from then on it serves
 writes), ``load`` (once a second while the load loop runs) and, with ``--print-acks``,
 ``ack`` (one committed write).
@@ -54,11 +62,14 @@ from twisted.logger import (
     textFileLogObserver,
 )
 
+from broker_core.raft.bootstrap import DEFAULT_DISCOVERY_TIMEOUT_MS, Phase
+from broker_core.raft.bootstrap_runner import BootstrapFailed
 from broker_core.raft.cluster_id import resolve_cluster_id
 from broker_core.raft.config import (
     RaftConfig,
     RaftConfigError,
     parse_bootstrap_servers,
+    parse_configured_voters,
     parse_quorum_voters,
 )
 from broker_core.raft.driver import RaftDriver
@@ -77,10 +88,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quorum-voters", default="",
                    help="quorum.voters: id@host:port,id@host:port,... (needed for the first "
                         "start of a quorum; without it the node discovers the voters through "
-                        "--bootstrap-servers)")
+                        "--bootstrap-servers, with which an entry may be a bare id whose "
+                        "address is learned by gossip)")
     p.add_argument("--bootstrap-servers", default="",
                    help="bootstrap.servers: host:port,... of quorum nodes to ask for the quorum "
                         "(DiscoverBrokers) and to tell this node's address")
+    p.add_argument("--discovery-timeout-ms", type=float,
+                   default=DEFAULT_DISCOVERY_TIMEOUT_MS,
+                   help="how long a node with --bootstrap-servers looks for an existing quorum "
+                        "before --quorum-voters decides (default "
+                        f"{DEFAULT_DISCOVERY_TIMEOUT_MS:g})")
     p.add_argument("--peers", default="",
                    help="id@host:port,... of other quorum nodes that are not in "
                         "--quorum-voters (observers that may become voters)")
@@ -177,19 +194,21 @@ class LoadLoop:
 
 
 async def run(reactor: Any, args: argparse.Namespace) -> None:
-    voters = (parse_quorum_voters(args.quorum_voters, "--quorum-voters")
+    voters = (parse_configured_voters(args.quorum_voters, "--quorum-voters")
               if args.quorum_voters.strip() else {})
     bootstrap = (parse_bootstrap_servers(args.bootstrap_servers, "--bootstrap-servers")
                  if args.bootstrap_servers.strip() else [])
     if not voters and not bootstrap:
         raise RaftConfigError("give --quorum-voters (the first start of a quorum) or "
                               "--bootstrap-servers (to discover it)")
+    unaddressed = sorted(n for n, a in voters.items() if a is None)
+    if unaddressed and not bootstrap:
+        raise RaftConfigError(f"--quorum-voters gives no address for {unaddressed}: give "
+                              "id@host:port, or --bootstrap-servers to learn it by gossip")
     peers = parse_quorum_voters(args.peers, "--peers") if args.peers.strip() else {}
     both = sorted(set(voters) & set(peers))
     if both:
         raise RaftConfigError(f"--peers names voters {both}: list each node once")
-    # A node that is not in --quorum-voters is an observer: it fetches from the leader and
-    # becomes a voter when a reassignment adds it (sluice quorum reassign).
     host, port = _listen_address(args.listen)
     config = RaftConfig(election_timeout_ms=args.election_timeout_ms,
                         fetch_timeout_ms=args.fetch_timeout_ms,
@@ -213,25 +232,52 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
             raise
         cluster_id, generated = None, False  # DiscoverBrokers supplies it
     if generated:
-        log.info("quorum node {node} generated cluster id {cluster_id}: start the other nodes "
-                 "with --cluster-id {cluster_id}", node=args.node_id, cluster_id=cluster_id)
+        # Only if no quorum is found (the start procedure's step 5) does the sole voter make
+        # one up; a quorum found through the bootstrap servers has its own.
+        cluster_id = None
     node = QuorumNode(args.node_id, cluster_id, raft_log, args.data_dir, config, reactor,
                       persist_thread=args.persist_thread, bootstrap_servers=bootstrap)
+    stopping = defer.Deferred()
+    shutting_down: list[bool] = []
+
+    async def shutdown() -> None:
+        shutting_down.append(True)
+        await node.stop(graceful=True)
+        raft_log.close()
+        stopping.callback(None)
+
+    reactor.addSystemEventTrigger("before", "shutdown",
+                                  lambda: defer.Deferred.fromCoroutine(shutdown()))
     bound = await node.listen(host, port)
     events.emit("listening", port=bound)
-    if cluster_id is None or not voters:
-        # Seed 002's step 3: learn the quorum (cluster id, voters, their endpoints) from the
-        # bootstrap servers before taking part.
-        log.info("quorum node {node} discovering the quorum through {servers}",
-                 node=args.node_id, servers=args.bootstrap_servers)
-        view = await node.discover_quorum()
-        voters = node.voter_addresses()
-        peers = {n: a for n, a in peers.items() if n not in voters}
-        events.emit("discovered", cluster_id=view.cluster_id, leader=view.leader_id,
-                    epoch=view.leader_epoch, voters=sorted(voters))
-    assert node.cluster_id is not None
-    events.emit("cluster-id", cluster_id=node.cluster_id, generated=generated)
-    driver = node.start(voters, peers)
+    phases: list[Phase] = []
+
+    def on_phase(phase: Phase) -> None:
+        phases.append(phase)
+        if phase is not Phase.STARTED:
+            events.emit("bootstrap", phase=phase.value)
+
+    try:
+        start = await node.bootstrap(voters, peers, args.discovery_timeout_ms, on_phase)
+    except BootstrapFailed:
+        if shutting_down:
+            await stopping  # stopped while looking for the quorum
+            return
+        raise
+    assert node.runner is not None and node.driver is not None and node.directory is not None
+    view = node.directory.view
+    events.emit("bootstrap", phase=Phase.STARTED.value, voters=list(start.voter_ids),
+                as_voter=start.as_voter, leader=start.leader_id)
+    if Phase.DISCOVERING in phases[-2:-1]:
+        events.emit("discovered", cluster_id=start.cluster_id, leader=view.leader_id,
+                    epoch=view.leader_epoch, voters=list(start.voter_ids))
+    generated = node.runner.machine.cluster_id_generated
+    if generated:
+        log.info("quorum node {node} generated cluster id {cluster_id}: start the other nodes "
+                 "with --cluster-id {cluster_id}, or with --bootstrap-servers to learn it",
+                 node=args.node_id, cluster_id=start.cluster_id)
+    events.emit("cluster-id", cluster_id=start.cluster_id, generated=generated)
+    driver = node.driver
     load = (LoadLoop(driver, events, args.load_in_flight, args.load_payload_bytes,
                      args.print_acks) if args.load_in_flight > 0 else None)
 
@@ -257,16 +303,6 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
         from twisted.internet.task import LoopingCall  # noqa: PLC0415
 
         LoopingCall(load.report).start(1.0, now=False)
-
-    stopping = defer.Deferred()
-
-    async def shutdown() -> None:
-        await node.stop(graceful=True)
-        raft_log.close()
-        stopping.callback(None)
-
-    reactor.addSystemEventTrigger("before", "shutdown",
-                                  lambda: defer.Deferred.fromCoroutine(shutdown()))
     await stopping
 
 
@@ -285,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
 
         def fail(f: Any) -> None:
             failed.append(f.value)
-            if isinstance(f.value, RaftConfigError | QuorumStateError | OSError):
+            if isinstance(f.value, RaftConfigError | QuorumStateError | OSError
+                          | BootstrapFailed):
                 print(f"sluice-quorum: {f.value}", file=sys.stderr)
             else:
                 log.failure("quorum node failed", f)

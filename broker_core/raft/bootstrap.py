@@ -20,8 +20,11 @@ The seed's steps and where each lives:
    voters with Fetch), so knowing the voters and their endpoints is enough to start.
 5. *Nothing found within* ``discovery_timeout_ms`` *(no other node, a partition)*: fall back
    to ``quorum.voters``. A node listed there becomes a voter-to-be (``WAITING_FOR_VOTERS``)
-   and names itself a voter in its DiscoverBrokers answers; any other node stays
-   ``DISCOVERING`` (an observer never makes a quorum up), asking on.
+   and names itself a voter in its DiscoverBrokers answers. Any other node is an observer,
+   which never makes a quorum up: it starts observing the configured voters if it knows the
+   cluster id and every one of their endpoints, else stays ``DISCOVERING``, asking on. A node
+   that knows a quorum with an epoch (persisted or discovered) never falls back: it waits for
+   that quorum's endpoints.
 6. *A voter begins the vote once it knows a majority of the expected voters' endpoints*
    (itself included): :class:`StartNode` as a voter.
 
@@ -31,6 +34,9 @@ before ``STARTED``: the node joins it as the seed's step 2 says, never bootstrap
 Cluster id: a discovered one is taken; a node that falls back with none generates one only
 if it is the sole configured voter (seed 002's bootstrapping example), and otherwise waits for
 a peer that knows it (``cluster_id.py`` states why).
+
+A configured voter may come without an endpoint (``None``: an id-only ``quorum.voters``
+entry); its endpoint is then learned through DiscoverBrokers like any other.
 
 Invariants: ``STARTED`` is entered at most once and :class:`StartNode` is returned exactly
 once, on that transition; ``FAILED`` and ``STARTED`` are final; every transition is listed in
@@ -76,6 +82,11 @@ TRANSITIONS: frozenset[tuple[Phase, Phase]] = frozenset({
 })
 
 
+#: How long a node with bootstrap servers looks for an existing quorum before it falls back to
+#: ``quorum.voters`` (step 5).
+DEFAULT_DISCOVERY_TIMEOUT_MS = 5000.0
+
+
 class IllegalBootstrapTransition(Exception):
     pass
 
@@ -89,12 +100,16 @@ class AskServers:
 
 @dataclass(frozen=True, slots=True)
 class StartNode:
-    """Start the Raft node: ``voters`` with their endpoints, as a voter or an observer."""
+    """Start the Raft node with the voter set ``voter_ids``, as a voter or an observer.
+
+    ``voters`` holds the endpoints known of them: all of them, except on step 6, where a
+    majority suffices and the others' endpoints come later through DiscoverBrokers."""
 
     cluster_id: str
     voters: Mapping[int, NodeEndpoint]
     as_voter: bool
     leader_id: int  # -1: not known; the node finds it
+    voter_ids: tuple[int, ...]
 
 
 Action = AskServers | StartNode
@@ -104,7 +119,8 @@ class BootstrapMachine:
     """See the module docstring.
 
     :param me: this node's endpoint and boot time.
-    :param configured_voters: ``quorum.voters`` (endpoints with boot time 0), may be empty.
+    :param configured_voters: ``quorum.voters`` (endpoints with boot time 0, ``None`` for an
+        id given without one), may be empty.
     :param bootstrap_servers: ``bootstrap.servers``.
     :param cluster_id: given by the operator or persisted; ``None`` when neither.
     :param persisted: the quorum view the node's quorum-state file and log give (step 1),
@@ -112,10 +128,11 @@ class BootstrapMachine:
     :param now: the time in milliseconds.
     """
 
-    def __init__(self, me: NodeEndpoint, configured_voters: Mapping[int, NodeEndpoint],
+    def __init__(self, me: NodeEndpoint, configured_voters: Mapping[int, NodeEndpoint | None],
                  bootstrap_servers: list[tuple[str, int]], cluster_id: str | None,
                  persisted: QuorumView | None, now: float, *,
-                 interval_ms: float = 1000.0, discovery_timeout_ms: float = 5000.0,
+                 interval_ms: float = 1000.0,
+                 discovery_timeout_ms: float = DEFAULT_DISCOVERY_TIMEOUT_MS,
                  new_cluster_id: Callable[[], str] = generate_cluster_id) -> None:
         self.configured = dict(configured_voters)
         self.servers = tuple(bootstrap_servers)
@@ -123,14 +140,17 @@ class BootstrapMachine:
         self.discovery_timeout_ms = discovery_timeout_ms
         self._new_cluster_id = new_cluster_id
         self.phase = Phase.RESTORING
+        self.history: list[Phase] = [Phase.RESTORING]  # every phase entered, in order
         self.failure: str | None = None  # why the phase is FAILED
         self.warning: str | None = None  # the latest peer of another cluster
         self.started: StartNode | None = None
+        self.cluster_id_generated = False  # the sole configured voter made the id up
         self.directory = Directory(me, persisted or QuorumView(cluster_id))
         if cluster_id is not None:
             self.directory.learn_view(QuorumView(cluster_id))  # raises if persisted differs
         for e in self.configured.values():
-            self.directory.learn_node(e)
+            if e is not None:
+                self.directory.learn_node(e)
         self._next_ask: float | None = None
         self._fallback_at: float | None = None
         self._pending: list[Action] = []
@@ -186,6 +206,7 @@ class BootstrapMachine:
         if (self.phase, to) not in TRANSITIONS:
             raise IllegalBootstrapTransition(f"{self.phase.value} -> {to.value}")
         self.phase = to
+        self.history.append(to)
 
     def _restore(self, now: float) -> None:
         view = self.directory.view
@@ -196,22 +217,34 @@ class BootstrapMachine:
             self._move(Phase.DISCOVERING)
             self._pending.append(AskServers(self.servers))
             self._next_ask = now + self.interval_ms
-            self._fallback_at = now + self.discovery_timeout_ms
+            if view.leader_epoch < 0:  # a node that knows its quorum never falls back
+                self._fallback_at = now + self.discovery_timeout_ms
             return
         self._fall_back(now, self._pending)  # nobody to ask: step 5 at once
 
     def _fall_back(self, now: float, actions: list[Action]) -> None:
         """Step 5: no quorum found; ``quorum.voters`` decides."""
         me = self.directory.me.node_id
+        view = self.directory.view
+        if view.leader_epoch >= 0:
+            # A quorum is known (persisted or discovered): quorum.voters is for a first start
+            # only; wait for that quorum's endpoints.
+            if self.phase is Phase.RESTORING and not self.servers:
+                self._fail(f"the voters {list(view.voter_ids)} of the persisted quorum have "
+                           "no known endpoints and there are no bootstrap servers to ask")
+            return
         if me not in self.configured:
+            if self._observe_configured(actions):
+                return
             if self.phase is Phase.RESTORING:
                 self._fail("no bootstrap servers to discover the quorum through, and this node "
-                           "is not in quorum.voters")
+                           "is not in quorum.voters (or does not know every voter's endpoint "
+                           "and the cluster id)")
             return  # an observer keeps discovering
-        view = self.directory.view
         cluster_id = view.cluster_id
         if cluster_id is None and set(self.configured) == {me}:
             cluster_id = self._new_cluster_id()
+            self.cluster_id_generated = True
         self._move(Phase.WAITING_FOR_VOTERS)
         # Name ourselves a voter of the configured set in what we gossip (step 5.1).
         self.directory.view = QuorumView(cluster_id, view.leader_id, view.leader_epoch,
@@ -231,7 +264,8 @@ class BootstrapMachine:
         known = [v for v in expected if self.directory.endpoint(v) is not None]
         if len(known) >= majority_size(len(expected)):  # step 6
             self._start(StartNode(view.cluster_id, {v: self._endpoint(v) for v in known},
-                                  as_voter=True, leader_id=-1), actions)
+                                  as_voter=True, leader_id=-1, voter_ids=tuple(expected)),
+                        actions)
 
     def _start_if_known(self, actions: list[Action]) -> bool:
         view = self.directory.view
@@ -239,7 +273,20 @@ class BootstrapMachine:
             return False
         me = self.directory.me.node_id
         self._start(StartNode(view.cluster_id, {v: self._endpoint(v) for v in view.voter_ids},
-                              as_voter=me in view.voter_ids, leader_id=view.leader_id), actions)
+                              as_voter=me in view.voter_ids, leader_id=view.leader_id,
+                              voter_ids=tuple(view.voter_ids)), actions)
+        return True
+
+    def _observe_configured(self, actions: list[Action]) -> bool:
+        """Step 5 for a node outside ``quorum.voters``: observe the configured voters when
+        their endpoints and the cluster id are known (it fetches from them; it never votes)."""
+        view = self.directory.view
+        expected = tuple(sorted(self.configured))
+        if not expected or view.cluster_id is None \
+                or any(self.directory.endpoint(v) is None for v in expected):
+            return False
+        self._start(StartNode(view.cluster_id, {v: self._endpoint(v) for v in expected},
+                              as_voter=False, leader_id=-1, voter_ids=expected), actions)
         return True
 
     def _endpoint(self, node_id: int) -> NodeEndpoint:

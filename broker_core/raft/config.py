@@ -132,6 +132,27 @@ def parse_quorum_voters(raw: str, key: str = "quorum.voters") -> dict[int, Voter
     return voters
 
 
+def parse_configured_voters(raw: str, key: str = "quorum.voters") -> dict[int, VoterAddress | None]:
+    """``quorum.voters`` where an entry may also be a bare id (``1,2,3`` or
+    ``1@a:9093,2,3``): a voter whose endpoint is learned through DiscoverBrokers (``None``).
+    Raises :class:`RaftConfigError` as :func:`parse_quorum_voters` does."""
+    entries = [e.strip() for e in raw.split(",")]
+    if not raw.strip() or not all(entries):
+        raise RaftConfigError(f"invalid value {raw!r} for {key!r}: expected "
+                              "id[@host:port][,id[@host:port]...]")
+    voters: dict[int, VoterAddress | None] = {}
+    for entry in entries:
+        if entry.isdigit() and entry.isascii():
+            node_id, address = int(entry), None
+        else:
+            ((node_id, address),) = parse_quorum_voters(entry, key).items()
+        if node_id in voters:
+            raise RaftConfigError(f"invalid value {raw!r} for {key!r}: voter {node_id} is "
+                                  "listed twice")
+        voters[node_id] = address
+    return voters
+
+
 def parse_bootstrap_servers(raw: str, key: str = "bootstrap.servers") -> list[tuple[str, int]]:
     """``host:port[,host:port...]`` (an IPv6 host in brackets), the servers a quorum node asks
     with DiscoverBrokers. Raises :class:`RaftConfigError` naming ``key`` and the bad entry."""
@@ -141,6 +162,10 @@ def parse_bootstrap_servers(raw: str, key: str = "bootstrap.servers") -> list[tu
     servers = []
     for entry in entries:
         # The voters' parser checks hosts and ports; an id in front makes it one.
-        address = parse_quorum_voters(f"0@{entry}", key)[0]
+        try:
+            address = parse_quorum_voters(f"0@{entry}", key)[0]
+        except RaftConfigError:
+            raise RaftConfigError(f"invalid entry {entry!r} in {key!r}: expected host:port "
+                                  "with a port from 1 to 65535") from None
         servers.append((address.host, address.port))
     return servers

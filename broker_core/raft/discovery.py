@@ -92,13 +92,18 @@ class Directory:
         self.nodes[endpoint.node_id] = endpoint
         return True
 
-    def learn_view(self, view: QuorumView) -> bool:
-        """Keep ``view`` if it is newer than ours; True if kept. Raises
-        :class:`ClusterMismatch` for another cluster's view."""
+    def check_cluster(self, view: QuorumView) -> None:
+        """Raise :class:`ClusterMismatch` if ``view`` is another cluster's; merge nothing."""
         ours = self.view.cluster_id
         if view.cluster_id is not None and ours is not None and view.cluster_id != ours:
             raise ClusterMismatch(f"a node of cluster {view.cluster_id!r} answered; this node "
                                   f"belongs to {ours!r}")
+
+    def learn_view(self, view: QuorumView) -> bool:
+        """Keep ``view`` if it is newer than ours; True if kept. Raises
+        :class:`ClusterMismatch` for another cluster's view."""
+        self.check_cluster(view)
+        ours = self.view.cluster_id
         cluster_id = ours if ours is not None else view.cluster_id
         if view.order > self.view.order:
             self.view = QuorumView(cluster_id, view.leader_id, view.leader_epoch,

@@ -1,15 +1,20 @@
 """A broker's own metadata-quorum node (``metadata.store=quorum``): :class:`EmbeddedQuorum`.
 
 It is a :class:`~broker_core.raft.service.QuorumNode` on a
-:class:`~broker_core.raft.storage.DiskRaftLog` (a voter when the broker's id is in
-``quorum.voters``, else an observer) with a
+:class:`~broker_core.raft.storage.DiskRaftLog` with a
 :class:`~broker_core.raft.quorum_client.NetworkQuorumClient` on it; the broker builds its
-:class:`~broker_core.raft.metadata_store.QuorumMetadataStore` on :attr:`client`.
+:class:`~broker_core.raft.metadata_store.QuorumMetadataStore` on :attr:`client`. The node
+starts through seed 002's start procedure (``QuorumNode.bootstrap``), as ``sluice-quorum``
+does: from what it persisted, from the quorum it finds through ``quorum.bootstrap.servers``,
+or from ``quorum.voters`` (a voter when the broker's id is listed, else an observer). A broker
+given only bootstrap servers is an observer of the quorum it finds.
 
-Start: open the log, register the client's APIs on the listener, bind the listener, start the
-node, then let the client follow the driver (the driver replays the whole log to it: there are
-no snapshots yet). Stop, after the store closed its session: stop the client (failing what
-waits), stop the node (a leader resigns first), close the log with its clean-shutdown marker.
+Start: open the log, register the client's APIs on the listener, bind the listener, run the
+start procedure (which starts the node), then let the client follow the driver (the driver
+replays the whole log to it: there are no snapshots yet). The client forwards writes to the
+leader at the addresses the node knows, configured or learned by gossip. Stop, after the store
+closed its session: stop the client (failing what waits), stop the node (a leader resigns
+first, a start procedure still looking gives up), close the log with its clean-shutdown marker.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from broker_core.raft.bootstrap import StartNode
 from broker_core.raft.config import RaftConfig, VoterAddress
 from broker_core.raft.quorum_client import NetworkQuorumClient
 from broker_core.raft.service import QuorumNode
@@ -27,10 +33,15 @@ class EmbeddedQuorum:
 
     def __init__(self, node_id: int, cluster_id: str, voters: dict[int, VoterAddress],
                  listen: tuple[str, int], data_dir: Path, reactor: Any,
-                 config: RaftConfig | None = None) -> None:
+                 config: RaftConfig | None = None,
+                 bootstrap_servers: list[tuple[str, int]] | None = None,
+                 discovery_timeout_ms: float | None = None) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.voters = voters
+        self.bootstrap_servers = list(bootstrap_servers or [])
+        self.discovery_timeout_ms = discovery_timeout_ms
+        self.started: StartNode | None = None  # how the start procedure started the node
         self.listen = listen
         self.data_dir = Path(data_dir)
         self.reactor = reactor
@@ -46,10 +57,15 @@ class EmbeddedQuorum:
         self.raft_log = DiskRaftLog.open(
             self.data_dir, time_ms=lambda: int(self.reactor.seconds() * 1000))
         self.node = QuorumNode(self.node_id, self.cluster_id, self.raft_log, self.data_dir,
-                               self.config, self.reactor)
+                               self.config, self.reactor,
+                               bootstrap_servers=self.bootstrap_servers)
         self.client.serve_on(self.node.factory.handler)
+        self.node.add_address_listener(self.client.learn_address)
         await self.node.listen(*self.listen)
-        self.client.attach(self.node.start(self.voters))
+        self.started = await self.node.bootstrap(self.voters,
+                                                 discovery_timeout_ms=self.discovery_timeout_ms)
+        assert self.node.driver is not None
+        self.client.attach(self.node.driver)
 
     async def stop(self, graceful: bool = True) -> None:
         self.client.stop()

@@ -1,13 +1,18 @@
-"""The DiscoverBrokers client of a quorum node: asks its ``bootstrap.servers`` what they know,
-once every ``interval_s``, and merges the answers into the node's
-:class:`~broker_core.raft.discovery.Directory` (seed 002's step 3: "as long as a broker does
-not know all the current quorum voters' connections, it should continue periodically ask";
-it keeps asking after that too, as the seed's step 5.2 says, so that it hears of moved nodes).
+"""The DiscoverBrokers client of a quorum node (seed 002's quorum gossip).
 
-One connection per server (the broker's ``KafkaClientProtocol`` under a ``ClientService``,
-reconnecting with backoff, as :mod:`broker_core.raft.transport` does); a server that does not
-answer within the timeout is skipped until the next round. Answers of another cluster are
-logged and ignored.
+Two ways to use it, over the same connections:
+
+- :meth:`GossipClient.ask`: one request to one server, on demand; the Deferred fires with the
+  :class:`~broker_core.raft.discovery.Gossip` of the answer. The start procedure
+  (:mod:`broker_core.raft.bootstrap_runner`) asks this way whenever its machine says so.
+- :meth:`GossipClient.start`: a round every ``interval_s`` for as long as the node runs, each
+  answer handed to ``receive`` (seed 002's step 5.2: "it continues to try to send
+  DiscoverBrokers", so that it hears of moved and new nodes).
+
+What the node tells is ``tell()`` at the time of each request. One connection per server
+(the broker's ``KafkaClientProtocol`` under a ``ClientService``, reconnecting with backoff, as
+:mod:`broker_core.raft.transport` does); a server that does not answer within the timeout is
+skipped until the next request. Answers of another cluster are logged and ignored.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from broker_core.raft import discovery
-from broker_core.raft.discovery import Directory
+from broker_core.raft.discovery import Gossip
 from broker_core.rpc import KafkaClientFactory
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -30,67 +35,95 @@ from broker_core.wire.errors import ErrorCode
 VERSION = 0
 
 
+class DiscoverBrokersRefused(Exception):
+    """The server answered DiscoverBrokers with an error code (another cluster: ...)."""
+
+
 class GossipClient:
-    """See the module docstring. ``on_learned`` hears of the nodes whose endpoint is new."""
+    """See the module docstring.
+
+    :param servers: ``bootstrap.servers``.
+    :param tell: what this node tells (its directory's gossip), called for every request.
+    :param receive: takes an answer of a periodic round; may raise
+        :class:`~broker_core.raft.discovery.ClusterMismatch` (logged).
+    """
 
     log = Logger(namespace="sluice.raft.gossip")
 
-    def __init__(self, directory: Directory, servers: list[tuple[str, int]], reactor: Any,
-                 timeout_s: float, interval_s: float = 1.0,
-                 on_learned: Callable[[set[int]], None] | None = None) -> None:
-        self.directory = directory
+    def __init__(self, node_id: int, servers: list[tuple[str, int]], reactor: Any,
+                 timeout_s: float, tell: Callable[[], Gossip],
+                 receive: Callable[[Gossip], Any], interval_s: float = 1.0) -> None:
         self.reactor = reactor
         self.timeout_s = timeout_s
         self.interval_s = interval_s
-        self.on_learned = on_learned
+        self.tell = tell
+        self.receive = receive
         self.answers = 0
-        self._services = [ClientService(
+        self._services = {(host, port): ClientService(
             HostnameEndpoint(reactor, host, port, timeout=timeout_s),
-            KafkaClientFactory(f"sluice-quorum-gossip-{directory.me.node_id}"),
+            KafkaClientFactory(f"sluice-quorum-gossip-{node_id}"),
             retryPolicy=backoffPolicy(initialDelay=0.02, maxDelay=1.0, factor=2.0),
-            clock=reactor) for host, port in servers]
+            clock=reactor) for host, port in servers}
+        self._connecting = False
         self._loop = LoopingCall(self.round)
         self._loop.clock = reactor
 
+    def _connect(self) -> None:
+        if not self._connecting:
+            self._connecting = True
+            for s in self._services.values():
+                s.startService()
+
     def start(self) -> None:
-        for s in self._services:
-            s.startService()
-        self._loop.start(self.interval_s, now=True)
+        """Ask every server once every ``interval_s`` from now on."""
+        self._connect()
+        if not self._loop.running:
+            self._loop.start(self.interval_s, now=True)
 
     def stop(self) -> defer.Deferred:
         if self._loop.running:
             self._loop.stop()
-        return defer.DeferredList([s.stopService() for s in self._services])
+        if not self._connecting:
+            return defer.succeed(None)
+        self._connecting = False
+        return defer.DeferredList([s.stopService() for s in self._services.values()])
 
-    def round(self) -> defer.Deferred:
-        """Ask every server once; fires when all have answered or timed out."""
-        return defer.DeferredList([self._ask(s) for s in self._services], consumeErrors=True)
-
-    def _ask(self, service: ClientService) -> defer.Deferred:
-        body = discovery.gossip_body(self.directory.gossip())
+    def ask(self, server: tuple[str, int], gossip: Gossip) -> defer.Deferred:
+        """One DiscoverBrokers to ``server`` (one of ``servers``) telling ``gossip``; fires with
+        the answer's :class:`Gossip`, fails on a timeout, a lost connection or an error code."""
+        self._connect()
+        body = discovery.gossip_body(gossip)
 
         def send(proto: Any) -> defer.Deferred:
             return proto.request(ApiKey.DISCOVER_BROKERS, VERSION, body)
 
-        d = service.whenConnected()
+        def decode(answer: Any) -> Gossip:
+            if answer.error_code != ErrorCode.NONE:
+                raise DiscoverBrokersRefused(f"{server[0]}:{server[1]} answered "
+                                             f"{ErrorCode(answer.error_code).name}")
+            self.answers += 1
+            return discovery.gossip_from_body(answer)
+
+        d = self._services[server].whenConnected()
         d.addCallback(send)
         d.addTimeout(self.timeout_s, self.reactor)
-        d.addCallbacks(self._answered, self._failed)
+        d.addCallback(decode)
         return d
 
-    def _answered(self, body: Any) -> None:
-        if body.error_code != ErrorCode.NONE:
-            self.log.warn("DiscoverBrokers refused: {error}",
-                          error=ErrorCode(body.error_code).name)
-            return
+    def round(self) -> defer.Deferred:
+        """Ask every server once, each answer to ``receive``; fires when all have answered or
+        failed."""
+        return defer.DeferredList([self.ask(s, self.tell()).addCallbacks(
+            self._answered, self._failed) for s in self._services], consumeErrors=True)
+
+    def _answered(self, gossip: Gossip) -> None:
         try:
-            learned = self.directory.merge(discovery.gossip_from_body(body))
+            self.receive(gossip)
         except discovery.ClusterMismatch as e:
             self.log.warn("DiscoverBrokers: {e}", e=e)
-            return
-        self.answers += 1
-        if learned and self.on_learned is not None:
-            self.on_learned(learned)
 
     def _failed(self, failure: Any) -> None:
-        self.log.debug("DiscoverBrokers unanswered: {why}", why=failure.getErrorMessage())
+        if failure.check(DiscoverBrokersRefused):
+            self.log.warn("DiscoverBrokers refused: {why}", why=failure.getErrorMessage())
+        else:
+            self.log.debug("DiscoverBrokers unanswered: {why}", why=failure.getErrorMessage())

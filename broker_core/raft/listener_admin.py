@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.logger import Logger
 
 from broker_core.raft import discovery, wire
-from broker_core.raft.discovery import Directory
+from broker_core.raft.discovery import Gossip
 from broker_core.raft.messages import (
     NO_LEADER,
     AlterVotersRequest,
@@ -99,25 +99,22 @@ GOSSIP_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 
 class GossipHandler:
-    """Answers DiscoverBrokers from a :class:`~broker_core.raft.discovery.Directory`: merges
-    what the asker tells (``on_learned`` hears of nodes whose endpoint is new) and answers with
-    what this node knows. A peer of another cluster gets INCONSISTENT_CLUSTER_ID and teaches
-    nothing."""
+    """Answers DiscoverBrokers: hands what the asker tells to ``receive`` (gossip is two-way:
+    a request teaches as much as an answer) and answers with ``tell()``. ``receive`` raises
+    :class:`~broker_core.raft.discovery.ClusterMismatch` for a peer of another cluster, which
+    gets INCONSISTENT_CLUSTER_ID."""
 
-    def __init__(self, directory: Directory,
-                 on_learned: Callable[[set[int]], None] | None = None) -> None:
-        self.directory = directory
-        self.on_learned = on_learned
+    def __init__(self, receive: Callable[[Gossip], Any], tell: Callable[[], Gossip]) -> None:
+        self.receive = receive
+        self.tell = tell
 
     def __call__(self, request: apis.Request, proto: KafkaServerProtocol) -> Any:
         try:
-            learned = self.directory.merge(discovery.gossip_from_body(request.body))
+            self.receive(discovery.gossip_from_body(request.body))
         except discovery.ClusterMismatch as e:
             log.warn("DiscoverBrokers from {peer}: {e}", peer=proto.peer, e=e)
             spec = apis.DEFINED[ApiKey.DISCOVER_BROKERS]
             assert spec.error_body is not None
             return spec.error_body(request.header.api_version, request.body,
                                    int(ErrorCode.INCONSISTENT_CLUSTER_ID))
-        if learned and self.on_learned is not None:
-            self.on_learned(learned)
-        return discovery.gossip_body(self.directory.gossip(), response=True)
+        return discovery.gossip_body(self.tell(), response=True)

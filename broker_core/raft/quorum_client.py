@@ -100,7 +100,8 @@ class NetworkQuorumClient:
     """See the module docstring.
 
     :param node_id: this node.
-    :param voters: the voters' quorum listeners (``quorum.voters``), where the leader is.
+    :param voters: the voters' quorum listeners (``quorum.voters``), where the leader is; the
+        node adds the addresses it learns (:meth:`learn_address`).
     :param reactor: the reactor (``IReactorTCP`` and ``IReactorTime``).
     :param request_timeout_s: one forwarded request's timeout; the leader gives a write's commit
         the same time.
@@ -145,6 +146,11 @@ class NetworkQuorumClient:
         starts listening: a peer may forward as soon as it can connect)."""
         handler.serve(ApiKey.METADATA_WRITE, self._serve_write)
         handler.serve(ApiKey.SESSION_HEARTBEAT, self._serve_heartbeat)
+
+    def learn_address(self, address: VoterAddress) -> None:
+        """Reach node ``address.node_id`` there from now on: the quorum node learned it
+        (configured, or through DiscoverBrokers; a newer address replaces an older one)."""
+        self.addresses[address.node_id] = address
 
     def attach(self, driver: RaftDriver) -> None:
         """Follow ``driver`` (started): apply its committed entries, lead sessions with it."""

@@ -11,16 +11,19 @@ the accepted connections and the peer connections.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from twisted.internet import defer
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
-from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from broker_core.raft import wire
+from broker_core.raft.bootstrap import BootstrapMachine, Phase, StartNode
+from broker_core.raft.bootstrap_runner import BootstrapRunner, persisted_view
 from broker_core.raft.config import RaftConfig, VoterAddress
-from broker_core.raft.discovery import Directory, NodeEndpoint, QuorumView
+from broker_core.raft.discovery import Directory, Gossip, NodeEndpoint, QuorumView
 from broker_core.raft.driver import RaftDriver
 from broker_core.raft.gossip import GossipClient
 from broker_core.raft.listener import InboundRequests, QuorumListenerFactory, QuorumRequestHandler
@@ -39,15 +42,26 @@ def records_codec() -> tuple[wire.EntriesToRecords | None, wire.RecordsToEntries
     return records.entries_to_records, records.records_to_entries
 
 
+def _no_servers(server: tuple[str, int], gossip: Gossip) -> defer.Deferred:
+    raise AssertionError("a machine without bootstrap servers asks nobody")
+
+
 class QuorumNode:
     """A :class:`RaftDriver` with its listener and peer connections.
 
-    Usage: ``port = await node.listen(host, port)``, then ``node.start(voters)``, and
-    ``await node.stop()``. With ``bootstrap_servers`` the node gossips (DiscoverBrokers,
-    :mod:`broker_core.raft.gossip`): ``await node.discover_quorum()`` before ``start`` learns
-    the cluster id, the voters and their endpoints when the node was given none, and every
-    node it learns of later is connected to (:meth:`QuorumNetwork.set_peer`). The listener
-    answers DiscoverBrokers from :attr:`directory` whether or not the node has bootstrap servers.
+    Usage: ``port = await node.listen(host, port)``, then either
+    ``await node.bootstrap(configured_voters)`` (seed 002's start procedure,
+    :mod:`broker_core.raft.bootstrap_runner`: it starts the node once it has found or formed
+    the quorum) or ``node.start(voters)`` (a fixed voter set with addresses), and
+    ``await node.stop()``.
+
+    :attr:`directory` is everything the node knows of the others (DiscoverBrokers): during
+    :meth:`bootstrap` it is the machine's own, so the listener answers with the machine's view
+    (a configured voter names itself a voter, seed step 5.1). Gossip is two-way and always
+    goes through :meth:`receive_gossip`: before the start into the machine, after it into the
+    directory, connecting to every node whose endpoint is new (:meth:`QuorumNetwork.set_peer`)
+    and telling the address listeners. With ``bootstrap_servers`` the node keeps asking them
+    once a second for as long as it runs.
     """
 
     log = Logger(namespace="sluice.raft")
@@ -76,8 +90,9 @@ class QuorumNode:
         self.bootstrap_servers = list(bootstrap_servers or [])
         self.directory: Directory | None = None  # what DiscoverBrokers tells (after listen)
         self.gossip: GossipClient | None = None
+        self.runner: BootstrapRunner | None = None
         self.boot_time_ms = int(reactor.seconds() * 1000)
-        self._gossiping = False
+        self._address_listeners: list[Callable[[VoterAddress], None]] = []
 
     async def listen(self, host: str, port: int) -> int:
         """Bind the quorum listener; returns the bound port."""
@@ -86,50 +101,60 @@ class QuorumNode:
         bound = self.port.getHost().port
         self.directory = Directory(NodeEndpoint(self.node_id, host, bound, self.boot_time_ms),
                                    QuorumView(self.cluster_id))
-        self.handler.gossip = GossipHandler(self.directory, self._learned)
+        self.handler.gossip = GossipHandler(self.receive_gossip, self._tell)
         if self.bootstrap_servers:
-            self.gossip = GossipClient(self.directory, self.bootstrap_servers, self.reactor,
+            self.gossip = GossipClient(self.node_id, self.bootstrap_servers, self.reactor,
                                        self.config.request_timeout_ms / 1000,
-                                       on_learned=self._learned)
+                                       tell=self._tell, receive=self.receive_gossip)
         return bound
 
-    async def discover_quorum(self, poll_s: float = 0.05) -> QuorumView:
-        """Ask the bootstrap servers (DiscoverBrokers) until this node knows the cluster id,
-        the voters and every voter's endpoint (seed 002's steps 3 and 3.1); returns that view.
-        Runs until then: a quorum that cannot be found is waited for (logged)."""
-        if self.gossip is None or self.directory is None:
-            raise RuntimeError("listen() with bootstrap servers first")
-        self._start_gossip()
-        directory = self.directory
-        waited = 0.0
-        while (directory.view.cluster_id is None or not directory.view.voter_ids
-               or directory.missing_voters()):
-            await deferLater(self.reactor, poll_s)
-            waited += poll_s
-            if waited >= 10.0:
-                waited = 0.0
-                self.log.warn("quorum node {node} still looking for the quorum through {servers}",
-                              node=self.node_id, servers=self.bootstrap_servers)
-        if self.cluster_id is None:
-            self.cluster_id = directory.view.cluster_id
-        return directory.view
-
-    def voter_addresses(self) -> dict[int, VoterAddress]:
-        """The addresses of the voters this node knows of (its directory's view)."""
+    def bootstrap(self, configured_voters: Mapping[int, VoterAddress | None],
+                  peers: Mapping[int, VoterAddress] | None = None,
+                  discovery_timeout_ms: float | None = None,
+                  on_phase: Callable[[Phase], None] | None = None) -> defer.Deferred:
+        """Seed 002's start procedure (after :meth:`listen`): read what this node persisted,
+        discover the quorum through the bootstrap servers or form it from
+        ``configured_voters`` (``quorum.voters``; ``None``: an id without an address), then
+        start. ``peers`` are fixed addresses of other nodes (``--peers``). The Deferred fires
+        with the :class:`StartNode` once the driver runs (:attr:`driver`), or fails with
+        :class:`~broker_core.raft.bootstrap_runner.BootstrapFailed` saying why the node cannot
+        start."""
         if self.directory is None:
-            return {}
-        return {v: VoterAddress(v, e.host, e.port)
-                for v in self.directory.view.voter_ids
-                if (e := self.directory.endpoint(v)) is not None}
+            raise RuntimeError("listen() first")
+        now = self.reactor.seconds() * 1000.0
+        options = {} if discovery_timeout_ms is None else {
+            "discovery_timeout_ms": discovery_timeout_ms}
+        interval_ms = (self.gossip.interval_s if self.gossip is not None else 1.0) * 1000
+        machine = BootstrapMachine(
+            self.directory.me,
+            {n: None if a is None else NodeEndpoint(n, a.host, a.port, 0)
+             for n, a in configured_voters.items()},
+            self.bootstrap_servers, self.cluster_id,
+            persisted_view(self.data_dir, self.raft_log), now, interval_ms=interval_ms,
+            **options)
+        # One directory: what the listener and the gossip client tell is the machine's view.
+        # Addresses that reached the node before (a DiscoverBrokers as it bound) and the fixed
+        # peers are kept as old knowledge (boot time 0 for the configured ones).
+        for e in self.directory.nodes.values():
+            machine.directory.learn_node(e)
+        for a in (peers or {}).values():
+            machine.directory.learn_node(NodeEndpoint(a.node_id, a.host, a.port, 0))
+        self.directory = machine.directory
+        ask = self.gossip.ask if self.gossip is not None else _no_servers
+        self.runner = BootstrapRunner(machine, self.reactor, ask, self._started, on_phase,
+                                      self.node_id)
+        return self.runner.run()
 
-    def _start_gossip(self) -> None:
-        if self.gossip is not None and not self._gossiping:
-            self._gossiping = True
-            self.gossip.start()
+    def _started(self, start: StartNode) -> None:
+        """The machine's StartNode: the driver starts with its voter set."""
+        if self.cluster_id is None:
+            self.cluster_id = start.cluster_id
+        self._start_driver(start.voter_ids)
 
     def start(self, voters: dict[int, VoterAddress],
               peers: dict[int, VoterAddress] | None = None) -> RaftDriver:
-        """Open the peer connections and start the driver (after :meth:`listen`).
+        """Open the peer connections and start the driver (after :meth:`listen`) with a fixed
+        configuration instead of :meth:`bootstrap`.
 
         ``voters`` is the bootstrap voter set with addresses (a node not in it starts as an
         observer); ``peers`` are the addresses of other nodes that may become voters by a
@@ -137,22 +162,24 @@ class QuorumNode:
         if self.port is None or self.directory is None:
             raise RuntimeError("listen() first")
         if self.cluster_id is None:
-            raise RuntimeError("no cluster id: give one or discover_quorum() first")
-        addresses = {**(peers or {}), **voters}
+            raise RuntimeError("no cluster id: give one, or bootstrap() to discover it")
         # What the configuration says is the oldest knowledge (boot time 0): anything a node
-        # reports of itself through DiscoverBrokers replaces it. A discovered view is kept.
-        self.directory.learn_view(QuorumView(self.cluster_id,
-                                             voter_ids=tuple(sorted(voters))))
+        # reports of itself through DiscoverBrokers replaces it.
+        self.directory.learn_view(QuorumView(self.cluster_id, voter_ids=tuple(sorted(voters))))
         if not self.directory.view.voter_ids:
             self.directory.view = QuorumView(self.cluster_id, voter_ids=tuple(sorted(voters)))
-        for a in addresses.values():
+        for a in {**(peers or {}), **voters}.values():
             self.directory.learn_node(NodeEndpoint(a.node_id, a.host, a.port, 0))
+        return self._start_driver(tuple(sorted(voters)))
+
+    def _start_driver(self, voter_ids: tuple[int, ...]) -> RaftDriver:
+        assert self.directory is not None and self.cluster_id is not None
         # Every node the directory knows, configured or discovered before the start.
         addresses = {n: VoterAddress(n, e.host, e.port) for n, e in self.directory.nodes.items()}
         self.network = QuorumNetwork(self.node_id, addresses, self.reactor,
                                      self.config.request_timeout_ms / 1000, self.inbound,
                                      self.records_to_entries)
-        self.driver = RaftDriver(self.node_id, self.cluster_id, frozenset(voters),
+        self.driver = RaftDriver(self.node_id, self.cluster_id, frozenset(voter_ids),
                                  self.raft_log, self.data_dir, self.config, self.reactor,
                                  self.network, self._rng, self.persist_thread)
         self.network.bind(self.driver.receive)
@@ -160,8 +187,34 @@ class QuorumNode:
         self.driver.start()
         self.driver.subscribe_transitions(lambda t: self._refresh_view())
         self.driver.subscribe_committed(lambda entries: self._refresh_view())
-        self._start_gossip()
+        for a in addresses.values():
+            self._tell_address(a)
+        if self.gossip is not None:
+            self.gossip.start()
         return self.driver
+
+    def add_address_listener(self, callback: Callable[[VoterAddress], None]) -> None:
+        """``callback`` hears of every other node's address the node starts with or learns
+        later through DiscoverBrokers (a node's newest address replaces its older ones)."""
+        self._address_listeners.append(callback)
+
+    def _tell_address(self, address: VoterAddress) -> None:
+        for callback in self._address_listeners:
+            callback(address)
+
+    def _tell(self) -> Gossip:
+        assert self.directory is not None
+        return self.directory.gossip()
+
+    def receive_gossip(self, gossip: Gossip) -> None:
+        """What a peer told in DiscoverBrokers (its request or its answer). Raises
+        :class:`ClusterMismatch` for a peer of another cluster, which teaches nothing."""
+        assert self.directory is not None
+        self.directory.check_cluster(gossip.view)
+        if self.runner is not None and not self.runner.finished:
+            self.runner.gossip_received(gossip)  # the machine merges it into the directory
+            return
+        self._learned(self.directory.merge(gossip))
 
     def _refresh_view(self) -> None:
         """Our own quorum state into the directory (it only moves forward)."""
@@ -176,17 +229,20 @@ class QuorumNode:
     def _learned(self, node_ids: set[int]) -> None:
         """Nodes whose endpoint DiscoverBrokers just told us: connect to them there."""
         if self.network is None or self.directory is None:
-            return
+            return  # before the start: the network is built from the directory
         for n in sorted(node_ids):
             e = self.directory.endpoint(n)
             if e is not None:
-                self.network.set_peer(VoterAddress(n, e.host, e.port))
+                address = VoterAddress(n, e.host, e.port)
+                self.network.set_peer(address)
+                self._tell_address(address)
 
     async def stop(self, graceful: bool = True) -> None:
         """Stop the driver, then close every connection and the listener. ``graceful=False``
         is a crash as the peers see it: a leader does not resign first."""
-        if self.gossip is not None and self._gossiping:
-            self._gossiping = False
+        if self.runner is not None:
+            self.runner.stop()
+        if self.gossip is not None:
             await self.gossip.stop()
         if self.driver is not None:
             self.driver.stop(graceful=graceful)

@@ -77,6 +77,15 @@ async def start_quorum_brokers(base, count: int = 3, observers: int = 0) -> list
     return brokers
 
 
+def observer_config(base, broker_id: int, bootstrap_port: int):
+    """An observer broker that knows nothing of the quorum but one quorum listener
+    (``quorum.bootstrap.servers``): no ``quorum.voters``."""
+    return broker_config(broker_id, "", base / f"broker-{broker_id}", metadata_store="quorum",
+                         quorum_bootstrap_servers=f"127.0.0.1:{bootstrap_port}",
+                         quorum_listener=f"127.0.0.1:{free_port()}", cluster_id="quorum-test",
+                         **GROUP_TIMINGS)
+
+
 def quorum_leader(brokers: list[BrokerService]) -> BrokerService | None:
     leading = [b for b in brokers if b.running and b.quorum.client.leading]
     return leading[0] if len(leading) == 1 else None
@@ -143,6 +152,37 @@ async def test_topics_replication_and_a_group_on_the_network_quorum(brokers):
     finally:
         a.close()
         b.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_observer_given_only_a_bootstrap_server_joins_and_writes(brokers, tmp_path):
+    """Seed 002's steps 3-4 in a broker: broker 4 asks one voter that does not lead
+    (DiscoverBrokers), learns the cluster's voters and their addresses, starts as an observer
+    and forwards its writes to the leader at the address it learned."""
+    leader = await eventually(lambda: quorum_leader(brokers), what="a quorum leader")
+    await eventually(lambda: controller_of(brokers), what="an active controller")
+    asked = next(b for b in brokers if b is not leader)
+    observer = BrokerService(observer_config(tmp_path, 4, asked.quorum.listen[1]),
+                             reactor=reactor)
+    await observer.startService()
+    try:
+        assert observer.quorum.started.voter_ids == (1, 2, 3)
+        assert not observer.quorum.started.as_voter
+        assert observer.quorum.client.driver.role is Role.OBSERVER
+        assert observer.quorum.client.addresses[leader.broker_id].port == leader.quorum.listen[1]
+        # Its registration went through the leader; so does a topic created through it.
+        await eventually(lambda: all(len(b.cache.brokers) == 4 for b in [*brokers, observer]),
+                         what="every cache lists 4 brokers")
+        await create_topic(observer, "seen", partitions=2, rf=2)
+        await eventually(lambda: all(leader_of(brokers, "seen", p) for p in range(2)),
+                         what="a leader for every partition")
+        trees = [b.quorum.client.tree for b in [*brokers, observer]]
+        await eventually(lambda: len({t.applied_offset for t in trees}) == 1, what="trees level")
+        assert len({t.to_snapshot() for t in trees}) == 1
+        # The voter it asked learned its quorum listener from the request.
+        assert asked.quorum.node.directory.endpoint(4).port == observer.quorum.listen[1]
+    finally:
+        await stop_brokers([observer])
 
 
 @pytest_twisted.ensureDeferred

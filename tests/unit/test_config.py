@@ -429,7 +429,12 @@ def test_quorum_mode_needs_no_zookeeper_and_defaults_from_the_voters():
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"quorum.voters": ""}, "metadata.store=quorum needs 'quorum.voters'"),
+    ({"quorum.voters": ""}, "metadata.store=quorum needs 'quorum.voters' (id@host:port,"
+                            "id@host:port,...) for the quorum's first start, or "
+                            "'quorum.bootstrap.servers'"),
+    ({"quorum.bootstrap.servers": "h1"}, "invalid entry 'h1' in 'quorum.bootstrap.servers'"),
+    ({"quorum.voters": "", "quorum.bootstrap.servers": "h1:1"},
+     "broker 2 is not in quorum.voters, so it runs as an observer and needs 'quorum.listener'"),
     ({"quorum.voters": "1@h1"}, "invalid entry '1@h1' in 'quorum.voters'"),
     ({"quorum.listener": "h2:9999"}, "quorum.listener h2:9999 does not match this broker's "
                                      "entry 2@h2:9093 in quorum.voters"),
@@ -451,8 +456,22 @@ def test_an_observer_names_its_listener():
     assert cfg.quorum_data_path() == Path("/var/q")
 
 
+def test_an_observer_may_know_only_the_bootstrap_servers():
+    cfg = BrokerConfig.from_mapping({**QUORUM, "quorum.voters": "", "broker.id": "7",
+                                     "quorum.bootstrap.servers": "h1:9093, [::1]:9094",
+                                     "quorum.listener": "h7:9100"})
+    assert cfg.quorum_voter_addresses() == {}
+    assert cfg.quorum_bootstrap_server_list() == [("h1", 9093), ("::1", 9094)]
+    assert cfg.quorum_listen_address() == ("h7", 9100)
+    assert BrokerConfig.from_mapping(QUORUM).quorum_bootstrap_server_list() == []
+
+
 @pytest.mark.parametrize("values", [REQUIRED, QUORUM,
-                                    {**QUORUM, "broker.id": "7", "quorum.listener": "h7:1"}])
+                                    {**QUORUM, "broker.id": "7", "quorum.listener": "h7:1"},
+                                    {**QUORUM, "quorum.bootstrap.servers": "h1:1"},
+                                    {"broker.id": "7", "log.dirs": "d", "metadata.store": "quorum",
+                                     "quorum.bootstrap.servers": "h1:1",
+                                     "quorum.listener": "h7:1"}])
 def test_the_required_keys_of_each_mode_make_a_config(values):
     """DescribeConfigs builds the built-in defaults from a config's required keys alone."""
     from broker_core.config import required_keys

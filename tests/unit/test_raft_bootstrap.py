@@ -40,7 +40,7 @@ def test_step2_a_persisted_quorum_with_known_endpoints_starts_at_once():
     m = machine(node=2, voters=(1, 2, 3), persisted=QuorumView("c", 1, 4, 10, (1, 2, 3)))
     (start,) = m.take_actions()
     assert m.phase is Phase.STARTED and start == StartNode(
-        "c", {1: ep(1), 2: ep(2, 10), 3: ep(3)}, as_voter=True, leader_id=1)
+        "c", {1: ep(1), 2: ep(2, 10), 3: ep(3)}, as_voter=True, leader_id=1, voter_ids=(1, 2, 3))
     assert m.next_deadline() is None
 
 
@@ -59,7 +59,8 @@ def test_step3_asks_every_interval_until_the_quorum_is_found():
     # A view without every voter's endpoint is not enough (step 3.1).
     assert m.gossip_received(Gossip(ep(1, 5), (), QuorumView("c", 1, 3, 8, (1, 4))), 360) == []
     (start,) = m.gossip_received(Gossip(ep(4, 5), (), QuorumView("c", 1, 3, 8, (1, 4))), 370)
-    assert start == StartNode("c", {1: ep(1, 5), 4: ep(4, 5)}, as_voter=False, leader_id=1)
+    assert start == StartNode("c", {1: ep(1, 5), 4: ep(4, 5)}, as_voter=False, leader_id=1,
+                              voter_ids=(1, 4))
     assert m.next_deadline() is None and m.gossip_received(
         Gossip(ep(9, 9), (), QuorumView("c", 9, 9, 9, (9,))), 400) == []
 
@@ -86,16 +87,15 @@ def test_step5_and_6_a_configured_voter_waits_for_a_majority_of_endpoints():
 
 def test_step6_with_endpoints_learned_by_gossip_only():
     # Voters configured by id with no endpoints of the others: gossip supplies them.
-    m = BootstrapMachine(ep(1, 10), {1: ep(1)}, SERVERS, "c", None, 0, interval_ms=100,
-                         discovery_timeout_ms=1000)
-    m.configured = {1: ep(1), 2: ep(2), 3: ep(3)}  # expected voters, endpoints of 2, 3 unknown
-    m.directory.nodes.clear()
+    m = BootstrapMachine(ep(1, 10), {1: None, 2: None, 3: None}, SERVERS, "c", None, 0,
+                         interval_ms=100, discovery_timeout_ms=1000)
     m.take_actions()
     run_until(m, 1000)
     assert m.phase is Phase.WAITING_FOR_VOTERS and m.gossip().view.voter_ids == (1, 2, 3)
     (start,) = m.gossip_received(Gossip(ep(2, 20), (), QuorumView("c", -1, -1, -1, (1, 2, 3))),
                                  1050)
-    assert start == StartNode("c", {1: ep(1, 10), 2: ep(2, 20)}, as_voter=True, leader_id=-1)
+    assert start == StartNode("c", {1: ep(1, 10), 2: ep(2, 20)}, as_voter=True, leader_id=-1,
+                             voter_ids=(1, 2, 3))
 
 
 def test_the_sole_configured_voter_generates_the_cluster_id_others_wait_for_one():
@@ -120,7 +120,8 @@ def test_an_existing_quorum_found_while_waiting_is_joined_not_bootstrapped_again
     assert m.phase is Phase.WAITING_FOR_VOTERS
     (start,) = m.gossip_received(
         Gossip(ep(5, 1), (ep(6, 1),), QuorumView("c", 5, 7, 40, (5, 6))), 1100)
-    assert start == StartNode("c", {5: ep(5, 1), 6: ep(6, 1)}, as_voter=False, leader_id=5)
+    assert start == StartNode("c", {5: ep(5, 1), 6: ep(6, 1)}, as_voter=False, leader_id=5,
+                              voter_ids=(5, 6))
 
 
 def test_without_bootstrap_servers_step5_is_taken_at_once():
@@ -149,3 +150,44 @@ def test_a_persisted_id_that_differs_from_the_given_one_is_refused():
 
     with pytest.raises(ClusterMismatch):
         machine(cluster_id="given", persisted=QuorumView("persisted", 1, 1, 1, (1,)))
+
+
+def test_a_node_that_knows_its_quorum_never_falls_back_to_quorum_voters():
+    # Persisted epoch 4 with voters 1, 2, 3 whose endpoints are unknown (id-only voters): it
+    # waits for them instead of making up a quorum of the configured ones.
+    m = BootstrapMachine(ep(1, 10), {1: None, 2: None, 3: None}, SERVERS, "c",
+                         QuorumView("c", 2, 4, 7, (1, 2, 3)), 0, interval_ms=100,
+                         discovery_timeout_ms=1000)
+    m.take_actions()
+    assert run_until(m, 5000) and m.phase is Phase.DISCOVERING
+    assert m.gossip().view == QuorumView("c", 2, 4, 7, (1, 2, 3))
+    m.gossip_received(Gossip(ep(2, 20), (), QuorumView("c", 2, 4, 7, (1, 2, 3))), 5010)
+    assert m.phase is Phase.DISCOVERING  # a majority is not enough for a known quorum
+    (start,) = m.gossip_received(Gossip(ep(3, 30), (), QuorumView("c", 2, 4, 7, (1, 2, 3))),
+                                 5020)
+    assert start.voter_ids == (1, 2, 3) and start.as_voter and start.leader_id == 2
+    # Without bootstrap servers there is nobody to learn them from.
+    m = BootstrapMachine(ep(1, 10), {1: None, 2: None, 3: None}, [], "c",
+                         QuorumView("c", 2, 4, 7, (1, 2, 3)), 0)
+    assert m.take_actions() == [] and m.phase is Phase.FAILED and "no known endpoints" in (
+        m.failure or "")
+
+
+def test_an_observer_outside_quorum_voters_observes_them_once_it_knows_their_endpoints():
+    m = machine(node=4, voters=(1, 2, 3), servers=(), cluster_id="c")
+    (start,) = m.take_actions()
+    assert start == StartNode("c", {1: ep(1), 2: ep(2), 3: ep(3)}, as_voter=False,
+                              leader_id=-1, voter_ids=(1, 2, 3))
+    m = machine(node=4, voters=(1, 2, 3), cluster_id="c")
+    m.take_actions()
+    (start,) = [a for a in run_until(m, 1000) if isinstance(a, StartNode)]
+    assert not start.as_voter and start.voter_ids == (1, 2, 3)
+
+
+def test_only_the_sole_voter_marks_its_cluster_id_generated():
+    m = machine(node=1, voters=(1,), servers=())
+    (start,) = m.take_actions()
+    assert start.cluster_id == "generated" and m.cluster_id_generated
+    m = machine(node=1, voters=(1,), servers=(), cluster_id="c")
+    m.take_actions()
+    assert not m.cluster_id_generated

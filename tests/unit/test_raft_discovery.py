@@ -87,7 +87,11 @@ def test_the_listener_answers_discover_brokers_without_advertising_it():
     factory_handler = proto.factory.handler
     directory = Directory(NodeEndpoint(1, "h1", 1, 10), QuorumView("c", 1, 2, 0, (1,)))
     learned: list[set[int]] = []
-    factory_handler.gossip = GossipHandler(directory, learned.append)
+
+    def receive(g: Gossip) -> None:
+        learned.append(directory.merge(g))
+
+    factory_handler.gossip = GossipHandler(receive, directory.gossip)
     asker = Gossip(NodeEndpoint(7, "h7", 7, 70), (), QuorumView(None))
     proto.dataReceived(frame(apis.encode_request(ApiKey.DISCOVER_BROKERS, 0, 3, "t",
                                                  gossip_body(asker))))

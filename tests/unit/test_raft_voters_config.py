@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.raft.config import RaftConfigError, VoterAddress, parse_quorum_voters
+from broker_core.raft.config import (
+    RaftConfigError,
+    VoterAddress,
+    parse_configured_voters,
+    parse_quorum_voters,
+)
 
 
 def test_kafka_form_parses_into_addresses_by_id():
@@ -33,3 +38,12 @@ def test_bad_voter_lists_fail_naming_the_key(raw, fragment):
     with pytest.raises(RaftConfigError, match=fragment) as e:
         parse_quorum_voters(raw)
     assert "'quorum.voters'" in str(e.value)
+
+
+def test_configured_voters_may_be_bare_ids_whose_addresses_gossip_supplies():
+    assert parse_configured_voters("1@a:9093, 2,3") == {1: VoterAddress(1, "a", 9093), 2: None,
+                                                         3: None}
+    for raw, fragment in (("1,1@a:1", "voter 1 is listed twice"), ("1,x", "invalid entry 'x'"),
+                          ("", r"expected id\[@host:port\]")):
+        with pytest.raises(RaftConfigError, match=fragment):
+            parse_configured_voters(raw, "--quorum-voters")

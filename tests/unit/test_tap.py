@@ -26,3 +26,9 @@ def test_the_quorum_options_set_their_keys():
     cfg = opts.config
     assert (cfg.metadata_store, cfg.quorum_voters, cfg.quorum_listener, cfg.quorum_data_dir,
             cfg.cluster_id) == ("quorum", "1@127.0.0.1:9093", "127.0.0.1:9093", "q", "c")
+    opts = tap.Options()
+    opts.parseOptions(["--broker-id", "4", "--log-dir", "d", "--metadata", "quorum",
+                       "--quorum-bootstrap-servers", "127.0.0.1:9093", "--quorum-listen",
+                       "127.0.0.1:9096"])
+    cfg = opts.config
+    assert (cfg.quorum_voters, cfg.quorum_bootstrap_servers) == (None, "127.0.0.1:9093")

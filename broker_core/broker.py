@@ -163,7 +163,7 @@ class BrokerService(service.Service):
         self.quorum = EmbeddedQuorum(config.broker_id, config.cluster_id,
                                      config.quorum_voter_addresses(),
                                      config.quorum_listen_address(), config.quorum_data_path(),
-                                     reactor,
+                                     reactor, config=config.raft_config(),
                                      bootstrap_servers=config.quorum_bootstrap_server_list())
         return QuorumMetadataStore(
             self.quorum.client, reactor=reactor,
@@ -433,6 +433,10 @@ class BrokerService(service.Service):
                 max_retries=self.config.controlled_shutdown_max_retries,
                 backoff_s=self.config.controlled_shutdown_retry_backoff_ms / 1000.0,
                 timeout_s=self.config.controller_socket_timeout_ms / 1000.0)
+        if self.quorum is not None:
+            # From here on the writes are resignations, offsets and the session's close: worth
+            # a short wait, not a long one when the rest of the quorum has gone too.
+            self.quorum.begin_shutdown()
         if self.port is not None:
             await self.port.stopListening()
         # Before the connections close: the coordinator writes its pending offsets and resigns

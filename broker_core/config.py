@@ -304,6 +304,21 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("quorum.bootstrap.servers", "quorum_bootstrap_servers", optional_text, None),
     ("quorum.listener", "quorum_listener", host_port, None),
     ("quorum.data.dir", "quorum_data_dir", optional_text, None),
+    # The quorum node's timings and snapshots (RaftConfig's fields; defaults are its own).
+    ("quorum.election.timeout.ms", "quorum_election_timeout_ms", integer(1, INT_MAX), "1000"),
+    ("quorum.fetch.timeout.ms", "quorum_fetch_timeout_ms", integer(1, INT_MAX), "2000"),
+    ("quorum.election.backoff.max.ms", "quorum_election_backoff_max_ms", integer(1, INT_MAX),
+     "1000"),
+    ("quorum.request.timeout.ms", "quorum_request_timeout_ms", integer(1, INT_MAX), "2000"),
+    ("quorum.retry.backoff.ms", "quorum_retry_backoff_ms", integer(1, INT_MAX), "20"),
+    ("quorum.snapshot.interval.entries", "quorum_snapshot_interval_entries",
+     integer(0, INT_MAX, what="an integer ≥ 0 (0: no snapshot by entry count)"), "100000"),
+    ("quorum.snapshot.interval.bytes", "quorum_snapshot_interval_bytes",
+     integer(0, what="an integer ≥ 0 (0: no snapshot by size)"), "20971520"),
+    ("quorum.snapshot.retain.entries", "quorum_snapshot_retain_entries",
+     integer(-1, what="an integer ≥ -1 (-1: keep the whole log)"), "100000"),
+    ("quorum.fetch.snapshot.max.bytes", "quorum_fetch_snapshot_max_bytes",
+     integer(1, INT_MAX), "1048576"),
     ("cluster.id", "cluster_id", text, "sluice"),
     ("metrics.listener", "metrics_listener", optional_endpoint, None),
     ("num.partitions", "num_partitions", integer(1, INT_MAX), "1"),
@@ -418,6 +433,17 @@ class BrokerConfig:
     #: Quorum mode: the quorum-state file and the metadata log (default: see
     #: :meth:`quorum_data_path`).
     quorum_data_dir: str | None
+    #: Quorum mode: the quorum node's settings (see :meth:`raft_config`).
+    quorum_election_timeout_ms: int
+    quorum_fetch_timeout_ms: int
+    quorum_election_backoff_max_ms: int
+    quorum_request_timeout_ms: int
+    quorum_retry_backoff_ms: int
+    quorum_snapshot_interval_entries: int
+    quorum_snapshot_interval_bytes: int
+    #: -1: keep the whole metadata log.
+    quorum_snapshot_retain_entries: int
+    quorum_fetch_snapshot_max_bytes: int
     cluster_id: str
     metrics_listener: str | None
     num_partitions: int
@@ -484,7 +510,10 @@ class BrokerConfig:
                 f"above group.max.session.timeout.ms ({attrs['group_max_session_timeout_ms']})",
                 "group.min.session.timeout.ms")
         _check_metadata_store(attrs)
-        return cls(**attrs)
+        cfg = cls(**attrs)
+        if cfg.metadata_store == "quorum":
+            cfg.raft_config()  # the quorum keys' agreement (ConfigError)
+        return cfg
 
     @classmethod
     def from_sources(cls, file: Path | None, overrides: Mapping[str, str]) -> BrokerConfig:
@@ -525,6 +554,29 @@ class BrokerConfig:
             return host.strip("[]"), int(port)
         own = self.quorum_voter_addresses()[self.broker_id]
         return own.host, own.port
+
+    def raft_config(self) -> Any:
+        """The quorum node's :class:`~broker_core.raft.config.RaftConfig` from the
+        ``quorum.*`` keys; ConfigError when they disagree (e.g. a request timeout not above
+        the fetch wait)."""
+        from broker_core.raft.config import RaftConfig, RaftConfigError  # noqa: PLC0415
+
+        retain = self.quorum_snapshot_retain_entries
+        try:
+            return RaftConfig(
+                election_timeout_ms=self.quorum_election_timeout_ms,
+                fetch_timeout_ms=self.quorum_fetch_timeout_ms,
+                election_backoff_max_ms=self.quorum_election_backoff_max_ms,
+                request_timeout_ms=self.quorum_request_timeout_ms,
+                retry_backoff_ms=self.quorum_retry_backoff_ms,
+                snapshot_interval_entries=self.quorum_snapshot_interval_entries,
+                snapshot_interval_bytes=self.quorum_snapshot_interval_bytes,
+                snapshot_retain_entries=None if retain < 0 else retain,
+                fetch_snapshot_max_bytes=self.quorum_fetch_snapshot_max_bytes)
+        except RaftConfigError as e:
+            # The message names the key (RaftConfig's checks use the quorum.* names).
+            found = re.search(r"quorum\.[a-z.]+", str(e))
+            raise ConfigError(str(e), found.group(0) if found else "quorum") from None
 
     def quorum_data_path(self) -> Path:
         """``quorum.data.dir``, else ``quorum`` inside ``log.dirs`` (a name the log manager

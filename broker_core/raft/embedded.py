@@ -67,6 +67,11 @@ class EmbeddedQuorum:
         assert self.node.driver is not None
         self.client.attach(self.node.driver)
 
+    def begin_shutdown(self) -> None:
+        """The broker is stopping: its last metadata writes wait briefly and not at all
+        without a known leader (:meth:`NetworkQuorumClient.begin_shutdown`)."""
+        self.client.begin_shutdown()
+
     async def stop(self, graceful: bool = True) -> None:
         self.client.stop()
         if self.node is not None:

@@ -449,6 +449,39 @@ def test_quorum_mode_is_checked(values, message):
     assert str(info.value).startswith(message)
 
 
+def test_the_quorum_nodes_settings_default_to_raft_configs_and_reach_it():
+    from broker_core.raft.config import RaftConfig
+
+    assert BrokerConfig.from_mapping(QUORUM).raft_config() == RaftConfig()
+    cfg = BrokerConfig.from_mapping({
+        **QUORUM, "quorum.election.timeout.ms": "300", "quorum.fetch.timeout.ms": "900",
+        "quorum.election.backoff.max.ms": "400", "quorum.request.timeout.ms": "700",
+        "quorum.retry.backoff.ms": "5", "quorum.snapshot.interval.entries": "0",
+        "quorum.snapshot.interval.bytes": "1024", "quorum.snapshot.retain.entries": "-1",
+        "quorum.fetch.snapshot.max.bytes": "4096"})
+    raft = cfg.raft_config()
+    assert (raft.election_timeout_ms, raft.fetch_timeout_ms, raft.election_backoff_max_ms,
+            raft.request_timeout_ms, raft.retry_backoff_ms) == (300, 900, 400, 700, 5)
+    assert (raft.snapshot_interval_entries, raft.snapshot_interval_bytes) == (0, 1024)
+    assert raft.snapshot_retain_entries is None  # -1: keep the whole log
+    assert raft.fetch_snapshot_max_bytes == 4096
+
+
+@pytest.mark.parametrize("values, key, message", [
+    ({"quorum.fetch.timeout.ms": "400"}, "quorum.fetch.timeout.ms",
+     "quorum.fetch.timeout.ms (400) must exceed"),
+    ({"quorum.request.timeout.ms": "500"}, "quorum.request.timeout.ms",
+     "quorum.request.timeout.ms (500) must exceed"),
+    ({"quorum.snapshot.retain.entries": "-2"}, "quorum.snapshot.retain.entries",
+     "invalid value '-2' for 'quorum.snapshot.retain.entries'"),
+])
+def test_bad_quorum_node_settings_fail_at_load_naming_the_key(values, key, message):
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_mapping({**QUORUM, **values})
+    assert str(info.value).startswith(message)
+    assert info.value.key == key
+
+
 def test_an_observer_names_its_listener():
     cfg = BrokerConfig.from_mapping({**QUORUM, "broker.id": "7", "quorum.listener": "h7:9100",
                                      "quorum.data.dir": "/var/q"})

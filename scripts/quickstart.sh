@@ -24,8 +24,8 @@ BOOTSTRAP=127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094
 VOTERS=1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194
 
 stop_all() {
-    # All at once: in quorum mode a broker stopping after the others have gone waits for a
-    # quorum leader to close its session (up to 18 s) before giving up.
+    # All at once: in quorum mode a broker stopping after the others have gone gives its last
+    # metadata writes (offsets, resignations, closing its session) a few seconds.
     pids=()
     for id in 1 2 3; do
         pidfile="$RUN/broker-$id.pid"

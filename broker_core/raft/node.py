@@ -1206,18 +1206,29 @@ class RaftNode:
         rs.in_flight = _InFlightFetch(correlation, target, self._now)
         rs.next_fetch_ms = None
 
-    def _handle_fetch_response(self, env: Envelope, resp: FetchResponse) -> None:
+    def _take_answer(self, env: Envelope,
+                     resp: FetchResponse | FetchSnapshotResponse) -> _RoleState | None:
+        """The fetcher's state if ``resp`` (a Fetch or FetchSnapshot answer) answers its
+        request in flight, after learning a newer epoch or the leader it names; ``None`` when
+        it is late or duplicated (the fetcher's position may have moved since) or when what it
+        taught us ended the fetcher's role."""
         rs = self._rs
         flight = rs.in_flight
         if (flight is None or flight.correlation_id != env.correlation_id
                 or flight.destination != env.source):
-            return  # late or duplicated: the fetcher's position may have moved since
+            return None
         rs.in_flight = None
         if resp.leader_epoch > self._epoch or (
                 resp.leader_epoch == self._epoch and self._leader_id == NO_LEADER):
             self._observe_epoch(resp.leader_epoch, resp.leader_id)
             if self._role not in (Role.FOLLOWER, Role.OBSERVER) or self._rs is not rs:
-                return
+                return None
+        return rs
+
+    def _handle_fetch_response(self, env: Envelope, resp: FetchResponse) -> None:
+        rs = self._take_answer(env, resp)
+        if rs is None:
+            return
         if (resp.error_code is NOT_FOLLOWER and resp.leader_id == env.source
                 and resp.leader_epoch == self._epoch):
             self._demoted(resp.high_watermark)
@@ -1260,17 +1271,9 @@ class RaftNode:
         (an error such as SNAPSHOT_NOT_FOUND, a new epoch, a chunk that does not fit) drops
         it, and the next Fetch starts again from the snapshot the leader names then. A lost
         chunk is asked for again after the request timeout."""
-        rs = self._rs
-        flight = rs.in_flight
-        if (flight is None or flight.correlation_id != env.correlation_id
-                or flight.destination != env.source):
-            return  # late or duplicated
-        rs.in_flight = None
-        if resp.leader_epoch > self._epoch or (
-                resp.leader_epoch == self._epoch and self._leader_id == NO_LEADER):
-            self._observe_epoch(resp.leader_epoch, resp.leader_id)
-            if self._role not in (Role.FOLLOWER, Role.OBSERVER) or self._rs is not rs:
-                return
+        rs = self._take_answer(env, resp)
+        if rs is None:
+            return
         transfer = rs.snapshot_fetch
         data = resp.data
         if (transfer is None or resp.error_code is not ErrorCode.NONE

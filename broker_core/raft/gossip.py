@@ -7,7 +7,9 @@ Two ways to use it, over the same connections:
   (:mod:`broker_core.raft.bootstrap_runner`) asks this way whenever its machine says so.
 - :meth:`GossipClient.start`: a round every ``interval_s`` for as long as the node runs, each
   answer handed to ``receive`` (seed 002's step 5.2: "it continues to try to send
-  DiscoverBrokers", so that it hears of moved and new nodes).
+  DiscoverBrokers", so that it hears of moved and new nodes). A round asks the bootstrap
+  servers and every node added with :meth:`GossipClient.add_server` (the node adds every other
+  node it knows), so each node it knows hears of it from its own request.
 
 What the node tells is ``tell()`` at the time of each request. One connection per server
 (the broker's ``KafkaClientProtocol`` under a ``ClientService``, reconnecting with backoff, as
@@ -42,7 +44,8 @@ class DiscoverBrokersRefused(Exception):
 class GossipClient:
     """See the module docstring.
 
-    :param servers: ``bootstrap.servers``.
+    :param servers: ``bootstrap.servers``; more are added by :meth:`add_server`, never
+        removed.
     :param tell: what this node tells (its directory's gossip), called for every request.
     :param receive: takes an answer of a periodic round; may raise
         :class:`~broker_core.raft.discovery.ClusterMismatch` (logged).
@@ -53,20 +56,32 @@ class GossipClient:
     def __init__(self, node_id: int, servers: list[tuple[str, int]], reactor: Any,
                  timeout_s: float, tell: Callable[[], Gossip],
                  receive: Callable[[Gossip], Any], interval_s: float = 1.0) -> None:
+        self.node_id = node_id
         self.reactor = reactor
         self.timeout_s = timeout_s
         self.interval_s = interval_s
         self.tell = tell
         self.receive = receive
         self.answers = 0
-        self._services = {(host, port): ClientService(
-            HostnameEndpoint(reactor, host, port, timeout=timeout_s),
-            KafkaClientFactory(f"sluice-quorum-gossip-{node_id}"),
-            retryPolicy=backoffPolicy(initialDelay=0.02, maxDelay=1.0, factor=2.0),
-            clock=reactor) for host, port in servers}
+        self._services: dict[tuple[str, int], ClientService] = {}
         self._connecting = False
+        for server in servers:
+            self.add_server(server)
         self._loop = LoopingCall(self.round)
         self._loop.clock = reactor
+
+    def add_server(self, server: tuple[str, int]) -> None:
+        """Ask ``server`` too in every round from now on (nothing if it is asked already)."""
+        if server in self._services:
+            return
+        service = ClientService(
+            HostnameEndpoint(self.reactor, server[0], server[1], timeout=self.timeout_s),
+            KafkaClientFactory(f"sluice-quorum-gossip-{self.node_id}"),
+            retryPolicy=backoffPolicy(initialDelay=0.02, maxDelay=1.0, factor=2.0),
+            clock=self.reactor)
+        self._services[server] = service
+        if self._connecting:
+            service.startService()
 
     def _connect(self) -> None:
         if not self._connecting:
@@ -114,7 +129,7 @@ class GossipClient:
         """Ask every server once, each answer to ``receive``; fires when all have answered or
         failed."""
         return defer.DeferredList([self.ask(s, self.tell()).addCallbacks(
-            self._answered, self._failed) for s in self._services], consumeErrors=True)
+            self._answered, self._failed) for s in list(self._services)], consumeErrors=True)
 
     def _answered(self, gossip: Gossip) -> None:
         try:

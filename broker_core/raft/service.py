@@ -60,8 +60,10 @@ class QuorumNode:
     (a configured voter names itself a voter, seed step 5.1). Gossip is two-way and always
     goes through :meth:`receive_gossip`: before the start into the machine, after it into the
     directory, connecting to every node whose endpoint is new (:meth:`QuorumNetwork.set_peer`)
-    and telling the address listeners. With ``bootstrap_servers`` the node keeps asking them
-    once a second for as long as it runs.
+    and telling the address listeners. With ``bootstrap_servers`` the node keeps asking them,
+    and from its start every other node it knows, once a second for as long as it runs: every
+    node it knows then learns its address from its own request, which voters that gossip with
+    nobody (no bootstrap servers) need to reach it once it is made a voter.
     """
 
     log = Logger(namespace="sluice.raft")
@@ -190,6 +192,9 @@ class QuorumNode:
         for a in addresses.values():
             self._tell_address(a)
         if self.gossip is not None:
+            for a in addresses.values():
+                if a.node_id != self.node_id:
+                    self.gossip.add_server((a.host, a.port))
             self.gossip.start()
         return self.driver
 
@@ -227,7 +232,8 @@ class QuorumNode:
                                              tuple(sorted(state.current_voters))))
 
     def _learned(self, node_ids: set[int]) -> None:
-        """Nodes whose endpoint DiscoverBrokers just told us: connect to them there."""
+        """Nodes whose endpoint DiscoverBrokers just told us: connect to them there, and
+        (gossiping) ask them too from now on."""
         if self.network is None or self.directory is None:
             return  # before the start: the network is built from the directory
         for n in sorted(node_ids):
@@ -236,6 +242,8 @@ class QuorumNode:
                 address = VoterAddress(n, e.host, e.port)
                 self.network.set_peer(address)
                 self._tell_address(address)
+                if self.gossip is not None and n != self.node_id:
+                    self.gossip.add_server((e.host, e.port))
 
     async def stop(self, graceful: bool = True) -> None:
         """Stop the driver, then close every connection and the listener. ``graceful=False``

@@ -365,3 +365,87 @@ async def test_an_observer_broker_joins_hosts_partitions_and_writes_metadata(wit
     (seen,) = d.observers
     (leader_row,) = [r for r in d.current_voters if r.replica_id == d.leader_id]
     assert 0 < seen.log_end_offset <= leader_row.log_end_offset and seen.last_fetch_ms >= 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_observer_broker_given_only_a_bootstrap_server_is_made_a_voter(brokers,
+                                                                                tmp_path):
+    """Seed 002's bootstrapping example in brokers: broker 4 joins as an observer knowing
+    only one voter's quorum listener (``quorum.bootstrap.servers``), and ``sluice quorum
+    reassign --voters 1,2,4 --wait`` makes it a voter online while broker 3 goes on as an
+    observer. Then one of 1 and 2 stops: the two voters left, 4 and the other, elect a leader
+    and commit metadata writes, which a majority of (1, 2, 4) without 4 could not do."""
+    leader = await eventually(lambda: quorum_leader(brokers), what="a quorum leader")
+    await eventually(lambda: controller_of(brokers), what="an active controller")
+    # It asks a voter that does not lead: the leader learns of it only through the quorum.
+    asked = next(b for b in brokers if b is not leader)
+    observer = BrokerService(observer_config(tmp_path, 4, asked.quorum.listen[1]),
+                             reactor=reactor)
+    await observer.startService()
+    everyone = [*brokers, observer]
+    try:
+        assert observer.quorum.started.voter_ids == (1, 2, 3)
+        assert observer.quorum.client.driver.role is Role.OBSERVER
+        await eventually(lambda: all(len(b.cache.brokers) == 4 for b in everyone),
+                         what="every cache lists 4 brokers")
+        # Every voter learns its quorum listener from its own DiscoverBrokers (it asks every
+        # node it knows, not only its bootstrap server), not only the voter it asked: the
+        # others need it to reach broker 4 once it votes.
+        port = observer.quorum.listen[1]
+
+        def knows_4(b: BrokerService) -> bool:
+            e = b.quorum.node.directory.endpoint(4)
+            a = b.quorum.client.addresses.get(4)
+            return (e is not None and e.port == port and a is not None and a.port == port
+                    and 4 in b.quorum.node.network.peers)
+
+        await eventually(lambda: all(knows_4(b) for b in brokers),
+                         what="every voter knowing broker 4's quorum listener")
+
+        # The reassignment, asked at the observer's own quorum listener.
+        out = await sluice_quorum("reassign", "--bootstrap-server", f"127.0.0.1:{port}",
+                                  "--voters", "1,2,4", "--wait")
+        assert out.splitlines()[-1].startswith("Done: the voters are 1,2,4"), out
+        await eventually(lambda: observer.quorum.client.driver.role in (Role.FOLLOWER,
+                                                                        Role.LEADER),
+                         what="broker 4 a voter")
+        await eventually(lambda: brokers[2].quorum.client.driver.role is Role.OBSERVER,
+                         what="broker 3 observing")
+        d = await quorum_admin(port, lambda c: c.describe())
+        assert voter_ids(d) == [1, 2, 4] and d.target_voters is None
+        assert [r.replica_id for r in d.observers] == [3]
+
+        # The cluster works on: a topic created through broker 4 and one through broker 3
+        # (now an observer), written and read back.
+        for via, topic in ((observer, "via-4"), (brokers[2], "via-3")):
+            await create_topic(via, topic, partitions=1, rf=2)
+            part_leader = await eventually(lambda t=topic: leader_of(everyone, t, 0),
+                                           what=f"a leader of {topic!r}")
+            resp = await produce(part_leader, topic, 0, [b"v"], acks=-1)
+            assert (resp.error_code, resp.base_offset) == (0, 0)
+            assert await fetch_values(part_leader, topic, 0) == [b"v"]
+
+        # Broker 4 votes: stop the quorum leader if it is 1 or 2, else broker 1. The voters
+        # left are 4 and one of 1, 2; neither can lead or commit without the other.
+        leader = await eventually(lambda: quorum_leader(everyone), what="a quorum leader")
+        stopped = leader if leader.broker_id in (1, 2) else brokers[0]
+        epoch = leader.quorum.client.driver.node.epoch
+        await stopped.stopService()
+        rest = [b for b in everyone if b is not stopped]
+        new_leader = await eventually(lambda: quorum_leader(rest), timeout=30,
+                                      what="a quorum leader among the rest")
+        assert new_leader.broker_id in {1, 2, 4} - {stopped.broker_id}
+        if stopped is leader:
+            assert new_leader.quorum.client.driver.node.epoch > epoch
+        await eventually(lambda: controller_of(rest), timeout=30, what="a controller")
+        await create_topic(brokers[2], "after", partitions=1, rf=2)
+        part_leader = await eventually(lambda: leader_of(rest, "after", 0), timeout=30,
+                                       what="a leader of 'after'")
+        assert (await produce(part_leader, "after", 0, [b"w"], acks=-1)).error_code == 0
+        stamp = int(reactor.seconds() * 1000)
+        assert await observer.quorum.client.submit(
+            encode(CreateNode("/voter-4-wrote", b"4", 0, False), stamp)) == "/voter-4-wrote"
+        d = await quorum_admin(port, lambda c: c.describe())
+        assert d.leader_id == new_leader.broker_id and voter_ids(d) == [1, 2, 4]
+    finally:
+        await stop_brokers([observer])

@@ -424,6 +424,11 @@ class BrokerService(service.Service):
     async def _stop(self) -> None:
         self._pending_reregister = False
         self.log.info("broker {b} shutting down", b=self.broker_id)
+        if self.quorum is not None:
+            # From here on the writes are the controlled shutdown's, resignations, offsets and
+            # the session's close: each worth a short wait (a healthy quorum commits in
+            # milliseconds), not a long one when the rest of the quorum has gone too.
+            self.quorum.begin_shutdown()
         if self.config.controlled_shutdown_enable and self.registration_epoch >= 0:
             # Before the listener closes: the controller's LeaderAndIsr that makes this broker
             # a follower arrives through it.
@@ -433,10 +438,6 @@ class BrokerService(service.Service):
                 max_retries=self.config.controlled_shutdown_max_retries,
                 backoff_s=self.config.controlled_shutdown_retry_backoff_ms / 1000.0,
                 timeout_s=self.config.controller_socket_timeout_ms / 1000.0)
-        if self.quorum is not None:
-            # From here on the writes are resignations, offsets and the session's close: worth
-            # a short wait, not a long one when the rest of the quorum has gone too.
-            self.quorum.begin_shutdown()
         if self.port is not None:
             await self.port.stopListening()
         # Before the connections close: the coordinator writes its pending offsets and resigns

@@ -127,6 +127,8 @@ class NetworkQuorumClient:
         self._expiry_call: Any = None
         self._stopped = False
         self.shutting_down = False  # see begin_shutdown
+        self._shutdown_deadline = float("inf")
+        self._shutdown_call: Any = None
         self._watched: dict[bytes, list[_PayloadWatch]] = {}
         # Entries applied since this client started (what a start replayed, for tests and
         # operators), and since the last snapshot (the trigger).
@@ -198,16 +200,22 @@ class NetworkQuorumClient:
         if self._expiry_call is not None and self._expiry_call.active():
             self._expiry_call.cancel()
         self._expiry_call = None
+        if self._shutdown_call is not None and self._shutdown_call.active():
+            self._shutdown_call.cancel()
         self._conn.drop()
+        self._fail_waiting("the quorum client stopped")
+
+    def _fail_waiting(self, why: str) -> None:
+        """Fail every write waiting for its entry to apply or for its unknown outcome."""
         waiters, self._waiters = self._waiters, {}
         for ds in waiters.values():
             for d in ds:
-                d.errback(ConnectionLost("the quorum client stopped"))
+                d.errback(ConnectionLost(why))
         for watches in list(self._watched.values()):
             for watch in watches:
                 waiting, watch.waiting = watch.waiting, None
                 if waiting is not None and not waiting.called:
-                    waiting.errback(defer.TimeoutError("the quorum client stopped"))
+                    waiting.errback(defer.TimeoutError(why))
 
     @property
     def leading(self) -> bool:
@@ -350,7 +358,15 @@ class NetworkQuorumClient:
         and none waits for a leader while this node knows none: the rest of the quorum may be
         stopping too, and what is not written then (a session, its ephemeral nodes) expires
         on its own. A stopping broker after the others left took 32 s without this."""
+        if self.shutting_down:
+            return
         self.shutting_down = True
+        # Writes already waiting keep no longer budget than new ones.
+        self._shutdown_deadline = self.reactor.seconds() + self.request_timeout_s
+        self._shutdown_call = self.reactor.callLater(
+            self.request_timeout_s, self._fail_waiting,
+            f"the node is stopping and the write did not finish within "
+            f"{self.request_timeout_s:g}s")
 
     async def _submit(self, command: bytes) -> ApplyResult:
         budget = self.request_timeout_s if self.shutting_down else self.submit_timeout_s
@@ -358,6 +374,8 @@ class NetworkQuorumClient:
         delay = 0.02
         why = "no leader known"
         while not self._stopped:
+            if self.shutting_down:
+                deadline = min(deadline, self._shutdown_deadline)
             driver = self.driver
             if driver is None or not driver.running:
                 raise ConnectionLost(f"quorum node {self.node_id} is not running")
@@ -385,6 +403,8 @@ class NetworkQuorumClient:
                     watches.remove(watch)
                 if not watches:
                     self._watched.pop(command, None)
+            if self.shutting_down:
+                deadline = min(deadline, self._shutdown_deadline)
             remaining = deadline - self.reactor.seconds()
             if remaining <= 0:
                 break

@@ -89,3 +89,29 @@ def test_a_write_waiting_for_a_leader_when_the_shutdown_begins_gives_up_at_its_n
     advance(clock, 0.6)  # the retry backoff is at most 0.5 s
     assert len(failures) == 1 and failures[0].check(ConnectionLost)
     assert "no leader known" in str(failures[0].value)
+
+
+def test_a_write_started_before_the_shutdown_gets_no_longer_than_one_request_timeout_after():
+    # Leader 2 known but unreachable (no address): retried within the 10 s submit budget...
+    client, clock = client_following(2)
+    d, failures = write(client)
+    advance(clock, 3.0)
+    assert not failures
+    client.begin_shutdown()
+    advance(clock, 1.9)
+    assert not failures
+    advance(clock, 0.6)  # ... until one request timeout after the shutdown began
+    assert len(failures) == 1 and failures[0].check(ConnectionLost)
+
+
+def test_a_write_waiting_for_its_entry_fails_one_request_timeout_into_the_shutdown():
+    client, clock = client_following(-1)
+    waiting = client._applied(7, 10.0)  # as a forwarded write whose entry has not arrived
+    failures: list = []
+    waiting.addErrback(failures.append)
+    client.begin_shutdown()
+    advance(clock, 1.9)
+    assert not failures
+    advance(clock, 0.2)
+    assert len(failures) == 1 and failures[0].check(ConnectionLost)
+    assert "the node is stopping" in str(failures[0].value)

@@ -11,7 +11,7 @@ given only bootstrap servers is an observer of the quorum it finds.
 
 Start: open the log, register the client's APIs on the listener, bind the listener, run the
 start procedure (which starts the node), then let the client follow the driver (the driver
-replays the whole log to it: there are no snapshots yet). The client forwards writes to the
+gives it the latest snapshot, then the log after it). The client forwards writes to the
 leader at the addresses the node knows, configured or learned by gossip. Stop, after the store
 closed its session: stop the client (failing what waits), stop the node (a leader resigns
 first, a start procedure still looking gives up), close the log with its clean-shutdown marker.

@@ -190,11 +190,8 @@ class QuorumNode:
         self.driver.subscribe_transitions(lambda t: self._refresh_view())
         self.driver.subscribe_committed(lambda entries: self._refresh_view())
         for a in addresses.values():
-            self._tell_address(a)
+            self._reach(a)
         if self.gossip is not None:
-            for a in addresses.values():
-                if a.node_id != self.node_id:
-                    self.gossip.add_server((a.host, a.port))
             self.gossip.start()
         return self.driver
 
@@ -241,9 +238,14 @@ class QuorumNode:
             if e is not None:
                 address = VoterAddress(n, e.host, e.port)
                 self.network.set_peer(address)
-                self._tell_address(address)
-                if self.gossip is not None and n != self.node_id:
-                    self.gossip.add_server((e.host, e.port))
+                self._reach(address)
+
+    def _reach(self, address: VoterAddress) -> None:
+        """A node's address, at the start or learned: tell the address listeners and
+        (gossiping) ask that node too from now on."""
+        self._tell_address(address)
+        if self.gossip is not None and address.node_id != self.node_id:
+            self.gossip.add_server((address.host, address.port))
 
     async def stop(self, graceful: bool = True) -> None:
         """Stop the driver, then close every connection and the listener. ``graceful=False``

@@ -12,18 +12,18 @@ from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.zk import paths
 from coordinator import rebalance
-from tests.support.cluster import call, connect, create_topic, eventually, running_brokers
+from tests.support.cluster import (
+    GROUP_TIMINGS,
+    call,
+    connect,
+    create_topic,
+    eventually,
+    running_brokers,
+)
 from tests.support.scripted_consumer import ScriptedConsumer, static, wildcard
 
-#: Small timings so failures and rebalances happen within a test's patience.
-FAST = {
-    "group_min_session_timeout_ms": "300",
-    "group_initial_rebalance_delay_ms": "300",
-    "rebalance_backoff_ms": "200",
-    "rebalance_max_retries": "3",
-    "offsets_commit_interval_ms": "200",
-    "coordinator_rebalance_handlers": "2",
-}
+#: The shared small group timings, fewer retries and handlers.
+FAST = {**GROUP_TIMINGS, "rebalance_max_retries": "3", "coordinator_rebalance_handlers": "2"}
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from broker_core.zk import paths
 from consumer_client import cli
 from consumer_client.quorum_admin import QuorumAdminClient
 from tests.support.cluster import (
+    GROUP_TIMINGS,
     broker_config,
     call,
     controller_of,
@@ -37,14 +38,8 @@ from tests.support.cluster import (
 )
 from tests.support.scripted_consumer import ScriptedConsumer, static
 
-#: Small group timings, as tests/integration/test_coordinator.py uses.
-GROUP_TIMINGS = {
-    "group_min_session_timeout_ms": "300",
-    "group_initial_rebalance_delay_ms": "300",
-    "rebalance_backoff_ms": "200",
-    "offsets_commit_interval_ms": "200",
-    "controlled_shutdown_retry_backoff_ms": "200",
-}
+#: The shared group timings, and a short controlled-shutdown backoff.
+TIMINGS = {**GROUP_TIMINGS, "controlled_shutdown_retry_backoff_ms": "200"}
 
 
 def quorum_configs(base, count: int, observers: int = 0) -> list:
@@ -59,7 +54,7 @@ def quorum_configs(base, count: int, observers: int = 0) -> list:
     return [broker_config(i, "", base / f"broker-{i}", metadata_store="quorum",
                           quorum_voters=voters, cluster_id="quorum-test",
                           **({"quorum_listener": listeners[i]} if i in listeners else {}),
-                          **GROUP_TIMINGS)
+                          **TIMINGS)
             for i in range(1, count + observers + 1)]
 
 
@@ -83,7 +78,7 @@ def observer_config(base, broker_id: int, bootstrap_port: int):
     return broker_config(broker_id, "", base / f"broker-{broker_id}", metadata_store="quorum",
                          quorum_bootstrap_servers=f"127.0.0.1:{bootstrap_port}",
                          quorum_listener=f"127.0.0.1:{free_port()}", cluster_id="quorum-test",
-                         **GROUP_TIMINGS)
+                         **TIMINGS)
 
 
 def quorum_leader(brokers: list[BrokerService]) -> BrokerService | None:

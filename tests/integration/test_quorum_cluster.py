@@ -17,6 +17,7 @@ from broker_core.raft.metadata_store import QuorumMetadataStore
 from broker_core.wire.apis import ApiKey
 from broker_core.zk import paths
 from tests.support.cluster import (
+    GROUP_TIMINGS,
     broker_config,
     call,
     controller_of,
@@ -28,14 +29,6 @@ from tests.support.cluster import (
 )
 from tests.support.local_quorum import LocalQuorum
 from tests.support.scripted_consumer import ScriptedConsumer, static
-
-#: Small group timings, as tests/integration/test_coordinator.py uses.
-GROUP_TIMINGS = {
-    "group_min_session_timeout_ms": "300",
-    "group_initial_rebalance_delay_ms": "300",
-    "rebalance_backoff_ms": "200",
-    "offsets_commit_interval_ms": "200",
-}
 
 
 async def _start(quorum: LocalQuorum, base, count: int) -> list[BrokerService]:

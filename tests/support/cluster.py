@@ -24,6 +24,16 @@ from twisted.internet import defer, task
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: Small consumer-group timings so failures and rebalances happen within a test's patience
+#: (broker_config overrides).
+GROUP_TIMINGS = {
+    "group_min_session_timeout_ms": "300",
+    "group_initial_rebalance_delay_ms": "300",
+    "rebalance_backoff_ms": "200",
+    "offsets_commit_interval_ms": "200",
+}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -134,6 +134,9 @@ class BrokerService(service.Service):
         self.registration_epoch = -1
         #: The cluster's id (``/cluster/id``), known once the store is connected.
         self.cluster_id: str | None = None
+        # Only a loaded log directory is checkpointed and marked clean at stop: one refused at
+        # start (another broker's, another cluster's) is left exactly as it was.
+        self._logs_loaded = False
         self._registration_waiters: list[defer.Deferred] = []
         self.handler = RequestHandler(
             broker_id=self.broker_id, config=config, cache=self.cache, replicas=self.replicas,
@@ -265,6 +268,7 @@ class BrokerService(service.Service):
         self._claim_log_dir(self.cluster_id)
         self.handler.cluster_id = self.cluster_id
         self.log_manager.load()
+        self._logs_loaded = True
         self._report_recovery()
         ep = endpoints.serverFromString(self.reactor, cfg.listeners)
         self.port = await ep.listen(self.factory)
@@ -461,9 +465,11 @@ class BrokerService(service.Service):
             await self.metrics_port.stopListening()
         from twisted.internet import threads
 
-        await threads.deferToThreadPool(self.reactor, self.io_pool, self.log_manager.shutdown)
+        if self._logs_loaded:
+            await threads.deferToThreadPool(self.reactor, self.io_pool,
+                                            self.log_manager.shutdown)
         self.io_pool.stop()
-        if self.log_manager.loaded:
+        if self._logs_loaded:
             self.log.info("broker {b} stopped cleanly", b=self.broker_id)
         else:
             self.log.info("broker {b} stopped (its log directory was not opened)",

@@ -75,8 +75,6 @@ class LogManager:
             (OffsetsFile(self.log_dir / LOG_START_OFFSETS), lambda log: log.log_start_offset),
         ]
         self.clean_shutdown = True
-        #: Whether :meth:`load` ran: only a loaded directory is checkpointed and marked clean.
-        self.loaded = False
         self.recovery_reports: dict[TopicPartition, RecoveryReport] = {}
         # directory or file name -> why it was skipped (not fatal: the broker logs these)
         self.load_errors: dict[str, str] = {}
@@ -123,7 +121,6 @@ class LogManager:
             # Gone (durably) before the first append: a crash from here on is unclean.
             marker.unlink()
             fsync_dir(self.log_dir)
-        self.loaded = True
         return dict(self._logs)
 
     def _read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
@@ -170,11 +167,7 @@ class LogManager:
 
     def shutdown(self) -> None:
         """Flush every log, checkpoint, close, and leave the clean-shutdown marker. If a flush
-        fails the marker is not written (the next start recovers) and the error is raised.
-        A directory never loaded is left exactly as it is (a broker refused it at start: it
-        may be another broker's or another cluster's)."""
-        if not self.loaded:
-            return
+        fails the marker is not written (the next start recovers) and the error is raised."""
         error: BaseException | None = None
         for log in self.logs():
             try:

@@ -15,6 +15,12 @@ from typing import Any, TextIO
 from twisted.internet import defer
 
 
+class _Enough(Exception):
+    """Raised by the message callback once ``max_messages`` were printed: it ends that
+    member's consumption with the message not consumed, so that neither the output nor the
+    committed positions go past the limit (other messages may already be fetched)."""
+
+
 async def _consume(reactor: Any, done: defer.Deferred, *, bootstrap: str, topic: str,
                    group: str, members: int, from_beginning: bool, max_messages: int | None,
                    quiet: bool, session_timeout_ms: int, out: TextIO, err: TextIO) -> int:
@@ -32,16 +38,22 @@ async def _consume(reactor: Any, done: defer.Deferred, *, bootstrap: str, topic:
             done.callback(None)
 
     def on_message(i: int, m: Any) -> None:
+        if max_messages is not None and sum(counts) >= max_messages:
+            raise _Enough()
         counts[i] += 1
         if not quiet:
             out.write((m.value or b"").decode("utf-8", "replace") + "\n")
         if max_messages is not None and sum(counts) >= max_messages:
             stop()
 
+    def ended(f: Any) -> None:
+        if not f.check(_Enough):
+            err.write(f"sluice: {f.value}\n")
+        stop()
+
     for i, c in enumerate(consumers):
         c.start()
-        c.consume(lambda m, i=i: on_message(i, m)).addErrback(
-            lambda f: (err.write(f"sluice: {f.value}\n"), stop()))
+        c.consume(lambda m, i=i: on_message(i, m)).addErrback(ended)
     await done
     await defer.DeferredList([c.close() for c in consumers], consumeErrors=True)
     per = ", ".join(f"{c.config.consumer_id}: {n}" for c, n in zip(consumers, counts,

@@ -106,3 +106,29 @@ async def test_console_consumer_group_prints_every_message_and_commits(brokers):
                                             bootstrap, "--group", "console")
     rows = [line.split("\t")[:3] for line in out.splitlines() if line.startswith("t\t")]
     assert code == 0 and rows == [["t", "0", "10"], ["t", "1", "10"]], out
+
+
+@pytest_twisted.ensureDeferred
+async def test_console_consumer_stops_at_exactly_max_messages_and_commits_only_those(brokers):
+    """Fetches bring whole batches (here 20 records at once); --max-messages 3 prints and
+    commits exactly 3 of them, not what happened to be fetched."""
+    import subprocess
+    import sys
+
+    await ready_topic(brokers, partitions=2)
+    for p in range(2):
+        await fill(brokers, "t", p, 10)
+    bootstrap = ",".join(f"127.0.0.1:{b.port.getHost().port}" for b in brokers)
+    argv = [sys.executable, "-m", "consumer_client.cli", "consume", "--bootstrap-server",
+            bootstrap, "--topic", "t", "--group", "three", "--members", "2",
+            "--from-beginning", "--max-messages", "3", "--session-timeout-ms", "1500"]
+    done = await threads.deferToThread(subprocess.run, argv, capture_output=True, text=True,
+                                       timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 3, done.stdout
+    assert "consumed 3 messages" in done.stderr
+    code, out = await threads.deferToThread(_run, "groups", "describe", "--bootstrap-server",
+                                            bootstrap, "--group", "three")
+    committed = [int(line.split("\t")[2]) for line in out.splitlines()
+                 if line.startswith("t\t") and line.split("\t")[2].isdigit()]
+    assert code == 0 and sum(committed) == 3, out

@@ -18,11 +18,6 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-as_root() {
-    if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-        echo "bootstrap: need root (or sudo) to run: $*" >&2; exit 1; fi
-}
-
 need=()
 if [ "$zookeeper" = yes ]; then
     command -v java >/dev/null || need+=(default-jre-headless)
@@ -32,8 +27,7 @@ command -v kcat >/dev/null || need+=(kcat)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
     echo "bootstrap: installing ${need[*]} from the distribution"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    scripts/apt-install.sh "${need[@]}"
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -20,14 +20,9 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-as_root() {
-    if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-        echo "zookeeper-start: need root (or sudo) to install packages" >&2; exit 1; fi
-}
 if ! command -v java >/dev/null || [ ! -e /usr/share/java/zookeeper.jar ]; then
     echo "zookeeper-start: installing Java and ZooKeeper from the distribution"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless zookeeper >/dev/null
+    "$(dirname "$0")/apt-install.sh" default-jre-headless zookeeper
 fi
 
 if [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null; then

@@ -23,6 +23,7 @@ to stderr as one line: exit code 1 for a failed operation, 2 for bad usage.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import sys
@@ -453,12 +454,47 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
             print(f"\tBroker: {b.id}\tAddress: {b.host}:{b.port}{rack}", file=out)
 
 
+def _command_parser(parser: argparse.ArgumentParser,
+                    argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The innermost (sub)command parser that ``argv``'s command words select."""
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            parser = subs[0].choices[word]
+    return parser
+
+
+def _close_flag_hint(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """The selected command's usage and ``"unknown option --x; did you mean --y?"`` for the
+    first ``--x`` in ``argv`` that the selected command has no option for (nor one it
+    abbreviates) but one spelled closely, so that ``--bootstrap-servers`` is not reported as a
+    missing ``--bootstrap-server`` (argparse checks required options before it reports
+    unknown ones)."""
+    command = _command_parser(parser, argv)
+    known = [o for a in command._actions for o in a.option_strings if o.startswith("--")]
+    for word in argv:
+        flag = word.split("=", 1)[0]
+        if not flag.startswith("--") or flag == "--":
+            continue
+        if any(k.startswith(flag) for k in known):
+            continue
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+        if close:
+            return (f"{command.format_usage()}{command.prog}: unknown option {flag}; "
+                    f"did you mean {close[0]}?")
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # kazoo logs every failed connection attempt through the logging module; a one-shot command
     # reports the outcome itself, as one line.
     logging.getLogger("kazoo").addHandler(logging.NullHandler())
     logging.getLogger("kazoo").propagate = False
     parser = build_parser()
+    hint = _close_flag_hint(parser, sys.argv[1:] if argv is None else argv)
+    if hint is not None:
+        print(hint, file=sys.stderr)
+        return 2
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:

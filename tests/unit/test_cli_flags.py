@@ -1,0 +1,36 @@
+"""`sluice` names a close option when a flag is misspelled, before argparse's own checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from consumer_client.cli import main
+
+
+@pytest.mark.parametrize("argv, wrong, right", [
+    (["topics", "list", "--bootstrap-servers", "127.0.0.1:1"],
+     "--bootstrap-servers", "--bootstrap-server"),
+    (["consume", "--bootstrap-server", "h:1", "--topic", "t", "--group", "g",
+      "--max-mesages=3"], "--max-mesages", "--max-messages"),
+    (["groups", "describe", "--bootstrap-servers", "h:1", "--group", "g"],
+     "--bootstrap-servers", "--bootstrap-server"),
+])
+def test_a_misspelled_flag_is_named_with_the_close_one(capsys, argv, wrong, right):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"unknown option {wrong}; did you mean {right}?" in err
+    assert "usage: sluice " + argv[0] in err  # the command's own usage, not the top level's
+    assert "is required" not in err
+
+
+def test_abbreviations_argparse_accepts_are_left_to_it(capsys):
+    # --boot abbreviates --bootstrap-server: no hint; argparse parses it, and connecting to a
+    # closed port fails as a connection error (exit 1), not a usage error.
+    assert main(["topics", "list", "--boot", "127.0.0.1:1"]) == 1
+    assert "did you mean" not in capsys.readouterr().err
+
+
+def test_a_flag_far_from_any_is_left_to_argparse(capsys):
+    assert main(["topics", "list", "--bootstrap-server", "h:1", "--frobnicate"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean" not in err and "unrecognized arguments: --frobnicate" in err

@@ -223,22 +223,48 @@ def run_loadtest(args: argparse.Namespace, out=sys.stdout) -> None:
         metrics_urls=_metrics_urls(args.metrics_url), scrape_interval_s=args.scrape_interval,
         out_dir=Path(args.out), progress=not args.quiet)
     result = run(cfg)
+    for line in loadtest_summary(result, args.consumers, Path(args.out)):
+        print(line, file=out)
+
+
+def loadtest_summary(result: dict, consumers: int, out_dir: Path) -> list[str]:
+    """The lines ``sluice loadtest`` prints at the end: every figure rounded, with its unit
+    (the JSON result keeps the full values)."""
+    def sec(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f} s"
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1000:.1f} ms"
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0f}%"
+
+    def count(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0f}"
+
     join = result["join_time_s"]
     reb = result["rebalances"]["duration_s"]
-    print(f"consumers joined: {result['consumers_joined']}/{args.consumers}  "
-          f"join time p50 {join['p50']} s p99 {join['p99']} s", file=out)
-    print(f"rebalances seen by members: {reb['count']}  p50 {reb['p50']} s  max {reb['max']} s",
-          file=out)
-    print(f"memberships lost: {result['memberships_lost']}  false expirations: "
-          f"{result['false_expirations']}", file=out)
+    lines = [
+        f"consumers joined: {result['consumers_joined']}/{consumers}  "
+        f"join time p50 {sec(join['p50'])}  p99 {sec(join['p99'])}",
+        f"rebalances seen by members: {reb['count']}  p50 {sec(reb['p50'])}  "
+        f"max {sec(reb['max'])}",
+        f"memberships lost: {result['memberships_lost']}  false expirations: "
+        f"{result['false_expirations']}"]
     coord = result.get("coordinator")
     if coord:
         rtt = coord["ping_round_trip_s"] or {}
-        print(f"coordinator {coord['broker_id']}: cpu mean {coord['cpu_percent_mean']}% "
-              f"max {coord['cpu_percent_max']}%  rss max {coord['rss_bytes_max']}  "
-              f"expirations {coord['expirations']}  ping p50 {rtt.get('p50')} s "
-              f"p99 {rtt.get('p99')} s", file=out)
-    print(f"result: {Path(args.out) / 'loadtest.json'}", file=out)
+        rss = coord["rss_bytes_max"]
+        lines.append(
+            f"coordinator {coord['broker_id']}: cpu mean {pct(coord['cpu_percent_mean'])}  "
+            f"max {pct(coord['cpu_percent_max'])}  rss max "
+            f"{'-' if rss is None else f'{rss / 2**20:.0f} MiB'}  "
+            f"expirations {count(coord['expirations'])}  ping p50 {ms(rtt.get('p50'))}  "
+            f"p99 {ms(rtt.get('p99'))}")
+    lines.append(f"result: {out_dir / 'loadtest.json'}")
+    if result.get("plot"):
+        lines.append(f"plot: {result['plot']}")
+    return lines
 
 
 def run_groups(args: argparse.Namespace, out=sys.stdout) -> None:

@@ -84,3 +84,39 @@ def test_tracker_join_times_rebalance_spans_and_false_expirations():
     t.feed({"ev": "lost", "c": "a", "t": 120.0})
     t.feed({"ev": "lost", "c": "b", "t": 121.0})
     assert sorted(c for c in t.lost if c not in t.disturbed) == ["b"]
+
+
+def test_summary_rounds_every_figure_gives_units_and_names_the_plot(tmp_path):
+    from consumer_client.cli import loadtest_summary
+
+    result = {
+        "consumers_joined": 150, "memberships_lost": 3, "false_expirations": 0,
+        "join_time_s": {"p50": 4.091397285461426, "p99": 12.5000001},
+        "rebalances": {"duration_s": {"count": 7, "p50": 0.123456, "max": 1.98765}},
+        "coordinator": {"broker_id": 2, "cpu_percent_mean": 41.26, "cpu_percent_max": 98.6,
+                        "rss_bytes_max": 56565760.0, "expirations": 150.0,
+                        "ping_round_trip_s": {"p50": 0.0012345, "p99": 0.0456789}},
+        "plot": str(tmp_path / "loadtest.png"),
+    }
+    lines = loadtest_summary(result, 150, tmp_path)
+    assert lines == [
+        "consumers joined: 150/150  join time p50 4.09 s  p99 12.50 s",
+        "rebalances seen by members: 7  p50 0.12 s  max 1.99 s",
+        "memberships lost: 3  false expirations: 0",
+        "coordinator 2: cpu mean 41%  max 99%  rss max 54 MiB  expirations 150  "
+        "ping p50 1.2 ms  p99 45.7 ms",
+        f"result: {tmp_path / 'loadtest.json'}",
+        f"plot: {tmp_path / 'loadtest.png'}",
+    ]
+
+
+def test_summary_of_a_run_without_figures_says_so_instead_of_none(tmp_path):
+    from consumer_client.cli import loadtest_summary
+
+    result = {"consumers_joined": 0, "memberships_lost": 0, "false_expirations": 0,
+              "join_time_s": {"p50": None, "p99": None},
+              "rebalances": {"duration_s": {"count": 0, "p50": None, "max": None}}}
+    lines = loadtest_summary(result, 10, tmp_path)
+    assert lines[0] == "consumers joined: 0/10  join time p50 -  p99 -"
+    assert not any("None" in line for line in lines)
+    assert not any(line.startswith("plot:") for line in lines)

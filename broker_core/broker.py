@@ -100,6 +100,7 @@ class BrokerService(service.Service):
         self.log_dir = Path(config.log_dirs)
         self.default_log_config = log_config_from(config)
         self.topic_configs: dict[str, dict[str, str]] = {}
+        self._config_reads: set[str] = set()  # topics whose overrides are being read
         self.log_manager = LogManager(self.log_dir, self.default_log_config,
                                       time_ms=lambda: int(self.clock.seconds() * 1000),
                                       max_open_segments=config.log_open_segments_max)
@@ -141,7 +142,8 @@ class BrokerService(service.Service):
         self.handler = RequestHandler(
             broker_id=self.broker_id, config=config, cache=self.cache, replicas=self.replicas,
             store=self.store, clock=self.clock, broker_epoch=lambda: self.registration_epoch,
-            on_metadata_update=self._on_metadata_update, controller=self.controller,
+            on_metadata_update=self._on_metadata_update,
+            load_topic_configs=self._ensure_topic_configs, controller=self.controller,
             when_registered=self.when_registered, coordinator=self.coordinator)
         self.factory = KafkaServerFactory(self.handler, clock=self.clock, metrics=self.metrics,
                                           max_frame_bytes=config.socket_request_max_bytes)
@@ -194,15 +196,32 @@ class BrokerService(service.Service):
         except NoNode:
             self.topic_configs[topic] = {}
 
+    async def _ensure_topic_configs(self, topics: set[str]) -> None:
+        """Reads the overrides of every topic not known yet. LeaderAndIsr waits for this
+        before it makes a partition leader or follower here, so that the log opens with the
+        topic's own settings and produces are checked against its own
+        ``min.insync.replicas``: a produce that came between the two was once checked against
+        the broker's default (acks=all with one replica of a topic that asks for two)."""
+        for t in topics - self.topic_configs.keys():
+            try:
+                await self._load_topic_config(t)
+            except Exception as e:  # the store is unreachable: serve, as before, with defaults
+                self.log.warn("could not read the config of topic {t} before leading or "
+                              "following it; using the broker defaults until the next "
+                              "metadata update: {e}", t=t, e=e)
+
     def _on_metadata_update(self, topics: set[str]) -> None:
-        # Per-topic overrides are read when a topic first appears in the metadata.
+        # Per-topic overrides are read when a topic first appears in the metadata (unless
+        # a LeaderAndIsr read them already); a failed read is tried again at the next update.
         for t in topics:
-            if t not in self.topic_configs:
-                self.topic_configs[t] = {}
-                d = defer.Deferred.fromCoroutine(self._load_topic_config(t))
-                d.addCallback(lambda _, t=t: self.replicas.update_topic_config(t))
-                d.addErrback(lambda f, t=t: self.log.warn(
-                    "could not read the config of topic {t}: {e}", t=t, e=f.getErrorMessage()))
+            if t in self.topic_configs or t in self._config_reads:
+                continue
+            self._config_reads.add(t)
+            d = defer.Deferred.fromCoroutine(self._load_topic_config(t))
+            d.addCallback(lambda _, t=t: self.replicas.update_topic_config(t))
+            d.addErrback(lambda f, t=t: self.log.warn(
+                "could not read the config of topic {t}: {e}", t=t, e=f.getErrorMessage()))
+            d.addBoth(lambda _, t=t: self._config_reads.discard(t))
 
     # -- start ---------------------------------------------------------------------------------
 

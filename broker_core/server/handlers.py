@@ -8,7 +8,7 @@ protocol allows it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from twisted.internet import defer
@@ -60,6 +60,7 @@ class RequestHandler:
         broker_epoch: Callable[[], int],
         cluster_id: str = "sluice",
         on_metadata_update: Callable[[set[str]], None] | None = None,
+        load_topic_configs: Callable[[set[str]], Awaitable[None]] | None = None,
         controller: Any = None,
         when_registered: Callable[[], defer.Deferred] | None = None,
         coordinator: Any = None,
@@ -73,6 +74,8 @@ class RequestHandler:
         self.broker_epoch = broker_epoch
         self.cluster_id = cluster_id
         self.on_metadata_update = on_metadata_update
+        #: Reads the configs of topics the broker does not know yet; LeaderAndIsr awaits it.
+        self.load_topic_configs = load_topic_configs
         self.controller = controller
         self.when_registered = when_registered
         #: The consumer coordinator (coordinator.service.CoordinatorService); None: this broker
@@ -480,6 +483,8 @@ class RequestHandler:
                     s.leader, s.leader_epoch, tuple(s.isr), tuple(s.replicas),
                     s.controller_epoch, s.partition_epoch)))
         leaders = {b.broker_id: (b.host_name, b.port) for b in body.live_leaders}
+        if self.load_topic_configs is not None:
+            await self.load_topic_configs({t.topic_name for t in body.topic_states})
         result = self.replicas.apply_leader_and_isr(body.controller_epoch, states,
                                                     full=body.type == 1, leaders=leaders)
         if isinstance(result, str):

@@ -159,6 +159,28 @@ async def test_unmet_min_insync_replicas_fails_naming_the_partition_and_the_erro
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_partition_leads_only_once_its_topic_config_is_known(brokers):
+    """The broker reads a new topic's overrides before LeaderAndIsr makes it leader: a
+    produce arriving in between was checked against the broker's default
+    min.insync.replicas (1), so acks=all with one replica of a topic that asks for two
+    succeeded now and then."""
+    seen: list[tuple[int, int]] = []
+    for b in brokers:
+        apply = b.replicas.apply_leader_and_isr
+
+        def recording(controller_epoch, states, *a, _b=b, _apply=apply, **kw):
+            for topic, _, state in states:
+                if topic == "strict2" and state.leader == _b.config.broker_id:
+                    seen.append((_b.config.broker_id, _b._min_insync_replicas(topic)))
+            return _apply(controller_epoch, states, *a, **kw)
+
+        b.replicas.apply_leader_and_isr = recording
+    await topic_ready(brokers, "strict2", partitions=2, rf=1,
+                      configs=[("min.insync.replicas", "2")])
+    assert len(seen) == 2 and all(m == 2 for _, m in seen), seen
+
+
+@pytest_twisted.ensureDeferred
 async def test_leader_killed_mid_stream_retries_onto_the_new_leader_and_loses_nothing_acked(
         brokers):
     await topic_ready(brokers, "fo", rf=3)

@@ -9,7 +9,8 @@ linger timer, a full one is sent), never once per record.
 Invariants:
 
 - ``send`` blocks only for metadata of a topic it has not seen and for room in ``buffer.memory``,
-  each at most ``max.block.ms``, then raises (:class:`UnknownTopic`, :class:`BufferExhausted`);
+  each at most ``max.block.ms``, then raises (:class:`UnknownTopic`,
+  :class:`MetadataUnavailable`, :class:`BufferExhausted`);
 - the accumulator is touched only under ``_lock`` (this thread's appends, the reactor's drains
   and completions), and the partitioner is called under it too;
 - a :class:`SendFuture` resolves exactly once, when its batch completes, with the record's

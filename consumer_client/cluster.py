@@ -94,7 +94,7 @@ class ClusterClient:
         self._conns: dict[Any, defer.Deferred | BrokerLink] = {}
         self._rr = itertools.count()
         self._closed = False
-        self._refreshing: list[tuple[frozenset[str] | None, defer.Deferred]] = []
+        self._refreshing: list[tuple[frozenset[str] | None, bool, defer.Deferred]] = []
 
     # -- metadata --------------------------------------------------------------------------
 
@@ -112,28 +112,33 @@ class ClusterClient:
         for node_id, host, port in brokers:
             self.view.brokers[node_id] = (host, port)
 
-    async def refresh(self, topics: Sequence[str] | None = None) -> ClusterView:
+    async def refresh(self, topics: Sequence[str] | None = None, *,
+                      auto_create: bool = False) -> ClusterView:
         """Fetch metadata for ``topics`` (None: every topic) from any reachable broker and make
-        it the current view. Topics not named keep their previous entries.
+        it the current view. Topics not named keep their previous entries. With
+        ``auto_create`` the request lets the broker create missing topics (Kafka's
+        ``allow_auto_topic_creation``, honoured per the broker's ``auto.create.topics.enable``),
+        as Kafka's producers ask.
 
         A refresh that asks for no more than one already in flight shares that one's answer
         (many consumers on one client place their partitions at the same moment after a
         rebalance: one Metadata request serves them all)."""
         wanted = None if topics is None else frozenset(topics)
-        for covers, pending in self._refreshing:
-            if covers is None or (wanted is not None and wanted <= covers):
+        for covers, creates, pending in self._refreshing:
+            if (covers is None or (wanted is not None and wanted <= covers)) and (
+                    creates or not auto_create):
                 return await _chain(pending)
-        d = defer.Deferred.fromCoroutine(self._refresh(topics))
-        entry = (wanted, d)
+        d = defer.Deferred.fromCoroutine(self._refresh(topics, auto_create))
+        entry = (wanted, auto_create, d)
         self._refreshing.append(entry)
         try:
             return await _chain(d)
         finally:
             self._refreshing.remove(entry)
 
-    async def _refresh(self, topics: Sequence[str] | None) -> ClusterView:
+    async def _refresh(self, topics: Sequence[str] | None, auto_create: bool) -> ClusterView:
         body = {"topics": None if topics is None else [{"name": t} for t in topics],
-                "allow_auto_topic_creation": False}
+                "allow_auto_topic_creation": auto_create}
         resp = await self.request_any(ApiKey.METADATA, body)
         view = ClusterView(controller_id=resp.controller_id)
         view.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}

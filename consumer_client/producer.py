@@ -49,6 +49,7 @@ from consumer_client.producer_config import ProducerConfig
 from consumer_client.producer_errors import (
     BufferExhausted,
     DeliveryTimeout,
+    MetadataUnavailable,
     ProduceError,
     ProducerClosed,
     RecordTooLarge,
@@ -140,6 +141,8 @@ class Producer:
         # leaderless until the next metadata refresh, so a retry never goes back to it first.
         self._stale: set[tuple[str, int]] = set()
         self._topic_errors: dict[str, ErrorCode] = {}
+        #: Why the latest metadata refresh got no answer (None: it got one).
+        self._refresh_error: str | None = None
         self._wanted: set[str] = set()
         self._refreshing = False
         self._refresh_again = False
@@ -319,9 +322,15 @@ class Producer:
                                              topic, parked)
         self._want(topic)
 
-    def _unknown_topic(self, topic: str) -> UnknownTopic:
+    def _unknown_topic(self, topic: str) -> UnknownTopic | MetadataUnavailable:
+        """The error of a send or a wait for ``topic`` that outlived ``max.block.ms``: the
+        brokers' word on the topic if one answered, else why none did."""
+        within = f"max.block.ms={self.config.max_block_ms}"
+        if topic not in self._topic_errors and self._refresh_error is not None:
+            return MetadataUnavailable(topic, None, -1, None,
+                                       f"within {within}: {self._refresh_error}")
         return UnknownTopic(topic, None, -1, self._topic_errors.get(topic),
-                            f"not found within max.block.ms={self.config.max_block_ms}")
+                            f"not found within {within}")
 
     def _metadata_wait_expired(self, topic: str, parked: _Parked) -> None:
         waiting = self._meta_waiters.get(topic, [])
@@ -391,9 +400,13 @@ class Producer:
     async def _refresh(self) -> None:
         topics = sorted(self._wanted)
         try:
-            view = await self._cluster.refresh(topics)
+            # Kafka's producers let the broker create a missing topic (per its
+            # auto.create.topics.enable); the consumer's and admin's requests never do.
+            view = await self._cluster.refresh(topics, auto_create=True)
+            self._refresh_error = None
         except Exception as e:  # noqa: BLE001 - any failure: keep the old view, retry later
             self.log.info("metadata refresh failed: {error}", error=repr(e))
+            self._refresh_error = str(e) or repr(e)
             view = None
         finally:
             self._refreshing = False

@@ -86,6 +86,16 @@ class UnknownTopic(ProduceError):
                 f"({code.description}){': ' + self.detail if self.detail else ''}")
 
 
+class MetadataUnavailable(ProduceError):
+    """No broker answered a metadata request within ``max.block.ms`` (none reachable, or each
+    failed): whether the topic exists is not known. ``detail`` is the last failure, e.g.
+    ``could not connect to any of: 127.0.0.1:9092 (Connection refused)``."""
+
+    def _message(self) -> str:
+        return (f"no broker answered for topic {self.topic!r}"
+                f"{': ' + self.detail if self.detail else ''}")
+
+
 class RecordTooLarge(ProducerError):
     """One record is larger than ``max.request.size`` or ``buffer.memory`` allows."""
 

@@ -20,7 +20,7 @@ from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import decode_records
 from consumer_client.blocking_producer import BlockingProducer
 from consumer_client.producer import Producer, RecordMetadata
-from consumer_client.producer_errors import DeliveryTimeout, UnknownTopic
+from consumer_client.producer_errors import DeliveryTimeout, MetadataUnavailable, UnknownTopic
 from tests.support.cluster import (
     ROOT,
     call,
@@ -227,8 +227,25 @@ def _tick():
 
 
 @pytest_twisted.ensureDeferred
-async def test_unknown_topic_fails_naming_it(brokers):
-    producer = Producer(bootstrap_servers=bootstrap(brokers), max_block_ms=1000)
+async def test_a_missing_topic_is_created_by_the_broker_and_the_send_delivered(brokers):
+    """auto.create.topics.enable is on by default: the producer's Metadata request lets the
+    broker create the topic (num.partitions, default.replication.factor), as for kcat."""
+    producer = Producer(bootstrap_servers=bootstrap(brokers), max_block_ms=10_000)
+    try:
+        md = await producer.send("made-on-first-use", b"v")
+    finally:
+        await producer.close()
+    assert md.topic == "made-on-first-use" and md.offset == 0
+
+
+@pytest.fixture
+def no_auto_create(zk_hosts, tmp_path):
+    yield from running_brokers(zk_hosts, tmp_path, 1, auto_create_topics_enable="false")
+
+
+@pytest_twisted.ensureDeferred
+async def test_unknown_topic_fails_naming_it(no_auto_create):
+    producer = Producer(bootstrap_servers=bootstrap(no_auto_create), max_block_ms=1000)
     try:
         with pytest.raises(UnknownTopic) as e:
             await producer.send("no-such-topic", b"v")
@@ -236,6 +253,21 @@ async def test_unknown_topic_fails_naming_it(brokers):
         await producer.close()
     assert e.value.topic == "no-such-topic"
     assert "'no-such-topic'" in str(e.value) and "UNKNOWN_TOPIC_OR_PARTITION" in str(e.value)
+
+
+@pytest_twisted.ensureDeferred
+async def test_with_no_broker_up_the_error_says_none_answered():
+    from tests.support.cluster import free_port
+
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    producer = Producer(bootstrap_servers=address, max_block_ms=1000)
+    try:
+        with pytest.raises(MetadataUnavailable) as e:
+            await producer.send("t", b"v")
+    finally:
+        await producer.close()
+    assert address in str(e.value) and "refused" in str(e.value).lower()
+    assert "does not host" not in str(e.value)
 
 
 @pytest_twisted.ensureDeferred
@@ -287,8 +319,9 @@ async def test_blocking_api_from_threads_and_no_thread_left_behind(brokers):
             assert all(f.done() for f in futures)
             metadata = [f.get(timeout=1) for f in futures]
             assert p.partitions_for("b") == [0, 1]
-            with pytest.raises(UnknownTopic):
-                BlockingProducer(bootstrap_servers=address, max_block_ms=500).send("nope", b"v")
+            with pytest.raises(MetadataUnavailable):  # nothing listens on port 1
+                BlockingProducer(bootstrap_servers="127.0.0.1:1", max_block_ms=500).send(
+                    "nope", b"v")
             return metadata
 
     metadata = await threads.deferToThread(use_it)

@@ -35,9 +35,15 @@ class FakeCluster:
         self.oneway: list[tuple[int, dict]] = []
         self.disconnected: list[int] = []
         self.closed = False
+        self.auto_create: list[bool] = []
+        #: While set, a refresh fails with it (no broker reachable).
+        self.unreachable: Exception | None = None
 
-    async def refresh(self, topics):
+    async def refresh(self, topics, auto_create=False):
         self.refreshes += 1
+        self.auto_create.append(auto_create)
+        if self.unreachable is not None:
+            raise self.unreachable
         view = ClusterView(brokers={1: ("h", 1), 2: ("h", 2)})
         for t in topics:
             if t in self.leaders:
@@ -245,6 +251,41 @@ def test_an_unknown_topic_waits_for_metadata_then_fails_naming_it():
     err = got[0].value
     assert isinstance(err, UnknownTopic) and err.topic == "nope"
     assert "'nope'" in str(err) and "UNKNOWN_TOPIC_OR_PARTITION" in str(err)
+
+
+def test_the_producer_lets_the_broker_create_a_missing_topic():
+    """As Kafka's producers do: Metadata with allow_auto_topic_creation (the broker decides,
+    per auto.create.topics.enable)."""
+    clock, cluster, p = make({}, max_block_ms=2000, retry_backoff_ms=100)
+    p.send("new", b"v")
+    clock.pump([0.1] * 5)
+    assert cluster.auto_create and all(cluster.auto_create)
+
+
+def test_with_no_broker_reachable_a_send_fails_saying_so_not_unknown_topic():
+    from consumer_client.cluster import NoBrokersAvailable
+    from consumer_client.producer_errors import MetadataUnavailable
+
+    clock, cluster, p = make({}, max_block_ms=2000, retry_backoff_ms=100)
+    cluster.unreachable = NoBrokersAvailable(
+        "could not connect to any of: 127.0.0.1:9092 (Connection refused)")
+    got = results([p.send("t2", b"v")])
+    clock.pump([0.1] * 21)
+    err = got[0].value
+    assert isinstance(err, MetadataUnavailable) and not isinstance(err, UnknownTopic)
+    assert "no broker answered for topic 't2'" in str(err)
+    assert "max.block.ms=2000" in str(err) and "Connection refused" in str(err)
+    assert "does not host" not in str(err)
+
+
+def test_a_broker_answering_again_makes_an_unknown_topic_unknown_again():
+    clock, cluster, p = make({}, max_block_ms=2000, retry_backoff_ms=100)
+    cluster.unreachable = ConnectionRefusedError("refused")
+    got = results([p.send("t3", b"v")])
+    clock.pump([0.1] * 5)
+    cluster.unreachable = None  # a broker answers now, and does not know the topic
+    clock.pump([0.1] * 16)
+    assert isinstance(got[0].value, UnknownTopic)
 
 
 def test_a_topic_created_while_waiting_is_used():

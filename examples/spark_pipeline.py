@@ -159,7 +159,10 @@ def main() -> None:
     work = Path(args.work_dir)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    ensure_topics(args.bootstrap_servers)
+    try:
+        ensure_topics(args.bootstrap_servers)
+    except OSError as e:  # no broker reachable: say so first, not after a traceback
+        sys.exit(f"spark_pipeline: cannot reach the cluster at {args.bootstrap_servers}: {e}")
     from consumer_client.spark import session
 
     spark = session("sluice-pipeline", **{"spark.ui.enabled": "false",

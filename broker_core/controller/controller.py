@@ -66,9 +66,15 @@ AlterIsrResult = tuple[str | None, dict[TopicPartition, tuple[str | None, Partit
 #: Rounds of "write, and on a version conflict re-read and judge again" for one AlterIsr request.
 ALTER_ISR_ROUNDS = 3
 
-#: Partitions whose leader/ISR write conflicted in every round are decided and written again by
-#: a new event this many seconds later (the conflict came from another writer of the znode).
-DECISION_RETRY_S = 1.0
+#: Work stopped by a conflicting write (leader/ISR decisions that conflicted in every round, a
+#: partition removal) is taken up again by a new event this many seconds later, from the state
+#: read then.
+CONFLICT_RETRY_S = 1.0
+
+#: Longest a partition removal waits for the replicas to answer StopReplica before it writes the
+#: removal to ZooKeeper (a replica that does not answer deletes the partition when it next gets
+#: its full state, which no longer names it).
+STOP_REPLICA_WAIT_S = 5.0
 
 #: Seed 000 F: the reassignment agent wakes up when notified or after this many seconds.
 REASSIGNMENT_WAKEUP_S = 30.0
@@ -133,8 +139,8 @@ class Controller:
         self._alter_waiters: set[defer.Deferred] = set()
         self.reassignment_wakeup_s = REASSIGNMENT_WAKEUP_S
         self._reassign_call: Any = None
-        # Delayed retries of decisions that conflicted in every round (cancelled on resigning).
-        self._decision_retries: set[Any] = set()
+        # Delayed retries of work a conflicting write stopped (cancelled on resigning).
+        self._retries: set[Any] = set()
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -311,10 +317,10 @@ class Controller:
         if self._reassign_call is not None and self._reassign_call.active():
             self._reassign_call.cancel()
         self._reassign_call = None
-        for call in self._decision_retries:
+        for call in self._retries:
             if call.active():
                 call.cancel()
-        self._decision_retries.clear()
+        self._retries.clear()
         channels = list(self.channels.values())
         self._reset_context()
         for ch in channels:
@@ -600,7 +606,7 @@ class Controller:
         was written. Unclean elections are logged and counted once written. Every partition
         left out is logged with the reason (``what`` names the caller's job); those that
         conflicted in every round are decided and written again by a new event after
-        :data:`DECISION_RETRY_S`, those whose state is gone are not (nothing is left to
+        :data:`CONFLICT_RETRY_S`, those whose state is gone are not (nothing is left to
         decide)."""
         rounds = DecisionRounds(tps, decide, self._decision)
         while writes := rounds.next_writes(self.states):
@@ -638,24 +644,24 @@ class Controller:
                               why=why)
             else:
                 self.log.warn("{what}: {t}-{p} not written: {why}; deciding again in {s}s",
-                              what=what, t=tp[0], p=tp[1], why=why, s=DECISION_RETRY_S)
+                              what=what, t=tp[0], p=tp[1], why=why, s=CONFLICT_RETRY_S)
                 retry.append(tp)
         if retry:
-            self._retry_decisions_later(retry, decide, what)
+            self._retry_later(f"{what} (retry)",
+                              lambda: self._retry_decisions(retry, decide, what))
         return written
 
-    def _retry_decisions_later(self, tps: list[TopicPartition], decide: Decide,
-                               what: str) -> None:
+    def _retry_later(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``fn`` as a new event :data:`CONFLICT_RETRY_S` from now (unless we resign)."""
         call: Any = None
 
         def fire() -> None:
-            self._decision_retries.discard(call)
+            self._retries.discard(call)
             if self.active:
-                self._enqueue(f"{what} (retry)",
-                              lambda: self._retry_decisions(tps, decide, what))
+                self._enqueue(name, fn)
 
-        call = self.reactor.callLater(DECISION_RETRY_S, fire)
-        self._decision_retries.add(call)
+        call = self.reactor.callLater(CONFLICT_RETRY_S, fire)
+        self._retries.add(call)
 
     async def _retry_decisions(self, tps: list[TopicPartition], decide: Decide,
                                what: str) -> None:
@@ -1139,12 +1145,17 @@ class Controller:
             self._send(batch)
 
     async def _on_partitions_remove(self) -> None:
+        """Seed 000 H for removals: for each requested topic, validate, then
+        :meth:`_remove_partitions`. A request whose write conflicts is logged and taken up again
+        (re-read, re-validated) by a new event after :data:`CONFLICT_RETRY_S`: its request
+        znodes are deleted only in the write that carries it out."""
         requests = await self._admin_requests(paths.PARTITIONS_REMOVE)
         self._watch_admin_topics(paths.PARTITIONS_REMOVE, self._remove_watched, requests,
                                  "partitions_remove", self._on_partitions_remove)
+        retry = False
         for topic, parts in requests.items():
             cleanup = [Delete(paths.partition_remove(topic, p)) for p in sorted(parts)]
-            cleanup.append(Delete(f"{paths.PARTITIONS_REMOVE}/{topic}"))
+            cleanup.append(Delete(paths.partitions_remove_topic(topic)))
             current = self.assignments.get(topic)
             remove = sorted(p for p in parts if current is not None and p in current)
             problem = None
@@ -1154,31 +1165,69 @@ class Controller:
                 problem = f"only the highest-numbered partitions can be removed, not {remove}"
             elif len(remove) >= len(current):
                 problem = "a topic must keep at least one partition (delete the topic instead)"
-            if problem is not None or not remove:
-                if problem:
-                    self.log.error("rejecting partitions_remove for {t}: {why}", t=topic,
-                                   why=problem)
-                await self._fenced(cleanup)
-                continue
-            batch = self._new_batch()
-            assignment = {p: r for p, r in current.items() if p not in remove}
-            ops: list[Any] = []
-            for p in remove:
-                tp = (topic, p)
-                d = self.states.pop(tp, None)
-                batch.stop_replica([r for r in current[p] if r in self.live], tp,
-                                   leader_epoch=-2 if d is None else d.leader_epoch, delete=True)
-                batch.update_metadata(self.live, tp, None)
-                if d is not None:
-                    ops.append(Delete(paths.leader_and_isr(topic, p)))
-                ops.append(Delete(paths.partition(topic, p)))
-            version = self.topic_versions[topic]
-            ops.append(SetData(paths.topic(topic), self._topic_value(topic, assignment), version))
-            await self._fenced([*ops, *cleanup])
-            self.assignments[topic] = assignment
-            self.topic_versions[topic] = version + 1
-            self.log.info("removed partitions {ps} from topic {t}", ps=remove, t=topic)
-            self._send(batch)
+            try:
+                if problem is not None or not remove:
+                    if problem:
+                        self.log.error("rejecting partitions_remove for {t}: {why}", t=topic,
+                                       why=problem)
+                    await self._fenced(cleanup)
+                    continue
+                await self._remove_partitions(topic, remove, cleanup)
+            except TransactionFailed as e:
+                # The topic znode is not at the version we hold, or a request znode changed:
+                # nothing was written. Reload the topic (its assignment, version and states)
+                # and carry the request out again from there.
+                self.log.warn("partitions_remove for {t}: conflicting write ({e}); nothing "
+                              "removed, trying again in {s}s", t=topic, e=e.first_error,
+                              s=CONFLICT_RETRY_S)
+                await self._load_topics([topic])
+                retry = True
+        if retry:
+            self._retry_later("partitions_remove (retry)", self._on_partitions_remove)
+
+    async def _remove_partitions(self, topic: str, remove: Sequence[int],
+                                 cleanup: Sequence[Any]) -> None:
+        """Remove partitions ``remove`` (the highest-numbered ones) of ``topic``, in the order
+        that leaves nothing behind if the controller stops at any point:
+
+        1. StopReplica (delete) to their live replicas and UpdateMetadata marking them deleted,
+           waiting for the answers (at most :data:`STOP_REPLICA_WAIT_S`): no replica serves or
+           keeps them once ZooKeeper no longer names them;
+        2. one fenced multi deletes their ``leaderAndISR`` and partition znodes (those that
+           exist), replaces the topic znode at its known version and deletes the request
+           (``cleanup``);
+        3. only then is the controller's state of them dropped.
+
+        A failed write (TransactionFailed) changes no state here; the request stays and is
+        carried out again (step 1 is idempotent on the brokers)."""
+        current = self.assignments[topic]
+        batch = self._new_batch()
+        for p in remove:
+            tp = (topic, p)
+            d = self.states.get(tp)
+            batch.stop_replica([r for r in current[p] if r in self.live], tp,
+                               leader_epoch=-2 if d is None else d.leader_epoch, delete=True)
+            batch.update_metadata(self.live, tp, None)
+        await _first_of(self._send(batch), STOP_REPLICA_WAIT_S, self.reactor)
+        if not self.active:
+            raise NotController()
+        candidates = [path for p in remove
+                      for path in (paths.leader_and_isr(topic, p), paths.partition(topic, p))]
+        found = await _gather([self.store.exists(c) for c in candidates])
+        ops: list[Any] = [Delete(c) for c, st in zip(candidates, found, strict=True)
+                          if st is not None]
+        assignment = {p: r for p, r in current.items() if p not in remove}
+        version = self.topic_versions[topic]
+        ops.append(SetData(paths.topic(topic), self._topic_value(topic, assignment), version))
+        await self._fenced([*ops, *cleanup])
+        for p in remove:
+            tp = (topic, p)
+            self.states.pop(tp, None)
+            self.adding.pop(tp, None)
+            self.removing.pop(tp, None)
+        self.assignments[topic] = assignment
+        self.topic_versions[topic] = version + 1
+        self.log.info("removed partitions {ps} from topic {t}", ps=list(remove), t=topic)
 
     # -- replica reassignment (seed 000 F) -------------------------------------------------------
 

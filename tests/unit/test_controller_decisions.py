@@ -11,7 +11,7 @@ from twisted.logger import Logger, formatEvent
 
 from broker_core.controller import controller as controller_module
 from broker_core.controller.batch import LiveBroker, PartitionDecision
-from broker_core.controller.controller import DECISION_RETRY_S
+from broker_core.controller.controller import CONFLICT_RETRY_S
 from broker_core.controller.decisions import GONE, DecisionRounds, conflicting
 from broker_core.controller.election import Election
 from broker_core.metadata import SetData
@@ -162,9 +162,9 @@ def test_a_partition_conflicting_every_round_is_logged_and_decided_again_later(m
     lines = [formatEvent(e) for e in events]
     assert [line for line in lines if "t-2 not written" in line] == [
         f"new leaders: t-2 not written: {conflicting(3)}; deciding again in "
-        f"{DECISION_RETRY_S}s"]
+        f"{CONFLICT_RETRY_S}s"]
     before = len(channels[1].leader_and_isr())
-    clock.advance(DECISION_RETRY_S)
+    clock.advance(CONFLICT_RETRY_S)
     st = znode(store, 2)
     assert (st.leader, st.isr, st.leader_epoch) == (1, [1, 2], 2)
     assert ctl.states[("t", 2)].leader == 1

@@ -6,6 +6,8 @@ store with time on a ``task.Clock``."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from twisted.internet import defer
 from twisted.logger import Logger, formatEvent
 
@@ -14,7 +16,7 @@ from broker_core.controller.batch import LiveBroker, PartitionDecision
 from broker_core.controller.controller import CONFLICT_RETRY_S
 from broker_core.controller.decisions import GONE, DecisionRounds, conflicting
 from broker_core.controller.election import Election
-from broker_core.metadata import SetData
+from broker_core.metadata import SetData, Stat
 from broker_core.zk import paths
 from tests.unit.test_controller_failover import make
 from tests.unit.test_coordinator_service import MemoryStore
@@ -169,3 +171,49 @@ def test_a_partition_conflicting_every_round_is_logged_and_decided_again_later(m
     assert (st.leader, st.isr, st.leader_epoch) == (1, [1, 2], 2)
     assert ctl.states[("t", 2)].leader == 1
     assert channels[1].leader_and_isr()[before:] == [{("t", 2)}]  # the retry's decision sent
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self, n: int = 1) -> None:
+        self.value += n
+
+
+def test_an_unclean_election_is_logged_and_counted_once_when_written(monkeypatch):
+    monkeypatch.setattr(controller_module, "MULTI_BATCH", 1)
+    store, clock, channels, ctl = make(store=InterferingStore())
+    ctl.unclean_leader_election = lambda topic: True
+    ctl.metrics = SimpleNamespace(unclean_leader_elections_total=Counter())
+    events: list[dict] = []
+    ctl.log = Logger(namespace="sluice.controller", observer=events.append)
+    # t-2 (replicas 3, 1, 2) has only broker 3 in its ISR; its first write conflicts.
+    path = paths.leader_and_isr("t", 2)
+    store.set(path, paths.LeaderAndIsr(3, 1, [3], 5).to_bytes())
+    data, version = store.nodes[path]
+    ctl.states[("t", 2)] = ctl._decision_from(("t", 2), data, Stat(version, 0))
+    store.path, store.times = path, 1
+    store.delete(paths.broker(3))
+    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    for b in (1, 2):
+        channels[b].answer()
+    assert done.called
+    assert znode(store, 2).leader == 1 and znode(store, 2).isr == [1]
+    assert ctl.metrics.unclean_leader_elections_total.value == 1
+    assert [formatEvent(e) for e in events if "UNCLEAN" in formatEvent(e)] == [
+        "UNCLEAN leader election for t-2: broker 1 was not in the ISR [3]; committed messages "
+        "may be lost"]
+
+
+def test_a_retry_pending_when_the_controller_resigns_is_cancelled(monkeypatch):
+    monkeypatch.setattr(controller_module, "MULTI_BATCH", 1)
+    store, clock, channels, ctl = make(store=InterferingStore())
+    store.path, store.times = paths.leader_and_isr("t", 2), 3
+    store.delete(paths.broker(3))
+    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    for b in (1, 2):
+        channels[b].answer()
+    assert done.called and clock.getDelayedCalls()
+    defer.Deferred.fromCoroutine(ctl._resign())
+    assert not [c for c in clock.getDelayedCalls() if c.active()]

@@ -231,7 +231,7 @@ async def add_partitions(store: Any, name: str, new_total: int,
 
 
 async def remove_partitions(store: Any, name: str, partitions: Sequence[int]) -> None:
-    """Seed 000 H, a Sluice addition: ask the controller to remove ``partitions`` of ``name``.
+    """A Sluice addition: ask the controller to remove ``partitions`` of ``name``.
 
     Refused here with :class:`InvalidPartitions` (the controller checks the same again, as anyone
     may write the request znodes): no partition named, a partition named twice or not an int, a

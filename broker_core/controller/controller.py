@@ -601,7 +601,7 @@ class Controller:
     async def _write_decisions(self, tps: Iterable[TopicPartition], decide: Decide, what: str
                                ) -> dict[TopicPartition, PartitionDecision]:
         """Write what ``decide`` makes of each partition of ``tps``, each conditional on its
-        state's version (seed 000 A 3.3); after a conflict, re-read the round's partitions and
+        state's version; after a conflict, re-read the round's partitions and
         decide again from what was read (:mod:`broker_core.controller.decisions`). Returns what
         was written. Unclean elections are logged and counted once written. Every partition
         left out is logged with the reason (``what`` names the caller's job); those that
@@ -737,13 +737,13 @@ class Controller:
             self._enqueue("reassignment_wakeup", self._reassignment_wakeup)
 
     def _judge_live(self, bounced: Collection[int]) -> Decide:
-        """Seed 000 A for one partition, against the live brokers at the time it is called (so
+        """What a broker change means for one partition, against the live brokers at the time it is called (so
         a decision taken again after a conflict, or on a retry, judges the present):
 
         - its leader is not live: an offline election (it may come out leaderless: no live ISR
           member and no unclean election);
         - its leader restarted (see :meth:`_leader_restarted`): the same leader in a new
-          generation (seed 003), the ISR without dead members;
+          generation (a new leader epoch), the ISR without dead members;
         - an ISR member is not live: the ISR without it (same leader, same epoch);
         - otherwise nothing. A leaderless partition is left to
           :meth:`_elect_offline_partitions`.
@@ -1145,7 +1145,7 @@ class Controller:
             self._send(batch)
 
     async def _on_partitions_remove(self) -> None:
-        """Seed 000 H for removals: for each requested topic, validate, then
+        """Partition removal requests: for each requested topic, validate, then
         :meth:`_remove_partitions`. A request whose write conflicts is logged and taken up again
         (re-read, re-validated) by a new event after :data:`CONFLICT_RETRY_S`: its request
         znodes are deleted only in the write that carries it out."""

@@ -1,4 +1,4 @@
-"""Rounds of conditional leader/ISR writes that decide again after a conflict (seed 000 A 3.3).
+"""Rounds of conditional leader/ISR writes that decide again after a conflict.
 
 The controller writes a partition's new leader and ISR with a ``setData`` conditional on the
 version of its ``leaderAndISR`` znode, in fenced multis of up to 500 partitions, several in

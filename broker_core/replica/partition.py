@@ -189,8 +189,8 @@ class Partition:
 
     @property
     def maximal_isr(self) -> tuple[int, ...]:
-        """The committed ISR plus the replicas a pending change adds (seed 004: assume the
-        largest ISR); a pending shrink removes nothing until it is committed."""
+        """The committed ISR plus the replicas a pending change adds (assume the largest ISR
+        that may be in force); a pending shrink removes nothing until it is committed."""
         isr = self.isr
         if self.pending_isr is not None:
             isr += tuple(r for r in self.pending_isr.isr if r not in isr)

@@ -1,4 +1,4 @@
-"""The controller's conditional leader/ISR writes when a write conflicts (seed 000 A 3.3): each
+"""The controller's conditional leader/ISR writes when a write conflicts: each
 retry decides again from the re-read state, a write that committed before the failing multi is
 not applied twice, and partitions that conflict in every round are logged and decided again
 later. ``DecisionRounds`` (the sans-IO loop) on its own, then the controller on the in-memory

@@ -1,7 +1,7 @@
 """The leader's ISR changes end to end in ``ReplicaManager`` (real logs, the real
 ``AlterIsrSender``, a scripted controller connection, time on a ``task.Clock``): an
 AlterPartition answer applies only to the change it answers, so a late answer or a late
-LeaderAndIsr never ends a newer change that is still in flight (seed 004's maximal ISR)."""
+LeaderAndIsr never ends a newer change that is still in flight (the maximal ISR)."""
 
 from __future__ import annotations
 

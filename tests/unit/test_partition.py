@@ -122,7 +122,7 @@ def test_isr_update_for_another_epoch_or_older_version_ends_the_change_but_is_no
 
 
 def test_an_answer_to_a_change_that_is_not_pending_changes_nothing(part):
-    """The race of seed 004: the LeaderAndIsr for change A arrives before A's answer, and the
+    """The maximal-ISR race: the LeaderAndIsr for change A arrives before A's answer, and the
     leader proposes B in between; A's late answer must leave B pending (so the HW keeps
     counting the replica B adds), whether it is a success or a refusal."""
     part.make_leader(state(isr=(1, 2), replicas=(1, 2, 3, 4)), now_ms=0)

@@ -1,4 +1,4 @@
-"""Partition removal (seed 000 H, a Sluice addition): ``topic_admin.remove_partitions`` checks a
+"""Partition removal (a Sluice addition): ``topic_admin.remove_partitions`` checks a
 request before it writes it, and the controller stops the replicas before it writes the removal,
 drops its state only once that write succeeded, and carries a request whose write failed out
 again later. The in-memory store of the coordinator tests; time on a ``task.Clock``."""

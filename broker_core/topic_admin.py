@@ -231,14 +231,43 @@ async def add_partitions(store: Any, name: str, new_total: int,
 
 
 async def remove_partitions(store: Any, name: str, partitions: Sequence[int]) -> None:
+    """A Sluice addition: ask the controller to remove ``partitions`` of ``name``.
+
+    Refused here with :class:`InvalidPartitions` (the controller checks the same again, as anyone
+    may write the request znodes): no partition named, a partition named twice or not an int, a
+    partition the topic does not have, partitions other than the highest-numbered ones, all of
+    them (delete the topic instead), or a removal for the topic already pending. The controller
+    then stops the partitions' replicas (StopReplica, deleting their data) and only then removes
+    them from the metadata store."""
+    if not partitions:
+        raise InvalidPartitions("no partitions to remove were named")
+    if any(isinstance(p, bool) or not isinstance(p, int) for p in partitions):
+        raise InvalidPartitions(f"partition numbers must be integers, got {list(partitions)}")
+    wanted = sorted(set(partitions))
+    if len(wanted) != len(partitions):
+        raise InvalidPartitions(f"a partition is named twice in {list(partitions)}")
     current = await _assignment(store, name)
-    bad = [p for p in partitions if p not in current]
+    bad = [p for p in wanted if p not in current]
     if bad:
         raise InvalidPartitions(f"topic {name!r} has no partition(s) {bad}")
+    if len(wanted) >= len(current):
+        raise InvalidPartitions(f"topic {name!r} must keep at least one partition (delete the "
+                                "topic instead)")
+    if wanted != list(range(len(current) - len(wanted), len(current))):
+        raise InvalidPartitions(f"only the highest-numbered partitions of {name!r} can be "
+                                f"removed (it has {len(current)}), not {wanted}")
+    pending = InvalidPartitions(f"a partition removal for {name!r} is already in progress")
+    if await store.exists(paths.partitions_remove_topic(name)) is not None:
+        raise pending
     await store.ensure_path(paths.PARTITIONS_REMOVE)
     ops = [Create(paths.partitions_remove_topic(name))]
-    ops += [Create(paths.partition_remove(name, p)) for p in sorted(partitions)]
-    await store.multi(ops)
+    ops += [Create(paths.partition_remove(name, p)) for p in wanted]
+    try:
+        await store.multi(ops)
+    except TransactionFailed as e:
+        if isinstance(e.first_error, NodeExists):
+            raise pending from None  # another request got there between the check and now
+        raise
 
 
 async def list_topics(store: Any) -> list[str]:

@@ -26,7 +26,9 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch
+from broker_core.controller.decisions import GONE, Decide, DecisionRounds
 from broker_core.controller.election import (
+    NO_LEADER,
     Election,
     controlled_shutdown_election,
     init_leader,
@@ -63,6 +65,16 @@ AlterIsrResult = tuple[str | None, dict[TopicPartition, tuple[str | None, Partit
 
 #: Rounds of "write, and on a version conflict re-read and judge again" for one AlterIsr request.
 ALTER_ISR_ROUNDS = 3
+
+#: Work stopped by a conflicting write (leader/ISR decisions that conflicted in every round, a
+#: partition removal) is taken up again by a new event this many seconds later, from the state
+#: read then.
+CONFLICT_RETRY_S = 1.0
+
+#: Longest a partition removal waits for the replicas to answer StopReplica before it writes the
+#: removal to ZooKeeper (a replica that does not answer deletes the partition when it next gets
+#: its full state, which no longer names it).
+STOP_REPLICA_WAIT_S = 5.0
 
 #: Seed 000 F: the reassignment agent wakes up when notified or after this many seconds.
 REASSIGNMENT_WAKEUP_S = 30.0
@@ -127,6 +139,8 @@ class Controller:
         self._alter_waiters: set[defer.Deferred] = set()
         self.reassignment_wakeup_s = REASSIGNMENT_WAKEUP_S
         self._reassign_call: Any = None
+        # Delayed retries of work a conflicting write stopped (cancelled on resigning).
+        self._retries: set[Any] = set()
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -303,6 +317,10 @@ class Controller:
         if self._reassign_call is not None and self._reassign_call.active():
             self._reassign_call.cancel()
         self._reassign_call = None
+        for call in self._retries:
+            if call.active():
+                call.cancel()
+        self._retries.clear()
         channels = list(self.channels.values())
         self._reset_context()
         for ch in channels:
@@ -317,9 +335,10 @@ class Controller:
         # Partitions whose leader died with (or while there was no) controller get a leader
         # before the full state goes out: they are what clients wait for, and the INIT below
         # names every partition to every broker.
-        leaders = self._elect_for_dead_leaders(self.live)
-        if leaders:
-            written = await self._write_decisions(leaders)
+        judge = self._judge_live(())
+        dead_leaders, _, shrinks = self._classify_live(judge)
+        if dead_leaders:
+            written = await self._write_decisions(dead_leaders, judge, "dead leaders")
             self.log.info("controller failover: {n} partitions whose leader is gone re-elected "
                           "first", n=len(written))
             await self._send_leaders_first(written)
@@ -329,8 +348,8 @@ class Controller:
         # UpdateMetadata that each survivor (one of them the new leader of half the moved
         # partitions, the controller itself) decoded and applied while clients waited on it.
         # The new generations of leaders that restarted unseen are left to the broker change
-        # (they go into a dict dropped here, and their ISRs are not shrunk now).
-        await self._write_decisions(self._live_leader_changes(self.live, (), {}))
+        # (they are not written here, and their ISRs are not shrunk now).
+        await self._write_decisions(shrinks, judge, "ISR shrinks")
         batch = self._new_batch()
         for b in self.live:
             batch.full_leader_and_isr(b)
@@ -573,48 +592,91 @@ class Controller:
         b = self.live.get(broker)
         return -1 if b is None else b.epoch
 
-    async def _write_decisions(
-        self, changes: dict[TopicPartition, Election]
-    ) -> dict[TopicPartition, PartitionDecision]:
-        """Write new leader/ISR for existing partitions conditionally (seed 000 A 3.3); on a
-        version conflict re-read those partitions and recompute (up to 3 rounds). Returns what
-        was written; unelectable or vanished partitions are left out."""
-        written: dict[TopicPartition, PartitionDecision] = {}
-        pending = dict(changes)
-        for _ in range(3):
-            if not pending:
-                break
-            ops = []
-            new: dict[TopicPartition, PartitionDecision] = {}
-            for tp, el in pending.items():
-                cur = self.states.get(tp)
-                if cur is None:
-                    continue
-                epoch = next_leader_epoch(cur.leader, cur.leader_epoch, el)
-                d = PartitionDecision(el.leader, epoch, el.isr, cur.replicas,
-                                      cur.zk_version + 1, self.epoch,
-                                      self._leader_broker_epoch(cur, el.leader, epoch))
-                new[tp] = d
-                ops.append(SetData(paths.leader_and_isr(*tp), self._state_value(d),
-                                   cur.zk_version))
+    def _decision(self, cur: PartitionDecision, el: Election) -> PartitionDecision:
+        """The state to write for election ``el`` over the current state ``cur``."""
+        epoch = next_leader_epoch(cur.leader, cur.leader_epoch, el)
+        return PartitionDecision(el.leader, epoch, el.isr, cur.replicas, cur.zk_version + 1,
+                                 self.epoch, self._leader_broker_epoch(cur, el.leader, epoch))
+
+    async def _write_decisions(self, tps: Iterable[TopicPartition], decide: Decide, what: str
+                               ) -> dict[TopicPartition, PartitionDecision]:
+        """Write what ``decide`` makes of each partition of ``tps``, each conditional on its
+        state's version; after a conflict, re-read the round's partitions and
+        decide again from what was read (:mod:`broker_core.controller.decisions`). Returns what
+        was written. Unclean elections are logged and counted once written. Every partition
+        left out is logged with the reason (``what`` names the caller's job); those that
+        conflicted in every round are decided and written again by a new event after
+        :data:`CONFLICT_RETRY_S`, those whose state is gone are not (nothing is left to
+        decide)."""
+        rounds = DecisionRounds(tps, decide, self._decision)
+        while writes := rounds.next_writes(self.states):
+            ops = [SetData(paths.leader_and_isr(*tp), self._state_value(d),
+                           rounds.planned[tp].base.zk_version) for tp, d in writes.items()]
             try:
                 await self._fenced(ops)
             except TransactionFailed:
-                # Someone changed a state under us: refresh every partition of this batch and
-                # recompute their elections from what ZooKeeper now says.
-                fresh = await _gather([self._read_state(tp) for tp in new])
-                for tp, st in zip(list(new), fresh, strict=True):
+                # Someone changed a state under us (or a chunk before the failing one
+                # committed): re-read every partition of the round.
+                fresh = dict(zip(writes, await _gather([self._read_state(tp) for tp in writes]),
+                                 strict=True))
+                for tp, st in fresh.items():
                     if st is None:
-                        pending.pop(tp, None)
                         self.states.pop(tp, None)
                     else:
                         self.states[tp] = st
+                rounds.conflicted(fresh)
                 continue
-            for tp, d in new.items():
-                self.states[tp] = d
-                written[tp] = d
-            pending = {}
+            self.states.update(writes)
+            rounds.succeeded()
+        written: dict[TopicPartition, PartitionDecision] = {}
+        for tp, planned in rounds.written.items():
+            written[tp] = planned.decision
+            if planned.election.unclean:
+                self.log.warn("UNCLEAN leader election for {t}-{p}: broker {l} was not in the "
+                              "ISR {isr}; committed messages may be lost", t=tp[0], p=tp[1],
+                              l=planned.election.leader, isr=list(planned.base.isr))
+                if self.metrics is not None:
+                    self.metrics.unclean_leader_elections_total.inc()
+        retry = []
+        for tp, why in rounds.dropped.items():
+            if why == GONE:
+                self.log.info("{what}: {t}-{p} left out: {why}", what=what, t=tp[0], p=tp[1],
+                              why=why)
+            else:
+                self.log.warn("{what}: {t}-{p} not written: {why}; deciding again in {s}s",
+                              what=what, t=tp[0], p=tp[1], why=why, s=CONFLICT_RETRY_S)
+                retry.append(tp)
+        if retry:
+            self._retry_later(f"{what} (retry)",
+                              lambda: self._retry_decisions(retry, decide, what))
         return written
+
+    def _retry_later(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``fn`` as a new event :data:`CONFLICT_RETRY_S` from now (unless we resign)."""
+        call: Any = None
+
+        def fire() -> None:
+            self._retries.discard(call)
+            if self.active:
+                self._enqueue(name, fn)
+
+        call = self.reactor.callLater(CONFLICT_RETRY_S, fire)
+        self._retries.add(call)
+
+    async def _retry_decisions(self, tps: list[TopicPartition], decide: Decide,
+                               what: str) -> None:
+        """Decide ``tps`` again, by the rule of the job that could not write them, from the
+        state held now, and send what is written (LeaderAndIsr to the live replicas,
+        UpdateMetadata to every live broker)."""
+        written = await self._write_decisions(tps, decide, what)
+        if written:
+            self.log.info("{what}: {n} partitions written on a retry", what=what,
+                          n=len(written))
+        batch = self._new_batch()
+        for tp, d in written.items():
+            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
+            batch.update_metadata(self.live, tp, d)
+        self._send(batch)
 
     # -- broker changes (seed 000 A) -------------------------------------------------------------
 
@@ -639,8 +701,9 @@ class Controller:
 
         # Judge every partition against the live set, not just the brokers that left since the
         # last event: after a failover the new controller never saw the old live set.
-        leaders = self._elect_for_dead_leaders(now)
-        shrinks = self._live_leader_changes(now, bounced, leaders)
+        judge = self._judge_live(bounced)
+        dead_leaders, restarted, shrinks = self._classify_live(judge)
+        leaders = dead_leaders + restarted
         if not (dead or new or bounced or leaders or shrinks):
             return
         self.log.info("broker change: new {new}, dead {dead}, restarted {bounced}; "
@@ -649,12 +712,12 @@ class Controller:
                       s=len(shrinks))
         # New leaderships first, the ISR shrinks once the brokers have taken them (or a moment
         # passed): clients wait for leaders, not for the bookkeeping.
-        moved = await self._write_decisions(leaders)
+        moved = await self._write_decisions(leaders, judge, "new leaders")
         await self._send_leaders_first(moved, later=new | bounced)
         if not self.active:
             return
         batch = self._new_batch()
-        written = await self._write_decisions(shrinks)
+        written = await self._write_decisions(shrinks, judge, "ISR shrinks")
         for tp, d in written.items():
             batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
             batch.update_metadata(self.live, tp, d)
@@ -673,70 +736,85 @@ class Controller:
             # A new replica that was down can catch up now.
             self._enqueue("reassignment_wakeup", self._reassignment_wakeup)
 
-    def _live_leader_changes(self, now: dict[int, LiveBroker], bounced: Collection[int],
-                             leaders: dict[TopicPartition, Election]
-                             ) -> dict[TopicPartition, Election]:
-        """The changes of partitions whose leader is alive (those in ``leaders``, already being
-        re-elected, are skipped): a leader that restarted (in ``bounced``, or registered anew
-        since it was elected) is added to ``leaders`` for a new leader generation; an ISR with
-        members not in ``now`` is returned as a shrink (same leader, same epoch)."""
-        shrinks: dict[TopicPartition, Election] = {}
-        for tp, d in self.states.items():
-            if tp in leaders:
-                continue
-            if d.leader in bounced or (d.leader in now and d.leader_broker_epoch >= 0
-                                       and now[d.leader].epoch != d.leader_broker_epoch):
-                # The second test catches a restart the controller never saw: one that
-                # happened while there was no controller, or before this one loaded its state.
-                # Seed 003: a broker whose registration czxid changed came back with a new
-                # session (a restart we never saw as a death); it keeps leading, but in a new
-                # leader generation.
-                leaders[tp] = Election(d.leader, shrink_isr(d.isr, set(d.isr) - set(now)),
-                                       new_generation=True)
-            elif d.leader != -1 and any(b not in now for b in d.isr):
-                shrinks[tp] = Election(d.leader, shrink_isr(d.isr, set(d.isr) - set(now)))
-        return shrinks
+    def _judge_live(self, bounced: Collection[int]) -> Decide:
+        """What a broker change means for one partition, against the live brokers at the time it is called (so
+        a decision taken again after a conflict, or on a retry, judges the present):
 
-    def _elect_for_dead_leaders(self, live: Collection[int]) -> dict[TopicPartition, Election]:
-        """Elections for every partition whose leader is not in ``live`` (it may come out
-        leaderless: no live ISR member and no unclean election). Unclean elections are logged
-        and counted here."""
-        changes: dict[TopicPartition, Election] = {}
-        unclean: list[TopicPartition] = []
+        - its leader is not live: an offline election (it may come out leaderless: no live ISR
+          member and no unclean election);
+        - its leader restarted (see :meth:`_leader_restarted`): the same leader in a new
+          generation (a new leader epoch), the ISR without dead members;
+        - an ISR member is not live: the ISR without it (same leader, same epoch);
+        - otherwise nothing. A leaderless partition is left to
+          :meth:`_elect_offline_partitions`.
+        """
+
+        def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
+            live = self.live
+            if d.leader == NO_LEADER:
+                return None
+            if d.leader not in live:
+                return self._offline_election(tp, d, live)
+            dead = [b for b in d.isr if b not in live]
+            if self._leader_restarted(d, bounced):
+                return Election(d.leader, shrink_isr(d.isr, dead), new_generation=True)
+            if dead:
+                return Election(d.leader, shrink_isr(d.isr, dead))
+            return None
+
+        return decide
+
+    def _leader_restarted(self, d: PartitionDecision, bounced: Collection[int]) -> bool:
+        """Does the live leader of ``d`` need a new leader generation? It does when the
+        registration it was made leader under (``leader_broker_epoch``) is not its current one:
+        it restarted, seen by us (``bounced``) or not (while there was no controller, or before
+        this one loaded its state). A state without a recorded registration (-1) counts as
+        restarted only if the leader is in ``bounced``. Idempotent: once the new generation is
+        written it records the current registration, so judging the written state again bumps
+        nothing (a decision taken again after a conflict must not bump the epoch twice)."""
+        reg = self.live.get(d.leader)
+        if reg is None:
+            return False
+        if d.leader_broker_epoch >= 0:
+            return d.leader_broker_epoch != reg.epoch
+        return d.leader in bounced
+
+    def _classify_live(self, judge: Decide) -> tuple[list[TopicPartition], list[TopicPartition],
+                                                     list[TopicPartition]]:
+        """The partitions ``judge`` would change, as (dead leaders, restarted leaders, ISR
+        shrinks): new leaderships are written and sent before the shrinks."""
+        dead: list[TopicPartition] = []
+        restarted: list[TopicPartition] = []
+        shrinks: list[TopicPartition] = []
         for tp, d in self.states.items():
-            if d.leader != -1 and d.leader not in live:
-                el = self._offline_election(tp, d, live)
-                if el.unclean:
-                    unclean.append(tp)
-                    self.log.warn("UNCLEAN leader election for {t}-{p}: broker {l} was not in "
-                                  "the ISR {isr}; committed messages may be lost",
-                                  t=tp[0], p=tp[1], l=el.leader, isr=list(d.isr))
-                changes[tp] = el
-        if unclean and self.metrics is not None:
-            self.metrics.unclean_leader_elections_total.inc(len(unclean))
-        return changes
+            el = judge(tp, d)
+            if el is None:
+                continue
+            if d.leader not in self.live:
+                dead.append(tp)
+            elif el.new_generation:
+                restarted.append(tp)
+            else:
+                shrinks.append(tp)
+        return dead, restarted, shrinks
 
     async def _elect_offline_partitions(self, batch: RequestBatch, *, send: bool) -> None:
         """Partitions without a leader whose replicas are back get one (OfflinePartition →
         OnlinePartition); those with no live ISR member stay offline unless unclean election is
         enabled for their topic."""
-        changes = {}
-        for tp, d in self.states.items():
-            if d.leader == -1 and any(r in self.live for r in d.replicas):
-                el = self._offline_election(tp, d, self.live)
-                if el.leader != -1:
-                    if el.unclean:
-                        self.log.warn("UNCLEAN leader election for {t}-{p}: broker {l}; "
-                                      "committed messages may be lost", t=tp[0], p=tp[1],
-                                      l=el.leader)
-                        if self.metrics is not None:
-                            self.metrics.unclean_leader_elections_total.inc()
-                    changes[tp] = el
+
+        def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
+            if d.leader != NO_LEADER or not any(r in self.live for r in d.replicas):
+                return None
+            el = self._offline_election(tp, d, self.live)
+            return None if el.leader == NO_LEADER else el
+
+        changes = [tp for tp, d in self.states.items() if decide(tp, d) is not None]
         if not changes:
             if send:
                 self._send(batch)
             return
-        written = await self._write_decisions(changes)
+        written = await self._write_decisions(changes, decide, "offline partitions")
         if written:
             # One line per event, not per partition: a returning broker can bring thousands.
             self.log.info("{n} partitions back online (e.g. {ex})", n=len(written),
@@ -1067,12 +1145,17 @@ class Controller:
             self._send(batch)
 
     async def _on_partitions_remove(self) -> None:
+        """Partition removal requests: for each requested topic, validate, then
+        :meth:`_remove_partitions`. A request whose write conflicts is logged and taken up again
+        (re-read, re-validated) by a new event after :data:`CONFLICT_RETRY_S`: its request
+        znodes are deleted only in the write that carries it out."""
         requests = await self._admin_requests(paths.PARTITIONS_REMOVE)
         self._watch_admin_topics(paths.PARTITIONS_REMOVE, self._remove_watched, requests,
                                  "partitions_remove", self._on_partitions_remove)
+        retry = False
         for topic, parts in requests.items():
             cleanup = [Delete(paths.partition_remove(topic, p)) for p in sorted(parts)]
-            cleanup.append(Delete(f"{paths.PARTITIONS_REMOVE}/{topic}"))
+            cleanup.append(Delete(paths.partitions_remove_topic(topic)))
             current = self.assignments.get(topic)
             remove = sorted(p for p in parts if current is not None and p in current)
             problem = None
@@ -1082,31 +1165,69 @@ class Controller:
                 problem = f"only the highest-numbered partitions can be removed, not {remove}"
             elif len(remove) >= len(current):
                 problem = "a topic must keep at least one partition (delete the topic instead)"
-            if problem is not None or not remove:
-                if problem:
-                    self.log.error("rejecting partitions_remove for {t}: {why}", t=topic,
-                                   why=problem)
-                await self._fenced(cleanup)
-                continue
-            batch = self._new_batch()
-            assignment = {p: r for p, r in current.items() if p not in remove}
-            ops: list[Any] = []
-            for p in remove:
-                tp = (topic, p)
-                d = self.states.pop(tp, None)
-                batch.stop_replica([r for r in current[p] if r in self.live], tp,
-                                   leader_epoch=-2 if d is None else d.leader_epoch, delete=True)
-                batch.update_metadata(self.live, tp, None)
-                if d is not None:
-                    ops.append(Delete(paths.leader_and_isr(topic, p)))
-                ops.append(Delete(paths.partition(topic, p)))
-            version = self.topic_versions[topic]
-            ops.append(SetData(paths.topic(topic), self._topic_value(topic, assignment), version))
-            await self._fenced([*ops, *cleanup])
-            self.assignments[topic] = assignment
-            self.topic_versions[topic] = version + 1
-            self.log.info("removed partitions {ps} from topic {t}", ps=remove, t=topic)
-            self._send(batch)
+            try:
+                if problem is not None or not remove:
+                    if problem:
+                        self.log.error("rejecting partitions_remove for {t}: {why}", t=topic,
+                                       why=problem)
+                    await self._fenced(cleanup)
+                    continue
+                await self._remove_partitions(topic, remove, cleanup)
+            except TransactionFailed as e:
+                # The topic znode is not at the version we hold, or a request znode changed:
+                # nothing was written. Reload the topic (its assignment, version and states)
+                # and carry the request out again from there.
+                self.log.warn("partitions_remove for {t}: conflicting write ({e}); nothing "
+                              "removed, trying again in {s}s", t=topic, e=e.first_error,
+                              s=CONFLICT_RETRY_S)
+                await self._load_topics([topic])
+                retry = True
+        if retry:
+            self._retry_later("partitions_remove (retry)", self._on_partitions_remove)
+
+    async def _remove_partitions(self, topic: str, remove: Sequence[int],
+                                 cleanup: Sequence[Any]) -> None:
+        """Remove partitions ``remove`` (the highest-numbered ones) of ``topic``, in the order
+        that leaves nothing behind if the controller stops at any point:
+
+        1. StopReplica (delete) to their live replicas and UpdateMetadata marking them deleted,
+           waiting for the answers (at most :data:`STOP_REPLICA_WAIT_S`): no replica serves or
+           keeps them once ZooKeeper no longer names them;
+        2. one fenced multi deletes their ``leaderAndISR`` and partition znodes (those that
+           exist), replaces the topic znode at its known version and deletes the request
+           (``cleanup``);
+        3. only then is the controller's state of them dropped.
+
+        A failed write (TransactionFailed) changes no state here; the request stays and is
+        carried out again (step 1 is idempotent on the brokers)."""
+        current = self.assignments[topic]
+        batch = self._new_batch()
+        for p in remove:
+            tp = (topic, p)
+            d = self.states.get(tp)
+            batch.stop_replica([r for r in current[p] if r in self.live], tp,
+                               leader_epoch=-2 if d is None else d.leader_epoch, delete=True)
+            batch.update_metadata(self.live, tp, None)
+        await _first_of(self._send(batch), STOP_REPLICA_WAIT_S, self.reactor)
+        if not self.active:
+            raise NotController()
+        candidates = [path for p in remove
+                      for path in (paths.leader_and_isr(topic, p), paths.partition(topic, p))]
+        found = await _gather([self.store.exists(c) for c in candidates])
+        ops: list[Any] = [Delete(c) for c, st in zip(candidates, found, strict=True)
+                          if st is not None]
+        assignment = {p: r for p, r in current.items() if p not in remove}
+        version = self.topic_versions[topic]
+        ops.append(SetData(paths.topic(topic), self._topic_value(topic, assignment), version))
+        await self._fenced([*ops, *cleanup])
+        for p in remove:
+            tp = (topic, p)
+            self.states.pop(tp, None)
+            self.adding.pop(tp, None)
+            self.removing.pop(tp, None)
+        self.assignments[topic] = assignment
+        self.topic_versions[topic] = version + 1
+        self.log.info("removed partitions {ps} from topic {t}", ps=list(remove), t=topic)
 
     # -- replica reassignment (seed 000 F) -------------------------------------------------------
 
@@ -1362,18 +1483,20 @@ class Controller:
         """Move leadership of ``tps`` to their preferred replicas where it is possible (see
         :func:`~broker_core.controller.election.preferred_leader`); returns what was written.
         Runs inside a controller event."""
-        changes: dict[TopicPartition, Election] = {}
+
+        def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
+            return preferred_leader(d.replicas, d.isr, d.leader, self._eligible())
+
+        changes: list[TopicPartition] = []
         for tp in tps:
             d = self.states.get(tp)
             if d is None:
                 self.log.info("preferred election: unknown partition {t}-{p}", t=tp[0], p=tp[1])
-                continue
-            el = preferred_leader(d.replicas, d.isr, d.leader, self._eligible())
-            if el is not None:
-                changes[tp] = el
+            elif decide(tp, d) is not None:
+                changes.append(tp)
         if not changes:
             return {}
-        written = await self._write_decisions(changes)
+        written = await self._write_decisions(changes, decide, "preferred election")
         batch = self._new_batch()
         for tp, d in written.items():
             self.log.info("preferred election: {t}-{p} now led by {l} (epoch {e})", t=tp[0],
@@ -1437,14 +1560,16 @@ class Controller:
             return "STALE_BROKER_EPOCH", []
         self.shutting_down.add(broker_id)
         eligible = self._eligible()
-        changes: dict[TopicPartition, Election] = {}
-        for tp, d in self.states.items():
+
+        def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
             if broker_id not in d.replicas or len(d.replicas) < 2:
-                continue
-            el = controlled_shutdown_election(d.replicas, d.isr, d.leader, broker_id, eligible)
-            if el is not None:
-                changes[tp] = el
-        written = await self._write_decisions(changes)
+                return None
+            return controlled_shutdown_election(d.replicas, d.isr, d.leader, broker_id,
+                                                self._eligible())
+
+        changes = [tp for tp, d in self.states.items() if decide(tp, d) is not None]
+        written = await self._write_decisions(changes, decide,
+                                              f"controlled shutdown of broker {broker_id}")
         batch = self._new_batch()
         for tp, d in written.items():
             batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)

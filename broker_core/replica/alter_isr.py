@@ -13,7 +13,12 @@ Invariants:
   multi, as the seed wants);
 - an item whose fate is unknown (connection lost, timeout, NOT_CONTROLLER) is sent again after a
   back-off: the controller may or may not have applied it, and only an answer or a LeaderAndIsr
-  can tell; an item answered with a partition error is reported and dropped.
+  can tell; an item answered with a partition error is reported and dropped;
+- an item :meth:`AlterIsrSender.forget` was called for (a LeaderAndIsr settled it) is never sent
+  again, even if it was in flight when forgotten and its fate turns out unknown;
+- every answer is reported with the item it answers; the receiver decides whether that item is
+  still the partition's pending change (an answer can arrive after a LeaderAndIsr settled its
+  item and a newer item was submitted).
 """
 
 from __future__ import annotations
@@ -84,6 +89,8 @@ class AlterIsrSender:
         self._conn = ClientConnection(connect or self._tcp_connect)
         self._queued: dict[TopicPartition, IsrChange] = {}
         self._in_flight: dict[TopicPartition, IsrChange] = {}
+        #: In-flight items forgotten while in flight: not re-queued if their fate is unknown.
+        self._superseded: set[TopicPartition] = set()
         self._scheduled: Any = None
         self._sending = False
         self._stopped = False
@@ -100,8 +107,11 @@ class AlterIsrSender:
         self._schedule(0.0)
 
     def forget(self, tp: TopicPartition) -> None:
-        """A newer LeaderAndIsr superseded whatever we asked for ``tp``: do not send it."""
+        """A newer LeaderAndIsr superseded whatever we asked for ``tp``: do not send it, and do
+        not send again an item for ``tp`` that is in flight now."""
         self._queued.pop(tp, None)
+        if tp in self._in_flight:
+            self._superseded.add(tp)
 
     def stop(self) -> None:
         self._stopped = True
@@ -183,8 +193,11 @@ class AlterIsrSender:
             self._retrying = True  # the next send waits backoff_s
         finally:
             self._in_flight = {}
+            self._superseded.clear()
 
     def _requeue(self, tp: TopicPartition, change: IsrChange) -> None:
+        if tp in self._superseded:
+            return  # settled by a LeaderAndIsr while in flight
         # A newer submit made while this one was in flight takes precedence.
         self._queued.setdefault(tp, change)
 

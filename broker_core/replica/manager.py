@@ -30,7 +30,7 @@ from broker_core.replica.alter_isr import AlterIsrSender, IsrChange
 from broker_core.replica.delayed import DelayedFetch, DelayedProduce
 from broker_core.replica.fetch_session import FetchSessionCache
 from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcherManager
-from broker_core.replica.partition import LeaderAndIsrState, Partition
+from broker_core.replica.partition import LeaderAndIsrState, Partition, PendingIsrChange
 from broker_core.wire.records import InvalidRecordBatch
 
 TopicPartition = tuple[str, int]
@@ -283,8 +283,6 @@ class ReplicaManager:
                 self.log.error("cannot create log for {t}-{p}: {e}", t=topic, p=index, e=e)
                 results[tp] = "KAFKA_STORAGE_ERROR"
                 continue
-            # Whatever we asked the controller about this partition is superseded.
-            self.alter_isr.forget(tp)
             if state.leader == self.broker_id:
                 self.fetchers.unfollow([tp])
                 old_isr = p.isr if p.is_leader else None
@@ -299,6 +297,10 @@ class ReplicaManager:
                     summary.add(f"following broker {state.leader}", tp, state.leader_epoch)
                 if changed or self.fetchers.following(tp) != state.leader:
                     self._follow(p, state.leader, leaders)
+            if p.pending_isr is None:
+                # The state settled whatever we had asked the controller about this partition
+                # (a state repeating the one a pending change was computed from leaves it be).
+                self.alter_isr.forget(tp)
             touched.append(tp)
             results[tp] = None
         if full:
@@ -618,10 +620,9 @@ class ReplicaManager:
                 self._propose_isr(p, new_isr)
 
     def _propose_isr(self, p: Partition, new_isr: tuple[int, ...]) -> None:
-        assert p.state is not None
-        p.pending_isr = new_isr
-        self.alter_isr.submit(IsrChange(p.topic, p.index, p.leader_epoch, new_isr,
-                                        p.state.zk_version))
+        pending = p.propose_isr(new_isr)
+        self.alter_isr.submit(IsrChange(p.topic, p.index, pending.leader_epoch, pending.isr,
+                                        pending.partition_epoch))
         if p.maybe_advance_high_watermark():  # an expansion can only hold the HW back; no-op
             self._wake(p.topic_partition)
 
@@ -640,18 +641,27 @@ class ReplicaManager:
 
     def _on_isr_result(self, change: IsrChange, error: str | None, leader_epoch: int,
                        isr: tuple[int, ...], zk_version: int) -> None:
+        """The controller's answer to ``change``. It counts only if ``change`` is the partition's
+        pending change (same proposed ISR, leader epoch and partition epoch): an answer that
+        arrives after a LeaderAndIsr settled its change must not end a newer change that is
+        still in flight, or the HW would stop counting a replica that change adds."""
         tp = (change.topic, change.partition)
         p = self.partitions.get(tp)
-        if p is None or not p.is_leader or p.leader_epoch != change.leader_epoch:
+        if p is None or not p.is_leader:
+            return
+        answered = PendingIsrChange(change.new_isr, change.leader_epoch, change.zk_version)
+        if p.pending_isr != answered:
+            self.log.debug("{t}-{p}: ignoring the answer to ISR {isr} at partition epoch {v}: "
+                           "not the pending change ({pending})", t=tp[0], p=tp[1],
+                           isr=list(change.new_isr), v=change.zk_version, pending=p.pending_isr)
             return
         if error is not None:
             self.log.info("{t}-{p}: controller refused ISR {isr}: {e}", t=tp[0], p=tp[1],
                           isr=list(change.new_isr), e=error)
-            if p.pending_isr == change.new_isr:
-                p.pending_isr = None
+            p.refuse_isr_change(answered)
         else:
             old = p.isr
-            if p.apply_isr_update(leader_epoch, isr, zk_version):
+            if p.apply_isr_update(answered, leader_epoch, isr, zk_version):
                 self._isr_changed(p, old)
         if p.maybe_advance_high_watermark():
             self._wake(tp)

@@ -13,8 +13,15 @@ leader's bookkeeping (Kafka's ``Partition.scala``). Invariants:
   is the smallest log end offset over the *maximal* ISR (seed 004): the committed ISR plus a
   replica whose addition is in flight. A shrink counts only once the controller has applied it,
   so the HW never passes an offset that a replica the controller may still elect lacks;
-- at most one ISR change per partition is in flight (``pending_isr``); it ends when the
-  controller answers or a newer LeaderAndIsr arrives, whichever comes first.
+- at most one ISR change per partition is pending (``pending_isr``, Kafka's
+  ``PendingExpandIsr`` / ``PendingShrinkIsr``). It names the ISR proposed and the partition
+  epoch (znode version) it was computed from, and it ends only through something that is about
+  *this* change: the controller's answer to it (an answer to any other change, e.g. a late one
+  to a change a LeaderAndIsr already settled, is ignored), or a LeaderAndIsr that is newer than
+  the state it was computed from (a new leader epoch or a higher partition epoch: the controller
+  has moved on, so the change was applied or will be refused). A LeaderAndIsr repeating the state
+  the change was computed from leaves it pending: the change may still be in flight, and
+  dropping it would let the HW pass a replica it is adding.
 """
 
 from __future__ import annotations
@@ -34,6 +41,18 @@ class LeaderAndIsrState:
     replicas: tuple[int, ...]
     controller_epoch: int
     zk_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingIsrChange:
+    """An ISR change sent to the controller and not settled yet: the ISR proposed, and the leader
+    epoch and partition epoch (znode version) of the state it was computed from. Two changes
+    are the same change exactly when all three are equal (the AlterPartition request carries
+    all three, so an answer names the change it answers)."""
+
+    isr: tuple[int, ...]
+    leader_epoch: int
+    partition_epoch: int
 
 
 @dataclass(slots=True)
@@ -58,7 +77,7 @@ class Partition:
         self.log = log
         self.state: LeaderAndIsrState | None = None
         self.remotes: dict[int, RemoteReplica] = {}
-        self.pending_isr: tuple[int, ...] | None = None
+        self.pending_isr: PendingIsrChange | None = None
         #: First offset of the current leadership (where our leader epoch starts in the log).
         self.leader_epoch_start_offset = -1
 
@@ -82,7 +101,9 @@ class Partition:
         new = not (self.is_leader and self.state is not None
                    and self.state.leader_epoch == state.leader_epoch)
         self.state = state
-        self.pending_isr = None
+        pending = self.pending_isr
+        if new or (pending is not None and state.zk_version > pending.partition_epoch):
+            self.pending_isr = None
         if new:
             self.log.leader_epochs.assign(state.leader_epoch, self.log.log_end_offset)
             self.leader_epoch_start_offset = self.log.log_end_offset
@@ -108,14 +129,39 @@ class Partition:
         self.leader_epoch_start_offset = -1
         return changed
 
-    def apply_isr_update(self, leader_epoch: int, isr: tuple[int, ...], zk_version: int) -> bool:
-        """The controller applied our AlterIsr: adopt its ISR and version. Ignored (False) if
-        our leadership has moved on or a newer state already arrived."""
+    def propose_isr(self, isr: tuple[int, ...]) -> PendingIsrChange:
+        """Record ``isr`` as the pending ISR change (computed from the state held now) and return
+        it, for the caller to send to the controller. Only a leader without a pending change may
+        propose one."""
         st = self.state
-        if st is None or not self.is_leader or st.leader_epoch != leader_epoch or (
-                zk_version < st.zk_version):
+        if st is None or not self.is_leader or self.pending_isr is not None:
+            raise ValueError(f"{self!r}: cannot propose an ISR change now "
+                             f"(pending: {self.pending_isr})")
+        self.pending_isr = PendingIsrChange(tuple(isr), st.leader_epoch, st.zk_version)
+        return self.pending_isr
+
+    def apply_isr_update(self, answered: PendingIsrChange, leader_epoch: int,
+                         isr: tuple[int, ...], zk_version: int) -> bool:
+        """The controller accepted the change ``answered``, leaving ``isr`` at ``zk_version``.
+
+        Only an answer to the pending change counts: for any other change (one a LeaderAndIsr
+        already settled, say, while a newer change is pending) nothing happens and the result
+        is False. A matching answer ends the pending change; its ISR and version are adopted
+        (True) unless our leadership has moved on or a newer state already arrived."""
+        if answered != self.pending_isr or not self.is_leader:
+            return False
+        self.pending_isr = None
+        st = self.state
+        if st is None or st.leader_epoch != leader_epoch or zk_version < st.zk_version:
             return False
         self.state = replace(st, isr=tuple(isr), zk_version=zk_version)
+        return True
+
+    def refuse_isr_change(self, answered: PendingIsrChange) -> bool:
+        """The controller refused the change ``answered``: end it if it is the pending one (True);
+        an answer to any other change changes nothing (False)."""
+        if answered != self.pending_isr:
+            return False
         self.pending_isr = None
         return True
 
@@ -143,10 +189,11 @@ class Partition:
 
     @property
     def maximal_isr(self) -> tuple[int, ...]:
-        """The committed ISR plus a pending addition (seed 004: assume the largest ISR)."""
+        """The committed ISR plus the replicas a pending change adds (assume the largest ISR
+        that may be in force); a pending shrink removes nothing until it is committed."""
         isr = self.isr
         if self.pending_isr is not None:
-            isr += tuple(r for r in self.pending_isr if r not in isr)
+            isr += tuple(r for r in self.pending_isr.isr if r not in isr)
         return isr
 
     @property

@@ -56,11 +56,11 @@ class HeldChannel:
         return out
 
 
-def make(partitions: int = 9):
+def make(partitions: int = 9, store: MemoryStore | None = None):
     """(store, clock, channels, controller): brokers 1-3 live, topic ``t`` with ``partitions``
     partitions on all three, partition p led by broker 1 + p % 3, every ISR full; the
-    controller (broker 1, epoch 5) has loaded it all."""
-    store = MemoryStore()
+    controller (broker 1, epoch 5) has loaded it all. ``store``: an empty store to use."""
+    store = MemoryStore() if store is None else store
     store.ensure_path(paths.BROKER_IDS)
     store.ensure_path(paths.TOPICS)
     for b in (1, 2, 3):

@@ -7,7 +7,7 @@ import pytest
 
 from broker_core.log import Log, LogConfig
 from broker_core.replica.fetcher import truncation_offset
-from broker_core.replica.partition import LeaderAndIsrState, Partition
+from broker_core.replica.partition import LeaderAndIsrState, Partition, PendingIsrChange
 from broker_core.wire.records import Record, build_batch
 from tests.support.manual_time import ManualTime
 
@@ -94,27 +94,76 @@ def test_pending_expansion_counts_at_once_and_pending_shrink_does_not(part):
     assert part.high_watermark == 10  # 3 is outside the ISR
     # Expansion in flight: the maximal ISR includes 3, which holds the HW at what 3 has.
     append(part, 5)
-    part.pending_isr = (1, 2, 3)
+    expand = part.propose_isr((1, 2, 3))
     part.record_follower_fetch(2, 15, now_ms=2)
     assert part.maximal_isr == (1, 2, 3)
     assert part.high_watermark == 10
     part.record_follower_fetch(3, 12, now_ms=2)
     assert part.high_watermark == 12
     # Shrink in flight: the committed (larger) ISR still counts until the controller answers.
-    part.apply_isr_update(0, (1, 2, 3), 1)
-    part.pending_isr = (1, 2)
+    assert part.apply_isr_update(expand, 0, (1, 2, 3), 1)
+    shrink = part.propose_isr((1, 2))
     part.record_follower_fetch(2, 15, now_ms=3)
     assert part.high_watermark == 12
-    assert part.apply_isr_update(0, (1, 2), 2)
+    assert part.apply_isr_update(shrink, 0, (1, 2), 2)
     assert part.maybe_advance_high_watermark() and part.high_watermark == 15
 
 
-def test_isr_update_for_another_epoch_or_older_version_is_ignored(part):
+def test_isr_update_for_another_epoch_or_older_version_ends_the_change_but_is_not_adopted(part):
     part.make_leader(state(epoch=2, isr=(1, 2, 3), zk_version=4), now_ms=0)
-    assert not part.apply_isr_update(1, (1, 2), 5)
-    assert not part.apply_isr_update(2, (1, 2), 3)
+    change = part.propose_isr((1, 2))
+    assert not part.apply_isr_update(change, 1, (1, 2), 5)
+    assert part.pending_isr is None and part.isr == (1, 2, 3)
+    change = part.propose_isr((1, 2))
+    assert not part.apply_isr_update(change, 2, (1, 2), 3)
     assert part.isr == (1, 2, 3)
-    assert part.apply_isr_update(2, (1, 2), 5) and part.isr == (1, 2)
+    change = part.propose_isr((1, 2))
+    assert part.apply_isr_update(change, 2, (1, 2), 5) and part.isr == (1, 2)
+
+
+def test_an_answer_to_a_change_that_is_not_pending_changes_nothing(part):
+    """The maximal-ISR race: the LeaderAndIsr for change A arrives before A's answer, and the
+    leader proposes B in between; A's late answer must leave B pending (so the HW keeps
+    counting the replica B adds), whether it is a success or a refusal."""
+    part.make_leader(state(isr=(1, 2), replicas=(1, 2, 3, 4)), now_ms=0)
+    a = part.propose_isr((1, 2, 3))
+    part.make_leader(state(isr=(1, 2, 3), replicas=(1, 2, 3, 4), zk_version=1), now_ms=1)
+    assert part.pending_isr is None  # settled by the newer state
+    b = part.propose_isr((1, 2, 3, 4))
+    assert b == PendingIsrChange((1, 2, 3, 4), 0, 1)
+    assert not part.apply_isr_update(a, 0, (1, 2, 3), 1)
+    assert not part.refuse_isr_change(a)
+    assert part.pending_isr == b and part.maximal_isr == (1, 2, 3, 4)
+    assert part.refuse_isr_change(b) and part.pending_isr is None
+
+
+def test_a_state_repeating_the_base_of_the_pending_change_leaves_it_pending(part):
+    """A's answer came first, B was proposed from it, then A's LeaderAndIsr (the same version
+    B was computed from) arrives late: B is still in flight and stays pending. A newer state
+    (a higher version, or a new leader epoch) settles it."""
+    part.make_leader(state(isr=(1, 2), replicas=(1, 2, 3, 4)), now_ms=0)
+    a = part.propose_isr((1, 2, 3))
+    assert part.apply_isr_update(a, 0, (1, 2, 3), 1)
+    b = part.propose_isr((1, 2, 3, 4))
+    assert not part.make_leader(state(isr=(1, 2, 3), replicas=(1, 2, 3, 4), zk_version=1),
+                                now_ms=1)
+    assert part.pending_isr == b
+    part.make_leader(state(isr=(1, 2, 3, 4), replicas=(1, 2, 3, 4), zk_version=2), now_ms=2)
+    assert part.pending_isr is None
+    c = part.propose_isr((1, 2, 3))
+    part.make_leader(state(epoch=1, isr=(1, 2, 3, 4), replicas=(1, 2, 3, 4), zk_version=2),
+                     now_ms=3)
+    assert part.pending_isr is None and c is not None
+
+
+def test_only_a_leader_without_a_pending_change_proposes(part):
+    part.make_follower(state(leader=2))
+    with pytest.raises(ValueError):
+        part.propose_isr((1, 2))
+    part.make_leader(state(isr=(1, 2)), now_ms=0)
+    part.propose_isr((1, 2, 3))
+    with pytest.raises(ValueError):
+        part.propose_isr((1,))
 
 
 # -- ISR membership ----------------------------------------------------------------------------
@@ -130,7 +179,7 @@ def test_expansion_needs_the_hw_and_the_start_of_this_leadership(part):
     part.record_follower_fetch(2, 8, now_ms=2)
     assert part.high_watermark == 8
     assert part.isr_expansion(2) == (1, 2)
-    part.pending_isr = (1, 2)
+    part.propose_isr((1, 2))
     assert part.isr_expansion(2) is None  # one change in flight at a time
 
 

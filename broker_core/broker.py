@@ -161,12 +161,18 @@ class BrokerService(service.Service):
         ZooKeeper keys', which mean the same there."""
         from broker_core.raft.embedded import EmbeddedQuorum  # noqa: PLC0415 (quorum mode)
         from broker_core.raft.metadata_store import QuorumMetadataStore  # noqa: PLC0415
+        from broker_core.raft.metadata_tree import SKIP_REASONS  # noqa: PLC0415
 
         self.quorum = EmbeddedQuorum(config.broker_id, config.cluster_id,
                                      config.quorum_voter_addresses(),
                                      config.quorum_listen_address(), config.quorum_data_path(),
                                      reactor, config=config.raft_config(),
                                      bootstrap_servers=config.quorum_bootstrap_server_list())
+        # Entries the node cannot apply are skipped (every node alike) and counted here.
+        skipped = self.metrics.metadata_entries_skipped_total
+        for reason in SKIP_REASONS:
+            skipped.labels(reason=reason)  # exported as 0 until the first one
+        self.quorum.client.on_skip = lambda offset, reason: skipped.labels(reason=reason).inc()
         return QuorumMetadataStore(
             self.quorum.client, reactor=reactor,
             session_timeout=config.zookeeper_session_timeout_ms / 1000.0,

@@ -287,6 +287,12 @@ class BrokerMetrics:
             "coordinator_offset_commits", "Partition offsets written to ZooKeeper", namespace=ns,
             registry=r)
 
+        # The metadata quorum (quorum mode).
+        self.metadata_entries_skipped_total = Counter(
+            "metadata_entries_skipped", "Committed metadata-log entries this broker's quorum "
+            "node could not apply and skipped, by reason: malformed, unsupported_version, "
+            "apply_error", ["reason"], namespace=ns, registry=r)
+
         self.offline_partitions = Gauge(
             "offline_partitions", "Partitions without a leader, as the active controller sees "
             "them (0 on brokers that are not the controller)", namespace=ns, registry=r)

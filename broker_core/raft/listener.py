@@ -21,7 +21,10 @@ listener does not serve, or a quorum API at a version it does not speak closes t
 (logged, as the broker's listener does); a Fetch at another version than v12 gets
 UNSUPPORTED_VERSION; a request naming another partition than the metadata one, or claiming to
 come from this node itself, gets INVALID_REQUEST. A wrong cluster id is the node's to answer
-(INCONSISTENT_CLUSTER_ID). A request the node has not answered within the request timeout
+(INCONSISTENT_CLUSTER_ID). The APIs registered with :meth:`QuorumRequestHandler.serve` check
+their own input: MetadataWrite's handler (``NetworkQuorumClient``) validates the command and
+refuses one that does not validate before anything is proposed. A request the node has not
+answered within the request timeout
 closes its connection: the peer has given up on it, and the responses queued behind it could
 not be sent out of order anyway.
 """

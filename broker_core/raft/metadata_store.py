@@ -51,6 +51,7 @@ from broker_core.metadata import (
     Stat,
 )
 from broker_core.raft.metadata_commands import (
+    MAX_MULTI_OPS,
     CheckNode,
     CloseSession,
     Command,
@@ -60,13 +61,10 @@ from broker_core.raft.metadata_commands import (
     NodeOp,
     OpenSession,
     SetNode,
+    check_path,
     encode,
 )
-from broker_core.raft.metadata_tree import ApplyResult, EventKind, check_path, parent_of
-
-#: The same cap as the ZooKeeper store's, so callers batch the same way on both; a multi is
-#: one log entry, and the quorum's entries are meant to stay small.
-MAX_MULTI_OPS = 1000
+from broker_core.raft.metadata_tree import ApplyResult, EventKind, parent_of
 
 
 class IQuorumClient(Interface):
@@ -82,8 +80,10 @@ class IQuorumClient(Interface):
     def submit(command):
         """Propose ``command`` (payload bytes). The Deferred fires with the apply result once
         the entry is committed and applied to :attr:`tree` (after the apply listeners ran for
-        it), fails with the result when the result is an error, and fails with
-        ConnectionLost when no leader takes it or the entry is lost in a leader change."""
+        it), fails with the result when the result is an error, fails with MalformedCommand
+        (nothing proposed) when ``command`` does not validate or the leader refuses it, and
+        fails with ConnectionLost when no leader takes it or the entry is lost in a leader
+        change."""
 
     def heartbeat(session_id):
         """Tell the leader ``session_id`` is alive. Fires with None; fails with SessionExpired

@@ -30,12 +30,23 @@ Semantics follow ZooKeeper, as :mod:`broker_core.zk.store` reports them:
 
 ``apply`` returns an :class:`ApplyResult`: the operation's result (a value, or the typed error
 of :mod:`broker_core.metadata` *as a value*: a failed command is a deterministic outcome of the
-log, not an exception of the replica) and the watch events it caused. Only an entry this
-replica cannot read at all raises: a command of an unknown encoding version
-(:class:`~broker_core.raft.metadata_commands.UnsupportedCommandVersion`); skipping it would make
-this replica diverge from newer ones. A malformed command of the known version (a bug of its
-proposer) is refused by every replica alike: its result is the
-:class:`~broker_core.raft.metadata_commands.MalformedCommand` error and nothing changes.
+log, not an exception of the replica) and the watch events it caused.
+
+Entries a node cannot apply. A committed entry whose payload does not decode
+(:func:`~broker_core.raft.metadata_commands.decode` is the validator: another encoding version,
+damaged bytes, a command no version-1 proposer writes) is **skipped**: the applied offset moves
+past it, nothing else changes, and its result is the
+:class:`~broker_core.raft.metadata_commands.MalformedCommand` (or
+:class:`~broker_core.raft.metadata_commands.UnsupportedCommandVersion`) naming why, with
+:attr:`ApplyResult.skipped` set to the reason (:data:`SKIP_MALFORMED`,
+:data:`SKIP_UNSUPPORTED_VERSION`). A command that decodes but whose application raises an
+unexpected exception (a bug) is rolled back and skipped the same way (:data:`SKIP_APPLY_ERROR`,
+result :class:`ApplyFailed`). Validation depends on the payload only and the tree on the log
+only, so every replica skips exactly the same entries and the trees stay equal; an entry that
+cannot be applied is never a reason for a replica to stop applying or to fail to start. The
+owner of the tree counts and logs what was skipped (``NetworkQuorumClient``). No version-1 node
+proposes anything but version 1 (see :mod:`broker_core.raft.metadata_commands`), so skipping an
+entry of another version cannot make a replica diverge from newer ones.
 
 Invariants: the root ``/`` always exists; every node but the root has its parent in the tree
 and is among the parent's children; an ephemeral node's owner is an open session and it has
@@ -75,6 +86,7 @@ from broker_core.raft.metadata_commands import (
     OpenSession,
     SetNode,
     UnsupportedCommandVersion,
+    check_path,
     decode,
 )
 
@@ -89,23 +101,21 @@ class BadArguments(MetadataStoreError):
     """An invalid path (ZooKeeper's BadArguments), e.g. deleting the root."""
 
 
+class ApplyFailed(MetadataStoreError):
+    """A command that decoded but could not be applied (an unexpected error of this code); it
+    was rolled back and skipped."""
+
+
 class SnapshotError(ValueError):
     """Snapshot bytes that cannot be read; the message says why."""
 
 
-def check_path(path: str) -> str | None:
-    """Why ``path`` is not a valid node path, or ``None`` if it is (ZooKeeper's rules:
-    absolute, no empty, ``.`` or ``..`` component, no trailing slash but for the root)."""
-    if not isinstance(path, str) or not path.startswith("/"):
-        return f"path {path!r} must start with /"
-    if path == "/":
-        return None
-    if path.endswith("/"):
-        return f"path {path!r} must not end with /"
-    for part in path[1:].split("/"):
-        if part in ("", ".", ".."):
-            return f"path {path!r} has an empty, '.' or '..' component"
-    return None
+#: Why an entry was skipped (:attr:`ApplyResult.skipped`; the label of the skipped-entries
+#: metric).
+SKIP_MALFORMED = "malformed"
+SKIP_UNSUPPORTED_VERSION = "unsupported_version"
+SKIP_APPLY_ERROR = "apply_error"
+SKIP_REASONS = (SKIP_MALFORMED, SKIP_UNSUPPORTED_VERSION, SKIP_APPLY_ERROR)
 
 
 def parent_of(path: str) -> str:
@@ -133,12 +143,14 @@ class WatchEvent:
 @dataclass(slots=True)
 class ApplyResult:
     """What one entry did: ``result`` (value or typed error), the watch ``events`` in the order
-    they happened, and the session it opened or ended, if any."""
+    they happened, and the session it opened or ended, if any. ``skipped`` is set (to a
+    ``SKIP_*`` reason) when the entry could not be applied at all; ``result`` then says why."""
 
     result: Any
     events: list[WatchEvent] = field(default_factory=list)
     opened_session: int | None = None
     ended_session: int | None = None
+    skipped: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -224,14 +236,15 @@ class MetadataTree:
     # ------------------------------------------------------------------ apply
 
     def apply(self, offset: int, payload: bytes) -> ApplyResult:
-        """Apply the committed entry at ``offset`` whose payload is a metadata command."""
+        """Apply the committed entry at ``offset`` whose payload is a metadata command; one
+        that does not decode is skipped (see the module docstring)."""
         try:
             envelope = decode(payload)
-        except UnsupportedCommandVersion:
-            raise
         except MalformedCommand as e:
             self._advance(offset)
-            return ApplyResult(e)
+            reason = (SKIP_UNSUPPORTED_VERSION if isinstance(e, UnsupportedCommandVersion)
+                      else SKIP_MALFORMED)
+            return ApplyResult(e, skipped=reason)
         return self.apply_command(offset, envelope.command, envelope.time_ms)
 
     def skip(self, offset: int) -> None:
@@ -264,6 +277,10 @@ class MetadataTree:
             self._rollback()
             out.result = f.error
             out.opened_session = out.ended_session = None
+        except Exception as e:  # a bug, not the log's fault: undo, skip, keep applying
+            self._rollback()
+            out = ApplyResult(ApplyFailed(f"applying {type(command).__name__} failed: {e!r}"),
+                              skipped=SKIP_APPLY_ERROR)
         out.events = self._events if not out.failed else []
         self._undo, self._events = [], []
         return out

@@ -28,6 +28,19 @@ fails with ConnectionLoss, and the caller sees on its retry what it would see on
 (``NodeExists`` for a create that committed late, ``BadVersion`` for a conditional set). The
 tree needs no idempotency keys.
 
+Validation. A command is validated (decoded: :func:`~broker_core.raft.metadata_commands.decode`)
+before it is proposed: ``submit`` refuses one that does not validate with its
+:class:`~broker_core.raft.metadata_commands.MalformedCommand`, and the leader checks every
+MetadataWrite again (its writer may be another version, or hostile) and refuses one that does
+not validate with ``INVALID_REQUEST`` (``UNSUPPORTED_VERSION`` for another encoding version),
+the reason in the error message and nothing appended; the forwarding node fails the write with
+the same error at once (certainly not proposed, never retried). A committed entry that does not
+validate anyway (damaged, or written past the leader's check by another version) is skipped by
+the tree alike on every node (:mod:`broker_core.raft.metadata_tree`); the client counts it
+(:attr:`NetworkQuorumClient.skipped`, the ``on_skip`` hook the broker's metric hangs on) and logs
+its offset and reason, and goes on with the next entry. Apply listeners see it as a result
+whose ``skipped`` is set.
+
 Snapshots. At start the client is given the node's latest snapshot (the tree as of its end)
 and then only the entries after it, instead of the whole log. It asks the driver for a new
 snapshot of its tree once ``quorum.snapshot.interval.entries`` entries or
@@ -46,7 +59,7 @@ apply listeners ran for it. Everything runs on the reactor thread.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -60,7 +73,13 @@ from broker_core.raft.driver import DriverStopped, EntryTruncated, RaftDriver
 from broker_core.raft.effects import Transition
 from broker_core.raft.entries import LogEntry
 from broker_core.raft.listener import QuorumRequestHandler
-from broker_core.raft.metadata_commands import ExpireSession, encode
+from broker_core.raft.metadata_commands import (
+    ExpireSession,
+    MalformedCommand,
+    UnsupportedCommandVersion,
+    decode,
+    encode,
+)
 from broker_core.raft.metadata_sessions import SessionTracker
 from broker_core.raft.metadata_store import IQuorumClient
 from broker_core.raft.metadata_tree import ApplyResult, MetadataTree, SnapshotError
@@ -75,6 +94,9 @@ from broker_core.wire.errors import ErrorCode
 #: its entry was applied (the usual order on the leader) still finds its result. Far more than
 #: the entries that can apply between a commit and its report.
 RECENT_RESULTS = 65_536
+#: Skipped entries remembered (offset, reason, why) for operators and tests; the count of all
+#: is in :attr:`NetworkQuorumClient.skipped`.
+RECENT_SKIPPED = 100
 
 
 class _NotSent(Exception):
@@ -138,6 +160,12 @@ class NetworkQuorumClient:
         self._attached = False
         self._since_snapshot_entries = 0
         self._since_snapshot_bytes = 0
+        # Committed entries the tree could not apply and skipped, by reason (a SKIP_* of
+        # metadata_tree), the latest ones, and the hook the broker's metric hangs on:
+        # ``on_skip(offset, reason)``.
+        self.skipped: Counter[str] = Counter()
+        self.recent_skipped: deque[tuple[int, str, str]] = deque(maxlen=RECENT_SKIPPED)
+        self.on_skip: Callable[[int, str], None] | None = None
         self._conn = ClientConnection(lambda host, port: connect_client(
             reactor, host, port, f"sluice-quorum-client-{node_id}", request_timeout_s))
 
@@ -256,6 +284,8 @@ class NetworkQuorumClient:
                 continue
             applied = self.tree.apply(entry.offset, entry.payload)  # type: ignore[arg-type]
             self._since_snapshot_bytes += len(entry.payload)  # type: ignore[arg-type]
+            if applied.skipped is not None:
+                self._record_skip(entry.offset, applied)
             if self.leading:
                 if applied.opened_session is not None:
                     sid = applied.opened_session
@@ -280,6 +310,22 @@ class NetworkQuorumClient:
                 self._results.popitem(last=False)
             for d in self._waiters.pop(entry.offset, []):
                 d.callback(applied)
+
+    def _record_skip(self, offset: int, applied: ApplyResult) -> None:
+        """The committed entry at ``offset`` could not be applied and was skipped (by every
+        node alike): count it, remember it, log its offset and reason."""
+        reason = applied.skipped
+        assert reason is not None
+        self.skipped[reason] += 1
+        self.recent_skipped.append((offset, reason, str(applied.result)))
+        self.log.error("quorum node {node}: skipped the metadata entry at offset {offset} "
+                       "({reason}): {why}; nothing was changed, later entries apply",
+                       node=self.node_id, offset=offset, reason=reason, why=applied.result)
+        if self.on_skip is not None:
+            try:
+                self.on_skip(offset, reason)
+            except Exception:
+                self.log.failure("skipped-entry hook failed")
 
     def _applied(self, offset: int, timeout_s: float) -> defer.Deferred:
         """Fires with the apply result of ``offset`` once the local tree applied it; fails with
@@ -344,6 +390,11 @@ class NetworkQuorumClient:
             self._listeners.remove(callback)
 
     def submit(self, command: bytes) -> defer.Deferred:
+        try:
+            decode(command)  # validated before it is proposed or forwarded
+        except MalformedCommand as e:
+            return defer.fail(e)
+
         async def run() -> Any:
             applied = await self._submit(command)
             if applied.failed:
@@ -449,6 +500,13 @@ class NetworkQuorumClient:
             return int(body.offset)
         if code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
             raise _NotSent(f"node {leader_id} does not lead (it knows leader {body.leader_id})")
+        # The leader refused the command without proposing it: final, never retried.
+        if code == ErrorCode.UNSUPPORTED_VERSION:
+            raise UnsupportedCommandVersion(f"quorum leader {leader_id} refused the command: "
+                                            f"{body.error_message or ''}")
+        if code == ErrorCode.INVALID_REQUEST:
+            raise MalformedCommand(f"quorum leader {leader_id} refused the command: "
+                                   f"{body.error_message or ''}")
         raise _Ambiguous(f"quorum leader {leader_id}: {ErrorCode(code).name}: "
                          f"{body.error_message or ''}")
 
@@ -502,7 +560,18 @@ class NetworkQuorumClient:
         driver = self.driver
         if not self.leading or driver is None:
             return {**self._not_leader(), "offset": -1}
-        d = driver.propose(bytes(request.body.command))
+        command = bytes(request.body.command)
+        try:
+            decode(command)  # the writer may be another version, or hostile
+        except MalformedCommand as e:
+            code = (ErrorCode.UNSUPPORTED_VERSION if isinstance(e, UnsupportedCommandVersion)
+                    else ErrorCode.INVALID_REQUEST)
+            self.log.warn("quorum node {node} refused a metadata write from node {source} "
+                          "({peer}): {why}", node=self.node_id, source=request.body.node_id,
+                          peer=getattr(proto, "peer", None), why=e)
+            return {"error_code": int(code), "error_message": str(e)[:1000],
+                    "leader_id": self.node_id, "offset": -1}
+        d = driver.propose(command)
         d.addTimeout(self.request_timeout_s, self.reactor)
 
         def committed(offset: int) -> dict:

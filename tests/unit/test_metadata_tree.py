@@ -41,6 +41,7 @@ from broker_core.raft.metadata_commands import (
     encode,
 )
 from broker_core.raft.metadata_tree import (
+    ApplyFailed,
     BadArguments,
     EventKind,
     MetadataTree,
@@ -123,14 +124,15 @@ def test_an_unknown_encoding_version_is_refused(version):
 
 
 @pytest.mark.parametrize("payload, reason", [
-    (b"\xff\xfe", "not JSON"),
+    (b"\xff\xfe", "not UTF-8"),
+    (b"{1: 2}", "not JSON"),
     (b"[1, 2]", "not a JSON object"),
     (b'{"v":1,"t":0,"c":"frobnicate","p":"/a"}', "unknown command"),
     (b'{"v":1,"t":0,"c":"set","p":"/a","n":1}', "missing field 'd'"),
     (b'{"v":1,"t":0,"c":"set","p":"/a","d":"aGk=","n":true}', "'n' should be int"),
-    (b'{"v":1,"t":0,"c":"check","p":"a","n":1}', "not absolute"),
+    (b'{"v":1,"t":0,"c":"check","p":"a","n":1}', "must start with /"),
     (b'{"v":1,"t":0,"c":"set","p":"/a","d":"%%%","n":1}', "not base64"),
-    (b'{"v":1,"t":0,"c":"open_session","ms":0}', "must be positive"),
+    (b'{"v":1,"t":0,"c":"open_session","ms":0}', "'ms' is 0, outside"),
     (b'{"v":1,"t":0,"c":"multi","ops":[{"c":"delete","p":"/a","n":-1,"r":true}]}',
      "recursive delete"),
     (b'{"v":1,"c":"check","p":"/a","n":1}', "missing field 't'"),
@@ -190,8 +192,8 @@ def test_create_get_set_delete_with_zookeeper_stats(log):
     (DeleteNode("/"), BadArguments),
     (CheckNode("/missing", -1), NoNode),
     (CheckNode("/x", 3), BadVersion),
-    (CreateNode("/x/"), BadArguments),
-    (CreateNode("/x//y"), BadArguments),
+    (CreateNode("/x/"), MalformedCommand),  # refused by the decoder: skipped, not applied
+    (CreateNode("/x//y"), MalformedCommand),
     (CreateNode("/eph/child"), NoChildrenForEphemerals),
     (CreateNode("/other", owner=999), SessionExpired),
     (CloseSession(999), SessionExpired),
@@ -346,11 +348,41 @@ def test_entries_apply_once_each_in_order(log):
         log.tree.apply(log.offset, encode(CreateNode("/b")))
 
 
-def test_a_malformed_entry_is_refused_alike_everywhere_and_an_unknown_version_stops_apply(log):
-    applied = log.tree.apply(1, b"not a command")
-    assert isinstance(applied.result, MalformedCommand) and len(log.tree) == 1
-    with pytest.raises(UnsupportedCommandVersion):
-        log.tree.apply(2, b'{"v":2,"t":0,"c":"check","p":"/","n":-1}')
+def test_an_entry_that_does_not_decode_is_skipped_and_the_next_ones_apply(log):
+    """A malformed entry and one of an unknown version change nothing but the applied offset,
+    say why (``skipped``), and the entries after them apply as usual."""
+    before = _state(log.tree)
+    malformed = log.tree.apply(1, b"not a command")
+    assert isinstance(malformed.result, MalformedCommand) and malformed.skipped == "malformed"
+    newer = log.tree.apply(2, b'{"v":2,"t":0,"c":"check","p":"/","n":-1}')
+    assert isinstance(newer.result, UnsupportedCommandVersion)
+    assert newer.skipped == "unsupported_version" and newer.events == []
+    assert _state(log.tree) == before and log.tree.applied_offset == 2
+    log.offset = 2
+    assert log(CreateNode("/after")).result == "/after"
+    assert log.tree.applied_offset == 3 and log.tree.exists("/after") is not None
+
+
+def test_a_command_whose_apply_fails_unexpectedly_is_rolled_back_and_skipped(log, monkeypatch):
+    """A bug in applying one command (here: the second set of a multi raises) undoes what the
+    command did so far and skips it; the tree keeps applying."""
+    log(CreateNode("/a", b"0"))
+    log(CreateNode("/b", b"0"))
+    before = _state(log.tree)
+    real_set = MetadataTree._set
+
+    def failing_set(self, op, offset, time_ms):
+        if op.path == "/b":
+            raise KeyError("a bug")
+        return real_set(self, op, offset, time_ms)
+
+    monkeypatch.setattr(MetadataTree, "_set", failing_set)
+    applied = log(Multi((SetNode("/a", b"1"), SetNode("/b", b"1"))))
+    assert applied.skipped == "apply_error" and isinstance(applied.result, ApplyFailed)
+    assert "KeyError" in str(applied.result) and applied.events == []
+    assert _state(log.tree) == before
+    monkeypatch.undo()
+    assert log(SetNode("/b", b"2")).result.version == 1
 
 
 def test_snapshot_round_trips_and_refuses_garbage(log):

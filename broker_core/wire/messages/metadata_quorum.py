@@ -10,7 +10,10 @@
 
 Both answer ``NOT_LEADER_OR_FOLLOWER`` with the leader the responder knows (-1: none) when it
 does not lead. MetadataWrite answers ``REQUEST_TIMED_OUT`` when its entry did not commit in
-time (it may still commit: the forwarding node cannot tell, and reports a lost connection);
+time (it may still commit: the forwarding node cannot tell, and reports a lost connection), and
+refuses a command that does not validate without appending anything: ``UNSUPPORTED_VERSION``
+for another encoding version, ``INVALID_REQUEST`` for anything else, the reason in
+``error_message`` (the forwarding node fails the write with it at once);
 SessionHeartbeat answers ``UNKNOWN_MEMBER_ID`` for a session the leader does not hold live.
 
 Registered in ``DEFINED`` (not ``SUPPORTED``): a broker's client listener never serves them.

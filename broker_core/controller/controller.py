@@ -838,8 +838,10 @@ class Controller:
             for tp, (leader_epoch, new_isr, partition_epoch) in pending.items():
                 cur = self.states.get(tp)
                 # A broker in controlled shutdown may not (re)join an ISR (Kafka, KIP-841).
+                # Nor may a replica on a failed log directory (KIP-112).
                 verdict = judge_isr_change(broker_id, leader_epoch, partition_epoch, new_isr,
-                                           cur, self._eligible())
+                                           cur, self.offline_replicas.usable(
+                                               tp, self._eligible()))
                 if verdict.error is not None or cur is None:
                     results[tp] = (verdict.error, None)
                 elif not verdict.write:

@@ -262,6 +262,9 @@ class LogManager:
         """Take ``log_dir`` offline after ``error`` (reactor thread). Returns the partitions
         whose logs were in it, now dropped from the manager (their descriptors closed, nothing
         written), or None when the directory was offline already."""
+        # Not under the checkpoint lock: a checkpoint stuck on a hung disk must not stop the
+        # reactor. A checkpoint running on an IO thread checks the state before each file, so
+        # at most the file it is writing at this instant is finished.
         if not self.dir_states.fail(log_dir, error):
             return None
         gone = sorted(tp for tp, d in self._dir_of.items() if d == log_dir)
@@ -297,10 +300,10 @@ class LogManager:
                 if d in by_dir:
                     by_dir[d].append((tp, log))
             for d, logs in by_dir.items():
-                if not self.dir_states.is_online(d):
-                    continue
                 try:
                     for file, offset in self._checkpoint_files[d]:
+                        if not self.dir_states.is_online(d):
+                            break  # went offline meanwhile (see fail_dir)
                         file.write({tp: offset(log) for tp, log in logs})
                 except OSError as e:
                     failed[d] = e

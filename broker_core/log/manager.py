@@ -121,8 +121,9 @@ class LogManager:
         """Open every partition directory of every online log directory. A partition directory
         whose name does not parse, or whose log cannot be opened, is recorded in
         ``load_errors`` and skipped; an unreadable checkpoint is recorded and treated as empty
-        (recovery points 0: full recovery, which is safe). A log directory that cannot be
-        listed or created (an ``OSError``) goes offline from the start."""
+        (recovery points 0: full recovery, which is safe). A log directory in which an I/O
+        error (an ``OSError``) happens while it is created, listed, or one of its logs opened
+        or recovered goes offline from the start; what it held is then unknown."""
         for log_dir in self.dir_states.online():
             try:
                 self._load_dir(log_dir)
@@ -167,7 +168,9 @@ class LogManager:
                                log_start_offset=starts.get(tp, 0),
                                clean_shutdown=clean_shutdown,
                                open_segments=self.open_segments)
-            except (OSError, ValueError, RuntimeError) as e:
+            except OSError:
+                raise  # an I/O error: the whole directory goes offline (see load())
+            except (ValueError, RuntimeError) as e:
                 self.load_errors[d.name] = f"cannot open log: {type(e).__name__}: {e}"
                 continue
             log.high_watermark = hws.get(tp, 0)

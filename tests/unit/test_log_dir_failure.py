@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from twisted.internet import defer, task
 
-from broker_core.log import LogConfig, LogDirOffline, LogManager
+from broker_core.log import Log, LogConfig, LogDirOffline, LogManager
 from broker_core.log.dir_state import DirState, LogDirStates, describe_io_error
 from broker_core.log.manager import CLEAN_SHUTDOWN, RECOVERY_POINTS
 from broker_core.metadata import ConnectionLost, NodeExists, NoNode
@@ -150,6 +150,29 @@ def test_a_directory_that_cannot_be_loaded_is_offline_and_unknown_partitions_are
         lm.get_or_create("t", 0)
     lm.shutdown()
     assert (tmp_path / "d0" / CLEAN_SHUTDOWN).exists()
+
+
+def test_an_io_error_while_a_log_is_opened_takes_its_directory_offline(tmp_path, monkeypatch):
+    lm = manager(tmp_path)
+    lm.load()
+    for p in range(4):
+        lm.get_or_create("t", p)  # t-0, t-2 in d0; t-1, t-3 in d1
+    lm.shutdown()
+    real_open = Log.open
+
+    def failing_open(directory, *args, **kwargs):
+        if directory.parent == tmp_path / "d1" and directory.name == "t-3":
+            raise OSError(errno.EIO, "Input/output error", str(directory))
+        return real_open(directory, *args, **kwargs)
+
+    monkeypatch.setattr(Log, "open", failing_open)
+    again = manager(tmp_path)
+    assert set(again.load()) == {("t", 0), ("t", 2)}
+    assert again.dir_states.offline() == [tmp_path / "d1"]
+    assert again.get("t", 1) is None  # opened before the error, dropped with its directory
+    with pytest.raises(LogDirOffline):
+        again.get_or_create("t", 3)
+    again.shutdown()
 
 
 def test_a_single_directory_still_works_as_before(tmp_path):

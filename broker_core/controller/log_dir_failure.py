@@ -188,6 +188,14 @@ async def apply_changes(c: Controller, changes: dict[TopicPartition, Election]) 
     replicas, UpdateMetadata to every live broker."""
     if not changes:
         return
+    unclean = sorted(tp for tp, el in changes.items() if el.unclean)
+    for tp in unclean:
+        log.warn("UNCLEAN leader election for {t}-{p}: broker {l} was not in the ISR {isr} "
+                 "(its only in-sync replica is on a failed log directory); committed messages "
+                 "may be lost", t=tp[0], p=tp[1], l=changes[tp].leader,
+                 isr=list(c.states[tp].isr))
+    if unclean and c.metrics is not None:
+        c.metrics.unclean_leader_elections_total.inc(len(unclean))
     written = await c._write_decisions(changes)
     moved = sum(1 for d in written.values() if d.leader != NO_LEADER)
     offline = [tp for tp, d in written.items() if d.leader == NO_LEADER]

@@ -135,7 +135,7 @@ def clusters(request, tmp_path):
         c.stop()
 
 
-def start_cluster(make, mode: str, broker3_dirs: list[Path]):
+def start_cluster(make, mode: str, broker3_dirs: list[Path], quorum_dir: Path | None = None):
     from broker_core.wire.apis import ApiKey
     from consumer_client.connection import BrokerConnection
 
@@ -145,6 +145,8 @@ def start_cluster(make, mode: str, broker3_dirs: list[Path]):
     b3.extra["metrics.listener"] = f"tcp:{b3.metrics_port}:interface=127.0.0.1"
     # Broker 3's log.dirs: several directories, comma-separated (passed as --log-dir).
     b3.log_dir = ",".join(str(d) for d in broker3_dirs)
+    if quorum_dir is not None:
+        b3.extra["quorum.data.dir"] = str(quorum_dir)
     cluster.start()
     cluster.wait_registered()
     # Broker 3 is the preferred (so the first) leader of every partition: the partitions of
@@ -232,10 +234,14 @@ def test_a_full_log_directory_goes_offline_and_leadership_moves_away(small_mount
           f"states {states}")
 
 
-@pytest.mark.parametrize("dirs", [1, 2])
-def test_a_broker_whose_every_log_directory_fails_shuts_down(small_mounts, clusters, dirs):
+@pytest.mark.parametrize(("mode", "dirs"), [("zookeeper", 1), ("zookeeper", 2), ("quorum", 2)])
+def test_a_broker_whose_every_log_directory_fails_shuts_down(small_mounts, clusters, tmp_path,
+                                                             mode, dirs):
     mounts = [small_mounts(f"small-{i}") for i in range(dirs)]
-    cluster = start_cluster(clusters, "zookeeper", mounts)
+    # In quorum mode the quorum's data goes elsewhere (by default it would share the first
+    # small directory's fate, which is not what this test is about).
+    quorum_dir = tmp_path / "quorum-3" if mode == "quorum" else None
+    cluster = start_cluster(clusters, mode, mounts, quorum_dir=quorum_dir)
     b3 = cluster.brokers[3]
     with AckingProducer(cluster.bootstrap) as producer:
         wait_for(lambda: b3.proc.poll() is not None, 240, "broker 3 to shut down")

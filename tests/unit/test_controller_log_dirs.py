@@ -93,9 +93,11 @@ def test_a_partition_with_no_other_in_sync_replica_goes_offline_and_returns_afte
     report(store, 3, ctl.live[3].epoch, [T2])
     run(log_dir_failure.on_log_dir_event(ctl))
     assert ctl.states[T2].leader == -1 and ctl.states[T2].isr == (3,)
-    # While broker 3's replica is offline nobody may lead it, even with unclean election on.
+    # Broker 3's replica is never chosen while offline; with unclean election on, another
+    # (out-of-sync) replica could be, as for a dead leader.
     ctl.unclean_leader_election = lambda topic: True
     assert ctl._offline_election(T2, ctl.states[T2], ctl.live).leader in (1, 2)
+    assert ctl._offline_election(T2, ctl.states[T2], [3]).leader == -1
     ctl.unclean_leader_election = lambda topic: False
     run(ctl._elect_offline_partitions(ctl._new_batch(), send=True))
     assert ctl.states[T2].leader == -1

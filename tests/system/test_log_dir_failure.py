@@ -30,7 +30,12 @@ from tests.system.test_replicated_failover import partition_states, wait_for
 pytestmark = pytest.mark.slow
 
 TOPIC = "filling"
-PARTITIONS = 4
+PARTITIONS = 6
+#: Replicas per partition, the preferred (first) leader first: broker 3 leads some partitions
+#: and follows others, so that its failing directory holds both kinds (a new partition goes to
+#: the directory with the fewest partitions, the first on a tie: the two alternate).
+ASSIGNMENT = {0: [3, 1, 2], 1: [3, 2, 1], 2: [2, 3, 1], 3: [1, 3, 2], 4: [3, 1, 2],
+              5: [3, 2, 1]}
 VALUE = 1024
 
 
@@ -149,13 +154,10 @@ def start_cluster(make, mode: str, broker3_dirs: list[Path], quorum_dir: Path | 
         b3.extra["quorum.data.dir"] = str(quorum_dir)
     cluster.start()
     cluster.wait_registered()
-    # Broker 3 is the preferred (so the first) leader of every partition: the partitions of
-    # its failing directory are led by it when the disk fills, whichever they are.
     with BrokerConnection("127.0.0.1", cluster.brokers[1].port, timeout=30) as c:
         resp = c.request(ApiKey.CREATE_TOPICS, {
             "topics": [{"name": TOPIC, "num_partitions": -1, "replication_factor": -1,
-                        "assignments": [{"partition_index": p,
-                                         "broker_ids": [3, 1, 2] if p % 2 else [3, 2, 1]}
+                        "assignments": [{"partition_index": p, "broker_ids": ASSIGNMENT[p]}
                                         for p in range(PARTITIONS)],
                         "configs": []}],
             "timeout_ms": 30000, "validate_only": False})
@@ -200,7 +202,9 @@ def test_a_full_log_directory_goes_offline_and_leadership_moves_away(small_mount
     on_roomy = {p for p in range(PARTITIONS) if (roomy / f"{TOPIC}-{p}").is_dir()}
     assert on_small and on_roomy and on_small | on_roomy == set(range(PARTITIONS))
     before = partition_states(cluster, TOPIC)
-    assert all(before[p][0] == 3 for p in on_small), before
+    led, followed = ({p for p in on_small if before[p][0] == 3},
+                     {p for p in on_small if before[p][0] != 3})
+    assert led and followed, (on_small, before)  # both cases of the failing directory
 
     with AckingProducer(cluster.bootstrap) as producer:
         wait_for(lambda: "is OFFLINE after an I/O error" in b3.log_text(), 180,
@@ -228,10 +232,25 @@ def test_a_full_log_directory_goes_offline_and_leadership_moves_away(small_mount
     assert all(3 not in states_from(cluster, [1, 2])[p][1] for p in on_small)
     controller_logs = cluster.brokers[1].log_text() + cluster.brokers[2].log_text() + text
     assert "log directory failure notifications from brokers [3]" in controller_logs
+    assert all(states[p][0] == before[p][0] for p in followed)  # only the ISR changed there
     check_nothing_lost(cluster, producer.acked)
     print(f"\n{mode}: 1,000 more acks=all writes to the moved partitions {resumed_s:.1f} s "
           f"after the directory went offline ({producer.count()} acks in all); "
           f"states {states}")
+
+    # The operator's repair: stop broker 3, make room, start it again. The failed directory was
+    # left as it was (no clean-shutdown marker: it is recovered) and its replicas come back.
+    b3.stop()
+    assert not (small / ".clean-shutdown").exists()
+    assert (roomy / ".clean-shutdown").exists()
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True,
+                   capture_output=True, timeout=30)
+    b3.start()
+    b3.wait_listening()
+    wait_for(lambda: all(isr == [1, 2, 3] for _, isr in partition_states(cluster, TOPIC)
+                         .values()), 120, "broker 3 back in every ISR after its restart")
+    assert b3.metric("sluice_offline_log_directory_count") == 0
+    assert f"log directory {small} was not shut down cleanly: recovering" in b3.log_text()
 
 
 @pytest.mark.parametrize(("mode", "dirs"), [("zookeeper", 1), ("zookeeper", 2), ("quorum", 2)])

@@ -201,6 +201,8 @@ def test_a_full_log_directory_goes_offline_and_leadership_moves_away(small_mount
     on_small = {p for p in range(PARTITIONS) if (small / f"{TOPIC}-{p}").is_dir()}
     on_roomy = {p for p in range(PARTITIONS) if (roomy / f"{TOPIC}-{p}").is_dir()}
     assert on_small and on_roomy and on_small | on_roomy == set(range(PARTITIONS))
+    for d in (roomy, small):  # each directory stamped as broker 3's, of this cluster
+        assert "broker.id=3" in (d / "meta.properties").read_text()
     before = partition_states(cluster, TOPIC)
     led, followed = ({p for p in on_small if before[p][0] == 3},
                      {p for p in on_small if before[p][0] != 3})

@@ -329,6 +329,8 @@ class BrokerService(service.Service):
             "failed ones from log.dirs) and start the broker again")
 
     def _check_log_dirs_at_start(self) -> None:
+        for name, why in self.log_manager.load_errors.items():
+            self.log.warn("log directory load: skipped {n}: {why}", n=name, why=why)
         for d in self.log_manager.dir_states.offline():
             self.log.critical("log directory {d} is offline: {e}", d=str(d),
                               e=self.log_manager.dir_states.status(d).error)

@@ -2,8 +2,9 @@
 
 Start-up (seed 000 E, in order):
 
-1. check that the log directory is this broker's (``meta.properties``; in quorum mode also
-   that it is this quorum's cluster) before anything reads or writes it;
+1. check that each log directory is this broker's (``meta.properties``; in quorum mode also
+   that it is this quorum's cluster) before anything reads or writes it (a directory that
+   cannot even be written is offline from the start; if every one is, the start fails);
 2. connect to ZooKeeper (a dead ZooKeeper fails the start with a message naming the hosts),
    read the cluster id (``/cluster/id``, created by the cluster's first broker) and check the
    log directory belongs to that cluster (Kafka's order: a directory of another cluster is
@@ -21,12 +22,16 @@ Shut-down runs the reverse, each step awaited (``MultiService`` would not wait b
 stop listening, write the coordinator's pending offsets and resign as coordinator, resign as
 controller, close the ZooKeeper session (the registration goes), stop
 the replica manager, flush and checkpoint the logs and mark the shutdown clean, stop the pools.
+
+Failed log directories (KIP-112): when a log directory goes offline after an I/O error, the
+replica manager stops serving its partitions and this service reports it to the controller
+(:class:`~broker_core.replica.log_dir_reporter.LogDirFailureReporter`); when every directory is
+offline, the broker shuts down (exit status 1 for the ``twistd broker`` process), saying why.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from twisted.application import service
@@ -44,6 +49,7 @@ from broker_core.metadata_cache import MetadataCache
 from broker_core.metrics import BrokerMetrics, metrics_site
 from broker_core.raft.cluster_id import generate_cluster_id
 from broker_core.replica.fetcher import FetcherConfig
+from broker_core.replica.log_dir_reporter import LogDirFailureReporter
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.server.handlers import RequestHandler
@@ -97,11 +103,13 @@ class BrokerService(service.Service):
             config.zookeeper_connect, reactor=reactor,
             session_timeout=config.zookeeper_session_timeout_ms / 1000.0,
             connect_timeout=config.zookeeper_connection_timeout_ms / 1000.0)
-        self.log_dir = Path(config.log_dirs)
+        self.log_dirs = config.log_dir_paths()
+        #: The first log directory (the quorum's data defaults into it).
+        self.log_dir = self.log_dirs[0]
         self.default_log_config = log_config_from(config)
         self.topic_configs: dict[str, dict[str, str]] = {}
         self._config_reads: set[str] = set()  # topics whose overrides are being read
-        self.log_manager = LogManager(self.log_dir, self.default_log_config,
+        self.log_manager = LogManager(self.log_dirs, self.default_log_config,
                                       time_ms=lambda: int(self.clock.seconds() * 1000),
                                       max_open_segments=config.log_open_segments_max)
         self.replicas = ReplicaManager(
@@ -122,7 +130,12 @@ class BrokerService(service.Service):
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             min_insync_replicas=self._min_insync_replicas,
             broker_epoch=lambda: self.registration_epoch,
+            on_log_dir_failure=self._on_log_dir_failure,
         )
+        self.log_dir_reporter = LogDirFailureReporter(
+            self.broker_id, self.store, self.clock, offline=self._offline_log_state,
+            broker_epoch=lambda: self.registration_epoch)
+        self._exiting_for_failed_dirs = False
         self.controller = Controller(
             self.broker_id, self.store, reactor=reactor,
             unclean_leader_election=self._unclean_allowed,
@@ -152,6 +165,11 @@ class BrokerService(service.Service):
         self.advertised: tuple[str, int] | None = None
         self.metrics.set_partition_source(self.replicas.partition_metrics)
         self.metrics.follower_lag.source = self.replicas.follower_lag_metrics
+        self.metrics.offline_log_directory_count.set_function(
+            lambda: len(self.log_manager.dir_states.offline()))
+        for d in self.log_dirs:
+            self.metrics.log_directory_online.labels(log_dir=str(d)).set_function(
+                lambda d=d: int(self.log_manager.dir_states.is_online(d)))
         self.metrics.offline_partitions.set_function(
             lambda: sum(1 for d in self.controller.states.values() if d.leader < 0)
             if self.controller.active else 0)
@@ -262,7 +280,6 @@ class BrokerService(service.Service):
     async def _start(self) -> None:
         cfg = self.config
         self.io_pool.start()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         # In quorum mode the cluster id is known now (the quorum's); in ZooKeeper mode only
         # the broker id can be checked before the store answers.
         self._claim_log_dir(cfg.cluster_id if self.quorum is not None else None)
@@ -295,6 +312,7 @@ class BrokerService(service.Service):
         self.log_manager.load()
         self._logs_loaded = True
         self._report_recovery()
+        self._check_log_dirs_at_start()
         ep = endpoints.serverFromString(self.reactor, cfg.listeners)
         self.port = await ep.listen(self.factory)
         host = self.port.getHost()
@@ -312,10 +330,66 @@ class BrokerService(service.Service):
         self.log.info("broker {b} started", b=self.broker_id)
 
     def _claim_log_dir(self, cluster_id: str | None) -> None:
-        try:
-            meta_properties.check_and_claim(self.log_dir, self.broker_id, cluster_id)
-        except meta_properties.MetaPropertiesError as e:
-            raise StartupError(str(e)) from None
+        """Check and stamp every online log directory. A directory of another broker or
+        cluster refuses the start; one that cannot be created or written (an ``OSError``) is
+        offline from the start, and with none left the start fails."""
+        states = self.log_manager.dir_states
+        for d in states.online():
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                meta_properties.check_and_claim(d, self.broker_id, cluster_id)
+            except meta_properties.MetaPropertiesError as e:
+                raise StartupError(str(e)) from None
+            except OSError as e:
+                self.log.critical("log directory {d} is offline from the start: {e}",
+                                  d=str(d), e=e)
+                self.log_manager.fail_dir(d, e)
+        if states.all_offline():
+            raise StartupError(self._all_offline_message())
+
+    def _all_offline_message(self) -> str:
+        states = self.log_manager.dir_states.statuses()
+        return ("every log directory is offline: " + "; ".join(
+            f"{s.path} ({s.error})" for s in states) + ". Free or repair them (or remove the "
+            "failed ones from log.dirs) and start the broker again")
+
+    def _check_log_dirs_at_start(self) -> None:
+        for name, why in self.log_manager.load_errors.items():
+            self.log.warn("log directory load: skipped {n}: {why}", n=name, why=why)
+        for d in self.log_manager.dir_states.offline():
+            self.log.critical("log directory {d} is offline: {e}", d=str(d),
+                              e=self.log_manager.dir_states.status(d).error)
+        if self.log_manager.dir_states.all_offline():
+            raise StartupError(self._all_offline_message())
+
+    # -- failed log directories ----------------------------------------------------------------
+
+    def _offline_log_state(self) -> tuple[list[str], list[tuple[str, int]]]:
+        lm = self.log_manager
+        return [str(d) for d in lm.dir_states.offline()], sorted(lm.offline_partitions)
+
+    def _on_log_dir_failure(self, status: Any, partitions: list[tuple[str, int]]) -> None:
+        """A log directory went offline at run time (the replica manager stopped serving its
+        partitions already): tell the controller, or stop the broker if none is left."""
+        if self.log_manager.dir_states.all_offline():
+            self._shut_down_for_failed_dirs()
+            return
+        self.log_dir_reporter.report()
+
+    def _shut_down_for_failed_dirs(self) -> None:
+        """Kafka's rule: a broker with no online log directory cannot serve anything; it stops
+        (an orderly stop: the controller moves its leaderships, nothing is written in the failed
+        directories) and the ``twistd broker`` process exits with status 1."""
+        if self._exiting_for_failed_dirs:
+            return
+        self._exiting_for_failed_dirs = True
+        self.log.critical("shutting down broker {b}: {why}", b=self.broker_id,
+                          why=self._all_offline_message())
+        if self.stop_reactor_on_failure:
+            self._exit_after_failed_start()
+        elif self.running:
+            d = self.stopService()
+            d.addErrback(lambda f: self.log.failure("stop after every log directory failed", f))
 
     async def _agree_cluster_id(self) -> str:
         """The cluster's id from ``/cluster/id``, created by the first broker that finds none
@@ -338,9 +412,8 @@ class BrokerService(service.Service):
 
     def _report_recovery(self) -> None:
         lm = self.log_manager
-        if not lm.clean_shutdown:
-            self.log.warn("log directory {d} was not shut down cleanly: recovering",
-                          d=str(self.log_dir))
+        for d in getattr(lm, "unclean_dirs", []):
+            self.log.warn("log directory {d} was not shut down cleanly: recovering", d=str(d))
         for (topic, part), report in getattr(lm, "recovery_reports", {}).items():
             truncated = getattr(report, "bytes_truncated", 0)
             self.log.warn("recovered {t}-{p}: checked {n} batches, truncated {b} bytes, "
@@ -376,6 +449,9 @@ class BrokerService(service.Service):
         stat = await self.store.exists(path)
         self.registration_epoch = stat.czxid if stat is not None else -1
         self.log.info("registered {p} (broker epoch {e})", p=path, e=self.registration_epoch)
+        # A new epoch: offline directories are reported again (the controller only trusts a
+        # record of the epoch it knows), or a previous incarnation's record is removed.
+        self.log_dir_reporter.registered()
         waiters, self._registration_waiters = self._registration_waiters, []
         for d in waiters:
             d.callback(self.registration_epoch)
@@ -448,6 +524,7 @@ class BrokerService(service.Service):
 
     async def _stop(self) -> None:
         self._pending_reregister = False
+        self.log_dir_reporter.stop()
         self.log.info("broker {b} shutting down", b=self.broker_id)
         if self.quorum is not None:
             # From here on the writes are the controlled shutdown's, resignations, offsets and

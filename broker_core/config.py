@@ -12,6 +12,7 @@ another component declares its own keys and frozen dataclass the same way.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -168,14 +169,26 @@ def zookeeper_connect(key: str, raw: str) -> str:
     return value
 
 
-def directory(key: str, raw: str) -> str:
-    """One directory path (Sluice keeps every partition of a broker in one log directory)."""
+def directories(key: str, raw: str) -> str:
+    """``log.dirs``: one or more comma-separated directory paths (Kafka's JBOD, KIP-112), each
+    named once; returned comma-joined without blanks (see :meth:`BrokerConfig.log_dir_paths`)."""
     value = raw.strip()
     if not value:
-        raise _bad(key, raw, "a directory path")
-    if "," in value:
-        raise _bad(key, raw, "one directory (several log directories are not supported)")
-    return value
+        raise _bad(key, raw, "a directory path, or several separated by commas")
+    parts = [p.strip() for p in value.split(",")]
+    if any(not p for p in parts):
+        raise _bad(key, raw, "directory paths separated by commas, none of them empty")
+    seen: dict[Path, str] = {}
+    for p in parts:
+        norm = Path(os.path.normpath(os.path.abspath(p)))
+        if norm in seen:
+            raise _bad(key, raw, f"each directory once ({seen[norm]!r} and {p!r} are the same)")
+        for other, name in seen.items():
+            if norm in other.parents or other in norm.parents:
+                raise _bad(key, raw, f"directories that do not contain each other ({name!r} "
+                                     f"and {p!r})")
+        seen[norm] = p
+    return ",".join(parts)
 
 
 def metadata_store(key: str, raw: str) -> str:
@@ -299,7 +312,7 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
      "18000"),
     ("zookeeper.connection.timeout.ms", "zookeeper_connection_timeout_ms", integer(1, INT_MAX),
      "18000"),
-    ("log.dirs", "log_dirs", directory, None, True),
+    ("log.dirs", "log_dirs", directories, None, True),
     ("quorum.voters", "quorum_voters", optional_text, None),
     ("quorum.bootstrap.servers", "quorum_bootstrap_servers", optional_text, None),
     ("quorum.listener", "quorum_listener", host_port, None),
@@ -578,11 +591,17 @@ class BrokerConfig:
             found = re.search(r"quorum\.[a-z.]+", str(e))
             raise ConfigError(str(e), found.group(0) if found else "quorum") from None
 
+    def log_dir_paths(self) -> list[Path]:
+        """The directories of ``log.dirs``, in the order given (the first also holds the
+        metadata quorum's data by default)."""
+        return [Path(p) for p in self.log_dirs.split(",")]
+
     def quorum_data_path(self) -> Path:
-        """``quorum.data.dir``, else ``quorum`` inside ``log.dirs`` (a name the log manager
-        never takes for a partition: see ``broker_core.log.manager.RESERVED_DIRS``)."""
+        """``quorum.data.dir``, else ``quorum`` inside the first directory of ``log.dirs`` (a
+        name the log manager never takes for a partition: see
+        ``broker_core.log.manager.RESERVED_DIRS``)."""
         return Path(self.quorum_data_dir) if self.quorum_data_dir else \
-            Path(self.log_dirs) / QUORUM_DIR_NAME
+            self.log_dir_paths()[0] / QUORUM_DIR_NAME
 
     # -- access --------------------------------------------------------------------------------
 

@@ -229,6 +229,12 @@ class BrokerMetrics:
         self.log_truncated_bytes_total = Counter(
             "log_truncated_bytes", "Bytes cut from torn or corrupt log tails during recovery",
             namespace=ns, registry=r)
+        self.offline_log_directory_count = Gauge(
+            "offline_log_directory_count", "Log directories of this broker taken offline after "
+            "an I/O error (Kafka's OfflineLogDirectoryCount)", namespace=ns, registry=r)
+        self.log_directory_online = Gauge(
+            "log_directory_online", "1 while a log directory is online, 0 once it is offline",
+            ["log_dir"], namespace=ns, registry=r)
         self.flush_duration_seconds = Histogram(
             "flush_duration_seconds", "Time of one partition flush (write-out and fsync)",
             buckets=DURATION_BUCKETS, namespace=ns, registry=r)

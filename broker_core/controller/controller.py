@@ -25,6 +25,7 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from broker_core.controller import log_dir_failure
 from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch
 from broker_core.controller.decisions import GONE, Decide, DecisionRounds
 from broker_core.controller.election import (
@@ -159,6 +160,8 @@ class Controller:
         self.reassigning: dict[TopicPartition, tuple[int, ...]] = {}
         # Brokers in a controlled shutdown: no leadership or ISR place is given to them.
         self.shutting_down: set[int] = set()
+        # Replicas on failed log directories (KIP-112): see controller/log_dir_failure.py.
+        self.offline_replicas = log_dir_failure.OfflineReplicaSet()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -362,6 +365,7 @@ class Controller:
         # Steps 5-9: broker changes, leaderless partitions, admin requests. Each is idempotent and
         # re-reads ZooKeeper, so running them now is safe even if their watches also fire.
         await self._on_broker_change()
+        await log_dir_failure.on_failover(self)
         await self._on_topic_change()
         await self._elect_offline_partitions(self._new_batch(), send=True)
         await self._on_partitions_add()
@@ -400,6 +404,9 @@ class Controller:
                                            self._on_partitions_reassigned)),
             s.watch_data(paths.PREFERRED_REPLICA_ELECTION,
                          self._active_only("preferred_election", self._on_preferred_election)),
+            s.watch_children(paths.LOG_DIR_EVENT_NOTIFICATION,
+                             self._active_only("log_dir_event",
+                                               lambda: log_dir_failure.on_log_dir_event(self))),
         ]
 
     # -- state loading ---------------------------------------------------------------------------
@@ -566,6 +573,7 @@ class Controller:
         are passed over (their leaderships are being moved away) unless one of them is the only
         way to keep the partition online: it still serves until it stops."""
         unclean = self.unclean_leader_election(tp[0])
+        live = self.offline_replicas.usable(tp, live)  # not a replica on a failed log dir
         el = offline_leader(d.replicas, d.isr, [b for b in live if b not in self.shutting_down],
                             unclean_allowed=unclean)
         if el.leader == -1 and self.shutting_down:
@@ -691,6 +699,8 @@ class Controller:
         # A broker that finished its controlled shutdown (or came back as a new incarnation) is
         # an ordinary broker again.
         self.shutting_down -= dead | bounced
+        # A new incarnation starts with every log directory it has online (it reports again).
+        self.offline_replicas.forget(dead | bounced)
         for b in dead:
             ch = self.channels.pop(b, None)
             if ch is not None:
@@ -735,6 +745,11 @@ class Controller:
         if self.reassigning and (new or bounced):
             # A new replica that was down can catch up now.
             self._enqueue("reassignment_wakeup", self._reassignment_wakeup)
+        if new or bounced:
+            # Its failure notification may have been handled before this event saw its new
+            # registration (and ignored as another epoch's): read its record again.
+            self._enqueue("log_dir_refresh", lambda: log_dir_failure.refresh_brokers(
+                self, sorted(new | bounced)))
 
     def _judge_live(self, bounced: Collection[int]) -> Decide:
         """What a broker change means for one partition, against the live brokers at the time it is called (so
@@ -901,8 +916,10 @@ class Controller:
             for tp, (leader_epoch, new_isr, partition_epoch) in pending.items():
                 cur = self.states.get(tp)
                 # A broker in controlled shutdown may not (re)join an ISR (Kafka, KIP-841).
+                # Nor may a replica on a failed log directory (KIP-112).
                 verdict = judge_isr_change(broker_id, leader_epoch, partition_epoch, new_isr,
-                                           cur, self._eligible())
+                                           cur, self.offline_replicas.usable(
+                                               tp, self._eligible()))
                 if verdict.error is not None or cur is None:
                     results[tp] = (verdict.error, None)
                 elif not verdict.write:

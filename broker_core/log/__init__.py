@@ -15,7 +15,7 @@ from broker_core.log.log import (
     RecoveryReport,
     UnexpectedAppendOffset,
 )
-from broker_core.log.manager import LogManager
+from broker_core.log.manager import LogDirOffline, LogManager
 
 __all__ = [
     "AppendResult",
@@ -25,6 +25,7 @@ __all__ = [
     "Log",
     "LogClosed",
     "LogConfig",
+    "LogDirOffline",
     "LogManager",
     "OffsetOutOfRange",
     "ReadResult",

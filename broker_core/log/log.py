@@ -667,6 +667,11 @@ class Log:
         entries the files lack, so the next start loads them instead of rebuilding."""
         self._close(persist=True)
 
+    def abandon(self) -> None:
+        """Close every descriptor and write nothing (not even a pending leader-epoch change):
+        the log's directory is offline after an I/O error (idempotent)."""
+        self._close(persist=False)
+
     def _close(self, *, persist: bool) -> None:
         # A clean close writes an epoch change still waiting for its write-behind job; a delete
         # drops it, so a late job cannot write into the doomed (or a re-created) directory.

@@ -119,9 +119,14 @@ class ReplicaFetcher:
         on_appended: Callable[[Partition], None],
         on_error: Callable[[Partition, str], None] | None = None,
         connect: Callable[[str, int], defer.Deferred] | None = None,
+        on_storage_error: Callable[[Partition, OSError], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
+        #: Called when writing a partition's log failed (an append or a truncation raised
+        #: ``OSError``): the partition leaves this fetcher at once and the replica manager takes
+        #: its log directory offline (a disk error is no reason to reconnect and retry).
+        self.on_storage_error = on_storage_error
         self.address = address
         self.reactor = reactor
         self.clock = clock
@@ -271,7 +276,11 @@ class ReplicaFetcher:
                     self.log.info("truncating {t}-{p} from {leo} to {o} (leader {l} epoch {e} "
                                   "ends at {end})", t=tp[0], p=tp[1], leo=log.log_end_offset,
                                   o=offset, l=self.leader_id, e=p.leader_epoch, end=p.end_offset)
-                    log.truncate_to(offset)
+                    try:
+                        log.truncate_to(offset)
+                    except OSError as e:
+                        self._storage_error(tp, s, e)
+                        continue
                 s.truncating = not done
 
     # -- fetching ----------------------------------------------------------------------------------
@@ -342,6 +351,9 @@ class ReplicaFetcher:
         if records is not None and len(records):
             try:
                 info = log.append_as_follower(records)
+            except OSError as e:
+                self._storage_error(tp, s, e)
+                return
             except (UnexpectedAppendOffset, InvalidRecordBatch) as e:
                 # The leader sent something that does not continue our log: find the
                 # divergence point again rather than append a gap or a corrupt batch.
@@ -361,10 +373,23 @@ class ReplicaFetcher:
             self.log.info("{t}-{p}: log end {leo} is below the leader's log start {s}; "
                           "starting over there", t=tp[0], p=tp[1], leo=log.log_end_offset,
                           s=leader_start)
-            log.truncate_fully_and_start_at(leader_start)
+            try:
+                log.truncate_fully_and_start_at(leader_start)
+            except OSError as e:
+                self._storage_error(tp, s, e)
         else:
             # Our log end is past the leader's: find where we diverge.
             s.truncating = True
+
+    def _storage_error(self, tp: TopicPartition, s: FetchState, error: OSError) -> None:
+        """Writing the partition's log failed: stop fetching it here and tell the replica
+        manager, which takes the log directory offline (without a callback the error is only
+        logged and the partition left to back off, as a lost connection would be)."""
+        self.log.error("{t}-{p}: writing the fetched data failed: {e}", t=tp[0], p=tp[1], e=error)
+        if self.partitions.get(tp) is s:
+            del self.partitions[tp]
+        if self.on_storage_error is not None:
+            self.on_storage_error(s.partition, error)
 
     def _partition_error(self, tp: TopicPartition, s: FetchState, name: str) -> None:
         # NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH: the LeaderAndIsr
@@ -384,13 +409,15 @@ class ReplicaFetcherManager:
 
     def __init__(self, broker_id: int, *, reactor: Any, clock: Any, config: FetcherConfig,
                  on_appended: Callable[[Partition], None],
-                 connect: Callable[[str, int], defer.Deferred] | None = None) -> None:
+                 connect: Callable[[str, int], defer.Deferred] | None = None,
+                 on_storage_error: Callable[[Partition, OSError], None] | None = None) -> None:
         self.broker_id = broker_id
         self.reactor = reactor
         self.clock = clock
         self.config = config
         self.on_appended = on_appended
         self.connect = connect
+        self.on_storage_error = on_storage_error
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._where: dict[TopicPartition, int] = {}
         self._stopped = False
@@ -411,7 +438,8 @@ class ReplicaFetcherManager:
         else:
             fetcher = ReplicaFetcher(self.broker_id, leader_id, address, reactor=self.reactor,
                                      clock=self.clock, config=self.config,
-                                     on_appended=self.on_appended, connect=self.connect)
+                                     on_appended=self.on_appended, connect=self.connect,
+                                     on_storage_error=self.on_storage_error)
             self.fetchers[leader_id] = fetcher
             fetcher.start()
         fetcher.add(partition)

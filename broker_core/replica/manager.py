@@ -7,6 +7,13 @@ Kafka's layering (``ReplicaManager.scala``): this class owns the map of local pa
 purgatories; :class:`~broker_core.replica.partition.Partition` owns leader state; the
 :class:`~broker_core.log.Log` owns offsets and bytes.
 
+Failed log directories (KIP-112): an ``OSError`` from a partition's log (an append, a follower's
+append or truncation, a read, a flush, a roll, a checkpoint, a leader-epoch file write) takes its
+whole log directory offline (:meth:`ReplicaManager.fail_log_dir`): every partition in it stops
+being served (produce and fetch answer KAFKA_STORAGE_ERROR, its follower fetch stops, waiting
+requests are answered), its files are not touched again, and ``on_log_dir_failure`` tells the
+broker, which tells the controller.
+
 Threading: every method runs on the reactor thread. The only work sent elsewhere is ``Log.flush``
 (fsync), the checkpoint writes and the leader-epoch file writes (one job for every partition a
 LeaderAndIsr changed, :class:`~broker_core.log.leader_epoch.WriteBehind`), which run on
@@ -22,7 +29,15 @@ from typing import Any
 from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
-from broker_core.log import Log, LogConfig, LogManager, OffsetOutOfRange, RecordTooLarge
+from broker_core.log import (
+    Log,
+    LogConfig,
+    LogDirOffline,
+    LogManager,
+    OffsetOutOfRange,
+    RecordTooLarge,
+)
+from broker_core.log.dir_state import DirStatus
 from broker_core.log.leader_epoch import WriteBehind
 from broker_core.metadata_cache import MetadataCache
 from broker_core.purgatory import Purgatory
@@ -121,8 +136,11 @@ class ReplicaManager:
         min_insync_replicas: Callable[[str], int] = lambda topic: 1,
         broker_epoch: Callable[[], int] = lambda: -1,
         connect: Callable[[str, int], defer.Deferred] | None = None,
+        on_log_dir_failure: Callable[[DirStatus, list[TopicPartition]], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
+        #: Told of each log directory that goes offline, with the partitions it held.
+        self.on_log_dir_failure = on_log_dir_failure
         self.log_manager = log_manager
         self.clock = clock
         self.reactor = reactor
@@ -142,7 +160,9 @@ class ReplicaManager:
         self.min_insync_replicas = min_insync_replicas
         self.fetchers = ReplicaFetcherManager(
             broker_id, reactor=reactor, clock=clock, config=fetcher_config or FetcherConfig(),
-            on_appended=self._on_follower_append, connect=connect)
+            on_appended=self._on_follower_append, connect=connect,
+            on_storage_error=lambda p, e: self.storage_error((p.topic, p.index), e,
+                                                             "follower append"))
         self.alter_isr = AlterIsrSender(
             broker_id, broker_epoch, self._controller_address, self._on_isr_result,
             reactor=reactor, clock=clock, connect=connect)
@@ -150,7 +170,7 @@ class ReplicaManager:
         self._checkpointing = False
         self.epoch_writes = WriteBehind(
             clock, lambda fn: threads.deferToThreadPool(reactor, io_pool, fn),
-            on_error=lambda f: self.log.failure("writing leader-epoch files failed", f),
+            on_error=self._epoch_write_failed,
             burst_files=EPOCH_WRITE_BURST_FILES, burst_delay_s=EPOCH_WRITE_BURST_DELAY_S)
         self._loops: list[task.LoopingCall] = []
         self._intervals = (
@@ -206,6 +226,8 @@ class ReplicaManager:
         UNKNOWN_LEADER_EPOCH if newer (we have not applied it yet)."""
         p = self.partitions.get((topic, index))
         if p is None:
+            if self.log_manager.is_offline(topic, index):
+                return None, "KAFKA_STORAGE_ERROR"
             known = self.metadata_cache.partition(topic, index) is not None
             return None, "NOT_LEADER_OR_FOLLOWER" if known else "UNKNOWN_TOPIC_OR_PARTITION"
         if current_leader_epoch >= 0 and current_leader_epoch != p.leader_epoch:
@@ -279,8 +301,14 @@ class ReplicaManager:
                 continue
             try:
                 p = self._get_or_create(topic, index)
+            except LogDirOffline as e:
+                summary.add("refused (log directory offline)", tp)
+                self.log.debug("{e}", e=e)
+                results[tp] = "KAFKA_STORAGE_ERROR"
+                continue
             except OSError as e:
                 self.log.error("cannot create log for {t}-{p}: {e}", t=topic, p=index, e=e)
+                self.storage_error(tp, e, "log creation")
                 results[tp] = "KAFKA_STORAGE_ERROR"
                 continue
             if state.leader == self.broker_id:
@@ -380,6 +408,56 @@ class ReplicaManager:
         self.produce_purgatory.check_and_complete_keys(tps)
         self.fetch_purgatory.check_and_complete_keys(tps)
 
+    # -- failed log directories (KIP-112) ------------------------------------------------------
+
+    def storage_error(self, tp: TopicPartition | None, error: BaseException, what: str) -> None:
+        """An I/O error while doing ``what`` to partition ``tp``'s log (``None``: no partition
+        known; the directory is found from the file the error names): take its log
+        directory offline. An error that cannot be placed in a directory is only logged."""
+        log_dir = self.log_manager.dir_of(*tp) if tp is not None else None
+        if log_dir is None:
+            log_dir = self.log_manager.dir_for_error(error)
+        if log_dir is None:
+            self.log.error("{what} failed with an I/O error outside any log directory: {e}",
+                           what=what, e=error)
+            return
+        self.fail_log_dir(log_dir, error, what if tp is None else f"{what} of {tp[0]}-{tp[1]}")
+
+    def fail_log_dir(self, log_dir: Any, error: BaseException | str, what: str) -> None:
+        """Take ``log_dir`` offline (see the module docstring); nothing happens if it is
+        offline already. Its partitions leave ``partitions`` (so every request for them finds
+        KAFKA_STORAGE_ERROR), their fetchers and pending ISR changes stop, and requests waiting
+        on them are answered now."""
+        gone = self.log_manager.fail_dir(log_dir, error)
+        if gone is None:
+            return
+        status = self.log_manager.dir_states.status(log_dir)
+        led = 0
+        for tp in gone:
+            self.fetchers.unfollow([tp])
+            self.alter_isr.forget(tp)
+            self._flushing.discard(tp)
+            p = self.partitions.pop(tp, None)
+            if p is not None:
+                led += p.is_leader
+                p.state = None
+        self.fetchers.shutdown_idle()
+        self._wake_many(gone)
+        self.log.critical(
+            "log directory {d} is OFFLINE after an I/O error during {what} ({e}): {n} partitions "
+            "({l} led here) are no longer served and its files are left untouched until the "
+            "broker restarts; online directories: {online}", d=str(log_dir), what=what,
+            e=status.error, n=len(gone), l=led,
+            online=[str(x) for x in self.log_manager.dir_states.online()])
+        if self.on_log_dir_failure is not None:
+            self.on_log_dir_failure(status, gone)
+
+    def _epoch_write_failed(self, failure: Any) -> None:
+        if failure.check(OSError):
+            self.storage_error(None, failure.value, "leader-epoch file write")
+        else:
+            self.log.failure("writing leader-epoch files failed", failure)
+
     # -- produce ----------------------------------------------------------------------------------
 
     def append(
@@ -424,6 +502,7 @@ class ReplicaManager:
             except OSError as e:
                 self.log.error("append to {t}-{p} failed: {e}", t=topic, p=index, e=e)
                 results[tp] = ProduceResult(error="KAFKA_STORAGE_ERROR", message=str(e))
+                self.storage_error(tp, e, "append")
                 continue
             if self.metrics is not None:
                 self.metrics.bytes_in_by_topic(topic).inc(info.size)
@@ -494,6 +573,7 @@ class ReplicaManager:
                                log_start_offset=log.log_start_offset)
         except OSError as e:
             self.log.error("read from {t}-{p} failed: {e}", t=topic, p=index, e=e)
+            self.storage_error((topic, index), e, "read")
             return FetchResult(error="KAFKA_STORAGE_ERROR")
         if self.metrics is not None and res.records:
             self.metrics.bytes_out_by_topic(topic).inc(len(res.records))
@@ -749,7 +829,14 @@ class ReplicaManager:
             return result
 
         d.addBoth(done)
-        d.addErrback(lambda f: self.log.failure("flush of {t}-{p} failed", f, t=tp[0], p=tp[1]))
+
+        def failed(f: Any) -> None:
+            if f.check(OSError):
+                self.storage_error(tp, f.value, "flush")
+            else:
+                self.log.failure("flush of {t}-{p} failed", f, t=tp[0], p=tp[1])
+
+        d.addErrback(failed)
 
     def _flush_due(self) -> None:
         for p in list(self.partitions.values()):
@@ -758,9 +845,16 @@ class ReplicaManager:
     def _retention(self) -> None:
         for p in list(self.partitions.values()):
             log = p.log
-            if log.maybe_roll():
+            if self.partitions.get(p.topic_partition) is not p:
+                continue  # its directory went offline earlier in this round
+            try:
+                rolled = log.maybe_roll()
+                deleted = log.delete_old_segments()
+            except OSError as e:
+                self.storage_error(p.topic_partition, e, "roll or retention")
+                continue
+            if rolled:
                 self.log.info("rolled segment of {t}-{p} (segment.ms)", t=p.topic, p=p.index)
-            deleted = log.delete_old_segments()
             if deleted:
                 self.log.info("retention deleted {n} segment(s) of {t}-{p}; log start now {s}",
                               n=deleted, t=p.topic, p=p.index, s=log.log_start_offset)
@@ -775,7 +869,12 @@ class ReplicaManager:
             self._checkpointing = False
             return result
 
+        def failed_dirs(failed: dict[Any, OSError] | None) -> None:
+            for log_dir, error in (failed or {}).items():
+                self.fail_log_dir(log_dir, error, "checkpoint")
+
         d.addBoth(done)
+        d.addCallback(failed_dirs)
         return d
 
     def follower_lag_metrics(self) -> Iterable[tuple[str, int, int, int]]:

@@ -41,13 +41,28 @@ CONSUMERS_COORDINATOR_EPOCH = "/consumers/coordinator_epoch"
 #: Children of ``/consumers`` that are not consumer groups (so these group ids are refused).
 CONSUMERS_RESERVED = frozenset({"coordinator", "coordinator_epoch"})
 
+#: Kafka's log-directory failure notifications: a broker whose log directory went offline
+#: creates a sequential child ``log_dir_event_<seq>`` (:class:`LogDirEventNotification`); the
+#: controller handles and deletes them.
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = f"{LOG_DIR_EVENT_NOTIFICATION}/log_dir_event_"
+#: What a broker's offline log directories held: ``/brokers/offline_replicas/[id]``
+#: (:class:`OfflineReplicas`, persistent, rewritten by the broker before each notification and
+#: valid only for the registration epoch it names).
+OFFLINE_REPLICAS = "/brokers/offline_replicas"
+
 #: Persistent paths every broker ensures at start (watches need their parents to exist).
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, PARTITIONS_REASSIGNED,
-                    PARTITIONS_ADD, PARTITIONS_REMOVE, CONSUMERS)
+                    PARTITIONS_ADD, PARTITIONS_REMOVE, CONSUMERS, LOG_DIR_EVENT_NOTIFICATION,
+                    OFFLINE_REPLICAS)
 
 
 def broker(broker_id: int) -> str:
     return f"{BROKER_IDS}/{broker_id}"
+
+
+def offline_replicas(broker_id: int) -> str:
+    return f"{OFFLINE_REPLICAS}/{broker_id}"
 
 
 def topic(name: str) -> str:
@@ -192,6 +207,82 @@ class BrokerRegistration:
                        int(v.get("timestamp", 0)))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"broker registration: bad value ({e})") from None
+
+
+#: Kafka's event type of a log-directory failure notification.
+LOG_DIR_FAILURE_EVENT = 1
+#: Bounds of :class:`OfflineReplicas` (a broker's value is refused beyond them, never trusted).
+MAX_OFFLINE_REPLICAS = 100_000
+MAX_OFFLINE_DIRS = 1_000
+
+
+@dataclass(frozen=True)
+class LogDirEventNotification:
+    """``/log_dir_event_notification/log_dir_event_<seq>``: Kafka's value,
+    ``{"version":1,"broker":<id>,"event":1}``."""
+
+    broker: int
+    event: int = LOG_DIR_FAILURE_EVENT
+
+    def to_bytes(self) -> bytes:
+        return _dump({"version": 1, "broker": self.broker, "event": self.event})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LogDirEventNotification:
+        v = _load(data, "log dir event notification")
+        if not isinstance(v, dict):
+            raise ValueError("log dir event notification: not a JSON object")
+        broker, event = v.get("broker"), v.get("event", LOG_DIR_FAILURE_EVENT)
+        if not _is_int(broker) or broker < 0 or not _is_int(event):
+            raise ValueError(f"log dir event notification: bad broker or event in {v!r:.200}")
+        return cls(broker, event)
+
+
+@dataclass(frozen=True)
+class OfflineReplicas:
+    """``/brokers/offline_replicas/[id]``: the log directories broker ``broker_id`` has taken
+    offline and the partitions whose logs were in them, as of its registration
+    ``broker_epoch`` (the czxid of ``/brokers/ids/[id]``): a value naming another epoch is a
+    previous incarnation's and means nothing."""
+
+    broker_id: int
+    broker_epoch: int
+    log_dirs: tuple[str, ...]
+    partitions: tuple[tuple[str, int], ...]
+
+    def to_bytes(self) -> bytes:
+        return _dump({"version": 1, "broker": self.broker_id, "broker_epoch": self.broker_epoch,
+                      "offline_log_dirs": list(self.log_dirs),
+                      "partitions": [{"topic": t, "partition": p} for t, p in self.partitions]})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> OfflineReplicas:
+        v = _load(data, "offline replicas")
+        try:
+            broker, epoch = v["broker"], v["broker_epoch"]
+            dirs, parts = v["offline_log_dirs"], v["partitions"]
+            if not (_is_int(broker) and broker >= 0 and _is_int(epoch)):
+                raise ValueError("bad broker or broker_epoch")
+            if not isinstance(dirs, list) or len(dirs) > MAX_OFFLINE_DIRS \
+                    or not all(isinstance(d, str) for d in dirs):
+                raise ValueError("offline_log_dirs is not a list of paths")
+            if not isinstance(parts, list) or len(parts) > MAX_OFFLINE_REPLICAS:
+                raise ValueError(f"partitions is not a list of at most "
+                                 f"{MAX_OFFLINE_REPLICAS} entries")
+            tps = []
+            for entry in parts:
+                t, p = entry["topic"], entry["partition"]
+                validate_topic_name(t)
+                if not _is_int(p) or p < 0:
+                    raise ValueError(f"bad partition {p!r}")
+                tps.append((t, p))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"offline replicas: bad value ({e})") from None
+        return cls(broker, epoch, tuple(dirs), tuple(tps))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)

@@ -197,8 +197,12 @@ def test_flush_long_max_means_never():
     ("zookeeper.connect", "zk:2181/",
      "invalid value 'zk:2181/' for 'zookeeper.connect': expected "
      "host:port[,host:port...][/chroot] with a chroot like /sluice"),
-    ("log.dirs", "/a,/b", "invalid value '/a,/b' for 'log.dirs': expected one directory "
-                          "(several log directories are not supported)"),
+    ("log.dirs", "/a,,/b", "invalid value '/a,,/b' for 'log.dirs': expected directory "
+                           "paths separated by commas, none of them empty"),
+    ("log.dirs", "/a,/b/../a", "invalid value '/a,/b/../a' for 'log.dirs': expected each "
+                               "directory once ('/a' and '/b/../a' are the same)"),
+    ("log.dirs", "/a,/a/b", "invalid value '/a,/a/b' for 'log.dirs': expected directories "
+                            "that do not contain each other ('/a' and '/a/b')"),
 ])
 def test_bad_value_messages(key: str, raw: str, message: str):
     values = dict(REQUIRED)
@@ -207,6 +211,12 @@ def test_bad_value_messages(key: str, raw: str, message: str):
         BrokerConfig.from_mapping(values)
     assert str(info.value) == message
     assert info.value.key == key
+
+
+def test_several_log_dirs_and_the_quorum_default_in_the_first():
+    cfg = BrokerConfig.from_mapping({**REQUIRED, "log.dirs": " /d1 , /d2,/d3 "})
+    assert cfg.log_dir_paths() == [Path("/d1"), Path("/d2"), Path("/d3")]
+    assert cfg.quorum_data_path() == Path("/d1/quorum")
 
 
 def test_unknown_key_with_and_without_a_suggestion():

@@ -39,6 +39,7 @@ from broker_core.controller.election import (
     reassignment_replicas,
     shrink_isr,
 )
+from broker_core.controller.fencing import FencingAgent
 from broker_core.metadata import (
     BadVersion,
     Check,
@@ -106,6 +107,8 @@ class Controller:
         request_timeout_s: float = 30.0,
         metrics: Any = None,
         channel_factory: Callable[[LiveBroker], Any] | None = None,
+        heartbeat_interval_s: float | None = None,
+        session_timeout_s: float | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.store = store
@@ -127,6 +130,13 @@ class Controller:
         self._alter_waiters: set[defer.Deferred] = set()
         self.reassignment_wakeup_s = REASSIGNMENT_WAKEUP_S
         self._reassign_call: Any = None
+        #: Fencing of brokers the controller cannot hear from (broker_core.controller.fencing);
+        #: None: brokers are judged by their metadata-store registrations only.
+        self.fencing: FencingAgent | None = None
+        if session_timeout_s is not None:
+            self.fencing = FencingAgent(
+                self, heartbeat_interval_s=heartbeat_interval_s or session_timeout_s / 3,
+                session_timeout_s=session_timeout_s, clock=reactor)
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -254,6 +264,8 @@ class Controller:
     async def _elect(self) -> None:
         if self.active or not self._started:
             return
+        if self.fencing is not None and not self.fencing.may_stand():
+            return  # the others cannot reach us: let one of them lead (see _on_abstention_over)
         for _ in range(5):
             try:
                 data, stat = await self.store.get(paths.CONTROLLER_EPOCH)
@@ -307,13 +319,29 @@ class Controller:
         self._reset_context()
         for ch in channels:
             ch.stop()
+        if self.fencing is not None:
+            self.fencing.stop()
         if self.metrics is not None:
             self.metrics.active_controller.set(0)
+            self.metrics.fenced_brokers.set(0)
+
+    def _on_abstention_over(self) -> None:
+        """Stand for election again if ``/controller`` is still empty (nobody else could)."""
+        async def maybe() -> None:
+            try:
+                await self.store.get(paths.CONTROLLER)
+            except NoNode:
+                await self._elect()
+
+        if self._started and not self.active:
+            self._enqueue("elect", maybe)
 
     async def _on_controller_failover(self) -> None:
         """Seed 000 D: load the state, tell every broker everything (INIT), then catch up on what
         happened while there was no controller."""
         await self._load_context()
+        if self.fencing is not None:
+            self.fencing.start(self.live)
         # Partitions whose leader died with (or while there was no) controller get a leader
         # before the full state goes out: they are what clients wait for, and the INIT below
         # names every partition to every broker.
@@ -547,6 +575,8 @@ class Controller:
         are passed over (their leaderships are being moved away) unless one of them is the only
         way to keep the partition online: it still serves until it stops."""
         unclean = self.unclean_leader_election(tp[0])
+        fenced = self._fenced_brokers()
+        live = [b for b in live if b not in fenced]
         el = offline_leader(d.replicas, d.isr, [b for b in live if b not in self.shutting_down],
                             unclean_allowed=unclean)
         if el.leader == -1 and self.shutting_down:
@@ -555,7 +585,19 @@ class Controller:
 
     def _eligible(self) -> set[int]:
         """Live brokers that may be given leadership or an ISR place (not shutting down)."""
-        return {b for b in self.live if b not in self.shutting_down}
+        fenced = self._fenced_brokers()
+        return {b for b in self.live if b not in self.shutting_down and b not in fenced}
+
+    def _fenced_brokers(self) -> Collection[int]:
+        """Registered brokers fenced for want of heartbeats: treated as dead for leadership and
+        ISR places until they are heard from again."""
+        return () if self.fencing is None else self.fencing.liveness.fenced
+
+    def broker_heartbeat(self, broker_id: int, broker_epoch: int) -> tuple[str | None, bool]:
+        """BrokerHeartbeat: an error name or None, and whether the broker is fenced."""
+        if self.fencing is None:
+            return (None, False) if self.active else ("NOT_CONTROLLER", True)
+        return self.fencing.heartbeat(broker_id, broker_epoch)
 
     def _state_value(self, d: PartitionDecision) -> bytes:
         return paths.LeaderAndIsr(d.leader, d.leader_epoch, list(d.isr),
@@ -618,7 +660,9 @@ class Controller:
 
     # -- broker changes (seed 000 A) -------------------------------------------------------------
 
-    async def _on_broker_change(self) -> None:
+    async def _on_broker_change(self, unfenced: Collection[int] = ()) -> None:
+        """Registrations changed (or, with ``unfenced``, brokers were fenced or unfenced):
+        judge every partition against the registered brokers that are not fenced."""
         ids = await self._children(paths.BROKER_IDS)
         now = await self._read_brokers(ids)
         if not self.active:
@@ -636,11 +680,18 @@ class Controller:
         self.live = now
         for b in new | bounced:
             self._open_channel(now[b])
+        if self.fencing is not None:
+            self.fencing.liveness.registered(now, bounced)
+        fenced = self._fenced_brokers()
+        # An unfenced broker (still registered) learns its whole state, as a restarted one does.
+        new = new | {b for b in unfenced if b in now and b not in fenced}
+        usable = {b: lb for b, lb in now.items() if b not in fenced}
 
         # Judge every partition against the live set, not just the brokers that left since the
-        # last event: after a failover the new controller never saw the old live set.
-        leaders = self._elect_for_dead_leaders(now)
-        shrinks = self._live_leader_changes(now, bounced, leaders)
+        # last event: after a failover the new controller never saw the old live set. A fenced
+        # broker counts as dead here.
+        leaders = self._elect_for_dead_leaders(usable)
+        shrinks = self._live_leader_changes(usable, bounced, leaders)
         if not (dead or new or bounced or leaders or shrinks):
             return
         self.log.info("broker change: new {new}, dead {dead}, restarted {bounced}; "
@@ -804,6 +855,11 @@ class Controller:
         registered = self.live.get(broker_id)
         if registered is None or registered.epoch != broker_epoch:
             # A dead broker, or a request from a previous incarnation of it (KIP-380).
+            return "STALE_BROKER_EPOCH", {}
+        if broker_id in self._fenced_brokers():
+            # A fenced leader may not shrink its ISR to itself and commit alone: its partitions
+            # are being (or were) given to other replicas. It retries until it is unfenced, by
+            # which time a LeaderAndIsr has told it its new place.
             return "STALE_BROKER_EPOCH", {}
         results: dict[TopicPartition, tuple[str | None, PartitionDecision | None]] = {}
         pending: dict[TopicPartition, tuple[int, tuple[int, ...], int]] = {}

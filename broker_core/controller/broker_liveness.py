@@ -26,6 +26,14 @@ The rules (docs/replication.md, "Fencing"):
   nobody is fenced). A merely slow cluster records no such majority (its
   heartbeats are answered late, not lost for a whole session), and a controller that hears its
   brokers' heartbeats is never isolated.
+- **No ISR shrink while isolated.** An isolated controller refuses ISR shrinks: it cannot tell
+  the followers that stopped fetching are gone from it being cut off, and a cut-off controller
+  that shrank the ISRs of the partitions it leads to itself would leave them no other leader
+  once it is replaced. (``replica.lag.time.max.ms`` longer than ``broker.session.timeout.ms``, as
+  the defaults are, lets the isolation be noticed before a leader asks.)
+- **A successor inherits the verdict.** A broker that takes over from a controller most brokers
+  recorded they could not reach counts that controller as silent for a whole session already
+  (:func:`unreachable_predecessor`): it fences it at once instead of a session later.
 - **A fresh start for everyone.** A new controller, or a broker that (re)registers, starts with
   a full session: the controller cannot know when a broker last heard from its predecessor.
 
@@ -105,6 +113,13 @@ class BrokerLiveness:
                 self._last_heard[b] = now
                 self._fenced_at.pop(b, None)
                 self._returned.discard(b)
+
+    def presume_silent(self, broker_id: int) -> None:
+        """Count ``broker_id`` as not heard from for a whole session already (most brokers
+        recorded that they could not reach it as controller: see :func:`unreachable_predecessor`);
+        it is fenced at the next :meth:`evaluate` unless a heartbeat comes first."""
+        if broker_id in self._last_heard and broker_id != self.controller_id:
+            self._last_heard[broker_id] = self.clock.seconds() - self.session_timeout_s
 
     def heartbeat(self, broker_id: int) -> bool:
         """Record a heartbeat from a registered broker; returns whether it is still fenced (it
@@ -199,3 +214,22 @@ def should_resign(controller_id: int, controller_epoch: int, registered: Collect
                if v.broker_id in others and v.controller_id == controller_id
                and v.controller_epoch == controller_epoch}
     return 2 * len(against) > len(others)
+
+
+def unreachable_predecessor(controller_id: int, controller_epoch: int,
+                            registered: Collection[int],
+                            votes: Iterable[UnreachableVote]) -> set[int]:
+    """Earlier controllers (registered, not ``controller_id``, at an epoch below
+    ``controller_epoch``) that a strict majority of the other registered brokers recorded they
+    could not reach: the new controller need not give them a fresh session."""
+    found = set()
+    named = {v.controller_id for v in votes}
+    for old in named:
+        if old == controller_id or old not in registered:
+            continue
+        others = {b for b in registered if b != old}
+        against = {v.broker_id for v in votes if v.controller_id == old
+                   and v.controller_epoch < controller_epoch and v.broker_id in others}
+        if len(others) >= 2 and 2 * len(against) > len(others):
+            found.add(old)
+    return found

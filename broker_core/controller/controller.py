@@ -885,6 +885,11 @@ class Controller:
                     results[tp] = (verdict.error, None)
                 elif not verdict.write:
                     results[tp] = (None, cur)
+                elif (self.fencing is not None and not self.fencing.may_shrink_isr()
+                      and not set(cur.isr) <= set(new_isr)):
+                    # Isolated: the followers dropped may be fine and this controller cut off
+                    # (broker_core.controller.broker_liveness). The leader asks again later.
+                    results[tp] = ("OPERATION_NOT_ATTEMPTED", None)
                 else:
                     # Only the ISR and the znode version move: an ISR change is no new leader
                     # generation (seed 004).

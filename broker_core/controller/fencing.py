@@ -29,6 +29,7 @@ from broker_core.controller.broker_liveness import (
     BrokerLiveness,
     UnreachableVote,
     should_resign,
+    unreachable_predecessor,
 )
 from broker_core.metadata import MetadataStoreError, NoNode
 from broker_core.zk import paths
@@ -61,6 +62,24 @@ class FencingAgent:
         self._loop = task.LoopingCall(self.tick)
         self._loop.clock = self.clock
         self._loop.start(self.heartbeat_interval_s, now=False)
+        self.controller._enqueue("inherit_unreachable", self._inherit)
+
+    async def _inherit(self) -> None:
+        """Fence at once a predecessor most brokers could not reach (it is most likely still
+        cut off: waiting a fresh session would only prolong the stall of its partitions)."""
+        c = self.controller
+        if not c.active:
+            return
+        votes = await self._read_votes()
+        for b in unreachable_predecessor(c.broker_id, c.epoch, c.live, votes):
+            self.log.warn("broker {b}, the previous controller, could not be reached by most "
+                          "brokers: counted as silent for a session already", b=b)
+            self.liveness.presume_silent(b)
+        self.tick()
+
+    def may_shrink_isr(self) -> bool:
+        """Whether ISR shrinks may be accepted: not while isolated (see broker_liveness)."""
+        return self.liveness.hears_majority()
 
     def stop(self) -> None:
         if self._loop is not None and self._loop.running:

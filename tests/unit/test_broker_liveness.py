@@ -18,6 +18,7 @@ from broker_core.controller.broker_liveness import (
     BrokerLiveness,
     UnreachableVote,
     should_resign,
+    unreachable_predecessor,
 )
 from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerLease
@@ -313,3 +314,44 @@ def test_a_controller_that_hears_its_brokers_ignores_their_records():
     store.create(paths.controller_unreachable(3), UnreachableVote(3, 1, 5).to_bytes())
     run(clock, ctl, 3 * SESSION, 2, 3)  # a slow cluster: heartbeats arrive, answers were late
     assert ctl.active and paths.CONTROLLER in store.nodes
+
+
+def test_an_isolated_controller_refuses_isr_shrinks_but_not_expansions():
+    # Cut off, the controller leads partitions whose followers stopped fetching from it. Had
+    # it shrunk their ISRs to itself, the broker that replaces it could elect no other leader.
+    store, clock, channels, ctl = make()
+    run(clock, ctl, SESSION + BEAT)  # nobody's heartbeats: isolated
+    tp = ("t", 0)  # led by broker 1, the controller
+    d = ctl.states[tp]
+    result = alter(ctl, 1, ctl.live[1].epoch, [(tp[0], tp[1], d.leader_epoch, (1,),
+                                                d.zk_version)])
+    clock.advance(0)
+    top, parts = result.result
+    assert top is None and parts[tp][0] == "OPERATION_NOT_ATTEMPTED"
+    assert ctl.states[tp].isr == d.isr
+    # Heard from a majority again, the same shrink passes.
+    run(clock, ctl, BEAT, 2)
+    result = alter(ctl, 1, ctl.live[1].epoch, [(tp[0], tp[1], d.leader_epoch, (1, 2),
+                                                d.zk_version)])
+    clock.advance(0)
+    top, parts = result.result
+    assert top is None and parts[tp][0] is None and ctl.states[tp].isr == (1, 2)
+
+
+def test_the_previous_controller_most_brokers_could_not_reach_is_fenced_at_once():
+    # Broker 1 takes over (epoch 5) from broker 3, which brokers 1 and 2 recorded they could
+    # not reach at epoch 4: 3 is fenced at the first look, not a session later.
+    assert unreachable_predecessor(1, 5, {1, 2, 3}, [vote(1, 3, 4), vote(2, 3, 4)]) == {3}
+    assert unreachable_predecessor(1, 5, {1, 2, 3}, [vote(2, 3, 4)]) == set()
+    assert unreachable_predecessor(1, 5, {1, 2, 3}, [vote(1, 3, 5), vote(2, 3, 5)]) == set()
+    assert unreachable_predecessor(1, 5, {1, 2}, [vote(1, 3, 4), vote(2, 3, 4)]) == set()
+    assert unreachable_predecessor(1, 5, {1, 2, 3}, [vote(2, 1, 4), vote(3, 1, 4)]) == set()
+    store, clock, channels, ctl = make()
+    store.create(paths.controller_unreachable(1), UnreachableVote(1, 3, 4).to_bytes(),
+                 makepath=True)
+    store.create(paths.controller_unreachable(2), UnreachableVote(2, 3, 4).to_bytes())
+    ctl.fencing.start(ctl.live)
+    clock.advance(0)
+    assert ctl.fencing.liveness.fenced == {3}
+    run(clock, ctl, BEAT, 2)
+    assert all(d.leader != 3 and 3 not in d.isr for d in ctl.states.values())

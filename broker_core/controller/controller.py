@@ -342,6 +342,7 @@ class Controller:
         await self._load_context()
         if self.fencing is not None:
             self.fencing.start(self.live)
+            await self.fencing.inherit()
         # Partitions whose leader died with (or while there was no) controller get a leader
         # before the full state goes out: they are what clients wait for, and the INIT below
         # names every partition to every broker.

@@ -62,11 +62,12 @@ class FencingAgent:
         self._loop = task.LoopingCall(self.tick)
         self._loop.clock = self.clock
         self._loop.start(self.heartbeat_interval_s, now=False)
-        self.controller._enqueue("inherit_unreachable", self._inherit)
 
-    async def _inherit(self) -> None:
-        """Fence at once a predecessor most brokers could not reach (it is most likely still
-        cut off: waiting a fresh session would only prolong the stall of its partitions)."""
+    async def inherit(self) -> None:
+        """Right after :meth:`start`: fence at once a predecessor most brokers recorded they
+        could not reach (it is most likely still cut off: a fresh session would only prolong
+        the stall of its partitions). Read first thing on taking over, before the brokers that
+        recorded it reach this controller and delete their records."""
         c = self.controller
         if not c.active:
             return

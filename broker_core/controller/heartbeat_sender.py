@@ -13,12 +13,14 @@ the lease *expires*: the controller has fenced this broker, or is itself cut off
 The broker then
 
 - records ``/controller_unreachable/[id]`` (ephemeral, naming the controller and its epoch): a
-  controller that most brokers cannot reach resigns (see ``should_resign``);
+  controller that most brokers cannot reach resigns (see ``should_resign``), and its successor
+  fences it at once (``unreachable_predecessor``);
 - reads the published state of the partitions it leads from the metadata store and applies any
   newer leadership (:func:`adopt_published_leadership`), so it stops acting as their leader and
   tells clients the new leader, instead of waiting for a LeaderAndIsr that cannot reach it.
 
-When a heartbeat is answered again (by this controller or a new one) the record is deleted.
+When a heartbeat is answered again (by this controller or a new one) the record is deleted; a
+broker that became controller itself deletes its own a session later.
 
 Invariants: the lease never expires while the store session is not connected (a broker that lost
 the store too is handled by the ordinary death procedure: its registration expires); at most one
@@ -126,10 +128,18 @@ class ControllerHeartbeatSender:
         self._in_flight = False
         self._adopting = False
         self._voted = False
+        self._controller_since = clock.seconds()
+        self._store_connected = False
+        #: Past this long without an answer the broker looks in the store for leaderships the
+        #: controller moved away (safe at any time: it applies only the controller's decisions).
+        self.adopt_after_s = self.timeout_s
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start beating; call it once the store session is connected."""
+        self._store_connected = True
+        self.store.add_state_listener(self._on_session_state)
         self._watch = self.store.watch_data(paths.CONTROLLER, self._on_controller_node)
         self._loop = task.LoopingCall(self.tick)
         self._loop.clock = self.clock
@@ -142,7 +152,11 @@ class ControllerHeartbeatSender:
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
+            self.store.remove_state_listener(self._on_session_state)
         self._conn.drop()
+
+    def _on_session_state(self, state: SessionState) -> None:
+        self._store_connected = state is SessionState.CONNECTED
 
     # -- the controller's address ----------------------------------------------------------------
 
@@ -159,8 +173,10 @@ class ControllerHeartbeatSender:
             self._controller_id = cid
             self._controller = None
             self._conn.drop()
-            if self.lease.controller_changed(self.clock.seconds()):
-                self._withdraw_vote()
+            # A full session to reach the new controller. The record against the old one stays
+            # until a heartbeat is answered: the new controller reads it when it takes over.
+            self.lease.controller_changed(self.clock.seconds())
+            self._controller_since = self.clock.seconds()
         d = defer.Deferred.fromCoroutine(self._resolve(cid))
         d.addErrback(lambda f: self.log.debug("controller {c} address not read: {e}", c=cid,
                                               e=f.getErrorMessage()))
@@ -176,10 +192,13 @@ class ControllerHeartbeatSender:
     def tick(self) -> None:
         now = self.clock.seconds()
         if self.is_controller():
-            if self.lease.answered(now):
+            self.lease.answered(now)
+            # Its own record against its predecessor is kept for a session: it read it when it
+            # took over, and the records are all another new controller has to go by.
+            if self._voted and now - self._controller_since >= self.session_timeout_s:
                 self._withdraw_vote()
             return
-        connected = getattr(self.store, "state", SessionState.CONNECTED) is SessionState.CONNECTED
+        connected = self._store_connected
         if self.lease.check(now, connected):
             self.log.warn("broker {b} has had no heartbeat answer from controller {c} for {s}s "
                           "while its metadata session is alive: it considers itself fenced",
@@ -187,7 +206,8 @@ class ControllerHeartbeatSender:
             if self.metrics is not None:
                 self.metrics.controller_unreachable.set(1)
             self._cast_vote()
-        if self.lease.expired and connected and not self._adopting:
+        silent = self.lease.expired or now - self.lease.last_answer >= self.adopt_after_s
+        if silent and connected and not self._adopting:
             self._adopting = True
             d = defer.maybeDeferred(self.adopt)
             d.addErrback(lambda f: self.log.warn("adopting the published leadership failed: "
@@ -220,7 +240,9 @@ class ControllerHeartbeatSender:
                           e=resp.error_code)
         # Any other answer proves the path to the controller works (STALE_BROKER_EPOCH: it has
         # not yet seen this registration).
-        if self.lease.answered(self.clock.seconds()):
+        if self.metrics is not None:
+            self.metrics.controller_unreachable.set(0)
+        if self.lease.answered(self.clock.seconds()) or self._voted:
             self.log.info("broker {b} reaches controller {c} again", b=self.broker_id, c=cid)
             self._withdraw_vote()
 

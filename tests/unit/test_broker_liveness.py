@@ -351,7 +351,7 @@ def test_the_previous_controller_most_brokers_could_not_reach_is_fenced_at_once(
                  makepath=True)
     store.create(paths.controller_unreachable(2), UnreachableVote(2, 3, 4).to_bytes())
     ctl.fencing.start(ctl.live)
-    clock.advance(0)
+    defer.Deferred.fromCoroutine(ctl.fencing.inherit())
     assert ctl.fencing.liveness.fenced == {3}
     run(clock, ctl, BEAT, 2)
     assert all(d.leader != 3 and 3 not in d.isr for d in ctl.states.values())

@@ -6,6 +6,9 @@ hub namespace between them (:mod:`tests.support.netns`). A *cut* drops every pac
 broker and the other brokers' listeners; its ZooKeeper session stays alive and the producer can
 still reach it.
 
+Run with the metadata in ZooKeeper and in the brokers' own Raft quorum (whose traffic the cut
+leaves alone, as it leaves ZooKeeper's).
+
 1. A leader that is not the controller is cut off. Before, it kept its partitions for the whole
    cut (nothing moved them: its registration was alive), so writes to them stalled until the
    heal. Now the controller fences it after ``broker.session.timeout.ms`` without heartbeats,
@@ -32,7 +35,7 @@ import time
 import pytest
 
 from tests.support import netns
-from tests.support.cluster import BrokerProcess
+from tests.support.cluster import BrokerProcess, free_port
 from tests.support.procs import consume_all
 from tests.support.zookeeper import ZooKeeperServer
 from tests.system.test_replicated_failover import wait_for
@@ -151,25 +154,32 @@ def cut_until_resumed(network, brokers, acks: Acks, victim: int,
     return t_cut, time.monotonic(), resumed
 
 
+@pytest.mark.parametrize("mode", ["zookeeper", "quorum"])
 def test_a_cut_leader_and_a_cut_controller_lose_their_partitions_not_the_writes(
-        network, tmp_path):
+        network, tmp_path, mode):
     from confluent_kafka import Producer
 
     figures: dict[str, dict[int, float]] = {}
     with network.entered():
-        zk = ZooKeeperServer()
-        zk.start()
+        zk = ZooKeeperServer() if mode == "zookeeper" else None
         brokers: dict[int, BrokerProcess] = {}
         stop = threading.Event()
         producer_thread = None
         try:
-            from kazoo.client import KazooClient
+            voters = None
+            if zk is not None:
+                from kazoo.client import KazooClient
 
-            kz = KazooClient(hosts=zk.hosts)
-            kz.start(timeout=15)
-            kz.ensure_path("/sluice")
-            kz.stop()
-            kz.close()
+                zk.start()
+                kz = KazooClient(hosts=zk.hosts)
+                kz.start(timeout=15)
+                kz.ensure_path("/sluice")
+                kz.stop()
+                kz.close()
+            else:
+                # Each broker's quorum node listens next to its Kafka listener; the cuts leave
+                # the quorum's traffic alone (they drop only Kafka-listener packets).
+                voters = ",".join(f"{b}@{network.host(b)}:{free_port()}" for b in (1, 2, 3))
             extra = {"zookeeper.session.timeout.ms": "6000",
                      "broker.session.timeout.ms": str(SESSION_MS),
                      "broker.heartbeat.interval.ms": "500",
@@ -177,8 +187,9 @@ def test_a_cut_leader_and_a_cut_controller_lose_their_partitions_not_the_writes(
                      "replica.fetch.wait.max.ms": "50", "replica.fetch.backoff.ms": "200",
                      "min.insync.replicas": "2", "auto.create.topics.enable": "false"}
             for b in (1, 2, 3):
+                zk_hosts = "" if zk is None else f"{network.gateway(b)}:{zk.port}/sluice"
                 brokers[b] = BrokerProcess(
-                    b, f"{network.gateway(b)}:{zk.port}/sluice", tmp_path, extra=extra,
+                    b, zk_hosts, tmp_path, extra=extra, quorum_voters=voters,
                     host=network.host(b), prefix=network.prefix(b))
                 brokers[b].start()
             for b in brokers.values():
@@ -264,7 +275,8 @@ def test_a_cut_leader_and_a_cut_controller_lose_their_partitions_not_the_writes(
             finally:
                 for b in brokers.values():
                     b.stop()
-                zk.stop()
+                if zk is not None:
+                    zk.stop()
 
     print("\nseconds without an acknowledgement during each cut, per partition:")
     print(json.dumps({k: {p: round(s, 2) for p, s in v.items()} for k, v in figures.items()},

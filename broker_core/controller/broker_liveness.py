@@ -34,6 +34,9 @@ The rules (docs/replication.md, "Fencing"):
 - **A successor inherits the verdict.** A broker that takes over from a controller most brokers
   recorded they could not reach counts that controller as silent for a whole session already
   (:func:`unreachable_predecessor`): it fences it at once instead of a session later.
+- **A stalled controller blames nobody.** Time the controller's own process did not run (its
+  periodic check came late) is credited to every broker: the heartbeats it could not read meanwhile
+  are not theirs to answer for. The broker's lease does the same.
 - **A fresh start for everyone.** A new controller, or a broker that (re)registers, starts with
   a full session: the controller cannot know when a broker last heard from its predecessor.
 
@@ -113,6 +116,12 @@ class BrokerLiveness:
                 self._last_heard[b] = now
                 self._fenced_at.pop(b, None)
                 self._returned.discard(b)
+
+    def credit(self, seconds: float) -> None:
+        """The controller itself did not run for ``seconds`` (a stalled process, a long GC): the
+        heartbeats that could not be read meanwhile do not count against the brokers."""
+        if seconds > 0:
+            self._last_heard = {b: t + seconds for b, t in self._last_heard.items()}
 
     def presume_silent(self, broker_id: int) -> None:
         """Count ``broker_id`` as not heard from for a whole session already (most brokers

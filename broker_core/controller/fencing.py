@@ -49,6 +49,7 @@ class FencingAgent:
         self.liveness = BrokerLiveness(controller.broker_id, session_timeout_s, clock)
         self._loop: task.LoopingCall | None = None
         self._checking_isolation = False
+        self._last_tick = clock.seconds()
         #: Until when this broker stays out of controller elections (it resigned because the
         #: others cannot reach it).
         self.abstain_until = 0.0
@@ -59,6 +60,7 @@ class FencingAgent:
         """The controller took over with ``registered`` brokers: fresh sessions for all."""
         self.liveness.reset(registered)
         self.stop()
+        self._last_tick = self.clock.seconds()
         self._loop = task.LoopingCall(self.tick)
         self._loop.clock = self.clock
         self._loop.start(self.heartbeat_interval_s, now=False)
@@ -111,6 +113,14 @@ class FencingAgent:
         c = self.controller
         if not c.active:
             return
+        now = self.clock.seconds()
+        stalled = now - self._last_tick - self.heartbeat_interval_s
+        self._last_tick = now
+        if stalled > self.heartbeat_interval_s:
+            # This process did not run: the heartbeats waiting to be read are not late.
+            self.log.info("controller checks resumed {s:.1f}s late: brokers are credited that "
+                          "time", s=stalled)
+            self.liveness.credit(stalled)
         verdict = self.liveness.evaluate()
         if verdict.fence:
             self.log.warn("fencing broker(s) {b}: no heartbeat for {s}s while their metadata "

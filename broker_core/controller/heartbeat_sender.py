@@ -70,6 +70,12 @@ class ControllerLease:
         expired (the record against the previous controller is withdrawn)."""
         return self.answered(now)
 
+    def credit(self, seconds: float) -> None:
+        """This broker's process did not run for ``seconds``: answers it could not read then do
+        not count as missing."""
+        if seconds > 0:
+            self.last_answer += seconds
+
     def check(self, now: float, store_connected: bool) -> bool:
         """True exactly when the lease expires now: no answer for a whole session while the
         metadata-store session is connected."""
@@ -130,6 +136,7 @@ class ControllerHeartbeatSender:
         self._voted = False
         self._controller_since = clock.seconds()
         self._store_connected = False
+        self._last_tick = clock.seconds()
         #: Past this long without an answer the broker looks in the store for leaderships the
         #: controller moved away (safe at any time: it applies only the controller's decisions).
         self.adopt_after_s = self.timeout_s
@@ -139,6 +146,7 @@ class ControllerHeartbeatSender:
     def start(self) -> None:
         """Start beating; call it once the store session is connected."""
         self._store_connected = True
+        self._last_tick = self.clock.seconds()
         self.store.add_state_listener(self._on_session_state)
         self._watch = self.store.watch_data(paths.CONTROLLER, self._on_controller_node)
         self._loop = task.LoopingCall(self.tick)
@@ -191,6 +199,10 @@ class ControllerHeartbeatSender:
 
     def tick(self) -> None:
         now = self.clock.seconds()
+        stalled = now - self._last_tick - self.interval_s
+        self._last_tick = now
+        if stalled > self.interval_s:
+            self.lease.credit(stalled)
         if self.is_controller():
             self.lease.answered(now)
             # Its own record against its predecessor is kept for a session: it read it when it

@@ -355,3 +355,20 @@ def test_the_previous_controller_most_brokers_could_not_reach_is_fenced_at_once(
     assert ctl.fencing.liveness.fenced == {3}
     run(clock, ctl, BEAT, 2)
     assert all(d.leader != 3 and 3 not in d.isr for d in ctl.states.values())
+
+
+def test_time_the_controller_did_not_run_is_not_held_against_the_brokers():
+    # The controller's process stalls (SIGSTOP, a long GC) for longer than a session: the
+    # brokers' heartbeats wait unread in its sockets. Its first check after the stall credits
+    # them that time, so it fences nobody for a silence that was its own.
+    store, clock, channels, ctl = make()
+    run(clock, ctl, BEAT, 2, 3)
+    clock.rightNow += 3 * SESSION  # the process did not run: no timer, no socket read
+    beat(ctl, 2)  # on resuming, broker 2's heartbeat is read before the overdue check...
+    clock.advance(0)  # ...which runs before broker 3's is read
+    assert ctl.fencing.liveness.fenced == frozenset()
+    run(clock, ctl, BEAT, 2, 3)
+    assert ctl.fencing.liveness.fenced == frozenset()
+    # A real silence is still fenced.
+    run(clock, ctl, SESSION + BEAT, 2)
+    assert ctl.fencing.liveness.fenced == {3}

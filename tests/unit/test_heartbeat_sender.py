@@ -130,3 +130,24 @@ def test_no_record_while_the_store_session_is_not_connected(tmp_path):
     finally:
         sender.stop()
         rm.log_manager.shutdown()
+
+
+def test_a_stall_of_the_broker_itself_is_not_a_lost_controller(tmp_path):
+    # The broker's own process did not run (SIGSTOP, a long GC) for two sessions: the answers it
+    # could not read meanwhile are not missing. Its first tick after the stall neither records
+    # the controller unreachable nor gives up a leadership.
+    clock, store, cache, rm, ctrl, sender = setup(tmp_path)
+    ctrl.cut = False
+    try:
+        sender.start()
+        for _ in range(3):
+            clock.advance(BEAT)
+        assert ctrl.beats
+        clock.rightNow += 2 * SESSION
+        clock.advance(0)
+        assert not sender.lease.expired
+        assert paths.controller_unreachable(1) not in store.nodes
+        assert rm.get_partition("t", 0).is_leader
+    finally:
+        sender.stop()
+        rm.log_manager.shutdown()

@@ -585,7 +585,8 @@ class Controller:
         return el
 
     def _eligible(self) -> set[int]:
-        """Live brokers that may be given leadership or an ISR place (not shutting down)."""
+        """Live brokers that may be given leadership or an ISR place (not shutting down, not
+        fenced)."""
         fenced = self._fenced_brokers()
         return {b for b in self.live if b not in self.shutting_down and b not in fenced}
 

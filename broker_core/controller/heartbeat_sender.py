@@ -137,6 +137,7 @@ class ControllerHeartbeatSender:
         self._controller_since = clock.seconds()
         self._store_connected = False
         self._last_tick = clock.seconds()
+        self._last_adopt = float("-inf")
         #: Past this long without an answer the broker looks in the store for leaderships the
         #: controller moved away (safe at any time: it applies only the controller's decisions).
         self.adopt_after_s = self.timeout_s
@@ -219,8 +220,10 @@ class ControllerHeartbeatSender:
                 self.metrics.controller_unreachable.set(1)
             self._cast_vote()
         silent = self.lease.expired or now - self.lease.last_answer >= self.adopt_after_s
-        if silent and connected and not self._adopting:
+        due = now - self._last_adopt >= self.adopt_after_s  # one store read per period
+        if silent and due and connected and not self._adopting:
             self._adopting = True
+            self._last_adopt = now
             d = defer.maybeDeferred(self.adopt)
             d.addErrback(lambda f: self.log.warn("adopting the published leadership failed: "
                                                  "{e}", e=f.getErrorMessage()))

@@ -261,7 +261,6 @@ def test_a_cut_leader_and_a_cut_controller_lose_their_partitions_not_the_writes(
             assert new_controller not in (-1, controller)
             wait_for(lambda: fully_replicated(brokers), 60,
                      "the old controller back in every ISR after the heal")
-            time.sleep(1.0)
         finally:
             stop.set()
             if producer_thread is not None:

@@ -42,6 +42,7 @@ from twisted.python.threadpool import ThreadPool
 
 from broker_core.config import BrokerConfig
 from broker_core.controller.controller import Controller
+from broker_core.controller.heartbeat_sender import ControllerHeartbeatSender
 from broker_core.controller.shutdown import controlled_shutdown
 from broker_core.log import LogConfig, LogManager, meta_properties
 from broker_core.metadata import NodeExists, NoNode, SessionState
@@ -52,6 +53,7 @@ from broker_core.replica.fetcher import FetcherConfig
 from broker_core.replica.log_dir_reporter import LogDirFailureReporter
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
+from broker_core.replica.published_leadership import adopt_published_leadership
 from broker_core.server.handlers import RequestHandler
 from broker_core.server.protocol import KafkaServerFactory
 from broker_core.zk import paths
@@ -140,6 +142,18 @@ class BrokerService(service.Service):
             self.broker_id, self.store, reactor=reactor,
             unclean_leader_election=self._unclean_allowed,
             request_timeout_s=config.controller_socket_timeout_ms / 1000.0,
+            metrics=self.metrics,
+            heartbeat_interval_s=config.broker_heartbeat_interval_ms / 1000.0,
+            session_timeout_s=config.broker_session_timeout_ms / 1000.0)
+        # Heartbeats to the controller, and what to do when it cannot be reached
+        # (docs/replication.md, "Fencing").
+        self.heartbeats = ControllerHeartbeatSender(
+            self.broker_id, lambda: self.registration_epoch, self.store, reactor=reactor,
+            clock=self.clock, interval_s=config.broker_heartbeat_interval_ms / 1000.0,
+            session_timeout_s=config.broker_session_timeout_ms / 1000.0,
+            is_controller=lambda: self.controller.active,
+            adopt=lambda: defer.Deferred.fromCoroutine(adopt_published_leadership(
+                self.broker_id, self.store, self.replicas, self.cache)),
             metrics=self.metrics)
         self.coordinator = CoordinatorService(
             self.broker_id, self.store, clock=self.clock,
@@ -326,6 +340,7 @@ class BrokerService(service.Service):
         await self._startup_from_zookeeper()
         self.replicas.start()
         self.controller.start()
+        self.heartbeats.start()
         self.coordinator.start()
         self.log.info("broker {b} started", b=self.broker_id)
 
@@ -549,6 +564,7 @@ class BrokerService(service.Service):
         except Exception:
             self.log.failure("consumer coordinator stop failed")
         self.factory.close_all()
+        self.heartbeats.stop()
         try:
             await self.controller.stop()
         except Exception:

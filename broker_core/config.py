@@ -371,6 +371,11 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("request.timeout.ms", "request_timeout_ms", integer(0, INT_MAX), "30000"),
     ("controller.socket.timeout.ms", "controller_socket_timeout_ms", integer(1, INT_MAX),
      "30000"),
+    # Broker liveness as the controller sees it over the network (docs/replication.md,
+    # "Fencing"): a heartbeat every interval; fenced after a session without one.
+    ("broker.heartbeat.interval.ms", "broker_heartbeat_interval_ms", integer(1, INT_MAX),
+     "2000"),
+    ("broker.session.timeout.ms", "broker_session_timeout_ms", integer(1, INT_MAX), "9000"),
     ("fetch.purgatory.purge.interval.requests", "fetch_purgatory_purge_interval_requests",
      integer(1, INT_MAX), "1000"),
     ("producer.purgatory.purge.interval.requests", "producer_purgatory_purge_interval_requests",
@@ -488,6 +493,8 @@ class BrokerConfig:
     unclean_leader_election_enable: bool
     request_timeout_ms: int
     controller_socket_timeout_ms: int
+    broker_heartbeat_interval_ms: int
+    broker_session_timeout_ms: int
     fetch_purgatory_purge_interval_requests: int
     producer_purgatory_purge_interval_requests: int
     broker_rack: str | None
@@ -522,6 +529,12 @@ class BrokerConfig:
                 f"group.min.session.timeout.ms ({attrs['group_min_session_timeout_ms']}) is "
                 f"above group.max.session.timeout.ms ({attrs['group_max_session_timeout_ms']})",
                 "group.min.session.timeout.ms")
+        if attrs["broker_heartbeat_interval_ms"] >= attrs["broker_session_timeout_ms"]:
+            # At least one heartbeat must fit in a session, or every broker is fenced at once.
+            raise ConfigError(
+                f"broker.heartbeat.interval.ms ({attrs['broker_heartbeat_interval_ms']}) must be "
+                f"below broker.session.timeout.ms ({attrs['broker_session_timeout_ms']})",
+                "broker.heartbeat.interval.ms")
         _check_metadata_store(attrs)
         cfg = cls(**attrs)
         if cfg.metadata_store == "quorum":

@@ -206,6 +206,12 @@ class BrokerMetrics:
         self.active_controller = Gauge(
             "active_controller", "1 while this broker is the active controller, else 0",
             namespace=ns, registry=r)
+        self.fenced_brokers = Gauge(
+            "fenced_brokers", "Registered brokers the active controller has fenced for want of "
+            "heartbeats (0 on brokers that are not the controller)", namespace=ns, registry=r)
+        self.controller_unreachable = Gauge(
+            "controller_unreachable", "1 while this broker has had no heartbeat answer from the "
+            "controller for a whole broker session, else 0", namespace=ns, registry=r)
         self.controller_epoch = Gauge(
             "controller_epoch", "Controller epoch this broker last won or saw",
             namespace=ns, registry=r)

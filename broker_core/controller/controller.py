@@ -42,6 +42,7 @@ from broker_core.controller.election import (
     reassignment_replicas,
     shrink_isr,
 )
+from broker_core.controller.fencing import FencingAgent
 from broker_core.metadata import (
     BadVersion,
     Check,
@@ -119,6 +120,8 @@ class Controller:
         request_timeout_s: float = 30.0,
         metrics: Any = None,
         channel_factory: Callable[[LiveBroker], Any] | None = None,
+        heartbeat_interval_s: float | None = None,
+        session_timeout_s: float | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.store = store
@@ -142,6 +145,13 @@ class Controller:
         self._reassign_call: Any = None
         # Delayed retries of work a conflicting write stopped (cancelled on resigning).
         self._retries: set[Any] = set()
+        #: Fencing of brokers the controller cannot hear from (broker_core.controller.fencing);
+        #: None: brokers are judged by their metadata-store registrations only.
+        self.fencing: FencingAgent | None = None
+        if session_timeout_s is not None:
+            self.fencing = FencingAgent(
+                self, heartbeat_interval_s=heartbeat_interval_s or session_timeout_s / 3,
+                session_timeout_s=session_timeout_s, clock=reactor)
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -271,6 +281,8 @@ class Controller:
     async def _elect(self) -> None:
         if self.active or not self._started:
             return
+        if self.fencing is not None and not self.fencing.may_stand():
+            return  # the others cannot reach us: let one of them lead (see _on_abstention_over)
         for _ in range(5):
             try:
                 data, stat = await self.store.get(paths.CONTROLLER_EPOCH)
@@ -328,13 +340,30 @@ class Controller:
         self._reset_context()
         for ch in channels:
             ch.stop()
+        if self.fencing is not None:
+            self.fencing.stop()
         if self.metrics is not None:
             self.metrics.active_controller.set(0)
+            self.metrics.fenced_brokers.set(0)
+
+    def _on_abstention_over(self) -> None:
+        """Stand for election again if ``/controller`` is still empty (nobody else could)."""
+        async def maybe() -> None:
+            try:
+                await self.store.get(paths.CONTROLLER)
+            except NoNode:
+                await self._elect()
+
+        if self._started and not self.active:
+            self._enqueue("elect", maybe)
 
     async def _on_controller_failover(self) -> None:
         """Seed 000 D: load the state, tell every broker everything (INIT), then catch up on what
         happened while there was no controller."""
         await self._load_context()
+        if self.fencing is not None:
+            self.fencing.start(self.live)
+            await self.fencing.inherit()
         # Partitions whose leader died with (or while there was no) controller get a leader
         # before the full state goes out: they are what clients wait for, and the INIT below
         # names every partition to every broker.
@@ -574,6 +603,8 @@ class Controller:
         way to keep the partition online: it still serves until it stops."""
         unclean = self.unclean_leader_election(tp[0])
         live = self.offline_replicas.usable(tp, live)  # not a replica on a failed log dir
+        fenced = self._fenced_brokers()
+        live = [b for b in live if b not in fenced]
         el = offline_leader(d.replicas, d.isr, [b for b in live if b not in self.shutting_down],
                             unclean_allowed=unclean)
         if el.leader == -1 and self.shutting_down:
@@ -581,8 +612,27 @@ class Controller:
         return el
 
     def _eligible(self) -> set[int]:
-        """Live brokers that may be given leadership or an ISR place (not shutting down)."""
-        return {b for b in self.live if b not in self.shutting_down}
+        """Live brokers that may be given leadership or an ISR place (not shutting down, not
+        fenced)."""
+        fenced = self._fenced_brokers()
+        return {b for b in self.live if b not in self.shutting_down and b not in fenced}
+
+    def _usable_live(self) -> dict[int, LiveBroker]:
+        """The live brokers that are not fenced: those a broker change judges partitions by (a
+        fenced broker counts as dead)."""
+        fenced = self._fenced_brokers()
+        return {b: lb for b, lb in self.live.items() if b not in fenced}
+
+    def _fenced_brokers(self) -> Collection[int]:
+        """Registered brokers fenced for want of heartbeats: treated as dead for leadership and
+        ISR places until they are heard from again."""
+        return () if self.fencing is None else self.fencing.liveness.fenced
+
+    def broker_heartbeat(self, broker_id: int, broker_epoch: int) -> tuple[str | None, bool]:
+        """BrokerHeartbeat: an error name or None, and whether the broker is fenced."""
+        if self.fencing is None:
+            return (None, False) if self.active else ("NOT_CONTROLLER", True)
+        return self.fencing.heartbeat(broker_id, broker_epoch)
 
     def _state_value(self, d: PartitionDecision) -> bytes:
         return paths.LeaderAndIsr(d.leader, d.leader_epoch, list(d.isr),
@@ -688,7 +738,9 @@ class Controller:
 
     # -- broker changes (seed 000 A) -------------------------------------------------------------
 
-    async def _on_broker_change(self) -> None:
+    async def _on_broker_change(self, unfenced: Collection[int] = ()) -> None:
+        """Registrations changed (or, with ``unfenced``, brokers were fenced or unfenced):
+        judge every partition against the registered brokers that are not fenced."""
         ids = await self._children(paths.BROKER_IDS)
         now = await self._read_brokers(ids)
         if not self.active:
@@ -708,9 +760,15 @@ class Controller:
         self.live = now
         for b in new | bounced:
             self._open_channel(now[b])
+        if self.fencing is not None:
+            self.fencing.liveness.registered(now, bounced)
+        fenced = self._fenced_brokers()
+        # An unfenced broker (still registered) learns its whole state, as a restarted one does.
+        new = new | {b for b in unfenced if b in now and b not in fenced}
 
         # Judge every partition against the live set, not just the brokers that left since the
-        # last event: after a failover the new controller never saw the old live set.
+        # last event: after a failover the new controller never saw the old live set. A fenced
+        # broker counts as dead here.
         judge = self._judge_live(bounced)
         dead_leaders, restarted, shrinks = self._classify_live(judge)
         leaders = dead_leaders + restarted
@@ -765,7 +823,7 @@ class Controller:
         """
 
         def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
-            live = self.live
+            live = self._usable_live()
             if d.leader == NO_LEADER:
                 return None
             if d.leader not in live:
@@ -801,11 +859,12 @@ class Controller:
         dead: list[TopicPartition] = []
         restarted: list[TopicPartition] = []
         shrinks: list[TopicPartition] = []
+        live = self._usable_live()
         for tp, d in self.states.items():
             el = judge(tp, d)
             if el is None:
                 continue
-            if d.leader not in self.live:
+            if d.leader not in live:
                 dead.append(tp)
             elif el.new_generation:
                 restarted.append(tp)
@@ -898,6 +957,11 @@ class Controller:
         if registered is None or registered.epoch != broker_epoch:
             # A dead broker, or a request from a previous incarnation of it (KIP-380).
             return "STALE_BROKER_EPOCH", {}
+        if broker_id in self._fenced_brokers():
+            # A fenced leader may not shrink its ISR to itself and commit alone: its partitions
+            # are being (or were) given to other replicas. It retries until it is unfenced, by
+            # which time a LeaderAndIsr has told it its new place.
+            return "STALE_BROKER_EPOCH", {}
         results: dict[TopicPartition, tuple[str | None, PartitionDecision | None]] = {}
         pending: dict[TopicPartition, tuple[int, tuple[int, ...], int]] = {}
         for topic, index, leader_epoch, new_isr, partition_epoch in items:
@@ -924,6 +988,11 @@ class Controller:
                     results[tp] = (verdict.error, None)
                 elif not verdict.write:
                     results[tp] = (None, cur)
+                elif (self.fencing is not None and not self.fencing.may_shrink_isr()
+                      and not set(cur.isr) <= set(new_isr)):
+                    # Isolated: the followers dropped may be fine and this controller cut off
+                    # (broker_core.controller.broker_liveness). The leader asks again later.
+                    results[tp] = ("OPERATION_NOT_ATTEMPTED", None)
                 else:
                     # Only the ISR and the znode version move: an ISR change is no new leader
                     # generation (seed 004).

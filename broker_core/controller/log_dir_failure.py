@@ -88,6 +88,33 @@ class OfflineReplicaSet:
         return sum(len(tps) for _, tps in self._by_broker.values())
 
 
+def offline_replica_election(
+    tp: TopicPartition,
+    d: PartitionDecision,
+    broker: int,
+    live: Collection[int],
+    usable: Callable[[TopicPartition, Iterable[int]], list[int]],
+    unclean_allowed: Callable[[str], bool],
+) -> Election | None:
+    """The election that takes ``broker``'s offline replica of ``tp`` (state ``d``) out of
+    service (see the module docstring), or None when it needs nothing: ``broker`` neither
+    leads it nor is in its ISR (so deciding again over the written state changes nothing)."""
+    if broker not in d.replicas:
+        return None
+    if d.leader == broker:
+        others = [b for b in usable(tp, live) if b != broker]
+        rest = tuple(b for b in d.isr if b != broker)
+        el = offline_leader(d.replicas, rest, others, unclean_allowed=unclean_allowed(tp[0]))
+        if el.leader == NO_LEADER:
+            # Nobody else in sync: offline, and the ISR stays so the broker's replica (its
+            # data is on the failed disk, not lost) can lead again after its restart.
+            el = Election(NO_LEADER, d.isr)
+        return el
+    if d.leader != NO_LEADER and broker in d.isr:
+        return Election(d.leader, shrink_isr(d.isr, {broker}))
+    return None
+
+
 def offline_replica_changes(
     states: Mapping[TopicPartition, PartitionDecision],
     broker: int,
@@ -96,25 +123,17 @@ def offline_replica_changes(
     usable: Callable[[TopicPartition, Iterable[int]], list[int]],
     unclean_allowed: Callable[[str], bool],
 ) -> dict[TopicPartition, Election]:
-    """The elections that take ``broker``'s ``offline`` replicas out of service (see the module
-    docstring). Partitions it neither leads nor is in the ISR of need nothing and are left out,
-    so applying the result twice changes nothing the second time."""
+    """:func:`offline_replica_election` for each of ``broker``'s ``offline`` replicas that
+    needs one. Partitions it neither leads nor is in the ISR of are left out, so applying the
+    result twice changes nothing the second time."""
     changes: dict[TopicPartition, Election] = {}
     for tp in sorted(offline):
         d = states.get(tp)
-        if d is None or broker not in d.replicas:
+        if d is None:
             continue
-        if d.leader == broker:
-            others = [b for b in usable(tp, live) if b != broker]
-            rest = tuple(b for b in d.isr if b != broker)
-            el = offline_leader(d.replicas, rest, others, unclean_allowed=unclean_allowed(tp[0]))
-            if el.leader == NO_LEADER:
-                # Nobody else in sync: offline, and the ISR stays so the broker's replica
-                # (its data is on the failed disk, not lost) can lead again after its restart.
-                el = Election(NO_LEADER, d.isr)
+        el = offline_replica_election(tp, d, broker, live, usable, unclean_allowed)
+        if el is not None:
             changes[tp] = el
-        elif d.leader != NO_LEADER and broker in d.isr:
-            changes[tp] = Election(d.leader, shrink_isr(d.isr, {broker}))
     return changes
 
 
@@ -158,7 +177,7 @@ async def refresh_brokers(c: Controller, brokers: Iterable[int]) -> None:
     if not brokers:
         return
     found = await c.store.get_many([paths.offline_replicas(b) for b in brokers])
-    changes: dict[TopicPartition, Election] = {}
+    reporting: list[int] = []
     for b, got in zip(brokers, found, strict=True):
         if got is None:
             continue
@@ -177,31 +196,41 @@ async def refresh_brokers(c: Controller, brokers: Iterable[int]) -> None:
             log.warn("broker {b}: log directories {d} offline; {n} replicas newly offline "
                      "(e.g. {ex})", b=b, d=list(rec.log_dirs), n=len(new),
                      ex=", ".join(f"{t}-{p}" for t, p in sorted(new)[:3]))
-        changes.update(offline_replica_changes(
-            c.states, b, c.offline_replicas.partitions(b), c.live, c.offline_replicas.usable,
-            c.unclean_leader_election))
-    await apply_changes(c, changes)
+        reporting.append(b)
+    await apply_changes(c, reporting)
 
 
-async def apply_changes(c: Controller, changes: dict[TopicPartition, Election]) -> None:
-    """Write the decisions (fenced, conditional) and send them: LeaderAndIsr to the live
-    replicas, UpdateMetadata to every live broker."""
-    if not changes:
+async def apply_changes(c: Controller, brokers: Iterable[int]) -> None:
+    """Take the offline replicas of ``brokers`` out of service: decide each partition from
+    its current state (again after a conflicting write, by the same rule), write the
+    decisions (fenced, conditional) and send them: LeaderAndIsr to the live replicas,
+    UpdateMetadata to every live broker. Unclean elections are logged and counted by the
+    writer, once written."""
+    offline: dict[TopicPartition, list[int]] = {}
+    for b in brokers:
+        for tp in c.offline_replicas.partitions(b):
+            offline.setdefault(tp, []).append(b)
+
+    def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
+        # The first reporting broker whose replica needs something (a partition with offline
+        # replicas on two brokers is settled for the second on the next report or failover).
+        for b in sorted(offline.get(tp, ())):
+            el = offline_replica_election(tp, d, b, c.live, c.offline_replicas.usable,
+                                          c.unclean_leader_election)
+            if el is not None:
+                return el
+        return None
+
+    tps = [tp for tp in sorted(offline)
+           if tp in c.states and decide(tp, c.states[tp]) is not None]
+    if not tps:
         return
-    unclean = sorted(tp for tp, el in changes.items() if el.unclean)
-    for tp in unclean:
-        log.warn("UNCLEAN leader election for {t}-{p}: broker {l} was not in the ISR {isr} "
-                 "(its only in-sync replica is on a failed log directory); committed messages "
-                 "may be lost", t=tp[0], p=tp[1], l=changes[tp].leader,
-                 isr=list(c.states[tp].isr))
-    if unclean and c.metrics is not None:
-        c.metrics.unclean_leader_elections_total.inc(len(unclean))
-    written = await c._write_decisions(changes)
+    written = await c._write_decisions(tps, decide, "offline replicas")
     moved = sum(1 for d in written.values() if d.leader != NO_LEADER)
-    offline = [tp for tp, d in written.items() if d.leader == NO_LEADER]
+    left = [tp for tp, d in written.items() if d.leader == NO_LEADER]
     log.info("offline replicas: {n} partitions changed ({m} with a leader, {o} left without "
-             "one{ex})", n=len(written), m=moved, o=len(offline),
-             ex=(": " + ", ".join(f"{t}-{p}" for t, p in offline[:3])) if offline else "")
+             "one{ex})", n=len(written), m=moved, o=len(left),
+             ex=(": " + ", ".join(f"{t}-{p}" for t, p in left[:3])) if left else "")
     batch = c._new_batch()
     for tp, d in written.items():
         batch.leader_and_isr([r for r in d.replicas if r in c.live], tp, d)

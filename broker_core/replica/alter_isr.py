@@ -18,7 +18,12 @@ Invariants:
   again, even if it was in flight when forgotten and its fate turns out unknown;
 - every answer is reported with the item it answers; the receiver decides whether that item is
   still the partition's pending change (an answer can arrive after a LeaderAndIsr settled its
-  item and a newer item was submitted).
+  item and a newer item was submitted);
+- a request waits on one controller only while it is the controller: when another broker becomes
+  controller (seen every ``follow_s``), the attempt in progress (connecting, or waiting for an
+  answer from a controller cut off from us) is abandoned and the items go to the new one, instead
+  of waiting out the connection and request timeouts (the ISR shrinks that let acks=all writes
+  go on when the old controller was cut off depend on it).
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ class AlterIsrSender:
         backoff_s: float = 0.1,
         timeout_s: float = 30.0,
         connect: Callable[[str, int], defer.Deferred] | None = None,
+        follow_s: float = 0.5,
     ) -> None:
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
@@ -95,6 +101,10 @@ class AlterIsrSender:
         self._sending = False
         self._stopped = False
         self._retrying = False
+        self.follow_s = follow_s
+        self._send_d: defer.Deferred | None = None
+        self._target: tuple[int, str, int] | None = None
+        self._follow_call: Any = None
 
     @property
     def pending(self) -> int:
@@ -119,6 +129,7 @@ class AlterIsrSender:
             self._scheduled.cancel()
         self._scheduled = None
         self._queued.clear()
+        self._stop_following()
         self._conn.drop()
 
     # -- sending -----------------------------------------------------------------------------------
@@ -135,21 +146,42 @@ class AlterIsrSender:
         if self._stopped or self._sending or not self._queued:
             return
         self._sending = True
-        d = defer.Deferred.fromCoroutine(self._send())
+        d = self._send_d = defer.Deferred.fromCoroutine(self._send())
+        self._follow_call = self.clock.callLater(self.follow_s, self._follow)
         d.addErrback(lambda f: self.log.failure("AlterIsr send failed unexpectedly", f))
 
         def done(_: Any) -> None:
             self._sending = False
+            self._send_d = None
+            self._stop_following()
             if self._queued and not self._stopped:
                 self._schedule(self.backoff_s if self._retrying else 0.0)
 
         d.addBoth(done)
 
+    def _follow(self) -> None:
+        """While a send is in progress: abandon it if another broker became controller."""
+        self._follow_call = None
+        if self._send_d is None or self._stopped:
+            return
+        now = self.controller()
+        if now is not None and self._target is not None and now != self._target:
+            self.log.info("controller moved from {old} to {new}: AlterIsr goes there",
+                          old=self._target[0], new=now[0])
+            self._send_d.cancel()  # the send requeues its items (CancelledError)
+            return
+        self._follow_call = self.clock.callLater(self.follow_s, self._follow)
+
+    def _stop_following(self) -> None:
+        if self._follow_call is not None and self._follow_call.active():
+            self._follow_call.cancel()
+        self._follow_call = None
+
     async def _send(self) -> None:
         batch, self._queued = self._queued, {}
         self._in_flight = batch
         self._retrying = False
-        target = self.controller()
+        target = self._target = self.controller()
         try:
             if target is None:
                 raise _Retry("no controller known yet")

@@ -98,6 +98,7 @@ class RequestHandler:
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             ApiKey.ALTER_PARTITION: self.alter_partition,
             ApiKey.CONTROLLED_SHUTDOWN: self.controlled_shutdown,
+            ApiKey.BROKER_HEARTBEAT: self.broker_heartbeat,
             # Sluice's consumer coordination (seed 001; docs/coordinator.md).
             ApiKey.CLUSTER_METADATA: self.cluster_metadata,
             ApiKey.REGISTER_CONSUMER: self.register_consumer,
@@ -548,6 +549,15 @@ class RequestHandler:
             topics.setdefault(topic, []).append(entry)
         return {"throttle_time_ms": 0, "error_code": 0, "topics": [
             {"topic_name": t, "partitions": ps} for t, ps in topics.items()]}
+
+    def broker_heartbeat(self, header: Any, body: Any) -> dict:
+        """A broker tells the controller (this broker, if active) it is alive and reachable."""
+        if self.controller is None:
+            error, fenced = "NOT_CONTROLLER", True
+        else:
+            error, fenced = self.controller.broker_heartbeat(body.broker_id, body.broker_epoch)
+        return {"throttle_time_ms": 0, "error_code": _code(error), "is_caught_up": False,
+                "is_fenced": fenced, "should_shut_down": False}
 
     async def controlled_shutdown(self, header: Any, body: Any) -> dict:
         """A broker about to stop asks the controller (this broker, if active) to move its

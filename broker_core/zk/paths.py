@@ -12,6 +12,9 @@ from typing import Any
 
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
+#: Ephemeral ``[broker id]`` children: brokers that cannot reach the active controller over the
+#: network (broker_core.controller.broker_liveness); created with ``makepath``.
+CONTROLLER_UNREACHABLE = "/controller_unreachable"
 BROKERS = "/brokers"
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -512,3 +515,8 @@ def cluster_id_from_bytes(data: bytes) -> str:
     if not isinstance(cluster_id, str) or not cluster_id:
         raise ValueError(f"{CLUSTER_ID} holds {data[:80]!r}, not a cluster id")
     return cluster_id
+
+
+def controller_unreachable(broker_id: int) -> str:
+    """A broker's record that it cannot reach the controller (see CONTROLLER_UNREACHABLE)."""
+    return f"{CONTROLLER_UNREACHABLE}/{broker_id}"

@@ -195,12 +195,18 @@ def local_batches(broker: Any, topic: str, partition: int) -> list[bytes]:
 
 
 class BrokerProcess:
-    """A broker run as ``python -m twisted broker ...`` (``twist``) in its own process."""
+    """A broker run as ``python -m twisted broker ...`` (``twist``) in its own process.
+
+    ``host`` is the address it listens on and advertises (127.0.0.1 unless the test built a
+    network of its own); ``prefix`` goes before the command (e.g. ``ip netns exec NAME``)."""
 
     def __init__(self, broker_id: int, zk_hosts: str, base: Path, *, port: int | None = None,
                  extra: dict[str, str] | None = None, metrics: bool = False,
-                 quorum_voters: str | None = None) -> None:
+                 quorum_voters: str | None = None, host: str = "127.0.0.1",
+                 prefix: tuple[str, ...] = ()) -> None:
         self.broker_id = broker_id
+        self.host = host
+        self.prefix = tuple(prefix)
         self.zk_hosts = zk_hosts
         #: Quorum mode (``--metadata quorum``) when set; ``zk_hosts`` is then unused.
         self.quorum_voters = quorum_voters
@@ -212,19 +218,19 @@ class BrokerProcess:
         # With ``metrics``, the broker serves /metrics on its own port (read with metric()).
         self.metrics_port = free_port() if metrics else None
         if self.metrics_port is not None:
-            self.extra["metrics.listener"] = f"tcp:{self.metrics_port}:interface=127.0.0.1"
+            self.extra["metrics.listener"] = f"tcp:{self.metrics_port}:interface={host}"
         self.proc: subprocess.Popen | None = None
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self) -> None:
         # ``python -m twisted`` is ``twist``: foreground, no pid file.
-        args = [sys.executable, "-m", "twisted", "--log-format", "text",
+        args = [*self.prefix, sys.executable, "-m", "twisted", "--log-format", "text",
                 "--log-file", str(self.log_file), "broker",
                 "--broker-id", str(self.broker_id),
-                "--listen", f"tcp:{self.port}:interface=127.0.0.1",
+                "--listen", f"tcp:{self.port}:interface={self.host}",
                 "--log-dir", str(self.log_dir)]
         if self.quorum_voters is not None:
             args += ["--metadata", "quorum", "--quorum-voters", self.quorum_voters]
@@ -243,7 +249,7 @@ class BrokerProcess:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"broker {self.broker_id} exited: {self.log_tail()}")
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                socket.create_connection((self.host, self.port), timeout=0.5).close()
                 return
             except OSError:
                 time.sleep(0.1)
@@ -272,7 +278,7 @@ class BrokerProcess:
 
         if self.metrics_port is None:
             raise RuntimeError(f"broker {self.broker_id} was started without metrics=True")
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        url = f"http://{self.host}:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as r:
             text = r.read().decode()
         return sum(sample.value for family in text_string_to_metric_families(text)

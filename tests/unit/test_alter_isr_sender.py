@@ -140,3 +140,40 @@ def test_without_a_known_controller_it_waits():
     sender.stop()
     clock.advance(5)
     assert sender.pending == 0
+
+
+def test_a_request_stuck_on_a_deposed_controller_goes_to_the_new_one():
+    # The controller was cut off: the connection to it neither opens nor fails (packets are
+    # dropped). When another broker becomes controller the attempt is abandoned at once rather
+    # than after the connect and request timeouts, and the change goes to the new controller.
+    clock, results = task.Clock(), []
+    target = [(3, "10.0.0.3", 9092)]
+    connects: list[tuple[str, defer.Deferred]] = []
+    fresh = FakeController()
+
+    def connect(host: str, port: int) -> defer.Deferred:
+        if host == "10.0.0.3":
+            d: defer.Deferred = defer.Deferred()  # hangs
+            connects.append((host, d))
+            return d
+        connects.append((host, defer.succeed(fresh)))
+        return connects[-1][1]
+
+    sender = AlterIsrSender(
+        1, lambda: 77, lambda: target[0],
+        lambda change, error, epoch, isr, version: results.append((change.partition, error)),
+        reactor=None, clock=clock, backoff_s=0.1, timeout_s=30.0, connect=connect,
+        follow_s=0.5)
+    sender.submit(change(0))
+    clock.advance(0)
+    assert [h for h, _ in connects] == ["10.0.0.3"]
+    clock.advance(2.0)
+    assert len(connects) == 1 and sender.pending == 1  # still waiting on the old controller
+    target[0] = (2, "10.0.0.2", 9092)
+    clock.advance(0.5)  # noticed within follow_s
+    assert connects[0][1].called  # the hanging attempt was cancelled
+    clock.advance(0.1)  # the back-off
+    assert [h for h, _ in connects] == ["10.0.0.3", "10.0.0.2"]
+    assert len(fresh.requests) == 1
+    fresh.answer(0)
+    assert results == [(0, None)] and sender.pending == 0

@@ -218,6 +218,24 @@ def test_several_log_dirs_and_the_quorum_default_in_the_first():
     assert cfg.log_dir_paths() == [Path("/d1"), Path("/d2"), Path("/d3")]
     assert cfg.quorum_data_path() == Path("/d1/quorum")
 
+def test_broker_liveness_keys_are_checked_together():
+    cfg = BrokerConfig.from_mapping({**REQUIRED})
+    assert (cfg.broker_heartbeat_interval_ms, cfg.broker_session_timeout_ms) == (2000, 9000)
+    cfg = BrokerConfig.from_mapping({**REQUIRED, "broker.heartbeat.interval.ms": "500",
+                                     "broker.session.timeout.ms": "4000"})
+    assert (cfg.broker_heartbeat_interval_ms, cfg.broker_session_timeout_ms) == (500, 4000)
+    for interval in ("9000", "12000"):
+        with pytest.raises(ConfigError) as info:
+            BrokerConfig.from_mapping({**REQUIRED, "broker.heartbeat.interval.ms": interval})
+        assert info.value.key == "broker.heartbeat.interval.ms"
+        assert str(info.value) == (f"broker.heartbeat.interval.ms ({interval}) must be below "
+                                   "broker.session.timeout.ms (9000)")
+    for key in ("broker.heartbeat.interval.ms", "broker.session.timeout.ms"):
+        for bad in ("0", "-1", "x", "99999999999"):
+            with pytest.raises(ConfigError) as info:
+                BrokerConfig.from_mapping({**REQUIRED, key: bad})
+            assert info.value.key == key
+
 
 def test_unknown_key_with_and_without_a_suggestion():
     with pytest.raises(ConfigError) as info:

@@ -12,12 +12,12 @@ What a valid batch satisfies (a record set is valid when each of its batches is)
   (else :class:`~broker_core.wire.compression.DecompressedTooLarge`: MESSAGE_TOO_LARGE);
 - it holds exactly ``recordCount`` records, each exactly as long as its length prefix says, and
   nothing after the last one; every varint is at most as long as its type allows (5 bytes for
-  an int32 field, 10 for the timestamp delta); key, value and header lengths are -1 (null, not
-  for a header key) or fit in the record; the header count is not negative
-  (else :class:`InvalidRecords` with CORRUPT_MESSAGE);
-- the records' offset deltas are 0, 1, ..., ``recordCount - 1`` in order, and with CreateTime
-  the batch's ``maxTimestamp`` is its records' largest timestamp
-  (else :class:`InvalidRecords` with INVALID_RECORD).
+  an int32 field, 10 for the timestamp delta); key, value and header lengths are -1 or fit in
+  the record; the header count is not negative (else :class:`InvalidRecords` with
+  CORRUPT_MESSAGE);
+- the records' offset deltas are 0, 1, ..., ``recordCount - 1`` in order; with CreateTime the
+  batch's ``maxTimestamp`` is its records' largest timestamp; header keys are not null and are
+  UTF-8 (else :class:`InvalidRecords` with INVALID_RECORD).
 
 A refusal names the record (its index in the batch, Kafka's ``batch_index``) and the batch's
 position in the record set; the caller appends nothing of a record set with an invalid batch.
@@ -304,9 +304,15 @@ def _record(raw: bytes, pos: int, total: int, i: int) -> tuple[int, int, tuple |
         n, pos = _varint(raw, pos, end, _INT_BYTES, f"header {h} key length", i)
         if n < 0:
             raise _Bad(i, f"header {h} has a null key", "INVALID_RECORD")
+        key_at = pos
         pos += n
         if pos > end:
             raise _Bad(i, f"header {h} key overruns the record")
+        try:
+            raw[key_at:pos].decode()
+        except UnicodeDecodeError:
+            # Header keys are strings; a consumer could not decode this record.
+            raise _Bad(i, f"header {h} key is not UTF-8", "INVALID_RECORD") from None
         n, pos = _varint(raw, pos, end, _INT_BYTES, f"header {h} value length", i)
         if n >= 0:
             pos += n

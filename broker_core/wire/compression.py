@@ -39,6 +39,8 @@ CLIENT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 # The first output buffer for lz4/zstd: this many times the payload, at least _MIN_GUESS bytes.
 _GUESS_RATIO = 8
 _MIN_GUESS = 64 * 1024
+# gzip output is taken this many bytes at a time.
+_CHUNK = 256 * 1024
 
 # Java clients frame snappy the xerial way: this 8-byte magic, two int32 versions, then
 # (int32 length, raw snappy block) pairs. librdkafka and others send plain raw snappy.
@@ -111,12 +113,16 @@ def _gunzip(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
         d = zlib.decompressobj(wbits=47)  # 47 = accept a gzip or zlib header
         tail = rest
         while True:
-            room = max_bytes + 1 - len(out)
-            out += d.decompress(tail, room)
+            # At most _CHUNK at a time, so the peak is the output so far plus one chunk.
+            room = min(_CHUNK, max_bytes + 1 - len(out))
+            chunk = d.decompress(tail, room)
+            out += chunk
             if len(out) > max_bytes:
                 raise DecompressedTooLarge(Compression.GZIP, max_bytes)
             tail = d.unconsumed_tail
-            if d.eof or not tail:
+            # A capped call may leave output pending inside zlib even with no input left:
+            # only an uncapped call with nothing left to read means the input is used up.
+            if d.eof or (not tail and len(chunk) < room):
                 break
         if not d.eof:
             raise CorruptRecordBatch("GZIP payload does not decompress: truncated stream")

@@ -26,6 +26,8 @@ Pure functions on bytes: no I/O, no state, usable by the produce path and by log
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Iterable
 
 from broker_core.wire.compression import decompress
@@ -121,8 +123,8 @@ def _walk(raw: bytes, count: int) -> tuple[int, int]:
     """Parse ``count`` records filling ``raw`` exactly; returns ``(count - 1, largest timestamp
     delta)``. Raises :class:`_Bad` at the first bad record.
 
-    Producers write records of one shape: same size, null key, no headers, a one-byte timestamp
-    delta. So after parsing a record field by field (:func:`_record`), the walk checks whole runs
+    Producers write records of one shape: same size, null key, no headers, a timestamp delta of
+    one or two bytes. So after parsing a record field by field (:func:`_record`), the walk checks whole runs
     of the following records at once with C-speed strided slices (:func:`_run`), which prove
     each of them parses exactly like the first. A run that fails the check proves nothing: the
     next record is parsed field by field, which finds and names the bad one."""
@@ -196,16 +198,17 @@ _DELTA_BYTES = _delta_tables()
 _TS_ORDER = bytes(((b >> 1) ^ -(b & 1)) + 64 for b in range(128)) + bytes(128)
 _BELOW = tuple(bytes(range(r)) for r in range(129))
 _MULTI_BYTE = bytes(range(0x80, 0x100))
+_LOW7 = bytes(b & 0x7F for b in range(256))
 
 
 def _run(raw: bytes, pos: int, total: int, i: int, count: int, shape: tuple,
          attempt: int) -> tuple[int, int] | None:
     """Check records ``i, i+1, ...`` at ``pos`` (up to ``attempt`` of them) against ``shape``,
-    the layout of the record just parsed: ``(size, timestamp position, offset delta position,
-    positions of the bytes that must match)``, positions relative to a record's start. Returns
+    the layout of the record just parsed: ``(size, timestamp position, timestamp length, offset
+    delta position, positions of the bytes that must match)``, positions relative to a record's start. Returns
     ``(records checked, largest timestamp delta among them)``, or None when they do not all
     match (nothing is proved then)."""
-    size, ts_at, delta_at, fixed = shape
+    size, ts_at, ts_len, delta_at, fixed = shape
     if i >= _DELTA_LIMIT:
         return None
     first_cls = next(c for c in _DELTA_CLASSES if c[0] <= i - 1 < c[1])
@@ -220,9 +223,22 @@ def _run(raw: bytes, pos: int, total: int, i: int, count: int, shape: tuple,
     for k in range(first_cls[2]):
         if raw[pos + delta_at + k:stop:size] != _DELTA_BYTES[k][i:i + n]:
             return None
-    stamps = raw[pos + ts_at:stop:size]
-    if stamps.translate(None, _MULTI_BYTE) != stamps:
+    if ts_len == 1:
+        stamps = raw[pos + ts_at:stop:size]
+        if stamps.translate(None, _MULTI_BYTE) != stamps:
+            return None
+        return n, _largest_one_byte(stamps)
+    # Two-byte timestamp deltas (a batch spanning 64 ms to 8 s): the first byte of each must
+    # have its continuation bit and the second must not.
+    low = raw[pos + ts_at:stop:size]
+    high = raw[pos + ts_at + 1:stop:size]
+    if low.translate(None, _MULTI_BYTE) or high.translate(None, _MULTI_BYTE) != high:
         return None
+    return n, _largest_two_byte(low, high)
+
+
+def _largest_one_byte(stamps: bytes) -> int:
+    """The largest of one-byte zig-zag varints, by a binary search over C-speed deletions."""
     order = stamps.translate(_TS_ORDER)
     lo, hi = 0, 127  # the largest order present is in [lo, hi]
     while lo < hi:
@@ -231,13 +247,31 @@ def _run(raw: bytes, pos: int, total: int, i: int, count: int, shape: tuple,
             lo = mid
         else:
             hi = mid - 1
-    return n, lo - 64
+    return lo - 64
+
+
+def _largest_two_byte(low: bytes, high: bytes) -> int:
+    """The largest of two-byte zig-zag varints given their first and second bytes."""
+    pairs = bytearray(2 * len(low))
+    pairs[0::2] = high
+    pairs[1::2] = low.translate(_LOW7)
+    values = array("H")
+    values.frombytes(pairs)
+    if sys.byteorder == "little":
+        values.byteswap()
+    # values[k] = high * 256 + (low & 0x7F): ordered as the varint's value, same parity.
+    evens = [v for v in values if not v & 1]
+    if evens:
+        v = max(evens)
+        return ((v >> 8) << 7 | (v & 0x7F)) >> 1
+    v = min(values)
+    return -((((v >> 8) << 7 | (v & 0x7F)) + 1) >> 1)
 
 
 def _record(raw: bytes, pos: int, total: int, i: int) -> tuple[int, int, tuple | None]:
     """Parse record ``i`` at ``pos``, field by field. Returns ``(end, timestamp delta, shape)``,
-    ``shape`` for :func:`_run` when the record has the common form (one-byte timestamp delta,
-    no headers), else None."""
+    ``shape`` for :func:`_run` when the record has the common form (a timestamp delta of one or
+    two bytes, no headers), else None."""
     start = pos
     b = raw[pos]
     if b < 0x80:
@@ -256,10 +290,9 @@ def _record(raw: bytes, pos: int, total: int, i: int) -> tuple[int, int, tuple |
     if b < 0x80:
         ts = (b >> 1) ^ -(b & 1)
         pos += 2
-        one_byte_ts = True
     else:
         ts, pos = _varint(raw, pos + 1, end, _INT_BYTES * 2, "timestamp delta", i)
-        one_byte_ts = False
+    ts_len = pos - start - ts_at
     if pos >= end:
         raise _Bad(i, "record ends inside its offset delta")
     delta_at = pos - start
@@ -322,7 +355,8 @@ def _record(raw: bytes, pos: int, total: int, i: int) -> tuple[int, int, tuple |
             raise _Bad(i, f"header {h} value length {n}")
     if pos != end:
         raise _Bad(i, f"record length {length} but its fields take {length + pos - end} bytes")
-    shape = (end - start, ts_at, delta_at, tuple(fixed)) if one_byte_ts and nh == 0 else None
+    shape = (end - start, ts_at, ts_len, delta_at, tuple(fixed)) if ts_len <= 2 and nh == 0 \
+        else None
     return end, ts, shape
 
 

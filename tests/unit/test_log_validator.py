@@ -69,6 +69,27 @@ def test_records_of_every_shape_pass():
         check(build_batch(recs, compression=codec), max_bytes=32 * MiB)
 
 
+@pytest.mark.parametrize("spread", [(0, 60), (-60, 0), (0, 8000), (-8000, 8000), (100, 8100),
+                                    (-70, -65), (0, 100_000)])
+def test_the_largest_timestamp_is_found_in_runs_of_any_spread(spread):
+    # Runs of same-shaped records take their largest timestamp delta from byte slices
+    # (one- and two-byte deltas): it must be exact, or the batch's maxTimestamp check fails
+    # on good batches or passes bad ones.
+    rnd = random.Random(spread[0] * 7 + spread[1])
+    base = 1_700_000_000_000
+    for trial in range(20):
+        first = base + rnd.randrange(*spread) if trial % 2 else base
+        stamps = [first] + [base + rnd.randrange(*spread) for _ in range(2999)]
+        recs = [Record(None, b"y" * 50, [], t) for t in stamps]
+        data = build_batch(recs)
+        check(data)
+        info = parse_batch(data)
+        for wrong in (info.max_timestamp - 1, info.max_timestamp + 1):
+            payload = data[HEADER_SIZE:]
+            e = refused(bb.batch(payload, len(recs), base_ts=info.base_timestamp, max_ts=wrong))
+            assert e.error_code_name == "INVALID_RECORD"
+
+
 def test_a_log_append_time_batch_is_not_held_to_its_max_timestamp():
     data = bb.batch(bb.record(0, ts_delta=5), 1, max_ts=0, attributes=0x08)
     assert parse_batch(data).timestamp_type == TIMESTAMP_LOG_APPEND_TIME

@@ -11,8 +11,9 @@ Batch header layout (61 bytes, big-endian)::
 
 The CRC-32C covers ``attributes`` to the end of the batch, so ``baseOffset`` and
 ``partitionLeaderEpoch`` can be stamped without recomputing it and without touching the records:
-the broker's produce path is O(batches), never O(records), and compressed batches are stored
-exactly as the producer sent them.
+this module's part of the produce path is O(batches), and compressed batches are stored exactly
+as the producer sent them. (The records themselves are checked by the log validator,
+:mod:`broker_core.log.validator`.)
 
 The broker only uses :func:`parse_batch`, :func:`iter_batches`, :func:`scan_valid_prefix` and
 :func:`assign_offsets`. :func:`build_batch` and :func:`decode_batch` / :func:`decode_records` are
@@ -224,7 +225,8 @@ def assign_offsets(data: bytes | bytearray | memoryview, base_offset: int,
     ``lastOffsetDelta == recordCount - 1``; control batches are refused (only a coordinator may
     write them). ``data`` is copied once into a bytearray whose batches get consecutive base
     offsets from ``base_offset`` and ``partitionLeaderEpoch = leader_epoch``; both fields lie
-    outside the CRC, so nothing else changes. Work is O(batches): records are never looked at.
+    outside the CRC, so nothing else changes. Work is O(batches): records are not looked at here
+    (the leader's log runs :mod:`broker_core.log.validator` on them).
 
     Returns the stamped copy and the batches' infos (with their new offsets and epoch).
     """

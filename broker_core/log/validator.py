@@ -124,30 +124,41 @@ def _walk(raw: bytes, count: int) -> tuple[int, int]:
     delta)``. Raises :class:`_Bad` at the first bad record.
 
     Producers write records of one shape: same size, null key, no headers, a timestamp delta of
-    one or two bytes. So after parsing a record field by field (:func:`_record`), the walk checks whole runs
-    of the following records at once with C-speed strided slices (:func:`_run`), which prove
-    each of them parses exactly like the first. A run that fails the check proves nothing: the
-    next record is parsed field by field, which finds and names the bad one."""
+    one or two bytes. So after parsing a record field by field (:func:`_record`), the walk
+    checks whole runs of the following records at once with C-speed strided slices
+    (:func:`_run`), which prove each of them parses exactly like the first. A run that fails
+    the check proves nothing; the walk then backs off and reads the next records with
+    :func:`_plain` (a lean loop for the common forms), and any record that is not of a common
+    form with :func:`_record`, which names what is wrong with a bad one."""
     total = len(raw)
     pos = 0
     largest = None
     i = 0
     attempt = _FIRST_RUN
-    skip = 0  # records to parse one by one before trying a run again
+    skip = 0  # records to read without trying a run, after a run that failed
     failures = 0
     while i < count:
         if pos >= total:
             raise _Bad(i, f"the batch ends after {i} of {count} declared records (the record "
                        "count disagrees with the records)")
+        if skip:
+            stop = min(count, i + skip)
+            j, pos, lean_largest = _plain(raw, pos, total, i, stop)
+            if lean_largest is not None and (largest is None or lean_largest > largest):
+                largest = lean_largest
+            skip -= j - i
+            i = j
+            if i == stop or pos >= total:
+                continue
         end, ts, shape = _record(raw, pos, total, i)
         if largest is None or ts > largest:
             largest = ts
         i += 1
         pos = end
-        if shape is None or i >= count:
-            continue
         if skip:
             skip -= 1
+            continue
+        if shape is None or i >= count:
             continue
         run = _run(raw, pos, total, i, count, shape, attempt)
         if run is None:
@@ -167,6 +178,122 @@ def _walk(raw: bytes, count: int) -> tuple[int, int]:
         raise _Bad(max(count - 1, 0), f"{total - pos} bytes after the last of {count} declared "
                    "records (the record count disagrees with the records)")
     return count - 1, 0 if largest is None else largest
+
+
+def _plain(raw: bytes, pos: int, total: int, i: int, stop: int) -> tuple[int, int, int | None]:
+    """Read records ``i .. stop - 1`` from ``pos`` while they have a common form: varints of one
+    or two bytes (one for the key length and the header count), every check passing. Returns
+    ``(index, position, largest timestamp delta or None)`` of the first record it did not read
+    (``stop`` when it read them all); it never raises: a record it stops at is left to
+    :func:`_record`, which reads any form and names what is wrong."""
+    largest = None
+    try:
+        while i < stop:
+            b = raw[pos]
+            if b < 0x80:
+                p = pos + 1
+            else:
+                c = raw[pos + 1]
+                if c >= 0x80:
+                    break
+                b = (b & 0x7F) | c << 7
+                p = pos + 2
+            length = (b >> 1) ^ -(b & 1)
+            end = p + length
+            if length < 6 or end > total:
+                break
+            b = raw[p + 1]  # after the attributes: the timestamp delta
+            if b < 0x80:
+                p += 2
+            else:
+                c = raw[p + 2]
+                if c >= 0x80:
+                    break
+                b = (b & 0x7F) | c << 7
+                p += 3
+            ts = (b >> 1) ^ -(b & 1)
+            b = raw[p]  # the offset delta
+            if b < 0x80:
+                q = p + 1
+            else:
+                c = raw[p + 1]
+                if c >= 0x80:
+                    break
+                b = (b & 0x7F) | c << 7
+                q = p + 2
+            if (b >> 1) ^ -(b & 1) != i:
+                break
+            b = raw[q]  # the key length
+            if b == 1:  # null
+                q += 1
+            elif b < 0x80 and not b & 1:
+                q += 1 + (b >> 1)
+            else:
+                break
+            if q >= end:
+                break
+            b = raw[q]  # the value length
+            if b < 0x80:
+                q += 1
+            else:
+                c = raw[q + 1]
+                if c >= 0x80:
+                    break
+                b = (b & 0x7F) | c << 7
+                q += 2
+            if b != 1:  # not null
+                if b & 1:
+                    break
+                q += b >> 1
+            if q >= end:
+                break
+            b = raw[q]  # the header count
+            if b == 0:
+                q += 1
+            elif b < 0x80 and not b & 1:
+                q = _plain_headers(raw, q + 1, end, b >> 1)
+            else:
+                break
+            if q != end:
+                break
+            if largest is None or ts > largest:
+                largest = ts
+            pos = end
+            i += 1
+    except IndexError:
+        pass
+    return i, pos, largest
+
+
+def _plain_headers(raw: bytes, q: int, end: int, count: int) -> int:
+    """The position after ``count`` headers at ``q`` of the common form (one-byte key length,
+    UTF-8 key, value length of one or two bytes, all within ``end``), or -1 at anything else."""
+    for _ in range(count):
+        b = raw[q]
+        if b >= 0x80 or b & 1:
+            return -1
+        k = q + 1
+        q = k + (b >> 1)
+        if q >= end:
+            return -1
+        try:
+            raw[k:q].decode()
+        except UnicodeDecodeError:
+            return -1
+        b = raw[q]
+        if b < 0x80:
+            q += 1
+        else:
+            c = raw[q + 1]
+            if c >= 0x80:
+                return -1
+            b = (b & 0x7F) | c << 7
+            q += 2
+        if b != 1:  # not null
+            if b & 1:
+                return -1
+            q += b >> 1
+    return q if q <= end else -1
 
 
 # -- runs of same-shaped records ------------------------------------------------------------------

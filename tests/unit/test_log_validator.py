@@ -187,6 +187,41 @@ def test_a_bad_record_inside_a_run_of_same_shaped_records_is_found():
             assert e.value.record_index == victim, what
 
 
+@pytest.mark.parametrize("victim", [5, 100, 250, 499])
+@pytest.mark.parametrize("damage", ["offset delta", "length", "null header key",
+                                    "header key not UTF-8", "value length"])
+def test_a_bad_record_among_records_of_varied_shapes_is_found_and_named(victim, damage):
+    # Varied shapes go through the lean per-record loop, which defers anything unusual to the
+    # field-by-field parser: the bad record must still be refused and named.
+    rnd = random.Random(victim)
+    pieces = []
+    for i in range(500):
+        key = None if i % 3 else b"k%d" % i
+        value = bytes(rnd.randrange(200))
+        headers = b"\x02" + bb.varint(1) + b"h" + bb.varint(1) + b"v" if i % 7 == 0 else b"\x00"
+        if i == victim:
+            if damage == "offset delta":
+                pieces.append(bb.record(i + 1, value, key=key, headers=headers))
+                continue
+            if damage == "null header key":
+                headers = b"\x02" + bb.varint(-1) + bb.varint(-1)
+            elif damage == "header key not UTF-8":
+                headers = b"\x02" + bb.varint(1) + b"\xfe" + bb.varint(-1)
+            elif damage == "length":
+                rec = bb.record(i, value, key=key, headers=headers)
+                pieces.append(bb.varint(len(rec) + 5) + rec[len(bb.varint(len(rec) - 1)):])
+                continue
+            elif damage == "value length":
+                body = bb.record(i, value, key=key, headers=headers)
+                pieces.append(body.replace(bb.varint(len(value)) + value,
+                                           bb.varint(len(value) + 1) + value, 1))
+                continue
+        pieces.append(bb.record(i, value, key=key, headers=headers))
+    e = refused(bb.batch(b"".join(pieces), 500))
+    assert isinstance(e, InvalidRecords)
+    assert e.record_index == victim, (e, damage)
+
+
 def test_never_accepts_what_the_reference_decoder_refuses():
     # Random single-byte changes to a batch of varied records: whatever the validator accepts
     # decodes record by record with the reference decoder, with offset deltas 0..n-1.

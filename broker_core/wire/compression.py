@@ -18,8 +18,8 @@ How each codec is bounded:
   the Java client's xerial framing is a sequence of such blocks, checked block by block;
 - lz4 (frame format) and zstd: the decompressor writes into an output buffer of fixed size and
   fails when it is full (``cramjam``'s ``decompress_into``, which streams internally); the buffer
-  first gets a size guessed from the payload and only on overflow the full ``max_bytes + 1``,
-  so a small batch never pays for zero-filling a large buffer.
+  first gets a size guessed from the payload, then eight times more on each overflow, up to
+  ``max_bytes + 1``, so a batch of ordinary ratio never pays for zero-filling a large buffer.
 """
 
 from __future__ import annotations
@@ -170,27 +170,24 @@ def _unsnappy(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
 
 def _into(module: object, codec: Compression, data: bytes | bytearray | memoryview,
           max_bytes: int) -> bytes:
-    # The decompressor fails ("failed to write whole buffer") once the buffer is full, so a
-    # buffer of max_bytes + 1 that fills up means too large. A first, smaller buffer that fills
-    # up proves nothing yet: retry with the full one.
+    # The decompressor fails ("failed to write whole buffer") once the buffer is full. A buffer
+    # that fills up proves nothing but "more than its size": try one _GUESS_RATIO times larger,
+    # up to max_bytes + 1, whose filling up means too large. Each try starts over, so the work
+    # is at most about 8/7 of the last one's, and a batch of ordinary ratio never pays for
+    # zero-filling a buffer of max_bytes.
     decompress_into = module.decompress_into  # type: ignore[attr-defined]
     data = bytes(data)
-    guess = min(max_bytes, max(_MIN_GUESS, _GUESS_RATIO * len(data)))
-    if guess < max_bytes:
-        buf = bytearray(guess + 1)
+    size = min(max_bytes, max(_MIN_GUESS, _GUESS_RATIO * len(data)))
+    while True:
+        buf = bytearray(size + 1)
         try:
             n = decompress_into(data, buf)
-        except cramjam.DecompressionError:
-            n = None  # full, or corrupt: the full-size attempt tells which
-        if n is not None and n <= guess:
+        except cramjam.DecompressionError as e:
+            if "write whole buffer" not in str(e):
+                raise
+            n = size + 1
+        if n <= size:
             return bytes(memoryview(buf)[:n])
-    buf = bytearray(max_bytes + 1)
-    try:
-        n = decompress_into(data, buf)
-    except cramjam.DecompressionError as e:
-        if "write whole buffer" in str(e):
-            raise DecompressedTooLarge(codec, max_bytes) from None
-        raise
-    if n > max_bytes:
-        raise DecompressedTooLarge(codec, max_bytes)
-    return bytes(memoryview(buf)[:n])
+        if size >= max_bytes:
+            raise DecompressedTooLarge(codec, max_bytes)
+        size = min(max_bytes, size * _GUESS_RATIO)

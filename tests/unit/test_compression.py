@@ -56,6 +56,16 @@ def test_a_high_ratio_payload_within_the_bound_decompresses(codec):
         decompress(codec, payload, max_bytes=4 * MiB - 1)
 
 
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_large_bound_is_not_allocated_for_a_small_batch(codec):
+    # The bound caps the output; a batch that needs little gets little, even at a high ratio.
+    raw = bytes(2 * MiB)
+    payload = compress(codec, raw)
+    before = peak_rss_mib()
+    assert decompress(codec, payload, max_bytes=1 << 30) == raw
+    assert peak_rss_mib() - before < 64
+
+
 def test_xerial_snappy_is_bounded_block_by_block():
     blocks = [bytes(cramjam.snappy.compress_raw(b"a" * 1000)) for _ in range(3)]
     xerial = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)

@@ -190,4 +190,5 @@ def _into(module: object, codec: Compression, data: bytes | bytearray | memoryvi
             return bytes(memoryview(buf)[:n])
         if size >= max_bytes:
             raise DecompressedTooLarge(codec, max_bytes)
+        del buf  # before the larger one is allocated: at most one buffer at a time
         size = min(max_bytes, size * _GUESS_RATIO)

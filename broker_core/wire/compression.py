@@ -12,7 +12,8 @@ and never aborts the process.
 How each codec is bounded:
 
 - gzip: :func:`zlib.decompressobj` with ``max_length`` (streaming), one gzip member after another
-  (a gzip stream may hold several, as Java's GZIPInputStream reads them);
+  (a gzip stream may hold several, as Java's GZIPInputStream reads them; bytes after the last
+  member that do not start another are ignored, as there);
 - snappy: a raw snappy block states its decompressed length in a varint preamble, which is checked
   before anything is allocated (the decompressor then produces exactly that length or fails);
   the Java client's xerial framing is a sequence of such blocks, checked block by block;
@@ -127,7 +128,9 @@ def _gunzip(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
         if not d.eof:
             raise CorruptRecordBatch("GZIP payload does not decompress: truncated stream")
         rest = d.unused_data
-        if not rest:
+        if not rest.startswith(b"\x1f\x8b"):
+            # Bytes after a member that do not start another are ignored, as zlib.decompress
+            # and Java's GZIPInputStream do.
             return bytes(out)
 
 

@@ -81,6 +81,10 @@ def test_gzip_with_several_members_is_read_whole():
     assert decompress(Compression.GZIP, payload, max_bytes=7) == b"one two"
     with pytest.raises(DecompressedTooLarge):
         decompress(Compression.GZIP, payload, max_bytes=6)
+    # Trailing bytes that start no member are ignored (zlib.decompress did so before).
+    assert decompress(Compression.GZIP, payload + b"\x00\x00", max_bytes=7) == b"one two"
+    with pytest.raises(CorruptRecordBatch):  # ...but a second member must be whole
+        decompress(Compression.GZIP, payload + b"\x1f\x8b\x08", max_bytes=100)
 
 
 @pytest.mark.parametrize("codec", CODECS)

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import crc32c as _crc32c
 
+from broker_core.wire.compression import CLIENT_MAX_DECOMPRESSED_BYTES, decompress
 from broker_core.wire.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -33,7 +34,6 @@ from broker_core.wire.records import (
     Compression,
     CorruptRecordBatch,
     UnsupportedMagic,
-    decompress,
 )
 
 _header = struct.Struct(">qiibIhiqqqhii")
@@ -94,10 +94,14 @@ def _varint(raw: bytes, pos: int) -> tuple[int, int]:
 
 
 def decode_chunk(topic: str, partition: int, data: bytes | memoryview, fetch_offset: int,
-                 *, check_crcs: bool = True) -> list[Message]:
+                 *, check_crcs: bool = True,
+                 max_decompressed_bytes: int = CLIENT_MAX_DECOMPRESSED_BYTES) -> list[Message]:
     """The messages at or after ``fetch_offset`` in ``data`` (one partition's record set from a
     Fetch response). Raises :class:`~broker_core.wire.records.CorruptRecordBatch` for a bad
-    CRC, an undecodable payload or an inconsistent record.
+    CRC, an undecodable payload or an inconsistent record, and its subclass
+    :class:`~broker_core.wire.compression.DecompressedTooLarge` for a compressed batch whose
+    records would take more than ``max_decompressed_bytes`` (a compression bomb): no more than
+    that is ever allocated for one batch.
 
     The cyclic garbage collector is paused meanwhile (unless it was off already). Message is
     a tuple subclass, which the collector never untracks, so the thousands a chunk makes
@@ -107,16 +111,16 @@ def decode_chunk(topic: str, partition: int, data: bytes | memoryview, fetch_off
     switch is process-wide: other threads' allocations are not collected for those few
     milliseconds either, and a gc.disable() another thread makes meanwhile is undone."""
     if not gc.isenabled():
-        return _decode(topic, partition, data, fetch_offset, check_crcs)
+        return _decode(topic, partition, data, fetch_offset, check_crcs, max_decompressed_bytes)
     gc.disable()
     try:
-        return _decode(topic, partition, data, fetch_offset, check_crcs)
+        return _decode(topic, partition, data, fetch_offset, check_crcs, max_decompressed_bytes)
     finally:
         gc.enable()
 
 
 def _decode(topic: str, partition: int, data: bytes | memoryview, fetch_offset: int,
-            check_crcs: bool) -> list[Message]:
+            check_crcs: bool, max_decompressed_bytes: int) -> list[Message]:
     out: list[Message] = []
     pos = 0
     end = len(data)
@@ -140,7 +144,12 @@ def _decode(topic: str, partition: int, data: bytes | memoryview, fetch_offset: 
         if codec == 0:
             raw = b"".join((mv[pos + HEADER_SIZE:batch_end], _PAD))
         else:
-            raw = decompress(Compression(codec), bytes(mv[pos + HEADER_SIZE:batch_end])) + _PAD
+            try:
+                raw = decompress(Compression(codec), mv[pos + HEADER_SIZE:batch_end],
+                                 max_bytes=max_decompressed_bytes) + _PAD
+            except CorruptRecordBatch as e:
+                e.args = (f"{e} (the batch at offset {base} of {topic}-{partition})",)
+                raise
         try:
             _records(raw, count, base, base_ts, max_ts if attrs & _LOG_APPEND else None,
                      topic, partition, fetch_offset, out)

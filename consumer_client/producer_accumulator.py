@@ -33,8 +33,8 @@ from typing import Any
 
 import crc32c as _crc32c
 
+from broker_core.wire.compression import compress as compress_payload
 from broker_core.wire.records import Compression
-from broker_core.wire.records import compress as compress_payload
 
 # Batch header fields, as broker_core.wire.records lays them out (its build_batch takes Record
 # objects; the producer encodes records as they arrive instead, so it packs the header itself).

@@ -45,6 +45,7 @@ from broker_core.log.segment import (
     TIME_INDEX_SUFFIX,
     Segment,
 )
+from broker_core.log.validator import validate_records
 from broker_core.wire.records import (
     LOG_OVERHEAD,
     BatchInfo,
@@ -342,8 +343,11 @@ class Log:
         """Validate a produced record set, stamp offsets from the log end and ``leader_epoch``,
         and append it (rolling first if the active segment is full or old).
 
+        Every record of every batch is parsed first (:mod:`broker_core.log.validator`),
+        a compressed batch decompressed to at most ``max.message.bytes``.
+
         Raises :class:`~broker_core.wire.records.InvalidRecordBatch` subclasses for bad
-        batches and :class:`RecordTooLarge`; on any error nothing is appended.
+        batches or records and :class:`RecordTooLarge`; on any error nothing is appended.
         """
         self._check_open()
         buf, infos = assign_offsets(records, self.log_end_offset, leader_epoch)
@@ -351,6 +355,7 @@ class Log:
         for info in infos:
             if info.size > limit:
                 raise RecordTooLarge(info.size, limit)
+        validate_records(buf, infos, max_decompressed_bytes=limit)
         if leader_epoch > self.leader_epochs.latest_epoch:
             # Seed 003: record where this leader generation begins before its first batch.
             self.leader_epochs.assign(leader_epoch, infos[0].base_offset)

@@ -23,7 +23,7 @@ LeaderAndIsr changed, :class:`~broker_core.log.leader_epoch.WriteBehind`), which
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet import defer, task, threads
@@ -100,6 +100,8 @@ class ProduceResult:
     base_offset: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    # (batch_index, message) of the records that made the leader refuse the batch (v8+).
+    record_errors: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -494,7 +496,8 @@ class ReplicaManager:
             try:
                 info = p.log.append_as_leader(records, p.leader_epoch)
             except InvalidRecordBatch as e:
-                results[tp] = ProduceResult(error=e.error_code_name, message=str(e))
+                results[tp] = ProduceResult(error=e.error_code_name, message=str(e),
+                                            record_errors=getattr(e, "record_errors", []))
                 continue
             except RecordTooLarge as e:
                 results[tp] = ProduceResult(error="MESSAGE_TOO_LARGE", message=str(e))

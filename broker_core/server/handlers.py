@@ -280,7 +280,9 @@ class RequestHandler:
                     "base_offset": -1 if r is None else r.base_offset,
                     "log_append_time_ms": -1,
                     "log_start_offset": -1 if r is None else r.log_start_offset,
-                    "record_errors": [],
+                    "record_errors": [] if r is None else [
+                        {"batch_index": i, "batch_index_error_message": m}
+                        for i, m in r.record_errors],
                     "error_message": None if r is None else r.message,
                 })
             responses.append({"name": t.name, "partition_responses": parts})

@@ -11,8 +11,9 @@ Batch header layout (61 bytes, big-endian)::
 
 The CRC-32C covers ``attributes`` to the end of the batch, so ``baseOffset`` and
 ``partitionLeaderEpoch`` can be stamped without recomputing it and without touching the records:
-the broker's produce path is O(batches), never O(records), and compressed batches are stored
-exactly as the producer sent them.
+this module's part of the produce path is O(batches), and compressed batches are stored exactly
+as the producer sent them. (The records themselves are checked by the log validator,
+:mod:`broker_core.log.validator`.)
 
 The broker only uses :func:`parse_batch`, :func:`iter_batches`, :func:`scan_valid_prefix` and
 :func:`assign_offsets`. :func:`build_batch` and :func:`decode_batch` / :func:`decode_records` are
@@ -22,7 +23,6 @@ for clients, tools and tests.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -225,7 +225,8 @@ def assign_offsets(data: bytes | bytearray | memoryview, base_offset: int,
     ``lastOffsetDelta == recordCount - 1``; control batches are refused (only a coordinator may
     write them). ``data`` is copied once into a bytearray whose batches get consecutive base
     offsets from ``base_offset`` and ``partitionLeaderEpoch = leader_epoch``; both fields lie
-    outside the CRC, so nothing else changes. Work is O(batches): records are never looked at.
+    outside the CRC, so nothing else changes. Work is O(batches): records are not looked at here
+    (the leader's log runs :mod:`broker_core.log.validator` on them).
 
     Returns the stamped copy and the batches' infos (with their new offsets and epoch).
     """
@@ -300,72 +301,6 @@ def _read_varint(data: bytes, pos: int, limit: int) -> tuple[int, int]:
     return (result >> 1) ^ -(result & 1), pos
 
 
-def compress(codec: Compression, raw: bytes) -> bytes:
-    """A record batch's payload compressed with ``codec`` as Kafka clients expect it (gzip
-    container, raw snappy, LZ4 frame, zstd frame). Client-side only: the broker never
-    (de)compresses."""
-    if codec is Compression.NONE:
-        return raw
-    if codec is Compression.GZIP:
-        c = zlib.compressobj(wbits=31)  # 31 = gzip container, which every Kafka client reads
-        return c.compress(raw) + c.flush()
-    import cramjam
-
-    if codec is Compression.SNAPPY:
-        return bytes(cramjam.snappy.compress_raw(raw))
-    if codec is Compression.LZ4:
-        return bytes(cramjam.lz4.compress(raw))  # LZ4 frame format, as Kafka >= 0.10 expects
-    if codec is Compression.ZSTD:
-        return bytes(cramjam.zstd.compress(raw))
-    raise ValueError(f"unknown compression {codec!r}")
-
-
-# Java clients frame snappy the xerial way: this 8-byte magic, two int32 versions, then
-# (int32 length, raw snappy block) pairs. librdkafka and others send plain raw snappy.
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER = 16
-
-
-def _snappy_decompress(data: bytes) -> bytes:
-    import cramjam
-
-    if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    out = bytearray()
-    pos = _XERIAL_HEADER
-    while pos < len(data):
-        if pos + 4 > len(data):
-            raise CorruptRecordBatch("truncated xerial snappy block length")
-        (n,) = _length.unpack_from(data, pos)
-        pos += 4
-        if n < 0 or pos + n > len(data):
-            raise CorruptRecordBatch(f"xerial snappy block of {n} bytes overruns the batch")
-        out += bytes(cramjam.snappy.decompress_raw(data[pos:pos + n]))
-        pos += n
-    return bytes(out)
-
-
-def decompress(codec: Compression, data: bytes) -> bytes:
-    """A record batch's payload decompressed, whatever framing Kafka's clients use (snappy raw
-    or the Java client's xerial framing); :class:`CorruptRecordBatch` when it does not."""
-    if codec is Compression.NONE:
-        return data
-    import cramjam
-
-    try:
-        if codec is Compression.GZIP:
-            return zlib.decompress(data, wbits=47)  # 47 = accept gzip or zlib headers
-        if codec is Compression.SNAPPY:
-            return _snappy_decompress(data)
-        if codec is Compression.LZ4:
-            return bytes(cramjam.lz4.decompress(data))
-        if codec is Compression.ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
-    except (zlib.error, cramjam.DecompressionError) as e:
-        raise CorruptRecordBatch(f"{codec.name} payload does not decompress: {e}") from None
-    raise CorruptRecordBatch(f"unknown compression codec {int(codec)}")
-
-
 def build_batch(
     records: Sequence[Record],
     *,
@@ -413,6 +348,8 @@ def build_batch(
                 rec += hv
         _write_varint(len(rec), body)
         body += rec
+    from broker_core.wire.compression import compress
+
     payload = compress(compression, bytes(body))
     attributes = (int(compression) | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
                   | (_CONTROL_BIT if control else 0))
@@ -432,14 +369,21 @@ def _take(raw: bytes, pos: int, n: int, limit: int, what: str) -> tuple[bytes | 
 
 
 def decode_batch(data: bytes | bytearray | memoryview,
-                 info: BatchInfo | None = None) -> list[Record]:
+                 info: BatchInfo | None = None, *,
+                 max_decompressed_bytes: int | None = None) -> list[Record]:
     """The records of one batch (the first in ``data``, or the one ``info`` describes),
     decompressed, with absolute offsets filled in. Raises :class:`InvalidRecordBatch` on a bad
-    header, CRC or payload."""
+    header, CRC or payload, and for a payload that decompresses to more than
+    ``max_decompressed_bytes`` (default
+    :data:`~broker_core.wire.compression.CLIENT_MAX_DECOMPRESSED_BYTES`)."""
+    from broker_core.wire.compression import CLIENT_MAX_DECOMPRESSED_BYTES, decompress
+
     if info is None:
         info = parse_batch(data, 0)
-    payload = bytes(memoryview(data)[info.position + HEADER_SIZE:info.end])
-    raw = decompress(info.compression, payload)
+    payload = memoryview(data)[info.position + HEADER_SIZE:info.end]
+    if max_decompressed_bytes is None:
+        max_decompressed_bytes = max(CLIENT_MAX_DECOMPRESSED_BYTES, len(payload))
+    raw = decompress(info.compression, payload, max_bytes=max_decompressed_bytes)
     log_append = info.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
     out: list[Record] = []
     pos = 0

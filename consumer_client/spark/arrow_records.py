@@ -11,7 +11,8 @@ is one short loop iteration instead of a tuple, two ``bytes`` objects and their 
 Arrow; measured in ``docs/spark.md`` (Performance).
 
 What it accepts and rejects is the consumer decoder's contract: RecordBatch v2 with any codec
-(through :func:`broker_core.wire.records.decompress`), control batches skipped, records before
+(through :func:`broker_core.wire.compression.decompress`, bounded by ``max_decompressed_bytes``
+per batch), control batches skipped, records before
 the fetch offset skipped, a trailing partial batch ignored, a bad CRC or a record whose fields
 overrun it raising :class:`~broker_core.wire.records.CorruptRecordBatch`. Records with headers,
 when headers are asked for, go through the consumer's decoder (headers are rare and nested; the
@@ -32,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_core.wire.compression import CLIENT_MAX_DECOMPRESSED_BYTES, decompress
 from broker_core.wire.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -39,7 +41,6 @@ from broker_core.wire.records import (
     Compression,
     CorruptRecordBatch,
     UnsupportedMagic,
-    decompress,
 )
 from consumer_client.consumer_records import _Z1, _Z2, Message, _varint, decode_chunk
 
@@ -78,10 +79,12 @@ def arrow_schema(include_headers: bool) -> Any:
 
 def decode_record_batch(topic: str, partition: int, data: bytes | memoryview, fetch_offset: int,
                         end: int, *, include_headers: bool = False,
-                        check_crcs: bool = True) -> Any:
+                        check_crcs: bool = True,
+                        max_decompressed_bytes: int = CLIENT_MAX_DECOMPRESSED_BYTES) -> Any:
     """A ``pyarrow.RecordBatch`` of the records at offsets ``[fetch_offset, end)`` in ``data``
     (one partition's record set from a Fetch response), or None when there are none."""
-    buf, batches = _record_data(topic, partition, data, fetch_offset, end, check_crcs)
+    buf, batches = _record_data(topic, partition, data, fetch_offset, end, check_crcs,
+                                max_decompressed_bytes)
     if not batches:
         return None
     try:
@@ -100,8 +103,9 @@ def decode_record_batch(topic: str, partition: int, data: bytes | memoryview, fe
     headers = None
     if include_headers:
         if hcount.any():  # some record has headers: the row-wise decoder builds them
-            messages = [m for m in decode_chunk(topic, partition, data, fetch_offset,
-                                                check_crcs=False) if m.offset < end]
+            messages = [m for m in decode_chunk(
+                topic, partition, data, fetch_offset, check_crcs=False,
+                max_decompressed_bytes=max_decompressed_bytes) if m.offset < end]
             return to_record_batch(messages, True) if messages else None
         headers = pa.ListArray.from_arrays(
             pa.array(np.zeros(n + 1, np.int32)),
@@ -123,7 +127,8 @@ def decode_record_batch(topic: str, partition: int, data: bytes | memoryview, fe
 
 
 def _record_data(topic: str, partition: int, data: bytes | memoryview, fetch_offset: int,
-                 end: int, check_crcs: bool) -> tuple[bytes, list[tuple]]:
+                 end: int, check_crcs: bool,
+                 max_decompressed_bytes: int) -> tuple[bytes, list[tuple]]:
     """The record data of every batch that may hold offsets in ``[fetch_offset, end)``,
     decompressed and concatenated (then padded), and per batch ``(count, base_offset,
     base_timestamp, log_append_timestamp or None, data_end)`` with ``data_end`` the position
@@ -152,7 +157,7 @@ def _record_data(topic: str, partition: int, data: bytes | memoryview, fetch_off
         codec = attrs & _COMPRESSION_MASK
         records = mv[pos + HEADER_SIZE:batch_end]
         if codec:
-            records = decompress(Compression(codec), bytes(records))
+            records = decompress(Compression(codec), records, max_bytes=max_decompressed_bytes)
         pieces.append(records)
         at += len(records)
         batches.append((count, base, base_ts, max_ts if attrs & _LOG_APPEND else None, at))

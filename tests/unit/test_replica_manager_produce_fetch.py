@@ -132,3 +132,22 @@ def test_a_follower_fetch_answers_each_partition_as_a_read_would(leader):
     rm.fetch([("t", 1, 0, 1 << 20, -1)], max_wait_ms=500, min_bytes=1, max_bytes=10 << 20,
              replica_id=3).addCallback(moved.append)
     assert moved[0][0][2].error == "NOT_LEADER_OR_FOLLOWER"
+
+
+def test_a_batch_with_garbage_records_is_refused_naming_the_record_and_stores_nothing(leader):
+    # The log validator on the leader's append path: a CRC-valid batch whose second record is
+    # an 11-byte varint is refused with record_errors (ProduceResponse v8+); the other
+    # partition of the same request is appended as usual.
+    from tests.support import bad_batches as bb
+
+    _, rm = leader
+    garbage = bb.batch(bb.record(0) + b"\xff" * 11 + b"\x01", 2)
+    got: list = []
+    rm.append(1, 30000, [("t", 0, garbage), ("t", 1, batch(b"ok"))]).addCallback(got.append)
+    bad, good = got[0][("t", 0)], got[0][("t", 1)]
+    assert bad.error == "CORRUPT_MESSAGE"
+    assert bad.record_errors == [(1, "record length varint is longer than 5 bytes")]
+    assert bad.message.startswith("record 1 of the batch at position 0")
+    assert (good.error, good.base_offset, good.record_errors) == (None, 0, [])
+    assert rm.get_partition("t", 0).log.log_end_offset == 0
+    assert rm.get_partition("t", 1).log.log_end_offset == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -25,7 +26,8 @@ T = SIM_CONFIG.election_timeout_ms
 LIVENESS_BOUND_MS = 40 * T  # generous: split votes and backoffs, never wall-clock time
 
 
-def chaotic_simulation(seed: int, **kwargs) -> Simulation:
+def chaotic_simulation(seed: int, sim_class: Callable[..., Simulation] = Simulation,
+                       **kwargs) -> Simulation:
     rng = random.Random(seed)
     # Small fetch responses make followers catch up over many rounds, which is when entries
     # of older epochs sit replicated without the new leader's own (Raft's figure 8).
@@ -42,7 +44,9 @@ def chaotic_simulation(seed: int, **kwargs) -> Simulation:
                                  fetch_snapshot_max_bytes=rng.choice([40, 1 << 20]))
     late = bool(observers) and rng.random() < 0.3
     start_at = {observers[-1]: rng.uniform(200.0, 1500.0)} if late else None
-    return Simulation(seed, voters=voters, observers=observers, faults=faults,
+    # One-way cuts, flapping links, power cuts mid-write and lost disks.
+    faults = faults.with_disk_and_link_faults(rng)
+    return sim_class(seed, voters=voters, observers=observers, faults=faults,
                       reassign_every_ms=reassign_every_ms, config=config,
                       snapshot_every_ms=snapshot_every_ms, start_at=start_at, **kwargs)
 

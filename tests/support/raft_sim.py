@@ -208,6 +208,9 @@ class Simulation:
     :param snapshot_every_ms: mean time between snapshots, each of a random live node's
         state machine (with the config's retention, the log's prefix goes after each).
     :param start_at: nodes that start only at the given time (a node added late).
+    :param flush_after_send: drive the effects in another wrong order: the quorum state, then
+        the messages, then the log flush, with a one-in-ten chance of a power cut before the
+        flush; only for proving that a node must not acknowledge what is not flushed.
     :param remove_lost_disks: replace a node whose disk was lost through the reassignment
         procedure (:meth:`lose_disk`); ``False`` restarts it at once, empty, with its first
         start's voters, as a naive restart would: only for showing that this is unsafe.
@@ -226,7 +229,7 @@ class Simulation:
                  check_persist_order: bool = True,
                  snapshot_every_ms: float | None = None,
                  start_at: dict[int, float] | None = None,
-                 remove_lost_disks: bool = True) -> None:
+                 remove_lost_disks: bool = True, flush_after_send: bool = False) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
         self.voters = voters
@@ -236,6 +239,7 @@ class Simulation:
         self.node_factory = node_factory
         self.send_before_persist = send_before_persist
         self.remove_lost_disks = remove_lost_disks
+        self.flush_after_send = flush_after_send
         self.check_persist_order = check_persist_order
         self.now = 0.0
         self.checker = InvariantChecker()
@@ -267,6 +271,7 @@ class Simulation:
         self.disks_lost: list[tuple[float, int]] = []
         self._rejoin_as_voter: dict[int, bool] = {}
         self.power_cuts: list[tuple[float, int]] = []
+        self.fault_counts: Counter[str] = Counter()  # one-way cuts and flaps that happened
         self.proposals: list[Proposal] = []
         self.messages_sent = 0
         self._events: list[_Event] = []
@@ -389,6 +394,18 @@ class Simulation:
         if effects.quorum_state is not None:
             # Through the file format, so the runs exercise what a restart really reads.
             self.persisted[n] = QuorumState.from_json(effects.quorum_state.to_json())
+        if self.flush_after_send and effects.flush_log:
+            for env in effects.messages:
+                self._send(env)
+            self.checker.check(node, effects, self.now)  # what it sent was seen
+            if self.rng.random() < 0.1:
+                log = self.logs[n]
+                if hasattr(log, "power_cut"):
+                    log.power_cut(self.rng)
+                self._crash(n)
+                self._schedule(self.rng.uniform(*self.faults.downtime_ms), "restart", n)
+                return
+            effects.messages = []
         if effects.flush_log:
             self.logs[n].flush()
         if not self.send_before_persist:
@@ -494,6 +511,7 @@ class Simulation:
             links = tuple((a, b) for a in muted for b in self.ids if b not in muted)
             self._cut(links, 1)
             self._schedule(self.rng.uniform(*self.faults.partition_ms), "cut", era, links, -1)
+            self.fault_counts[kind] += 1
         elif kind == "flap" and len(ids) > 1:
             a, b = self.rng.sample(ids, 2)
             links = ((a, b),) if self.rng.random() < 0.5 else ((a, b), (b, a))
@@ -501,6 +519,7 @@ class Simulation:
             for i in range(2 * self.rng.randint(*self.faults.flap_toggles)):
                 self._schedule(at, "cut", era, links, 1 if i % 2 == 0 else -1)
                 at += self.rng.uniform(*self.faults.flap_ms)
+            self.fault_counts[kind] += 1
         elif kind == "power_cut":
             live = [n for n in self.ids if self.nodes[n] is not None]
             if live:

@@ -270,6 +270,7 @@ class Simulation:
         self.replacing: dict[int, str] = {}
         self.disks_lost: list[tuple[float, int]] = []
         self._rejoin_as_voter: dict[int, bool] = {}
+        self._replace_loop = False  # a "replace" event is scheduled
         self.power_cuts: list[tuple[float, int]] = []
         self.fault_counts: Counter[str] = Counter()  # one-way cuts and flaps that happened
         self.proposals: list[Proposal] = []
@@ -477,8 +478,6 @@ class Simulation:
                            (f.disk_losses_per_s, "lose_disk")):
             if rate > 0:
                 self._schedule(self.rng.expovariate(rate) * 1000, kind, self._fault_era)
-        if f.disk_losses_per_s > 0:
-            self._schedule(50.0, "replace", self._fault_era)
 
     def _cut(self, links: tuple[tuple[int, int], ...], by: int) -> None:
         """Add (``by`` 1) or take back (-1) one fault's cut of ``links``."""
@@ -502,7 +501,9 @@ class Simulation:
             return
         if kind == "replace":
             self._replace_step()
-            self._schedule(50.0, "replace", era)
+            self._replace_loop = bool(self.replacing)
+            if self._replace_loop:
+                self._schedule(50.0, "replace", era)
             return
         ids = list(self.ids)
         if kind == "one_way" and len(ids) > 1:
@@ -568,6 +569,9 @@ class Simulation:
             return True
         self.replacing[n] = "removing"
         self._rejoin_as_voter[n] = n in assignment.current_voters
+        if not self._replace_loop:
+            self._replace_loop = True
+            self._schedule(50.0, "replace", self._fault_era)
         self.disks_lost.append((self.now, n))
         return True
 
@@ -794,7 +798,8 @@ class Simulation:
         self.cut_links.clear()
         self._power_cut.clear()
         self._fault_era += 1
-        if self.replacing:
+        self._replace_loop = bool(self.replacing)
+        if self._replace_loop:
             # The replacement goes on (a lost disk does not come back by healing).
             self._schedule(50.0, "replace", self._fault_era)
         for n in self.ids:

@@ -120,11 +120,6 @@ class SimDiskLog(InMemoryRaftLog):
         self.torn_entries = 0  # entries cut by recovery after a power cut tore them
         self.lost_entries = 0  # appended entries a power cut lost
 
-    @property
-    def unflushed(self) -> int:
-        """How many writes (entries appended, truncations) are not flushed yet."""
-        return sum(len(e) if op == "append" else 1 for op, e in self._unflushed)
-
     def append(self, entries) -> None:
         super().append(entries)
         if entries:

@@ -168,5 +168,5 @@ def test_power_cuts_tear_batches_that_recovery_cuts_and_lost_disks_are_replaced(
 
 @pytest.mark.slow
 def test_many_random_runs_with_logs_on_disk(tmp_path):
-    for seed in range(1_000, 1_150):
+    for seed in range(1_000, 1_100):
         run_on_disk(seed, tmp_path / str(seed), chaos_ms=3000.0)

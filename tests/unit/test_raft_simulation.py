@@ -1,10 +1,11 @@
 """Randomised simulations of the quorum with the invariant checker after every step.
 
 Each run draws its cluster size, observers, network faults (loss, duplication, delays that
-reorder, partitions), crashes with restarts and voter reassignments from its seed, runs two
-simulated seconds of chaos, then heals everything and checks liveness: a leader is elected
-and a new entry commits on every node. A failing seed replays exactly:
-``Simulation(seed, ...)`` with the same arguments.
+reorder, symmetric partitions, one-way cuts, flapping links), crashes with restarts, power cuts
+in the middle of a step's writes, lost disks (replaced through the reassignment procedure) and
+voter reassignments from its seed, runs two simulated seconds of chaos, then heals everything
+and checks liveness: a leader is elected and a new entry commits on every node. A failing seed
+replays exactly: ``chaotic_simulation(seed)``.
 """
 
 from __future__ import annotations

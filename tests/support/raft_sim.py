@@ -15,8 +15,8 @@ step count (the checker looks at the node once the step is durable). Each node's
 exactly what a real node keeps: the persisted quorum state and the flushed log; messages
 addressed to the old incarnation are lost with its connections. A power cut during a step's
 writes (:attr:`Faults.power_cuts_per_s`) keeps the quorum state or not, and a random prefix of
-the step's unflushed log writes, the entry at the cut torn (and so dropped by recovery); none
-of the step's messages leave.
+the step's unflushed log writes (a torn entry at the cut is dropped by recovery, so it counts as
+not written); none of the step's messages leave.
 """
 
 from __future__ import annotations
@@ -117,7 +117,6 @@ class SimDiskLog(InMemoryRaftLog):
         # ("append", entries) or ("truncate", entries removed), oldest first.
         self._unflushed: list[tuple[str, tuple[LogEntry, ...]]] = []
         self.power_cuts = 0
-        self.torn_entries = 0  # entries cut by recovery after a power cut tore them
         self.lost_entries = 0  # appended entries a power cut lost
 
     def append(self, entries) -> None:
@@ -147,7 +146,8 @@ class SimDiskLog(InMemoryRaftLog):
     def power_cut(self, rng: random.Random) -> None:
         """What the disk holds after power is cut now: the flushed log, then the writes since
         in order up to a random point (half the time none of them). An append's entries land
-        one by one; at the cut the next entry is torn, half the time, and recovery drops it."""
+        one by one; an entry torn at the cut is dropped by recovery, which leaves the same log
+        as a cut just before it (the disk simulation tears real bytes)."""
         ops, self._unflushed = self._unflushed, []
         units = [(op, e) for op, entries in ops
                  for e in (entries if op == "append" else (entries,))]
@@ -164,8 +164,6 @@ class SimDiskLog(InMemoryRaftLog):
                 InMemoryRaftLog.truncate_to(self, unit[0].offset)
         self.power_cuts += 1
         self.lost_entries += sum(op == "append" for op, _ in units[keep:])
-        if keep < len(units) and units[keep][0] == "append" and rng.random() < 0.5:
-            self.torn_entries += 1
 
 
 @dataclass

@@ -16,13 +16,22 @@ thousands of simulations:
 - a reassignment is answered "success" only when an assignment with the requested target is
   committed (:meth:`check_alter_reply`);
 - a node's state machine (started from its latest snapshot, then fed committed entries) equals
-  the committed log applied from scratch (the simulation calls :meth:`state_machine_diverged`).
+  the committed log applied from scratch (the simulation calls :meth:`state_machine_diverged`);
+- one voter change at a time: consecutive voter sets of the committed log differ by at most one
+  member, and the part of any node's log past the committed log holds at most one voter change,
+  itself of at most one member (:meth:`_check_voter_changes`).
+
+A node whose disk was lost (:meth:`disk_lost`) starts again as a new replica: its epoch, vote
+and log are forgotten with the disk, so the per-node rules start over for it; the rules about
+the quorum (one leader per epoch, committed entries kept, leader completeness) do not.
 
 "Committed" is learned from the nodes themselves: whenever a node's high watermark passes an
 offset, the entry it holds there joins the committed log, or must equal the one already there.
 """
 
 from __future__ import annotations
+
+import bisect
 
 from broker_core.raft import Effects, LogEntry, QuorumState, RaftNode, Role, VoterAssignment
 from broker_core.raft.messages import (
@@ -70,18 +79,32 @@ class InvariantViolation(AssertionError):
 class InvariantChecker:
     def __init__(self) -> None:
         self.leaders: dict[int, int] = {}  # epoch -> leader
-        self.votes: dict[tuple[int, int], int] = {}  # (node, epoch) -> candidate
+        self.votes: dict[tuple[int, int, int], int] = {}  # (node, disk, epoch) -> candidate
         self.committed: list[LogEntry] = []
         self._verified: dict[int, int] = {}  # node -> length of its prefix equal to committed
         self._epoch: dict[int, int] = {}
         self._hw: dict[int, int] = {}
         self._role: dict[int, Role] = {}
+        # Per node, how many times it lost its disk: a vote is one per epoch per disk.
+        self._generation: dict[int, int] = {}
+        # The committed voter assignments: their offsets and current voters, in log order.
+        self._assignment_offsets: list[int] = []
+        self._assignment_voters: list[frozenset[int]] = []
+        # Per node, what its log's uncommitted part was when last scanned for voter changes.
+        self._voter_scan: dict[int, tuple[int, int, int]] = {}
         self.steps = 0
 
     def node_restarted(self, node_id: int) -> None:
         """A crash loses the high watermark (it is not persisted); nothing else is forgiven."""
         self._hw.pop(node_id, None)
         self._role.pop(node_id, None)
+
+    def disk_lost(self, node_id: int) -> None:
+        """``node_id`` lost its disk and comes back empty, a new replica with the same id."""
+        self.node_restarted(node_id)
+        self._generation[node_id] = self._generation.get(node_id, 0) + 1
+        for per_node in (self._epoch, self._verified, self._voter_scan):
+            per_node.pop(node_id, None)
 
     def state_machine_diverged(self, node_id: int, applied_end: int, now: float) -> None:
         self._fail(now, node_id, f"its state machine at offset {applied_end} differs from the "
@@ -135,7 +158,7 @@ class InvariantChecker:
         self._epoch[n] = epoch
 
         if node.voted_id != NO_LEADER:
-            prior = self.votes.setdefault((n, epoch), node.voted_id)
+            prior = self.votes.setdefault((n, self._generation.get(n, 0), epoch), node.voted_id)
             if prior != node.voted_id:
                 self._fail(now, n, f"voted for {prior} and then {node.voted_id} in epoch {epoch}")
 
@@ -176,12 +199,73 @@ class InvariantChecker:
             if verified < len(committed):
                 self._fail(now, n, f"holds {log.read(verified, 1)[0]} below its high watermark "
                                    f"{hw}, but {committed[verified]} is committed there")
-            committed.extend(log.read(verified, hw - verified))
+            self._commit(log.read(verified, hw - verified), now, n)
             verified = hw
         self._verified[n] = verified
+        self._check_voter_changes(node, verified, effects, now)
 
         if node.role is Role.LEADER and self._role.get(n) is not Role.LEADER:
             if verified < len(committed):
                 self._fail(now, n, f"became leader of epoch {epoch} without committed entry "
                                    f"{committed[verified]}")
         self._role[n] = node.role
+
+    # ------------------------------------------------------------------ one voter change at a time
+
+    def _commit(self, entries: tuple[LogEntry, ...], now: float, node_id: int) -> None:
+        """Extend the committed log; a committed assignment changes at most one voter."""
+        for entry in entries:
+            a = entry.payload
+            if isinstance(a, VoterAssignment):
+                voters = frozenset(a.current_voters)
+                if self._assignment_voters and len(voters ^ self._assignment_voters[-1]) > 1:
+                    self._fail(now, node_id, f"committed voter set {sorted(voters)} at offset "
+                                             f"{entry.offset} after "
+                                             f"{sorted(self._assignment_voters[-1])}: more than "
+                                             "one member changed")
+                self._assignment_offsets.append(entry.offset)
+                self._assignment_voters.append(voters)
+            self.committed.append(entry)
+
+    def committed_voters_below(self, offset: int) -> frozenset[int] | None:
+        """The voters of the latest committed assignment below ``offset`` (None: none yet)."""
+        i = bisect.bisect_left(self._assignment_offsets, offset)
+        return self._assignment_voters[i - 1] if i else None
+
+    def _check_voter_changes(self, node: RaftNode, verified: int, effects: Effects | None,
+                             now: float) -> None:
+        """The node's log past ``verified`` (its prefix equal to the committed log) holds at
+        most one voter change, of one member from the committed voters there. With the node's
+        rule (a change is appended only once the previous one committed, and a new leader
+        commits an entry of its epoch first) this holds for every log, since each is a prefix of
+        some leader's log, whose committed part the checker learned when it stepped."""
+        n, log = node.node_id, node.log
+        end = log.end_offset()
+        key = (verified, end, log.last_epoch())
+        if (effects is not None and effects.truncated_to is None
+                and self._voter_scan.get(n) == key):
+            return  # nothing past the committed log changed since the last scan
+        self._voter_scan[n] = key
+        voters = self.committed_voters_below(verified)
+        change: tuple[int, frozenset[int], frozenset[int]] | None = None
+        offset = verified
+        while offset < end:
+            chunk = log.read(offset, end - offset)
+            for entry in chunk:
+                a = entry.payload
+                if not isinstance(a, VoterAssignment):
+                    continue
+                new = frozenset(a.current_voters)
+                if voters is not None and new != voters:
+                    if len(new ^ voters) > 1:
+                        self._fail(now, n, f"holds an uncommitted voter change {sorted(voters)} "
+                                           f"-> {sorted(new)} at offset {entry.offset}: more "
+                                           "than one member")
+                    if change is not None:
+                        self._fail(now, n, "holds two uncommitted voter changes: "
+                                           f"{sorted(change[1])} -> {sorted(change[2])} at "
+                                           f"offset {change[0]}, then {sorted(voters)} -> "
+                                           f"{sorted(new)} at offset {entry.offset}")
+                    change = (entry.offset, voters, new)
+                voters = new
+            offset += len(chunk)

@@ -32,8 +32,6 @@ from tests.support.doc_examples import (
 )
 from tests.support.procs import ProcessCluster
 
-pytestmark = pytest.mark.slow
-
 #: Bound on one example's run; an example must end by itself well within it.
 EXAMPLE_TIMEOUT = 90.0
 #: Messages the setup writes to ``quickstart`` (the quickstart writes 100,000; the examples read
@@ -46,7 +44,7 @@ HOW_TO_FIX = ("Fix the example so it runs as written against the quickstart clus
               "(scripts/quickstart.sh: brokers 127.0.0.1:9092-9094, topic 'quickstart') and ends "
               "by itself, or, if it is not meant to run, mark it with `<!-- example: fragment -->`,"
               " `<!-- example: output -->` or `<!-- example: manual -->` on the line before its "
-              "opening fence (docs/contributing.md).")
+              "opening fence instead (docs/contributing.md).")
 
 
 def _run(args: list[str], *, cwd: Path, env: dict[str, str], timeout: float,
@@ -149,6 +147,22 @@ def test_an_unmarked_block_is_reported_with_its_file_line_and_the_fix(tmp_path, 
                                   "'properties'")
 
 
+def test_a_transcript_runs_its_dollar_lines_and_needs_one(tmp_path, monkeypatch):
+    import tests.support.doc_examples as doc_examples
+
+    monkeypatch.setattr(doc_examples, "ROOT", tmp_path)
+
+    page = tmp_path / "page.md"
+    page.write_text("<!-- example: transcript -->\n```\n$ sluice a \\\n    --b c\nout $ x\n"
+                    "$ sluice d\n$ e\n```\n\n<!-- example: transcript -->\n```\nno command\n```\n")
+    good, bad = doc_examples.blocks_of(page)
+    assert good.runs and good.runner == "transcript"
+    assert good.commands() == ["sluice a \\\n    --b c", "sluice d", "e"]
+    assert doc_examples.problem(good) is None
+    assert doc_examples.problem(bad) == ("page.md:11: marked 'example: transcript' but has no "
+                                         "`$ ` command line (docs/contributing.md)")
+
+
 def test_addresses_are_replaced_whole():
     mapping = {"127.0.0.1:9092": "127.0.0.1:40001", "127.0.0.1:9093": "127.0.0.1:40002"}
     assert with_addresses('"127.0.0.1:9092,127.0.0.1:9093" 127.0.0.1:90921', mapping) == \
@@ -163,6 +177,7 @@ def test_the_readme_setup_commands_are_not_run():
     assert not [b.where for b in readme if b.runs]
 
 
+@pytest.mark.slow  # starts three broker processes
 @pytest.mark.parametrize("block", RUNNABLE, ids=[b.where for b in RUNNABLE])
 def test_example_runs_as_written(block: Block, docs_cluster, tmp_path):
     _, mapping = docs_cluster
@@ -173,14 +188,26 @@ def test_example_runs_as_written(block: Block, docs_cluster, tmp_path):
         script.write_text(code)
         status, out = _run([sys.executable, str(script)], cwd=tmp_path, env=env,
                            timeout=EXAMPLE_TIMEOUT)
-    else:
+    elif block.runner == "sh":
         # Shell examples are written to run from the repository's root.
         status, out = _run(["bash", "-e", "-o", "pipefail", "-s"], cwd=ROOT, env=env,
                            timeout=EXAMPLE_TIMEOUT, stdin=code)
+    else:
+        # A transcript: its commands in order, each on its own; the output shown in the docs
+        # depends on the cluster (leaders, offsets) and is not compared.
+        for command in block.commands():
+            command = with_addresses(command, mapping)
+            status, out = _run(["bash", "-e", "-o", "pipefail", "-c", command], cwd=ROOT,
+                               env=env, timeout=EXAMPLE_TIMEOUT)
+            if status != 0:
+                break
+        code_desc = f"transcript's command `$ {command}`"
+    if block.runner != "transcript":
+        code_desc = f"```{block.lang} example"
     tail = "\n".join(out.splitlines()[-40:])
     if status is None:
-        pytest.fail(f"{block.where}: the ```{block.lang} example did not finish within "
+        pytest.fail(f"{block.where}: the {code_desc} did not finish within "
                     f"{EXAMPLE_TIMEOUT:.0f} s (an example must end by itself). {HOW_TO_FIX}\n"
                     f"--- its output ---\n{tail}")
-    assert status == 0, (f"{block.where}: the ```{block.lang} example exited with status "
+    assert status == 0, (f"{block.where}: the {code_desc} exited with status "
                          f"{status}. {HOW_TO_FIX}\n--- its output ---\n{tail}")

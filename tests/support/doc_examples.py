@@ -10,6 +10,11 @@ line just before its opening fence, an HTML comment that does not show when rend
     <!-- example: manual -->    a command a person runs by hand: it installs or starts things that
                                 keep running, or runs the test suite or a benchmark
 
+and one that runs a block in a language of its own::
+
+    <!-- example: transcript -->  commands (``$ `` lines) with their output: the commands run in
+                                  order, each must exit 0; the output shown is not compared
+
 Text after the kind is a free comment (``<!-- example: manual: starts a broker -->``). The
 convention is described for writers in docs/contributing.md. This module only reads and
 classifies; ``tests/integration/test_docs_examples.py`` runs the runnable blocks.
@@ -32,6 +37,8 @@ MARKS = {
 }
 #: An explicit marker for a block that runs (the default for the languages below).
 RUN = "run"
+#: The marker of a transcript whose ``$`` commands run.
+TRANSCRIPT = "transcript"
 #: Fence languages the test runs when the block has no marker.
 RUNNABLE = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh"}
 
@@ -59,12 +66,27 @@ class Block:
         """True when the docs test runs this block."""
         if self.mark is None:
             return self.lang in RUNNABLE
-        return self.mark == RUN
+        return self.mark in (RUN, TRANSCRIPT)
 
     @property
     def runner(self) -> str:
-        """``python`` or ``sh``: how the block runs (only for blocks that run)."""
-        return RUNNABLE[self.lang]
+        """``python``, ``sh`` or ``transcript``: how the block runs (only for blocks that run)."""
+        return TRANSCRIPT if self.mark == TRANSCRIPT else RUNNABLE[self.lang]
+
+    def commands(self) -> list[str]:
+        """A transcript's commands: each ``$ `` line, with the lines it continues onto (a
+        trailing backslash); the other lines are output."""
+        found: list[str] = []
+        continued = False
+        for line in self.code.splitlines():
+            if continued:
+                found[-1] += "\n" + line
+            elif line.startswith("$ "):
+                found.append(line[2:])
+            else:
+                continue
+            continued = line.endswith("\\")
+        return found
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:
@@ -103,9 +125,13 @@ def problem(block: Block) -> str | None:
     """Why ``block`` is neither runnable nor properly marked, as an instruction to the writer;
     None when it is fine."""
     kinds = ", ".join(f"`<!-- example: {k} -->` ({v})" for k, v in MARKS.items())
-    if block.mark is not None and block.mark != RUN and block.mark not in MARKS:
+    if block.mark is not None and block.mark not in (RUN, TRANSCRIPT) and block.mark not in MARKS:
         return (f"{block.where}: unknown marker 'example: {block.mark}'; use one of {kinds}, "
-                f"or no marker for a ```python or ```sh block that runs (docs/contributing.md)")
+                f"`<!-- example: transcript -->` (its `$ ` commands run), or no marker for a "
+                f"```python or ```sh block that runs (docs/contributing.md)")
+    if block.mark == TRANSCRIPT and not block.commands():
+        return (f"{block.where}: marked 'example: transcript' but has no `$ ` command line "
+                f"(docs/contributing.md)")
     if block.mark == RUN and block.lang not in RUNNABLE:
         return (f"{block.where}: marked 'example: run' but its fence says "
                 f"'{block.lang or '(no language)'}'; only ```python and ```sh blocks run "

@@ -1,8 +1,9 @@
 """Every code example of README.md and docs/ runs as written, or is marked as not meant to run.
 
-The runnable blocks (```python and ```sh blocks without a marker, see
-tests/support/doc_examples.py and docs/contributing.md) run one after another, each in its own
-process, against one cluster started for this module: three broker processes that keep their
+The runnable blocks (```python and ```sh blocks without a marker, and the ``$`` commands of
+blocks marked ``<!-- example: transcript -->``; see tests/support/doc_examples.py and
+docs/contributing.md) run one after another, each in its own process, against one cluster
+started for this module: three broker processes that keep their
 metadata in their own quorum, like the quickstart's. Before the first block runs, the module
 does what the quickstart does that the examples rely on: it creates the topic ``quickstart``
 (6 partitions, replication factor 3, ``min.insync.replicas=2``) and writes messages to it.

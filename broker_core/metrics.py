@@ -229,6 +229,10 @@ class BrokerMetrics:
         self.log_truncated_bytes_total = Counter(
             "log_truncated_bytes", "Bytes cut from torn or corrupt log tails during recovery",
             namespace=ns, registry=r)
+        self.log_recovery_segments_deleted_total = Counter(
+            "log_recovery_segments_deleted",
+            "Segments deleted at start because they lay past an invalid batch or a hole",
+            namespace=ns, registry=r)
         self.flush_duration_seconds = Histogram(
             "flush_duration_seconds", "Time of one partition flush (write-out and fsync)",
             buckets=DURATION_BUCKETS, namespace=ns, registry=r)

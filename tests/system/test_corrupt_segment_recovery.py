@@ -131,7 +131,8 @@ def log_bytes(partition_dir: Path) -> bytes:
     return b"".join(p.read_bytes() for p in segments(partition_dir))
 
 
-def test_rf3_damaged_follower_refetches_and_rejoins_only_when_caught_up(make_cluster):
+@pytest.mark.parametrize("stop", ["clean", "kill -9"])
+def test_rf3_damaged_follower_refetches_and_rejoins_only_when_caught_up(make_cluster, stop):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     cluster = make_cluster(size=3, extra={"log.segment.bytes": str(SEGMENT_BYTES)})
@@ -148,7 +149,10 @@ def test_rf3_damaged_follower_refetches_and_rejoins_only_when_caught_up(make_clu
     wait_for(lambda: sum(p.stat().st_size for p in segments(fdir)) ==
              sum(p.stat().st_size for p in segments(leader.log_dir / "mirror-0")),
              30, "the follower to hold the whole log")
-    follower.stop()  # clean: the controller takes it out of the ISR
+    if stop == "clean":
+        follower.stop()  # the controller takes it out of the ISR (ControlledShutdown)
+    else:
+        follower.kill(signal.SIGKILL)  # out of the ISR once its ZooKeeper session expires
     wait_for(lambda: isr_of(leader.address, "mirror") == sorted([leader_id, other_id]), 30,
              "the follower out of the ISR")
     segs = segments(fdir)
@@ -181,5 +185,5 @@ def test_rf3_damaged_follower_refetches_and_rejoins_only_when_caught_up(make_clu
     follower.stop()
     data = [log_bytes(cluster.brokers[b].log_dir / "mirror-0") for b in (1, 2, 3)]
     assert len({len(d) for d in data}) == 1 and data[0] == data[1] == data[2]
-    assert re.search(rf"recovered mirror-0 after a clean shutdown.*truncated the log to offset "
-                     rf"{end} ", follower.log_text()), follower.log_tail()
+    assert re.search(rf"recovered mirror-0 after an? (un)?clean shutdown.*truncated the log to "
+                     rf"offset {end} ", follower.log_text()), follower.log_tail()

@@ -533,7 +533,10 @@ class Segment:
 
         Returns ``(data, exhausted)``: ``exhausted`` is True when the segment's end was reached
         with budget left, so the caller may go on into the next segment. Reads the file once
-        (twice only for a first batch larger than ``max_bytes``); no per-record work.
+        (twice only for a first batch larger than ``max_bytes``); no per-record work. Batches
+        in the unverified range are checked before they are returned, and a batch whose length
+        cannot be right (shorter than a header, past the segment's end) is refused:
+        :class:`CorruptBatch` either way.
         """
         budget = max(max_bytes, 0)
         start, buf = self._read_region(offset, budget)

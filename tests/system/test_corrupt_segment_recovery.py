@@ -187,3 +187,52 @@ def test_rf3_damaged_follower_refetches_and_rejoins_only_when_caught_up(make_clu
     assert len({len(d) for d in data}) == 1 and data[0] == data[1] == data[2]
     assert re.search(rf"recovered mirror-0 after an? (un)?clean shutdown.*truncated the log to "
                      rf"offset {end} ", follower.log_text()), follower.log_tail()
+
+
+def test_a_leader_answers_kafka_storage_error_for_a_batch_failing_its_crc(make_cluster):
+    """Damage only a CRC can see, in a rolled segment, after a clean stop: the open trusts the
+    segment (its index and size agree), and the broker answers a fetch reaching the damaged
+    batch with KAFKA_STORAGE_ERROR, never with its bytes; the batches before it are served."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from broker_core.wire.apis import ApiKey
+    from broker_core.wire.errors import ErrorCode
+    from broker_core.wire.records import decode_records
+    from consumer_client.connection import BrokerConnection
+
+    cluster = make_cluster(size=1, extra={"log.segment.bytes": str(SEGMENT_BYTES)})
+    cluster.start()
+    cluster.wait_registered()
+    broker = cluster.brokers[1]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("rot", 1, 1)])["rot"].result(timeout=30)
+    produce(cluster.bootstrap, "rot", 0, RECORDS, acks="1")
+    segs = segments(broker.log_dir / "rot-0")
+    assert len(segs) >= 3, segs
+    broker.stop()
+    infos = list(iter_batches(segs[0].read_bytes()))
+    victim = infos[len(infos) // 2]
+    with open(segs[0], "r+b") as f:  # the last record's bytes: inside the CRC's range only
+        f.seek(victim.position + victim.size - 3)
+        f.write(b"\xa5\x5a")
+    broker.start()
+    broker.wait_listening()
+    cluster.wait_registered(timeout=60)
+
+    def fetch(offset: int, max_bytes: int = 1 << 20):
+        with BrokerConnection("127.0.0.1", broker.port, timeout=10) as c:
+            resp = c.request(ApiKey.FETCH, {
+                "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": max_bytes,
+                "topics": [{"topic": "rot", "partitions": [
+                    {"partition": 0, "fetch_offset": offset, "partition_max_bytes": max_bytes}]}]},
+                version=11)
+        return resp.responses[0].partitions[0]
+
+    for offset in (0, victim.base_offset):
+        p = fetch(offset)
+        assert p.error_code == ErrorCode.KAFKA_STORAGE_ERROR and not p.records, offset
+    # a read that stops before the damaged batch is served
+    before = fetch(0, max_bytes=victim.position)
+    assert before.error_code == 0
+    assert [r.offset for r in decode_records(before.records)] == list(range(victim.base_offset))
+    assert f"corrupt log rot-0 at offset {victim.base_offset}" in broker.log_text()

@@ -431,12 +431,10 @@ class BrokerService(service.Service):
             self.log.warn("log directory {d} was not shut down cleanly: recovering", d=str(d))
         for (topic, part), report in getattr(lm, "recovery_reports", {}).items():
             truncated = getattr(report, "bytes_truncated", 0)
-            self.log.warn("recovered {t}-{p}: checked {n} batches, truncated {b} bytes, "
-                          "dropped {e} leader-epoch entries", t=topic, p=part,
-                          n=getattr(report, "batches_checked", "?"), b=truncated,
-                          e=getattr(report, "epoch_entries_dropped", 0))
+            self.log.warn("recovered {t}-{p} {what}", t=topic, p=part, what=report.describe())
             self.metrics.log_recoveries_total.inc()
             self.metrics.log_truncated_bytes_total.inc(truncated or 0)
+            self.metrics.log_recovery_segments_deleted_total.inc(report.segments_deleted)
 
     async def _register(self) -> None:
         """Create ``/brokers/ids/[id]``. After a crash the previous session's node lingers until

@@ -241,6 +241,10 @@ class BrokerMetrics:
         self.log_directory_online = Gauge(
             "log_directory_online", "1 while a log directory is online, 0 once it is offline",
             ["log_dir"], namespace=ns, registry=r)
+        self.log_recovery_segments_deleted_total = Counter(
+            "log_recovery_segments_deleted",
+            "Segments deleted at start because they lay past an invalid batch or a hole",
+            namespace=ns, registry=r)
         self.flush_duration_seconds = Histogram(
             "flush_duration_seconds", "Time of one partition flush (write-out and fsync)",
             buckets=DURATION_BUCKETS, namespace=ns, registry=r)

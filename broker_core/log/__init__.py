@@ -7,6 +7,7 @@ from broker_core.log.config import LogConfig
 from broker_core.log.leader_epoch import EpochEntry, LeaderEpochFile
 from broker_core.log.log import (
     AppendResult,
+    CorruptLogError,
     Log,
     LogClosed,
     OffsetOutOfRange,
@@ -20,6 +21,7 @@ from broker_core.log.manager import LogDirOffline, LogManager
 __all__ = [
     "AppendResult",
     "CheckpointError",
+    "CorruptLogError",
     "EpochEntry",
     "LeaderEpochFile",
     "Log",

@@ -8,8 +8,12 @@ Invariants:
   ``recovery_point <= log_end_offset``;
 - every appended batch was validated (magic, lengths, CRC) and carries the leader epoch it was
   appended under; the epoch file has an entry where each epoch begins and none past the end;
-- after an unclean shutdown, :meth:`Log.open` re-validates everything after the recovery point
-  and cuts a torn or corrupt tail, so no torn batch is ever served or replicated;
+- after an unclean shutdown, :meth:`Log.open` re-validates everything after the recovery point;
+  at the first invalid batch (in any segment it looks at) the log ends: that segment is cut
+  there and every later segment is deleted, so the offsets never have a hole;
+- a read never returns a batch that failed its checks: bytes trusted at open are checked the
+  first time a read returns them, and a failure raises :class:`CorruptLogError` (an OSError,
+  so the broker answers KAFKA_STORAGE_ERROR and treats it as a failing disk);
 - everything below ``recovery_point`` has been fsynced.
 
 Open files: the active segment's ``.log`` stays open; rolled segments' ``.log`` files are opened
@@ -25,6 +29,7 @@ fsync — so an append never waits for a disk flush.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -43,6 +48,7 @@ from broker_core.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    CorruptBatch,
     Segment,
 )
 from broker_core.log.validator import validate_records
@@ -92,6 +98,22 @@ class UnexpectedAppendOffset(ValueError):
         self.expected = expected
 
 
+class CorruptLogError(OSError):
+    """A stored batch failed its checks (framing, CRC, offsets continuing, epochs) when read.
+
+    An OSError (errno EIO: the disk gave back bad bytes), so every reader that handles a
+    failing disk handles this too: the replica manager answers KAFKA_STORAGE_ERROR for the
+    partition instead of the bytes."""
+
+    def __init__(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        super().__init__(errno.EIO, f"corrupt log {topic}-{partition} at offset {offset}: "
+                                    f"{reason}")
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.reason = reason
+
+
 class LogClosed(RuntimeError):
     """The log was closed or deleted; nothing may be appended or read any more."""
 
@@ -118,6 +140,7 @@ class RecoveryReport:
     """What :meth:`Log.open` found and repaired, for the broker to log and count."""
 
     clean_shutdown: bool = True
+    recovery_point: int = 0
     segments_checked: int = 0
     batches_checked: int = 0
     bytes_truncated: int = 0
@@ -126,12 +149,39 @@ class RecoveryReport:
     epoch_entries_dropped: int = 0
     epoch_entries_added: int = 0
     epoch_file_rebuilt: bool = False
+    #: Where the log now ends when recovery cut it (-1 if it cut nothing), and why.
+    truncated_to: int = -1
+    reason: str = ""
+
+    _NOT_REPAIRS = ("clean_shutdown", "recovery_point", "segments_checked", "batches_checked",
+                    "truncated_to", "reason")
 
     @property
     def changed(self) -> bool:
         """True if opening the log repaired anything."""
         return any(getattr(self, f.name) for f in fields(self)
-                   if f.name not in ("clean_shutdown", "segments_checked", "batches_checked"))
+                   if f.name not in self._NOT_REPAIRS)
+
+    def describe(self) -> str:
+        """One line for the broker log: what was checked, what was cut and why."""
+        how = ("after a clean shutdown" if self.clean_shutdown
+               else f"after an unclean shutdown, from recovery point {self.recovery_point}")
+        parts = [f"{how}: checked {self.segments_checked} segment(s), "
+                 f"{self.batches_checked} batches"]
+        if self.truncated_to >= 0:
+            parts.append(f"truncated the log to offset {self.truncated_to} ({self.reason}): "
+                         f"{self.bytes_truncated} bytes, {self.segments_deleted} later "
+                         "segment(s) deleted")
+        elif self.bytes_truncated:
+            parts.append(f"truncated {self.bytes_truncated} bytes")
+        parts.append(f"dropped {self.epoch_entries_dropped} leader-epoch entries")
+        if self.epoch_entries_added:
+            parts.append(f"added {self.epoch_entries_added} from the batches")
+        if self.epoch_file_rebuilt:
+            parts.append("rebuilt the leader-epoch file")
+        if self.indexes_rebuilt:
+            parts.append(f"rebuilt {self.indexes_rebuilt} index(es)")
+        return "; ".join(parts)
 
 
 def check_topic_name(topic: str) -> None:
@@ -201,11 +251,17 @@ class Log:
              clean_shutdown: bool = True, open_segments: OpenSegments | None = None) -> Log:
         """Open (or create) the log in ``directory``.
 
-        After a clean shutdown the indexes are trusted (a segment whose index does not check
-        out is rebuilt). Otherwise every segment holding offsets at or past ``recovery_point``
-        is re-validated batch by batch: the first torn or corrupt batch and everything after it
-        (later segments included) is removed, the indexes are rebuilt, and leader-epoch entries
-        at or past the new end are dropped. ``recovery_report`` says what was done.
+        After a clean shutdown the indexes are trusted, and only the batches after the last
+        index entry of each segment are walked (those of the active segment with their CRCs).
+        Otherwise every segment holding offsets at or past ``recovery_point`` is re-validated
+        batch by batch (framing, CRC, offsets continuing, epochs never going back), and the
+        segments below it are opened as after a clean shutdown. Either way a segment that does
+        not check out (index entries past its end, a size that is not where its last batch
+        ends, offsets that do not continue, a bad tail) is re-validated in full, and wherever
+        a segment is cut, or the next one does not start where it ends, the log ends there:
+        every later segment (with its indexes) is deleted, and leader-epoch entries at or past
+        the new end are dropped. Bytes opened without their CRCs are checked when first read.
+        ``recovery_report`` says what was done.
         ``open_segments`` is the LRU of rolled segments' descriptors to share (a new one with the
         default capacity if None).
         """
@@ -252,23 +308,32 @@ class Log:
             self.segments.append(self._new_segment(max(log_start_offset, 0)))
             self._dir_dirty = True
         epoch_starts: list[tuple[int, int]] = []
+        report.recovery_point = recovery_point
+        prev_epoch = -1
         for i, seg in enumerate(self.segments):
             following = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
             validate = not clean_shutdown and (following is None or following > recovery_point)
-            if not validate and seg.load(now, interval):
-                continue
-            found = seg.recover(now, interval)
-            report.batches_checked += found.batches_checked
-            report.bytes_truncated += found.bytes_truncated
-            epoch_starts += found.epoch_starts
-            if not validate:
-                report.indexes_rebuilt += 1  # a bad index met on the trusted path
-                continue
-            report.segments_checked += 1
-            if following is not None and (found.bytes_truncated or
-                                          following != seg.next_offset):
-                # The log ends inside this segment: later segments lie past a hole in the
-                # offsets (they were written after data that never reached the disk).
+            error = None
+            if validate or not seg.load(now, interval, verify_tail=following is None):
+                found = seg.recover(now, interval, min_epoch=prev_epoch)
+                report.batches_checked += found.batches_checked
+                report.bytes_truncated += found.bytes_truncated
+                report.segments_checked += 1
+                epoch_starts += found.epoch_starts
+                if not validate:
+                    report.indexes_rebuilt += 1  # it did not check out on the trusted path
+                if found.bytes_truncated:
+                    error = found.error
+            prev_epoch = max(prev_epoch, seg.last_epoch)
+            if error is None and following is not None and following != seg.next_offset:
+                error = (f"the next segment starts at offset {following}, not at "
+                         f"{seg.next_offset}")
+            if error is not None:
+                report.truncated_to = seg.next_offset
+                report.reason = f"{seg.log_path.name}: {error}"
+            if error is not None and following is not None:
+                # The log ends inside (or right after) this segment: later segments lie past
+                # an invalid batch or a hole in the offsets, and are never served.
                 for later in self.segments[i + 1:]:
                     report.bytes_truncated += later.size
                     report.segments_deleted += 1
@@ -454,7 +519,8 @@ class Log:
 
         ``offset == log_end_offset`` gives an empty result; an offset outside
         ``[log_start_offset, log_end_offset]`` raises :class:`OffsetOutOfRange`. Each segment
-        touched is read once; records are never looked at.
+        touched is read once; records are never looked at. A batch that fails its checks
+        (only bytes trusted at open are checked, once) raises :class:`CorruptLogError`.
         """
         self._check_open()
         leo = self.log_end_offset
@@ -470,7 +536,11 @@ class Log:
             if offset >= seg.next_offset:
                 continue
             offset = max(offset, seg.base_offset)
-            data, exhausted = seg.read(offset, budget, max_offset, need_one)
+            try:
+                data, exhausted = seg.read(offset, budget, max_offset, need_one)
+            except CorruptBatch as e:
+                raise CorruptLogError(self.topic, self.partition, e.offset,
+                                      f"{e.reason} (byte {e.position} of {e.segment})") from None
             if data:
                 chunks.append(data)
                 budget -= len(data)

@@ -278,6 +278,20 @@ class LogManager:
             log.abandon()
         return gone
 
+    def fail_partition(self, tp: TopicPartition) -> bool:
+        """Take one partition's log out of service after its stored bytes failed a check
+        (reactor thread): it is dropped from the manager like a failed directory's logs (its
+        descriptors closed, nothing written) and stays in ``offline_partitions`` until the
+        broker restarts, when recovery cuts the log at the damage. Its directory stays online.
+        False if the partition has no open log here."""
+        log_dir = self._dir_of.pop(tp, None)
+        if log_dir is None:
+            return False
+        log = self._logs.pop(tp)
+        self.offline_partitions[tp] = log_dir
+        log.abandon()
+        return True
+
     def dir_for_error(self, error: BaseException) -> Path | None:
         """The log directory an ``OSError`` names a file of, if any."""
         names = [getattr(error, "filename", None), getattr(error, "filename2", None)]

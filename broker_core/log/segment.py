@@ -13,6 +13,14 @@ owning thread (the reactor). :meth:`Segment.sync_fds` is safe from any thread: u
 segment's lock it writes the pending index entries and hands out descriptors of the three files
 (a duplicate of the open ``.log``, or a fresh one), so a flush thread can fsync them while
 appends go on and even after the segment is closed, evicted or deleted.
+
+Verification of served bytes: every batch a read returns has passed its checks (framing, CRC,
+offsets continuing, epochs not going backwards) at least once since the segment was opened —
+when it was appended (the log validated it), recovered, or, for bytes the open trusted without
+reading them (a clean shutdown, or below the recovery point), the first time a read returns it
+(:meth:`Segment.read`; :class:`CorruptBatch` if it fails). The trusted bytes form one
+``unverified`` byte range that shrinks from either end as reads cover it, so a sequential reader
+checks each old batch once and reads of new data check nothing.
 """
 
 from __future__ import annotations
@@ -50,6 +58,18 @@ SCAN_CHUNK_BYTES = 4 << 20
 # baseTimestamp, maxTimestamp: everything read/skip decisions need, without the CRC check.
 _head = struct.Struct(">qiibIhiqq")
 _HEAD = _head.size
+
+
+class CorruptBatch(Exception):
+    """A stored batch failed its check when read: the log turns it into a
+    :class:`~broker_core.log.log.CorruptLogError` naming the partition."""
+
+    def __init__(self, segment: str, offset: int, position: int, reason: str) -> None:
+        super().__init__(f"batch at offset {offset} (byte {position} of {segment}): {reason}")
+        self.segment = segment
+        self.offset = offset
+        self.position = position
+        self.reason = reason
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -109,6 +129,8 @@ class RecoveredSegment:
     bytes_truncated: int = 0
     # (epoch, base offset) wherever the batches' partitionLeaderEpoch changes
     epoch_starts: list[tuple[int, int]] = field(default_factory=list)
+    #: Why the walk stopped before the end of the file (None if every byte was valid).
+    error: str | None = None
 
 
 class Segment:
@@ -149,6 +171,12 @@ class Segment:
         self._fd = fd
         self._active = False
         self.closed = False
+        #: Leader epoch of the last batch, as :meth:`load` or :meth:`recover` found it (-1 if
+        #: none): recovery checks the next segment's epochs do not go back below it.
+        self.last_epoch = -1
+        # Byte range [start, end) of batches never checked since open (see the module
+        # docstring); a new segment has none.
+        self._unverified = (0, 0)
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, *, now_ms: int,
@@ -247,26 +275,37 @@ class Segment:
         """Scan of the batches from byte ``start`` to the end."""
         return BatchScan(self._pread, start, self.size, verify_crc=verify_crc)
 
-    def load(self, now_ms: int, index_interval_bytes: int | None = None) -> bool:
-        """Fast open after a clean shutdown: trust the indexes and walk only the batches after
-        the last index entry. False if anything is inconsistent; then call :meth:`recover`.
+    def load(self, now_ms: int, index_interval_bytes: int | None = None, *,
+             verify_tail: bool = False) -> bool:
+        """Fast open (a clean shutdown, or a segment below the recovery point): trust the
+        indexes and walk only the batches after the last index entry — with their CRCs when
+        ``verify_tail`` (the active segment after a clean shutdown). False if anything is
+        inconsistent (an index entry past the end, a walk that does not end exactly at the
+        file's end, offsets that do not continue, a tail batch failing its CRC); then call
+        :meth:`recover`.
 
         An index file that is a correct prefix (it lags behind the segment: its last entries
         were never written) is accepted, and with ``index_interval_bytes`` the entries the walk
-        passes are added back and written."""
+        passes are added back and written. The bytes before the walk stay unverified until
+        a read returns them (see the module docstring)."""
         if not self.index.load(self.size) or not self.time_index.load(self.index.offsets):
             return False
-        if not self._rescan_tail(index_interval_bytes):
+        if not self._rescan_tail(index_interval_bytes, verify_crc=verify_tail):
             return False
         if not self._active:
             self.persist_indexes()  # an inactive segment's files hold every entry
+        checked_from = self.index.positions[-1] if verify_tail and len(self.index) else \
+            self.size
+        self._unverified = (0, checked_from) if checked_from else (0, 0)
         self._init_roll_base(now_ms)
         return True
 
-    def recover(self, now_ms: int, index_interval_bytes: int) -> RecoveredSegment:
+    def recover(self, now_ms: int, index_interval_bytes: int, *,
+                min_epoch: int = -1) -> RecoveredSegment:
         """Re-validate every batch (magic, lengths, CRC, offsets contiguous from the base
-        offset), cut the file at the first invalid or torn one, and rebuild both indexes
-        (written to their files at once)."""
+        offset, leader epochs never below ``min_epoch`` nor below the batch before), cut the
+        file at the first invalid or torn one, and rebuild both indexes (written to their
+        files at once). ``error`` of the result says what stopped the walk."""
         result = RecoveredSegment()
         scan = self.batches(verify_crc=True)
         expected = self.base_offset
@@ -276,11 +315,21 @@ class Segment:
         since = 0
         max_ts = -1
         epoch = None
+        floor = min_epoch
         for pos, info in scan:
             # A batch that parses but does not continue the offsets is garbage that happens to
-            # carry a valid CRC (e.g. an old, overwritten region): the log ends before it.
+            # carry a valid CRC (e.g. an old, overwritten region): the log ends before it. The
+            # base offset and the epoch lie outside the CRC, so they are checked here.
             if info.base_offset != expected or info.last_offset - self.base_offset > INT32_MAX:
+                result.error = (f"batch at byte {pos} has offsets {info.base_offset}.."
+                                f"{info.last_offset}, expected a batch at offset {expected}")
                 break
+            if info.partition_leader_epoch < floor:
+                result.error = (f"batch at offset {info.base_offset} (byte {pos}) has leader "
+                                f"epoch {info.partition_leader_epoch}, below the epoch {floor} "
+                                "of the batch before it")
+                break
+            floor = info.partition_leader_epoch
             if not off_entries or since >= index_interval_bytes:
                 off_entries.append((info.base_offset, pos))
                 ts_entries.append(max_ts)
@@ -293,10 +342,16 @@ class Segment:
             expected = info.last_offset + 1
             valid_end = pos + info.size
             result.batches_checked += 1
+        if result.error is None and scan.error is not None:
+            result.error = f"at offset {expected}: {scan.error}"
         if valid_end < self.size:
             os.ftruncate(self._file(), valid_end)
             result.bytes_truncated = self.size - valid_end
             self.size = valid_end
+            if result.error is None:  # a read cut short by the file shrinking meanwhile
+                result.error = f"at offset {expected}: the file ends inside a batch"
+        self.last_epoch = floor
+        self._unverified = (0, 0)
         with self._lock:
             self.index.reset()
             self.time_index.reset()
@@ -316,11 +371,13 @@ class Segment:
                 self.time_index.encode(t, o) for t, (o, _) in zip(ts_entries, off_entries,
                                                                   strict=True)))
 
-    def _rescan_tail(self, index_interval_bytes: int | None = None) -> bool:
-        """Recompute ``next_offset``, ``max_timestamp`` and ``bytes_since_index`` from the last
-        index entry to the end of the file (no CRC check); with ``index_interval_bytes``, also
-        add the index entries that region lacks. False if that region is not whole, contiguous
-        batches."""
+    def _rescan_tail(self, index_interval_bytes: int | None = None, *,
+                     verify_crc: bool = False) -> bool:
+        """Recompute ``next_offset``, ``max_timestamp``, ``bytes_since_index`` and
+        ``last_epoch`` from the last index entry to the end of the file (CRCs checked only with
+        ``verify_crc``); with ``index_interval_bytes``, also add the index entries that region
+        lacks. False if that region is not whole, contiguous batches with epochs that never
+        go back."""
         if not len(self.index):
             if self.size:
                 return False
@@ -334,10 +391,12 @@ class Segment:
         off_entries: list[tuple[int, int]] = []
         ts_entries: list[int] = []
         since = 0
-        scan = self.batches(start)
+        epoch = -1
+        scan = self.batches(start, verify_crc=verify_crc)
         for pos, info in scan:
-            if info.base_offset != expected:
+            if info.base_offset != expected or info.partition_leader_epoch < epoch:
                 return False
+            epoch = info.partition_leader_epoch
             if index_interval_bytes is not None and since >= index_interval_bytes:
                 off_entries.append((info.base_offset, pos))
                 ts_entries.append(max_ts)
@@ -352,6 +411,7 @@ class Segment:
         self.next_offset = expected
         self.max_timestamp = max_ts
         self.bytes_since_index = since
+        self.last_epoch = epoch
         return True
 
     def _init_roll_base(self, now_ms: int) -> None:
@@ -431,6 +491,8 @@ class Segment:
             self.time_index.file.persist()
         os.ftruncate(self._file(), cut)
         self.size = cut
+        lo, hi = self._unverified
+        self._unverified = (lo, min(hi, cut)) if lo < min(hi, cut) else (0, 0)
         if not self._rescan_tail():  # cannot happen to a segment that was loaded or recovered
             raise RuntimeError(f"segment {self.log_path.name} is inconsistent after truncation")
         if not self.size:
@@ -458,6 +520,8 @@ class Segment:
             base, length, _e, _m, _c, _a, last_delta, _bt, _mt = _head.unpack_from(buf, pos)
             if base + last_delta >= offset:
                 return start + pos
+            if length + LOG_OVERHEAD < HEADER_SIZE:
+                raise self._bad_length(start + pos, base, length)
             pos += length + LOG_OVERHEAD
         return self.size
 
@@ -469,7 +533,10 @@ class Segment:
 
         Returns ``(data, exhausted)``: ``exhausted`` is True when the segment's end was reached
         with budget left, so the caller may go on into the next segment. Reads the file once
-        (twice only for a first batch larger than ``max_bytes``); no per-record work.
+        (twice only for a first batch larger than ``max_bytes``); no per-record work. Batches
+        in the unverified range are checked before they are returned, and a batch whose length
+        cannot be right (shorter than a header, past the segment's end) is refused:
+        :class:`CorruptBatch` either way.
         """
         budget = max(max_bytes, 0)
         start, buf = self._read_region(offset, budget)
@@ -481,6 +548,8 @@ class Segment:
             base, length, _e, _m, _c, _a, last_delta, _bt, _mt = _head.unpack_from(buf, pos)
             if base + last_delta >= offset:
                 break
+            if length + LOG_OVERHEAD < HEADER_SIZE:  # only ever seen in damaged bytes
+                raise self._bad_length(start + pos, base, length)
             pos += length + LOG_OVERHEAD
         first = end = pos
         stopped = False
@@ -490,6 +559,8 @@ class Segment:
                 break
             base, length, _e, _m, _c, _a, last_delta, _bt, _mt = _head.unpack_from(buf, end)
             size = length + LOG_OVERHEAD
+            if size < HEADER_SIZE or start + end + size > self.size:
+                raise self._bad_length(start + end, base, length)
             if max_offset is not None and base + last_delta >= max_offset:
                 stopped = True
                 break
@@ -501,13 +572,62 @@ class Segment:
                     if end + size <= n:
                         end += size
                     else:
-                        return self._pread(size, start + first), False
+                        big = self._pread(size, start + first)
+                        self._verify_served(big, 0, size, start + first)
+                        return big, False
                 break
             end += size
         exhausted = not stopped and start + end >= self.size
+        self._verify_served(buf, first, end, start + first)
         if first == 0 and end == n:
             return buf, exhausted
         return buf[first:end], exhausted
+
+    def _verify_served(self, buf: bytes, first: int, end: int, position: int) -> None:
+        """Check the batches of ``buf[first:end]`` (whole batches, at file ``position``) that
+        lie in the unverified range, then shrink the range by what was covered. Raises
+        :class:`CorruptBatch` for the first that fails. Outside that range (every batch
+        appended or recovered since open) this is one comparison."""
+        lo, hi = self._unverified
+        stop = position + end - first
+        if stop <= lo or position >= hi or end <= first:
+            return
+        rel = first
+        expected = -1
+        epoch = -1
+        while rel < end:
+            pos = position + rel - first
+            if end - rel < _HEAD:
+                raise CorruptBatch(self.log_path.name, expected, pos, "torn batch header")
+            base, length, leader_epoch, _m, _c, _a, last_delta, _bt, _mt = \
+                _head.unpack_from(buf, rel)
+            size = length + LOG_OVERHEAD
+            if pos + size > lo and pos < hi:
+                try:
+                    parse_batch(buf, rel, verify_crc=True)
+                except InvalidRecordBatch as e:
+                    raise CorruptBatch(self.log_path.name, base, pos, str(e)) from None
+                if expected >= 0 and base != expected:
+                    raise CorruptBatch(self.log_path.name, base, pos,
+                                       f"offsets do not continue: expected offset {expected}")
+                if leader_epoch < epoch:
+                    raise CorruptBatch(self.log_path.name, base, pos,
+                                       f"leader epoch {leader_epoch} is below {epoch}, the "
+                                       "epoch of the batch before it")
+            expected = base + last_delta + 1
+            epoch = leader_epoch
+            rel += size
+        # Batch boundaries line up (the range's ends are batch starts), so a read covering an
+        # end of the range verified everything from there to its own end.
+        if position <= lo < stop:
+            lo = min(stop, hi)
+        if position < hi <= stop:
+            hi = max(position, lo)
+        self._unverified = (lo, hi) if lo < hi else (0, 0)
+
+    def _bad_length(self, position: int, base: int, length: int) -> CorruptBatch:
+        return CorruptBatch(self.log_path.name, base, position,
+                            f"impossible batch length {length}")
 
     def find_timestamp(self, target_ms: int, min_offset: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record at or after ``min_offset`` whose

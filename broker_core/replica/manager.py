@@ -30,6 +30,7 @@ from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
 from broker_core.log import (
+    CorruptLogError,
     Log,
     LogConfig,
     LogDirOffline,
@@ -416,6 +417,12 @@ class ReplicaManager:
         """An I/O error while doing ``what`` to partition ``tp``'s log (``None``: no partition
         known; the directory is found from the file the error names): take its log
         directory offline. An error that cannot be placed in a directory is only logged."""
+        if tp is not None and isinstance(error, CorruptLogError):
+            # Bad bytes in one log, read back from a disk that otherwise answers: only that
+            # partition stops being served (its leadership moves; a restart's recovery cuts
+            # the log at the damage and the replica refetches), not the whole directory.
+            self.fail_partition(tp, error, what)
+            return
         log_dir = self.log_manager.dir_of(*tp) if tp is not None else None
         if log_dir is None:
             log_dir = self.log_manager.dir_for_error(error)
@@ -453,6 +460,28 @@ class ReplicaManager:
             online=[str(x) for x in self.log_manager.dir_states.online()])
         if self.on_log_dir_failure is not None:
             self.on_log_dir_failure(status, gone)
+
+    def fail_partition(self, tp: TopicPartition, error: BaseException, what: str) -> None:
+        """Take partition ``tp`` offline on this broker after its log failed a check: as for a
+        failed directory, but for this partition alone (see :meth:`fail_log_dir`)."""
+        log_dir = self.log_manager.dir_of(*tp)
+        if log_dir is None or not self.log_manager.fail_partition(tp):
+            return
+        self.fetchers.unfollow([tp])
+        self.alter_isr.forget(tp)
+        self._flushing.discard(tp)
+        p = self.partitions.pop(tp, None)
+        if p is not None:
+            p.state = None
+        self.fetchers.shutdown_idle()
+        self._wake_many([tp])
+        self.log.critical(
+            "partition {t}-{p} is OFFLINE on this broker after {what}: {e}; it is no longer "
+            "served here (its leadership moves) and its files are left untouched until the "
+            "broker restarts, whose recovery cuts the log at the damage; the other partitions "
+            "of {d} are served", t=tp[0], p=tp[1], what=what, e=error, d=str(log_dir))
+        if self.on_log_dir_failure is not None:
+            self.on_log_dir_failure(self.log_manager.dir_states.status(log_dir), [tp])
 
     def _epoch_write_failed(self, failure: Any) -> None:
         if failure.check(OSError):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker_core.log import Log, LogConfig, LogManager
+from broker_core.log import CorruptLogError, Log, LogConfig, LogManager
 from broker_core.log.leader_epoch import FILE_NAME as EPOCH_FILE
 from broker_core.wire.records import Record, build_batch, decode_records, iter_batches
 from tests.support.manual_time import ManualTime
@@ -295,3 +295,229 @@ def test_unclean_start_adds_epoch_entries_the_file_lacks_from_the_batches(tmp_pa
                          clean_shutdown=False)
     assert recovered.leader_epochs.entries == before
     assert recovered.recovery_report.epoch_entries_added == 1
+
+
+# -- the log ends at the first invalid batch: no hole, whatever the shutdown was ---------------
+
+
+def flip_bytes(path, position: int, count: int = 16) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        data = bytearray(f.read(count))
+        f.seek(position)
+        f.write(bytes(b ^ 0xFF for b in data))
+
+
+def assert_contiguous_prefix(log: Log, data_before: bytes) -> None:
+    """The log holds offsets 0..leo-1 without a gap, byte-identical to the start of what it
+    held before, and nothing (segment, index or epoch entry) past its end."""
+    data = log.read(0, 1 << 26).records
+    assert data_before.startswith(data)
+    assert [r.offset for r in decode_records(data)] == list(range(log.log_end_offset))
+    assert all(e.start_offset < log.log_end_offset for e in log.leader_epochs.entries)
+    names = sorted(p.name for p in log.directory.iterdir() if p.suffix in
+                   (".log", ".index", ".timeindex"))
+    assert names == sorted(n for s in log.segments for n in
+                           (s.log_path.name, s.index_path.name, s.time_index_path.name))
+    assert_index_files_complete(log)
+
+
+@pytest.mark.parametrize("shutdown", ["clean", "unclean past the damage", "unclean from 0"])
+def test_damage_in_the_middle_of_segment_0_ends_the_log_there(tmp_path, shutdown):
+    """The issue's case: 16 flipped bytes in the middle of segment 0 and a cut tail. The log
+    ends at the damaged batch and every later segment goes, so the offsets stay contiguous
+    (the old code kept the later segments after a clean stop, or when the damage lay below the
+    recovery point, leaving a hole)."""
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time, batches=100)
+    assert len(log.segments) >= 4
+    log.flush()
+    rp = log.recovery_point if shutdown == "unclean past the damage" else 0
+    before = log.read(0, 1 << 26).records
+    seg0 = log.segments[0]
+    infos = list(iter_batches(seg0.log_path.read_bytes()))
+    victim = infos[len(infos) // 2]
+    later = [p for s in log.segments[1:] for p in (s.log_path, s.index_path, s.time_index_path)]
+    if shutdown == "clean":
+        log.close()
+    else:
+        crash(log)
+    flip_bytes(seg0.log_path, victim.position + victim.size // 2)
+    os.truncate(seg0.log_path, seg0.size - 7)  # and a cut tail
+
+    recovered = Log.open(tmp_path / "t-0", CONFIG, time_ms=time, recovery_point=rp,
+                         clean_shutdown=shutdown == "clean")
+    report = recovered.recovery_report
+    assert [s.base_offset for s in recovered.segments] == [0]
+    assert recovered.log_end_offset == victim.base_offset
+    assert report.truncated_to == victim.base_offset
+    assert report.segments_deleted == len(later) // 3
+    assert not any(p.exists() for p in later)
+    assert report.reason.startswith(f"{seg0.log_path.name}: at offset {victim.base_offset}")
+    assert f"truncated the log to offset {victim.base_offset}" in report.describe()
+    assert_contiguous_prefix(recovered, before)
+    assert recovered.append_as_leader(batch(1, 5), 3).first_offset == victim.base_offset
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_cut_tail_in_a_rolled_segment_deletes_the_later_ones(tmp_path, clean):
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time, batches=100)
+    log.flush()
+    before = log.read(0, 1 << 26).records
+    seg1 = log.segments[1]
+    infos = list(iter_batches(seg1.log_path.read_bytes()))
+    n_later = len(log.segments) - 2
+    log.close() if clean else crash(log)
+    os.truncate(seg1.log_path, infos[-1].position + 20)
+
+    recovered = Log.open(tmp_path / "t-0", CONFIG, time_ms=time,
+                         recovery_point=log.recovery_point, clean_shutdown=clean)
+    assert recovered.log_end_offset == infos[-1].base_offset
+    assert len(recovered.segments) == 2
+    assert recovered.recovery_report.segments_deleted == n_later
+    assert_contiguous_prefix(recovered, before)
+
+
+def test_an_index_pointing_past_the_end_is_rebuilt_and_nothing_is_lost(tmp_path):
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time, batches=100)
+    before = snapshot(log)
+    log.close()
+    seg = log.segments[1]
+    with open(seg.index_path, "ab") as f:
+        f.write(struct.pack(">ii", 10_000, seg.size + 100))  # an entry past the segment's end
+    reopened = Log.open(tmp_path / "t-0", CONFIG, time_ms=time)
+    report = reopened.recovery_report
+    assert report.indexes_rebuilt == 1 and report.segments_checked == 1
+    assert report.truncated_to == -1 and report.segments_deleted == 0
+    assert snapshot(reopened) == before
+    assert_index_files_complete(reopened)
+
+
+def test_a_disagreeing_index_leads_to_the_damage_behind_it(tmp_path):
+    """An index that does not check out gets its segment re-validated in full: damage found
+    there ends the log, even after a clean shutdown."""
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time, batches=100)
+    before = log.read(0, 1 << 26).records
+    seg = log.segments[1]
+    infos = list(iter_batches(seg.log_path.read_bytes()))
+    log.close()
+    seg.index_path.write_bytes(b"\x00" * 5)  # a torn index
+    flip_bytes(seg.log_path, infos[1].position + 70, 4)
+    reopened = Log.open(tmp_path / "t-0", CONFIG, time_ms=time)
+    assert reopened.log_end_offset == infos[1].base_offset
+    assert len(reopened.segments) == 2
+    assert_contiguous_prefix(reopened, before)
+
+
+def test_a_missing_segment_ends_the_log_before_the_hole(tmp_path):
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time, batches=100)
+    before = log.read(0, 1 << 26).records
+    gone = log.segments[2]
+    end = gone.base_offset
+    log.close()
+    for p in (gone.log_path, gone.index_path, gone.time_index_path):
+        p.unlink()
+    reopened = Log.open(tmp_path / "t-0", CONFIG, time_ms=time)
+    assert reopened.log_end_offset == end
+    assert [s.base_offset for s in reopened.segments] == [s.base_offset
+                                                           for s in log.segments[:2]]
+    assert "the next segment starts at offset" in reopened.recovery_report.reason
+    assert_contiguous_prefix(reopened, before)
+
+
+def test_a_batch_whose_epoch_goes_backwards_ends_the_log(tmp_path):
+    """A batch with a valid CRC whose leader epoch (outside the CRC) is below its
+    predecessor's is invalid: recovery cuts the log there."""
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time, batches=30)  # epochs 1 then 2
+    leo = log.log_end_offset
+    crash(log)
+    stale = bytearray(batch(1, 3))
+    struct.pack_into(">qii", stale, 0, leo, len(stale) - 12, 1)  # offsets fit, epoch 1 < 2
+    with open(log.active.log_path, "ab") as f:
+        f.write(stale)
+    recovered = Log.open(tmp_path / "t-0", CONFIG, time_ms=time, clean_shutdown=False)
+    assert recovered.log_end_offset == leo
+    assert "leader epoch 1" in recovered.recovery_report.reason
+
+
+def test_a_clean_open_checks_the_crcs_of_the_active_segments_tail(tmp_path):
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time, batches=30)
+    active = log.active
+    last = list(iter_batches(active.log_path.read_bytes()))[-1]
+    log.close()
+    flip_bytes(active.log_path, last.position + last.size - 3, 1)  # only the CRC can tell
+    reopened = Log.open(tmp_path / "t-0", CONFIG, time_ms=time)
+    assert reopened.log_end_offset == last.base_offset
+    assert reopened.recovery_report.truncated_to == last.base_offset
+    assert "CRC" in reopened.recovery_report.reason
+
+
+# -- reads never serve a batch that fails its checks -------------------------------------------
+
+
+def test_a_read_of_a_corrupt_batch_raises_corrupt_log_error(tmp_path):
+    """Damage only a CRC can see, in a segment a clean open trusts: the open keeps it, and the
+    first read that would return the batch raises an OSError naming partition and offset."""
+    time = ManualTime()
+    log = write_log(tmp_path / "orders-7", time, batches=100)
+    seg = log.segments[1]
+    infos = list(iter_batches(seg.log_path.read_bytes()))
+    victim = infos[2]
+    log.close()
+    flip_bytes(seg.log_path, victim.position + victim.size // 2)
+    reopened = Log.open(tmp_path / "orders-7", CONFIG, time_ms=time)
+    assert reopened.recovery_report.truncated_to == -1  # nothing told the open
+    ok = reopened.read(0, 1 << 26, max_offset=victim.base_offset).records
+    assert [r.offset for r in decode_records(ok)] == list(range(victim.base_offset))
+    with pytest.raises(CorruptLogError) as e:
+        reopened.read(infos[1].base_offset, 1 << 20)
+    assert isinstance(e.value, OSError)
+    assert e.value.offset == victim.base_offset
+    assert f"orders-7 at offset {victim.base_offset}" in str(e.value) and "CRC" in str(e.value)
+    with pytest.raises(CorruptLogError):  # every time, not just once
+        reopened.read(victim.base_offset, 1)
+    # a batch appended since the open is served (the damage is behind it)
+    new = reopened.append_as_leader(batch(1, 8), 3).first_offset
+    assert reopened.read(new, 1 << 20).records
+    reopened.close()
+
+
+def test_a_garbage_length_in_trusted_bytes_raises_instead_of_looping(tmp_path):
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time, batches=100)
+    seg = log.segments[1]
+    infos = list(iter_batches(seg.log_path.read_bytes()))
+    log.close()
+    with open(seg.log_path, "r+b") as f:  # the length field of the second batch: -12
+        f.seek(infos[1].position + 8)
+        f.write(struct.pack(">i", -12))
+    reopened = Log.open(tmp_path / "t-0", CONFIG, time_ms=time)
+    for offset in (infos[0].base_offset, infos[1].base_offset):
+        with pytest.raises(CorruptLogError):
+            reopened.read(offset, 1 << 20)
+    reopened.close()
+
+
+def test_a_verified_range_is_not_checked_again(tmp_path):
+    """The read check costs a CRC once per trusted batch: after a sequential read covered a
+    segment, later reads of it check nothing (damage made after that is not seen again, as
+    with any checksum checked on first use)."""
+    time = ManualTime()
+    log = write_log(tmp_path / "t-0", time, batches=100)
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", CONFIG, time_ms=time)
+    seg = reopened.segments[0]
+    assert seg._unverified == (0, seg.size)
+    offset = 0
+    while offset < seg.next_offset:
+        data = reopened.read(offset, 500).records
+        offset = list(iter_batches(data))[-1].last_offset + 1
+    assert seg._unverified == (0, 0)
+    assert reopened.active._unverified[1] <= reopened.active.index.positions[-1]
+    reopened.close()

@@ -151,3 +151,45 @@ def test_a_batch_with_garbage_records_is_refused_naming_the_record_and_stores_no
     assert (good.error, good.base_offset, good.record_errors) == (None, 0, [])
     assert rm.get_partition("t", 0).log.log_end_offset == 0
     assert rm.get_partition("t", 1).log.log_end_offset == 1
+
+
+def test_a_corrupt_batch_in_the_leaders_log_answers_kafka_storage_error(tmp_path):
+    """A batch failing its CRC on the leader's disk is never served: consumers and followers get
+    KAFKA_STORAGE_ERROR for that partition (an OSError from the log), the other partition its
+    data. Only that partition goes offline: its directory keeps serving the other one."""
+    from broker_core.wire.records import iter_batches
+
+    clock, rm = make_leader(tmp_path)
+    for i in range(5):
+        rm.append(1, 30000, [("t", 0, batch(b"v%d" % i)), ("t", 1, batch(b"w%d" % i))])
+    log = rm.get_partition("t", 0).log
+    path = log.active.log_path
+    third = list(iter_batches(path.read_bytes()))[2]
+    log._roll()  # a rolled segment: a clean open trusts it without reading its batches
+    rm.append(1, 30000, [("t", 0, batch(b"v5"))])
+    rm.log_manager.shutdown()  # a clean stop, then damage only a CRC can see
+    with open(path, "r+b") as f:
+        f.seek(third.position + third.size - 2)
+        f.write(b"\xff\xfe")
+    clock, rm = make_leader(tmp_path)
+    told: list = []  # what the broker passes on to the controller (through its reporter)
+    rm.on_log_dir_failure = lambda status, tps: told.append((status.state.name, tps))
+    try:
+        follower = follower_fetch(rm, 2, {0: 0, 1: 0})
+        assert follower, "an error answers at once"
+        by_partition = {p: res for _t, p, res in follower[0]}
+        assert by_partition[0].error == "KAFKA_STORAGE_ERROR" and not by_partition[0].records
+        assert by_partition[1].error is None and by_partition[1].records
+        # The partition is offline here now: a consumer's fetch gets the same answer.
+        got: list = []
+        rm.fetch([("t", 0, 0, 1 << 20, -1)], max_wait_ms=0, min_bytes=1,
+                 max_bytes=1 << 20).addCallback(got.append)
+        assert got[0][0][2].error == "KAFKA_STORAGE_ERROR" and not got[0][0][2].records
+        ok = rm.read("t", 0, 0, 1 << 20, consumer=False)
+        assert ok.error == "KAFKA_STORAGE_ERROR"
+        lm = rm.log_manager
+        assert lm.offline_partitions == {("t", 0): tmp_path} and lm.dir_states.online()
+        assert rm.read("t", 1, 0, 1 << 20, consumer=False).records  # still served
+        assert told == [("ONLINE", [("t", 0)])]
+    finally:
+        rm.log_manager.shutdown()

@@ -815,11 +815,18 @@ class Controller:
 
         - its leader is not live: an offline election (it may come out leaderless: no live ISR
           member and no unclean election);
-        - its leader restarted (see :meth:`_leader_restarted`): the same leader in a new
-          generation (a new leader epoch), the ISR without dead members;
-        - an ISR member is not live: the ISR without it (same leader, same epoch);
+        - its leader restarted (see :meth:`_leader_restarted`): another in-sync replica that
+          did not restart leads if there is one (Kafka's rule: a restart is a failure, then a
+          start); otherwise the same leader in a new generation (a new leader epoch);
+        - an ISR member is not live, or restarted (``bounced``): the ISR without it (same
+          leader, same epoch);
         - otherwise nothing. A leaderless partition is left to
           :meth:`_elect_offline_partitions`.
+
+        Why a restarted replica leaves the ISR even when the restart was quick: its recovery may
+        have cut its log (a torn tail, a batch failing its CRC), so it may lack messages it had
+        acknowledged as an ISR member. Kept in the ISR it could be elected and take committed
+        messages away; out of it, it refetches and is asked back once caught up.
         """
 
         def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
@@ -828,11 +835,16 @@ class Controller:
                 return None
             if d.leader not in live:
                 return self._offline_election(tp, d, live)
-            dead = [b for b in d.isr if b not in live]
+            gone = [b for b in d.isr if b not in live or (b in bounced and b != d.leader)]
             if self._leader_restarted(d, bounced):
-                return Election(d.leader, shrink_isr(d.isr, dead), new_generation=True)
-            if dead:
-                return Election(d.leader, shrink_isr(d.isr, dead))
+                others = [b for b in self.offline_replicas.usable(tp, live)
+                          if b != d.leader and b not in bounced and b not in self.shutting_down]
+                el = offline_leader(d.replicas, d.isr, others, unclean_allowed=False)
+                if el.leader != NO_LEADER:
+                    return el
+                return Election(d.leader, shrink_isr(d.isr, gone), new_generation=True)
+            if gone:
+                return Election(d.leader, shrink_isr(d.isr, gone))
             return None
 
         return decide
@@ -866,7 +878,7 @@ class Controller:
                 continue
             if d.leader not in live:
                 dead.append(tp)
-            elif el.new_generation:
+            elif el.new_generation or el.leader != d.leader:
                 restarted.append(tp)
             else:
                 shrinks.append(tp)

@@ -5,6 +5,8 @@ check fails. Time is a task.Clock; the store is the in-memory one of the coordin
 
 from __future__ import annotations
 
+import dataclasses
+
 from twisted.internet import defer, task
 
 from broker_core.controller import controller as controller_module
@@ -246,6 +248,54 @@ def test_controller_failover_leaves_an_unseen_leader_restart_to_the_broker_chang
     clock.advance(LEADERS_FIRST_WAIT_S)
     assert done.called
     d = ctl.states[("t", 1)]
-    # Still led by 2, in a new generation (epoch bumped), its ISR shrunk on the way.
-    assert d.leader == 2 and d.leader_epoch == 2 and d.isr == (2, 1)
+    # Broker 2 restarted unseen: the other live in-sync replica (1) leads, in a new epoch; 2
+    # is out of the ISR until it has caught up (its recovery may have cut its log).
+    assert d.leader == 1 and d.leader_epoch == 2 and d.isr == (1,)
     assert all(3 not in s.isr for s in ctl.states.values())
+
+
+def _bounce(ctl, b: int) -> None:
+    """The controller saw broker ``b`` come back with a new registration (a new czxid)."""
+    ctl.live[b] = controller_module.LiveBroker(b, "h", 9000 + b, None, -7)
+
+
+def test_a_restarted_follower_leaves_the_isrs_until_it_has_caught_up():
+    store, clock, channels, ctl = make()
+    _bounce(ctl, 3)
+    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    assert done.called
+    for p in range(9):
+        d = ctl.states[("t", p)]
+        assert 3 not in d.isr, (p, d)
+        if p % 3 != 2:  # led by 1 or 2: same leader, same epoch, ISR without 3
+            assert d.leader == 1 + p % 3 and d.leader_epoch == 1
+
+
+def test_a_restarted_leader_hands_over_to_an_in_sync_replica_that_did_not_restart():
+    store, clock, channels, ctl = make()
+    _bounce(ctl, 3)
+    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    assert done.called
+    for p in (2, 5, 8):  # led by 3, replicas [3, 1, 2]
+        d = ctl.states[("t", p)]
+        assert d.leader == 1 and d.leader_epoch == 2 and d.isr == (1, 2), (p, d)
+
+
+def test_a_restarted_leader_with_no_other_in_sync_replica_leads_a_new_generation():
+    """Every replica crashed and the leader came back first: nobody else has its messages, so
+    it leads again, in a new leader epoch (so its followers truncate by epoch)."""
+    store, clock, channels, ctl = make(partitions=3)
+    path = paths.leader_and_isr("t", 2)
+    store.nodes[path] = (paths.LeaderAndIsr(3, 1, [3], 5).to_bytes(), store.nodes[path][1])
+    ctl.states[("t", 2)] = dataclasses.replace(ctl.states[("t", 2)], isr=(3,))
+    _bounce(ctl, 3)
+    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    assert done.called
+    d = ctl.states[("t", 2)]
+    assert d.leader == 3 and d.leader_epoch == 2 and d.isr == (3,)

@@ -197,6 +197,10 @@ def local_batches(broker: Any, topic: str, partition: int) -> list[bytes]:
 class BrokerProcess:
     """A broker run as ``python -m twisted broker ...`` (``twist``) in its own process."""
 
+    #: ``twist --log-format``: ``text`` (whole-second timestamps) or ``json`` (each event's
+    #: ``log_time`` in full; a benchmark reading phases from the logs sets it).
+    log_format = "text"
+
     def __init__(self, broker_id: int, zk_hosts: str, base: Path, *, port: int | None = None,
                  extra: dict[str, str] | None = None, metrics: bool = False,
                  quorum_voters: str | None = None) -> None:
@@ -221,7 +225,7 @@ class BrokerProcess:
 
     def start(self) -> None:
         # ``python -m twisted`` is ``twist``: foreground, no pid file.
-        args = [sys.executable, "-m", "twisted", "--log-format", "text",
+        args = [sys.executable, "-m", "twisted", "--log-format", self.log_format,
                 "--log-file", str(self.log_file), "broker",
                 "--broker-id", str(self.broker_id),
                 "--listen", f"tcp:{self.port}:interface=127.0.0.1",

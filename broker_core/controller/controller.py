@@ -42,6 +42,7 @@ from broker_core.controller.election import (
 from broker_core.metadata import (
     BadVersion,
     Check,
+    ConnectionLost,
     Create,
     Delete,
     MetadataStoreError,
@@ -49,6 +50,7 @@ from broker_core.metadata import (
     NoNode,
     SessionState,
     SetData,
+    StoreStopping,
     TransactionFailed,
 )
 from broker_core.rpc import BrokerChannel
@@ -63,6 +65,10 @@ AlterIsrResult = tuple[str | None, dict[TopicPartition, tuple[str | None, Partit
 
 #: Rounds of "write, and on a version conflict re-read and judge again" for one AlterIsr request.
 ALTER_ISR_ROUNDS = 3
+
+#: A broker change whose writes the store did not take (no quorum leader, ZooKeeper
+#: unreachable) is judged again after this many seconds.
+BROKER_CHANGE_RETRY_S = 1.0
 
 #: Seed 000 F: the reassignment agent wakes up when notified or after this many seconds.
 REASSIGNMENT_WAKEUP_S = 30.0
@@ -127,6 +133,7 @@ class Controller:
         self._alter_waiters: set[defer.Deferred] = set()
         self.reassignment_wakeup_s = REASSIGNMENT_WAKEUP_S
         self._reassign_call: Any = None
+        self._broker_change_retry: Any = None
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -199,6 +206,20 @@ class Controller:
                     if not self._started or not self.active:
                         # Stopping or resigned: the store is going away under queued events.
                         self.log.debug("controller event {event} dropped: {e}", event=name, e=e)
+                    elif isinstance(e, StoreStopping):
+                        # The broker is stopping and its last writes got their short wait (in
+                        # quorum mode the rest of the quorum may be gone already).
+                        self.log.info("controller event {event} dropped, the broker is "
+                                      "stopping: {e}", event=name, e=e)
+                    elif isinstance(e, ConnectionLost):
+                        # The store took no write (no quorum leader, ZooKeeper unreachable):
+                        # a condition, not a bug. A broker change is judged again (it reads
+                        # the registrations afresh), or dead leaders' partitions would wait
+                        # for the next registration change.
+                        self.log.warn("controller event {event} not completed, the metadata "
+                                      "store did not take its writes: {e}", event=name, e=e)
+                        if name == "broker_change":
+                            self._retry_broker_change()
                     else:
                         self.log.failure("controller event {event} failed", event=name)
                 except Exception:
@@ -210,6 +231,18 @@ class Controller:
                         self.metrics.controller_event_queue_size.set(len(self._events))
         finally:
             self._running = False
+
+    def _retry_broker_change(self) -> None:
+        """Judge the brokers again in :data:`BROKER_CHANGE_RETRY_S` (once, however many
+        events failed meanwhile); cancelled by a resignation."""
+        if self._broker_change_retry is not None and self._broker_change_retry.active():
+            return
+
+        def fire() -> None:
+            self._broker_change_retry = None
+            self._active_only("broker_change", self._on_broker_change)()
+
+        self._broker_change_retry = self.reactor.callLater(BROKER_CHANGE_RETRY_S, fire)
 
     def _active_only(self, name: str, fn: Callable[[], Awaitable[None]]) -> Callable[..., None]:
         """A watch callback that enqueues ``fn`` while we are the active controller."""
@@ -303,6 +336,9 @@ class Controller:
         if self._reassign_call is not None and self._reassign_call.active():
             self._reassign_call.cancel()
         self._reassign_call = None
+        if self._broker_change_retry is not None and self._broker_change_retry.active():
+            self._broker_change_retry.cancel()
+        self._broker_change_retry = None
         channels = list(self.channels.values())
         self._reset_context()
         for ch in channels:

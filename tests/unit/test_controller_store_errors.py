@@ -11,7 +11,7 @@ Time is a task.Clock; the store is the in-memory one of the coordinator tests.""
 from __future__ import annotations
 
 from twisted.internet import defer
-from twisted.logger import LogLevel, Logger
+from twisted.logger import Logger, LogLevel
 
 from broker_core.controller.controller import BROKER_CHANGE_RETRY_S, LEADERS_FIRST_WAIT_S
 from broker_core.metadata import ConnectionLost, StoreStopping

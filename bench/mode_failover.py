@@ -28,11 +28,14 @@ clock):
   ``first`` is the first affected partition's first acknowledgement.
 - the phases, from the brokers' logs (first matching event after the kill):
 
+  - ``elected`` (quorum mode, when the victim's quorum node led): a survivor's quorum node
+    logs that it leads a new epoch;
   - ``expired``: quorum mode, the quorum leader logs that the victim's metadata session
     missed its heartbeats; ZooKeeper mode, this process's kazoo watch on the victim's
     ``/brokers/ids/N`` fires (ZooKeeper deleted it);
   - ``noticed``: the controller logs ``broker change: ... dead [victim]`` (it has read the
-    registrations; its decisions are not written yet);
+    registrations; its decisions are not written yet), or, when the victim was the
+    controller, a survivor logs that it is now the controller;
   - ``LeaderAndIsr``: the first survivor logs a LeaderAndIsr from the controller after that
     (the new leaderships, written and sent);
   - ``resumed``: as above; what follows the LeaderAndIsr is the new leader's first fetch round
@@ -48,6 +51,7 @@ Usage: python bench/mode_failover.py [--rounds 4] [--partitions 6] [--session-ti
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -174,7 +178,67 @@ class Mode:
                       if b not in (md.controller_id, qleader) and b > 0]
         return candidates[0] if candidates else None
 
+    def current_leader(self) -> tuple[int, int]:
+        """(epoch or czxid, broker) of the quorum leader (quorum mode) or controller (ZooKeeper
+        mode), as this moment knows it."""
+        if self.quorum:
+            best = (-1, -1)
+            for i, b in self.cluster.brokers.items():
+                for e in log_events(b.log_file):
+                    if e.get("log_format") == "quorum node {node} leads epoch {epoch}" \
+                            and e.get("node") == i:
+                        best = max(best, (int(e["epoch"]), i))
+            return best
+        assert self.kz is not None
+        try:
+            data, stat = self.kz.get("/controller")
+        except Exception:  # no controller right now
+            return (-1, -1)
+        return (stat.czxid, int(json.loads(data)["brokerid"]))
+
+    def chain_round(self) -> None:
+        """Kill the quorum leader's broker (ZooKeeper mode: the controller's), then, as soon as
+        another took over, that one too: two voters down at once, no majority. After
+        ``--chain-down-s`` the first comes back; timed until every partition either led takes
+        an acks=all write."""
+        md = self.wait_full_isr()
+        first_gen, first = self.current_leader()
+        if first < 0:
+            print(f"  {self.name}: no leader known; round skipped")
+            return
+        t_kill = time.time()
+        self.cluster.brokers[first].kill(signal.SIGKILL)
+        deadline = time.time() + 60
+        while True:
+            gen, second = self.current_leader()
+            if gen > first_gen and second > 0 and second != first:
+                break
+            if time.time() > deadline:
+                raise RuntimeError(f"{self.name}: nobody took over from broker {first}")
+            time.sleep(0.02)
+        t_second = time.time()
+        self.cluster.brokers[second].kill(signal.SIGKILL)
+        affected = sorted(p.partition_index for t in md.topics for p in t.partitions
+                          if p.leader_id in (first, second))
+        time.sleep(self.args.chain_down_s)
+        self.cluster.brokers[first].start()
+        t_back = time.time()
+        first_ok, resumed = self.probe(affected, second, t_kill)
+        self.rounds.append({"second kill": t_second - t_kill, "restart": t_back - t_kill,
+                            "first": first_ok, "resumed": resumed})
+        print(f"  {self.name:6s} kill -9 broker {first}, then at {t_second - t_kill:.2f} s its "
+              f"successor {second}; broker {first} restarted at {t_back - t_kill:.2f} s; "
+              f"partitions {affected}: first {first_ok:.2f}, resumed {resumed:.2f} s")
+        if self.args.events:
+            self.dump_events(t_kill, t_kill + resumed + 0.5)
+        self.cluster.brokers[first].wait_listening()
+        self.cluster.brokers[second].start()
+        self.cluster.brokers[second].wait_listening()
+
     def one_round(self) -> None:
+        if self.args.victim == "chain":
+            self.chain_round()
+            return
         md = self.wait_full_isr()
         victim = self.pick_victim(md)
         tries = 0
@@ -223,6 +287,37 @@ class Mode:
         b.start()
         b.wait_listening()
 
+    def starting(self) -> set[int]:
+        """Brokers whose process runs but that do not listen yet (a restart in a chain)."""
+        import socket
+        out = set()
+        for i in self.live():
+            try:
+                socket.create_connection(("127.0.0.1", self.cluster.brokers[i].port),
+                                         timeout=0.2).close()
+            except OSError:
+                out.add(i)
+        return out
+
+    def newest_leaders(self, brokers: set[int]) -> dict[int, int]:
+        """Partition -> leader, from the Metadata of every one of ``brokers``, the highest
+        leader epoch winning (a broker just restarted may still know old leaders)."""
+        best: dict[int, tuple[int, int]] = {}
+        for i in sorted(brokers):
+            try:
+                with BrokerConnection("127.0.0.1", self.cluster.brokers[i].port,
+                                      timeout=5) as c:
+                    md = c.request(ApiKey.METADATA, {"topics": [{"name": TOPIC}],
+                                                     "allow_auto_topic_creation": False})
+            except OSError:
+                continue
+            for t in md.topics:
+                for p in t.partitions:
+                    if p.partition_index not in best or p.leader_epoch > \
+                            best[p.partition_index][0]:
+                        best[p.partition_index] = (p.leader_epoch, p.leader_id)
+        return {p: leader for p, (_, leader) in best.items()}
+
     def probe(self, partitions: list[int], victim: int, t0: float) -> tuple[float, float]:
         """Seconds from ``t0`` to the first, and to the last, first acknowledged acks=all
         write among ``partitions``."""
@@ -236,13 +331,8 @@ class Mode:
                     raise RuntimeError(f"{self.name}: partitions {sorted(pending)} took no "
                                        "write for 120 s")
                 t_round = time.monotonic()
-                try:
-                    md = self.metadata(exclude=victim)
-                    leaders = {p.partition_index: p.leader_id for t in md.topics
-                               for p in t.partitions}
-                except OSError:
-                    leaders = {}
-                live = set(self.live(exclude=victim))
+                live = set(self.live(exclude=victim)) - self.starting()
+                leaders = self.newest_leaders(live)
                 by_leader: dict[int, list[int]] = {}
                 for p in pending:
                     if leaders.get(p, -1) in live:
@@ -281,20 +371,23 @@ class Mode:
         survivors = [self.cluster.brokers[i] for i in self.live(exclude=victim)]
         events = sorted((e for b in survivors for e in log_events(b.log_file)
                          if e.get("log_time", 0) >= t_kill), key=lambda e: e["log_time"])
+        elected = noticed = lai = None
         expired = expired_at[0] - t_kill if expired_at else None
-        noticed = lai = None
         for e in events:
             fmt = e.get("log_format", "")
             at = e["log_time"] - t_kill
-            if self.quorum and expired is None and fmt.startswith("metadata session") \
+            if self.quorum and elected is None and fmt == "quorum node {node} leads epoch {epoch}":
+                elected = at
+            elif self.quorum and expired is None and fmt.startswith("metadata session") \
                     and "missed its heartbeats" in fmt:
                 expired = at
-            elif noticed is None and fmt.startswith("broker change:") \
-                    and victim in (e.get("dead") or []):
+            elif noticed is None and (
+                    (fmt.startswith("broker change:") and victim in (e.get("dead") or []))
+                    or fmt == "broker {b} is now the controller (epoch {e})"):
                 noticed = at
             elif noticed is not None and lai is None and fmt.startswith("LeaderAndIsr ("):
                 lai = at
-        return {"expired": expired, "noticed": noticed, "LeaderAndIsr": lai}
+        return {"elected": elected, "expired": expired, "noticed": noticed, "LeaderAndIsr": lai}
 
     def dump_events(self, start: float, end: float) -> None:
         rows = []
@@ -322,7 +415,8 @@ def summary(modes: list[Mode]) -> None:
         if not m.rounds:
             continue
         parts = []
-        for key in ("expired", "noticed", "LeaderAndIsr", "first", "resumed"):
+        for key in ("second kill", "restart", "elected", "expired", "noticed", "LeaderAndIsr",
+                    "first", "resumed"):
             values = [r[key] for r in m.rounds if r.get(key) is not None]
             if values:
                 parts.append(f"{key} {statistics.median(values):.2f} "
@@ -339,8 +433,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4, help="rounds per mode")
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--session-timeout-ms", type=int, default=6000)
-    ap.add_argument("--victim", choices=("broker", "leader"), default="broker")
+    ap.add_argument("--victim", choices=("broker", "leader", "chain"), default="broker")
     ap.add_argument("--poll-ms", type=int, default=20)
+    ap.add_argument("--chain-down-s", type=float, default=1.0,
+                    help="--victim chain: how long both brokers stay down")
     ap.add_argument("--modes", default="zk,quorum", help="which modes, in alternation order")
     ap.add_argument("--events", action="store_true",
                     help="print every survivor log event from the kill to the resumption")

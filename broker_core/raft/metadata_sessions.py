@@ -59,11 +59,11 @@ class SessionTracker:
         self._heard: dict[int, float] = {}  # the view: session -> last heard, this node's clock
         self._leading = False
 
-    def lead(self, sessions: Mapping[int, int], now: float) -> None:
+    def lead(self, sessions: Mapping[int, int], now: float) -> int:
         """This node became leader at ``now``; ``sessions`` (id -> timeout ms) are the open
         sessions of its applied tree. A session in the view keeps the deadline it had (last
         heard + timeout) but no less than the grace from ``now``; any other gets a full timeout
-        from ``now``."""
+        from ``now``. Returns how many were in the view."""
         heard, self._heard = self._heard, {}
         self._leading = True
         self._timeouts = dict(sessions)
@@ -73,6 +73,12 @@ class SessionTracker:
             self._deadlines[sid] = now + ms if last is None else \
                 max(last + ms, now + ms * LEADER_CHANGE_GRACE)
         self._expiring = set()
+        return sum(1 for sid in sessions if sid in heard)
+
+    @property
+    def leading(self) -> bool:
+        """Between :meth:`lead` and :meth:`stop_leading`: the deadlines are this node's."""
+        return self._leading
 
     def stop_leading(self) -> None:
         """This node no longer leads: its table becomes its view (a session's last heartbeat

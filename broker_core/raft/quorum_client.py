@@ -318,7 +318,11 @@ class NetworkQuorumClient:
     def _on_transition(self, t: Transition) -> None:
         if t.to_role is Role.LEADER:
             now = self._now_ms()
-            self.sessions.lead(self.tree.sessions, now)
+            sessions = self.tree.sessions
+            known = self.sessions.lead(sessions, now)
+            self.log.info("quorum node {node} tracks {n} metadata sessions, {k} with their "
+                          "deadlines from the previous leader's table", node=self.node_id,
+                          n=len(sessions), k=known)
             for sid in sorted(self._own_sessions):  # this process runs: they are alive
                 self.sessions.heartbeat(sid, now)
             self._arm_expiry()
@@ -560,7 +564,10 @@ class NetworkQuorumClient:
         return d
 
     def _serve_heartbeat(self, request: Any, proto: Any) -> dict:
-        if not self.leading:
+        if not self.leading or not self.sessions.leading:
+            # Not leading, or the node leads but its tracker has not taken over yet (the
+            # transition is announced after the step that made it leader is written): "not
+            # live" from here would cost a live client its session.
             return self._not_leader()
         sid = int(request.body.session_id)
         now = self._now_ms()

@@ -18,6 +18,7 @@ from broker_core.raft.metadata_commands import OpenSession, encode
 from broker_core.raft.quorum_client import NetworkQuorumClient
 from broker_core.raft.roles import Role
 from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import ErrorCode
 
 
 class FakeDriver:
@@ -125,3 +126,17 @@ def test_the_leader_answers_a_heartbeat_with_its_table():
     assert answer["error_code"] == 0
     assert answer["sessions"] == [{"session_id": 1, "age_ms": 2000},
                                   {"session_id": 2, "age_ms": 0}]
+
+
+def test_a_leader_whose_tracker_has_not_taken_over_yet_answers_not_leader():
+    """The driver's role is LEADER before the transition is announced: a heartbeat then is
+    answered NOT_LEADER_OR_FOLLOWER (retriable), never "not live"."""
+    clock = Clock()
+    driver = FakeDriver(Role.LEADER, leader_id=1)
+    client = client_on(driver, clock, Requests(table=[]))
+    open_sessions(client, 1)
+    answer = client._serve_heartbeat(SimpleNamespace(body=SimpleNamespace(session_id=1)), None)
+    assert answer["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    driver.transition(Transition(Role.CANDIDATE, 1, Role.LEADER, 2, 1))
+    answer = client._serve_heartbeat(SimpleNamespace(body=SimpleNamespace(session_id=1)), None)
+    assert answer["error_code"] == 0

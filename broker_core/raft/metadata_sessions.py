@@ -11,8 +11,8 @@ After a leader change the new leader has no heartbeat history of its own, and th
 client had no leader to heartbeat must not be held against it. KRaft's controller and a
 ZooKeeper leader simply start every session's timer over (a full timeout from the takeover);
 stacked on the election that follows the death of a leader whose broker also dies, that made
-the dead broker's session last fetch timeout + election + a whole session timeout (9-10 s
-with a 6 s timeout, against 6 s on ZooKeeper). Here the new leader uses what it last knew:
+the dead broker's session last fetch timeout + election + a whole session timeout (it
+expired 8-9 s after a kill with a 6 s timeout, where ZooKeeper took 5-6.5 s). Here the new leader uses what it last knew:
 
 - every node keeps a **view** of the leader's liveness table, the time each session was last
   heard from (:meth:`SessionTracker.remember`: the leader sends each session's age with every

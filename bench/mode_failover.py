@@ -156,14 +156,8 @@ class Mode:
             time.sleep(0.3)
 
     def quorum_leader(self) -> int:
-        """The broker whose quorum node leads the highest epoch, from the logs."""
-        best = (-1, -1)
-        for i, b in self.cluster.brokers.items():
-            for e in log_events(b.log_file):
-                if e.get("log_format") == "quorum node {node} leads epoch {epoch}" \
-                        and e.get("node") == i:
-                    best = max(best, (int(e["epoch"]), i))
-        return best[1]
+        """The broker whose quorum node leads the highest epoch, from the logs (-1: none)."""
+        return self.current_leader()[1]
 
     def pick_victim(self, md: Any) -> int | None:
         leads: dict[int, int] = {}

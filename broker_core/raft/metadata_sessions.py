@@ -12,12 +12,15 @@ client had no leader to heartbeat must not be held against it. KRaft's controlle
 ZooKeeper leader simply start every session's timer over (a full timeout from the takeover);
 stacked on the election that follows the death of a leader whose broker also dies, that made
 the dead broker's session last fetch timeout + election + a whole session timeout (it
-expired 8-9 s after a kill with a 6 s timeout, where ZooKeeper took 5-6.5 s). Here the new leader uses what it last knew:
+expired 8-9 s after a kill with a 6 s timeout, where ZooKeeper took 5-6.5 s). Here the new
+leader uses what it last knew:
 
 - every node keeps a **view** of the leader's liveness table, the time each session was last
   heard from (:meth:`SessionTracker.remember`: the leader sends each session's age with every
-  heartbeat answer, so a follower's view is at most a heartbeat interval old; a leader that
-  steps down keeps its own table as its view, :meth:`SessionTracker.stop_leading`);
+  heartbeat answer, so a follower's view is at most a heartbeat interval old; a session opened
+  since the last answer counts as heard when the follower applied its opening,
+  :meth:`SessionTracker.saw_opened`; a leader that steps down keeps its own table as its view,
+  :meth:`SessionTracker.stop_leading`);
 - on taking over (:meth:`SessionTracker.lead`) a session in the view gets the deadline
   ``max(heard + timeout, now + grace)``: what the old leader would have given it, but never
   less than ``grace`` (half its timeout, :data:`LEADER_CHANGE_GRACE`) from the takeover, so a
@@ -103,6 +106,13 @@ class SessionTracker:
         if self._leading:
             return
         self._heard = {sid: now - max(0.0, age) for sid, age in ages.items()}
+
+    def saw_opened(self, session_id: int, now: float) -> None:
+        """A follower applied an ``open_session`` entry at ``now``: its client was alive then
+        (later than when the leader opened it: never earlier than the truth), so the view
+        has it before the next table does. Ignored while leading (:meth:`opened` is)."""
+        if not self._leading:
+            self._heard.setdefault(session_id, now)
 
     def opened(self, session_id: int, timeout_ms: int, now: float) -> None:
         """An ``open_session`` entry was applied: its first deadline is a timeout from now."""

@@ -272,6 +272,8 @@ class NetworkQuorumClient:
                     self._arm_expiry()
                 if applied.ended_session is not None:
                     self.sessions.ended(applied.ended_session)
+            elif applied.opened_session is not None:
+                self.sessions.saw_opened(applied.opened_session, self._now_ms())
             if applied.ended_session is not None:
                 self._own_sessions.discard(applied.ended_session)
             for listener in list(self._listeners):

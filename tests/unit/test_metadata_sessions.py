@@ -134,6 +134,27 @@ def test_the_leaders_table_is_ages_and_a_leader_ignores_views():
     assert follower.expired(55_000) == [2]  # 49 s + 6 s
 
 
+def test_a_session_opened_since_the_last_table_is_in_the_view_from_its_opening():
+    """Applying an ``open_session`` entry on a follower is proof of life at that moment: a
+    session opened after the last heartbeat answer (a cluster that just formed, a broker that
+    just registered) is in the view from then, not left to a full timeout from the takeover.
+    A heard time the view already has is kept, and a leader ignores it (it tracks opens)."""
+    t = SessionTracker()
+    t.remember({1: 0}, now=1000)
+    t.saw_opened(1, now=4000)  # already known: kept
+    t.saw_opened(2, now=1500)
+    t.lead({1: 6000, 2: 6000}, now=2000)
+    assert t.expired(6_999) == []
+    assert t.expired(7_000) == [1]
+    assert t.expired(7_499) == []
+    assert t.expired(7_500) == [2]
+    t.saw_opened(3, now=8000)  # leading: ignored
+    t.stop_leading()
+    assert t.ages(9000) == {}
+    t.lead({3: 6000}, now=9000)
+    assert t.next_deadline() == 15_000  # not in the view: a full timeout
+
+
 def test_an_idle_session_expires_through_the_log_on_a_real_quorum():
     clock = task.Clock()
     quorum = LocalQuorum(clock)

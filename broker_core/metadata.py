@@ -74,6 +74,12 @@ class ConnectionLost(MetadataStoreError):
     pass
 
 
+class StoreStopping(ConnectionLost):
+    """The operation was abandoned because the store's owner is stopping (a broker's last
+    writes get a short wait, not a long one); as with any lost connection, a write may or may
+    not have applied."""
+
+
 class SessionExpired(MetadataStoreError):
     pass
 

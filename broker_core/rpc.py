@@ -366,12 +366,14 @@ class BrokerChannel:
                 except Exception as e:  # undecodable response, encode error: not retriable
                     if self._queue and self._queue[0] is q:
                         self._queue.popleft()
-                    q.result.errback(Failure(e))
+                    if not q.result.called:  # stop() may have failed it meanwhile
+                        q.result.errback(Failure(e))
                     continue
                 attempt = 0
                 if self._queue and self._queue[0] is q:
                     self._queue.popleft()
-                q.result.callback(body)
+                if not q.result.called:  # stop() failed it while it was in flight
+                    q.result.callback(body)
         finally:
             self._busy = False
         if self._queue and not self._stopped:

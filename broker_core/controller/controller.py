@@ -46,6 +46,7 @@ from broker_core.controller.fencing import FencingAgent
 from broker_core.metadata import (
     BadVersion,
     Check,
+    ConnectionLost,
     Create,
     Delete,
     MetadataStoreError,
@@ -53,6 +54,7 @@ from broker_core.metadata import (
     NoNode,
     SessionState,
     SetData,
+    StoreStopping,
     TransactionFailed,
 )
 from broker_core.rpc import BrokerChannel
@@ -69,8 +71,9 @@ AlterIsrResult = tuple[str | None, dict[TopicPartition, tuple[str | None, Partit
 ALTER_ISR_ROUNDS = 3
 
 #: Work stopped by a conflicting write (leader/ISR decisions that conflicted in every round, a
-#: partition removal) is taken up again by a new event this many seconds later, from the state
-#: read then.
+#: partition removal), or a broker change whose writes the store did not take (no quorum
+#: leader, ZooKeeper unreachable), is taken up again by a new event this many seconds later,
+#: from the state read then.
 CONFLICT_RETRY_S = 1.0
 
 #: Longest a partition removal waits for the replicas to answer StopReplica before it writes the
@@ -152,6 +155,7 @@ class Controller:
             self.fencing = FencingAgent(
                 self, heartbeat_interval_s=heartbeat_interval_s or session_timeout_s / 3,
                 session_timeout_s=session_timeout_s, clock=reactor)
+        self._broker_change_retry_due = False  # a broker change is to be judged again
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -226,6 +230,20 @@ class Controller:
                     if not self._started or not self.active:
                         # Stopping or resigned: the store is going away under queued events.
                         self.log.debug("controller event {event} dropped: {e}", event=name, e=e)
+                    elif isinstance(e, StoreStopping):
+                        # The broker is stopping and its last writes got their short wait (in
+                        # quorum mode the rest of the quorum may be gone already).
+                        self.log.info("controller event {event} dropped, the broker is "
+                                      "stopping: {e}", event=name, e=e)
+                    elif isinstance(e, ConnectionLost):
+                        # The store took no write (no quorum leader, ZooKeeper unreachable):
+                        # a condition, not a bug. A broker change is judged again (it reads
+                        # the registrations afresh), or dead leaders' partitions would wait
+                        # for the next registration change.
+                        self.log.warn("controller event {event} not completed, the metadata "
+                                      "store did not take its writes: {e}", event=name, e=e)
+                        if name == "broker_change":
+                            self._retry_broker_change()
                     else:
                         self.log.failure("controller event {event} failed", event=name)
                 except Exception:
@@ -237,6 +255,19 @@ class Controller:
                         self.metrics.controller_event_queue_size.set(len(self._events))
         finally:
             self._running = False
+
+    def _retry_broker_change(self) -> None:
+        """Judge the brokers again :data:`CONFLICT_RETRY_S` from now (once, however many
+        events failed meanwhile); cancelled by a resignation."""
+        if self._broker_change_retry_due:
+            return
+        self._broker_change_retry_due = True
+
+        async def again() -> None:
+            self._broker_change_retry_due = False
+            await self._on_broker_change()
+
+        self._retry_later("broker_change (retry)", again)
 
     def _active_only(self, name: str, fn: Callable[[], Awaitable[None]]) -> Callable[..., None]:
         """A watch callback that enqueues ``fn`` while we are the active controller."""
@@ -336,6 +367,7 @@ class Controller:
             if call.active():
                 call.cancel()
         self._retries.clear()
+        self._broker_change_retry_due = False
         channels = list(self.channels.values())
         self._reset_context()
         for ch in channels:

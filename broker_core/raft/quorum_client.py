@@ -12,7 +12,13 @@ The client sits on a :class:`~broker_core.raft.driver.RaftDriver` (voter or obse
   (the tree is deterministic, so it is the leader's too): read-your-writes on every node;
 - **heartbeats** a session: on the leader it refreshes its :class:`SessionTracker`; elsewhere
   it sends **SessionHeartbeat** (api 1021) to the leader. The leader proposes
-  ``expire_session`` for every session whose heartbeats stopped.
+  ``expire_session`` for every session whose heartbeats stopped. Its answer carries the
+  leader's liveness table, which the follower keeps as its view for when it leads itself (a
+  new leader then expires a dead session about when the old one would have, instead of a
+  whole timeout after its takeover: :mod:`broker_core.raft.metadata_sessions`). When the node
+  learns of a new leader it heartbeats its own sessions to it at once (and, becoming leader,
+  refreshes them itself), so a live client is heard by a new leader well within the grace it
+  is given.
 
 Retries, and why a write is never resent once it may have been proposed. A write is retried
 (until ``submit_timeout_s``) only when it certainly was **not** proposed: no leader known yet,
@@ -67,7 +73,7 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from broker_core.metadata import ConnectionLost, SessionExpired
+from broker_core.metadata import ConnectionLost, SessionExpired, StoreStopping
 from broker_core.raft.config import VoterAddress
 from broker_core.raft.driver import DriverStopped, EntryTruncated, RaftDriver
 from broker_core.raft.effects import Transition
@@ -147,6 +153,9 @@ class NetworkQuorumClient:
         self._results: OrderedDict[int, ApplyResult] = OrderedDict()
         self._waiters: dict[int, list[defer.Deferred]] = {}
         self._expiry_call: Any = None
+        # Sessions heartbeated through this node (its own broker's): alive while this process
+        # runs, so they are heartbeated to a new leader as soon as it is known.
+        self._own_sessions: set[int] = set()
         self._stopped = False
         self.shutting_down = False  # see begin_shutdown
         self._shutdown_deadline = float("inf")
@@ -293,6 +302,10 @@ class NetworkQuorumClient:
                     self._arm_expiry()
                 if applied.ended_session is not None:
                     self.sessions.ended(applied.ended_session)
+            elif applied.opened_session is not None:
+                self.sessions.saw_opened(applied.opened_session, self._now_ms())
+            if applied.ended_session is not None:
+                self._own_sessions.discard(applied.ended_session)
             for listener in list(self._listeners):
                 try:
                     listener(entry.offset, applied)
@@ -352,10 +365,31 @@ class NetworkQuorumClient:
 
     def _on_transition(self, t: Transition) -> None:
         if t.to_role is Role.LEADER:
-            self.sessions.lead(self.tree.sessions, self._now_ms())
+            now = self._now_ms()
+            sessions = self.tree.sessions
+            known = self.sessions.lead(sessions, now)
+            self.log.info("quorum node {node} tracks {n} metadata sessions, {k} with their "
+                          "deadlines from the previous leader's table", node=self.node_id,
+                          n=len(sessions), k=known)
+            for sid in sorted(self._own_sessions):  # this process runs: they are alive
+                self.sessions.heartbeat(sid, now)
             self._arm_expiry()
-        elif t.from_role is Role.LEADER:
+            return
+        if t.from_role is Role.LEADER:
             self.sessions.stop_leading()
+        if t.leader_id >= 0 and t.leader_id != self.node_id and (
+                t.to_epoch != t.from_epoch or t.from_role is not t.to_role):
+            self._heartbeat_new_leader()
+
+    def _heartbeat_new_leader(self) -> None:
+        """A new leader is known: heartbeat this node's sessions to it now rather than at the
+        store's next heartbeat (up to a third of the timeout away, more if the last one hung on
+        the old leader). Best effort; the store's own heartbeats report the outcome."""
+        for sid in sorted(self._own_sessions):
+            d = self.heartbeat(sid)
+            d.addErrback(lambda f, sid=sid: self.log.debug(
+                "heartbeat of session {s} to the new leader failed: {e}", s=sid,
+                e=f.getErrorMessage()))
 
     def _arm_expiry(self) -> None:
         if self._stopped:
@@ -396,7 +430,13 @@ class NetworkQuorumClient:
             return defer.fail(e)
 
         async def run() -> Any:
-            applied = await self._submit(command)
+            try:
+                applied = await self._submit(command)
+            except ConnectionLost as e:
+                if self.shutting_down or self._stopped:
+                    # Abandoned for the stop (its short wait ran out), not a lost quorum.
+                    raise StoreStopping(str(e)) from None
+                raise
             if applied.failed:
                 raise applied.result
             return applied.result
@@ -533,8 +573,10 @@ class NetworkQuorumClient:
             driver = self.driver
             if driver is None or not driver.running:
                 raise ConnectionLost(f"quorum node {self.node_id} is not running")
+            self._own_sessions.add(session_id)
             if driver.role is Role.LEADER:
                 if not self.sessions.heartbeat(session_id, self._now_ms()):
+                    self._own_sessions.discard(session_id)
                     raise SessionExpired(f"session {session_id} is not live")
                 return
             try:
@@ -543,10 +585,13 @@ class NetworkQuorumClient:
             except _NotSent as e:
                 raise ConnectionLost(str(e)) from None
             if body.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                self._own_sessions.discard(session_id)
                 raise SessionExpired(body.error_message or f"session {session_id} is not live")
             if body.error_code != ErrorCode.NONE:
                 raise ConnectionLost(f"heartbeat refused by node {driver.leader_id}: "
                                      f"{ErrorCode(body.error_code).name}")
+            self.sessions.remember({int(s.session_id): int(s.age_ms) for s in body.sessions},
+                                   self._now_ms())
         return defer.Deferred.fromCoroutine(run())
 
     # -- the leader's side of the two APIs -----------------------------------------------------
@@ -590,10 +635,18 @@ class NetworkQuorumClient:
         return d
 
     def _serve_heartbeat(self, request: Any, proto: Any) -> dict:
-        if not self.leading:
+        if not self.leading or not self.sessions.leading:
+            # Not leading, or the node leads but its tracker has not taken over yet (the
+            # transition is announced after the step that made it leader is written): "not
+            # live" from here would cost a live client its session.
             return self._not_leader()
         sid = int(request.body.session_id)
-        if not self.sessions.heartbeat(sid, self._now_ms()):
+        now = self._now_ms()
+        if not self.sessions.heartbeat(sid, now):
             return {"error_code": int(ErrorCode.UNKNOWN_MEMBER_ID),
                     "error_message": f"session {sid} is not live", "leader_id": self.node_id}
-        return {"error_code": 0, "error_message": None, "leader_id": self.node_id}
+        # The liveness table, for the follower's view (ages: the clocks need not agree).
+        table = [{"session_id": s, "age_ms": min(int(age), 2**31 - 1)}
+                 for s, age in sorted(self.sessions.ages(now).items())]
+        return {"error_code": 0, "error_message": None, "leader_id": self.node_id,
+                "sessions": table}

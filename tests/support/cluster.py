@@ -200,6 +200,10 @@ class BrokerProcess:
     ``host`` is the address it listens on and advertises (127.0.0.1 unless the test built a
     network of its own); ``prefix`` goes before the command (e.g. ``ip netns exec NAME``)."""
 
+    #: ``twist --log-format``: ``text`` (whole-second timestamps) or ``json`` (each event's
+    #: ``log_time`` in full; a benchmark reading phases from the logs sets it).
+    log_format = "text"
+
     def __init__(self, broker_id: int, zk_hosts: str, base: Path, *, port: int | None = None,
                  extra: dict[str, str] | None = None, metrics: bool = False,
                  quorum_voters: str | None = None, host: str = "127.0.0.1",
@@ -227,7 +231,7 @@ class BrokerProcess:
 
     def start(self) -> None:
         # ``python -m twisted`` is ``twist``: foreground, no pid file.
-        args = [*self.prefix, sys.executable, "-m", "twisted", "--log-format", "text",
+        args = [*self.prefix, sys.executable, "-m", "twisted", "--log-format", self.log_format,
                 "--log-file", str(self.log_file), "broker",
                 "--broker-id", str(self.broker_id),
                 "--listen", f"tcp:{self.port}:interface={self.host}",

@@ -6,7 +6,9 @@
   waits until its own tree has applied that offset and takes its local apply result
   (identical on every replica), so its caller reads its own write.
 - **SessionHeartbeat** (1021): a node's metadata session is alive; only the leader tracks
-  session liveness.
+  session liveness. The answer carries (tagged, so an older node skips it) the leader's
+  liveness table, each live session's age in ms, which the follower keeps as its view for when
+  it leads (:mod:`broker_core.raft.metadata_sessions`).
 
 Both answer ``NOT_LEADER_OR_FOLLOWER`` with the leader the responder knows (-1: none) when it
 does not lead. MetadataWrite answers ``REQUEST_TIMED_OUT`` when its entry did not commit in
@@ -23,7 +25,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker_core.wire.schema import BYTES, INT16, INT32, INT64, STRING, Field, Message
+from broker_core.wire.schema import (
+    BYTES,
+    INT16,
+    INT32,
+    INT64,
+    STRING,
+    Array,
+    Field,
+    Message,
+    Schema,
+)
 
 VERSIONS = "0"
 FLEXIBLE = "0+"
@@ -53,6 +65,11 @@ SESSION_HEARTBEAT_RESPONSE = Message("SessionHeartbeatResponse", versions=VERSIO
     Field("error_code", INT16),
     Field("error_message", STRING, nullable="0+"),
     Field("leader_id", INT32, default=-1),
+    # The leader's liveness table (empty unless error_code is 0).
+    Field("sessions", Array(Schema("SessionLiveness", [
+        Field("session_id", INT64),
+        Field("age_ms", INT32),
+    ])), tag=0, ignorable=True),
 ])
 
 

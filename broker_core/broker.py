@@ -136,7 +136,8 @@ class BrokerService(service.Service):
         )
         self.log_dir_reporter = LogDirFailureReporter(
             self.broker_id, self.store, self.clock, offline=self._offline_log_state,
-            broker_epoch=lambda: self.registration_epoch)
+            broker_epoch=lambda: self.registration_epoch,
+            give_up=self._shut_down_for_failed_dirs)
         self._exiting_for_failed_dirs = False
         self.controller = Controller(
             self.broker_id, self.store, reactor=reactor,
@@ -391,15 +392,17 @@ class BrokerService(service.Service):
             return
         self.log_dir_reporter.report()
 
-    def _shut_down_for_failed_dirs(self) -> None:
+    def _shut_down_for_failed_dirs(self, why: str | None = None) -> None:
         """Kafka's rule: a broker with no online log directory cannot serve anything; it stops
         (an orderly stop: the controller moves its leaderships, nothing is written in the failed
-        directories) and the ``twistd broker`` process exits with status 1."""
+        directories) and the ``twistd broker`` process exits with status 1. So does a broker
+        that cannot tell the controller which of its replicas are offline (``why``): stopped, it
+        is a dead broker whose leaderships the controller moves."""
         if self._exiting_for_failed_dirs:
             return
         self._exiting_for_failed_dirs = True
         self.log.critical("shutting down broker {b}: {why}", b=self.broker_id,
-                          why=self._all_offline_message())
+                          why=why or self._all_offline_message())
         if self.stop_reactor_on_failure:
             self._exit_after_failed_start()
         elif self.running:

@@ -156,6 +156,10 @@ class Controller:
                 self, heartbeat_interval_s=heartbeat_interval_s or session_timeout_s / 3,
                 session_timeout_s=session_timeout_s, clock=reactor)
         self._broker_change_retry_due = False  # a broker change is to be judged again
+        #: New / restarted brokers a broker change has not finished announcing (see
+        #: _on_broker_change); emptied on resigning (a new controller sends everyone everything).
+        self._owed_new: set[int] = set()
+        self._owed_bounced: set[int] = set()
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -368,6 +372,7 @@ class Controller:
                 call.cancel()
         self._retries.clear()
         self._broker_change_retry_due = False
+        self._owed_new, self._owed_bounced = set(), set()
         channels = list(self.channels.values())
         self._reset_context()
         for ch in channels:
@@ -797,6 +802,13 @@ class Controller:
         fenced = self._fenced_brokers()
         # An unfenced broker (still registered) learns its whole state, as a restarted one does.
         new = new | {b for b in unfenced if b in now and b not in fenced}
+        # Brokers an earlier broker change found new or restarted but did not finish announcing
+        # (its writes failed and it is being judged again): ``self.live`` knows them already,
+        # so only this record says they are still owed their whole state, and that a restarted
+        # one's replicas are to leave the ISRs.
+        bounced |= {b for b in self._owed_bounced if b in now and b not in new}
+        new |= {b for b in self._owed_new if b in now and b not in bounced}
+        self._owed_new, self._owed_bounced = set(new), set(bounced)
 
         # Judge every partition against the live set, not just the brokers that left since the
         # last event: after a failover the new controller never saw the old live set. A fenced
@@ -832,6 +844,7 @@ class Controller:
         batch.update_metadata(self.live)
         await self._elect_offline_partitions(batch, send=False)
         self._send(batch)
+        self._owed_new, self._owed_bounced = set(), set()
         if self.reassigning and (new or bounced):
             # A new replica that was down can catch up now.
             self._enqueue("reassignment_wakeup", self._reassignment_wakeup)

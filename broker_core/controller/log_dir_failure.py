@@ -212,11 +212,22 @@ async def apply_changes(c: Controller, brokers: Iterable[int]) -> None:
             offline.setdefault(tp, []).append(b)
 
     def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
-        # The first reporting broker whose replica needs something (a partition with offline
+        # Judged from the present each time (a retry may come after the broker re-registered
+        # with its directory back, or after brokers were fenced or began a controlled
+        # shutdown): the leader comes from the live, unfenced brokers, those shutting down
+        # only if nobody else can lead (as the controller's own elections do). The first
+        # reporting broker whose replica needs something decides (a partition with offline
         # replicas on two brokers is settled for the second on the next report or failover).
+        usable = list(c._usable_live())
+        preferred = [b for b in usable if b not in c.shutting_down]
         for b in sorted(offline.get(tp, ())):
-            el = offline_replica_election(tp, d, b, c.live, c.offline_replicas.usable,
+            if b not in c.live or not c.offline_replicas.is_offline(b, tp):
+                continue
+            el = offline_replica_election(tp, d, b, preferred, c.offline_replicas.usable,
                                           c.unclean_leader_election)
+            if el is not None and el.leader == NO_LEADER and len(preferred) < len(usable):
+                el = offline_replica_election(tp, d, b, usable, c.offline_replicas.usable,
+                                              c.unclean_leader_election)
             if el is not None:
                 return el
         return None

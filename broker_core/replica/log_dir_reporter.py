@@ -33,6 +33,10 @@ RETRY_INITIAL_S = 0.2
 RETRY_MAX_S = 5.0
 
 
+class Unreportable(Exception):
+    """The offline state cannot be written to the metadata store however often it is tried."""
+
+
 class LogDirFailureReporter:
     """See the module docstring. ``offline()`` returns ``(offline directories, partitions)``;
     ``broker_epoch()`` the registration epoch (-1 until registered)."""
@@ -42,6 +46,7 @@ class LogDirFailureReporter:
     def __init__(self, broker_id: int, store: Any, clock: Any, *,
                  offline: Callable[[], tuple[list[str], list[TopicPartition]]],
                  broker_epoch: Callable[[], int],
+                 give_up: Callable[[str], None] | None = None,
                  retry_initial_s: float = RETRY_INITIAL_S,
                  retry_max_s: float = RETRY_MAX_S) -> None:
         self.broker_id = broker_id
@@ -49,6 +54,9 @@ class LogDirFailureReporter:
         self.clock = clock
         self.offline = offline
         self.broker_epoch = broker_epoch
+        #: Called with the reason when the state cannot be reported at all (a record too large
+        #: for the store, or refused by it): retrying would never tell the controller.
+        self.give_up = give_up
         self.retry_initial_s = retry_initial_s
         self.retry_max_s = retry_max_s
         self.dirty = False
@@ -74,7 +82,8 @@ class LogDirFailureReporter:
         """The broker (re-)registered: a new epoch, so any offline state is reported again;
         with none, a previous incarnation's record is removed (best effort: the controller
         ignores a record of another epoch anyway)."""
-        if self.offline()[0]:
+        dirs, partitions = self.offline()
+        if dirs or partitions:  # a partition may be offline on its own (a failed read check)
             self.report()
         else:
             d = self.store.delete(paths.offline_replicas(self.broker_id))
@@ -101,6 +110,10 @@ class LogDirFailureReporter:
         dirs, partitions = self.offline()
         value = paths.OfflineReplicas(self.broker_id, self.broker_epoch(), tuple(dirs),
                                       tuple(sorted(partitions))).to_bytes()
+        if len(value) > paths.MAX_OFFLINE_RECORD_BYTES:
+            raise Unreportable(f"the record of {len(partitions)} offline replicas is "
+                               f"{len(value)} bytes, over the {paths.MAX_OFFLINE_RECORD_BYTES} "
+                               "a metadata store value may hold")
         path = paths.offline_replicas(self.broker_id)
         try:
             await self.store.set(path, value)
@@ -123,6 +136,13 @@ class LogDirFailureReporter:
 
     def _failed(self, failure: Any) -> None:
         self.writing = False
+        if failure.check(Unreportable, ValueError):  # too large, or refused as malformed
+            self.log.critical("cannot tell the controller which replicas are offline: {e}",
+                              e=failure.getErrorMessage())
+            if self.give_up is not None:
+                self.give_up(f"its offline replicas cannot be reported: "
+                             f"{failure.getErrorMessage()}")
+            return
         self.dirty = True
         delay = min(self.retry_max_s, self.retry_initial_s * 2 ** max(0, self.attempts - 1))
         self.log.warn("could not report the offline log directories ({e}); retrying in "

@@ -217,6 +217,9 @@ LOG_DIR_FAILURE_EVENT = 1
 #: Bounds of :class:`OfflineReplicas` (a broker's value is refused beyond them, never trusted).
 MAX_OFFLINE_REPLICAS = 100_000
 MAX_OFFLINE_DIRS = 1_000
+#: The largest :class:`OfflineReplicas` value a broker writes: it fits both stores (the quorum's
+#: bound on a value, and ZooKeeper's default 1 MiB ``jute.maxbuffer``).
+MAX_OFFLINE_RECORD_BYTES = 700_000
 
 
 @dataclass(frozen=True)

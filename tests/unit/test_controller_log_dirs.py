@@ -146,3 +146,27 @@ def test_the_offline_set_is_per_registration():
     assert s.usable(T5, [1, 2, 3]) == [1, 2]
     s.forget([3])
     assert s.brokers() == [] and s.usable(T5, [1, 3]) == [1, 3]
+
+
+def test_the_new_leader_is_neither_fenced_nor_shutting_down_when_another_can_lead():
+    """t-2 (replicas 3, 1, 2) loses its leader 3's replica: broker 1, first in assignment
+    order, is fenced (or shutting down), so 2 leads; with both others unavailable except a
+    broker shutting down, that one still leads rather than none."""
+    store, clock, channels, ctl = make()
+    ctl._fenced_brokers = lambda: {1}
+    report(store, 3, ctl.live[3].epoch, [T2])
+    run(log_dir_failure.on_log_dir_event(ctl))
+    assert ctl.states[T2].leader == 2 and ctl.states[T2].isr == (2,)  # fenced: out too
+
+    store, clock, channels, ctl = make()
+    ctl.shutting_down = {1}
+    report(store, 3, ctl.live[3].epoch, [T2])
+    run(log_dir_failure.on_log_dir_event(ctl))
+    assert ctl.states[T2].leader == 2
+
+    store, clock, channels, ctl = make()
+    ctl.shutting_down = {1}
+    ctl._fenced_brokers = lambda: {2}
+    report(store, 3, ctl.live[3].epoch, [T2])
+    run(log_dir_failure.on_log_dir_event(ctl))
+    assert ctl.states[T2].leader == 1  # only 1 can: shutting down, it still serves

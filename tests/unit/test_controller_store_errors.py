@@ -64,6 +64,28 @@ def test_a_broker_change_the_store_did_not_take_is_a_warning_and_is_judged_again
     assert LogLevel.critical not in levels(events)
 
 
+def test_a_restart_seen_while_the_store_took_no_writes_is_still_announced_on_the_retry():
+    """The broker change that saw broker 3 restart updated the live set before its writes
+    failed: the retry must still treat 3 as restarted (out of the ISRs, its leaderships moved)
+    and send it its whole state."""
+    from broker_core.controller import controller as controller_module
+    from broker_core.wire.apis import ApiKey
+
+    store, clock, channels, ctl = make()
+    started(ctl)
+    ctl.live[3] = controller_module.LiveBroker(3, "h", 9003, None, -7)  # seen as restarted
+    failing = failing_writes(store, ConnectionLost("no metadata quorum leader took the write"))
+    ctl._enqueue("broker_change", ctl._on_broker_change)
+    failing.clear()
+    clock.advance(CONFLICT_RETRY_S)
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    clock.advance(LEADERS_FIRST_WAIT_S)
+    assert all(3 not in d.isr for d in ctl.states.values())
+    assert all(d.leader != 3 for d in ctl.states.values())
+    full = [b for k, b, _ in channels[3].sent if k == ApiKey.LEADER_AND_ISR and b["type"] == 1]
+    assert len(full) == 1
+
+
 def test_a_write_abandoned_because_the_broker_stops_ends_quietly():
     store, clock, channels, ctl = make()
     events = started(ctl)

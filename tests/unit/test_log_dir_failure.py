@@ -450,6 +450,32 @@ def test_a_healthy_start_removes_a_previous_incarnations_record():
     assert paths.offline_replicas(2) not in store.nodes and store.notifications() == []
 
 
+def test_a_partition_offline_on_its_own_is_reported_again_after_a_re_registration():
+    """A partition taken offline alone (its stored bytes failed a read check) leaves no
+    directory offline: the record must be written again for the new epoch all the same."""
+    clock, store = task.Clock(), FlakyStore()
+    epoch = [5]
+    r = reporter(store, clock, ([], [("t", 0)]), epoch)
+    r.registered()
+    epoch[0] = 9
+    r.registered()
+    record = paths.OfflineReplicas.from_bytes(store.nodes[paths.offline_replicas(2)])
+    assert record.broker_epoch == 9 and record.partitions == (("t", 0),)
+    assert r.reported == 2
+
+
+def test_a_record_too_large_for_the_store_gives_up_at_once_instead_of_retrying():
+    clock, store = task.Clock(), FlakyStore()
+    parts = [("t" * 200, p) for p in range(5000)]  # about 1 MB of JSON
+    gave_up: list[str] = []
+    r = LogDirFailureReporter(2, store, clock, offline=lambda: (["/d0"], parts),
+                              broker_epoch=lambda: 4, give_up=gave_up.append)
+    r.report()
+    assert len(gave_up) == 1 and "cannot be reported" in gave_up[0]
+    assert str(paths.MAX_OFFLINE_RECORD_BYTES) in gave_up[0]
+    assert not r.waiting and not clock.getDelayedCalls() and store.notifications() == []
+
+
 def test_a_report_while_one_is_written_is_written_again_after_it():
     clock = task.Clock()
     held: list[defer.Deferred] = []

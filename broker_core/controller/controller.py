@@ -160,6 +160,8 @@ class Controller:
         #: _on_broker_change); emptied on resigning (a new controller sends everyone everything).
         self._owed_new: set[int] = set()
         self._owed_bounced: set[int] = set()
+        #: Partitions a removal sent StopReplica for whose removal is not written yet.
+        self._stopped_for_removal: dict[str, set[int]] = {}
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -1314,6 +1316,7 @@ class Controller:
                         self.log.error("rejecting partitions_remove for {t}: {why}", t=topic,
                                        why=problem)
                     await self._fenced(cleanup)
+                    self._restore_stopped(topic)
                     continue
                 await self._remove_partitions(topic, remove, cleanup)
             except TransactionFailed as e:
@@ -1345,6 +1348,7 @@ class Controller:
         carried out again (step 1 is idempotent on the brokers)."""
         current = self.assignments[topic]
         batch = self._new_batch()
+        self._stopped_for_removal.setdefault(topic, set()).update(remove)
         for p in remove:
             tp = (topic, p)
             d = self.states.get(tp)
@@ -1370,7 +1374,28 @@ class Controller:
             self.removing.pop(tp, None)
         self.assignments[topic] = assignment
         self.topic_versions[topic] = version + 1
+        self._stopped_for_removal.pop(topic, None)
         self.log.info("removed partitions {ps} from topic {t}", ps=list(remove), t=topic)
+
+    def _restore_stopped(self, topic: str) -> None:
+        """A removal whose StopReplica went out but whose write then conflicted, and that is
+        now refused (the topic changed under it, or the request was withdrawn): its partitions
+        are still in the metadata but no replica holds them any more. Send their state again so
+        that the replicas serve them (empty: what they held was deleted) rather than leave
+        them unavailable."""
+        stopped = self._stopped_for_removal.pop(topic, set())
+        tps = [(topic, p) for p in sorted(stopped) if (topic, p) in self.states]
+        if not tps:
+            return
+        self.log.error("partitions {ps} of topic {t} were stopped for a removal that was then "
+                       "refused: serving them again, empty (their data was deleted)",
+                       ps=[p for _, p in tps], t=topic)
+        batch = self._new_batch()
+        for tp in tps:
+            d = self.states[tp]
+            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
+            batch.update_metadata(self.live, tp, d)
+        self._send(batch)
 
     # -- replica reassignment (seed 000 F) -------------------------------------------------------
 

@@ -162,3 +162,23 @@ def test_a_request_the_controller_refuses_is_deleted_and_nothing_is_stopped():
     assert paths.partitions_remove_topic("t") not in store.nodes
     assert all(stop_replicas(channels[b]) == [] for b in (1, 2, 3))
     assert assignment(store) == list(range(9)) and ("t", 3) in ctl.states
+
+
+def test_a_removal_refused_after_its_replicas_were_stopped_serves_them_again():
+    """StopReplica went out, the write conflicted, and by the retry the request no longer
+    holds (here: withdrawn by hand). The partition is still in the metadata but its replicas
+    dropped it: the controller sends its state again instead of leaving it unavailable."""
+    store, clock, channels, ctl = removal()
+    data, _ = store.nodes[paths.topic("t")]
+    store.set(paths.topic("t"), data)  # the controller's version of the topic is stale
+    ctl._enqueue("partitions_remove", ctl._on_partitions_remove)
+    for b in (1, 2, 3):
+        channels[b].answer()
+    assert assignment(store) == list(range(9))
+    sent_before = {b: len(channels[b].leader_and_isr()) for b in (1, 2, 3)}
+    store.delete(paths.partition_remove("t", 8))  # the request is withdrawn
+    clock.advance(CONFLICT_RETRY_S)
+    assert assignment(store) == list(range(9)) and ("t", 8) in ctl.states
+    for b in (1, 2, 3):  # every replica of t-8 is told to serve it again
+        again = channels[b].leader_and_isr()[sent_before[b]:]
+        assert ("t", 8) in {tp for lai in again for tp in lai}, b

@@ -107,13 +107,26 @@ def decompress(codec: Compression, data: bytes | bytearray | memoryview, *,
     raise CorruptRecordBatch(f"unknown compression codec {int(codec)}")
 
 
+#: Input fed to zlib at a time: what zlib copies out (``unused_data``, ``unconsumed_tail``) is
+#: at most this much, however long the payload (feeding it whole made every gzip member copy
+#: the rest of the payload: quadratic for many small members).
+_GZIP_INPUT_WINDOW = 64 * 1024
+#: Gzip members one payload may hold. Producers write one per batch; concatenated members are
+#: legal gzip, but thousands of empty ones are only a way to burn the broker's CPU.
+MAX_GZIP_MEMBERS = 1024
+
+
 def _gunzip(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
+    view = memoryview(data).cast("B")
     out = bytearray()
-    rest = bytes(data)
-    while True:
+    pos = 0  # where the input not yet given to zlib starts
+    for _ in range(MAX_GZIP_MEMBERS):
         d = zlib.decompressobj(wbits=47)  # 47 = accept a gzip or zlib header
-        tail = rest
+        tail: bytes | memoryview = b""
         while True:
+            if not tail:
+                tail = view[pos:pos + _GZIP_INPUT_WINDOW]
+                pos += len(tail)
             # At most _CHUNK at a time, so the peak is the output so far plus one chunk.
             room = min(_CHUNK, max_bytes + 1 - len(out))
             chunk = d.decompress(tail, room)
@@ -121,17 +134,18 @@ def _gunzip(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
             if len(out) > max_bytes:
                 raise DecompressedTooLarge(Compression.GZIP, max_bytes)
             tail = d.unconsumed_tail
+            if d.eof:
+                break
             # A capped call may leave output pending inside zlib even with no input left:
             # only an uncapped call with nothing left to read means the input is used up.
-            if d.eof or (not tail and len(chunk) < room):
-                break
-        if not d.eof:
-            raise CorruptRecordBatch("GZIP payload does not decompress: truncated stream")
-        rest = d.unused_data
-        if not rest.startswith(b"\x1f\x8b"):
+            if not tail and pos >= len(view) and len(chunk) < room:
+                raise CorruptRecordBatch("GZIP payload does not decompress: truncated stream")
+        pos -= len(d.unused_data)  # the next member starts right after this one
+        if bytes(view[pos:pos + 2]) != b"\x1f\x8b":
             # Bytes after a member that do not start another are ignored, as zlib.decompress
             # and Java's GZIPInputStream do.
             return bytes(out)
+    raise CorruptRecordBatch(f"GZIP payload has more than {MAX_GZIP_MEMBERS} members")
 
 
 def _snappy_length(block: bytes | memoryview) -> int:

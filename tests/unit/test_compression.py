@@ -6,7 +6,6 @@ one: "memory allocation of 1073741824 bytes failed")."""
 
 from __future__ import annotations
 
-import resource
 import struct
 import zlib
 
@@ -24,13 +23,11 @@ from broker_core.wire.records import (
 )
 from consumer_client.consumer_records import decode_chunk
 from tests.support import bad_batches as bb
+from tests.support.memory import peak_rss_mib, reset_peak_rss_mib
 
 MiB = 1 << 20
 CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
 
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 @pytest.mark.parametrize("codec", [Compression.NONE, *CODECS])
@@ -61,7 +58,7 @@ def test_a_large_bound_is_not_allocated_for_a_small_batch(codec):
     # The bound caps the output; a batch that needs little gets little, even at a high ratio.
     raw = bytes(2 * MiB)
     payload = compress(codec, raw)
-    before = peak_rss_mib()
+    before = reset_peak_rss_mib()
     assert decompress(codec, payload, max_bytes=1 << 30) == raw
     assert peak_rss_mib() - before < 64
 
@@ -102,7 +99,7 @@ def test_a_payload_that_does_not_decompress_is_corrupt_not_too_large(codec):
 @pytest.mark.parametrize("codec", CODECS)
 def test_each_bomb_is_refused_at_the_bound(codec):
     bomb = bb.BOMBS[codec]()
-    before = peak_rss_mib()
+    before = reset_peak_rss_mib()
     with pytest.raises(DecompressedTooLarge, match=f"more than {MiB} bytes"):
         decompress(codec, bomb, max_bytes=MiB)
     assert peak_rss_mib() - before < 64
@@ -124,7 +121,7 @@ DEFAULT_BOUND_PEAK_MIB = 160
 @pytest.mark.parametrize("codec", CODECS)
 def test_the_consumer_decoder_fails_clearly_on_a_bomb(codec):
     # A smaller bound is the caller's to choose: it holds the peak to about that.
-    before = peak_rss_mib()
+    before = reset_peak_rss_mib()
     with pytest.raises(DecompressedTooLarge, match=f"more than {MiB} bytes"):
         decode_chunk("t", 0, _bomb_chunk(codec), 0, max_decompressed_bytes=MiB)
     assert peak_rss_mib() - before < 32
@@ -137,7 +134,7 @@ def test_the_consumer_decoder_fails_clearly_on_a_bomb(codec):
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_the_batch_decoder_fails_clearly_on_a_bomb(codec):
-    before = peak_rss_mib()
+    before = reset_peak_rss_mib()
     with pytest.raises(DecompressedTooLarge):
         decode_batch(bb.bomb_batch(codec), max_decompressed_bytes=MiB)
     assert peak_rss_mib() - before < 32
@@ -152,7 +149,7 @@ def test_the_spark_column_decoder_fails_clearly_on_a_bomb(codec):
     pytest.importorskip("numpy")
     from consumer_client.spark.arrow_records import decode_record_batch
 
-    before = peak_rss_mib()
+    before = reset_peak_rss_mib()
     with pytest.raises(DecompressedTooLarge):
         decode_record_batch("t", 0, _bomb_chunk(codec), 0, 10, max_decompressed_bytes=MiB)
     assert peak_rss_mib() - before < 32
@@ -172,3 +169,32 @@ def test_decoders_still_read_every_codec():
 def test_zlib_header_payloads_still_decompress():
     # wbits 47 accepts a zlib header as well as gzip's, as the decoder always did.
     assert decompress(Compression.GZIP, zlib.compress(b"zlib"), max_bytes=4) == b"zlib"
+
+
+def test_gzip_members_are_read_in_turn_across_input_windows():
+    """Concatenated members, some longer than the window zlib is fed at a time, decode to
+    their concatenation (the member boundaries fall anywhere in a window)."""
+    import gzip
+    import os
+
+    from broker_core.wire.compression import decompress
+    from broker_core.wire.records import Compression
+
+    parts = [os.urandom(150_000), b"x" * 10, b"", os.urandom(70_000), b"tail" * 1000]
+    payload = b"".join(gzip.compress(p) for p in parts)
+    assert decompress(Compression.GZIP, payload, max_bytes=1 << 20) == b"".join(parts)
+    # trailing bytes that do not start a member are ignored, as before
+    assert decompress(Compression.GZIP, payload + b"\0\0\0", max_bytes=1 << 20) == \
+        b"".join(parts)
+
+
+def test_gzip_with_too_many_members_is_refused_as_corrupt():
+    import gzip
+
+    from broker_core.wire.compression import MAX_GZIP_MEMBERS, decompress
+    from broker_core.wire.records import Compression, CorruptRecordBatch
+
+    empty = gzip.compress(b"")
+    assert decompress(Compression.GZIP, empty * MAX_GZIP_MEMBERS, max_bytes=1024) == b""
+    with pytest.raises(CorruptRecordBatch, match="more than 1024 members"):
+        decompress(Compression.GZIP, empty * (MAX_GZIP_MEMBERS + 1), max_bytes=1024)

@@ -6,7 +6,6 @@ the right error, naming the record, and the log does not change."""
 from __future__ import annotations
 
 import random
-import resource
 
 import pytest
 
@@ -27,6 +26,7 @@ from broker_core.wire.records import (
     parse_batch,
 )
 from tests.support import bad_batches as bb
+from tests.support.memory import peak_rss_mib, reset_peak_rss_mib
 
 MiB = 1 << 20
 
@@ -40,9 +40,6 @@ def refused(data: bytes, max_bytes: int = MiB) -> InvalidRecordBatch:
         check(data, max_bytes)
     return e.value
 
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # -- what is accepted ---------------------------------------------------------------------------
@@ -248,7 +245,7 @@ def test_never_accepts_what_the_reference_decoder_refuses():
                                    Compression.SNAPPY])
 def test_every_codec_bomb_is_refused_without_holding_its_output(codec):
     data = bb.bomb_batch(codec)
-    before = peak_rss_mib()
+    before = reset_peak_rss_mib()
     e = refused(data)
     assert isinstance(e, DecompressedTooLarge)
     assert e.error_code_name == "MESSAGE_TOO_LARGE"

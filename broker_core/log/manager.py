@@ -272,11 +272,13 @@ class LogManager:
             return None
         gone = sorted(tp for tp, d in self._dir_of.items() if d == log_dir)
         for tp in gone:
-            self._dir_of.pop(tp)
-            log = self._logs.pop(tp)
-            self.offline_partitions[tp] = log_dir
-            log.abandon()
+            self._abandon(tp)
         return gone
+
+    def _abandon(self, tp: TopicPartition) -> None:
+        """Drop ``tp``'s log (descriptors closed, nothing written) and remember it offline."""
+        self.offline_partitions[tp] = self._dir_of.pop(tp)
+        self._logs.pop(tp).abandon()
 
     def fail_partition(self, tp: TopicPartition) -> bool:
         """Take one partition's log out of service after its stored bytes failed a check
@@ -284,12 +286,9 @@ class LogManager:
         descriptors closed, nothing written) and stays in ``offline_partitions`` until the
         broker restarts, when recovery cuts the log at the damage. Its directory stays online.
         False if the partition has no open log here."""
-        log_dir = self._dir_of.pop(tp, None)
-        if log_dir is None:
+        if tp not in self._dir_of:
             return False
-        log = self._logs.pop(tp)
-        self.offline_partitions[tp] = log_dir
-        log.abandon()
+        self._abandon(tp)
         return True
 
     def dir_for_error(self, error: BaseException) -> Path | None:

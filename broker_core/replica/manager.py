@@ -441,17 +441,7 @@ class ReplicaManager:
         if gone is None:
             return
         status = self.log_manager.dir_states.status(log_dir)
-        led = 0
-        for tp in gone:
-            self.fetchers.unfollow([tp])
-            self.alter_isr.forget(tp)
-            self._flushing.discard(tp)
-            p = self.partitions.pop(tp, None)
-            if p is not None:
-                led += p.is_leader
-                p.state = None
-        self.fetchers.shutdown_idle()
-        self._wake_many(gone)
+        led = self._stop_serving(gone)
         self.log.critical(
             "log directory {d} is OFFLINE after an I/O error during {what} ({e}): {n} partitions "
             "({l} led here) are no longer served and its files are left untouched until the "
@@ -461,20 +451,29 @@ class ReplicaManager:
         if self.on_log_dir_failure is not None:
             self.on_log_dir_failure(status, gone)
 
+    def _stop_serving(self, tps: list[TopicPartition]) -> int:
+        """Forget partitions whose logs were taken offline: their fetchers and pending ISR
+        changes stop, requests waiting on them are answered now. Returns how many were led."""
+        led = 0
+        for tp in tps:
+            self.fetchers.unfollow([tp])
+            self.alter_isr.forget(tp)
+            self._flushing.discard(tp)
+            p = self.partitions.pop(tp, None)
+            if p is not None:
+                led += p.is_leader
+                p.state = None
+        self.fetchers.shutdown_idle()
+        self._wake_many(tps)
+        return led
+
     def fail_partition(self, tp: TopicPartition, error: BaseException, what: str) -> None:
         """Take partition ``tp`` offline on this broker after its log failed a check: as for a
         failed directory, but for this partition alone (see :meth:`fail_log_dir`)."""
         log_dir = self.log_manager.dir_of(*tp)
         if log_dir is None or not self.log_manager.fail_partition(tp):
             return
-        self.fetchers.unfollow([tp])
-        self.alter_isr.forget(tp)
-        self._flushing.discard(tp)
-        p = self.partitions.pop(tp, None)
-        if p is not None:
-            p.state = None
-        self.fetchers.shutdown_idle()
-        self._wake_many([tp])
+        self._stop_serving([tp])
         self.log.critical(
             "partition {t}-{p} is OFFLINE on this broker after {what}: {e}; it is no longer "
             "served here (its leadership moves) and its files are left untouched until the "

@@ -6,8 +6,8 @@ What it does, in order: starts three brokers in quorum mode (``twistd broker`` p
 ports of 127.0.0.1, each serving /metrics), writes a Prometheus configuration scraping them
 every 5 s under ``job="sluice"`` and starts ``prometheus`` (Debian's package) on a free port;
 then, for ``--duration`` seconds, a producer writes to a 6-partition topic (replication factor
-3, ``acks=all``) while ``sluice loadtest`` runs consumer groups on it (a share of the consumers
-is killed halfway, so the coordinator expires and rebalances them), and one broker is stopped
+3, ``acks=all``) while ``sluice loadtest`` runs consumer groups on it in two worker processes
+(one is killed halfway: the coordinator expires its consumers and rebalances), and one broker is stopped
 for a while and started again (ISR shrinks and expands, a leader moves). Last it renders the
 dashboard through Prometheus' HTTP API (``render.py``) and stops everything it started.
 
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
              "--bootstrap-server", cluster.bootstrap, "--topic", TOPIC, "--partitions", "6",
              "--replication-factor", "3", "--consumers", str(args.consumers),
              "--processes", "2", "--groups", "4", "--ramp", "20",
-             "--duration", str(args.duration), "--kill-share", "0.25",
+             "--duration", str(args.duration), "--kill-share", "0.5",
              "--kill-at", str(args.duration / 2), "--out", str(work / "loadtest"), "--quiet"],
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
         time.sleep(15)  # the loadtest creates the topic

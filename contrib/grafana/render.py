@@ -79,7 +79,7 @@ def default_variables(model: Mapping[str, Any], rate_interval: str) -> dict[str,
     return out
 
 
-def _units(panel: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+def panel_units(panel: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
     """The panel's unit and the per-refId unit overrides (``byFrameRefID`` matchers)."""
     fc = panel.get("fieldConfig", {})
     unit = fc.get("defaults", {}).get("unit", "short")
@@ -116,7 +116,7 @@ def draw_timeseries(fig: Any, box: tuple[float, float, float, float], panel: Map
     left, bottom, width, height = box
     fig.patches.append(_panel_patch(fig, box))
     _title(fig, box, panel["title"], title_h)
-    unit, per_ref = _units(panel)
+    unit, per_ref = panel_units(panel)
     targets = {t["refId"]: t for t in panel.get("targets", ())}
     names = [dashboard.legend(targets[ref].get("legendFormat", ""), labels_)[:LEGEND_CHARS]
              for ref, series in results for labels_, _, _ in series]
@@ -157,8 +157,10 @@ def draw_timeseries(fig: Any, box: tuple[float, float, float, float], panel: Map
     ax.set_xticks([t / 86400 for t in range(int(first), int(end) + 1, every)])
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M"))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: dashboard.format_value(v, unit)))
-    ymin, ymax = ax.get_ylim()
-    ax.set_ylim(0, max(ymax, 1e-9) if not handles else ymax)
+    floor = panel.get("fieldConfig", {}).get("defaults", {}).get("min")  # the panel's soft min
+    for axis in (ax, right):
+        if axis is not None and floor is not None:
+            axis.set_ylim(bottom=floor)
     if not handles:
         ax.text(0.5, 0.5, "No data", transform=ax.transAxes, color=DIM, ha="center",
                 va="center", fontsize=10)
@@ -193,7 +195,7 @@ def threshold_colour(panel: Mapping[str, Any], value: float) -> str:
 def draw_stat(fig: Any, box: tuple[float, float, float, float], panel: Mapping[str, Any],
               value: float, title_h: float) -> None:
     left, bottom, width, height = box
-    unit, _ = _units(panel)
+    unit, _ = panel_units(panel)
     fig.patches.append(_panel_patch(fig, box))
     colour = PANEL if math.isnan(value) else threshold_colour(panel, value)
     from matplotlib.patches import Rectangle

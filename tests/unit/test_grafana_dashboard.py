@@ -226,3 +226,41 @@ def test_panel_box_maps_the_grid_onto_the_page() -> None:
 ])
 def test_format_value(value: float, unit: str, text: str) -> None:
     assert dashboard.format_value(value, unit) == text
+
+
+# --- the renderer's pure helpers ------------------------------------------------------------
+
+def _render_module():
+    spec = importlib.util.spec_from_file_location(
+        "sluice_grafana_render", ROOT / "contrib" / "grafana" / "render.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_render_takes_variables_from_the_dashboard(model: dict) -> None:
+    render = _render_module()
+    values = render.default_variables(model, "1m")
+    assert values == {"__rate_interval": "1m", "job": "sluice"}
+    # Every query of the dashboard resolves with them: no variable is left unanswered.
+    for panel in dashboard.iter_panels(model):
+        for t in panel.get("targets", ()):
+            assert "$" not in dashboard.substitute(t["expr"], values)
+
+
+def test_render_colours_a_stat_by_its_thresholds() -> None:
+    render = _render_module()
+    panel = {"fieldConfig": {"defaults": {"thresholds": {"steps": [
+        {"color": "red", "value": None}, {"color": "green", "value": 1},
+        {"color": "red", "value": 2}]}}}}
+    assert render.threshold_colour(panel, 0) == render.COLOURS["red"]
+    assert render.threshold_colour(panel, 1) == render.COLOURS["green"]
+    assert render.threshold_colour(panel, 3) == render.COLOURS["red"]
+    assert render.threshold_colour(panel, float("nan")) == render.COLOURS["red"]
+
+
+def test_render_reads_a_per_target_unit_override(model: dict) -> None:
+    render = _render_module()
+    panel = next(p for p in dashboard.iter_panels(model)
+                 if p["title"] == "Partitions led and log size by broker")
+    assert render.panel_units(panel) == ("short", {"B": "bytes"})

@@ -22,11 +22,8 @@ dashboard = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = dashboard
 _spec.loader.exec_module(dashboard)
 
-#: Metrics the dashboard shows ahead of the broker registering them: they come with the
-#: log-directory failure handling (the first two) and the metadata-log entry validation (the
-#: last), which land separately. Accepted while this tree's registry lacks them; drop a name
-#: here once broker_core/metrics.py registers it (the check is then the ordinary one).
-ARRIVING = frozenset({
+#: Metrics of failed log directories and skipped metadata entries: the dashboard must show them.
+NEWER = frozenset({
     "sluice_offline_log_directory_count",
     "sluice_log_directory_online",
     "sluice_metadata_entries_skipped_total",
@@ -40,7 +37,7 @@ def broker_series() -> set[str]:
 
 def unknown_metrics(model: dict) -> dict[str, set[str]]:
     """Metric name -> panels, for names neither the broker nor Prometheus provides."""
-    known = broker_series() | dashboard.PROMETHEUS_SERIES | ARRIVING
+    known = broker_series() | dashboard.PROMETHEUS_SERIES
     return {name: panels for name, panels in dashboard.dashboard_metric_names(model).items()
             if name not in known}
 
@@ -81,13 +78,8 @@ def test_the_dashboard_has_the_structure_grafana_imports(model: dict) -> None:
 
 def test_the_dashboard_shows_the_log_directory_and_skipped_entry_metrics(model: dict) -> None:
     used = dashboard.dashboard_metric_names(model)
-    for name in ARRIVING:
+    for name in NEWER:
         assert name in used, name
-
-
-def test_arriving_names_are_accepted_only_for_themselves(model: dict) -> None:
-    assert ARRIVING.isdisjoint(dashboard.PROMETHEUS_SERIES)
-    assert all(name.startswith("sluice_") for name in ARRIVING)
 
 
 # --- structure checks catch what they name ------------------------------------------------

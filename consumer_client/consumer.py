@@ -633,9 +633,11 @@ class Consumer:
             return
         was_unreachable = self._health.unreachable_since is not None
         if self.membership.registered:
-            self._health.joined()
+            warned = self._health.joined()
             if was_unreachable and self._problem is not None:
-                self._update_problem()
+                self._update_problem()  # clears it, and tells the listeners
+            elif warned:
+                self._tell_problem()
         elif s is State.DISCOVERING:
             self._health.lost(self.clock.seconds())
             self._watch_health()
@@ -653,7 +655,7 @@ class Consumer:
         now = self.clock.seconds()
         if set(assigned) & set(self._health.missing):
             self._health.topics_checked(assigned, set(), now)
-            self._update_problem()
+            self._topics_changed()
         if unknown:
             d = defer.Deferred.fromCoroutine(self._look_up_topics(unknown))
             d.addErrback(lambda f: self.log.failure("topic lookup failed", f))
@@ -677,8 +679,14 @@ class Consumer:
                           c=self.config.consumer_id, t=", ".join(sorted(self._health.missing)),
                           ms=self.config.default_api_timeout_ms)
             self._tell_problem()
-        self._update_problem()
+        self._topics_changed()
         self._watch_health()
+
+    def _topics_changed(self) -> None:
+        had = self._problem is not None
+        self._update_problem()
+        if self._health.cleared and not had:
+            self._tell_problem()  # the warning is over (an error's end was told just now)
 
     def _watch_health(self) -> None:
         """(Re)arm the one health timer at the next moment a problem may change state."""

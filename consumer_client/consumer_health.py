@@ -38,6 +38,7 @@ class HealthTracker:
     reason: str | None = None  # the last reason the consumer could not register
     missing: dict[str, float] = field(default_factory=dict)  # topic -> first seen missing
     _said: dict[str, tuple[str, float]] = field(default_factory=dict)  # kind -> (key, at)
+    cleared: bool = False  # the last topics_checked() found the last missing topics
 
     # -- inputs ---------------------------------------------------------------------------------
 
@@ -46,11 +47,12 @@ class HealthTracker:
         if self.unreachable_since is None:
             self.unreachable_since = now
 
-    def joined(self) -> None:
-        """The consumer registered with a coordinator."""
+    def joined(self) -> bool:
+        """The consumer registered with a coordinator. True when the outage it ends had been
+        warned about (worth saying that it is over)."""
         self.unreachable_since = None
         self.reason = None
-        self._said.pop(UNREACHABLE, None)
+        return self._said.pop(UNREACHABLE, None) is not None
 
     def failed_attempt(self, reason: str, key: str, now: float) -> bool:
         """An attempt to register failed for ``reason``; True when it is worth a warning
@@ -64,6 +66,7 @@ class HealthTracker:
         """A lookup of ``checked`` found ``missing`` absent (the rest exist). True when the
         set of missing topics changed to a new non-empty one (worth a warning)."""
         before = set(self.missing)
+        self.cleared = bool(before)
         for t in checked:
             if t in missing:
                 self.missing.setdefault(t, now)
@@ -72,6 +75,7 @@ class HealthTracker:
         if not self.missing:
             self._said.pop(MISSING, None)
             return False
+        self.cleared = False
         return set(self.missing) != before and self._should_say(
             MISSING, ",".join(sorted(self.missing)), now)
 

@@ -123,6 +123,8 @@ async def test_a_missing_topic_is_warned_raised_after_the_bound_and_consumed_onc
         bootstrap_servers=bootstrap, group_id="g", consumer_id="m1", topics={"t": 1},
         session_timeout_ms=6000, fetch_max_wait_ms=100, auto_offset_reset="smallest",
         retry_backoff_ms=50, default_api_timeout_ms=1000), reactor=reactor)
+    told = []
+    c.on_problem(told.append)
     c.start()
     try:
         await eventually(lambda: c.health.missing_topics == ("t",), timeout=30,
@@ -139,6 +141,10 @@ async def test_a_missing_topic_is_warned_raised_after_the_bound_and_consumed_onc
         await ready_topic(brokers, partitions=1)
         await fill(brokers, "t", 0, 5)
         await eventually(lambda: c.health.ok, timeout=30, what="the problem to clear")
+        # told: the warning, the error, its end
+        assert [(h.missing_topics, type(h.error).__name__) for h in told] == [
+            (("t",), "NoneType"), (("t",), "TopicNotFound"), ((), "NoneType")], told
+        assert told[-1].ok
         got = await take(c, 5, timeout=30)
         assert [m.offset for m in got] == list(range(5))
     finally:

@@ -30,8 +30,10 @@ def test_unreachable_becomes_overdue_at_the_bound_not_before():
 
 def test_joining_clears_the_outage_and_its_warning():
     h = HealthTracker(bound_s=1.0)
+    h.lost(-1.0)
+    assert not h.joined()  # a start without trouble: nothing to say
     h.failed_attempt("refused", "k", 0.0)
-    h.joined()
+    assert h.joined()  # the warned outage is over: worth saying
     assert h.unreachable_since is None and h.reason is None
     assert not h.unreachable_overdue(100.0)
     h.lost(100.0)
@@ -49,5 +51,6 @@ def test_missing_topics_warned_on_change_overdue_each_from_its_own_start():
     assert h.overdue_topics(7.0) == ["a", "b"]
     assert h.next_check(1.0) == 4.0
     assert not h.reminder_due(30.0) and h.reminder_due(62.0)
-    assert not h.topics_checked({"a", "b"}, set(), 70.0)  # both created
+    assert h.topics_checked({"a", "b"}, {"a"}, 65.0) and not h.cleared  # b created: new set
+    assert not h.topics_checked({"a", "b"}, set(), 70.0) and h.cleared  # a too
     assert h.missing == {} and h.overdue_topics(100.0) == [] and h.next_check(70.0) is None

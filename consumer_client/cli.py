@@ -436,7 +436,12 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         return
     if args.area == "consume":
         from consumer_client import console_consumer
+        from consumer_client.consumer_config import ConsumerConfig
 
+        # Checked before anything starts: a bad key or value is bad usage (exit 2).
+        ConsumerConfig.from_mapping({"bootstrap.servers": args.bootstrap_server,
+                                     "group.id": args.group, "topics": {args.topic: 1},
+                                     **dict(args.consumer_property)})
         code = console_consumer.run(
             bootstrap=args.bootstrap_server, topic=args.topic, group=args.group,
             members=args.members, from_beginning=args.from_beginning,

@@ -29,8 +29,15 @@ What the coordinator can rely on:
 - with auto-commit, ``close()`` answers the next Ping with the final offsets and waits for the
   Ping after it (or ``shutdown.timeout.ms``) before closing (seed §11 step 1.2).
 
+What the application can rely on: a consumer that cannot register (no broker, no coordinator)
+or whose subscribed topic does not exist says so in a warning (once per reason, then as a
+reminder) and in :attr:`Consumer.health`; once that lasts ``default.api.timeout.ms`` its readers
+fail with :class:`ConsumerUnavailable` / :class:`TopicNotFound` until it is over (the consumer
+keeps retrying; :mod:`consumer_client.consumer_health` decides when).
+
 Per-consumer cost: no threads; timers only from the injected clock (one silence timer, reset by
-each request, plus the fetch loops' backoff timers).
+each request, the fetch loops' backoff timers, and one health timer while the consumer is not
+registered or a subscribed topic is missing).
 """
 
 from __future__ import annotations

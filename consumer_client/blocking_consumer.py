@@ -33,7 +33,7 @@ from typing import Any
 
 from twisted.internet import defer
 
-from consumer_client.consumer import Consumer, MemberInfo
+from consumer_client.consumer import Consumer, Health, MemberInfo
 from consumer_client.consumer_config import ConsumerConfig
 from consumer_client.consumer_records import Message
 from consumer_client.consumer_streams import Chunk, MessageSource, PartitionState, StreamClosed
@@ -143,7 +143,14 @@ class BlockingConsumer:
         return iter(self._all)
 
     def poll(self, timeout: float | None = None) -> Message | None:
-        """The next message from any stream, or None after ``timeout`` seconds."""
+        """The next message from any stream, or None after ``timeout`` seconds.
+
+        Raises :class:`~consumer_client.consumer.ConsumerUnavailable` once the consumer has not
+        been able to join its group for ``default.api.timeout.ms`` (no broker reachable, no
+        coordinator), or :class:`~consumer_client.consumer.TopicNotFound` once a subscribed
+        topic has not existed for that long, while no message is ready; the consumer keeps
+        retrying, and a later ``poll`` returns messages again once the problem is gone.
+        Iteration raises the same."""
         return self._all.poll(timeout)
 
     def streams(self, topic: str | None = None) -> list[BlockingStream]:
@@ -163,6 +170,11 @@ class BlockingConsumer:
     @property
     def member(self) -> MemberInfo:
         return self._rt.call(lambda: self._consumer.member)
+
+    @property
+    def health(self) -> Health:
+        """What keeps the consumer from its messages now (see ``Consumer.health``)."""
+        return self._rt.call(lambda: self._consumer.health)
 
     def wait_for(self, *states: State, timeout: float = 30.0) -> State:
         """Block until the member is in one of ``states``; raises ``TimeoutError``."""

@@ -9,6 +9,7 @@
     sluice groups list | describe [--group G ...]
     sluice loadtest --topic T --consumers N [--processes M] [--groups G] [--duration S] ...
     sluice consume --topic T --group G [--members N] [--from-beginning] [--max-messages N]
+                   [--consumer-property KEY=VALUE ...]
     sluice quorum describe [--json]
     sluice quorum reassign (--voters ID,ID,... [--wait] | --cancel)
 
@@ -51,11 +52,16 @@ def _positive(name: str):
     return parse
 
 
-def _config(raw: str) -> tuple[str, str]:
-    key, sep, value = raw.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"--config expects key=value, got {raw!r}")
-    return key.strip(), value.strip()
+def _key_value(flag: str):
+    def parse(raw: str) -> tuple[str, str]:
+        key, sep, value = raw.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"{flag} expects key=value, got {raw!r}")
+        return key.strip(), value.strip()
+    return parse
+
+
+_config = _key_value("--config")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--session-timeout-ms", type=_positive("--session-timeout-ms"),
                     default=10000)
     co.add_argument("--quiet", action="store_true", help="do not print the messages")
+    co.add_argument("--consumer-property", type=_key_value("--consumer-property"),
+                    action="append", default=[], metavar="KEY=VALUE",
+                    help="a consumer config key (repeatable), e.g. default.api.timeout.ms=5000: "
+                    "how long an unreachable cluster or a missing topic may last before the "
+                    "command gives up with exit code 1 (default 60000)")
 
     lt = sub.add_parser("loadtest", help="run many consumers in several processes and report "
                         "join times, rebalances, heartbeats, expirations and coordinator load")
@@ -425,12 +436,18 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         return
     if args.area == "consume":
         from consumer_client import console_consumer
+        from consumer_client.consumer_config import ConsumerConfig
 
+        # Checked before anything starts: a bad key or value is bad usage (exit 2).
+        ConsumerConfig.from_mapping({"bootstrap.servers": args.bootstrap_server,
+                                     "group.id": args.group, "topics": {args.topic: 1},
+                                     **dict(args.consumer_property)})
         code = console_consumer.run(
             bootstrap=args.bootstrap_server, topic=args.topic, group=args.group,
             members=args.members, from_beginning=args.from_beginning,
             max_messages=args.max_messages, quiet=args.quiet,
-            session_timeout_ms=args.session_timeout_ms, out=out)
+            session_timeout_ms=args.session_timeout_ms, out=out,
+            properties=dict(args.consumer_property))
         if code:
             raise AdminError(None, "the consumer group stopped with an error")
         return

@@ -4,6 +4,10 @@ Runs ``members`` Sluice consumers of one group on one reactor, prints each messa
 nothing with ``quiet``), and stops after ``max_messages`` in total or on SIGINT/SIGTERM. Stopping
 closes every member properly: with auto-commit, each hands its final positions to the
 coordinator before it leaves, so the group's committed offsets say how far it got.
+
+Problems go to ``err`` as they are seen (no broker reachable, the topic does not exist: once per
+reason, then as a reminder); one that lasts the consumer's ``default.api.timeout.ms`` (60 s
+unless set with ``properties``) stops the group with exit code 1.
 """
 
 from __future__ import annotations
@@ -23,15 +27,22 @@ class _Enough(Exception):
 
 async def _consume(reactor: Any, done: defer.Deferred, *, bootstrap: str, topic: str,
                    group: str, members: int, from_beginning: bool, max_messages: int | None,
-                   quiet: bool, session_timeout_ms: int, out: TextIO, err: TextIO) -> int:
+                   quiet: bool, session_timeout_ms: int, out: TextIO, err: TextIO,
+                   properties: dict[str, str] | None = None) -> int:
     from consumer_client.consumer import Consumer, ConsumerConfig
 
-    consumers = [Consumer(ConsumerConfig.create(
-        bootstrap_servers=bootstrap, group_id=group, topics={topic: 1},
-        consumer_id=f"{group}-console-{i}-{_suffix()}", session_timeout_ms=session_timeout_ms,
-        auto_offset_reset="smallest" if from_beginning else "largest"), reactor=reactor)
-        for i in range(members)]
+    def config(i: int) -> ConsumerConfig:
+        values: dict[str, object] = {
+            "bootstrap.servers": bootstrap, "group.id": group, "topics": {topic: 1},
+            "consumer.id": f"{group}-console-{i}-{_suffix()}",
+            "session.timeout.ms": session_timeout_ms,
+            "auto.offset.reset": "smallest" if from_beginning else "largest"}
+        values.update(properties or {})
+        return ConsumerConfig.from_mapping(values)
+
+    consumers = [Consumer(config(i), reactor=reactor) for i in range(members)]
     counts = [0] * members
+    problems: list[BaseException] = []
 
     def stop(*_: Any) -> None:
         if not done.called:
@@ -48,10 +59,17 @@ async def _consume(reactor: Any, done: defer.Deferred, *, bootstrap: str, topic:
 
     def ended(f: Any) -> None:
         if not f.check(_Enough):
+            problems.append(f.value)
             err.write(f"sluice: {f.value}\n")
         stop()
 
+    def warn(c: Any, health: Any) -> None:
+        # Before it becomes an error (which ends the consumption, reported by ended()).
+        if health.reason is not None and health.error is None:
+            err.write(f"sluice: {c.config.consumer_id}: {health.reason}\n")
+
     for i, c in enumerate(consumers):
+        c.on_problem(lambda h, c=c: warn(c, h))
         c.start()
         c.consume(lambda m, i=i: on_message(i, m)).addErrback(ended)
     await done
@@ -62,7 +80,7 @@ async def _consume(reactor: Any, done: defer.Deferred, *, bootstrap: str, topic:
     failed = [c for c in consumers if c.error is not None]
     for c in failed:
         err.write(f"sluice: {c.config.consumer_id}: {c.error}\n")
-    return 1 if failed else 0
+    return 1 if failed or problems else 0
 
 
 def _suffix() -> str:
@@ -75,7 +93,7 @@ def _suffix() -> str:
 def run(*, bootstrap: str, topic: str, group: str, members: int = 1,
         from_beginning: bool = False, max_messages: int | None = None, quiet: bool = False,
         session_timeout_ms: int = 10000, out: TextIO = sys.stdout,
-        err: TextIO = sys.stderr) -> int:
+        err: TextIO = sys.stderr, properties: dict[str, str] | None = None) -> int:
     """Run the console group until done; returns the exit code.
 
     The reactor runs without its own signal handlers: SIGINT/SIGTERM must not stop it at once
@@ -92,7 +110,7 @@ def run(*, bootstrap: str, topic: str, group: str, members: int = 1,
         d = defer.Deferred.fromCoroutine(_consume(
             reactor, done, bootstrap=bootstrap, topic=topic, group=group, members=members,
             from_beginning=from_beginning, max_messages=max_messages, quiet=quiet,
-            session_timeout_ms=session_timeout_ms, out=out, err=err))
+            session_timeout_ms=session_timeout_ms, out=out, err=err, properties=properties))
         d.addCallback(result.append)
         d.addErrback(lambda f: err.write(f"sluice: {f.getErrorMessage()}\n"))
         d.addBoth(lambda _: reactor.stop())

@@ -29,8 +29,15 @@ What the coordinator can rely on:
 - with auto-commit, ``close()`` answers the next Ping with the final offsets and waits for the
   Ping after it (or ``shutdown.timeout.ms``) before closing (seed §11 step 1.2).
 
+What the application can rely on: a consumer that cannot register (no broker, no coordinator)
+or whose subscribed topic does not exist says so in a warning (once per reason, then as a
+reminder) and in :attr:`Consumer.health`; once that lasts ``default.api.timeout.ms`` its readers
+fail with :class:`ConsumerUnavailable` / :class:`TopicNotFound` until it is over (the consumer
+keeps retrying; :mod:`consumer_client.consumer_health` decides when).
+
 Per-consumer cost: no threads; timers only from the injected clock (one silence timer, reset by
-each request, plus the fetch loops' backoff timers).
+each request, the fetch loops' backoff timers, and one health timer while the consumer is not
+registered or a subscribed topic is missing).
 """
 
 from __future__ import annotations
@@ -49,17 +56,20 @@ from broker_core.wire.errors import ErrorCode
 from consumer_client.cluster import ClusterClient
 from consumer_client.consumer_config import ConsumerConfig
 from consumer_client.consumer_fetcher import NETWORK_ERRORS, FetcherManager
+from consumer_client.consumer_health import HealthTracker
 from consumer_client.consumer_records import Message
 from consumer_client.consumer_streams import (
     AllStreams,
+    MessageSource,
     MessageStream,
     PartitionState,
     StreamClosed,
 )
 from consumer_client.membership import Action, Input, Membership, State
 
-__all__ = ["Consumer", "ConsumerConfig", "Message", "MemberInfo", "State", "ConsumerError",
-           "RegistrationRejected", "CommitFailed", "NotRegistered", "StreamClosed"]
+__all__ = ["Consumer", "ConsumerConfig", "Message", "MemberInfo", "Health", "State",
+           "ConsumerError", "RegistrationRejected", "ConsumerUnavailable", "TopicNotFound",
+           "CommitFailed", "NotRegistered", "StreamClosed"]
 
 #: Registration errors that retrying (after finding the coordinator again) can fix.
 RETRIABLE_REGISTRATION = frozenset({
@@ -82,6 +92,40 @@ class RegistrationRejected(ConsumerError):
         name = code.name if isinstance(code, ErrorCode) else f"error {code}"
         super().__init__(f"the coordinator rejected the registration with {name}{detail}")
         self.code = code
+
+
+class ConsumerUnavailable(ConsumerError):
+    """The consumer has not been registered with a coordinator for ``default.api.timeout.ms``:
+    no bootstrap server answered, none named a coordinator, or the coordinator could not be
+    reached or refused for a reason retrying may fix. ``servers`` are the bootstrap servers
+    tried, ``reason`` the last failure. Not fatal: the consumer keeps retrying, and reading
+    works again once it registers."""
+
+    def __init__(self, group_id: str, servers: list[str], reason: str | None,
+                 timeout_ms: int) -> None:
+        self.group_id = group_id
+        self.servers = servers
+        self.reason = reason
+        self.timeout_ms = timeout_ms
+        super().__init__(
+            f"could not join group {group_id!r} within default.api.timeout.ms={timeout_ms}: "
+            f"{reason or 'no coordinator found'} (bootstrap servers tried: "
+            f"{', '.join(servers)})")
+
+
+class TopicNotFound(ConsumerError):
+    """A subscribed topic has not existed for ``default.api.timeout.ms`` (the brokers answer
+    UNKNOWN_TOPIC_OR_PARTITION): nothing of it can be assigned. Not fatal: once the topic is
+    created the coordinator rebalances and its partitions are consumed."""
+
+    def __init__(self, topics: list[str], timeout_ms: int) -> None:
+        self.topics = topics
+        self.timeout_ms = timeout_ms
+        names = ", ".join(repr(t) for t in topics)
+        noun = "topic" if len(topics) == 1 else "topics"
+        verb = "does" if len(topics) == 1 else "do"
+        super().__init__(f"{noun} {names} {verb} not exist (UNKNOWN_TOPIC_OR_PARTITION): not "
+                         f"created within default.api.timeout.ms={timeout_ms}")
 
 
 class NotRegistered(ConsumerError):
@@ -111,6 +155,22 @@ class MemberInfo:
     assignment: dict[tuple[str, int], int]
     rebalances: int
     last_error: str | None
+
+
+@dataclass(frozen=True)
+class Health:
+    """What stands between the consumer and its messages now.
+
+    ``ok`` is True when the consumer is registered and no subscribed topic is known to be
+    missing. ``reason`` says what is wrong (None when ok), ``missing_topics`` lists the
+    subscribed topics the brokers say do not exist, and ``error`` is what reading raises: set
+    once a problem has lasted ``default.api.timeout.ms`` (a :class:`ConsumerUnavailable` or
+    :class:`TopicNotFound`, or the fatal :class:`RegistrationRejected`)."""
+
+    ok: bool
+    reason: str | None
+    missing_topics: tuple[str, ...]
+    error: ConsumerError | None
 
 
 class Consumer:
@@ -165,6 +225,12 @@ class Consumer:
         self._closed_d: defer.Deferred = defer.Deferred()
         self._state_waiters: list[tuple[Callable[[State], bool], defer.Deferred]] = []
         self._state_listeners: list[Callable[[MemberInfo], Any]] = []
+        # Problems (no coordinator, missing topics): warned once per reason, raised to readers
+        # after default.api.timeout.ms (see consumer_health).
+        self._health = HealthTracker(cfg.default_api_timeout_ms / 1000.0)
+        self._health_timer: Any = None
+        self._problem: ConsumerError | None = None
+        self._problem_listeners: list[Callable[[Health], Any]] = []
 
     def _make_stream(self, key: tuple[str | None, str]) -> MessageStream:
         s = MessageStream(key, self.config.queued_max_chunks, self._space)
@@ -181,6 +247,8 @@ class Consumer:
         if self._started:
             return
         self._started = True
+        self._health.lost(self.clock.seconds())
+        self._watch_health()
         self._schedule_discovery(0.0)
 
     @property
@@ -193,6 +261,27 @@ class Consumer:
         return MemberInfo(self.config.group_id, self.config.consumer_id, m.state, m.generation,
                           self.coordinator, {tp: ps.consumed for tp, ps in self.parts.items()},
                           m.rebalances, self.last_error)
+
+    @property
+    def health(self) -> Health:
+        """See :class:`Health`."""
+        h = self._health
+        error = self.error if isinstance(self.error, ConsumerError) else self._problem
+        reason = None
+        if error is not None:
+            reason = str(error)
+        elif h.unreachable_since is not None and self._started and not self.closed:
+            reason = h.reason or "looking for the group's coordinator"
+        elif h.missing:
+            reason = (f"subscribed topics {', '.join(repr(t) for t in sorted(h.missing))} do not "
+                      "exist (UNKNOWN_TOPIC_OR_PARTITION)")
+        return Health(reason is None, reason, tuple(sorted(h.missing)), error)
+
+    def on_problem(self, callback: Callable[[Health], Any]) -> None:
+        """Call ``callback(health)`` whenever the consumer warns about a problem (once per
+        distinct reason, then as a reminder), when a problem becomes ``health.error`` after
+        ``default.api.timeout.ms``, and when it clears (``health.ok``)."""
+        self._problem_listeners.append(callback)
 
     def on_state_change(self, callback: Callable[[MemberInfo], Any]) -> None:
         """Call ``callback(member)`` after every state change."""
@@ -295,6 +384,7 @@ class Consumer:
                            b=self.state.value, e=event.value)
         result = self._run(actions, request)
         if self.state is not before:
+            self._membership_health()
             self._notify_state()
         return result
 
@@ -406,23 +496,24 @@ class Consumer:
                                                       version=0)
         except Exception as e:  # noqa: BLE001 - any failure means "ask the next one later"
             self.cluster.disconnect_address(address)
-            self._discovery_failed(f"ClusterMetadata from {address[0]}:{address[1]} failed: {e}")
+            self._discovery_failed(f"ClusterMetadata from {address[0]}:{address[1]} failed: {e}",
+                                   f"metadata:{type(e).__name__}")
             return
         if self.state is not State.DISCOVERING:
             return
         brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
         if resp.error_code or resp.coordinator_id not in brokers:
             code = ErrorCode(resp.error_code).name if resp.error_code else "coordinator unknown"
-            self._discovery_failed(f"no coordinator from {address[0]}:{address[1]}: {code}")
+            self._discovery_failed(f"no coordinator from {address[0]}:{address[1]}: {code}",
+                                   f"coordinator:{code}")
             return
         self.cluster.update_brokers((n, h, p) for n, (h, p) in brokers.items())
         host, port = brokers[resp.coordinator_id]
         self.coordinator = (resp.coordinator_id, host, port)
         self._input(Input.COORDINATOR_FOUND)
 
-    def _discovery_failed(self, why: str) -> None:
-        self.last_error = why
-        self.log.info("{c}: {why}", c=self.config.consumer_id, why=why)
+    def _discovery_failed(self, why: str, key: str) -> None:
+        self._attempt_failed(why, key)
         if self.state is State.DISCOVERING:
             self._input(Input.DISCOVERY_FAILED)
 
@@ -434,7 +525,8 @@ class Consumer:
             proto = await connect_client(self.reactor, host, port, cfg.client_id,
                                          timeout_s=cfg.request_timeout_ms / 1000.0)
         except Exception as e:  # noqa: BLE001 - every connect failure means: rediscover
-            self.last_error = f"connect to coordinator {node} at {host}:{port} failed: {e}"
+            self._attempt_failed(f"connect to coordinator {node} at {host}:{port} failed: {e}",
+                                 f"connect:{type(e).__name__}")
             if self.state is State.REGISTERING:
                 self._input(Input.CHANNEL_LOST)
             return
@@ -452,7 +544,8 @@ class Consumer:
                  "session_timeout_ms": cfg.session_timeout_ms},
                 cfg.request_timeout_ms / 1000.0, f"coordinator {host}:{port}")
         except Exception as e:  # noqa: BLE001 - the channel is gone either way
-            self.last_error = f"RegisterConsumer to {host}:{port} failed: {e}"
+            self._attempt_failed(f"RegisterConsumer to {host}:{port} failed: {e}",
+                                 f"register:{type(e).__name__}")
             if self._channel is proto and self.state is State.REGISTERING:
                 self._input(Input.CHANNEL_LOST)
             return
@@ -467,7 +560,7 @@ class Consumer:
             self._duplicate_since = None
             self._input(Input.REGISTERED)
         elif code in RETRIABLE_REGISTRATION or (isinstance(code, ErrorCode) and code.retriable):
-            self.last_error = f"registration refused: {code!r}"
+            self._attempt_failed(f"registration refused: {code!r}", f"refused:{code!r}")
             self._input(Input.REFUSED)
         elif code is ErrorCode.DUPLICATE_CONSUMER_ID and self._still_our_old_session():
             # We were a member and came back (our coordinator went silent, or the connection
@@ -525,6 +618,155 @@ class Consumer:
                       e=self.last_error)
         self._input(Input.SILENCE)
 
+    # -- problems: no coordinator, missing topics ------------------------------------------------
+
+    def _attempt_failed(self, why: str, key: str) -> None:
+        """A step towards registration failed (it is retried): remember why, warn once per
+        kind of failure (and as a reminder while it lasts), never on every retry."""
+        self.last_error = why
+        if self._health.failed_attempt(why, key, self.clock.seconds()):
+            self.log.warn("{c}: cannot join group {g}: {why}; retrying (bootstrap servers "
+                          "{s})", c=self.config.consumer_id, g=self.config.group_id, why=why,
+                          s=self.config.bootstrap_servers)
+            self._tell_problem()
+        else:
+            self.log.debug("{c}: {why}", c=self.config.consumer_id, why=why)
+
+    def _membership_health(self) -> None:
+        """After a state change: registered or not, and whether anything is left to watch."""
+        s = self.state
+        if s in (State.CLOSED, State.FAILED):
+            self._stop_watching()
+            return
+        was_unreachable = self._health.unreachable_since is not None
+        if self.membership.registered:
+            warned = self._health.joined()
+            if was_unreachable and self._problem is not None:
+                self._update_problem()  # clears it, and tells the listeners
+            elif warned:
+                self._tell_problem()
+        elif s is State.DISCOVERING:
+            self._health.lost(self.clock.seconds())
+            self._watch_health()
+
+    def _check_topics(self) -> None:
+        """After an assignment: ask the brokers about subscribed topics of which nothing was
+        assigned to this member. Another member may own them all; only the brokers can tell
+        whether the topic exists at all (the coordinator assigns what exists, silently)."""
+        if self.config.pattern != "static":
+            return
+        assigned = {t for t, _ in self.parts}
+        unknown = sorted(t for t in self.config.topics if t not in assigned)
+        if not unknown and not self._health.missing:
+            return
+        now = self.clock.seconds()
+        if set(assigned) & set(self._health.missing):
+            self._health.topics_checked(assigned, set(), now)
+            self._topics_changed()
+        if unknown:
+            d = defer.Deferred.fromCoroutine(self._look_up_topics(unknown))
+            d.addErrback(lambda f: self.log.failure("topic lookup failed", f))
+
+    async def _look_up_topics(self, topics: list[str]) -> None:
+        try:
+            view = await self.cluster.refresh(topics)
+        except Exception as e:  # noqa: BLE001 - no answer says nothing about the topics
+            self.log.debug("{c}: metadata for {t} failed: {e}", c=self.config.consumer_id,
+                           t=topics, e=e)
+            return
+        if self.closed:
+            return
+        missing = {t for t in topics
+                   if view.topic_errors.get(t) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        now = self.clock.seconds()
+        if self._health.topics_checked(set(topics), missing, now):
+            self.log.warn("{c}: subscribed topic(s) {t} do not exist "
+                          "(UNKNOWN_TOPIC_OR_PARTITION): nothing of them can be assigned until "
+                          "they are created; waiting up to default.api.timeout.ms={ms}",
+                          c=self.config.consumer_id, t=", ".join(sorted(self._health.missing)),
+                          ms=self.config.default_api_timeout_ms)
+            self._tell_problem()
+        self._topics_changed()
+        self._watch_health()
+
+    def _topics_changed(self) -> None:
+        had = self._problem is not None
+        self._update_problem()
+        if self._health.cleared and not had:
+            self._tell_problem()  # the warning is over (an error's end was told just now)
+
+    def _watch_health(self) -> None:
+        """(Re)arm the one health timer at the next moment a problem may change state."""
+        if self._health_timer is not None and self._health_timer.active():
+            self._health_timer.cancel()
+        self._health_timer = None
+        delay = self._health.next_check(self.clock.seconds())
+        if delay is not None and not self.closed:
+            self._health_timer = self.clock.callLater(delay, self._health_due)
+
+    def _stop_watching(self) -> None:
+        if self._health_timer is not None and self._health_timer.active():
+            self._health_timer.cancel()
+        self._health_timer = None
+
+    def _health_due(self) -> None:
+        self._health_timer = None
+        if self.closed or self.state is State.FAILED:
+            return
+        now = self.clock.seconds()
+        if self._health.missing:
+            if self._health.reminder_due(now):
+                self.log.warn("{c}: subscribed topic(s) {t} still do not exist "
+                              "(UNKNOWN_TOPIC_OR_PARTITION)", c=self.config.consumer_id,
+                              t=", ".join(sorted(self._health.missing)))
+                self._tell_problem()
+            # Look again: a topic created since may not have reached this member yet.
+            d = defer.Deferred.fromCoroutine(self._look_up_topics(sorted(self._health.missing)))
+            d.addErrback(lambda f: self.log.failure("topic lookup failed", f))
+        self._update_problem()
+        self._watch_health()
+
+    def _update_problem(self) -> None:
+        """Make ``_problem`` what the tracker says now, and tell the readers when it
+        changes: every reader of all streams, and those of the missing topics' streams."""
+        now = self.clock.seconds()
+        cfg = self.config
+        problem: ConsumerError | None = None
+        overdue = self._health.overdue_topics(now)
+        if self._health.unreachable_overdue(now):
+            problem = ConsumerUnavailable(
+                cfg.group_id, [f"{h}:{p}" for h, p in self.cluster.bootstrap],
+                self._health.reason, cfg.default_api_timeout_ms)
+        elif overdue:
+            problem = TopicNotFound(overdue, cfg.default_api_timeout_ms)
+        if str(problem) == str(self._problem):
+            return
+        self._problem = problem
+        if problem is not None:
+            self.log.error("{c}: {e}", c=cfg.consumer_id, e=problem)
+        # Readers run as their waits fail: every source holds its problem before any fails.
+        sources: list[tuple[MessageSource, ConsumerError | None]] = [(self.messages, problem)]
+        for (topic, _), stream in self.streams.items():
+            if isinstance(problem, TopicNotFound) and topic is not None:
+                sources.append((stream, problem if topic in problem.topics else None))
+            else:
+                sources.append((stream, problem))
+        for source, p in sources:
+            source.set_problem(p)
+        for source, p in sources:
+            source.report(p)
+        self._tell_problem()
+
+    def _tell_problem(self) -> None:
+        if not self._problem_listeners:
+            return
+        health = self.health
+        for cb in list(self._problem_listeners):
+            try:
+                cb(health)
+            except Exception:
+                self.log.failure("problem listener failed")
+
     # -- coordinator requests -------------------------------------------------------------------
 
     def _on_request(self, channel: KafkaClientProtocol, request: Any) -> Any:
@@ -558,6 +800,7 @@ class Consumer:
         self.log.info("{c}: generation {g}, fetching {n} partitions", c=cfg.consumer_id,
                       g=body.generation_id, n=len(parts))
         self.fetchers.start(parts.values())
+        self._check_topics()
         return self._listen("assigned", sorted(parts))
 
     def _stream_for(self, topic: str, thread_id: str) -> MessageStream:

@@ -123,6 +123,10 @@ CONSUMER_KEYS: dict[str, ConfigKey] = {e[0]: ConfigKey(*e) for e in (
     ("fetch.max.partition.failures", "fetch_max_partition_failures", integer(1, INT_MAX),
      "50"),
     ("check.crcs", "check_crcs", boolean, "true"),
+    # How long the consumer may stay unregistered (no broker reachable, no coordinator) or
+    # subscribed to a topic that does not exist before poll()/get() raise it: a blip shorter
+    # than this never reaches the application (Kafka's name for its consumer's API bound).
+    ("default.api.timeout.ms", "default_api_timeout_ms", integer(1, INT_MAX), "60000"),
 )}
 
 _ALIASES = {"zookeeper.session.timeout.ms": "session.timeout.ms",
@@ -156,6 +160,7 @@ class ConsumerConfig:
     shutdown_timeout_ms: int
     fetch_max_partition_failures: int
     check_crcs: bool
+    default_api_timeout_ms: int
     _regex: Any = field(default=None, compare=False, repr=False)
 
     @classmethod

@@ -89,7 +89,8 @@ class MessageSource:
 
     Subclasses provide ``take_nowait()`` (a chunk or None), ``_waiters`` (Deferreds for the
     next chunk, fired by the subclass when one arrives) and ``_closed``; :meth:`get_chunk`
-    fails with :class:`StreamClosed` (or the fatal error) at the end. Messages count as delivered,
+    fails with :class:`StreamClosed` (or the fatal error) at the end, and with the consumer's
+    current problem (see :meth:`report`) while one is set and no chunk is ready. Messages count as delivered,
     and the partition's position moves past them, when :meth:`get` / :meth:`get_many` return
     them or, with :meth:`consume`, when the callback (or the Deferred it returned) is done.
     Reactor thread only.
@@ -101,9 +102,27 @@ class MessageSource:
     _buffer_part: PartitionState | None
     _waiters: deque[defer.Deferred]
     _closed: BaseException | None
+    _problem: BaseException | None = None
 
     def take_nowait(self) -> Chunk | None:
         raise NotImplementedError
+
+    def set_problem(self, problem: BaseException | None) -> None:
+        """Set the problem without failing the waiting readers yet (see :meth:`report`)."""
+        self._problem = problem
+
+    def report(self, problem: BaseException | None) -> None:
+        """Set (``None``: clear) a problem readers must hear about although the stream goes on
+        (the consumer could not register, or a subscribed topic does not exist, for
+        ``default.api.timeout.ms``): waiting readers fail with it now, and while it is set a
+        read that finds no chunk ready fails with it at once instead of waiting."""
+        self.set_problem(problem)
+        if problem is None or self._closed is not None:
+            return
+        waiters, self._waiters = self._waiters, deque()
+        for d in waiters:
+            if not d.called:
+                d.errback(problem)
 
     def get_chunk(self) -> defer.Deferred:
         """The next chunk: at once if one is ready, else when the subclass offers one."""
@@ -112,6 +131,8 @@ class MessageSource:
             return defer.succeed(c)
         if self._closed is not None:
             return defer.fail(self._closed)
+        if self._problem is not None:
+            return defer.fail(self._problem)
         d: defer.Deferred = defer.Deferred(lambda d: self._waiters.remove(d)
                                            if d in self._waiters else None)
         self._waiters.append(d)

@@ -16,12 +16,41 @@ import os
 import sys
 from typing import Any
 
+#: PySpark's switch for Python errors without their traceback: a worker whose environment has
+#: it reports an error as ``SluiceSourceError: option 'subscribe': ...`` alone, so the first
+#: line of the query's error says what went wrong instead of ``Traceback (most recent call
+#: last):``. (Spark's ``spark.sql.execution.pyspark.udf.hideTraceback.enabled`` sets it for
+#: batch planning and tasks, not for a stream's driver-side calls, and for every UDF.)
+HIDE_TRACEBACK_ENV = "SPARK_HIDE_TRACEBACK"
 
-def register(spark: Any) -> None:
-    """Register format ``"sluice"`` with ``spark`` (a SparkSession). Idempotent."""
+
+def register(spark: Any, *, hide_tracebacks: bool = True) -> None:
+    """Register format ``"sluice"`` with ``spark`` (a SparkSession). Idempotent.
+
+    With ``hide_tracebacks`` (the default) the data source's own Python workers (planning, a
+    stream's offsets, the read tasks) get :data:`HIDE_TRACEBACK_ENV`: its errors come without
+    the Python traceback, message first. Only Sluice's functions carry it (the variable is
+    in the environment Spark copies into the data source when it is registered); the
+    session's other UDFs and its settings are left alone. Without a SparkContext (Spark
+    Connect) the data source is registered as is."""
     from consumer_client.spark.source import SluiceDataSource
 
-    spark.dataSource.register(SluiceDataSource)
+    try:
+        env = spark.sparkContext.environment if hide_tracebacks else None
+    except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext to carry it
+        env = None
+    if env is None:
+        spark.dataSource.register(SluiceDataSource)
+        return
+    before = env.get(HIDE_TRACEBACK_ENV)
+    env[HIDE_TRACEBACK_ENV] = "1"
+    try:
+        spark.dataSource.register(SluiceDataSource)
+    finally:
+        if before is None:
+            del env[HIDE_TRACEBACK_ENV]
+        else:
+            env[HIDE_TRACEBACK_ENV] = before
 
 
 def use_this_python() -> None:
@@ -46,4 +75,4 @@ def session(app_name: str = "sluice", master: str = "local[2]", **conf: str) -> 
     return spark
 
 
-__all__ = ["register", "session", "use_this_python"]
+__all__ = ["HIDE_TRACEBACK_ENV", "register", "session", "use_this_python"]

@@ -171,6 +171,9 @@ class Cluster:
         for t in topics:
             if t not in self.topic_partitions:
                 code = self.topic_errors.get(t, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise SluiceSourceError(f"option {sub.option!r}: topic {t!r} does not exist "
+                                            "(UNKNOWN_TOPIC_OR_PARTITION)")
                 raise SluiceSourceError(f"option {sub.option!r}: topic {t!r} cannot be read: "
                                         f"{_error_name(code)}")
             have = self.topic_partitions[t]

@@ -132,3 +132,49 @@ async def test_console_consumer_stops_at_exactly_max_messages_and_commits_only_t
     committed = [int(line.split("\t")[2]) for line in out.splitlines()
                  if line.startswith("t\t") and line.split("\t")[2].isdigit()]
     assert code == 0 and sum(committed) == 3, out
+
+
+def _consume(*args: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "consumer_client.cli", "consume", *args]
+
+
+@pytest_twisted.ensureDeferred
+async def test_console_consumer_of_a_missing_topic_exits_non_zero_naming_it(brokers):
+    """It said nothing and printed 'consumed 0' after Ctrl-C; now it warns at once and gives
+    up after default.api.timeout.ms (here 1 s, through --consumer-property)."""
+    import subprocess
+
+    bootstrap = ",".join(f"127.0.0.1:{b.port.getHost().port}" for b in brokers)
+    argv = _consume("--bootstrap-server", bootstrap, "--topic", "missing", "--group", "lost",
+                    "--session-timeout-ms", "1500",
+                    "--consumer-property", "default.api.timeout.ms=1000")
+    done = await threads.deferToThread(subprocess.run, argv, capture_output=True, text=True,
+                                       timeout=60)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    warned = [i for i, line in enumerate(lines)
+              if line.endswith("subscribed topics 'missing' do not exist "
+                               "(UNKNOWN_TOPIC_OR_PARTITION)")]
+    failed = [i for i, line in enumerate(lines)
+              if line == ("sluice: topic 'missing' does not exist (UNKNOWN_TOPIC_OR_PARTITION): "
+                          "not created within default.api.timeout.ms=1000")]
+    assert len(warned) == 1 and len(failed) == 1 and warned[0] < failed[0], done.stderr
+    assert done.stdout == ""
+
+
+def test_console_consumer_with_no_broker_exits_non_zero_naming_the_address():
+    import subprocess
+
+    from tests.support.cluster import free_port
+
+    port = free_port()
+    done = subprocess.run(_consume("--bootstrap-server", f"127.0.0.1:{port}", "--topic", "t",
+                                   "--group", "g", "--consumer-property",
+                                   "default.api.timeout.ms=1000"),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines()
+              if line.startswith("sluice: could not join group 'g'")]
+    assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0], done.stderr

@@ -56,6 +56,32 @@ def test_unreachable_bootstrap_server_fails_naming_the_option(spark):
     assert "127.0.0.1:1" in str(e.value)
 
 
+@pytest.mark.parametrize("servers, options, says", [
+    (None, {"subscribe": "no-such-topic"},
+     "option 'subscribe': topic 'no-such-topic' does not exist (UNKNOWN_TOPIC_OR_PARTITION)"),
+    ("127.0.0.1:1", {"subscribe": "anything"},
+     "option 'bootstrap.servers': could not connect to any of: 127.0.0.1:1"),
+])
+def test_the_first_line_of_the_error_says_what_went_wrong(spark, spark_cluster, servers,
+                                                          options, says):
+    """A session built by hand (tests/spark/conftest.py), with register(spark): the first line
+    was '[PYTHON_DATA_SOURCE_ERROR] ... Traceback (most recent call last):'."""
+    with pytest.raises(Exception) as e:
+        _read(spark, servers or spark_cluster.bootstrap, **options)
+    first = str(e.value).splitlines()[0]
+    assert says in first, str(e.value)[:2000]
+
+
+def test_register_leaves_the_session_and_its_other_python_functions_alone(spark):
+    """Only the data source's own workers hide tracebacks: the session's setting and the
+    environment later UDFs are built with do not change."""
+    from consumer_client.spark import HIDE_TRACEBACK_ENV, register
+
+    register(spark)
+    assert spark.conf.get("spark.sql.execution.pyspark.udf.hideTraceback.enabled") == "false"
+    assert HIDE_TRACEBACK_ENV not in spark.sparkContext.environment
+
+
 def test_offsets_deleted_by_retention(spark, spark_cluster):
     """failOnDataLoss true (default): the query fails and says how to go on; false: it reads
     what is left, from the log start."""
@@ -82,3 +108,22 @@ def test_offsets_deleted_by_retention(spark, spark_cluster):
                  failOnDataLoss="false")
     offsets = sorted(r.offset for r in rows)
     assert offsets[0] >= first and offsets == list(range(offsets[0], 400))
+
+
+def test_a_stream_of_a_missing_topic_fails_with_the_reason_on_the_first_line(spark,
+                                                                            spark_cluster,
+                                                                            tmp_path):
+    """A stream's offsets are asked for in a driver-side Python worker, which Spark's own
+    hideTraceback setting does not reach."""
+    df = (spark.readStream.format("sluice").option("bootstrap.servers", spark_cluster.bootstrap)
+          .option("subscribe", "no-such-stream-topic").load())
+    with pytest.raises(Exception) as e:
+        q = (df.writeStream.format("memory").queryName("missing_topic_stream")
+             .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+        try:
+            q.awaitTermination(120)
+        finally:
+            q.stop()
+    first = str(e.value).splitlines()[0]
+    assert ("option 'subscribe': topic 'no-such-stream-topic' does not exist "
+            "(UNKNOWN_TOPIC_OR_PARTITION)") in first, str(e.value)[:3000]

@@ -34,3 +34,16 @@ def test_a_flag_far_from_any_is_left_to_argparse(capsys):
     assert main(["topics", "list", "--bootstrap-server", "h:1", "--frobnicate"]) == 2
     err = capsys.readouterr().err
     assert "did you mean" not in err and "unrecognized arguments: --frobnicate" in err
+
+
+@pytest.mark.parametrize("prop, says", [
+    ("default.api.timeout=1000", "unknown consumer config key 'default.api.timeout' (did you "
+                                 "mean 'default.api.timeout.ms'?)"),
+    ("default.api.timeout.ms=soon", "default.api.timeout.ms"),
+    ("default.api.timeout.ms", "--consumer-property expects key=value"),
+])
+def test_a_bad_consumer_property_is_bad_usage_before_anything_starts(capsys, prop, says):
+    argv = ["consume", "--bootstrap-server", "127.0.0.1:1", "--topic", "t", "--group", "g",
+            "--consumer-property", prop]
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err

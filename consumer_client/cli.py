@@ -431,8 +431,10 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
             members=args.members, from_beginning=args.from_beginning,
             max_messages=args.max_messages, quiet=args.quiet,
             session_timeout_ms=args.session_timeout_ms, out=out)
-        if code:
+        if code == 1:
             raise AdminError(None, "the consumer group stopped with an error")
+        if code:
+            raise _Stopped(code)  # stopped by a signal, after leaving cleanly
         return
     admin = _client(args)
     if args.area == "reassign":
@@ -511,6 +513,14 @@ def _close_flag_hint(parser: argparse.ArgumentParser, argv: Sequence[str]) -> st
     return None
 
 
+class _Stopped(Exception):
+    """A command that a signal ended cleanly: exit with ``code`` (128 + the signal)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # kazoo logs every failed connection attempt through the logging module; a one-shot command
     # reports the outcome itself, as one line.
@@ -527,6 +537,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         run(args, sys.stdout)  # looked up now, so a redirected stdout is honoured
+    except _Stopped as e:
+        return e.code
+    except KeyboardInterrupt:
+        # Ctrl-C in a command that does not handle it itself: a line, not a traceback.
+        print("sluice: interrupted", file=sys.stderr)
+        return 130
     except AdminError as e:
         print(f"sluice: {e}", file=sys.stderr)
         return 1

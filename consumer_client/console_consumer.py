@@ -3,7 +3,11 @@
 Runs ``members`` Sluice consumers of one group on one reactor, prints each message value (or
 nothing with ``quiet``), and stops after ``max_messages`` in total or on SIGINT/SIGTERM. Stopping
 closes every member properly: with auto-commit, each hands its final positions to the
-coordinator before it leaves, so the group's committed offsets say how far it got.
+coordinator as it leaves, so the group's committed offsets say how far it got.
+
+Exit status: 0 after ``max_messages``; 128 + the signal number when a signal stopped it (130
+for Ctrl-C, 143 for SIGTERM, as shells report a program a signal ended), after the members
+left cleanly; 1 when a member failed.
 """
 
 from __future__ import annotations
@@ -83,9 +87,11 @@ def run(*, bootstrap: str, topic: str, group: str, members: int = 1,
     from twisted.internet import reactor
 
     result: list[int] = []
+    signals: list[int] = []
     done: defer.Deferred = defer.Deferred()
 
-    def request_stop(*_: Any) -> None:
+    def request_stop(signum: int, _frame: Any) -> None:
+        signals.append(signum)
         reactor.callFromThread(lambda: None if done.called else done.callback(None))
 
     def start() -> None:
@@ -101,4 +107,7 @@ def run(*, bootstrap: str, topic: str, group: str, members: int = 1,
         signal.signal(sig, request_stop)
     reactor.callWhenRunning(start)
     reactor.run(installSignalHandlers=False)
-    return result[0] if result else 1
+    code = result[0] if result else 1
+    if code == 0 and signals:
+        return 128 + signals[0]
+    return code

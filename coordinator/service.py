@@ -429,7 +429,14 @@ class CoordinatorService:
         c.alive = False
         self.scheduler.remove(c.key)
         if c.channel is not None:
-            c.channel.close()
+            if left:
+                # The member closes its channel once it has our answer (closing it first
+                # would race the answer, which travels on another connection); one that
+                # does not is closed after the time it had to answer any request.
+                channel = c.channel
+                self.clock.callLater(c.response_timeout_s, channel.close)
+            else:
+                c.channel.close()
         if not self.active:
             return
         g = self.registries.remove_member(c, self.clock.seconds())

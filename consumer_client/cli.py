@@ -259,7 +259,8 @@ def loadtest_summary(result: dict, consumers: int, out_dir: Path) -> list[str]:
             f"coordinator {coord['broker_id']}: cpu mean {pct(coord['cpu_percent_mean'])}  "
             f"max {pct(coord['cpu_percent_max'])}  rss max "
             f"{'-' if rss is None else f'{rss / 2**20:.0f} MiB'}  "
-            f"expirations {count(coord['expirations'])}  ping p50 {ms(rtt.get('p50'))}  "
+            f"expirations {count(coord['expirations'])}  leaves {count(coord.get('leaves'))}  "
+            f"ping p50 {ms(rtt.get('p50'))}  "
             f"p99 {ms(rtt.get('p99'))}")
     lines.append(f"result: {out_dir / 'loadtest.json'}")
     if result.get("plot"):

@@ -38,8 +38,10 @@ async def _consume(reactor: Any, done: defer.Deferred, *, bootstrap: str, topic:
     counts = [0] * members
 
     def stop(*_: Any) -> None:
-        if not done.called:
-            done.callback(None)
+        # On the next reactor turn: called from the message callback, the message it printed
+        # counts as consumed only once the callback has returned, and the close (which takes
+        # the positions at once for the leave) must see it.
+        reactor.callLater(0, lambda: None if done.called else done.callback(None))
 
     def on_message(i: int, m: Any) -> None:
         if max_messages is not None and sum(counts) >= max_messages:

@@ -630,6 +630,12 @@ class Consumer:
                    cfg.shutdown_timeout_ms) / 1000.0
 
     def _send_leave(self) -> None:
+        if self.state is not State.DEPARTING:
+            return  # the close ended (the channel went) while a revoke listener ran
+        # No message leaves the streams any more (a blocking reader mid-chunk included): the
+        # positions the leave reports are everything the application got.
+        for ps in self.parts.values():
+            ps.active = False
         if self._session_id == 0 or self.coordinator is None:
             # A coordinator that gave no session id (an older broker) cannot take a leave.
             self.last_error = "the coordinator cannot take a leave; handing over on the channel"

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.error import ConnectionClosed
 from twisted.logger import Logger
 
 from broker_core.rpc import KafkaClientProtocol, connect_client, request_with_timeout
@@ -165,6 +166,10 @@ class Consumer:
         #: From the RegisterConsumer (v1) answer: proves to the coordinator that a leave is
         #: this registration's (0: not known, the leave is not tried).
         self._session_id = 0
+        #: RegisterConsumer version of the next attempt: 1 (with the session id), or 0 once a
+        #: broker closed the connection on v1 (a broker older than the leave does that to a
+        #: version it does not serve); back to 1 after a registration at 0.
+        self._register_version = 1
         self._discover_timer: Any = None
         self._attempt = 0
         self._was_member = False  # registered at least once (see _still_our_old_session)
@@ -458,9 +463,10 @@ class Consumer:
         self._channel = proto
         proto.closed_d.addCallback(lambda _: self._channel_closed(proto))
         try:
+            version = self._register_version
             resp = await request_with_timeout(
                 # v1: the answer carries the session id the leave needs.
-                proto, self.clock, ApiKey.REGISTER_CONSUMER, 1,
+                proto, self.clock, ApiKey.REGISTER_CONSUMER, version,
                 {"group_id": cfg.group_id, "consumer_id": cfg.consumer_id,
                  "topic_count": cfg.topic_count_json(), "auto_commit": cfg.auto_commit,
                  "auto_offset_reset": cfg.auto_offset_reset,
@@ -468,6 +474,10 @@ class Consumer:
                 cfg.request_timeout_ms / 1000.0, f"coordinator {host}:{port}")
         except Exception as e:  # noqa: BLE001 - the channel is gone either way
             self.last_error = f"RegisterConsumer to {host}:{port} failed: {e}"
+            if version == 1 and isinstance(e, ConnectionClosed):
+                # Maybe a broker without RegisterConsumer v1: the next attempt is v0 (this
+                # registration then cannot leave early; the close takes the slow path).
+                self._register_version = 0
             if self._channel is proto and self.state is State.REGISTERING:
                 self._input(Input.CHANNEL_LOST)
             return
@@ -481,6 +491,10 @@ class Consumer:
             self._was_member = True
             self._duplicate_since = None
             self._session_id = resp.session_id
+            if version == 0:
+                self.log.info("{c}: registered with RegisterConsumer v0 (no session id: this "
+                              "member leaves the slow way)", c=cfg.consumer_id)
+                self._register_version = 1
             self._input(Input.REGISTERED)
         elif code in RETRIABLE_REGISTRATION or (isinstance(code, ErrorCode) and code.retriable):
             self.last_error = f"registration refused: {code!r}"

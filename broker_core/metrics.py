@@ -299,6 +299,10 @@ class BrokerMetrics:
             "coordinator_expired_members", "Consumers failed by the coordinator, by reason: "
             "ping (too many failed pings), disconnect (channel closed)", ["reason"],
             namespace=ns, registry=r)
+        self.coordinator_left_members_total = Counter(
+            "coordinator_left_members", "Consumers that left their group with "
+            "UnregisterConsumer (a close, not a failure: not counted as expired)",
+            namespace=ns, registry=r)
         self.coordinator_offset_commits_total = Counter(
             "coordinator_offset_commits", "Partition offsets written to ZooKeeper", namespace=ns,
             registry=r)

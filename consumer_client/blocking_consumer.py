@@ -128,6 +128,8 @@ class BlockingConsumer:
         self._consumer: Consumer = self._rt.call(self._make, cfg, listener)
         self._all = BlockingStream(self._rt, self._consumer.messages, self._consumer.clock)
         self._streams: dict[Any, BlockingStream] = {}
+        #: Set when Ctrl-C (KeyboardInterrupt) ended the iteration or the ``with`` block.
+        self.interrupted = False
 
     def _make(self, cfg: ConsumerConfig, listener: Any) -> Consumer:
         c = Consumer(cfg, reactor=self._rt.reactor, listener=listener)
@@ -140,7 +142,14 @@ class BlockingConsumer:
         return self._consumer
 
     def __iter__(self) -> Iterator[Message]:
-        return iter(self._all)
+        """Every message until the consumer closes. Ctrl-C while waiting for messages ends
+        the loop cleanly: the consumer leaves the group (handing over its positions) and
+        :attr:`interrupted` is set; the program goes on after the loop."""
+        try:
+            yield from self._all
+        except KeyboardInterrupt:
+            self.interrupted = True
+            self.close()
 
     def poll(self, timeout: float | None = None) -> Message | None:
         """The next message from any stream, or None after ``timeout`` seconds.
@@ -188,12 +197,20 @@ class BlockingConsumer:
                                f"{timeout}s") from None
 
     def close(self) -> None:
-        """Leave the group (with auto-commit: after handing over the final offsets, which
-        may take up to a Ping interval or two; bounded by ``shutdown.timeout.ms``)."""
+        """Leave the group (with auto-commit: after handing over the final offsets; one
+        round trip to the coordinator, and only when it does not answer up to a Ping interval
+        or two more, bounded by ``shutdown.timeout.ms``). Idempotent."""
         self._rt.call(self._consumer.close)
 
     def __enter__(self) -> BlockingConsumer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        """Leave the group. A Ctrl-C (KeyboardInterrupt) inside the block ends it cleanly:
+        the consumer leaves, :attr:`interrupted` is set and the exception goes no further
+        (the program continues after the block, with no traceback)."""
         self.close()
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self.interrupted = True
+            return True
+        return False

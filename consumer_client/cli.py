@@ -270,7 +270,8 @@ def loadtest_summary(result: dict, consumers: int, out_dir: Path) -> list[str]:
             f"coordinator {coord['broker_id']}: cpu mean {pct(coord['cpu_percent_mean'])}  "
             f"max {pct(coord['cpu_percent_max'])}  rss max "
             f"{'-' if rss is None else f'{rss / 2**20:.0f} MiB'}  "
-            f"expirations {count(coord['expirations'])}  ping p50 {ms(rtt.get('p50'))}  "
+            f"expirations {count(coord['expirations'])}  leaves {count(coord.get('leaves'))}  "
+            f"ping p50 {ms(rtt.get('p50'))}  "
             f"p99 {ms(rtt.get('p99'))}")
     lines.append(f"result: {out_dir / 'loadtest.json'}")
     if result.get("plot"):
@@ -448,8 +449,10 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
             max_messages=args.max_messages, quiet=args.quiet,
             session_timeout_ms=args.session_timeout_ms, out=out,
             properties=dict(args.consumer_property))
-        if code:
+        if code == 1:
             raise AdminError(None, "the consumer group stopped with an error")
+        if code:
+            raise _Stopped(code)  # stopped by a signal, after leaving cleanly
         return
     admin = _client(args)
     if args.area == "reassign":
@@ -528,6 +531,14 @@ def _close_flag_hint(parser: argparse.ArgumentParser, argv: Sequence[str]) -> st
     return None
 
 
+class _Stopped(Exception):
+    """A command that a signal ended cleanly: exit with ``code`` (128 + the signal)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # kazoo logs every failed connection attempt through the logging module; a one-shot command
     # reports the outcome itself, as one line.
@@ -544,6 +555,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         run(args, sys.stdout)  # looked up now, so a redirected stdout is honoured
+    except _Stopped as e:
+        return e.code
+    except KeyboardInterrupt:
+        # Ctrl-C in a command that does not handle it itself: a line, not a traceback.
+        print("sluice: interrupted", file=sys.stderr)
+        return 130
     except AdminError as e:
         print(f"sluice: {e}", file=sys.stderr)
         return 1

@@ -3,11 +3,15 @@
 Runs ``members`` Sluice consumers of one group on one reactor, prints each message value (or
 nothing with ``quiet``), and stops after ``max_messages`` in total or on SIGINT/SIGTERM. Stopping
 closes every member properly: with auto-commit, each hands its final positions to the
-coordinator before it leaves, so the group's committed offsets say how far it got.
+coordinator as it leaves, so the group's committed offsets say how far it got.
 
 Problems go to ``err`` as they are seen (no broker reachable, the topic does not exist: once per
 reason, then as a reminder); one that lasts the consumer's ``default.api.timeout.ms`` (60 s
 unless set with ``properties``) stops the group with exit code 1.
+
+Exit status: 0 after ``max_messages``; 128 + the signal number when a signal stopped it (130
+for Ctrl-C, 143 for SIGTERM, as shells report a program a signal ended), after the members
+left cleanly; 1 when a member failed or a problem outlasted ``default.api.timeout.ms``.
 """
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ async def _consume(reactor: Any, done: defer.Deferred, *, bootstrap: str, topic:
     problems: list[BaseException] = []
 
     def stop(*_: Any) -> None:
-        if not done.called:
-            done.callback(None)
+        # On the next reactor turn: called from the message callback, the message it printed
+        # counts as consumed only once the callback has returned, and the close (which takes
+        # the positions at once for the leave) must see it.
+        reactor.callLater(0, lambda: None if done.called else done.callback(None))
 
     def on_message(i: int, m: Any) -> None:
         if max_messages is not None and sum(counts) >= max_messages:
@@ -101,9 +107,11 @@ def run(*, bootstrap: str, topic: str, group: str, members: int = 1,
     from twisted.internet import reactor
 
     result: list[int] = []
+    signals: list[int] = []
     done: defer.Deferred = defer.Deferred()
 
-    def request_stop(*_: Any) -> None:
+    def request_stop(signum: int, _frame: Any) -> None:
+        signals.append(signum)
         reactor.callFromThread(lambda: None if done.called else done.callback(None))
 
     def start() -> None:
@@ -119,4 +127,7 @@ def run(*, bootstrap: str, topic: str, group: str, members: int = 1,
         signal.signal(sig, request_stop)
     reactor.callWhenRunning(start)
     reactor.run(installSignalHandlers=False)
-    return result[0] if result else 1
+    code = result[0] if result else 1
+    if code == 0 and signals:
+        return 128 + signals[0]
+    return code

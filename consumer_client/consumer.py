@@ -26,8 +26,13 @@ What the coordinator can rely on:
 - a consumer that hears nothing for ``session.timeout.ms`` stops fetching, closes the channel
   and registers again (seed §10); one whose partition keeps failing does the same, so the
   coordinator rebalances (seed §11 step 2);
-- with auto-commit, ``close()`` answers the next Ping with the final offsets and waits for the
-  Ping after it (or ``shutdown.timeout.ms``) before closing (seed §11 step 1.2).
+- ``close()`` stops the fetchers, tells the listener the partitions are revoked, then leaves
+  with UnregisterConsumer carrying the final offsets (with auto-commit): the coordinator writes
+  them, removes the member and rebalances the group before it answers, so a close takes one
+  round trip. Only when that answer does not come within one Ping interval (bounded by
+  ``request.timeout.ms`` and ``shutdown.timeout.ms``), or is a refusal, does the consumer fall
+  back to handing the offsets over on its channel: it answers the next Ping with them and waits
+  for the Ping after it (or ``shutdown.timeout.ms``) before closing (seed §11 step 1.2).
 
 What the application can rely on: a consumer that cannot register (no broker, no coordinator)
 or whose subscribed topic does not exist says so in a warning (once per reason, then as a
@@ -48,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.error import ConnectionClosed
 from twisted.logger import Logger
 
 from broker_core.rpc import KafkaClientProtocol, connect_client, request_with_timeout
@@ -216,6 +222,14 @@ class Consumer:
         self._channel: KafkaClientProtocol | None = None
         self._silence: Any = None
         self._close_timer: Any = None
+        self._leave_timer: Any = None
+        #: From the RegisterConsumer (v1) answer: proves to the coordinator that a leave is
+        #: this registration's (0: not known, the leave is not tried).
+        self._session_id = 0
+        #: RegisterConsumer version of the next attempt: 1 (with the session id), or 0 once a
+        #: broker closed the connection on v1 (a broker older than the leave does that to a
+        #: version it does not serve); back to 1 after a registration at 0.
+        self._register_version = 1
         self._discover_timer: Any = None
         self._attempt = 0
         self._was_member = False  # registered at least once (see _still_our_old_session)
@@ -359,7 +373,8 @@ class Consumer:
 
     def close(self) -> defer.Deferred:
         """Leave the group. With auto-commit, hand the final offsets over first (see the
-        module docstring). Fires with None once closed; idempotent."""
+        module docstring: one round trip to the coordinator, the slow path only when it does
+        not answer). Fires with None once closed; idempotent."""
         if not self._started:
             self._started = True
             self.membership.state = State.DISCOVERING
@@ -414,7 +429,9 @@ class Consumer:
         for i, a in enumerate(actions):
             if a is Action.REVOKE:
                 d = self._revoke()
-                if d is not None and request is not None:
+                # Wait for the listener before answering a request, or before the leave (the
+                # coordinator hands the partitions to others as soon as it has it).
+                if d is not None and (request is not None or Action.SEND_LEAVE in actions):
                     rest = actions[i + 1:]
                     return d.addBoth(lambda _, rest=rest: self._run(rest, request))
             elif a is Action.START_FETCHERS:
@@ -456,6 +473,8 @@ class Consumer:
         elif a is Action.ARM_CLOSE_TIMER:
             bound = min(self.config.shutdown_timeout_ms, self.config.session_timeout_ms) / 1000.0
             self._close_timer = self.clock.callLater(bound, self._input, Input.CLOSE_TIMEOUT)
+        elif a is Action.SEND_LEAVE:
+            self._send_leave()
         elif a is Action.FAIL:
             for s in self.streams.values():
                 s.close(self.error)
@@ -536,8 +555,10 @@ class Consumer:
         self._channel = proto
         proto.closed_d.addCallback(lambda _: self._channel_closed(proto))
         try:
+            version = self._register_version
             resp = await request_with_timeout(
-                proto, self.clock, ApiKey.REGISTER_CONSUMER, 0,
+                # v1: the answer carries the session id the leave needs.
+                proto, self.clock, ApiKey.REGISTER_CONSUMER, version,
                 {"group_id": cfg.group_id, "consumer_id": cfg.consumer_id,
                  "topic_count": cfg.topic_count_json(), "auto_commit": cfg.auto_commit,
                  "auto_offset_reset": cfg.auto_offset_reset,
@@ -546,6 +567,10 @@ class Consumer:
         except Exception as e:  # noqa: BLE001 - the channel is gone either way
             self._attempt_failed(f"RegisterConsumer to {host}:{port} failed: {e}",
                                  f"register:{type(e).__name__}")
+            if version == 1 and isinstance(e, ConnectionClosed):
+                # Maybe a broker without RegisterConsumer v1: the next attempt is v0 (this
+                # registration then cannot leave early; the close takes the slow path).
+                self._register_version = 0
             if self._channel is proto and self.state is State.REGISTERING:
                 self._input(Input.CHANNEL_LOST)
             return
@@ -558,6 +583,11 @@ class Consumer:
             self.last_error = None
             self._was_member = True
             self._duplicate_since = None
+            self._session_id = resp.session_id
+            if version == 0:
+                self.log.info("{c}: registered with RegisterConsumer v0 (no session id: this "
+                              "member leaves the slow way)", c=cfg.consumer_id)
+                self._register_version = 1
             self._input(Input.REGISTERED)
         elif code in RETRIABLE_REGISTRATION or (isinstance(code, ErrorCode) and code.retriable):
             self._attempt_failed(f"registration refused: {code!r}", f"refused:{code!r}")
@@ -848,13 +878,69 @@ class Consumer:
 
     # -- the end --------------------------------------------------------------------------------
 
+    def _leave_bound_s(self) -> float:
+        """How long the leave may take before the slow path: one Ping interval (the
+        coordinator pings every third of the session timeout), so the slow path still finds
+        the member alive; never more than the request or shutdown timeout."""
+        cfg = self.config
+        return min(cfg.session_timeout_ms / 3, cfg.request_timeout_ms,
+                   cfg.shutdown_timeout_ms) / 1000.0
+
+    def _send_leave(self) -> None:
+        if self.state is not State.DEPARTING:
+            return  # the close ended (the channel went) while a revoke listener ran
+        # No message leaves the streams any more (a blocking reader mid-chunk included): the
+        # positions the leave reports are everything the application got.
+        for ps in self.parts.values():
+            ps.active = False
+        if self._session_id == 0 or self.coordinator is None:
+            # A coordinator that gave no session id (an older broker) cannot take a leave.
+            self.last_error = "the coordinator cannot take a leave; handing over on the channel"
+            self._leave_timer = self.clock.callLater(0, self._leave_failed, self.last_error)
+            return
+        self._leave_timer = self.clock.callLater(
+            self._leave_bound_s(), self._leave_failed,
+            f"no answer to the leave within {self._leave_bound_s():.3g} s")
+        d = defer.Deferred.fromCoroutine(self._leave())
+        d.addErrback(lambda f: self.log.failure("leave failed", f))
+
+    async def _leave(self) -> None:
+        assert self.coordinator is not None
+        _, host, port = self.coordinator
+        cfg = self.config
+        body = {"group_id": cfg.group_id, "consumer_id": cfg.consumer_id,
+                "session_id": self._session_id,
+                "offsets": self.positions() if cfg.auto_commit else []}
+        try:
+            resp = await self.cluster.request_address(
+                (host, port), ApiKey.UNREGISTER_CONSUMER, body, version=0,
+                timeout_s=self._leave_bound_s())
+        except Exception as e:  # noqa: BLE001 - any failure means: the slow path
+            self._leave_failed(f"leave to the coordinator at {host}:{port} failed: {e}")
+            return
+        if resp.error_code:
+            self._leave_failed(f"the coordinator refused the leave: "
+                               f"{_code(resp.error_code)!r}: {resp.error_message}")
+            return
+        if self.state is State.DEPARTING:
+            self.log.info("{c} left group {g}", c=cfg.consumer_id, g=cfg.group_id)
+            self._input(Input.LEFT)
+
+    def _leave_failed(self, why: str) -> None:
+        if self.state is not State.DEPARTING:
+            return  # decided already (answered, timed out, or the channel went)
+        self.last_error = why
+        self.log.info("{c}: {why}; handing the offsets over on the channel",
+                      c=self.config.consumer_id, why=why)
+        self._input(Input.LEAVE_FAILED)
+
     def _finish(self) -> None:
         self.fetchers.stop()
         self._release()
-        for t in (self._silence, self._close_timer, self._discover_timer):
+        for t in (self._silence, self._close_timer, self._discover_timer, self._leave_timer):
             if t is not None and t.active():
                 t.cancel()
-        self._silence = self._close_timer = self._discover_timer = None
+        self._silence = self._close_timer = self._discover_timer = self._leave_timer = None
         for s in self.streams.values():
             s.close(self.error)
         self.messages.close(self.error)

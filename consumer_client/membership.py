@@ -18,8 +18,13 @@ States:
     StartFetcher received: fetchers run from the given offsets.
 ``STOPPED``
     StopFetcher received: fetchers stopped, queues cleared, offsets reported.
+``DEPARTING``
+    ``close()`` asked: fetchers stopped, the partitions revoked, UnregisterConsumer (the leave,
+    with the final offsets when auto-commit is on) sent on an ordinary connection; waiting for
+    its answer (bounded). Requests on the channel are still answered, with the final offsets.
 ``CLOSING``
-    ``close()`` asked with auto-commit: the next Ping is answered with the final offsets.
+    The leave was refused or not answered in time (the slow path): the next Ping is answered
+    with the final offsets.
 ``LEAVING``
     Final offsets sent; waiting for one more Ping (proof the answer arrived) or a timeout.
 ``CLOSED``
@@ -29,9 +34,10 @@ States:
     consumer id, session timeout out of range, bad topic count). Only ``CLOSE`` leaves it.
 
 Invariant: fetchers run only in ``FETCHING``; a channel is open only in ``REGISTERING`` ..
-``LEAVING``; every path to ``DISCOVERING`` from a registered state stops fetchers first (seed
-§10: a consumer that lost its coordinator must not keep consuming partitions that the group may
-already have handed to someone else).
+``LEAVING``; the leave is sent only after the fetchers stopped (the positions it carries are
+final) and the partitions were revoked; every path to ``DISCOVERING`` from a registered state
+stops fetchers first (seed §10: a consumer that lost its coordinator must not keep consuming
+partitions that the group may already have handed to someone else).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ class State(Enum):
     WAITING = "waiting_for_assignment"
     FETCHING = "fetching"
     STOPPED = "stopped"
+    DEPARTING = "departing"
     CLOSING = "closing"
     LEAVING = "leaving"
     CLOSED = "closed"
@@ -66,6 +73,8 @@ class Input(Enum):
     FETCH_FAILED = "fetch_failed"  # fetchers stopped unexpectedly (seed §11 step 2)
     CLOSE = "close"
     CLOSE_TIMEOUT = "close_timeout"
+    LEFT = "left"  # the coordinator accepted the leave: the member is out of the group
+    LEAVE_FAILED = "leave_failed"  # the leave was refused, failed, or not answered in time
 
 
 class Action(Enum):
@@ -80,6 +89,7 @@ class Action(Enum):
     ANSWER = "answer"  # answer without offsets (StartFetcher; Ping without auto-commit)
     CLOSE_CHANNEL = "close_channel"
     ARM_CLOSE_TIMER = "arm_close_timer"
+    SEND_LEAVE = "send_leave"  # UnregisterConsumer with the final offsets, answer bounded
     FAIL = "fail"  # surface the fatal registration error to the application
     FINISH = "finish"  # fire the closed Deferred; release everything
 
@@ -111,8 +121,8 @@ TRANSITIONS: dict[tuple[State, Input], tuple[State, tuple[Action, ...]]] = {
     (S.WAITING, I.STOP_FETCHER): (S.STOPPED, (A.REPORT_OFFSETS,)),
     (S.WAITING, I.START_FETCHER): (S.FETCHING, (A.START_FETCHERS, A.ANSWER)),
     (S.WAITING, I.FETCH_FAILED): (S.WAITING, ()),
-    # Nothing consumed yet, so nothing to hand over: leave at once.
-    (S.WAITING, I.CLOSE): (S.CLOSED, (A.CLOSE_CHANNEL, A.FINISH)),
+    # Nothing consumed yet: leave with nothing to hand over (see DEPARTING's fallback).
+    (S.WAITING, I.CLOSE): (S.DEPARTING, (A.SEND_LEAVE,)),
 
     (S.FETCHING, I.PING): (S.FETCHING, (A.REPORT_OFFSETS,)),
     (S.FETCHING, I.STOP_FETCHER): (S.STOPPED, _STOP),
@@ -127,10 +137,25 @@ TRANSITIONS: dict[tuple[State, Input], tuple[State, tuple[Action, ...]]] = {
     (S.STOPPED, I.START_FETCHER): (S.FETCHING, (A.START_FETCHERS, A.ANSWER)),
     (S.STOPPED, I.FETCH_FAILED): (S.STOPPED, ()),
 
-    # Shutdown with auto-commit (seed §11 step 1.2): stop consuming now, answer the next Ping
+    # Shutdown: the leave is on its way. Fetchers are stopped, so the positions are final and
+    # every answer on the channel carries them; a StartFetcher is acknowledged, not started.
+    (S.DEPARTING, I.PING): (S.DEPARTING, (A.REPORT_OFFSETS,)),
+    (S.DEPARTING, I.STOP_FETCHER): (S.DEPARTING, (A.REPORT_OFFSETS,)),
+    (S.DEPARTING, I.START_FETCHER): (S.DEPARTING, (A.ANSWER,)),
+    (S.DEPARTING, I.FETCH_FAILED): (S.DEPARTING, ()),
+    (S.DEPARTING, I.CLOSE): (S.DEPARTING, ()),
+    (S.DEPARTING, I.CLOSE_TIMEOUT): (S.DEPARTING, ()),
+    # The coordinator wrote the final offsets and removed the member: nothing is left to do.
+    (S.DEPARTING, I.LEFT): (S.CLOSED, (A.CLOSE_CHANNEL, A.FINISH)),
+    # No answer in time, or a refusal: hand the offsets over the slow way, on the channel
+    # (without auto-commit there is nothing to hand over: see CLOSE_WITHOUT_COMMIT).
+    (S.DEPARTING, I.LEAVE_FAILED): (S.CLOSING, ()),
+
+    # The slow path (seed §11 step 1.2): stop consuming now, answer the next Ping
     # with the final offsets, then wait for the Ping after it.
-    (S.CLOSING, I.PING): (S.LEAVING, (A.REVOKE, A.REPORT_OFFSETS, A.ARM_CLOSE_TIMER)),
-    (S.CLOSING, I.STOP_FETCHER): (S.LEAVING, (A.REVOKE, A.REPORT_OFFSETS, A.ARM_CLOSE_TIMER)),
+    # (The partitions were revoked when the close began.)
+    (S.CLOSING, I.PING): (S.LEAVING, (A.REPORT_OFFSETS, A.ARM_CLOSE_TIMER)),
+    (S.CLOSING, I.STOP_FETCHER): (S.LEAVING, (A.REPORT_OFFSETS, A.ARM_CLOSE_TIMER)),
     # Leaving anyway: acknowledge, but do not start; our disconnect makes the group rebalance.
     (S.CLOSING, I.START_FETCHER): (S.CLOSING, (A.ANSWER,)),
     (S.CLOSING, I.FETCH_FAILED): (S.CLOSING, ()),
@@ -149,21 +174,30 @@ for _s in _REGISTERED:
     TRANSITIONS[(_s, I.SILENCE)] = (S.DISCOVERING, _LOSE)
     TRANSITIONS[(_s, I.CHANNEL_LOST)] = (S.DISCOVERING, _LOSE)
 for _s in (S.FETCHING, S.STOPPED):
-    TRANSITIONS[(_s, I.CLOSE)] = (S.CLOSING, (A.STOP_FETCHERS,))
-for _s in (S.CLOSING, S.LEAVING):
-    # The coordinator is gone or never confirmed: nothing more can be handed over.
+    # Seed §11's rule: stop fetching and settle the positions before anything is handed over;
+    # the listener hears of the revocation before the coordinator can give the partitions away.
+    TRANSITIONS[(_s, I.CLOSE)] = (S.DEPARTING, (A.STOP_FETCHERS, A.REVOKE, A.SEND_LEAVE))
+for _s in (S.DEPARTING, S.CLOSING, S.LEAVING):
+    # The coordinator is gone (or removed us after the leave, closing the channel before its
+    # answer arrived): nothing more can be handed over.
     TRANSITIONS[(_s, I.SILENCE)] = (S.CLOSED, (A.CLOSE_CHANNEL, A.FINISH))
     TRANSITIONS[(_s, I.CHANNEL_LOST)] = (S.CLOSED, (A.CLOSE_CHANNEL, A.FINISH))
+for _s in (S.CLOSING, S.LEAVING):
     TRANSITIONS[(_s, I.CLOSE_TIMEOUT)] = (S.CLOSED, (A.CLOSE_CHANNEL, A.FINISH))
+    # A late answer to the leave: the slow path already runs, and finishes on its own.
+    TRANSITIONS[(_s, I.LEFT)] = (_s, ())
+    TRANSITIONS[(_s, I.LEAVE_FAILED)] = (_s, ())
 for _i in Input:
     # Late inputs (a timer or a lost connection racing the end) change nothing once closed.
     TRANSITIONS[(S.CLOSED, _i)] = (S.CLOSED, ())
     TRANSITIONS.setdefault((S.FAILED, _i), (S.FAILED, ()))
 
-#: Without auto-commit there is nothing to hand over at close (seed §11 step 1.1).
-CLOSE_WITHOUT_COMMIT: dict[State, tuple[State, tuple[Action, ...]]] = {
-    s: (S.CLOSED, (A.STOP_FETCHERS, A.REVOKE, A.RELEASE, A.CLOSE_CHANNEL, A.FINISH))
-    for s in (S.FETCHING, S.STOPPED)
+#: Without auto-commit there is nothing to hand over at close (seed §11 step 1.1): the leave
+#: still goes (so the group rebalances at once and the coordinator counts a leave, not a
+#: failure), but when it is not answered the member just closes: these pairs replace
+#: :data:`TRANSITIONS`' for such a member.
+CLOSE_WITHOUT_COMMIT: dict[tuple[State, Input], tuple[State, tuple[Action, ...]]] = {
+    (S.DEPARTING, I.LEAVE_FAILED): (S.CLOSED, (A.CLOSE_CHANNEL, A.FINISH)),
 }
 
 
@@ -188,8 +222,8 @@ class Membership:
     def handle(self, event: Input) -> tuple[Action, ...]:
         """Apply ``event``; returns the actions to carry out, in order."""
         key = (self.state, event)
-        if event is Input.CLOSE and not self.auto_commit and self.state in CLOSE_WITHOUT_COMMIT:
-            target, actions = CLOSE_WITHOUT_COMMIT[self.state]
+        if not self.auto_commit and key in CLOSE_WITHOUT_COMMIT:
+            target, actions = CLOSE_WITHOUT_COMMIT[key]
         else:
             try:
                 target, actions = TRANSITIONS[key]
@@ -206,8 +240,8 @@ class Membership:
     @property
     def registered(self) -> bool:
         """A channel to the coordinator is served."""
-        return self.state in (State.WAITING, State.FETCHING, State.STOPPED, State.CLOSING,
-                              State.LEAVING)
+        return self.state in (State.WAITING, State.FETCHING, State.STOPPED, State.DEPARTING,
+                              State.CLOSING, State.LEAVING)
 
     @property
     def done(self) -> bool:

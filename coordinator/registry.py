@@ -52,6 +52,9 @@ class ConsumerRegistry:
     host: str = "?"
     channel: Any = None
     registered_at: float = 0.0
+    #: Drawn at registration and returned only to this member (RegisterConsumer v1): an
+    #: UnregisterConsumer must carry it, so nobody else can make the member leave.
+    session_id: int = 0
     failed_pings: int = 0
     ping_outstanding: bool = False
     ping_seq: int = 0

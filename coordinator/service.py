@@ -6,7 +6,8 @@
   topic listeners, the groups known from ZooKeeper owners (failover, seed §10), the Ping
   scheduler, the committer, the rebalance handlers;
 - ClusterMetadata (any broker), RegisterConsumer (turns the connection into the coordinator
-  channel), CommitOffsets and DescribeConsumerGroups (the coordinator only);
+  channel), CommitOffsets, UnregisterConsumer (a member leaving: its final offsets written, the
+  member removed at once) and DescribeConsumerGroups (the coordinator only);
 - failure detection (seed §8): a Ping every session_timeout/3 to each consumer whose previous
   Ping was answered or expired, expiry after 2/3 of the session timeout, failure past
   ``coordinator.ping.max.failures`` expired Pings in a row or when the channel closes;
@@ -28,6 +29,7 @@ Invariants:
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -331,7 +333,7 @@ class CoordinatorService:
         channel = self.channel_factory()
         c = ConsumerRegistry(body.group_id, cid, tc, body.topic_count, bool(body.auto_commit),
                              reset, timeout, host=getattr(proto, "peer", "?"), channel=channel,
-                             registered_at=now)
+                             registered_at=now, session_id=secrets.randbits(63) or 1)
         try:
             g = self.registries.add_member(c, now)
         except DuplicateConsumer:  # pragma: no cover - checked above on the same thread
@@ -353,7 +355,8 @@ class CoordinatorService:
             # group, so N members joining cost one rebalance, not N.
             g.not_before = now + cfg.initial_rebalance_delay_ms / 1000.0
         self.request_rebalance(g)
-        return {"error_code": 0, "error_message": None}
+        # session_id is left out of a v0 answer (ignorable): such a member cannot leave early.
+        return {"error_code": 0, "error_message": None, "session_id": c.session_id}
 
     # -- failure detection (seed §8) ---------------------------------------------------------------
 
@@ -414,23 +417,41 @@ class CoordinatorService:
     def handle_consumer_failure(self, c: ConsumerRegistry, reason: str) -> None:
         """Seed §8 handleConsumerFailure: unschedule, close, remove, fail an ongoing rebalance
         fast, rebalance the rest. Idempotent."""
+        self._remove_member(c, reason, left=False)
+
+    def _remove_member(self, c: ConsumerRegistry, reason: str, *, left: bool) -> None:
+        """Unschedule, close the channel, remove, fail an ongoing rebalance fast, rebalance
+        the rest. ``left``: the member asked to leave (counted apart from failures, so that
+        expirations count only members the coordinator had to give up on). Idempotent: the
+        first removal wins (a channel closing after a leave changes nothing)."""
         if not c.alive:
             return
         c.alive = False
         self.scheduler.remove(c.key)
         if c.channel is not None:
-            c.channel.close()
+            if left:
+                # The member closes its channel once it has our answer (closing it first
+                # would race the answer, which travels on another connection); one that
+                # does not is closed after the time it had to answer any request.
+                channel = c.channel
+                self.clock.callLater(c.response_timeout_s, channel.close)
+            else:
+                c.channel.close()
         if not self.active:
             return
         g = self.registries.remove_member(c, self.clock.seconds())
         if g is None:
             return
-        log.info("consumer {c} of group {g} failed ({r}); {n} members left", c=c.consumer_id,
-                 g=g.group_id, r=reason, n=len(g.members))
+        what = "left" if left else f"failed ({reason})"
+        log.info("consumer {c} of group {g} {w}; {n} members left", c=c.consumer_id,
+                 g=g.group_id, w=what, n=len(g.members))
         if self.metrics is not None:
-            self.metrics.coordinator_expired_members_total.labels(reason=reason).inc()
+            if left:
+                self.metrics.coordinator_left_members_total.inc()
+            else:
+                self.metrics.coordinator_expired_members_total.labels(reason=reason).inc()
         if g.rebalancing:
-            g.rebalance_failed = f"member {c.consumer_id} failed ({reason})"
+            g.rebalance_failed = f"member {c.consumer_id} {what}"
         self.request_rebalance(g)
 
     # -- rebalance requests ------------------------------------------------------------------------
@@ -651,10 +672,23 @@ class CoordinatorService:
                              f"{body.group_id!r} at this coordinator; register first"),
                     "partitions": []}
         g = self.registries.groups[c.group_id]
+        results, accepted, problems = self._check_offsets(c, g, body.offsets)
+        g.record_offsets(c, ((o.topic, o.partition, o.offset) for o in body.offsets
+                             if (o.topic, o.partition) in accepted))
+        failed = await self._commit_accepted(g, accepted)
+        if failed is not None:
+            return {**failed, "partitions": []}
+        return {"error_code": 0, "error_message": "; ".join(problems) or None,
+                "partitions": results}
+
+    def _check_offsets(self, c: ConsumerRegistry, g: GroupRegistry, offsets: Any
+                       ) -> tuple[list[dict], set[TopicPartition], list[str]]:
+        """Which of a member's offsets may be committed: only partitions it owns, never
+        behind the group's offset. Returns (per-partition results, accepted, problems)."""
         results = []
         accepted: set[TopicPartition] = set()
         problems = []
-        for o in body.offsets:
+        for o in offsets:
             tp = (o.topic, o.partition)
             if tp not in c.owned:
                 code = ErrorCode.REBALANCE_IN_PROGRESS if g.state == "rebalancing" else \
@@ -668,17 +702,52 @@ class CoordinatorService:
                 code = ErrorCode.NONE
                 accepted.add(tp)
             results.append({"topic": o.topic, "partition": o.partition, "error_code": int(code)})
-        g.record_offsets(c, ((o.topic, o.partition, o.offset) for o in body.offsets
-                             if (o.topic, o.partition) in accepted))
+        return results, accepted, problems
+
+    async def _commit_accepted(self, g: GroupRegistry, accepted: set[TopicPartition]
+                               ) -> dict | None:
+        """Write the group's ``accepted`` offsets now (fenced); None, or the error to answer."""
         try:
             await self._commit([g], {g.group_id: accepted})
         except rebalance.NotCoordinator:
-            return {**_error(ErrorCode.NOT_COORDINATOR, "this broker stopped being the "
-                             "coordinator before the offsets were written"), "partitions": []}
+            return _error(ErrorCode.NOT_COORDINATOR, "this broker stopped being the "
+                          "coordinator before the offsets were written")
         except (TransactionFailed, MetadataStoreError) as e:
-            return {**_error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             f"offsets could not be written to ZooKeeper: {e}"),
-                    "partitions": []}
+            return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                          f"offsets could not be written to ZooKeeper: {e}")
+        return None
+
+    # -- UnregisterConsumer (a member leaves) ------------------------------------------------------
+
+    async def unregister_consumer(self, header: Any, body: Any) -> dict:
+        """A member leaves: check that the request is the member's own (its consumer id and the
+        session id of its current registration), take and write its final offsets as
+        CommitOffsets does, then remove it at once and rebalance its group. Any refusal changes
+        nothing; when the offsets cannot be written the member stays (it then hands them over
+        on its channel, the way a leave worked before this request existed)."""
+        refused = self._not_coordinator()
+        if refused is not None:
+            return {**refused, "partitions": []}
+        c = self.registries.member(body.group_id, body.consumer_id)
+        if c is None or not c.alive or c.session_id == 0 or \
+                not secrets.compare_digest(c.session_id.to_bytes(8, "big"),
+                                           (body.session_id & (2**64 - 1)).to_bytes(8, "big")):
+            log.info("refused a leave for consumer {c} of group {g}: not that member's current "
+                     "registration", c=body.consumer_id, g=body.group_id)
+            return {**_error(ErrorCode.UNKNOWN_MEMBER_ID,
+                             f"consumer {body.consumer_id!r} has no registration in group "
+                             f"{body.group_id!r} with this session id; a member can only "
+                             "leave itself"), "partitions": []}
+        g = self.registries.groups[c.group_id]
+        results, accepted, problems = self._check_offsets(c, g, body.offsets)
+        g.record_offsets(c, ((o.topic, o.partition, o.offset) for o in body.offsets
+                             if (o.topic, o.partition) in accepted))
+        failed = await self._commit_accepted(g, accepted)
+        if failed is not None:
+            return {**failed, "partitions": []}
+        # The member may have failed (its channel closed) while the offsets were written:
+        # then it is gone already and counted as such.
+        self._remove_member(c, "leave", left=True)
         return {"error_code": 0, "error_message": "; ".join(problems) or None,
                 "partitions": results}
 

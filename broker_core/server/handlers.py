@@ -103,6 +103,7 @@ class RequestHandler:
             ApiKey.CLUSTER_METADATA: self.cluster_metadata,
             ApiKey.REGISTER_CONSUMER: self.register_consumer,
             ApiKey.COMMIT_OFFSETS: self.commit_offsets,
+            ApiKey.UNREGISTER_CONSUMER: self.unregister_consumer,
             ApiKey.DESCRIBE_CONSUMER_GROUPS: self.describe_consumer_groups,
             ApiKey.PING: self.coordinator_only,
             ApiKey.STOP_FETCHER: self.coordinator_only,
@@ -139,6 +140,11 @@ class RequestHandler:
         if self.coordinator is None:
             return self._no_coordinator(partitions=[])
         return self.coordinator.commit_offsets(header, body)
+
+    def unregister_consumer(self, header: Any, body: Any) -> Any:
+        if self.coordinator is None:
+            return self._no_coordinator(partitions=[])
+        return self.coordinator.unregister_consumer(header, body)
 
     def describe_consumer_groups(self, header: Any, body: Any) -> dict:
         if self.coordinator is None:

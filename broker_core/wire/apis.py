@@ -65,6 +65,7 @@ from broker_core.wire.messages import (
     start_fetcher,
     stop_fetcher,
     stop_replica,
+    unregister_consumer,
     update_metadata,
 )
 from broker_core.wire.primitives import Reader, Writer
@@ -165,6 +166,8 @@ class ApiKey(IntEnum):
     DESCRIBE_CONSUMER_GROUPS = 1006
     # Seed 002's quorum gossip, served by the metadata quorum's listener only.
     DISCOVER_BROKERS = 1007
+    # A consumer leaving its group (Kafka's LeaveGroup), consumer → coordinator.
+    UNREGISTER_CONSUMER = 1008
     # The metadata quorum's client APIs (quorum listener only).
     METADATA_WRITE = 1020
     SESSION_HEARTBEAT = 1021
@@ -256,6 +259,7 @@ for _key, _module in [
     (ApiKey.START_FETCHER, start_fetcher),
     (ApiKey.COMMIT_OFFSETS, commit_offsets),
     (ApiKey.DESCRIBE_CONSUMER_GROUPS, describe_consumer_groups),
+    (ApiKey.UNREGISTER_CONSUMER, unregister_consumer),
 ]:
     register(spec_from_module(_key, _module))
 del _key, _module

@@ -255,22 +255,21 @@ def run(cfg: LoadTestConfig, out: TextIO = sys.stderr) -> dict[str, Any]:
     events: queue.Queue = queue.Queue()
     t0 = time.time()
     tracker = _Tracker(t0)
-    plan = plan_workers(cfg)
-    workers = [_Worker(i, members, cfg, events) for i, members in enumerate(plan)]
     actions: list[dict[str, Any]] = []
     timeline: list[dict[str, Any]] = []
     scrapes: list[tuple[float, int | None, prom.Samples]] = []
+    # The baseline, before any consumer exists: the run's counters count from it, and the
+    # first point of the run already has a window for its rates.
+    timeline.append(_sample(cfg, tracker, scrapes, time.time() - t0))
+    plan = plan_workers(cfg)
+    workers = [_Worker(i, members, cfg, events) for i, members in enumerate(plan)]
     killed = paused = resumed = False
     paused_workers: list[_Worker] = []
-    next_scrape = 0.0
+    next_scrape = time.time() - t0 + cfg.scrape_interval_s
     try:
         while True:
+            drain(events, tracker, 0.2)
             now = time.time() - t0
-            try:
-                while True:
-                    tracker.feed(events.get(timeout=0.2))
-            except queue.Empty:
-                pass
             if cfg.kill_share > 0 and not killed and now >= cfg.kill_at_s:
                 killed = True
                 # the last workers, so a pause (which takes the first) hits others
@@ -305,9 +304,8 @@ def run(cfg: LoadTestConfig, out: TextIO = sys.stderr) -> dict[str, Any]:
             if len(tracker.exited) == len(workers):
                 break
     finally:
-        # Coordinator figures stop here: members leaving at the end close their channels, which
-        # the coordinator cannot tell from crashes.
-        during_run = list(scrapes)
+        # Members stopped at the end leave with UnregisterConsumer: the coordinator counts them
+        # as leaves, not expirations, so the figures go on to the final scrape.
         for w in paused_workers:
             w.signal(signal.SIGCONT)
         for w in workers:
@@ -320,7 +318,7 @@ def run(cfg: LoadTestConfig, out: TextIO = sys.stderr) -> dict[str, Any]:
     if cfg.progress:
         out.write("\n")
     timeline.append(_sample(cfg, tracker, scrapes, time.time() - t0))
-    result = _result(cfg, tracker, during_run, timeline, actions, workers)
+    result = _result(cfg, tracker, scrapes, timeline, actions, workers)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     (cfg.out_dir / "loadtest.json").write_text(json.dumps(result, indent=2, default=str))
     if plot.available():
@@ -329,6 +327,24 @@ def run(cfg: LoadTestConfig, out: TextIO = sys.stderr) -> dict[str, Any]:
     else:
         out.write("matplotlib is not installed (pip install '.[bench]'): no plot written\n")
     return result
+
+
+def drain(events: queue.Queue, tracker: _Tracker, for_s: float) -> int:
+    """Feed worker events to ``tracker`` for at most ``for_s`` seconds (less when the queue
+    runs dry); returns how many. Bounded by time, not by an empty queue: while hundreds of
+    consumers join, events never pause for long, and waiting for a pause held the scrapes
+    (and the disturbances) back by most of a minute."""
+    deadline = time.monotonic() + for_s
+    n = 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return n
+        try:
+            tracker.feed(events.get(timeout=left))
+        except queue.Empty:
+            return n
+        n += 1
 
 
 def _sample(cfg: LoadTestConfig, tracker: _Tracker,
@@ -344,24 +360,47 @@ def _sample(cfg: LoadTestConfig, tracker: _Tracker,
     except OSError:
         return point
     prev = next((s for s in reversed(scrapes) if s[1] == coord), None)
+    baseline = next((s for s in scrapes if s[1] == coord), None)
     scrapes.append((now, coord, samples))
     point["coordinator"] = coord
-    point["rss_bytes"] = prom.value(samples, "process_resident_memory_bytes")
-    point["members"] = prom.value(samples, "sluice_coordinator_members")
-    point["expirations"] = prom.value(samples, "sluice_coordinator_expired_members_total") or 0.0
-    if prev is not None:
-        dt = now - prev[0]
-        cpu_now = prom.value(samples, "process_cpu_seconds_total")
-        cpu_then = prom.value(prev[2], "process_cpu_seconds_total")
-        if cpu_now is not None and cpu_then is not None and dt > 0:
-            point["cpu_percent"] = round(100 * (cpu_now - cpu_then) / dt, 1)
-        h = prom.histogram(samples, "sluice_coordinator_ping_rtt_seconds")
-        if h is not None:
-            window = h.minus(prom.histogram(prev[2], "sluice_coordinator_ping_rtt_seconds"))
-            for q, key in ((0.5, "ping_p50_ms"), (0.99, "ping_p99_ms")):
-                v = window.quantile(q)
-                point[key] = None if v is None else round(v * 1000, 3)
+    point.update(scrape_figures(samples, now, prev, baseline))
     return point
+
+
+def scrape_figures(samples: prom.Samples, now: float,
+                   prev: tuple[float, Any, prom.Samples] | None,
+                   baseline: tuple[float, Any, prom.Samples] | None) -> dict[str, Any]:
+    """One timeline point's coordinator figures from a scrape taken at ``now``.
+
+    Counters are counted from ``baseline`` (the run's first scrape of this coordinator; None:
+    this is it), so a broker's earlier history (the counters run since it started) is not
+    the run's: the expired and left members count from 0, each member once, and the last
+    point's counts are the summary's. Rates (CPU, ping round trips) are over the window since
+    ``prev``, the previous scrape of the same broker; the driver takes one scrape before any
+    worker starts, so every point of the run has one."""
+    out: dict[str, Any] = {
+        "rss_bytes": prom.value(samples, "process_resident_memory_bytes"),
+        "members": prom.value(samples, "sluice_coordinator_members")}
+    base = baseline[2] if baseline is not None else samples
+    for key, name in (("expirations", "sluice_coordinator_expired_members_total"),
+                      ("leaves", "sluice_coordinator_left_members_total")):
+        # a labelled counter has no sample until its first increment: absent counts as 0
+        out[key] = (prom.value(samples, name) or 0.0) - (prom.value(base, name) or 0.0)
+    if prev is None:
+        return out
+    dt = now - prev[0]
+    cpu_now = prom.value(samples, "process_cpu_seconds_total")
+    cpu_then = prom.value(prev[2], "process_cpu_seconds_total")
+    if cpu_now is not None and cpu_then is not None and dt > 0:
+        out["cpu_percent"] = round(100 * (cpu_now - cpu_then) / dt, 1)
+    h = prom.histogram(samples, "sluice_coordinator_ping_rtt_seconds")
+    if h is not None:
+        window = h.minus(prom.histogram(prev[2], "sluice_coordinator_ping_rtt_seconds"))
+        out["ping_count"] = window.count
+        for q, key in ((0.5, "ping_p50_ms"), (0.99, "ping_p99_ms")):
+            v = window.quantile(q)
+            out[key] = None if v is None else round(v * 1000, 3)
+    return out
 
 
 def _progress(out: TextIO, cfg: LoadTestConfig, tracker: _Tracker, now: float,
@@ -401,7 +440,8 @@ def _result(cfg: LoadTestConfig, tracker: _Tracker,
         "worker_stderr": {w.index: w.stderr_tail for w in workers if w.stderr_tail},
     }
     # Coordinator-side figures: the difference between the first and last scrape of the broker
-    # that was coordinator at the end (a failover restarts the counters on another broker).
+    # that was coordinator at the end (a failover restarts the counters on another broker);
+    # the same differences as the timeline's last point.
     if scrapes:
         last_t, coord, last = scrapes[-1]
         first_t, _, first = next(s for s in scrapes if s[1] == coord)
@@ -410,10 +450,10 @@ def _result(cfg: LoadTestConfig, tracker: _Tracker,
             first, "sluice_coordinator_ping_rtt_seconds")) if ping else None
         reb = prom.histogram(last, "sluice_coordinator_rebalance_duration_seconds")
 
-        def delta(name: str) -> float | None:
-            # a labelled counter has no sample until its first increment
-            a, b = prom.value(first, name), prom.value(last, name)
-            return None if b is None else b - (a or 0.0)
+        def delta(name: str) -> float:
+            # a labelled counter has no sample until its first increment: absent counts as 0,
+            # as in the timeline (scrape_figures)
+            return (prom.value(last, name) or 0.0) - (prom.value(first, name) or 0.0)
 
         cpu = [p["cpu_percent"] for p in timeline if p.get("cpu_percent") is not None]
         rss = [p["rss_bytes"] for p in timeline if p.get("rss_bytes") is not None]
@@ -425,6 +465,7 @@ def _result(cfg: LoadTestConfig, tracker: _Tracker,
             "rss_bytes_max": max(rss) if rss else None,
             "rss_bytes_end": rss[-1] if rss else None,
             "expirations": delta("sluice_coordinator_expired_members_total"),
+            "leaves": delta("sluice_coordinator_left_members_total"),
             "failed_pings": delta("sluice_coordinator_failed_pings_total"),
             "ping_round_trip_s": None if ping_window is None else {
                 "count": ping_window.count, "mean": ping_window.mean,

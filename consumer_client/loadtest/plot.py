@@ -1,10 +1,17 @@
 """The load driver's PNG: four panels over the run's time line.
 
 1. members registered and owning partitions (from the workers' events) and members the
-   coordinator expired (its counter), with kills/pauses marked;
+   coordinator expired and that left (its counters, from 0 at the run's start), with
+   kills/pauses marked;
 2. every rebalance as a point (end time, duration as the members saw it);
-3. ping round trip p50/p99 per scrape interval (the coordinator's histogram);
+3. ping round trip p50/p99 per scrape interval (the coordinator's histogram), and how many
+   pings the interval had;
 4. coordinator CPU (% of one core) and resident memory.
+
+Every panel spans the whole run from 0 s, and values are drawn as points joined by lines: a
+scrape interval without pings has no round trip, and a lone value between two such intervals
+would be invisible as a line alone (so early in a run, when few consumers ping, the panel looked
+empty).
 
 matplotlib comes with the ``bench`` and ``test`` extras; without it the driver skips the plot and
 says so.
@@ -43,10 +50,13 @@ def render(result: dict[str, Any], path: Path) -> None:
     for action in result.get("actions", []):
         ax.axvline(action["t"], color="red", linestyle="--", linewidth=0.8)
         ax.annotate(action["what"], (action["t"], 0), rotation=90, fontsize=7, color="red")
-    if any(p.get("expirations") for p in timeline):
+    if any(p.get("expirations") is not None for p in timeline):
         ax.plot(t, [p.get("expirations") for p in timeline], label="expired (coordinator)",
-                color="tab:red")
+                color="tab:red", marker=".")
+        ax.plot(t, [p.get("leaves") for p in timeline], label="left (coordinator)",
+                color="tab:gray", marker=".")
     ax.set_ylabel("consumers")
+    ax.set_xlim(0, max(t[-1] if t else 0, 1))
     ax.legend(loc="lower right")
 
     ax = axes[1]
@@ -55,13 +65,18 @@ def render(result: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("rebalance (s)")
 
     ax = axes[2]
-    ax.plot(t, [p.get("ping_p50_ms") for p in timeline], label="p50")
-    ax.plot(t, [p.get("ping_p99_ms") for p in timeline], label="p99")
+    ax.plot(t, [p.get("ping_p50_ms") for p in timeline], label="p50", marker=".")
+    ax.plot(t, [p.get("ping_p99_ms") for p in timeline], label="p99", marker=".")
     ax.set_ylabel("ping round trip (ms)")
-    ax.legend(loc="upper right")
+    ax.legend(loc="upper left")
+    ax3 = ax.twinx()
+    ax3.bar(t, [p.get("ping_count") or 0 for p in timeline], color="tab:gray", alpha=0.25,
+            width=0.8 * _step(t))
+    ax3.set_ylabel("pings per interval")
 
     ax = axes[3]
-    ax.plot(t, [p.get("cpu_percent") for p in timeline], color="tab:orange", label="CPU %")
+    ax.plot(t, [p.get("cpu_percent") for p in timeline], color="tab:orange", label="CPU %",
+            marker=".")
     ax.set_ylabel("coordinator CPU (%)")
     ax2 = ax.twinx()
     ax2.plot(t, [(p.get("rss_bytes") or 0) / 2**20 for p in timeline], color="tab:green",
@@ -72,3 +87,9 @@ def render(result: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _step(t: list[float]) -> float:
+    """The typical distance between points (for bar widths)."""
+    gaps = sorted(b - a for a, b in zip(t, t[1:], strict=False) if b > a)
+    return gaps[len(gaps) // 2] if gaps else 1.0

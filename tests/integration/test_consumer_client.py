@@ -432,3 +432,26 @@ async def test_commit_before_registration_fails_clearly(coordinator):
     finally:
         await c.close()
     assert ApiKey.CLUSTER_METADATA
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_broker_without_register_consumer_v1_gets_v0_and_the_close_is_the_slow_one(
+        brokers, coordinator):
+    """An older coordinator closes the connection on RegisterConsumer v1 (a version it does
+    not serve): the consumer registers at v0 next, and without a session id it closes by
+    handing its positions over on the Pings."""
+    coordinator.max_register_version = 0
+    c = make_consumer(coordinator)
+    try:
+        await coordinator.member("c1")
+        await c.wait_for(State.WAITING)
+        assert coordinator.register_versions[:2] == [1, 0]
+        assert c._session_id == 0
+    finally:
+        closing = c.close()
+        assert c.state is State.DEPARTING
+        await eventually(lambda: c.state is State.CLOSING, what="the slow path")
+        await coordinator.ping("c1")
+        assert c.state is State.LEAVING
+        await coordinator.ping("c1")
+        await closing

@@ -43,8 +43,17 @@ async def test_small_loadtest_with_a_killed_worker(brokers, tmp_path):
     assert [a["what"] for a in result["actions"]] == ["kill -9 1 workers (4 consumers)"]
     coord = result["coordinator"]
     assert coord["broker_id"] in urls
-    # the killed worker's 4 members were failed by the coordinator, nobody else
+    # the killed worker's 4 members were failed by the coordinator, nobody else; the 8 that
+    # were stopped at the end left (they are no expirations)
     assert coord["expirations"] == 4
+    assert coord["leaves"] == 8
+    # the timeline counts the same, from 0 at a scrape taken before any consumer started,
+    # and every point after that one has its window (CPU)
+    timeline = result["timeline"]
+    assert timeline[0]["registered"] == 0 and timeline[0]["expirations"] == 0
+    assert timeline[-1]["expirations"] == 4 and timeline[-1]["leaves"] == 8
+    assert [p["expirations"] for p in timeline] == sorted(p["expirations"] for p in timeline)
+    assert timeline[1].get("cpu_percent") is not None
     assert coord["ping_round_trip_s"]["count"] > 0
     # the survivors' groups were rebalanced after the kill
     assert any(r["end_t"] > 9 for r in result["rebalances"]["events"])

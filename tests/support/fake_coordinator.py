@@ -58,6 +58,10 @@ class FakeCoordinator:
         self.commits: list[Any] = []
         self.commit_error = ErrorCode.NONE
         self.answer_cluster_metadata = True
+        #: Highest RegisterConsumer version served; above it the connection is closed, as a
+        #: broker that does not serve the version does.
+        self.max_register_version = 1
+        self.register_versions: list[int] = []
         self._pinger: task.LoopingCall | None = None
         self._waiters: list[tuple[str, defer.Deferred]] = []
 
@@ -158,6 +162,10 @@ class FakeCoordinator:
             return {"error_code": 0, "coordinator_id": self.node_id,
                     "brokers": self._broker_list()}
         if api == ApiKey.REGISTER_CONSUMER:
+            self.register_versions.append(request.header.api_version)
+            if request.header.api_version > self.max_register_version:
+                proto.transport.loseConnection()
+                return defer.Deferred()  # never answered: the connection is gone
             self.registrations.append(body)
             if self.register_errors:
                 return {"error_code": int(self.register_errors.pop(0))}

@@ -404,3 +404,139 @@ def test_describe_and_cluster_metadata():
     (g,) = out["groups"]
     assert g["group_id"] == "g" and g["state"] == "rebalancing"
     assert g["members"][0]["consumer_id"] == "a"
+
+
+# -- UnregisterConsumer: a member leaves ----------------------------------------------------------
+
+def leave(svc, cid, session_id, offsets=(), group="g"):
+    body = SimpleNamespace(group_id=group, consumer_id=cid, session_id=session_id,
+                           offsets=[SimpleNamespace(topic=t, partition=p, offset=o)
+                                    for t, p, o in offsets])
+    d = defer.ensureDeferred(svc.unregister_consumer(None, body))
+    out = []
+    d.addBoth(out.append)
+    assert out, "the store is synchronous: the leave is answered at once"
+    return out[0]
+
+
+def two_members(svc):
+    resp_a, a = register(svc, "a", timeout=30000)
+    resp_b, b = register(svc, "b", timeout=30000)
+    for _ in range(6):
+        clock = svc.clock
+        clock.advance(0)
+        answer_all(a)
+        answer_all(b)
+    ma, mb = svc.registries.member("g", "a"), svc.registries.member("g", "b")
+    assert ma.owned and mb.owned and not set(ma.owned) & set(mb.owned)
+    return resp_a, a, resp_b, b
+
+
+def test_registration_hands_out_a_session_id_per_registration():
+    clock, store, svc = make()
+    resp_a, _ = register(svc, "a")
+    resp_b, _ = register(svc, "b")
+    assert resp_a["session_id"] > 0 and resp_b["session_id"] > 0
+    assert resp_a["session_id"] != resp_b["session_id"]
+    assert svc.registries.member("g", "a").session_id == resp_a["session_id"]
+
+
+def test_a_leave_commits_the_final_offsets_removes_the_member_and_rebalances_at_once():
+    clock, store, svc = make()
+    resp_a, a, resp_b, b = two_members(svc)
+    owned_a = sorted(svc.registries.member("g", "a").owned)
+    tp = owned_a[0]
+    resp = leave(svc, "a", resp_a["session_id"], [(tp[0], tp[1], 42)])
+    assert resp["error_code"] == 0 and resp["error_message"] is None
+    assert resp["partitions"] == [{"topic": tp[0], "partition": tp[1], "error_code": 0}]
+    # written (fenced) before the answer, not at the next commit tick
+    assert store.nodes[paths.consumer_offset("g", *tp)][0] == b"42"
+    assert svc.registries.member("g", "a") is None
+    assert svc.metrics.coordinator_left_members_total._value.get() == 1
+    assert not a.closed  # the member closes it once it has the answer
+    for reason in ("ping", "disconnect"):
+        assert svc.metrics.coordinator_expired_members_total.labels(
+            reason=reason)._value.get() == 0
+    # The channel closing after the leave is not a second removal nor an expiration.
+    assert svc.registries.consumers == 1
+    # b is rebalanced at once (no Ping interval, no session timeout): it gets a's partitions
+    # from the offset a handed over.
+    answer_all(b)
+    starts = b.pending(ApiKey.START_FETCHER)
+    assert len(starts) == 1
+    given = {(p["topic"], p["partition"]): p["offset"]
+             for t in starts[0][0]["ownership"] for p in t["partitions"]}
+    assert given[tp] == 42 and set(given) == {("t", 0), ("t", 1)}
+    answer_all(b)
+    assert set(svc.registries.member("g", "b").owned) == {("t", 0), ("t", 1)}
+    # A member that does not close its channel has it closed for it, bounded.
+    clock.advance(20.0)
+    assert a.closed
+    assert svc.metrics.coordinator_left_members_total._value.get() == 1
+
+
+@pytest.mark.parametrize("forgery", ["another member's id", "wrong session", "old session",
+                                     "unknown member", "no session"])
+def test_a_forged_leave_is_refused_and_changes_nothing(forgery):
+    clock, store, svc = make()
+    resp_a, a, resp_b, b = two_members(svc)
+    g = svc.registries.groups["g"]
+    tp_b = sorted(svc.registries.member("g", "b").owned)[0]
+    offsets_before, gen_before = dict(g.offsets), g.generation
+    cid, sid = {
+        # a's own session id naming b: a member can only leave itself
+        "another member's id": ("b", resp_a["session_id"]),
+        "wrong session": ("b", resp_b["session_id"] ^ 1),
+        "old session": ("b", resp_b["session_id"]),
+        "unknown member": ("z", resp_a["session_id"]),
+        "no session": ("b", 0),
+    }[forgery]
+    if forgery == "old session":
+        # b's registration is replaced by a new one: its old session id is no longer good
+        b.close()
+        clock.advance(0)
+        resp_b2, b2 = register(svc, "b", timeout=30000)
+        assert resp_b2["session_id"] != resp_b["session_id"]
+        offsets_before, gen_before = dict(g.offsets), g.generation
+    members_before = sorted(svc.registries.groups["g"].members)
+    initiated_before = g.rebalance_initiated
+    left_before = svc.metrics.coordinator_left_members_total._value.get()
+    resp = leave(svc, cid, sid, [(tp_b[0], tp_b[1], 99)])
+    assert resp["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+    assert "leave itself" in resp["error_message"] and resp["partitions"] == []
+    assert sorted(svc.registries.groups["g"].members) == members_before
+    assert g.offsets == offsets_before and g.generation == gen_before
+    assert paths.consumer_offset("g", *tp_b) not in store.nodes
+    assert svc.metrics.coordinator_left_members_total._value.get() == left_before
+    assert g.rebalance_initiated == initiated_before
+
+
+def test_a_leave_commits_only_partitions_the_member_owns():
+    clock, store, svc = make()
+    resp_a, a, resp_b, b = two_members(svc)
+    tp_a = sorted(svc.registries.member("g", "a").owned)[0]
+    tp_b = sorted(svc.registries.member("g", "b").owned)[0]
+    resp = leave(svc, "a", resp_a["session_id"],
+                 [(tp_a[0], tp_a[1], 7), (tp_b[0], tp_b[1], 99)])
+    assert resp["error_code"] == 0
+    codes = {(p["topic"], p["partition"]): p["error_code"] for p in resp["partitions"]}
+    assert codes == {tp_a: 0, tp_b: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    assert tp_b[1] != tp_a[1] and "not owned by a" in resp["error_message"]
+    assert store.nodes[paths.consumer_offset("g", *tp_a)][0] == b"7"
+    assert paths.consumer_offset("g", *tp_b) not in store.nodes
+    assert svc.registries.groups["g"].offsets.get(tp_b, -1) == -1
+    assert svc.registries.member("g", "a") is None  # it still left
+
+
+def test_a_leave_whose_offsets_cannot_be_written_leaves_the_member_in_place():
+    clock, store, svc = make()
+    resp_a, a, resp_b, b = two_members(svc)
+    tp = sorted(svc.registries.member("g", "a").owned)[0]
+    svc.elector.resign_soon = lambda: None
+    store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH] = (
+        store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH][0], 99)  # another coordinator's epoch
+    resp = leave(svc, "a", resp_a["session_id"], [(tp[0], tp[1], 5)])
+    assert resp["error_code"] == ErrorCode.NOT_COORDINATOR
+    # still a member: it hands its offsets over on its channel instead (the slow path)
+    assert svc.registries.member("g", "a") is not None and not a.closed
+    assert svc.metrics.coordinator_left_members_total._value.get() == 0

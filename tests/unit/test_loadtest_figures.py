@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from consumer_client.loadtest import metrics as prom
-from consumer_client.loadtest.driver import LoadTestConfig, _Tracker, plan_workers
+from consumer_client.loadtest.driver import (
+    LoadTestConfig,
+    _result,
+    _Tracker,
+    drain,
+    plan_workers,
+    scrape_figures,
+)
 
 SCRAPE = """\
 # HELP sluice_coordinator_ping_rtt_seconds Ping round trip
@@ -94,7 +101,7 @@ def test_summary_rounds_every_figure_gives_units_and_names_the_plot(tmp_path):
         "join_time_s": {"p50": 4.091397285461426, "p99": 12.5000001},
         "rebalances": {"duration_s": {"count": 7, "p50": 0.123456, "max": 1.98765}},
         "coordinator": {"broker_id": 2, "cpu_percent_mean": 41.26, "cpu_percent_max": 98.6,
-                        "rss_bytes_max": 56565760.0, "expirations": 150.0,
+                        "rss_bytes_max": 56565760.0, "expirations": 150.0, "leaves": 0.0,
                         "ping_round_trip_s": {"p50": 0.0012345, "p99": 0.0456789}},
         "plot": str(tmp_path / "loadtest.png"),
     }
@@ -103,7 +110,7 @@ def test_summary_rounds_every_figure_gives_units_and_names_the_plot(tmp_path):
         "consumers joined: 150/150  join time p50 4.09 s  p99 12.50 s",
         "rebalances seen by members: 7  p50 0.12 s  max 1.99 s",
         "memberships lost: 3  false expirations: 0",
-        "coordinator 2: cpu mean 41%  max 99%  rss max 54 MiB  expirations 150  "
+        "coordinator 2: cpu mean 41%  max 99%  rss max 54 MiB  expirations 150  leaves 0  "
         "ping p50 1.2 ms  p99 45.7 ms",
         f"result: {tmp_path / 'loadtest.json'}",
         f"plot: {tmp_path / 'loadtest.png'}",
@@ -120,3 +127,73 @@ def test_summary_of_a_run_without_figures_says_so_instead_of_none(tmp_path):
     assert lines[0] == "consumers joined: 0/10  join time p50 -  p99 -"
     assert not any("None" in line for line in lines)
     assert not any(line.startswith("plot:") for line in lines)
+
+
+def coordinator_scrape(expired_disconnect=None, left=0.0, pings=0, cpu=1.0):
+    """A coordinator's /metrics text: the expired counter has no sample until its first
+    increment, as a labelled prometheus counter."""
+    lines = ["# TYPE process_cpu_seconds_total counter", f"process_cpu_seconds_total {cpu}",
+             "# TYPE sluice_coordinator_left_members_total counter",
+             f"sluice_coordinator_left_members_total {left}",
+             "# TYPE sluice_coordinator_expired_members_total counter"]
+    if expired_disconnect is not None:
+        lines.append('sluice_coordinator_expired_members_total{reason="disconnect"} '
+                     f"{expired_disconnect}")
+    lines += ["# TYPE sluice_coordinator_ping_rtt_seconds histogram",
+              f'sluice_coordinator_ping_rtt_seconds_bucket{{le="0.01"}} {pings}',
+              f'sluice_coordinator_ping_rtt_seconds_bucket{{le="+Inf"}} {pings}',
+              f"sluice_coordinator_ping_rtt_seconds_count {pings}",
+              f"sluice_coordinator_ping_rtt_seconds_sum {pings * 0.001}"]
+    return prom.parse("\n".join(lines) + "\n")
+
+
+def test_timeline_and_summary_count_each_expiration_once_from_the_runs_start():
+    # The broker expired 9 members before this run; during it 150 are killed; at the end
+    # the 150 others stop and leave (a leave, not an expiration).
+    scrapes = [(0.0, 2, coordinator_scrape(expired_disconnect=9.0, pings=0, cpu=1.0)),
+               (5.0, 2, coordinator_scrape(expired_disconnect=9.0, pings=40, cpu=2.0)),
+               (10.0, 2, coordinator_scrape(expired_disconnect=159.0, pings=90, cpu=3.0)),
+               (12.0, 2, coordinator_scrape(expired_disconnect=159.0, left=150.0, pings=90,
+                                            cpu=3.5))]
+    timeline = []
+    for i, (t, _, samples) in enumerate(scrapes):
+        prev = scrapes[i - 1] if i else None
+        point = {"t": t, "registered": 0, "owning": 0}
+        point.update(scrape_figures(samples, t, prev, scrapes[0] if i else None))
+        timeline.append(point)
+    assert [p["expirations"] for p in timeline] == [0, 0, 150, 150]
+    assert [p["leaves"] for p in timeline] == [0, 0, 0, 150]
+    # every point after the baseline has its window: CPU and the pings in it
+    assert [p.get("cpu_percent") for p in timeline] == [None, 20.0, 20.0, 25.0]
+    assert [p.get("ping_count") for p in timeline] == [None, 40, 50, 0]
+    assert timeline[1]["ping_p50_ms"] is not None and timeline[3]["ping_p50_ms"] is None
+    result = _result(LoadTestConfig("b:1", "t", consumers=300), _Tracker(0.0), scrapes,
+                     timeline, [], [])
+    assert result["coordinator"]["expirations"] == timeline[-1]["expirations"] == 150
+    assert result["coordinator"]["leaves"] == 150
+
+
+def test_a_counter_without_samples_yet_counts_as_zero_in_timeline_and_summary():
+    first = coordinator_scrape(expired_disconnect=None)
+    later = coordinator_scrape(expired_disconnect=None)
+    point = scrape_figures(later, 5.0, (0.0, 1, first), (0.0, 1, first))
+    assert point["expirations"] == 0 and point["leaves"] == 0
+    result = _result(LoadTestConfig("b:1", "t", consumers=1), _Tracker(0.0),
+                     [(0.0, 1, first), (5.0, 1, later)], [], [], [])
+    assert result["coordinator"]["expirations"] == 0
+
+
+def test_draining_worker_events_is_bounded_by_time_even_when_they_never_pause():
+    import queue
+
+    events: queue.Queue = queue.Queue()
+
+    class Busy(_Tracker):
+        def feed(self, ev):
+            super().feed(ev)
+            events.put(ev)  # hundreds of consumers joining: there is always another event
+
+    events.put({"ev": "registered", "c": "a", "t": 0.0})
+    n = drain(events, Busy(0.0), 0.05)
+    assert n > 0
+    assert drain(queue.Queue(), _Tracker(0.0), 0.05) == 0

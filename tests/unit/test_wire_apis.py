@@ -30,7 +30,8 @@ def test_api_key_numbers_are_kafkas():
                 "OFFSET_FOR_LEADER_EPOCH": 23, "CREATE_PARTITIONS": 37, "DESCRIBE_QUORUM": 55,
                 "ALTER_PARTITION": 56, "CLUSTER_METADATA": 1000, "REGISTER_CONSUMER": 1001,
                 "PING": 1002, "STOP_FETCHER": 1003, "START_FETCHER": 1004,
-                "COMMIT_OFFSETS": 1005, "DESCRIBE_CONSUMER_GROUPS": 1006}
+                "COMMIT_OFFSETS": 1005, "DESCRIBE_CONSUMER_GROUPS": 1006,
+                "UNREGISTER_CONSUMER": 1008}
     assert {k: int(ApiKey[k]) for k in expected} == expected
 
 
@@ -45,9 +46,9 @@ def test_served_versions():
         "LEADER_AND_ISR": (5, 5, 5), "STOP_REPLICA": (3, 3, 3), "UPDATE_METADATA": (7, 7, 7),
         "OFFSET_FOR_LEADER_EPOCH": (3, 3, None), "CONTROLLED_SHUTDOWN": (3, 3, 3),
         "ALTER_PARTITION": (0, 1, 0), "BROKER_HEARTBEAT": (0, 0, 0),
-        "CLUSTER_METADATA": (0, 0, 0), "REGISTER_CONSUMER": (0, 0, 0), "PING": (0, 0, 0),
+        "CLUSTER_METADATA": (0, 0, 0), "REGISTER_CONSUMER": (0, 1, 0), "PING": (0, 0, 0),
         "STOP_FETCHER": (0, 0, 0), "START_FETCHER": (0, 0, 0), "COMMIT_OFFSETS": (0, 0, 0),
-        "DESCRIBE_CONSUMER_GROUPS": (0, 0, 0),
+        "DESCRIBE_CONSUMER_GROUPS": (0, 0, 0), "UNREGISTER_CONSUMER": (0, 0, 0),
     }
     assert SUPPORTED[ApiKey.LEADER_AND_ISR].name == "LeaderAndIsr"
     assert apis.advertised_versions([ApiKey.PRODUCE]) == [

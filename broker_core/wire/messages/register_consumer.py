@@ -8,15 +8,20 @@ answers. On an error the coordinator leaves the connection open (the seed: the c
 ``{"version": 1, "pattern": "static", "subscription": {"events": 2}}`` (two streams of topic
 ``events``) or ``{"version": 1, "pattern": "white_list", "subscription": {"events-.*": 1}}``;
 ``auto_offset_reset`` is ``smallest``/``earliest`` or ``largest``/``latest``.
+
+Version 1 adds ``session_id`` to the response: a random number the coordinator draws for this
+registration. The member proves with it that an UnregisterConsumer (key 1008, its leave) comes
+from this registration and not from another client naming its consumer id; it is never shown
+to anyone else (DescribeConsumerGroups leaves it out).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from broker_core.wire.schema import BOOL, INT16, INT32, STRING, Field, Message
+from broker_core.wire.schema import BOOL, INT16, INT32, INT64, STRING, Field, Message
 
-VERSIONS = "0"
+VERSIONS = "0-1"
 FLEXIBLE = "0+"
 
 REQUEST = Message("RegisterConsumerRequest", versions=VERSIONS, flexible=FLEXIBLE, fields=[
@@ -31,6 +36,8 @@ REQUEST = Message("RegisterConsumerRequest", versions=VERSIONS, flexible=FLEXIBL
 RESPONSE = Message("RegisterConsumerResponse", versions=VERSIONS, flexible=FLEXIBLE, fields=[
     Field("error_code", INT16),
     Field("error_message", STRING, nullable="0+"),
+    # 0 when the registration failed; ignorable so a v0 answer simply leaves it out.
+    Field("session_id", INT64, versions="1+", ignorable=True),
 ])
 
 

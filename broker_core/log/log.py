@@ -344,7 +344,11 @@ class Log:
         self.active.activate()
         leo = self.log_end_offset
         epochs = self.leader_epochs
-        report.epoch_entries_dropped = epochs.truncate_from_end(leo)
+        # An entry starting exactly at the log end is an epoch that began with no message yet
+        # (a leader elected, then stopped): it is kept unless recovery cut the log there. Only
+        # entries past the end (written before batches a crash lost) or at a cut are dropped.
+        end = leo if report.truncated_to >= 0 else leo + 1
+        report.epoch_entries_dropped = epochs.truncate_from_end(end)
         if report.epoch_file_rebuilt:
             epoch_starts = self._epoch_starts_from_batches()
         for epoch, start in epoch_starts:

@@ -300,3 +300,21 @@ def test_a_held_burst_is_written_by_the_flush_if_it_comes_first(tmp_path):
     assert jobs == [] and log.leader_epochs.unsaved
     log.flush()  # durability does not wait for the burst's job
     assert LeaderEpochFile(tmp_path / "t-0", Leo()).entries == [(4, 0)]
+
+
+def test_an_epoch_begun_with_no_message_yet_survives_a_restart(tmp_path):
+    """A leader elected at the log end and stopped before any produce: its epoch's entry
+    starts at the log end, and a start after a clean (or unclean) shutdown keeps it; only an
+    entry past the end (written before batches a crash lost) is dropped."""
+    log = Log.open(tmp_path / "t-0", LogConfig(), time_ms=lambda: 0)
+    log.append_as_leader(batch(5), 1)
+    log.leader_epochs.assign(2, log.log_end_offset)  # what becoming leader does
+    log.leader_epochs.assign(3, 9)  # as if batches up to offset 9 were lost in a crash
+    log.flush()
+    log.close()
+    for clean in (True, False):
+        again = Log.open(tmp_path / "t-0", LogConfig(), time_ms=lambda: 0,
+                         clean_shutdown=clean)
+        assert again.leader_epochs.entries == [(1, 0), (2, 5)], clean
+        assert again.recovery_report.epoch_entries_dropped == (1 if clean else 0)
+        again.close()

@@ -194,14 +194,28 @@ async def test_returning_leader_gets_a_new_leader_epoch(brokers, zk_hosts):
     await eventually(lambda: ctrl.live[L].epoch != old_czxid, timeout=15,
                      what="the controller caches the new czxid")
     assert ctrl.live[L].epoch == leader_b.registration_epoch
-    for t, (st, version) in before.items():
-        await eventually(lambda t=t, st=st, version=version: caches_show(
-            brokers, t, 0, isr=st.isr, leader_epoch=st.leader_epoch + 1, zk_version=version + 1),
-            what=f"{t}-0: new leader epoch in every cache")
-        now, v = await znode(ctrl_b.store, t, 0)
-        assert (now.leader, now.leader_epoch, now.isr, v) == (
-            L, st.leader_epoch + 1, st.isr, version + 1)
+    # The single copy: nobody else has its messages, so the returning broker leads again, in a
+    # new generation (seed 003's case).
+    st, version = before["solo"]
+    await eventually(lambda: caches_show(
+        brokers, "solo", 0, isr=st.isr, leader_epoch=st.leader_epoch + 1, zk_version=version + 1),
+        what="solo-0: new leader epoch in every cache")
+    now, v = await znode(ctrl_b.store, "solo", 0)
+    assert (now.leader, now.leader_epoch, now.isr, v) == (L, st.leader_epoch + 1, st.isr,
+                                                           version + 1)
+    # Three copies: a restart is a failure then a start (its recovery may have cut its log), so
+    # an in-sync replica that did not restart leads, in a new generation, and the returning
+    # broker follows and is asked back into the ISR once it has caught up.
+    st, version = before["back"]
+    await eventually(lambda: all(
+        (c := b.cache.partition("back", 0)) is not None and c.leader == others[0]
+        and c.leader_epoch == st.leader_epoch + 1 for b in brokers),
+        what="back-0: another in-sync replica leads, new leader epoch in every cache")
+    await eventually(lambda: L in ctrl.states[("back", 0)].isr, timeout=30,
+                     what="back-0: the returning broker back in the ISR")
+    for t in ("solo", "back"):
+        st, _ = before[t]
         await eventually(lambda t=t, st=st: (
             leader_b.replicas.get_partition(t, 0) is not None
             and leader_b.replicas.get_partition(t, 0).leader_epoch == st.leader_epoch + 1),
-            what=f"{t}-0: the returning leader got LeaderAndIsr with the new epoch")
+            what=f"{t}-0: the returning broker got LeaderAndIsr with the new epoch")

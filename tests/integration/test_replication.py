@@ -170,9 +170,15 @@ async def test_new_controller_bumps_the_epoch_of_a_leader_that_restarted_unseen(
     await ctrl.stopService()
     rest = [b for b in brokers if b is not ctrl]
     await eventually(lambda: controller_of(rest), timeout=30, what="new controller")
+    # A leader that restarted is treated as a failure then a start: another in-sync replica
+    # leads, in the next generation, and the restarted one follows.
     part = leader.replicas.get_partition("gen", p)
-    await eventually(lambda: part.is_leader and part.leader_epoch == state.leader_epoch + 1,
-                     timeout=30, what="same leader, next generation")
+    await eventually(lambda: not part.is_leader and part.leader_epoch == state.leader_epoch + 1,
+                     timeout=30, what="another leader, next generation")
     data, _ = await leader.store.get(path)
-    assert paths.LeaderAndIsr.from_bytes(data).leader_broker_epoch == leader.registration_epoch
-    assert part.log.leader_epochs.latest_epoch == state.leader_epoch + 1
+    now = paths.LeaderAndIsr.from_bytes(data)
+    new_leader = next(b for b in rest if b.broker_id == now.leader)
+    assert now.leader != leader.broker_id and now.leader in state.isr
+    assert now.leader_broker_epoch == new_leader.registration_epoch
+    await eventually(lambda: new_leader.replicas.get_partition("gen", p).log.leader_epochs
+                     .latest_epoch == state.leader_epoch + 1, what="the new leader's epoch file")

@@ -6,9 +6,10 @@ On a real one-voter quorum (``tests/support/local_quorum.py``) and a ``task.Cloc
 from __future__ import annotations
 
 import pytest
-from twisted.internet import task
+from twisted.internet import defer, task
 
-from broker_core.raft.metadata_commands import ExpireSession
+from broker_core.metadata import ConnectionLost
+from broker_core.raft.metadata_commands import CloseSession, ExpireSession, decode
 from broker_core.raft.metadata_store import QuorumMetadataStore
 from tests.support.local_quorum import LocalQuorum, run
 
@@ -91,3 +92,30 @@ def test_a_damaged_record_is_removed_and_closes_nothing(clock, quorum, tmp_path,
     assert set(quorum.tree.sessions) == {other.session_id, restarted.session_id}
     assert not record.exists()
 
+
+
+class _ClosesLost:
+    """The real quorum, except that a close_session never gets through (its leader is gone
+    each time): a start that cannot close the recorded session."""
+
+    def __init__(self, quorum: LocalQuorum) -> None:
+        self._quorum = quorum
+
+    def __getattr__(self, name: str):
+        return getattr(self._quorum, name)
+
+    def submit(self, command: bytes):
+        if isinstance(decode(command).command, CloseSession):
+            return defer.fail(ConnectionLost("no leader"))
+        return self._quorum.submit(command)
+
+
+def test_a_start_that_cannot_close_the_recorded_session_keeps_the_record(
+        clock, quorum, tmp_path):
+    record = tmp_path / "left-open"
+    old = stopped_without_a_leader(clock, quorum, record)
+    store = QuorumMetadataStore(_ClosesLost(quorum), reactor=clock, session_timeout=TIMEOUT,
+                                left_open_record=record)
+    run(clock, store.start())  # the start itself succeeds
+    assert store.session_id in quorum.tree.sessions and old in quorum.tree.sessions
+    assert record.read_text() == f"{old}\n"  # the next start tries again

@@ -60,6 +60,11 @@ from broker_core.zk import paths
 from broker_core.zk.store import ZooKeeperStore
 from coordinator.service import CoordinatorConfig, CoordinatorService
 
+#: In the quorum data directory: the metadata session a stop could not close (the quorum had
+#: gone), which the next start closes before it registers (see
+#: :mod:`broker_core.raft.metadata_store`).
+LEFT_OPEN_SESSION_FILE = "metadata-session-left-open"
+
 
 class StartupError(Exception):
     """The broker cannot start; the message says why and what to do."""
@@ -209,7 +214,8 @@ class BrokerService(service.Service):
         return QuorumMetadataStore(
             self.quorum.client, reactor=reactor,
             session_timeout=config.zookeeper_session_timeout_ms / 1000.0,
-            connect_timeout=config.zookeeper_connection_timeout_ms / 1000.0)
+            connect_timeout=config.zookeeper_connection_timeout_ms / 1000.0,
+            left_open_record=config.quorum_data_path() / LEFT_OPEN_SESSION_FILE)
 
     # -- configuration -------------------------------------------------------------------------
 

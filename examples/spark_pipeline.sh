@@ -5,7 +5,8 @@
 # 127.0.0.1:9092-9094, starting it with scripts/quickstart.sh if no broker answers on 9092; with
 # --bootstrap-servers it uses that cluster and starts nothing. Other arguments go to
 # spark_pipeline.py (--events N, --users N, ...). Every failure exits non-zero with a message.
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "spark_pipeline: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 fail() { echo "spark_pipeline: $*" >&2; exit 1; }
 
@@ -15,7 +16,7 @@ for arg in "$@"; do
 done
 
 scripts/bootstrap.sh --extras spark || fail "installing the spark extra failed"
-java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1 || true)
 if [ "${java_major:-0}" -lt 17 ]; then
     fail "PySpark 4 needs Java 17 or newer (found: ${java_major:-none}); install openjdk-17-jre-headless"
 fi

@@ -5,7 +5,8 @@
 #   scripts/apt-install.sh PACKAGE...
 # The wait is bounded: SLUICE_APT_LOCK_WAIT seconds in all (default 600), then it fails naming
 # the lock and the process holding it, as apt does.
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "apt-install: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 [ $# -gt 0 ] || { echo "apt-install: usage: scripts/apt-install.sh PACKAGE..." >&2; exit 2; }
 wait_s=${SLUICE_APT_LOCK_WAIT:-600}
 deadline=$(( $(date +%s) + wait_s ))

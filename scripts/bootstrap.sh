@@ -4,7 +4,8 @@
 # installed (editable, in "compat" mode so twistd finds the broker plugin from any directory).
 # Usage: scripts/bootstrap.sh [--extras test[,spark]] [--no-zookeeper]  (run from anywhere;
 # idempotent). --no-zookeeper skips Java and ZooKeeper (brokers in quorum mode need neither).
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "bootstrap: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 
 extras=""

@@ -14,7 +14,9 @@
 # cluster (meta.properties).
 #
 # Ports: brokers 9092-9094, metrics 9404-9406, ZooKeeper 2181 or quorum 9192-9194 (127.0.0.1).
-set -euo pipefail
+set -Eeuo pipefail
+# Every failure says what failed: a command that fails under `set -e` names itself.
+trap 'echo "quickstart: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 RUN="$PWD/run"
 ZK_PORT=${ZK_PORT:-2181}
@@ -25,8 +27,10 @@ VOTERS=1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194
 
 stop_all() {
     # All at once: in quorum mode a broker stopping after the others have gone gives its last
-    # metadata writes (offsets, resignations, closing its session) a few seconds.
+    # metadata writes (offsets, resignations, closing its session) a few seconds. A session the
+    # quorum could no longer close is closed by the broker's next start (docs/operations.md).
     pids=()
+    still=0
     for id in 1 2 3; do
         pidfile="$RUN/broker-$id.pid"
         if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
@@ -35,13 +39,18 @@ stop_all() {
             kill -TERM "${pids[-1]}"
         fi
     done
-    for pid in "${pids[@]}"; do
+    for pid in ${pids[@]+"${pids[@]}"}; do
         for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-        kill -0 "$pid" 2>/dev/null && echo "broker pid $pid still stopping; see run/*.log" >&2
+        if kill -0 "$pid" 2>/dev/null; then
+            echo "quickstart: broker pid $pid is still stopping after 60 s; see run/broker-*.log" >&2
+            still=1
+        fi
     done
     if [ -f "$RUN/zookeeper.pid" ]; then
-        scripts/zookeeper-stop.sh --pid-file "$RUN/zookeeper.pid" || true
+        scripts/zookeeper-stop.sh --pid-file "$RUN/zookeeper.pid"
     fi
+    [ "$still" = 0 ] || { echo "quickstart: the stop is not complete" >&2; exit 1; }
+    echo "stopped"
 }
 
 MODE=quorum
@@ -50,7 +59,9 @@ case "${1:-}" in
     --quorum) MODE=quorum; shift ;;
     --zookeeper) MODE=zookeeper; shift ;;
 esac
-if [ $# -gt 0 ]; then sed -n '2,17p' "$0"; exit 2; fi
+if [ $# -gt 0 ]; then
+    echo "quickstart: unknown argument: $1" >&2; sed -n '2,16p' "$0" >&2; exit 2
+fi
 
 mkdir -p "$RUN"
 if [ "$MODE" = zookeeper ]; then
@@ -82,12 +93,26 @@ for _ in $(seq 60); do
     [ "$n" -ge 3 ] && break
     sleep 0.5
 done
-[ "${n:-0}" -ge 3 ] || { echo "brokers did not come up; see run/broker-*.log" >&2; exit 1; }
+[ "${n:-0}" -ge 3 ] || { echo "quickstart FAILED: the brokers did not come up; see run/broker-*.log" >&2; exit 1; }
 
 if ! .venv/bin/sluice topics describe --bootstrap-server "$BOOTSTRAP" --topic "$TOPIC" >/dev/null 2>&1; then
     .venv/bin/sluice topics create --bootstrap-server "$BOOTSTRAP" --topic "$TOPIC" \
         --partitions 6 --replication-factor 3 --config min.insync.replicas=2
 fi
+
+# A restarted cluster lists its brokers before the controller has given every partition a
+# leader again; produce and read only once it has.
+leaders=""
+for _ in $(seq 120); do
+    desc=$(.venv/bin/sluice topics describe --bootstrap-server "$BOOTSTRAP" --topic "$TOPIC" \
+           2>/dev/null || true)
+    total=$(printf '%s\n' "$desc" | grep -c 'Partition: ' || true)
+    led=$(printf '%s\n' "$desc" | grep -cE 'Leader: [0-9]+' || true)
+    if [ "$total" -gt 0 ] && [ "$led" -eq "$total" ]; then leaders=yes; break; fi
+    sleep 0.5
+done
+[ -n "$leaders" ] || { echo "quickstart FAILED: not every partition of $TOPIC has a leader" \
+    "after 60 s; see run/broker-*.log" >&2; exit 1; }
 
 before=$(kcat -b "$BOOTSTRAP" -C -t "$TOPIC" -o beginning -e -q -f '.\n' 2>/dev/null | wc -l)
 echo "producing $COUNT messages with kcat..."

@@ -3,7 +3,8 @@
 # broker processes, interop with kcat / confluent-kafka / kafka-python, PySpark local[2] against
 # broker processes), installing what is missing first. Extra arguments go to pytest, e.g.
 # scripts/test.sh tests/unit -x
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "test: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh --extras test,spark
 .venv/bin/ruff check .

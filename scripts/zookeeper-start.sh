@@ -4,7 +4,8 @@
 #                              [--pid-file ./run/zookeeper.pid] [--log-file ./run/zookeeper.log]
 # Installs Java and ZooKeeper first when they are missing. Idempotent: a server already running
 # from the pid file is left alone. Stop it with scripts/zookeeper-stop.sh.
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "zookeeper-start: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 port=2181
 data_dir=./run/zookeeper
 pid_file=./run/zookeeper.pid

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stop a ZooKeeper started by scripts/zookeeper-start.sh.
 #   scripts/zookeeper-stop.sh [--pid-file ./run/zookeeper.pid]
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "zookeeper-stop: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 pid_file=./run/zookeeper.pid
 while [ $# -gt 0 ]; do
     case "$1" in

@@ -22,6 +22,18 @@ The store talks to its local quorum node through one small seam, :class:`IQuorum
   expiry entry was applied); the store then opens a new session by itself and reports
   ``CONNECTED`` again, as kazoo does after ZooKeeper expires a session, so the broker's
   re-registration on ``LOST`` → ``CONNECTED`` works unchanged.
+- **a session left open at a stop**: ``stop`` closes the session, but the close needs a quorum
+  leader, and when the voters stop together (the brokers are the voters and stop at once, or
+  one after another) the last ones find none and their sessions stay open in the log until the
+  next leader expires them, a whole session timeout after the restarted quorum elects it; the
+  restarted broker would wait that long for its own ``/brokers/ids/[id]``. So a stop whose
+  close fails records the session id in ``left_open_record`` (a file in the node's quorum data
+  directory), and the next ``start`` of the same store, once its new session is open, closes
+  that session itself (its ephemeral nodes go) and removes the record. This is safe because
+  only the previous run of this node can have written the record, a session id (the offset of
+  its ``open_session`` entry) is never reused, and one node id runs in one process at a time
+  (its quorum listener and its data directory are its own). A crash writes no record: its
+  session expires as on ZooKeeper.
 
 Everything runs on the reactor thread; nothing here blocks.
 """
@@ -29,6 +41,7 @@ Everything runs on the reactor thread; nothing here blocks.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from twisted.internet import defer
@@ -37,6 +50,7 @@ from twisted.python.failure import Failure
 from zope.interface import Attribute, Interface, implementer
 
 from broker_core.interfaces import IMetadataStore
+from broker_core.log.checkpoints import write_atomically
 from broker_core.metadata import (
     Check,
     ConnectionLost,
@@ -147,13 +161,16 @@ class QuorumMetadataStore:
     :param session_timeout: seconds without a heartbeat after which the leader expires the
         session; heartbeats go every third of it.
     :param connect_timeout: how long ``start`` waits for the session to open.
+    :param left_open_record: where a stop that could not close its session records it, for the
+        next start to close (see the module docstring); ``None``: nothing is recorded.
     """
 
     log = Logger(namespace="sluice.quorum.store")
 
     def __init__(self, client: IQuorumClient, *, reactor: Any, session_timeout: float = 18.0,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, left_open_record: Path | None = None) -> None:
         self.client = client
+        self.left_open_record = left_open_record
         self.reactor = reactor
         self.session_timeout = session_timeout
         self.connect_timeout = connect_timeout
@@ -212,6 +229,60 @@ class QuorumMetadataStore:
         self._running = True
         self._set_state(SessionState.CONNECTED)
         self._schedule_heartbeat()
+        await self._close_left_open()
+
+    async def _close_left_open(self) -> None:
+        """Close the session the previous stop of this store recorded as left open, if it is
+        still open; the record goes once the session is known to be closed. A close that does
+        not get through leaves the record (the session then expires on its own)."""
+        path = self.left_open_record
+        if path is None:
+            return
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self.log.warn("cannot read {p} ({e}); ignoring it", p=str(path), e=e)
+            return
+        try:
+            sid = int(raw[:32].decode("ascii").strip())
+            if sid <= 0:
+                raise ValueError(f"session ids are positive, not {sid}")
+        except ValueError as e:
+            self.log.warn("{p} does not hold a session id ({e}); removing it", p=str(path), e=e)
+            path.unlink(missing_ok=True)
+            return
+        if sid != self.session_id and sid in self.client.tree.sessions:
+            owned = self.client.tree.ephemerals(sid)
+            d = self._submit(CloseSession(sid))
+            timer = self.reactor.callLater(self.connect_timeout, d.cancel)
+            try:
+                await d
+                self.log.info("closed session {s}, left open by this broker's last stop (its "
+                              "ephemeral nodes went: {paths})", s=sid,
+                              paths=", ".join(owned) or "none")
+            except SessionExpired:
+                pass  # it ended meanwhile
+            except Exception as e:
+                self.log.warn("could not close session {s}, left open by this broker's last "
+                              "stop ({e}); it will expire", s=sid, e=e)
+                return
+            finally:
+                if timer.active():
+                    timer.cancel()
+        path.unlink(missing_ok=True)
+
+    def _record_left_open(self, sid: int) -> None:
+        path = self.left_open_record
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, f"{sid}\n")
+        except OSError as e:
+            self.log.warn("cannot record session {s} as left open in {p}: {e}", s=sid,
+                          p=str(path), e=e)
 
     async def stop(self) -> None:
         """Close the session (its ephemeral nodes go) and stop every watch and timer."""
@@ -227,8 +298,14 @@ class QuorumMetadataStore:
             timer = self.reactor.callLater(self.connect_timeout, d.cancel)
             try:
                 await d
-            except Exception as e:  # the quorum will expire it instead
-                self.log.info("closing session {s} failed ({e}); it will expire", s=sid, e=e)
+            except SessionExpired:
+                pass  # expired meanwhile: nothing left to close
+            except Exception as e:
+                # Typically the rest of the quorum stopped first. The next start closes it;
+                # should none come, the quorum expires it.
+                self.log.info("closing session {s} failed ({e}); the next start of this "
+                              "broker closes it, or it expires", s=sid, e=e)
+                self._record_left_open(sid)
             finally:
                 if timer.active():
                     timer.cancel()

@@ -328,8 +328,9 @@ class LogManager:
     def shutdown(self) -> None:
         """Flush every log, checkpoint, close, and leave the clean-shutdown marker, directory
         by directory. An offline directory is not touched. If a flush or a checkpoint of a
-        directory fails, that directory gets no marker (the next start recovers it) and the
-        first error is raised once every directory has been handled."""
+        directory fails, or it holds a partition taken offline on its own, that directory gets
+        no marker (the next start recovers it) and the first error is raised once every
+        directory has been handled."""
         error: BaseException | None = None
         failed: set[Path] = set()
         for tp, log in list(self._logs.items()):
@@ -343,6 +344,11 @@ class LogManager:
             failed.add(d)
         for log in self.logs():
             log.close()
+        # A directory holding a partition taken offline because its bytes failed a check gets
+        # no marker either: its next start recovers it (that partition, absent from the
+        # checkpoint just written, from offset 0), cutting the log at the damage instead of
+        # trusting it again.
+        failed |= set(self.offline_partitions.values())
         for d in self.dir_states.online():
             if d in failed:
                 continue

@@ -192,7 +192,9 @@ def test_rf3_damaged_follower_refetches_and_rejoins_only_when_caught_up(make_clu
 def test_a_leader_answers_kafka_storage_error_for_a_batch_failing_its_crc(make_cluster):
     """Damage only a CRC can see, in a rolled segment, after a clean stop: the open trusts the
     segment (its index and size agree), and the broker answers a fetch reaching the damaged
-    batch with KAFKA_STORAGE_ERROR, never with its bytes; the batches before it are served."""
+    batch with KAFKA_STORAGE_ERROR, never with its bytes. The partition is then offline on this
+    broker (with one replica, nowhere else to lead) until a restart, whose recovery cuts the
+    log at the damage; the batches before it are served again."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from broker_core.wire.apis import ApiKey
@@ -228,11 +230,21 @@ def test_a_leader_answers_kafka_storage_error_for_a_batch_failing_its_crc(make_c
                 version=11)
         return resp.responses[0].partitions[0]
 
-    for offset in (0, victim.base_offset):
-        p = fetch(offset)
-        assert p.error_code == ErrorCode.KAFKA_STORAGE_ERROR and not p.records, offset
     # a read that stops before the damaged batch is served
     before = fetch(0, max_bytes=victim.position)
     assert before.error_code == 0
     assert [r.offset for r in decode_records(before.records)] == list(range(victim.base_offset))
+    for offset in (0, victim.base_offset):  # reaching it: an error, and the partition is offline
+        p = fetch(offset)
+        assert p.error_code == ErrorCode.KAFKA_STORAGE_ERROR and not p.records, offset
+    assert fetch(0, max_bytes=victim.position).error_code == ErrorCode.KAFKA_STORAGE_ERROR
     assert f"corrupt log rot-0 at offset {victim.base_offset}" in broker.log_text()
+    assert "partition rot-0 is OFFLINE on this broker" in broker.log_text()
+    # The next start's recovery cuts the log at the damage: the prefix is served again.
+    broker.stop()
+    broker.start()
+    broker.wait_listening()
+    cluster.wait_registered(timeout=60)
+    again = fetch(0)
+    assert again.error_code == 0 and again.high_watermark == victim.base_offset
+    assert [r.offset for r in decode_records(again.records)][-1] == victim.base_offset - 1

@@ -121,6 +121,28 @@ def test_an_offline_directory_is_never_written_again(tmp_path):
     assert "t 2" in (tmp_path / "d1" / RECOVERY_POINTS).read_text()
 
 
+def test_a_partition_taken_offline_alone_makes_its_directory_recover_at_the_next_start(
+        tmp_path):
+    """Its directory stays online, but gets no clean-shutdown marker and the partition leaves
+    the recovery-point checkpoint: the next start validates that log from offset 0 and cuts it
+    at the damage, instead of trusting it (and finding the damage again on a read)."""
+    from broker_core.log.checkpoints import read_offsets
+
+    lm = manager(tmp_path, 2)
+    lm.load()
+    for p in range(4):
+        lm.get_or_create("t", p).append_as_leader(build_batch([Record(None, b"v")]), 1)
+    lm.checkpoint()
+    d = lm.dir_of("t", 0)
+    assert lm.fail_partition(("t", 0)) and lm.offline_partitions == {("t", 0): d}
+    lm.shutdown()
+    assert not (d / CLEAN_SHUTDOWN).exists()
+    other = next(x for x in (tmp_path / "d0", tmp_path / "d1") if x != d)
+    assert (other / CLEAN_SHUTDOWN).exists()
+    assert ("t", 0) not in read_offsets(d / RECOVERY_POINTS)
+    assert ("t", 2) in read_offsets(d / RECOVERY_POINTS)  # t-0 and t-2 were placed in d0
+
+
 def test_a_checkpoint_failure_is_returned_and_the_other_directory_is_written(tmp_path,
                                                                            monkeypatch):
     lm = manager(tmp_path)

@@ -32,7 +32,7 @@ What the coordinator can rely on:
   round trip. Only when that answer does not come within one Ping interval (bounded by
   ``request.timeout.ms`` and ``shutdown.timeout.ms``), or is a refusal, does the consumer fall
   back to handing the offsets over on its channel: it answers the next Ping with them and waits
-  for the Ping after it (or ``shutdown.timeout.ms``) before closing (seed §11 step 1.2).
+  for the Ping after it (or ``shutdown.timeout.ms``) before closing (docs/coordinator.md, "Leaving").
 
 What the application can rely on: a consumer that cannot register (no broker, no coordinator)
 or whose subscribed topic does not exist says so in a warning (once per reason, then as a

@@ -36,8 +36,8 @@ States:
 Invariant: fetchers run only in ``FETCHING``; a channel is open only in ``REGISTERING`` ..
 ``LEAVING``; the leave is sent only after the fetchers stopped (the positions it carries are
 final) and the partitions were revoked; every path to ``DISCOVERING`` from a registered state
-stops fetchers first (seed §10: a consumer that lost its coordinator must not keep consuming
-partitions that the group may already have handed to someone else).
+stops fetchers first (docs/coordinator.md, "Failover": a consumer that lost its coordinator
+must not keep consuming partitions that the group may already have handed to someone else).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ TRANSITIONS: dict[tuple[State, Input], tuple[State, tuple[Action, ...]]] = {
     # (without auto-commit there is nothing to hand over: see CLOSE_WITHOUT_COMMIT).
     (S.DEPARTING, I.LEAVE_FAILED): (S.CLOSING, ()),
 
-    # The slow path (seed §11 step 1.2): stop consuming now, answer the next Ping
+    # The slow path (docs/coordinator.md, "Leaving"): stop consuming now, answer the next Ping
     # with the final offsets, then wait for the Ping after it.
     # (The partitions were revoked when the close began.)
     (S.CLOSING, I.PING): (S.LEAVING, (A.REPORT_OFFSETS, A.ARM_CLOSE_TIMER)),
@@ -192,7 +192,7 @@ for _i in Input:
     TRANSITIONS[(S.CLOSED, _i)] = (S.CLOSED, ())
     TRANSITIONS.setdefault((S.FAILED, _i), (S.FAILED, ()))
 
-#: Without auto-commit there is nothing to hand over at close (seed §11 step 1.1): the leave
+#: Without auto-commit there is nothing to hand over at close (docs/coordinator.md): the leave
 #: still goes (so the group rebalances at once and the coordinator counts a leave, not a
 #: failure), but when it is not answered the member just closes: these pairs replace
 #: :data:`TRANSITIONS`' for such a member.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def write_kcat_payload(path: Path, messages: int, size: int) -> tuple[int, float]:
@@ -15,3 +17,33 @@ def write_kcat_payload(path: Path, messages: int, size: int) -> tuple[int, float
             f.write(line * 10_000)
     n = (messages // 10_000) * 10_000
     return n, n * size / (1 << 20)
+
+
+def produce_round(conns: dict[int, Any], port_of: Callable[[int], int],
+                  bodies: dict[int, dict], *, timeout: float,
+                  on_error: Callable[[int, OSError], None] | None = None) -> dict[int, Any]:
+    """One Produce request to each leader of ``bodies`` (leader id -> request body), all sent
+    before any answer is read, over the kept-open connections in ``conns`` (opened here as
+    needed, to 127.0.0.1 at ``port_of(leader)``). Returns leader id -> response for those that
+    answered; a leader whose connection failed is dropped from ``conns`` (``on_error`` is told)
+    and asked again next round."""
+    from broker_core.wire.apis import ApiKey
+    from consumer_client.connection import BrokerConnection
+
+    sent = []
+    for leader, body in bodies.items():
+        try:
+            if leader not in conns:
+                conns[leader] = BrokerConnection("127.0.0.1", port_of(leader), timeout=timeout)
+            sent.append((leader, conns[leader].send(ApiKey.PRODUCE, body)))
+        except OSError:
+            conns.pop(leader, None)
+    answers = {}
+    for leader, pending in sent:
+        try:
+            answers[leader] = conns[leader].receive(pending)
+        except OSError as e:
+            if on_error is not None:
+                on_error(leader, e)
+            conns.pop(leader, None)
+    return answers

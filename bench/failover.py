@@ -80,6 +80,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 
+from bench.common import produce_round  # noqa: E402
 from broker_core.wire.apis import ApiKey  # noqa: E402
 from broker_core.wire.errors import ErrorCode  # noqa: E402
 from broker_core.wire.records import Record, build_batch  # noqa: E402
@@ -299,28 +300,18 @@ class Bench:
                         by_leader.setdefault(leader, []).append(tp)
                 if t_leaders is None and sum(map(len, by_leader.values())) == len(pending):
                     t_leaders = time.monotonic()
-                sent = []
+                bodies = {}
                 for leader, tps in by_leader.items():
                     topics: dict[str, list[dict]] = {}
                     for t, p in tps:
                         topics.setdefault(t, []).append({"index": p, "records": PROBE_BATCH})
-                    body = {"transactional_id": None, "acks": 1, "timeout_ms": 30000,
-                            "topic_data": [{"name": t, "partition_data": ps}
-                                           for t, ps in topics.items()]}
-                    try:
-                        if leader not in conns:
-                            conns[leader] = BrokerConnection(
-                                "127.0.0.1", self.cluster.brokers[leader].port, timeout=60)
-                        sent.append((leader, conns[leader].send(ApiKey.PRODUCE, body)))
-                    except OSError:
-                        conns.pop(leader, None)
-                for leader, pend in sent:
-                    try:
-                        resp = conns[leader].receive(pend)
-                    except OSError as e:
-                        print(f"  probe: broker {leader}: {e}")
-                        conns.pop(leader, None)
-                        continue
+                    bodies[leader] = {"transactional_id": None, "acks": 1, "timeout_ms": 30000,
+                                      "topic_data": [{"name": t, "partition_data": ps}
+                                                     for t, ps in topics.items()]}
+                answers = produce_round(
+                    conns, lambda b: self.cluster.brokers[b].port, bodies, timeout=60,
+                    on_error=lambda b, e: print(f"  probe: broker {b}: {e}"))
+                for resp in answers.values():
                     for t in resp.responses:
                         for pr in t.partition_responses:
                             if pr.error_code == 0:

@@ -69,6 +69,7 @@ sys.path.insert(0, str(ROOT))
 from kazoo.client import KazooClient  # noqa: E402
 from twisted.logger import eventsFromJSONLogFile, formatEvent  # noqa: E402
 
+from bench.common import produce_round  # noqa: E402
 from broker_core.wire.apis import ApiKey  # noqa: E402
 from broker_core.wire.records import Record, build_batch  # noqa: E402
 from consumer_client.admin import AdminClient  # noqa: E402
@@ -331,24 +332,13 @@ class Mode:
                 for p in pending:
                     if leaders.get(p, -1) in live:
                         by_leader.setdefault(leaders[p], []).append(p)
-                sent = []
-                for leader, ps in by_leader.items():
-                    body = {"transactional_id": None, "acks": -1, "timeout_ms": 3000,
-                            "topic_data": [{"name": TOPIC, "partition_data": [
-                                {"index": p, "records": batch} for p in ps]}]}
-                    try:
-                        if leader not in conns:
-                            conns[leader] = BrokerConnection(
-                                "127.0.0.1", self.cluster.brokers[leader].port, timeout=10)
-                        sent.append((leader, conns[leader].send(ApiKey.PRODUCE, body)))
-                    except OSError:
-                        conns.pop(leader, None)
-                for leader, pend in sent:
-                    try:
-                        resp = conns[leader].receive(pend)
-                    except OSError:
-                        conns.pop(leader, None)
-                        continue
+                bodies = {leader: {"transactional_id": None, "acks": -1, "timeout_ms": 3000,
+                                   "topic_data": [{"name": TOPIC, "partition_data": [
+                                       {"index": p, "records": batch} for p in ps]}]}
+                          for leader, ps in by_leader.items()}
+                answers = produce_round(conns, lambda b: self.cluster.brokers[b].port, bodies,
+                                        timeout=10)
+                for resp in answers.values():
                     for t in resp.responses:
                         for pr in t.partition_responses:
                             if pr.error_code == 0 and pr.index in pending:

@@ -24,7 +24,7 @@ from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerLease
 from broker_core.wire.apis import ApiKey
 from broker_core.zk import paths
-from tests.unit.test_controller_failover import HeldChannel
+from tests.unit.test_controller_failover import make as make_controller
 from tests.unit.test_coordinator_service import MemoryStore
 
 SESSION = 3.0
@@ -174,30 +174,10 @@ def make(partitions: int = 9):
     """Brokers 1-3, topic ``t`` replicated on all three (partition p led by 1 + p % 3, ISRs
     full); broker 1 is the active controller (epoch 5) with fencing on, freshly taken over."""
     store = MemoryStore()
-    store.ensure_path(paths.BROKER_IDS)
-    store.ensure_path(paths.TOPICS)
-    for b in (1, 2, 3):
-        store.create(paths.broker(b), paths.BrokerRegistration(b, "h", 9000 + b).to_bytes())
-    store.create(paths.CONTROLLER_EPOCH, b"5")
     store.create(paths.CONTROLLER, paths.ControllerRegistration(1, 0).to_bytes())
-    replicas = {p: [1 + (p + i) % 3 for i in range(3)] for p in range(partitions)}
-    store.create(paths.topic("t"), paths.TopicAssignment(replicas).to_bytes())
-    for p, rs in replicas.items():
-        store.create(paths.partition("t", p))
-        store.create(paths.leader_and_isr("t", p),
-                     paths.LeaderAndIsr(rs[0], 1, rs, 5).to_bytes())
-    clock = task.Clock()
-    channels: dict[int, HeldChannel] = {}
-
-    def channel(b):
-        channels[b.id] = HeldChannel()
-        return channels[b.id]
-
-    ctl = Controller(1, store, reactor=clock, channel_factory=channel,
-                     heartbeat_interval_s=BEAT, session_timeout_s=SESSION)
-    ctl.active, ctl.epoch, ctl.epoch_zk_version = True, 5, 0
+    store, clock, channels, ctl = make_controller(
+        partitions, store, heartbeat_interval_s=BEAT, session_timeout_s=SESSION)
     ctl._started = True
-    defer.Deferred.fromCoroutine(ctl._load_context())
     ctl.fencing.start(ctl.live)
     return store, clock, channels, ctl
 

@@ -58,10 +58,11 @@ class HeldChannel:
         return out
 
 
-def make(partitions: int = 9, store: MemoryStore | None = None):
+def make(partitions: int = 9, store: MemoryStore | None = None, **controller_kwargs):
     """(store, clock, channels, controller): brokers 1-3 live, topic ``t`` with ``partitions``
     partitions on all three, partition p led by broker 1 + p % 3, every ISR full; the
-    controller (broker 1, epoch 5) has loaded it all. ``store``: an empty store to use."""
+    controller (broker 1, epoch 5) has loaded it all. ``store``: an empty store to use;
+    ``controller_kwargs`` go to the Controller (e.g. its fencing timings)."""
     store = MemoryStore() if store is None else store
     store.ensure_path(paths.BROKER_IDS)
     store.ensure_path(paths.TOPICS)
@@ -81,7 +82,7 @@ def make(partitions: int = 9, store: MemoryStore | None = None):
         channels[b.id] = HeldChannel()
         return channels[b.id]
 
-    ctl = Controller(1, store, reactor=clock, channel_factory=channel)
+    ctl = Controller(1, store, reactor=clock, channel_factory=channel, **controller_kwargs)
     ctl.active, ctl.epoch, ctl.epoch_zk_version = True, 5, 0
     defer.Deferred.fromCoroutine(ctl._load_context())
     return store, clock, channels, ctl

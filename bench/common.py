@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,3 +48,21 @@ def produce_round(conns: dict[int, Any], port_of: Callable[[int], int],
                 on_error(leader, e)
             conns.pop(leader, None)
     return answers
+
+
+def watch_deletion(kz: Any, path: str, now: Callable[[], float]
+                   ) -> tuple[threading.Event, list[float]]:
+    """Watch ``path`` with the kazoo client ``kz``: when it is deleted (a broker's registration,
+    as its session expires) the returned event is set and ``now()`` is appended to the list."""
+    deleted = threading.Event()
+    at: list[float] = []
+
+    def watch(data: bytes | None, _stat: object) -> bool | None:
+        if data is None and not deleted.is_set():
+            at.append(now())
+            deleted.set()
+            return False
+        return None
+
+    kz.DataWatch(path, watch)
+    return deleted, at

@@ -67,7 +67,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -80,7 +79,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 
-from bench.common import produce_round  # noqa: E402
+from bench.common import produce_round, watch_deletion  # noqa: E402
 from broker_core.wire.apis import ApiKey  # noqa: E402
 from broker_core.wire.errors import ErrorCode  # noqa: E402
 from broker_core.wire.records import Record, build_batch  # noqa: E402
@@ -207,17 +206,7 @@ class Bench:
               f"(one Produce per leader) {base.accepted:.2f} s; librdkafka round {t_base:.2f} s "
               f"({base_ok:,} delivered, {len(base_errors)} failed)")
 
-        expired = threading.Event()
-        t_expire: list[float] = []
-
-        def watch(data: bytes | None, _stat: object) -> bool | None:
-            if data is None and not expired.is_set():
-                t_expire.append(time.monotonic())
-                expired.set()
-                return False
-            return None
-
-        self.kz.DataWatch(f"/brokers/ids/{victim}", watch)
+        expired, t_expire = watch_deletion(self.kz, f"/brokers/ids/{victim}", time.monotonic)
         spies = self.start_profiles(label, survivors)
         print(f"\n== {label}: kill -9 broker {victim} (controller: {controller}); it leads "
               f"{len(moved):,} of {len(before):,} partitions")

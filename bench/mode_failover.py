@@ -58,7 +58,6 @@ import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -69,7 +68,7 @@ sys.path.insert(0, str(ROOT))
 from kazoo.client import KazooClient  # noqa: E402
 from twisted.logger import eventsFromJSONLogFile, formatEvent  # noqa: E402
 
-from bench.common import produce_round  # noqa: E402
+from bench.common import produce_round, watch_deletion  # noqa: E402
 from broker_core.wire.apis import ApiKey  # noqa: E402
 from broker_core.wire.records import Record, build_batch  # noqa: E402
 from consumer_client.admin import AdminClient  # noqa: E402
@@ -253,16 +252,7 @@ class Mode:
         controller = md.controller_id
         expired_at: list[float] = []
         if self.kz is not None:
-            fired = threading.Event()
-
-            def watch(data: bytes | None, _stat: object) -> bool | None:
-                if data is None and not fired.is_set():
-                    expired_at.append(time.time())
-                    fired.set()
-                    return False
-                return None
-
-            self.kz.DataWatch(f"/brokers/ids/{victim}", watch)
+            _, expired_at = watch_deletion(self.kz, f"/brokers/ids/{victim}", time.time)
         qleader = self.quorum_leader() if self.quorum else -1
         t_kill = time.time()
         self.cluster.brokers[victim].kill(signal.SIGKILL)

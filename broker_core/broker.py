@@ -247,13 +247,23 @@ class BrokerService(service.Service):
         topic's own settings and produces are checked against its own
         ``min.insync.replicas``: a produce that came between the two was once checked against
         the broker's default (acks=all with one replica of a topic that asks for two)."""
-        for t in topics - self.topic_configs.keys():
+        unknown = sorted(topics - self.topic_configs.keys())
+        if not unknown:
+            return
+        try:  # one batched read: a LeaderAndIsr may bring thousands of new topics
+            found = await self.store.get_many([paths.topic_config(t) for t in unknown])
+        except Exception as e:  # the store is unreachable: serve, as before, with defaults
+            self.log.warn("could not read the config of topics {t} before leading or "
+                          "following them; using the broker defaults until the next metadata "
+                          "update: {e}", t=unknown[:5], e=e)
+            return
+        for t, got in zip(unknown, found, strict=True):
             try:
-                await self._load_topic_config(t)
-            except Exception as e:  # the store is unreachable: serve, as before, with defaults
-                self.log.warn("could not read the config of topic {t} before leading or "
-                              "following it; using the broker defaults until the next "
-                              "metadata update: {e}", t=t, e=e)
+                self.topic_configs[t] = {} if got is None else dict(
+                    paths.TopicConfig.from_bytes(got[0]).config)
+            except ValueError as e:  # unreadable: defaults, as a failed read
+                self.log.warn("the config of topic {t} is unreadable; using the broker "
+                              "defaults: {e}", t=t, e=e)
 
     def _on_metadata_update(self, topics: set[str]) -> None:
         # Per-topic overrides are read when a topic first appears in the metadata (unless

@@ -245,6 +245,13 @@ def test_a_leader_answers_kafka_storage_error_for_a_batch_failing_its_crc(make_c
     broker.start()
     broker.wait_listening()
     cluster.wait_registered(timeout=60)
-    again = fetch(0)
+    # The controller took the partition offline (no other replica); the restarted broker's new
+    # registration makes it elect it again: wait for that, not for a moment of the clock.
+    deadline = time.monotonic() + 60
+    while (again := fetch(0)).error_code in (ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                             ErrorCode.LEADER_NOT_AVAILABLE,
+                                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+        assert time.monotonic() < deadline, "rot-0 was not led again after the restart"
+        time.sleep(0.2)
     assert again.error_code == 0 and again.high_watermark == victim.base_offset
     assert [r.offset for r in decode_records(again.records)][-1] == victim.base_offset - 1

@@ -253,7 +253,12 @@ class QuorumMetadataStore:
             self.log.warn("{p} does not hold a session id ({e}); removing it", p=str(path), e=e)
             path.unlink(missing_ok=True)
             return
-        if sid != self.session_id and sid in self.client.tree.sessions:
+        if sid != self.session_id and sid not in self.client.tree.sessions:
+            # A close whose answer was lost (the quorum stopped after committing it) or a
+            # session the quorum expired meanwhile: nothing is left to close.
+            self.log.info("session {s}, left open by this broker's last stop, had already "
+                          "ended", s=sid)
+        elif sid != self.session_id:
             owned = self.client.tree.ephemerals(sid)
             d = self._submit(CloseSession(sid))
             timer = self.reactor.callLater(self.connect_timeout, d.cancel)

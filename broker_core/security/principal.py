@@ -1,0 +1,91 @@
+"""A connection's identity: its listener, its security protocol and its principal.
+
+Every accepted connection carries one :class:`ConnectionSecurity` (``proto.security`` on
+:class:`~broker_core.server.protocol.KafkaServerProtocol`). It starts anonymous; the listener's
+TLS handshake (a client certificate) or SASL exchange may set the principal once, after which
+it never changes for the life of the connection.
+
+Invariants:
+
+- ``principal`` is :data:`ANONYMOUS` until authentication succeeded;
+- ``is_broker`` is true only for a connection that proved it holds the cluster credential;
+  nothing a client sends can set it otherwise;
+- ``authenticated`` is true when no further authentication is expected on this connection
+  (a PLAINTEXT or SSL listener from the start; a SASL listener once SaslAuthenticate succeeded).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Kafka's ``KafkaPrincipal``: a type (always ``User`` here) and a name."""
+
+    type: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.type}:{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> Principal:
+        """``User:alice`` → ``Principal("User", "alice")``; raises ValueError otherwise."""
+        kind, sep, name = text.partition(":")
+        if not sep or not kind or not name:
+            raise ValueError(f"a principal is TYPE:NAME (e.g. User:alice), not {text!r}")
+        return cls(kind, name)
+
+
+#: The principal of a connection that has not authenticated (Kafka's ``User:ANONYMOUS``).
+ANONYMOUS = Principal("User", "ANONYMOUS")
+
+
+class SecurityProtocol(enum.Enum):
+    """Kafka's listener security protocols."""
+
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+    @property
+    def uses_tls(self) -> bool:
+        return self in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
+
+
+class ConnectionSecurity:
+    """The security state of one accepted connection; see the module docstring."""
+
+    __slots__ = ("listener", "protocol", "peer_host", "principal", "is_broker", "authenticated")
+
+    def __init__(self, listener: str, protocol: SecurityProtocol, peer_host: str = "?") -> None:
+        self.listener = listener
+        self.protocol = protocol
+        self.peer_host = peer_host
+        self.principal = ANONYMOUS
+        self.is_broker = False
+        self.authenticated = not protocol.uses_sasl
+
+    def authenticate(self, principal: Principal, *, is_broker: bool = False) -> None:
+        """Record a successful authentication; a connection authenticates at most once."""
+        if self.principal is not ANONYMOUS or self.is_broker:
+            raise RuntimeError("this connection has already authenticated")
+        self.principal = principal
+        self.is_broker = is_broker
+        self.authenticated = True
+
+    def __repr__(self) -> str:
+        who = "broker" if self.is_broker else str(self.principal)
+        return f"<ConnectionSecurity {self.listener}/{self.protocol.value} {who}@{self.peer_host}>"
+
+
+#: What a connection made without any listener configuration gets (tests, tools).
+def plaintext(listener: str = "PLAINTEXT", peer_host: str = "?") -> ConnectionSecurity:
+    return ConnectionSecurity(listener, SecurityProtocol.PLAINTEXT, peer_host)

@@ -60,6 +60,18 @@ class SecurityProtocol(enum.Enum):
         return self in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
 
 
+@dataclass(frozen=True)
+class ListenerSettings:
+    """What a listener tells each connection it accepts: its name and security protocol."""
+
+    name: str = "PLAINTEXT"
+    protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+
+
+#: A listener with no configuration: PLAINTEXT, named as Kafka names it.
+DEFAULT_LISTENER = ListenerSettings()
+
+
 class ConnectionSecurity:
     """The security state of one accepted connection; see the module docstring."""
 

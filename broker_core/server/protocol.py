@@ -30,6 +30,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from broker_core import net
+from broker_core.security.principal import DEFAULT_LISTENER, ConnectionSecurity, ListenerSettings
 from broker_core.wire import apis, errors, framing
 
 #: A handler answers with a response body, ``None`` (no response: acks=0 Produce), or a Deferred
@@ -60,6 +61,7 @@ class KafkaServerProtocol(Protocol):
         self._paused = False
         self._closed = False
         self.peer = "?"
+        self.security = ConnectionSecurity(factory.listener.name, factory.listener.protocol)
         self.channel: Any = None  # a ServerChannel once this is a coordinator channel
         self._channel_pending = False
 
@@ -69,6 +71,7 @@ class KafkaServerProtocol(Protocol):
         net.tune(self.transport)  # small responses must not wait for Nagle (broker_core.net)
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        self.security.peer_host = getattr(peer, "host", "?")
         self.factory.connection_made(self)
 
     def connectionLost(self, reason: Failure = None) -> None:  # noqa: N802 (Twisted API)
@@ -233,8 +236,12 @@ class KafkaServerFactory(Factory):
         metrics: Any = None,
         max_frame_bytes: int = framing.MAX_FRAME_BYTES,
         max_in_flight: int = 100,
+        listener: ListenerSettings = DEFAULT_LISTENER,
     ) -> None:
         self.handler = handler
+        #: The listener's name and security protocol, given to each connection's
+        #: :class:`~broker_core.security.principal.ConnectionSecurity`.
+        self.listener = listener
         self.clock = clock
         self.metrics = metrics
         self.max_frame_bytes = max_frame_bytes

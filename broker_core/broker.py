@@ -54,6 +54,7 @@ from broker_core.replica.log_dir_reporter import LogDirFailureReporter
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.replica.published_leadership import adopt_published_leadership
+from broker_core.server.connection_limits import ServerLimits
 from broker_core.server.handlers import RequestHandler
 from broker_core.server.protocol import KafkaServerFactory
 from broker_core.zk import paths
@@ -178,8 +179,13 @@ class BrokerService(service.Service):
             on_metadata_update=self._on_metadata_update,
             load_topic_configs=self._ensure_topic_configs, controller=self.controller,
             when_registered=self.when_registered, coordinator=self.coordinator)
+        #: Connection and request-memory limits shared by this broker's Kafka listeners (the
+        #: quorum listener has its own: see ``_quorum_store``).
+        self.server_limits = ServerLimits.from_config(config)
+        self.metrics.track_request_memory(self.server_limits.pool)
         self.factory = KafkaServerFactory(self.handler, clock=self.clock, metrics=self.metrics,
-                                          max_frame_bytes=config.socket_request_max_bytes)
+                                          max_frame_bytes=config.socket_request_max_bytes,
+                                          limits=self.server_limits)
         self.port: Any = None
         self.metrics_port: Any = None
         self.advertised: tuple[str, int] | None = None
@@ -205,7 +211,9 @@ class BrokerService(service.Service):
                                      config.quorum_voter_addresses(),
                                      config.quorum_listen_address(), config.quorum_data_path(),
                                      reactor, config=config.raft_config(),
-                                     bootstrap_servers=config.quorum_bootstrap_server_list())
+                                     bootstrap_servers=config.quorum_bootstrap_server_list(),
+                                     limits=ServerLimits.from_config(config),
+                                     max_frame_bytes=config.socket_request_max_bytes)
         # Entries the node cannot apply are skipped (every node alike) and counted here.
         skipped = self.metrics.metadata_entries_skipped_total
         for reason in SKIP_REASONS:

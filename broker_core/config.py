@@ -153,6 +153,18 @@ def host_port(key: str, raw: str) -> str | None:
     return f"{host}:{int(port)}"
 
 
+def per_ip_overrides(key: str, raw: str) -> str:
+    """``host:n,host:n`` (``max.connections.per.ip.overrides``), checked and kept as text
+    (:func:`~broker_core.server.connection_limits.parse_overrides` reads it); empty: none."""
+    from broker_core.server.connection_limits import parse_overrides  # noqa: PLC0415
+
+    try:
+        parse_overrides(raw)
+    except ValueError as e:
+        raise _bad(key, raw, f"host:count,... ({e})") from None
+    return raw.strip()
+
+
 def zookeeper_connect(key: str, raw: str) -> str:
     """``host:port[,host:port...][/chroot]``; a missing port means 2181 (kazoo's default)."""
     value = raw.strip()
@@ -201,6 +213,19 @@ def metadata_store(key: str, raw: str) -> str:
 
 #: The directory inside ``log.dirs`` that holds the metadata quorum's data by default.
 QUORUM_DIR_NAME = "quorum"
+
+
+def _check_limits(attrs: dict[str, Any]) -> None:
+    """0 is no value for the keys where -1 means "no limit"; the memory pool must hold the
+    largest frame, or a frame that size would wait forever (Kafka makes the same check)."""
+    for key, attr in (("queued.max.request.bytes", "queued_max_request_bytes"),
+                      ("connections.max.idle.ms", "connections_max_idle_ms")):
+        if attrs[attr] == 0:
+            raise ConfigError(f"{key} must be at least 1, or -1", key)
+    pool, frame = attrs["queued_max_request_bytes"], attrs["socket_request_max_bytes"]
+    if 0 < pool < frame:
+        raise ConfigError(f"queued.max.request.bytes ({pool}) must be -1 or at least "
+                          f"socket.request.max.bytes ({frame})", "queued.max.request.bytes")
 
 
 def _check_metadata_store(attrs: dict[str, Any]) -> None:
@@ -339,6 +364,15 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("auto.create.topics.enable", "auto_create_topics_enable", boolean, "true"),
     ("delete.topic.enable", "delete_topic_enable", boolean, "true"),
     ("socket.request.max.bytes", "socket_request_max_bytes", integer(1, INT_MAX), "104857600"),
+    # Connection and request-memory limits of every listener (docs/configuration.md, "Limits").
+    ("queued.max.request.bytes", "queued_max_request_bytes",
+     integer(-1, what="an integer ≥ 1, or -1 (unbounded)"), "268435456"),
+    ("connections.max.idle.ms", "connections_max_idle_ms",
+     integer(-1, what="an integer ≥ 1, or -1 (never)"), "600000"),
+    ("max.connections", "max_connections", integer(0, INT_MAX), "10000"),
+    ("max.connections.per.ip", "max_connections_per_ip", integer(0, INT_MAX), "1000"),
+    ("max.connections.per.ip.overrides", "max_connections_per_ip_overrides",
+     per_ip_overrides, ""),
     ("message.max.bytes", "message_max_bytes", integer(0, INT_MAX), "1048588"),
     ("log.segment.bytes", "log_segment_bytes", integer(14, INT_MAX), "1073741824"),
     ("log.roll.ms", "log_roll_ms", integer(1), None),
@@ -469,6 +503,14 @@ class BrokerConfig:
     auto_create_topics_enable: bool
     delete_topic_enable: bool
     socket_request_max_bytes: int
+    #: -1: unbounded. Else at least ``socket_request_max_bytes`` (checked at load).
+    queued_max_request_bytes: int
+    #: -1: never.
+    connections_max_idle_ms: int
+    max_connections: int
+    max_connections_per_ip: int
+    #: ``host:n,...``, each host's own per-IP limit (checked; read with ``parse_overrides``).
+    max_connections_per_ip_overrides: str
     message_max_bytes: int
     log_segment_bytes: int
     log_roll_ms: int
@@ -535,6 +577,7 @@ class BrokerConfig:
                 f"broker.heartbeat.interval.ms ({attrs['broker_heartbeat_interval_ms']}) must be "
                 f"below broker.session.timeout.ms ({attrs['broker_session_timeout_ms']})",
                 "broker.heartbeat.interval.ms")
+        _check_limits(attrs)
         _check_metadata_store(attrs)
         cfg = cls(**attrs)
         if cfg.metadata_store == "quorum":

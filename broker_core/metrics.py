@@ -24,6 +24,9 @@ from twisted.logger import Logger
 from twisted.web import pages, resource, server
 from twisted.web.server import GzipEncoderFactory
 
+from broker_core.server.connection_limits import REFUSAL_REASONS
+from broker_core.server.memory_pool import MemoryPool
+
 log = Logger(namespace="sluice.metrics")
 
 NAMESPACE = "sluice"
@@ -200,7 +203,22 @@ class BrokerMetrics:
             "connections", "Open client and inter-broker connections", namespace=ns, registry=r)
         self.disconnects_total = Counter(
             "disconnects", "Connections closed by the broker, by reason (malformed_frame, "
-            "frame_too_large, unknown_api, ...)", ["reason"], namespace=ns, registry=r)
+            "frame_too_large, buffer_overflow, idle, unknown_api, ...)", ["reason"],
+            namespace=ns, registry=r)
+        self.connections_refused_total = Counter(
+            "connections_refused", "Connections closed at accept for being over a limit, by "
+            "reason: max_connections, max_connections_per_ip", ["reason"],
+            namespace=ns, registry=r)
+        for reason in REFUSAL_REASONS:
+            self.connections_refused_total.labels(reason=reason)  # exported as 0 until one
+        self.disconnects_total.labels(reason="idle")
+        self.request_memory_bytes = Gauge(
+            "request_memory_bytes", "Request bytes reserved in the listeners' memory pool "
+            "(queued.max.request.bytes): frames being read or not yet dispatched",
+            namespace=ns, registry=r)
+        self.request_memory_waiting_connections = Gauge(
+            "request_memory_waiting_connections", "Connections whose reading is paused until "
+            "the memory pool can hold their next frame", namespace=ns, registry=r)
 
         # Controller and ZooKeeper.
         self.active_controller = Gauge(
@@ -335,6 +353,11 @@ class BrokerMetrics:
         ``(topic, partition, log_end_offset, size_bytes, is_leader)`` rows for the partitions
         this broker hosts now."""
         self.partitions.source = fn
+
+    def track_request_memory(self, pool: MemoryPool) -> None:
+        """Export ``pool``'s bytes in use and waiting connections (read at scrape time)."""
+        self.request_memory_bytes.set_function(lambda: pool.in_use)
+        self.request_memory_waiting_connections.set_function(lambda: pool.waiting)
 
     def track_purgatory(self, name: str, *, size: Callable[[], float],
                         delayed: Callable[[], float]) -> None:

@@ -26,6 +26,8 @@ from broker_core.raft.bootstrap import StartNode
 from broker_core.raft.config import RaftConfig, VoterAddress
 from broker_core.raft.quorum_client import NetworkQuorumClient
 from broker_core.raft.service import QuorumNode
+from broker_core.server.connection_limits import ServerLimits
+from broker_core.wire.framing import MAX_FRAME_BYTES
 
 
 class EmbeddedQuorum:
@@ -35,8 +37,13 @@ class EmbeddedQuorum:
                  listen: tuple[str, int], data_dir: Path, reactor: Any,
                  config: RaftConfig | None = None,
                  bootstrap_servers: list[tuple[str, int]] | None = None,
-                 discovery_timeout_ms: float | None = None) -> None:
+                 discovery_timeout_ms: float | None = None,
+                 limits: ServerLimits | None = None,
+                 max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         self.node_id = node_id
+        #: The quorum listener's own connection and memory limits (the broker's keys).
+        self.limits = limits
+        self.max_frame_bytes = max_frame_bytes
         self.cluster_id = cluster_id
         self.voters = voters
         self.bootstrap_servers = list(bootstrap_servers or [])
@@ -58,7 +65,8 @@ class EmbeddedQuorum:
             self.data_dir, time_ms=lambda: int(self.reactor.seconds() * 1000))
         self.node = QuorumNode(self.node_id, self.cluster_id, self.raft_log, self.data_dir,
                                self.config, self.reactor,
-                               bootstrap_servers=self.bootstrap_servers)
+                               bootstrap_servers=self.bootstrap_servers,
+                               limits=self.limits, max_frame_bytes=self.max_frame_bytes)
         self.client.serve_on(self.node.factory.handler)
         self.node.add_address_listener(self.client.learn_address)
         await self.node.listen(*self.listen)

@@ -56,10 +56,12 @@ from broker_core.raft.messages import (
     Response,
     VoteRequest,
 )
+from broker_core.server.connection_limits import ServerLimits
 from broker_core.server.protocol import NO_RESPONSE, KafkaServerFactory, KafkaServerProtocol
 from broker_core.wire import apis, errors
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
+from broker_core.wire.framing import MAX_FRAME_BYTES
 
 #: The APIs this listener serves and the versions it advertises.
 SERVED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
@@ -216,8 +218,10 @@ class QuorumListenerFactory(KafkaServerFactory):
     :data:`SERVED_VERSIONS` (anything else is an unknown api key: the connection closes)."""
 
     def __init__(self, handler: QuorumRequestHandler, *, clock: IReactorTime,
-                 metrics: Any = None) -> None:
-        super().__init__(handler, clock=clock, metrics=metrics)
+                 metrics: Any = None, limits: ServerLimits | None = None,
+                 max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        super().__init__(handler, clock=clock, metrics=metrics, limits=limits,
+                         max_frame_bytes=max_frame_bytes)
 
     def decode_request(self, frame: bytes | memoryview) -> apis.Request:  # type: ignore[override]
         request = apis.decode_request(frame, defined=True)

@@ -30,6 +30,8 @@ from broker_core.raft.listener import InboundRequests, QuorumListenerFactory, Qu
 from broker_core.raft.listener_admin import GossipHandler
 from broker_core.raft.log import IRaftLog
 from broker_core.raft.transport import QuorumNetwork
+from broker_core.server.connection_limits import ServerLimits
+from broker_core.wire.framing import MAX_FRAME_BYTES
 
 
 def records_codec() -> tuple[wire.EntriesToRecords | None, wire.RecordsToEntries | None]:
@@ -71,7 +73,9 @@ class QuorumNode:
     def __init__(self, node_id: int, cluster_id: str | None, raft_log: IRaftLog,
                  data_dir: Path | str, config: RaftConfig, reactor: Any,
                  rng: random.Random | None = None, persist_thread: bool = False,
-                 bootstrap_servers: list[tuple[str, int]] | None = None) -> None:
+                 bootstrap_servers: list[tuple[str, int]] | None = None,
+                 limits: ServerLimits | None = None,
+                 max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         self.node_id = node_id
         self.persist_thread = persist_thread
         self.cluster_id = cluster_id
@@ -85,7 +89,8 @@ class QuorumNode:
         self.handler = QuorumRequestHandler(self.inbound, reactor,
                                             config.request_timeout_ms / 1000,
                                             self.entries_to_records)
-        self.factory = QuorumListenerFactory(self.handler, clock=reactor)
+        self.factory = QuorumListenerFactory(self.handler, clock=reactor, limits=limits,
+                                             max_frame_bytes=max_frame_bytes)
         self.port: Any = None
         self.network: QuorumNetwork | None = None
         self.driver: RaftDriver | None = None

@@ -12,6 +12,13 @@ Invariants:
 - responses leave in request order; a request with ``acks=0`` takes no slot (Kafka sends nothing);
 - at most ``max_in_flight`` requests wait per connection: past that the protocol stops reading from
   the socket (back-pressure) instead of buffering without bound;
+- a frame's bytes are reserved from the listeners' memory pool as soon as its size has arrived
+  and given back once it is dispatched; while the pool cannot give them the protocol stops
+  reading (:mod:`broker_core.server.memory_pool`). Reading resumes only when no reason to pause
+  is left;
+- the factory refuses a connection over ``max.connections`` / ``max.connections.per.ip`` at
+  accept and closes one idle for ``connections.max.idle.ms``
+  (:mod:`broker_core.server.connection_limits`, :mod:`broker_core.server.idle`);
 - a malformed frame, an oversized frame or an unknown API key closes the connection after logging and
   counting it; an unsupported version gets Kafka's error response where the protocol has one
   (ApiVersions answers UNSUPPORTED_VERSION with the versions it supports, KIP-511).
@@ -31,6 +38,9 @@ from twisted.python.failure import Failure
 
 from broker_core import net
 from broker_core.security.principal import DEFAULT_LISTENER, ConnectionSecurity, ListenerSettings
+from broker_core.server.connection_limits import ServerLimits
+from broker_core.server.idle import IdleTracker
+from broker_core.server.memory_pool import ConnectionBudget
 from broker_core.wire import apis, errors, framing
 
 #: A handler answers with a response body, ``None`` (no response: acks=0 Produce), or a Deferred
@@ -56,10 +66,15 @@ class KafkaServerProtocol(Protocol):
 
     def __init__(self, factory: KafkaServerFactory) -> None:
         self.factory = factory
-        self._decoder = framing.FrameDecoder(factory.max_frame_bytes)
+        self._budget = ConnectionBudget(factory.limits.pool, self._memory_granted)
+        self._decoder = framing.FrameDecoder(factory.max_frame_bytes, admit=self._budget.admit)
         self._slots: deque[_Slot] = deque()
-        self._paused = False
+        self._pauses: set[str] = set()  # why reading is paused: "in_flight", "memory"
+        self._reading = False  # inside _feed: a memory grant must not parse re-entrantly
+        self._regranted = False
         self._closed = False
+        #: The peer host counted by the factory's connection limiter (None: not counted).
+        self.counted_host: str | None = None
         self.peer = "?"
         self.security = ConnectionSecurity(factory.listener.name, factory.listener.protocol)
         self.channel: Any = None  # a ServerChannel once this is a coordinator channel
@@ -77,6 +92,7 @@ class KafkaServerProtocol(Protocol):
     def connectionLost(self, reason: Failure = None) -> None:  # noqa: N802 (Twisted API)
         self._closed = True
         self._slots.clear()
+        self._budget.close()
         self.factory.connection_lost(self)
         if self.channel is not None:
             self.channel.connection_lost()
@@ -104,24 +120,69 @@ class KafkaServerProtocol(Protocol):
 
     # -- inbound ---------------------------------------------------------------------------
 
+    @property
+    def busy(self) -> bool:
+        """A request in flight, or a coordinator channel: never closed as idle."""
+        return bool(self._slots) or self.channel is not None
+
     def dataReceived(self, data: bytes) -> None:  # noqa: N802 (Twisted API)
         if self._closed:
             return
+        self.factory.activity(self)
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        self._reading = True
         try:
-            frames = self._decoder.feed(data)
-        except errors.FrameTooLarge as e:
-            self._disconnect("frame_too_large", str(e))
-            return
-        except errors.ProtocolError as e:
-            self._disconnect("malformed_frame", str(e))
-            return
-        for frame in frames:
-            if self._closed:
-                return
-            if self.channel is not None:
-                self.channel.frame_received(frame)
-            else:
-                self._handle_frame(frame)
+            while True:
+                try:
+                    frames = self._decoder.feed(data)
+                except errors.FrameTooLarge as e:
+                    self._disconnect("frame_too_large", str(e))
+                    return
+                except errors.BufferLimitExceeded as e:
+                    self._disconnect("buffer_overflow", str(e))
+                    return
+                except errors.ProtocolError as e:
+                    self._disconnect("malformed_frame", str(e))
+                    return
+                for frame in frames:
+                    if self._closed:
+                        return  # what the frames still hold is released at connectionLost
+                    if self.channel is not None:
+                        self.channel.frame_received(frame)
+                    else:
+                        self._handle_frame(frame)
+                    self._budget.done(len(frame))  # dispatched: its bytes leave the pool
+                if not self._regranted:
+                    break
+                # A release above granted this connection's waiting frame: go on from it here,
+                # after the frames before it, so that frames stay in order.
+                self._regranted, data = False, b""
+        finally:
+            self._reading = False
+        if self._decoder.waiting and not self._closed:
+            self._pause("memory")
+
+    def _memory_granted(self) -> None:
+        """The pool reserved the bytes of the frame that waited."""
+        self._decoder.admitted()
+        self._unpause("memory")
+        if self._reading:
+            self._regranted = True
+        elif not self._closed:
+            self._feed(b"")
+
+    def _pause(self, reason: str) -> None:
+        if not self._pauses:
+            self.transport.pauseProducing()
+        self._pauses.add(reason)
+
+    def _unpause(self, reason: str) -> None:
+        if reason in self._pauses:
+            self._pauses.discard(reason)
+            if not self._pauses and not self._closed:
+                self.transport.resumeProducing()
 
     def _handle_frame(self, frame: bytes) -> None:
         try:
@@ -163,9 +224,8 @@ class KafkaServerProtocol(Protocol):
         d.addCallback(self._encode, request, started)
         d.addErrback(self._handler_failed, request, started)
         d.addCallback(lambda chunks: self._fill(slot, chunks))
-        if len(self._slots) >= self.factory.max_in_flight and not self._paused:
-            self._paused = True
-            self.transport.pauseProducing()
+        if len(self._slots) >= self.factory.max_in_flight:
+            self._pause("in_flight")
 
     def _encode(self, body: Any, request: Any, started: float) -> list[bytes] | None:
         header = request.header
@@ -199,9 +259,9 @@ class KafkaServerProtocol(Protocol):
             done = self._slots.popleft()
             if done.chunks is not None:
                 self.transport.writeSequence(framing.frame(done.chunks))
-        if self._paused and len(self._slots) < self.factory.max_in_flight:
-            self._paused = False
-            self.transport.resumeProducing()
+        if len(self._slots) < self.factory.max_in_flight:
+            self._unpause("in_flight")
+        self.factory.activity(self)  # a request left flight: idleness counts from here
         self._maybe_open_channel()
 
     def _disconnect(self, reason: str, detail: str) -> None:
@@ -212,6 +272,14 @@ class KafkaServerProtocol(Protocol):
             detail=detail,
         )
         self.factory.count_disconnect(reason)
+        self._closed = True
+        self.transport.loseConnection()
+
+    def close_idle(self) -> None:
+        """Close for ``connections.max.idle.ms`` (decided by the factory's sweep). Counted, and
+        logged at debug level only: a sweep may close thousands at once."""
+        self.log.debug("closing idle connection from {peer}", peer=self.peer)
+        self.factory.count_disconnect("idle")
         self._closed = True
         self.transport.loseConnection()
 
@@ -237,6 +305,7 @@ class KafkaServerFactory(Factory):
         max_frame_bytes: int = framing.MAX_FRAME_BYTES,
         max_in_flight: int = 100,
         listener: ListenerSettings = DEFAULT_LISTENER,
+        limits: ServerLimits | None = None,
     ) -> None:
         self.handler = handler
         #: The listener's name and security protocol, given to each connection's
@@ -246,21 +315,82 @@ class KafkaServerFactory(Factory):
         self.metrics = metrics
         self.max_frame_bytes = max_frame_bytes
         self.max_in_flight = max_in_flight
+        #: Connection counts, request memory and idleness, maybe shared with other listeners.
+        self.limits = limits if limits is not None else ServerLimits()
+        self._idle = None if self.limits.idle_s is None else IdleTracker(self.limits.idle_s)
+        self._idle_timer: Any = None
         self.connections: set[KafkaServerProtocol] = set()
         self._api_names: dict[int, str] = {}
 
-    def buildProtocol(self, addr: Any) -> KafkaServerProtocol:  # noqa: N802 (Twisted API)
-        return KafkaServerProtocol(self)
+    def buildProtocol(self, addr: Any) -> KafkaServerProtocol | None:  # noqa: N802 (Twisted API)
+        """A protocol for the connection from ``addr``, or None (Twisted then closes the socket
+        before reading from it) when it is over a connection limit."""
+        host = None if addr is None else str(getattr(addr, "host", "local"))
+        limiter = self.limits.connections
+        if limiter is not None and host is not None:
+            reason = limiter.admit(host)
+            if reason is not None:
+                self._refused(host, reason)
+                return None
+        proto = KafkaServerProtocol(self)
+        if limiter is not None:
+            proto.counted_host = host
+        return proto
+
+    def _refused(self, host: str, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.connections_refused_total.labels(reason=reason).inc()
+        suppressed = self.limits.refusals.refused(host, reason, self.clock.seconds())
+        if suppressed is not None:
+            self.log.warn("refused a connection from {host} on listener {listener}: {reason} "
+                          "({suppressed} more refused silently since the last line)",
+                          host=host, listener=self.listener.name, reason=reason,
+                          suppressed=suppressed)
 
     def connection_made(self, proto: KafkaServerProtocol) -> None:
         self.connections.add(proto)
         if self.metrics is not None:
             self.metrics.connections.set(len(self.connections))
+        self.activity(proto)
 
     def connection_lost(self, proto: KafkaServerProtocol) -> None:
         self.connections.discard(proto)
         if self.metrics is not None:
             self.metrics.connections.set(len(self.connections))
+        if proto.counted_host is not None and self.limits.connections is not None:
+            self.limits.connections.release(proto.counted_host)
+            proto.counted_host = None
+        if self._idle is not None:
+            self._idle.forget(proto)
+            if not len(self._idle) and self._idle_timer is not None:
+                self._idle_timer.cancel()
+                self._idle_timer = None
+
+    # -- idle connections (connections.max.idle.ms) ----------------------------------------
+    #
+    # One timer per listener, set for the moment the least recently active connection would
+    # become idle; none while no connection is open.
+
+    def activity(self, proto: KafkaServerProtocol) -> None:
+        """``proto`` received bytes or sent a response now."""
+        if self._idle is not None and not proto._closed:
+            self._idle.touch(proto, self.clock.seconds())
+            self._schedule_idle_sweep()
+
+    def _schedule_idle_sweep(self) -> None:
+        if self._idle is None or self._idle_timer is not None:
+            return
+        deadline = self._idle.next_deadline()
+        if deadline is not None:
+            self._idle_timer = self.clock.callLater(
+                max(0.0, deadline - self.clock.seconds()), self._sweep_idle)
+
+    def _sweep_idle(self) -> None:
+        self._idle_timer = None
+        assert self._idle is not None
+        for proto in self._idle.expired(self.clock.seconds(), lambda p: p.busy):
+            proto.close_idle()  # type: ignore[attr-defined]
+        self._schedule_idle_sweep()
 
     def _api_name(self, api_key: int) -> str:
         name = self._api_names.get(api_key)

@@ -388,6 +388,17 @@ class FrameTooLarge(ProtocolError):
         self.limit = limit
 
 
+class BufferLimitExceeded(ProtocolError):
+    """A peer sent more bytes than a connection buffers while its reading is paused (it waits
+    for memory): the pause is being ignored."""
+
+    def __init__(self, buffered: int, limit: int) -> None:
+        super().__init__(f"{buffered} bytes buffered while waiting for memory, above the "
+                         f"limit of {limit}")
+        self.buffered = buffered
+        self.limit = limit
+
+
 class _WithHeader(ProtocolError):
     def __init__(self, header: Any, message: str | None = None) -> None:
         super().__init__(message or self._describe(header))

@@ -7,14 +7,20 @@ frames; :func:`frame` prefixes an encoded message with its size for the transpor
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from broker_core.wire.errors import FrameTooLarge, MalformedFrame
+from broker_core.wire.errors import BufferLimitExceeded, FrameTooLarge, MalformedFrame
 
 MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka socket.request.max.bytes default
 
 SIZE_PREFIX_BYTES = 4
 _SIZE = struct.Struct(">i")
+
+#: While a frame waits for admission the peer's reading is paused, so at most what one read
+#: delivered past its size prefix is buffered (64 KiB for Twisted's TCP transport; a TLS
+#: transport hands over what it decrypted from one read). More means the peer's bytes keep
+#: coming in spite of the pause: the decoder fails rather than buffer them.
+MAX_UNADMITTED_BYTES = 1024 * 1024
 
 
 class FrameDecoder:
@@ -22,20 +28,40 @@ class FrameDecoder:
 
     Invariants:
 
-    - after ``feed`` returns, the internal buffer holds less than one complete frame;
+    - after ``feed`` returns, the internal buffer holds less than one complete frame, or one
+      frame that waits for admission (below);
     - a size prefix above ``max_frame_bytes`` raises :class:`FrameTooLarge` as soon as the prefix
       itself has arrived, before any of the body is buffered; a negative size raises
       :class:`MalformedFrame`; frames completed by the same ``feed`` call are dropped with it;
     - after either error the decoder stays failed (the stream has lost its framing, so nothing
-      after it can be trusted): every later ``feed`` raises the same error again.
+      after it can be trusted): every later ``feed`` raises the same error again;
+    - with ``admit`` (a server's memory budget), ``admit(size)`` is asked once per frame as soon
+      as its size prefix has arrived, before the frame is returned; False leaves the frame
+      waiting (:attr:`waiting`): its bytes stay buffered, unparsed, until :meth:`admitted`
+      says the memory is there, and while it waits more than ``max_unadmitted`` buffered bytes
+      past its prefix raise :class:`BufferLimitExceeded` (the peer ignores the pause).
     """
 
-    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES,
+                 admit: Callable[[int], bool] | None = None,
+                 max_unadmitted: int = MAX_UNADMITTED_BYTES) -> None:
         if max_frame_bytes < 0:
             raise ValueError("max_frame_bytes must not be negative")
         self.max_frame_bytes = max_frame_bytes
+        self._admit = admit
+        self.max_unadmitted = max_unadmitted
+        self._head_admitted = False
+        self.waiting = False
         self._buf = bytearray()
         self._failed: Exception | None = None
+
+    def admitted(self) -> None:
+        """The frame that waits for admission has its memory; the next ``feed`` (``b""`` will
+        do) goes on from it."""
+        if not self.waiting:
+            raise RuntimeError("no frame waits for admission")
+        self.waiting = False
+        self._head_admitted = True
 
     @property
     def buffered(self) -> int:
@@ -60,10 +86,18 @@ class FrameDecoder:
                                     else FrameTooLarge(size, limit))
                     break
                 start = pos + SIZE_PREFIX_BYTES
+                if self._admit is not None and not self._head_admitted:
+                    if self.waiting or not self._admit(size):
+                        self.waiting = True
+                        if n - start > self.max_unadmitted:
+                            self._failed = BufferLimitExceeded(n - start, self.max_unadmitted)
+                        break
+                    self._head_admitted = True
                 if n - start < size:
                     break
                 # The one copy a frame costs: out of the stream buffer into its own bytes.
                 frames.append(bytes(view[start:start + size]))
+                self._head_admitted = False
                 pos = start + size
         if self._failed is not None:
             # Raise now rather than after handing out earlier frames: the peer may send nothing

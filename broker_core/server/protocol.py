@@ -292,6 +292,7 @@ class KafkaServerFactory(Factory):
     """
 
     noisy = False
+    log = Logger(namespace="sluice.server")
     #: How a frame becomes a request; a listener serving another set of APIs (the quorum's,
     #: :mod:`broker_core.raft.listener`) replaces it.
     decode_request = staticmethod(apis.decode_request)

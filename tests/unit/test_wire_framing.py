@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker_core.wire.errors import FrameTooLarge, MalformedFrame
+from broker_core.wire.errors import BufferLimitExceeded, FrameTooLarge, MalformedFrame
 from broker_core.wire.framing import MAX_FRAME_BYTES, FrameDecoder, frame
 
 
@@ -69,4 +69,42 @@ def test_negative_size_is_malformed():
     with pytest.raises(MalformedFrame):
         d.feed(stream([b"ok"]) + struct.pack(">i", -5))
     with pytest.raises(MalformedFrame):
+        d.feed(b"")
+
+
+def test_admit_is_asked_once_per_frame_when_its_size_arrives():
+    asked = []
+    d = FrameDecoder(admit=lambda size: asked.append(size) or True)
+    raw = stream([b"abc", b"defgh"])
+    assert d.feed(raw[:4]) == []  # the first size alone
+    assert asked == [3]
+    assert d.feed(raw[4:]) == [b"abc", b"defgh"]
+    assert asked == [3, 5]
+
+
+def test_a_frame_refused_admission_waits_unparsed_until_admitted():
+    answers = [False]
+    asked = []
+
+    def admit(size):
+        asked.append(size)
+        return answers.pop(0) if answers else True
+
+    d = FrameDecoder(admit=admit)
+    raw = stream([b"abc", b"de"])
+    assert d.feed(raw) == []
+    assert d.waiting and asked == [3]
+    assert d.feed(b"") == []  # still waiting: admit is not asked again
+    assert asked == [3]
+    d.admitted()
+    assert d.feed(b"") == [b"abc", b"de"]
+    assert not d.waiting and asked == [3, 2]
+
+
+def test_bytes_past_a_waiting_frames_prefix_are_bounded():
+    d = FrameDecoder(admit=lambda size: False, max_unadmitted=8)
+    assert d.feed(struct.pack(">i", 100) + b"x" * 8) == []
+    with pytest.raises(BufferLimitExceeded):
+        d.feed(b"x")
+    with pytest.raises(BufferLimitExceeded):  # failed for good, like the other errors
         d.feed(b"")

@@ -1,0 +1,252 @@
+"""The limits the broker's protocol shell enforces, driven through StringTransport on a
+task.Clock: connections refused at accept (per address, in total, with overrides), idle
+connections closed (but never one with a request in flight or a coordinator channel), and the
+request-memory pool: a frame reserves its bytes when its size arrives, a connection that cannot
+have them stops reading and resumes, in order, when memory frees."""
+
+from __future__ import annotations
+
+import struct
+from types import SimpleNamespace
+
+from twisted.internet import defer, task
+from twisted.internet.address import IPv4Address
+from twisted.internet.testing import StringTransport
+from twisted.logger import globalLogPublisher
+
+from broker_core.metrics import BrokerMetrics
+from broker_core.server.channel import ServerChannel
+from broker_core.server.connection_limits import ConnectionLimiter, ServerLimits
+from broker_core.server.memory_pool import MemoryPool
+from broker_core.server.protocol import NO_RESPONSE, KafkaServerFactory
+from broker_core.wire import framing
+
+
+class RawFactory(KafkaServerFactory):
+    """Hands every frame to the handler as is (its first 4 bytes an id), so frames of any size
+    can be sent without encoding a real request."""
+
+    def decode_request(self, frame):  # type: ignore[override]
+        cid = struct.unpack_from(">i", frame)[0]
+        return SimpleNamespace(header=SimpleNamespace(api_key=18, api_version=0,
+                                                      correlation_id=cid), body=frame)
+
+
+def make_factory(handler=None, *, limits=None, max_frame_bytes=framing.MAX_FRAME_BYTES):
+    """``(factory, clock, metrics)``: a RawFactory whose handler records the frame ids it sees
+    in ``factory.seen`` (unless ``handler`` is given)."""
+    clock = task.Clock()
+    metrics = BrokerMetrics()
+    seen: list[int] = []
+
+    def record(req, proto):
+        seen.append(req.header.correlation_id)
+        return NO_RESPONSE
+
+    factory = RawFactory(handler or record, clock=clock, metrics=metrics, limits=limits,
+                         max_frame_bytes=max_frame_bytes)
+    factory.seen = seen
+    return factory, clock, metrics
+
+
+def connect(factory, host="10.0.0.1", port=40000):
+    """``(transport, protocol)``, or ``(None, None)`` when the factory refused at accept."""
+    proto = factory.buildProtocol(IPv4Address("TCP", host, port))
+    if proto is None:
+        return None, None
+    transport = StringTransport(peerAddress=IPv4Address("TCP", host, port))
+    proto.makeConnection(transport)
+    return transport, proto
+
+
+def lose(proto):
+    """What the reactor does once a transport's loseConnection has taken effect."""
+    proto.connectionLost(None)
+
+
+def raw_frame(cid, size):
+    """A frame of ``size`` bytes (>= 4) starting with the id ``cid``."""
+    return struct.pack(">ii", size, cid) + b"x" * (size - 4)
+
+
+# -- refused at accept --------------------------------------------------------------------------
+
+
+def test_connections_over_the_per_ip_limit_are_refused_at_accept_and_counted_and_logged_once():
+    limits = ServerLimits(connections=ConnectionLimiter(max_connections=100, max_per_ip=3))
+    factory, clock, metrics = make_factory(limits=limits)
+    lines = []
+    observer = lines.append
+    globalLogPublisher.addObserver(observer)
+    try:
+        open_ = [connect(factory, port=40000 + i) for i in range(3)]
+        refused = [connect(factory, port=41000 + i) for i in range(50)]
+        clock.advance(61)
+        refused.append(connect(factory, port=42000))
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    assert all(p is not None for _, p in open_)
+    assert all(p is None for _, p in refused)
+    assert metrics.connections_refused_total.labels(
+        reason="max_connections_per_ip")._value.get() == 51
+    refusal_lines = [e for e in lines if "refused a connection" in e.get("log_format", "")]
+    # One line, then one a minute later telling the 49 refused silently in between.
+    assert [(e["host"], e["reason"], e["suppressed"]) for e in refusal_lines] == [
+        ("10.0.0.1", "max_connections_per_ip", 0), ("10.0.0.1", "max_connections_per_ip", 49)]
+    assert connect(factory, host="10.0.0.2")[1] is not None  # another address is fine
+    lose(open_[0][1])  # a closed connection frees its place
+    assert connect(factory, port=43000)[1] is not None
+
+
+def test_total_limit_and_per_ip_overrides():
+    limits = ServerLimits(connections=ConnectionLimiter(
+        max_connections=4, max_per_ip=1, overrides={"10.0.0.9": 3}))
+    factory, _, metrics = make_factory(limits=limits)
+    assert [connect(factory, "10.0.0.9", 1 + i)[1] is not None for i in range(4)] == [
+        True, True, True, False]
+    assert connect(factory, "10.0.0.1")[1] is not None  # 4 in total now
+    assert connect(factory, "10.0.0.2")[1] is None  # over max.connections
+    assert metrics.connections_refused_total.labels(reason="max_connections")._value.get() == 1
+    assert limits.connections.total == 4
+    for proto in list(factory.connections):
+        lose(proto)
+    assert (limits.connections.total, limits.connections.per_ip) == (0, {})
+
+
+# -- idle connections ---------------------------------------------------------------------------
+
+
+def test_idle_connections_are_closed_after_the_idle_time_and_activity_defers_it():
+    factory, clock, metrics = make_factory(limits=ServerLimits(idle_s=10.0))
+    quiet_t, quiet = connect(factory, port=1)
+    talking_t, talking = connect(factory, port=2)
+    clock.advance(9)
+    talking.dataReceived(b"\x00")  # one byte of a size prefix: activity all the same
+    clock.advance(1)
+    assert quiet_t.disconnecting and not talking_t.disconnecting
+    lose(quiet)
+    clock.advance(8.9)
+    assert not talking_t.disconnecting
+    clock.advance(0.1)
+    assert talking_t.disconnecting
+    lose(talking)
+    assert metrics.disconnects_total.labels(reason="idle")._value.get() == 2
+    assert clock.getDelayedCalls() == []  # no connection, no timer
+
+
+def test_a_request_in_flight_is_not_idle_and_idleness_counts_from_its_response():
+    waiting = []
+
+    def long_poll(req, proto):
+        waiting.append(defer.Deferred())
+        return waiting[-1]
+
+    factory, clock, _ = make_factory(long_poll, limits=ServerLimits(idle_s=10.0))
+    transport, proto = connect(factory)
+    proto.dataReceived(raw_frame(1, 8))
+    clock.advance(100)  # a long poll held far longer than the idle time
+    assert not transport.disconnecting
+    waiting[0].callback(NO_RESPONSE)  # the request leaves flight at 100
+    clock.advance(9.9)
+    assert not transport.disconnecting
+    clock.advance(0.1)
+    assert transport.disconnecting
+
+
+def test_a_coordinator_channel_is_never_closed_as_idle():
+    factory, clock, _ = make_factory(limits=ServerLimits(idle_s=10.0))
+    transport, proto = connect(factory)
+    proto.attach_channel(ServerChannel())
+    clock.advance(1000)
+    assert not transport.disconnecting
+    lose(proto)
+    assert clock.getDelayedCalls() == []
+
+
+# -- the request-memory pool --------------------------------------------------------------------
+
+
+def test_frame_reserves_its_size_when_the_prefix_arrives_and_releases_when_dispatched():
+    pool = MemoryPool(100)
+    factory, _, metrics = make_factory(limits=ServerLimits(pool=pool), max_frame_bytes=100)
+    metrics.track_request_memory(pool)
+    _, proto = connect(factory)
+    frame = raw_frame(1, 80)
+    proto.dataReceived(frame[:4])  # the size alone
+    assert pool.in_use == 80
+    assert metrics.registry.get_sample_value("sluice_request_memory_bytes") == 80
+    proto.dataReceived(frame[4:])
+    assert factory.seen == [1] and pool.in_use == 0
+
+
+def test_a_connection_that_cannot_have_memory_stops_reading_and_resumes_when_it_frees():
+    pool = MemoryPool(100)
+    factory, _, metrics = make_factory(limits=ServerLimits(pool=pool), max_frame_bytes=100)
+    metrics.track_request_memory(pool)
+    slow_t, slow = connect(factory, port=1)
+    other_t, other = connect(factory, port=2)
+    big = raw_frame(1, 80)
+    slow.dataReceived(big[:50])  # a partial sender holds 80
+    second = raw_frame(2, 60)
+    other.dataReceived(second[:10])  # 60 more would not fit: paused, body not parsed
+    assert other_t.producerState == "paused"
+    assert (pool.in_use, pool.waiting) == (80, 1)
+    assert metrics.registry.get_sample_value("sluice_request_memory_waiting_connections") == 1
+    slow.dataReceived(big[50:])  # the big frame completes and is dispatched: 80 released
+    assert other_t.producerState == "producing" and slow_t.producerState == "producing"
+    assert pool.in_use == 60  # granted to the waiter
+    other.dataReceived(second[10:])
+    assert factory.seen == [1, 2] and pool.in_use == 0
+
+
+def test_a_grant_during_the_connections_own_dispatch_keeps_its_frames_in_order():
+    pool = MemoryPool(100)
+    factory, _, _ = make_factory(limits=ServerLimits(pool=pool), max_frame_bytes=100)
+    _, holder = connect(factory, port=1)
+    holder.dataReceived(raw_frame(9, 60)[:8])  # holds 60 until it completes
+    transport, proto = connect(factory, port=2)
+    # Three whole frames in one read: 30 fits, the second 30 waits until the first is
+    # dispatched, then 40 waits until the second is: each is granted by this connection's
+    # own release, in the middle of its own read.
+    proto.dataReceived(raw_frame(1, 30) + raw_frame(2, 30) + raw_frame(3, 40))
+    assert factory.seen == [1, 2, 3]
+    assert transport.producerState == "producing"
+    assert pool.in_use == 60
+
+
+def test_closing_a_connection_releases_its_partial_frame_and_its_wait():
+    pool = MemoryPool(100)
+    factory, _, _ = make_factory(limits=ServerLimits(pool=pool), max_frame_bytes=100)
+    _, holder = connect(factory, port=1)
+    _, waiter = connect(factory, port=2)
+    holder.dataReceived(raw_frame(1, 90)[:20])
+    waiter.dataReceived(raw_frame(2, 50)[:4])
+    assert (pool.in_use, pool.waiting) == (90, 1)
+    lose(waiter)
+    lose(holder)
+    assert (pool.in_use, pool.waiting) == (0, 0)
+
+
+def test_a_peer_that_keeps_sending_while_paused_is_cut():
+    pool = MemoryPool(100)
+    factory, _, metrics = make_factory(limits=ServerLimits(pool=pool), max_frame_bytes=100)
+    _, holder = connect(factory, port=1)
+    holder.dataReceived(raw_frame(1, 100)[:4])
+    transport, proto = connect(factory, port=2)
+    proto.dataReceived(struct.pack(">i", 100))
+    assert transport.producerState == "paused"
+    proto.dataReceived(b"x" * framing.MAX_UNADMITTED_BYTES)  # the most a paused peer may send
+    assert not transport.disconnecting
+    proto.dataReceived(b"x")
+    assert transport.disconnecting
+    assert metrics.disconnects_total.labels(reason="buffer_overflow")._value.get() == 1
+
+
+def test_an_oversized_frame_is_refused_at_its_size_before_anything_is_buffered_or_reserved():
+    pool = MemoryPool(2048)
+    factory, _, metrics = make_factory(limits=ServerLimits(pool=pool), max_frame_bytes=1024)
+    transport, proto = connect(factory)
+    proto.dataReceived(struct.pack(">i", 1025))
+    assert transport.disconnecting
+    assert proto._decoder.buffered == 0 and pool.in_use == 0
+    assert metrics.disconnects_total.labels(reason="frame_too_large")._value.get() == 1

@@ -70,8 +70,6 @@ class KafkaServerProtocol(Protocol):
         self._decoder = framing.FrameDecoder(factory.max_frame_bytes, admit=self._budget.admit)
         self._slots: deque[_Slot] = deque()
         self._pauses: set[str] = set()  # why reading is paused: "in_flight", "memory"
-        self._reading = False  # inside _feed: a memory grant must not parse re-entrantly
-        self._regranted = False
         self._closed = False
         #: The peer host counted by the factory's connection limiter (None: not counted).
         self.counted_host: str | None = None
@@ -132,45 +130,39 @@ class KafkaServerProtocol(Protocol):
         self._feed(data)
 
     def _feed(self, data: bytes) -> None:
-        self._reading = True
         try:
-            while True:
-                try:
-                    frames = self._decoder.feed(data)
-                except errors.FrameTooLarge as e:
-                    self._disconnect("frame_too_large", str(e))
-                    return
-                except errors.BufferLimitExceeded as e:
-                    self._disconnect("buffer_overflow", str(e))
-                    return
-                except errors.ProtocolError as e:
-                    self._disconnect("malformed_frame", str(e))
-                    return
-                for frame in frames:
-                    if self._closed:
-                        return  # what the frames still hold is released at connectionLost
-                    if self.channel is not None:
-                        self.channel.frame_received(frame)
-                    else:
-                        self._handle_frame(frame)
-                    self._budget.done(len(frame))  # dispatched: its bytes leave the pool
-                if not self._regranted:
-                    break
-                # A release above granted this connection's waiting frame: go on from it here,
-                # after the frames before it, so that frames stay in order.
-                self._regranted, data = False, b""
-        finally:
-            self._reading = False
+            frames = self._decoder.feed(data)
+        except errors.FrameTooLarge as e:
+            self._disconnect("frame_too_large", str(e))
+            return
+        except errors.BufferLimitExceeded as e:
+            self._disconnect("buffer_overflow", str(e))
+            return
+        except errors.ProtocolError as e:
+            self._disconnect("malformed_frame", str(e))
+            return
+        for frame in frames:
+            if self._closed:
+                return  # what the frames still hold is released at connectionLost
+            if self.channel is not None:
+                self.channel.frame_received(frame)
+            else:
+                self._handle_frame(frame)
+            self._budget.done(len(frame))  # dispatched: its bytes leave the pool
         if self._decoder.waiting and not self._closed:
             self._pause("memory")
 
     def _memory_granted(self) -> None:
-        """The pool reserved the bytes of the frame that waited."""
+        """The pool reserved the bytes of the frame that waited. Called from inside another
+        frame's release (maybe this connection's own, in the middle of its frames): what was
+        buffered is parsed on the next turn of the clock, never re-entrantly, so frames keep
+        their order and a chain of grants does not nest."""
         self._decoder.admitted()
         self._unpause("memory")
-        if self._reading:
-            self._regranted = True
-        elif not self._closed:
+        self.factory.clock.callLater(0, self._feed_buffered)
+
+    def _feed_buffered(self) -> None:
+        if not self._closed:
             self._feed(b"")
 
     def _pause(self, reason: str) -> None:

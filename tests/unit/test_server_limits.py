@@ -181,7 +181,7 @@ def test_frame_reserves_its_size_when_the_prefix_arrives_and_releases_when_dispa
 
 def test_a_connection_that_cannot_have_memory_stops_reading_and_resumes_when_it_frees():
     pool = MemoryPool(100)
-    factory, _, metrics = make_factory(limits=ServerLimits(pool=pool), max_frame_bytes=100)
+    factory, clock, metrics = make_factory(limits=ServerLimits(pool=pool), max_frame_bytes=100)
     metrics.track_request_memory(pool)
     slow_t, slow = connect(factory, port=1)
     other_t, other = connect(factory, port=2)
@@ -195,20 +195,24 @@ def test_a_connection_that_cannot_have_memory_stops_reading_and_resumes_when_it_
     slow.dataReceived(big[50:])  # the big frame completes and is dispatched: 80 released
     assert other_t.producerState == "producing" and slow_t.producerState == "producing"
     assert pool.in_use == 60  # granted to the waiter
+    clock.advance(0)
+    assert factory.seen == [1]  # its frame is not complete yet
     other.dataReceived(second[10:])
     assert factory.seen == [1, 2] and pool.in_use == 0
 
 
 def test_a_grant_during_the_connections_own_dispatch_keeps_its_frames_in_order():
     pool = MemoryPool(100)
-    factory, _, _ = make_factory(limits=ServerLimits(pool=pool), max_frame_bytes=100)
+    factory, clock, _ = make_factory(limits=ServerLimits(pool=pool), max_frame_bytes=100)
     _, holder = connect(factory, port=1)
     holder.dataReceived(raw_frame(9, 60)[:8])  # holds 60 until it completes
     transport, proto = connect(factory, port=2)
     # Three whole frames in one read: 30 fits, the second 30 waits until the first is
     # dispatched, then 40 waits until the second is: each is granted by this connection's
-    # own release, in the middle of its own read.
+    # own release, in the middle of its own read, and parsed on the next turn of the clock.
     proto.dataReceived(raw_frame(1, 30) + raw_frame(2, 30) + raw_frame(3, 40))
+    assert factory.seen == [1]
+    clock.advance(0)  # runs the grants' calls, the one scheduled while it runs included
     assert factory.seen == [1, 2, 3]
     assert transport.producerState == "producing"
     assert pool.in_use == 60
@@ -250,3 +254,27 @@ def test_an_oversized_frame_is_refused_at_its_size_before_anything_is_buffered_o
     assert transport.disconnecting
     assert proto._decoder.buffered == 0 and pool.in_use == 0
     assert metrics.disconnects_total.labels(reason="frame_too_large")._value.get() == 1
+
+
+def test_the_quorum_listener_enforces_the_same_limits():
+    from broker_core.raft.listener import (
+        InboundRequests,
+        QuorumListenerFactory,
+        QuorumRequestHandler,
+    )
+
+    clock = task.Clock()
+    pool = MemoryPool(200)
+    limits = ServerLimits(connections=ConnectionLimiter(max_connections=10, max_per_ip=1),
+                          pool=pool, idle_s=5.0)
+    factory = QuorumListenerFactory(QuorumRequestHandler(InboundRequests(1), clock, 2.0),
+                                    clock=clock, limits=limits, max_frame_bytes=100)
+    transport, proto = connect(factory)
+    assert connect(factory, port=2)[1] is None  # per-address limit
+    proto.dataReceived(struct.pack(">i", 80))
+    assert pool.in_use == 80  # its frames reserve from its pool
+    proto.dataReceived(struct.pack(">i", 1))  # still a partial frame: activity
+    clock.advance(5)
+    assert transport.disconnecting  # and it closes idle connections
+    lose(proto)
+    assert pool.in_use == 0 and limits.connections.total == 0

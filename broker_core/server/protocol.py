@@ -270,6 +270,8 @@ class KafkaServerProtocol(Protocol):
     def close_idle(self) -> None:
         """Close for ``connections.max.idle.ms`` (decided by the factory's sweep). Counted, and
         logged at debug level only: a sweep may close thousands at once."""
+        if self._closed:
+            return  # already closing for another reason, counted as that
         self.log.debug("closing idle connection from {peer}", peer=self.peer)
         self.factory.count_disconnect("idle")
         self._closed = True

@@ -206,3 +206,31 @@ def test_idle_connections_are_closed_but_a_long_poll_is_not(zookeeper_server, tm
         for s in socks:
             s.close()
         cluster.stop()
+
+
+def test_the_quorum_listener_applies_the_same_keys(tmp_path):
+    # Quorum mode: the quorum listener counts its connections apart from the Kafka listener's,
+    # under the same keys.
+    cluster = ProcessCluster(None, tmp_path, size=1, quorum=True, metrics=True, extra={
+        "max.connections.per.ip": "5", "max.connections.per.ip.overrides": "127.0.0.1:1000",
+        "connections.max.idle.ms": "1000"})
+    socks: list[socket.socket] = []
+    try:
+        cluster.start()
+        cluster.wait_registered()
+        for _ in range(20):
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.settimeout(30)
+            s.connect(("127.0.0.1", cluster.quorum_ports[1]))
+            s.setblocking(False)
+            socks.append(s)
+        # 15 are refused at once; the 5 admitted are closed as idle a second later.
+        wait_for(lambda: all(at_eof(s) for s in socks), "every quorum connection closed")
+        lines = cluster.brokers[1].log_text().splitlines()
+        assert len([ln for ln in lines if "refused a connection from 127.0.0.2" in ln]) == 1
+        assert cluster.brokers[1].proc.poll() is None
+    finally:
+        for s in socks:
+            s.close()
+        cluster.stop()

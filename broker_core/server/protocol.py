@@ -319,7 +319,9 @@ class KafkaServerFactory(Factory):
 
     def buildProtocol(self, addr: Any) -> KafkaServerProtocol | None:  # noqa: N802 (Twisted API)
         """A protocol for the connection from ``addr``, or None (Twisted then closes the socket
-        before reading from it) when it is over a connection limit."""
+        before reading from it) when it is over a connection limit. A factory that wraps this
+        one (TLS) must return None too when this one does: Twisted's ``WrappingFactory`` would
+        wrap the None."""
         host = None if addr is None else str(getattr(addr, "host", "local"))
         limiter = self.limits.connections
         if limiter is not None and host is not None:

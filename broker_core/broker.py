@@ -109,7 +109,8 @@ class BrokerService(service.Service):
         self.store = store or ZooKeeperStore(
             config.zookeeper_connect, reactor=reactor,
             session_timeout=config.zookeeper_session_timeout_ms / 1000.0,
-            connect_timeout=config.zookeeper_connection_timeout_ms / 1000.0)
+            connect_timeout=config.zookeeper_connection_timeout_ms / 1000.0,
+            acl_policy=config.zookeeper_acl_policy())
         self.log_dirs = config.log_dir_paths()
         #: The first log directory (the quorum's data defaults into it).
         self.log_dir = self.log_dirs[0]

@@ -20,6 +20,8 @@ BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONFIG = "/config"
 TOPIC_CONFIGS = "/config/topics"
+#: Kafka's per-user config path: users' SCRAM credentials live under it (``sluice users``).
+CONFIG_USERS = "/config/users"
 ADMIN = "/admin"
 DELETE_TOPICS = "/admin/delete_topics"
 PARTITIONS_REASSIGNED = "/admin/partitions_reassigned"

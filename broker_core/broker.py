@@ -54,6 +54,7 @@ from broker_core.replica.log_dir_reporter import LogDirFailureReporter
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.replica.published_leadership import adopt_published_leadership
+from broker_core.security.basic_auth import BasicAuthUsers
 from broker_core.server.handlers import RequestHandler
 from broker_core.server.protocol import KafkaServerFactory
 from broker_core.zk import paths
@@ -353,7 +354,10 @@ class BrokerService(service.Service):
                       h=host.host, p=host.port, a=f"{self.advertised[0]}:{self.advertised[1]}")
         if cfg.metrics_listener:
             mep = endpoints.serverFromString(self.reactor, cfg.metrics_listener)
-            self.metrics_port = await mep.listen(metrics_site(self.metrics.registry))
+            hashes = cfg.metrics_password_hashes()
+            users = (BasicAuthUsers(hashes, clock=self.clock.seconds)
+                     if hashes is not None else None)
+            self.metrics_port = await mep.listen(metrics_site(self.metrics.registry, users))
         await self._register()
         await self._startup_from_zookeeper()
         self.replicas.start()

@@ -558,6 +558,7 @@ class BrokerConfig:
             cfg.raft_config()  # the quorum keys' agreement (ConfigError)
         else:
             cfg.zookeeper_acl_policy()  # zookeeper.auth.file readable and well-formed
+        cfg.metrics_password_hashes()  # metrics.basic.auth.file likewise
         return cfg
 
     @classmethod
@@ -584,6 +585,18 @@ class BrokerConfig:
         except ZkAuthFileError as e:
             raise ConfigError(str(e), "zookeeper.auth.file") from None
         return AclPolicy(credential, set_acl=self.zookeeper_set_acl)
+
+    def metrics_password_hashes(self) -> Any:
+        """The users of ``metrics.basic.auth.file`` (user -> ``PasswordHash``), or None when
+        unset. Reads the file on each call; raises ConfigError naming the key."""
+        from broker_core.security.basic_auth import PasswordFileError, load_password_file  # noqa: PLC0415
+
+        if self.metrics_basic_auth_file is None:
+            return None
+        try:
+            return load_password_file(self.metrics_basic_auth_file)
+        except PasswordFileError as e:
+            raise ConfigError(str(e), "metrics.basic.auth.file") from None
 
     # -- the metadata quorum -------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerHeartbeatSender
 from broker_core.controller.shutdown import controlled_shutdown
 from broker_core.log import LogConfig, LogManager, meta_properties
-from broker_core.metadata import NodeExists, NoNode, SessionState
+from broker_core.metadata import NodeExists, NoNode, NotAuthorized, SessionState
 from broker_core.metadata_cache import MetadataCache
 from broker_core.metrics import BrokerMetrics, metrics_site
 from broker_core.raft.cluster_id import generate_cluster_id
@@ -336,6 +336,14 @@ class BrokerService(service.Service):
             raise StartupError(
                 f"{e}. Is ZooKeeper running at {cfg.zookeeper_connect}? "
                 "(scripts/zookeeper-start.sh starts one)") from e
+        if isinstance(self.store, ZooKeeperStore):
+            try:
+                await self.store.secure_chroot()
+            except NotAuthorized:
+                raise StartupError(
+                    f"ZooKeeper refused to secure the chroot of {cfg.zookeeper_connect}: its "
+                    "ACL is for another credential; is zookeeper.auth.file the one the "
+                    "cluster's other brokers use?") from None
         self.store.add_state_listener(self._on_session_state)
         for path in paths.PERSISTENT_PATHS:
             await self.store.ensure_path(path)

@@ -56,6 +56,11 @@ LOG_DIR_EVENT_PREFIX = f"{LOG_DIR_EVENT_NOTIFICATION}/log_dir_event_"
 #: valid only for the registration epoch it names).
 OFFLINE_REPLICAS = "/brokers/offline_replicas"
 
+#: Every top-level node Sluice creates (what ``sluice zookeeper secure`` walks when the
+#: cluster has no chroot and the root is shared with other applications).
+TOP_LEVEL_PATHS = (CONTROLLER, CONTROLLER_EPOCH, CONTROLLER_UNREACHABLE, BROKERS, CONFIG, ADMIN,
+                   CONSUMERS, "/cluster", LOG_DIR_EVENT_NOTIFICATION)
+
 #: Persistent paths every broker ensures at start (watches need their parents to exist).
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, PARTITIONS_REASSIGNED,
                     PARTITIONS_ADD, PARTITIONS_REMOVE, CONSUMERS, LOG_DIR_EVENT_NOTIFICATION,

@@ -260,6 +260,11 @@ class ZooKeeperStore:
     # -- lifecycle -----------------------------------------------------------------------------
 
     @property
+    def chroot(self) -> str:
+        """The chroot of ``hosts`` (``""``: none, the store sees ZooKeeper's whole tree)."""
+        return self._client.chroot or ""
+
+    @property
     def session_id(self) -> int | None:
         sid = self._client.client_id
         return sid[0] if sid else None
@@ -286,19 +291,17 @@ class ZooKeeperStore:
             self._pool.stop()
             raise
         self.state = SessionState.CONNECTED
-        if self.acl_policy.set_acl:
-            try:
-                await self._secure_root()
-            except BaseException:
-                await self.stop()
-                raise
 
-    async def _secure_root(self) -> None:
-        """With a chroot, give the chroot node (``/`` to us) the secure ACL: its children
-        (``/controller``, ``/cluster``...) could otherwise be deleted or created by anyone,
-        whatever their own ACLs. The operator created it, usually open to all; changing it
-        needs ADMIN on it, which an open node grants. Without a chroot the root is shared
-        with other applications and left alone: a warning says so if it is open."""
+    async def secure_chroot(self) -> None:
+        """A broker with ``zookeeper.set.acl=true`` calls this at start. With a chroot, give
+        the chroot node (``/`` to us) the secure ACL: its children (``/controller``,
+        ``/cluster``...) could otherwise be deleted or created by anyone, whatever their own
+        ACLs. The operator created it, usually open to all; changing it needs ADMIN on it,
+        which an open node grants (:class:`NotAuthorized` if it is secured for another
+        credential). Without a chroot the root is shared with other applications and left
+        alone: a warning says so if it is open."""
+        if not self.acl_policy.set_acl:
+            return
         current = tuple(await self.get_acl("/"))
         wanted = self.acl_policy.acl_for("/")
         if not self._client.chroot:

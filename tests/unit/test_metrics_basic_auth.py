@@ -165,3 +165,44 @@ def test_site_answers_429_while_throttled():
                            b"Authorization: " + header("prometheus", "right") + b"\r\n")
     assert head.startswith(b"HTTP/1.1 429") and b"Retry-After: 1" in head
     assert b"sluice_connections" not in body
+
+
+# -- sluice metrics-password ------------------------------------------------------------------------
+
+def test_metrics_password_command_prints_a_line_the_broker_accepts(monkeypatch, capsys):
+    import io
+
+    from consumer_client import cli
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("chosen-password\n"))
+    assert cli.main(["metrics-password", "prometheus", "--password-stdin",
+                     "--iterations", str(FAST)]) == 0
+    out, err = capsys.readouterr()
+    assert "chosen-password" not in out and err == ""
+    hashes = parse_password_file(out, "out")
+    assert hashes["prometheus"].iterations == FAST
+    clock = task.Clock()
+    u = BasicAuthUsers(hashes, clock=clock.seconds)
+    assert u.check(header("prometheus", "chosen-password"))[0] is Outcome.ALLOWED
+
+
+def test_metrics_password_command_generates_a_password_shown_once(capsys):
+    from consumer_client import cli
+
+    assert cli.main(["metrics-password", "grafana", "--iterations", str(FAST)]) == 0
+    out, err = capsys.readouterr()
+    password = err.strip().rpartition(": ")[2]
+    assert len(password) >= 32 and password not in out
+    u = BasicAuthUsers(parse_password_file(out, "out"), clock=task.Clock().seconds)
+    assert u.check(header("grafana", password))[0] is Outcome.ALLOWED
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["metrics-password", "bad:name", "--iterations", str(FAST)], 2),
+    (["metrics-password", "p", "--iterations", "5"], 2),
+])
+def test_metrics_password_command_refuses_bad_input(argv, code, capsys):
+    from consumer_client import cli
+
+    assert cli.main(argv) == code
+    assert capsys.readouterr().err.startswith("sluice: ")

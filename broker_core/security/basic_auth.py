@@ -87,6 +87,7 @@ class PasswordHash:
 
 def hash_password(password: str, *, iterations: int = DEFAULT_ITERATIONS,
                   salt: bytes | None = None) -> PasswordHash:
+    """A new salted hash of ``password`` (16 random bytes of salt unless given)."""
     if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
         raise ValueError(f"iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}")
     salt = os.urandom(16) if salt is None else salt

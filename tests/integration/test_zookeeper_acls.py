@@ -165,3 +165,20 @@ async def test_a_cluster_with_acls_elects_replicates_and_restarts(brokers, zk_ho
 
 async def _in_isr(store: ZooKeeperStore, broker_id: int) -> bool:
     return broker_id in (await zk_state(store, TOPIC, 0)).isr
+
+
+@pytest_twisted.ensureDeferred
+async def test_parents_made_on_the_way_get_their_own_acl(zk_hosts, credential):
+    owner = await started_store(zk_hosts, AclPolicy(credential, set_acl=True))
+    try:
+        await owner.create(f"{paths.CONFIG_USERS}/alice", b"{}", makepath=True)
+        await owner.ensure_path(f"{paths.TOPIC_CONFIGS}")
+        assert tuple(await owner.get_acl(paths.CONFIG)) == secure_acl(paths.CONFIG, credential)
+        assert len(secure_acl(paths.CONFIG, credential)) == 2  # world may read /config
+        for node in (paths.CONFIG_USERS, f"{paths.CONFIG_USERS}/alice"):
+            assert tuple(await owner.get_acl(node)) == secure_acl(node, credential)
+            assert len(secure_acl(node, credential)) == 1
+        assert tuple(await owner.get_acl(paths.TOPIC_CONFIGS)) == \
+            secure_acl(paths.TOPIC_CONFIGS, credential)
+    finally:
+        await owner.stop()

@@ -10,9 +10,10 @@ anyone else at all, not even their names.
 The credential uses ZooKeeper's built-in ``digest`` scheme (``addauth digest user:password``),
 which every ZooKeeper server accepts without server-side configuration; SASL DIGEST-MD5 would
 need a JAAS file on every ZooKeeper server and the ``pure-sasl`` package in every broker. The
-ACL names the identity as ``user:base64(sha1(user:password))``, readable with ``getAcl`` by
-anyone who may read the node, so the password must be long and random: see
-:data:`MIN_PASSWORD_LENGTH`.
+ACL names the identity as ``user:base64(sha1(user:password))``, an unsalted hash: ZooKeeper
+(3.5 and later) shows it only to clients with ADMIN on the node (others see ``user:x``), but it
+sits in ZooKeeper's data files and older servers show it to readers, so the password must be
+long and random: see :data:`MIN_PASSWORD_LENGTH`.
 
 Sans-IO: no kazoo here. ACL entries are plain :class:`AclEntry` values; ``broker_core.zk.store``
 turns them into kazoo's.
@@ -42,8 +43,8 @@ SENSITIVE_PATHS: tuple[str, ...] = (paths.CONFIG_USERS,)
 #: The ZooKeeper system subtree (quotas, config); never ours to change.
 ZOOKEEPER_SYSTEM_PATH = "/zookeeper"
 
-#: The digest in every ACL is an unsalted SHA-1 that anyone allowed to read a node can see; a
-#: password of 32 random characters makes guessing it from that hopeless.
+#: The digest in every ACL is an unsalted SHA-1 (kept in ZooKeeper's data files, shown to
+#: readers by old servers); a password of 32 random characters makes guessing it hopeless.
 MIN_PASSWORD_LENGTH = 32
 
 

@@ -110,6 +110,10 @@ async def test_an_anonymous_client_reads_but_cannot_change_anything(brokers, zk_
         assert sorted(await anon.get_children(paths.BROKER_IDS)) == ["1", "2", "3"]
         assert (await anon.get(paths.leader_and_isr(TOPIC, 0)))[0] == \
             before[paths.leader_and_isr(TOPIC, 0)][0]
+        # The ACL shows the brokers' identity to a reader, but not its password hash.
+        shown = await anon.get_acl(paths.broker(1))
+        assert {(e.scheme, e.id) for e in shown} == {("digest", "sluice:x"),
+                                                     ("world", "anyone")}
         # Not readable: credentials, not even the user names.
         for node in (paths.CONFIG_USERS, f"{paths.CONFIG_USERS}/alice"):
             with pytest.raises(NotAuthorized):

@@ -310,7 +310,7 @@ class ZooKeeperStore:
                               "anyone, so anyone can create or delete Sluice's top-level "
                               "nodes (/controller...): give zookeeper.connect a chroot")
             return
-        if current != wanted:
+        if set(current) != set(wanted):  # ZooKeeper gives no meaning to the order
             await self.set_acl("/", wanted)
             self.log.info("secured the chroot {c}: {acl}", c=self._client.chroot,
                           acl=", ".join(str(e) for e in wanted))
@@ -480,7 +480,7 @@ class ZooKeeperStore:
         done.addCallbacks(lambda _: None, lambda f: f.value.subFailure)
         return done
 
-    # -- ACLs (the ``sluice zookeeper secure`` tool; brokers never change an existing ACL) ---
+    # -- ACLs (``sluice zookeeper secure``, and :meth:`secure_chroot` at a broker's start) ---
 
     def get_acl(self, path: str) -> defer.Deferred:
         """``path``'s ACL as a list of :class:`AclEntry`."""

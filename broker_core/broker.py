@@ -45,7 +45,7 @@ from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerHeartbeatSender
 from broker_core.controller.shutdown import controlled_shutdown
 from broker_core.log import LogConfig, LogManager, meta_properties
-from broker_core.metadata import NodeExists, NoNode, SessionState
+from broker_core.metadata import NodeExists, NoNode, NotAuthorized, SessionState
 from broker_core.metadata_cache import MetadataCache
 from broker_core.metrics import BrokerMetrics, metrics_site
 from broker_core.raft.cluster_id import generate_cluster_id
@@ -54,6 +54,7 @@ from broker_core.replica.log_dir_reporter import LogDirFailureReporter
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.replica.published_leadership import adopt_published_leadership
+from broker_core.security.basic_auth import BasicAuthUsers
 from broker_core.server.connection_limits import ServerLimits
 from broker_core.server.handlers import RequestHandler
 from broker_core.server.protocol import KafkaServerFactory
@@ -110,7 +111,8 @@ class BrokerService(service.Service):
         self.store = store or ZooKeeperStore(
             config.zookeeper_connect, reactor=reactor,
             session_timeout=config.zookeeper_session_timeout_ms / 1000.0,
-            connect_timeout=config.zookeeper_connection_timeout_ms / 1000.0)
+            connect_timeout=config.zookeeper_connection_timeout_ms / 1000.0,
+            acl_policy=config.zookeeper_acl_policy())
         self.log_dirs = config.log_dir_paths()
         #: The first log directory (the quorum's data defaults into it).
         self.log_dir = self.log_dirs[0]
@@ -342,6 +344,14 @@ class BrokerService(service.Service):
             raise StartupError(
                 f"{e}. Is ZooKeeper running at {cfg.zookeeper_connect}? "
                 "(scripts/zookeeper-start.sh starts one)") from e
+        if isinstance(self.store, ZooKeeperStore):
+            try:
+                await self.store.secure_chroot()
+            except NotAuthorized:
+                raise StartupError(
+                    f"ZooKeeper refused to secure the chroot of {cfg.zookeeper_connect}: its "
+                    "ACL is for another credential; is zookeeper.auth.file the one the "
+                    "cluster's other brokers use?") from None
         self.store.add_state_listener(self._on_session_state)
         for path in paths.PERSISTENT_PATHS:
             await self.store.ensure_path(path)
@@ -360,7 +370,10 @@ class BrokerService(service.Service):
                       h=host.host, p=host.port, a=f"{self.advertised[0]}:{self.advertised[1]}")
         if cfg.metrics_listener:
             mep = endpoints.serverFromString(self.reactor, cfg.metrics_listener)
-            self.metrics_port = await mep.listen(metrics_site(self.metrics.registry))
+            hashes = cfg.metrics_password_hashes()
+            users = (BasicAuthUsers(hashes, clock=self.clock.seconds)
+                     if hashes is not None else None)
+            self.metrics_port = await mep.listen(metrics_site(self.metrics.registry, users))
         await self._register()
         await self._startup_from_zookeeper()
         self.replicas.start()

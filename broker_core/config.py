@@ -234,6 +234,10 @@ def _check_metadata_store(attrs: dict[str, Any]) -> None:
         if not attrs["zookeeper_connect"]:
             raise ConfigError("missing required config key 'zookeeper.connect'",
                               "zookeeper.connect")
+        if attrs["zookeeper_set_acl"] and not attrs["zookeeper_auth_file"]:
+            raise ConfigError("zookeeper.set.acl=true needs 'zookeeper.auth.file' (a private "
+                              "file 'username:password'): the ACLs name that identity",
+                              "zookeeper.auth.file")
         return
     from broker_core.raft.config import (  # noqa: PLC0415
         RaftConfigError,
@@ -337,6 +341,10 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
      "18000"),
     ("zookeeper.connection.timeout.ms", "zookeeper_connection_timeout_ms", integer(1, INT_MAX),
      "18000"),
+    # ZooKeeper ACLs (broker_core.zk.acl_policy): the brokers' digest credential, and whether
+    # the nodes they create are writable by them only.
+    ("zookeeper.set.acl", "zookeeper_set_acl", boolean, "false"),
+    ("zookeeper.auth.file", "zookeeper_auth_file", optional_text, None),
     ("log.dirs", "log_dirs", directories, None, True),
     ("quorum.voters", "quorum_voters", optional_text, None),
     ("quorum.bootstrap.servers", "quorum_bootstrap_servers", optional_text, None),
@@ -359,6 +367,8 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
      integer(1, INT_MAX), "1048576"),
     ("cluster.id", "cluster_id", text, "sluice"),
     ("metrics.listener", "metrics_listener", optional_endpoint, None),
+    # /metrics protection: HTTP basic auth users (``sluice metrics-password`` lines).
+    ("metrics.basic.auth.file", "metrics_basic_auth_file", optional_text, None),
     ("num.partitions", "num_partitions", integer(1, INT_MAX), "1"),
     ("default.replication.factor", "default_replication_factor", integer(1, 32767), "1"),
     ("auto.create.topics.enable", "auto_create_topics_enable", boolean, "true"),
@@ -474,6 +484,11 @@ class BrokerConfig:
     zookeeper_connect: str | None
     zookeeper_session_timeout_ms: int
     zookeeper_connection_timeout_ms: int
+    #: Every znode the broker creates is writable by the brokers' credential only (Kafka's
+    #: key); needs ``zookeeper_auth_file``.
+    zookeeper_set_acl: bool
+    #: A private file ``username:password``: the brokers' ZooKeeper digest credential.
+    zookeeper_auth_file: str | None
     log_dirs: str
     #: Quorum mode: ``quorum.voters`` as given (checked by :meth:`quorum_voter_addresses`).
     quorum_voters: str | None
@@ -498,6 +513,8 @@ class BrokerConfig:
     quorum_fetch_snapshot_max_bytes: int
     cluster_id: str
     metrics_listener: str | None
+    #: A private file of ``user:<hash>`` lines; with it /metrics asks for HTTP basic auth.
+    metrics_basic_auth_file: str | None
     num_partitions: int
     default_replication_factor: int
     auto_create_topics_enable: bool
@@ -582,6 +599,9 @@ class BrokerConfig:
         cfg = cls(**attrs)
         if cfg.metadata_store == "quorum":
             cfg.raft_config()  # the quorum keys' agreement (ConfigError)
+        else:
+            cfg.zookeeper_acl_policy()  # zookeeper.auth.file readable and well-formed
+        cfg.metrics_password_hashes()  # metrics.basic.auth.file likewise
         return cfg
 
     @classmethod
@@ -592,6 +612,34 @@ class BrokerConfig:
             values.update(read_properties(Path(file)))
         values.update(overrides)
         return cls.from_mapping(values)
+
+    # -- ZooKeeper ACLs ------------------------------------------------------------------------
+
+    def zookeeper_acl_policy(self) -> Any:
+        """The ZooKeeper store's ``AclPolicy``: the credential read from
+        ``zookeeper.auth.file`` (checked: private, one ``username:password`` line) and
+        ``zookeeper.set.acl``. Reads the file on each call; raises ConfigError naming the key."""
+        from broker_core.zk.acl_policy import AclPolicy, ZkAuthFileError, ZkCredential  # noqa: PLC0415
+
+        if self.zookeeper_auth_file is None:
+            return AclPolicy()
+        try:
+            credential = ZkCredential.from_file(self.zookeeper_auth_file)
+        except ZkAuthFileError as e:
+            raise ConfigError(str(e), "zookeeper.auth.file") from None
+        return AclPolicy(credential, set_acl=self.zookeeper_set_acl)
+
+    def metrics_password_hashes(self) -> Any:
+        """The users of ``metrics.basic.auth.file`` (user -> ``PasswordHash``), or None when
+        unset. Reads the file on each call; raises ConfigError naming the key."""
+        from broker_core.security.basic_auth import PasswordFileError, load_password_file  # noqa: PLC0415
+
+        if self.metrics_basic_auth_file is None:
+            return None
+        try:
+            return load_password_file(self.metrics_basic_auth_file)
+        except PasswordFileError as e:
+            raise ConfigError(str(e), "metrics.basic.auth.file") from None
 
     # -- the metadata quorum -------------------------------------------------------------------
 

@@ -84,6 +84,11 @@ class SessionExpired(MetadataStoreError):
     pass
 
 
+class NotAuthorized(MetadataStoreError):
+    """The store refused the operation to this session's identity (ZooKeeper's NoAuth: a
+    node's ACL does not grant it); nothing changed."""
+
+
 class RolledBack(MetadataStoreError):
     """Placeholder result of a multi operation that was not applied because another failed."""
 

@@ -24,6 +24,7 @@ from twisted.logger import Logger
 from twisted.web import pages, resource, server
 from twisted.web.server import GzipEncoderFactory
 
+from broker_core.security.basic_auth import BasicAuthUsers, Outcome, challenge
 from broker_core.server.connection_limits import REFUSAL_REASONS
 from broker_core.server.memory_pool import MemoryPool
 
@@ -395,12 +396,39 @@ class _Root(resource.Resource):
         return pages.notFound()
 
 
-def metrics_site(registry: CollectorRegistry) -> server.Site:
+class _BasicAuthGuard(resource.Resource):
+    """Every path behind HTTP basic auth (``metrics.basic.auth.file``): 401 with a challenge
+    without valid credentials, 429 while full password checks are throttled."""
+
+    def __init__(self, wrapped: resource.Resource, users: BasicAuthUsers) -> None:
+        super().__init__()
+        self.wrapped = wrapped
+        self.users = users
+
+    def getChildWithDefault(self, path: bytes, request: Any) -> resource.IResource:  # noqa: N802
+        outcome, _user = self.users.check(request.getHeader(b"authorization"))
+        if outcome is Outcome.ALLOWED:
+            return self.wrapped.getChildWithDefault(path, request)
+        if outcome is Outcome.THROTTLED:
+            request.setHeader(b"Retry-After", b"1")
+            return pages.errorPage(429, "Too Many Requests", "Too many password checks; retry.")
+        request.setHeader(b"WWW-Authenticate", challenge())
+        return pages.errorPage(401, "Unauthorized", "Credentials are required.")
+
+    def render(self, request: Any) -> bytes:
+        return self.getChildWithDefault(b"", request).render(request)
+
+
+def metrics_site(registry: CollectorRegistry, users: BasicAuthUsers | None = None
+                 ) -> server.Site:
     """A web site serving ``registry`` at ``/metrics`` (gzip when the scraper accepts it);
-    every other path is 404."""
-    root = _Root()
+    every other path is 404. With ``users``, every request must authenticate as one of them
+    (HTTP basic auth), before anything else is looked at."""
+    root: resource.Resource = _Root()
     root.putChild(b"metrics", resource.EncodingResourceWrapper(
         MetricsResource(registry), [GzipEncoderFactory()]))
+    if users is not None:
+        root = _BasicAuthGuard(root, users)
     site = server.Site(root)
     site.displayTracebacks = False
     return site

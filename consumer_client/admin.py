@@ -41,23 +41,58 @@ class AdminError(Exception):
         self.code = code
 
 
-def _run_on_store(zookeeper: str, fn: Callable[[Any], Any]) -> Any:
+def zookeeper_acl_policy(auth_file: str | None) -> Any:
+    """The ``AclPolicy`` an admin session starts with: with the brokers'
+    ``zookeeper.auth.file`` it authenticates as the brokers, else it is anonymous; it sets no
+    ACL until :func:`_follow_cluster_acls` has looked at the cluster. Raises AdminError for
+    a bad file."""
+    from broker_core.zk.acl_policy import AclPolicy, ZkAuthFileError, ZkCredential
+
+    if auth_file is None:
+        return AclPolicy()
+    try:
+        return AclPolicy(ZkCredential.from_file(auth_file, "--zookeeper-auth-file"))
+    except ZkAuthFileError as e:
+        raise AdminError(None, str(e)) from None
+
+
+async def _follow_cluster_acls(store: Any) -> None:
+    """Create nodes as the cluster's brokers do: secured when ``/brokers`` is (no write for
+    the world; brokers with ``zookeeper.set.acl=true`` made it so), open otherwise, where
+    brokers without the credential must still be able to change them."""
+    from broker_core.metadata import NoNode
+    from broker_core.zk.acl_policy import READ, AclPolicy
+
+    policy = store.acl_policy
+    if policy.credential is None:
+        return
+    try:
+        acl = await store.get_acl(paths.BROKERS)
+    except NoNode:
+        return
+    secured = not any(e.scheme == "world" and e.perms & ~READ for e in acl)
+    store.acl_policy = AclPolicy(policy.credential, set_acl=secured)
+
+
+def _run_on_store(zookeeper: str, fn: Callable[[Any], Any], acl_policy: Any = None) -> Any:
     """Run ``await fn(store)`` against a fresh ZooKeeperStore on a private reactor."""
     from twisted.internet import defer, task
 
-    from broker_core.metadata import ConnectionLost
+    from broker_core.metadata import ConnectionLost, NotAuthorized, TransactionFailed
     from broker_core.zk.store import ZooKeeperStore
 
     box: dict[str, Any] = {}
 
     async def main(reactor: Any) -> None:
-        store = ZooKeeperStore(zookeeper, reactor=reactor, connect_timeout=10.0)
+        store = ZooKeeperStore(zookeeper, reactor=reactor, connect_timeout=10.0,
+                               acl_policy=acl_policy)
         try:
             await store.start()
         except ConnectionLost as e:
             box["error"] = AdminError(None, str(e))
             return
         try:
+            await _follow_cluster_acls(store)
             box["result"] = await fn(store)
         except BaseException as e:  # handed to the caller after the reactor stops
             box["error"] = e
@@ -73,6 +108,12 @@ def _run_on_store(zookeeper: str, fn: Callable[[Any], Any]) -> Any:
         err = box["error"]
         if isinstance(err, topic_admin.TopicAdminError):
             raise AdminError(int(err.error_code), str(err)) from None
+        if isinstance(err, TransactionFailed) and isinstance(err.first_error, NotAuthorized):
+            err = err.first_error
+        if isinstance(err, NotAuthorized):
+            raise AdminError(None, "ZooKeeper refused the change (NoAuth): the cluster's znodes "
+                             "are secured; pass the brokers' zookeeper.auth.file with "
+                             "--zookeeper-auth-file") from None
         raise err
     return box.get("result")
 
@@ -81,18 +122,41 @@ class AdminClient:
     """Exactly one of ``bootstrap_servers`` or ``zookeeper``."""
 
     def __init__(self, bootstrap_servers: str | None = None, zookeeper: str | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, zookeeper_auth_file: str | None = None) -> None:
+        """``zookeeper_auth_file``: the brokers' ``zookeeper.auth.file``, needed to change a
+        cluster whose znodes are secured (``zookeeper.set.acl``)."""
         if (bootstrap_servers is None) == (zookeeper is None):
             raise ValueError("give exactly one of bootstrap_servers or zookeeper")
+        if zookeeper_auth_file is not None and zookeeper is None:
+            raise ValueError("zookeeper_auth_file goes with zookeeper")
         self.bootstrap_servers = bootstrap_servers
         self.zookeeper = zookeeper
         self.timeout = timeout
+        self.zookeeper_auth_file = zookeeper_auth_file
 
     def _conn(self) -> Any:
         return bootstrap(self.bootstrap_servers, timeout=self.timeout)
 
     def _zk(self, fn: Callable[[Any], Any]) -> Any:
-        return _run_on_store(self.zookeeper, fn)
+        return _run_on_store(self.zookeeper, fn, zookeeper_acl_policy(self.zookeeper_auth_file))
+
+    # -- ZooKeeper ACLs -------------------------------------------------------------------------
+
+    def secure_zookeeper(self, *, unsecure: bool = False, dry_run: bool = False) -> list[Any]:
+        """Give every znode of the cluster the secured ACL (or, with ``unsecure``, open it to
+        all); returns the changes (``AclChange``), made unless ``dry_run``. Needs
+        ``zookeeper`` and ``zookeeper_auth_file`` (:mod:`broker_core.zk.secure_tree`)."""
+        from broker_core.zk.secure_tree import SecureTreeError, secure_tree, target_acl
+
+        if self.zookeeper is None or self.zookeeper_auth_file is None:
+            raise ValueError("securing ZooKeeper needs --zookeeper and the brokers' auth file")
+        policy = zookeeper_acl_policy(self.zookeeper_auth_file)
+        target = target_acl(policy.credential, unsecure=unsecure)
+        try:
+            return _run_on_store(self.zookeeper,
+                                 lambda s: secure_tree(s, target, apply=not dry_run), policy)
+        except SecureTreeError as e:
+            raise AdminError(None, str(e)) from None
 
     # -- topics ---------------------------------------------------------------------------------
 

@@ -12,8 +12,11 @@
                    [--consumer-property KEY=VALUE ...]
     sluice quorum describe [--json]
     sluice quorum reassign (--voters ID,ID,... [--wait] | --cancel)
+    sluice zookeeper secure --zookeeper HOST:PORT/chroot --auth-file F [--unsecure] [--dry-run]
+    sluice metrics-password USER [--password-stdin] [--iterations N]
 
 Each takes ``--bootstrap-server HOST:PORT[,...]`` or ``--zookeeper HOST:PORT[/chroot]``
+(with ``--zookeeper-auth-file F`` when the cluster's znodes are secured)
 (``reassign`` and ``elect-leaders`` work through ZooKeeper only; ``groups`` through the brokers
 only, since the members live in the coordinator's memory; ``quorum`` takes the metadata
 quorum's listeners, ``sluice-quorum --listen`` or a broker's ``quorum.listener``: any one
@@ -72,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         g = sp.add_mutually_exclusive_group(required=True)
         g.add_argument("--bootstrap-server", help="HOST:PORT[,HOST:PORT...] of brokers")
         g.add_argument("--zookeeper", help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
+        sp.add_argument("--zookeeper-auth-file", metavar="FILE",
+                        help="with --zookeeper: the brokers' zookeeper.auth.file "
+                        "(username:password), needed when the znodes are secured")
 
     topics = sub.add_parser("topics", help="create, list, describe, delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)
@@ -176,6 +182,29 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a consumer config key (repeatable), e.g. default.api.timeout.ms=5000: "
                     "how long an unreachable cluster or a missing topic may last before the "
                     "command gives up with exit code 1 (default 60000)")
+
+    zk = sub.add_parser("zookeeper", help="the cluster's znodes (ACLs)")
+    zsub = zk.add_subparsers(dest="action", required=True)
+    zs = zsub.add_parser("secure", help="give every znode the ACL of zookeeper.set.acl=true "
+                         "(Kafka's zookeeper-security-migration)")
+    zs.add_argument("--zookeeper", required=True,
+                    help="ZooKeeper connect string with the cluster's chroot, e.g. "
+                    "127.0.0.1:2181/sluice")
+    zs.add_argument("--auth-file", required=True, metavar="FILE",
+                    help="the brokers' zookeeper.auth.file (username:password)")
+    zs.add_argument("--unsecure", action="store_true",
+                    help="open every znode to all again (world:anyone:cdrwa)")
+    zs.add_argument("--dry-run", action="store_true",
+                    help="list the nodes whose ACL would change; change nothing")
+
+    pw = sub.add_parser("metrics-password", help="a line for metrics.basic.auth.file "
+                        "(user:<salted hash>)")
+    pw.add_argument("user", help="the user name the scraper sends")
+    pw.add_argument("--password-stdin", action="store_true",
+                    help="read the password from stdin (first line) instead of generating "
+                    "a random one")
+    pw.add_argument("--iterations", type=_positive("--iterations"), default=None,
+                    help="PBKDF2 iterations (default 100000)")
 
     lt = sub.add_parser("loadtest", help="run many consumers in several processes and report "
                         "join times, rebalances, heartbeats, expirations and coordinator load")
@@ -305,7 +334,10 @@ def run_groups(args: argparse.Namespace, out=sys.stdout) -> None:
 
 
 def _client(args: argparse.Namespace) -> AdminClient:
-    return AdminClient(bootstrap_servers=args.bootstrap_server, zookeeper=args.zookeeper)
+    if args.zookeeper_auth_file and not args.zookeeper:
+        raise ValueError("--zookeeper-auth-file goes with --zookeeper")
+    return AdminClient(bootstrap_servers=args.bootstrap_server, zookeeper=args.zookeeper,
+                       zookeeper_auth_file=args.zookeeper_auth_file)
 
 
 def _read_json_file(path: str) -> bytes:
@@ -425,7 +457,41 @@ def run_quorum(args: argparse.Namespace, out=sys.stdout) -> None:
         raise AdminError(None if e.code is None else int(e.code), str(e)) from None
 
 
+def run_zookeeper(args: argparse.Namespace, out=sys.stdout) -> None:
+    admin = AdminClient(zookeeper=args.zookeeper, zookeeper_auth_file=args.auth_file)
+    changes = admin.secure_zookeeper(unsecure=args.unsecure, dry_run=args.dry_run)
+    verb = "would change" if args.dry_run else "changed"
+    for change in changes:
+        print(f"{verb} {change}", file=out)
+    print(f"{len(changes)} node(s) {verb}" + ("" if changes else " (all as wanted already)"),
+          file=out)
+
+
+def run_metrics_password(args: argparse.Namespace, out=sys.stdout) -> None:
+    """Print ``user:<hash>``; a generated password goes to stderr, once (it is not stored)."""
+    import secrets
+
+    from broker_core.security.basic_auth import DEFAULT_ITERATIONS, user_line
+
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            raise ValueError("no password on stdin")
+    else:
+        password = secrets.token_urlsafe(24)
+    line = user_line(args.user, password, iterations=args.iterations or DEFAULT_ITERATIONS)
+    if not args.password_stdin:  # shown only once the line is made (no password for nothing)
+        print(f"password for {args.user}: {password}", file=sys.stderr)
+    print(line, file=out)
+
+
 def run(args: argparse.Namespace, out=sys.stdout) -> None:
+    if args.area == "zookeeper":
+        run_zookeeper(args, out)
+        return
+    if args.area == "metrics-password":
+        run_metrics_password(args, out)
+        return
     if args.area == "quorum":
         run_quorum(args, out)
         return

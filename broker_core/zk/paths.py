@@ -20,6 +20,8 @@ BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONFIG = "/config"
 TOPIC_CONFIGS = "/config/topics"
+#: Kafka's per-user config path: users' SCRAM credentials live under it (``sluice users``).
+CONFIG_USERS = "/config/users"
 ADMIN = "/admin"
 DELETE_TOPICS = "/admin/delete_topics"
 PARTITIONS_REASSIGNED = "/admin/partitions_reassigned"
@@ -53,6 +55,11 @@ LOG_DIR_EVENT_PREFIX = f"{LOG_DIR_EVENT_NOTIFICATION}/log_dir_event_"
 #: (:class:`OfflineReplicas`, persistent, rewritten by the broker before each notification and
 #: valid only for the registration epoch it names).
 OFFLINE_REPLICAS = "/brokers/offline_replicas"
+
+#: Every top-level node Sluice creates (what ``sluice zookeeper secure`` walks when the
+#: cluster has no chroot and the root is shared with other applications).
+TOP_LEVEL_PATHS = (CONTROLLER, CONTROLLER_EPOCH, CONTROLLER_UNREACHABLE, BROKERS, CONFIG, ADMIN,
+                   CONSUMERS, "/cluster", LOG_DIR_EVENT_NOTIFICATION)
 
 #: Persistent paths every broker ensures at start (watches need their parents to exist).
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, PARTITIONS_REASSIGNED,

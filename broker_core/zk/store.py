@@ -14,6 +14,12 @@ The bridge (twisted-kazoo notes §10):
 - ``start``/``stop`` and recursive deletes block, so they run on this store's own one-thread
   pool, never the reactor's shared pool.
 
+ACLs (``broker_core.zk.acl_policy``): the store's :class:`AclPolicy` adds the brokers' digest
+credential to the session and chooses the ACL of every node this store creates, in one place:
+:meth:`ZooKeeperStore.create` (and its ``makepath`` parents), :meth:`ZooKeeperStore.ensure_path`
+and the creates of :meth:`ZooKeeperStore.multi`. Each missing parent gets its own path's ACL,
+not its child's (kazoo's ``makepath`` would give a secret leaf's ACL to every parent).
+
 This is the only module of the project that imports kazoo.
 """
 
@@ -29,6 +35,7 @@ from kazoo.exceptions import (
     EXCEPTIONS,
     BadVersionError,
     ConnectionLoss,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -50,6 +57,7 @@ from kazoo.protocol.serialization import (
 )
 from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL, Id
 from twisted.internet import defer, threads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -66,6 +74,7 @@ from broker_core.metadata import (
     MetadataStoreError,
     NodeExists,
     NoNode,
+    NotAuthorized,
     NotEmpty,
     RolledBack,
     SessionExpired,
@@ -75,6 +84,7 @@ from broker_core.metadata import (
     Stat,
     TransactionFailed,
 )
+from broker_core.zk.acl_policy import READ, AclEntry, AclPolicy
 
 #: A whole multi must fit in jute.maxbuffer (1 MB); callers batch far below this.
 MAX_MULTI_OPS = 1000
@@ -137,6 +147,7 @@ _ERRORS: list[tuple[type, type]] = [
     (ConnectionLoss, ConnectionLost),
     (RolledBackError, RolledBack),
     (RuntimeInconsistency, RolledBack),
+    (NoAuthError, NotAuthorized),
 ]
 
 
@@ -226,13 +237,18 @@ class ZooKeeperStore:
     log = Logger(namespace="sluice.zookeeper")
 
     def __init__(self, hosts: str, *, reactor: Any, session_timeout: float = 18.0,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, acl_policy: AclPolicy | None = None) -> None:
         self.hosts = hosts
         self.reactor = reactor
         self.connect_timeout = connect_timeout
+        #: No credential and open ACLs unless given (``zookeeper.auth.file``/``.set.acl``).
+        self.acl_policy = acl_policy or AclPolicy()
+        credential = self.acl_policy.credential
         self._client = KazooClient(
             hosts=hosts, timeout=session_timeout,
             connection_retry=KazooRetry(max_tries=-1, max_delay=2.0),
+            # kazoo sends the credential again on every reconnect, before any request.
+            auth_data=[("digest", credential.auth)] if credential else None,
         )
         self._client.add_listener(self._on_kazoo_state)
         self._pool = _DaemonThreadPool(minthreads=0, maxthreads=1, name="sluice-zookeeper")
@@ -242,6 +258,11 @@ class ZooKeeperStore:
         self._lost_since_connect = False
 
     # -- lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def chroot(self) -> str:
+        """The chroot of ``hosts`` (``""``: none, the store sees ZooKeeper's whole tree)."""
+        return self._client.chroot or ""
 
     @property
     def session_id(self) -> int | None:
@@ -270,6 +291,29 @@ class ZooKeeperStore:
             self._pool.stop()
             raise
         self.state = SessionState.CONNECTED
+
+    async def secure_chroot(self) -> None:
+        """A broker with ``zookeeper.set.acl=true`` calls this at start. With a chroot, give
+        the chroot node (``/`` to us) the secure ACL: its children (``/controller``,
+        ``/cluster``...) could otherwise be deleted or created by anyone, whatever their own
+        ACLs. The operator created it, usually open to all; changing it needs ADMIN on it,
+        which an open node grants (:class:`NotAuthorized` if it is secured for another
+        credential). Without a chroot the root is shared with other applications and left
+        alone: a warning says so if it is open."""
+        if not self.acl_policy.set_acl:
+            return
+        current = tuple(await self.get_acl("/"))
+        wanted = self.acl_policy.acl_for("/")
+        if not self._client.chroot:
+            if any(e.scheme == "world" and e.perms & ~READ for e in current):
+                self.log.warn("zookeeper.set.acl is on but ZooKeeper's root is writable by "
+                              "anyone, so anyone can create or delete Sluice's top-level "
+                              "nodes (/controller...): give zookeeper.connect a chroot")
+            return
+        if set(current) != set(wanted):  # ZooKeeper gives no meaning to the order
+            await self.set_acl("/", wanted)
+            self.log.info("secured the chroot {c}: {acl}", c=self._client.chroot,
+                          acl=", ".join(str(e) for e in wanted))
 
     async def stop(self) -> None:
         """Close the session. Safe on a store that never started or whose start failed: its
@@ -379,10 +423,30 @@ class ZooKeeperStore:
     def get_children(self, path: str) -> defer.Deferred:
         return self._async(self._client.get_children_async(path), list)
 
+    def _acl(self, path: str) -> list[ACL] | None:
+        """kazoo's form of the ACL a node created at ``path`` gets (None: kazoo's default,
+        open to all, when this store does not set ACLs)."""
+        if not self.acl_policy.set_acl:
+            return None
+        return [ACL(e.perms, Id(e.scheme, e.id)) for e in self.acl_policy.acl_for(path)]
+
     def create(self, path: str, value: bytes = b"", ephemeral: bool = False,
                sequence: bool = False, makepath: bool = False) -> defer.Deferred:
-        return self._async(self._client.create_async(
-            path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath))
+        def once() -> defer.Deferred:
+            return self._async(self._client.create_async(
+                path, value, acl=self._acl(path), ephemeral=ephemeral, sequence=sequence))
+
+        d = once()
+        if makepath:
+            def make_parents(f: Failure) -> defer.Deferred:
+                f.trap(NoNode)
+                parent = path.rstrip("/") if sequence and path.endswith("/") else \
+                    path.rsplit("/", 1)[0]
+                made = self._create_missing(parent)
+                made.addCallback(lambda _: once())
+                return made
+            d.addErrback(make_parents)
+        return d
 
     def set(self, path: str, value: bytes, version: int = -1) -> defer.Deferred:
         return self._async(self._client.set_async(path, value, version), to_stat)
@@ -395,7 +459,38 @@ class ZooKeeperStore:
         return self._async(self._client.delete_async(path, version), lambda v: None)
 
     def ensure_path(self, path: str) -> defer.Deferred:
-        return self._async(self._client.ensure_path_async(path), lambda v: None)
+        """Create ``path`` and its missing parents, each with its own ACL. An existing path
+        costs one ``exists`` (no create, which would need CREATE on the parent)."""
+        d = self.exists(path)
+        d.addCallback(lambda stat: None if stat is not None else self._create_missing(path))
+        return d
+
+    def _create_missing(self, path: str) -> defer.Deferred:
+        """Create every component of ``path`` that does not exist: one create per component,
+        all sent at once (ZooKeeper runs one session's requests in order, so each parent
+        exists before its child's create), an existing one not an error."""
+        parts = [p for p in path.split("/") if p]
+        creates = []
+        for i in range(1, len(parts) + 1):
+            node = "/" + "/".join(parts[:i])
+            d = self._async(self._client.create_async(node, b"", acl=self._acl(node)))
+            d.addErrback(lambda f: f.trap(NodeExists) and None)
+            creates.append(d)
+        done = defer.DeferredList(creates, fireOnOneErrback=True, consumeErrors=True)
+        done.addCallbacks(lambda _: None, lambda f: f.value.subFailure)
+        return done
+
+    # -- ACLs (``sluice zookeeper secure``, and :meth:`secure_chroot` at a broker's start) ---
+
+    def get_acl(self, path: str) -> defer.Deferred:
+        """``path``'s ACL as a list of :class:`AclEntry`."""
+        return self._async(self._client.get_acls_async(path), lambda v: [
+            AclEntry(a.perms, a.id.scheme, a.id.id) for a in v[0]])
+
+    def set_acl(self, path: str, acl: Sequence[AclEntry], version: int = -1) -> defer.Deferred:
+        """Replace ``path``'s ACL (needs ADMIN on it)."""
+        return self._async(self._client.set_acls_async(
+            path, [ACL(e.perms, Id(e.scheme, e.id)) for e in acl], version), to_stat)
 
     def multi(self, ops: Sequence[Check | Create | SetData | Delete]) -> defer.Deferred:
         if len(ops) > MAX_MULTI_OPS:
@@ -407,7 +502,8 @@ class ZooKeeperStore:
             if isinstance(op, Check):
                 t.check(op.path, op.version)
             elif isinstance(op, Create):
-                t.create(op.path, op.value, ephemeral=op.ephemeral, sequence=op.sequence)
+                t.create(op.path, op.value, acl=self._acl(op.path), ephemeral=op.ephemeral,
+                         sequence=op.sequence)
             elif isinstance(op, SetData):
                 t.set_data(op.path, op.value, op.version)
             elif isinstance(op, Delete):

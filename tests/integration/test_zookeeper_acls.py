@@ -1,0 +1,188 @@
+"""ZooKeeper ACLs against a real ZooKeeper: brokers with ``zookeeper.set.acl=true`` create
+every znode readable by all and writable by the brokers' credential only (secrets readable by
+nobody else); an anonymous ZooKeeper client can read the cluster but not change it; such a
+cluster elects, replicates and restarts as before."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+
+from broker_core.metadata import NotAuthorized
+from broker_core.zk import paths
+from broker_core.zk.acl_policy import AclPolicy, ZkCredential, is_sensitive, secure_acl
+from broker_core.zk.store import ZooKeeperStore
+from tests.integration.test_reassignment import FAST, read_all, zk_state
+from tests.support.cluster import (
+    controller_of,
+    create_topic,
+    eventually,
+    leader_of,
+    produce,
+    restart,
+    running_brokers,
+    stop_brokers,
+)
+
+PASSWORD = "acl-test-password-0123456789abcdef"
+TOPIC = "secured"
+ASSIGNMENT = {0: [1, 2, 3], 1: [2, 3, 1]}
+
+
+def write_auth_file(directory: Path, username: str = "sluice",
+                    password: str = PASSWORD) -> Path:
+    p = directory / "zk-auth"
+    p.write_text(f"{username}:{password}\n")
+    os.chmod(p, 0o600)
+    return p
+
+
+async def started_store(hosts: str, policy: AclPolicy | None = None) -> ZooKeeperStore:
+    s = ZooKeeperStore(hosts, reactor=reactor, session_timeout=6.0, acl_policy=policy)
+    await s.start()
+    return s
+
+
+async def walk(store: ZooKeeperStore, path: str = "/") -> list[str]:
+    """Every node under ``path`` (included), parents first."""
+    out = [path]
+    for child in sorted(await store.get_children(path)):
+        out += await walk(store, f"{path.rstrip('/')}/{child}")
+    return out
+
+
+@pytest.fixture
+def auth_file(tmp_path):
+    return write_auth_file(tmp_path)
+
+
+@pytest.fixture
+def credential(auth_file):
+    return ZkCredential.from_file(str(auth_file))
+
+
+@pytest.fixture
+def brokers(zk_hosts, tmp_path, auth_file):
+    yield from running_brokers(zk_hosts, tmp_path, 3, zookeeper_set_acl="true",
+                               zookeeper_auth_file=str(auth_file), **FAST)
+
+
+@pytest_twisted.ensureDeferred
+async def test_every_node_brokers_create_has_the_designed_acl(brokers, zk_hosts, credential):
+    await eventually(lambda: controller_of(brokers), what="controller")
+    await create_topic(brokers[0], TOPIC, assignment=ASSIGNMENT)
+    await eventually(lambda: all(leader_of(brokers, TOPIC, p) for p in range(2)), what="leaders")
+    owner = await started_store(zk_hosts, AclPolicy(credential, set_acl=True))
+    try:
+        # A credential stored as the users tool stores it: its parent is made on the way.
+        await owner.create(f"{paths.CONFIG_USERS}/alice", b"{}", makepath=True)
+        # "/" is the chroot: created open by the operator, secured by the brokers at start.
+        nodes = await walk(owner)
+        for must in (paths.broker(1), paths.CONTROLLER, paths.CONTROLLER_EPOCH, paths.CLUSTER_ID,
+                     paths.leader_and_isr(TOPIC, 0), paths.topic(TOPIC), paths.CONFIG_USERS,
+                     f"{paths.CONFIG_USERS}/alice"):
+            assert must in nodes
+        for node in nodes:
+            assert tuple(await owner.get_acl(node)) == secure_acl(node, credential), node
+        assert [n for n in nodes if is_sensitive(n)] == [paths.CONFIG_USERS,
+                                                         f"{paths.CONFIG_USERS}/alice"]
+    finally:
+        await owner.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_anonymous_client_reads_but_cannot_change_anything(brokers, zk_hosts,
+                                                                   credential):
+    await eventually(lambda: controller_of(brokers), what="controller")
+    await create_topic(brokers[0], TOPIC, assignment=ASSIGNMENT)
+    await eventually(lambda: all(leader_of(brokers, TOPIC, p) for p in range(2)), what="leaders")
+    owner = await started_store(zk_hosts, AclPolicy(credential, set_acl=True))
+    await owner.create(f"{paths.CONFIG_USERS}/alice", b"secret-hash", makepath=True)
+    anon = await started_store(zk_hosts)
+    try:
+        before = {n: await owner.get(n) for n in await walk(owner) if n != "/"}
+        # Readable: brokers, topics, partition state, the controller.
+        assert (await anon.get(paths.broker(1)))[0] == before[paths.broker(1)][0]
+        assert sorted(await anon.get_children(paths.BROKER_IDS)) == ["1", "2", "3"]
+        assert (await anon.get(paths.leader_and_isr(TOPIC, 0)))[0] == \
+            before[paths.leader_and_isr(TOPIC, 0)][0]
+        # The ACL shows the brokers' identity to a reader, but not its password hash.
+        shown = await anon.get_acl(paths.broker(1))
+        assert {(e.scheme, e.id) for e in shown} == {("digest", "sluice:x"),
+                                                     ("world", "anyone")}
+        # Not readable: credentials, not even the user names.
+        for node in (paths.CONFIG_USERS, f"{paths.CONFIG_USERS}/alice"):
+            with pytest.raises(NotAuthorized):
+                await anon.get(node)
+        with pytest.raises(NotAuthorized):
+            await anon.get_children(paths.CONFIG_USERS)
+        # No write of any kind.
+        attempts = [
+            lambda: anon.set(paths.CONTROLLER_EPOCH, b"999999"),
+            lambda: anon.set(paths.leader_and_isr(TOPIC, 0), b"{}"),
+            lambda: anon.delete(paths.broker(2)),
+            lambda: anon.delete(paths.CONTROLLER),
+            lambda: anon.create("/evil"),
+            lambda: anon.create(f"{paths.DELETE_TOPICS}/{TOPIC}"),
+            lambda: anon.create(paths.topic("evil"), b"{}"),
+            lambda: anon.create(f"{paths.CONFIG_USERS}/mallory", b"{}"),
+            lambda: anon.delete(paths.topic(TOPIC), recursive=True),
+        ]
+        for attempt in attempts:
+            with pytest.raises(NotAuthorized):
+                await attempt()
+        after = {n: await owner.get(n) for n in await walk(owner) if n != "/"}
+        assert after.keys() == before.keys()
+        for node, (value, stat) in before.items():
+            assert after[node][0] == value and after[node][1].version == stat.version, node
+    finally:
+        await anon.stop()
+        await owner.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_cluster_with_acls_elects_replicates_and_restarts(brokers, zk_hosts):
+    ctrl = await eventually(lambda: controller_of(brokers), what="controller")
+    await create_topic(brokers[0], TOPIC, assignment=ASSIGNMENT)
+    leader = await eventually(lambda: leader_of(brokers, TOPIC, 0), what="leader")
+    assert (await produce(leader, TOPIC, 0, [b"one", b"two"], acks=-1)).error_code == 0
+
+    # The controller goes; another is elected (it writes /controller and the epoch).
+    await ctrl.stopService()
+    rest = [b for b in brokers if b is not ctrl]
+    await eventually(lambda: controller_of(rest), timeout=30, what="new controller")
+    leader = await eventually(lambda: leader_of(rest, TOPIC, 0), what="leader")
+    assert (await produce(leader, TOPIC, 0, [b"three"], acks=-1)).error_code == 0
+
+    # The old controller comes back (re-registers its ephemeral node) and catches up.
+    back = await restart(ctrl)
+    brokers[brokers.index(ctrl)] = back
+    store = rest[0].store
+    await eventually(lambda: _in_isr(store, back.broker_id), timeout=30, what="back in ISR")
+    assert await read_all(leader, TOPIC, 0) == [b"one", b"two", b"three"]
+    await stop_brokers([back])
+
+
+async def _in_isr(store: ZooKeeperStore, broker_id: int) -> bool:
+    return broker_id in (await zk_state(store, TOPIC, 0)).isr
+
+
+@pytest_twisted.ensureDeferred
+async def test_parents_made_on_the_way_get_their_own_acl(zk_hosts, credential):
+    owner = await started_store(zk_hosts, AclPolicy(credential, set_acl=True))
+    try:
+        await owner.create(f"{paths.CONFIG_USERS}/alice", b"{}", makepath=True)
+        await owner.ensure_path(f"{paths.TOPIC_CONFIGS}")
+        assert tuple(await owner.get_acl(paths.CONFIG)) == secure_acl(paths.CONFIG, credential)
+        assert len(secure_acl(paths.CONFIG, credential)) == 2  # world may read /config
+        for node in (paths.CONFIG_USERS, f"{paths.CONFIG_USERS}/alice"):
+            assert tuple(await owner.get_acl(node)) == secure_acl(node, credential)
+            assert len(secure_acl(node, credential)) == 1
+        assert tuple(await owner.get_acl(paths.TOPIC_CONFIGS)) == \
+            secure_acl(paths.TOPIC_CONFIGS, credential)
+    finally:
+        await owner.stop()

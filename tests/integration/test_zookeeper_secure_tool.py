@@ -1,0 +1,223 @@
+"""``sluice zookeeper secure`` against a real ZooKeeper and a running cluster: an open cluster
+is rolled onto ``zookeeper.set.acl=true``, the tool converts the nodes created before (a dry
+run first, which changes nothing), a second run changes nothing, the cluster keeps electing,
+replicating and restarting, and ``--unsecure`` reverts. Bad auth files and a wrong credential
+are refused with one line and change nothing. The tool runs as a real subprocess."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import pytest_twisted
+from twisted.internet import threads
+
+from broker_core.metadata import NotAuthorized
+from broker_core.zk import paths
+from broker_core.zk.acl_policy import OPEN_ACL, AclPolicy, ZkCredential, secure_acl
+from tests.integration.test_cli import ROOT, one_line_error
+from tests.integration.test_reassignment import FAST, read_all
+from tests.integration.test_zookeeper_acls import (
+    TOPIC,
+    _in_isr,
+    started_store,
+    walk,
+    write_auth_file,
+)
+from tests.support.cluster import (
+    controller_of,
+    create_topic,
+    eventually,
+    leader_of,
+    produce,
+    restart,
+    running_brokers,
+    stop_brokers,
+)
+
+ASSIGNMENT = {0: [1, 2, 3]}
+
+
+async def sluice(*args: str) -> subprocess.CompletedProcess:
+    """``sluice ARGS`` in a subprocess (from a thread: the brokers run on this reactor)."""
+    return await threads.deferToThread(
+        subprocess.run, [sys.executable, "-m", "consumer_client.cli", *args],
+        capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+async def acls(store, nodes=None) -> dict[str, set]:
+    return {n: set(await store.get_acl(n)) for n in (nodes or await walk(store))}
+
+
+@pytest.fixture
+def open_brokers(zk_hosts, tmp_path):
+    yield from running_brokers(zk_hosts, tmp_path, 3, **FAST)
+
+
+@pytest_twisted.ensureDeferred
+async def test_secure_an_open_cluster_then_revert(open_brokers, zk_hosts, tmp_path):
+    brokers = open_brokers
+    auth = write_auth_file(tmp_path)
+    cred = ZkCredential.from_file(str(auth))
+    await eventually(lambda: controller_of(brokers), what="controller")
+    await create_topic(brokers[0], TOPIC, assignment=ASSIGNMENT)
+    leader = await eventually(lambda: leader_of(brokers, TOPIC, 0), what="leader")
+    assert (await produce(leader, TOPIC, 0, [b"a"])).error_code == 0
+
+    # Roll every broker onto zookeeper.set.acl=true, one at a time.
+    for i, b in enumerate(list(brokers)):
+        await b.stopService()
+        b.config = dataclasses.replace(b.config, zookeeper_set_acl=True,
+                                       zookeeper_auth_file=str(auth))
+        brokers[i] = await restart(b)
+    store = brokers[0].store
+    await eventually(lambda: _all_in_isr(store), timeout=30, what="full ISR")
+
+    owner = await started_store(zk_hosts, AclPolicy(cred))
+    try:
+        before = await acls(owner)
+        still_open = sorted(n for n, a in before.items() if a == set(OPEN_ACL))
+        assert paths.topic(TOPIC) in still_open and paths.BROKER_IDS in still_open
+
+        r = await sluice("zookeeper", "secure", "--zookeeper", zk_hosts, "--auth-file",
+                         str(auth), "--dry-run")
+        assert r.returncode == 0, r.stderr
+        listed = re.findall(r"^would change (\S+): ", r.stdout, re.M)
+        assert sorted(listed) == still_open
+        assert f"{len(still_open)} node(s) would change" in r.stdout
+        assert await acls(owner, before) == before  # a dry run changes nothing
+
+        r = await sluice("zookeeper", "secure", "--zookeeper", zk_hosts, "--auth-file",
+                         str(auth))
+        assert r.returncode == 0, r.stderr
+        assert sorted(re.findall(r"^changed (\S+): ", r.stdout, re.M)) == still_open
+        for node, acl in (await acls(owner)).items():
+            assert acl == set(secure_acl(node, cred)), node
+        r = await sluice("zookeeper", "secure", "--zookeeper", zk_hosts, "--auth-file",
+                         str(auth))
+        assert r.returncode == 0 and "0 node(s) changed (all as wanted already)" in r.stdout
+
+        anon = await started_store(zk_hosts)
+        try:
+            with pytest.raises(NotAuthorized):
+                await anon.create(paths.topic("evil"), b"{}")
+            with pytest.raises(NotAuthorized):
+                await anon.set(paths.leader_and_isr(TOPIC, 0), b"{}")
+        finally:
+            await anon.stop()
+
+        # The secured cluster keeps working: writes, a controller failover, a restart.
+        leader = await eventually(lambda: leader_of(brokers, TOPIC, 0), what="leader")
+        assert (await produce(leader, TOPIC, 0, [b"b"])).error_code == 0
+        ctrl = await eventually(lambda: controller_of(brokers), what="controller")
+        await ctrl.stopService()
+        rest = [b for b in brokers if b is not ctrl]
+        await eventually(lambda: controller_of(rest), timeout=30, what="new controller")
+        back = await restart(ctrl)
+        brokers[brokers.index(ctrl)] = back
+        await eventually(lambda: _in_isr(rest[0].store, back.broker_id), timeout=30,
+                         what="restarted broker in ISR")
+        leader = await eventually(lambda: leader_of(brokers, TOPIC, 0), what="leader")
+        assert await read_all(leader, TOPIC, 0) == [b"a", b"b"]
+
+        # --unsecure opens everything again (brokers keep creating secured nodes).
+        r = await sluice("zookeeper", "secure", "--zookeeper", zk_hosts, "--auth-file",
+                         str(auth), "--unsecure")
+        assert r.returncode == 0, r.stderr
+        assert all(acl == set(OPEN_ACL) for acl in (await acls(owner)).values())
+    finally:
+        await owner.stop()
+        await stop_brokers([b for b in brokers if b.running])
+
+
+async def _all_in_isr(store) -> bool:
+    from tests.integration.test_reassignment import zk_state
+
+    return sorted((await zk_state(store, TOPIC, 0)).isr) == [1, 2, 3]
+
+
+@pytest_twisted.ensureDeferred
+async def test_bad_auth_files_and_a_wrong_credential_are_refused(zk_hosts, tmp_path):
+    auth = write_auth_file(tmp_path)
+    cred = ZkCredential.from_file(str(auth))
+    owner = await started_store(zk_hosts, AclPolicy(cred, set_acl=True))
+    try:
+        # A secured tree to protect, as a broker leaves it: the chroot node too.
+        await owner.ensure_path(paths.BROKER_IDS)
+        await owner.secure_chroot()
+        before = await acls(owner)
+
+        loose = tmp_path / "loose"
+        loose.write_text(auth.read_text())
+        os.chmod(loose, 0o644)
+        malformed = tmp_path / "malformed"
+        malformed.write_text("no-colon-here\n")
+        os.chmod(malformed, 0o600)
+        other = tmp_path / "other"
+        other.mkdir()
+        wrong = write_auth_file(other, password="another-password-0123456789abcdef")
+        cases = [(tmp_path / "missing", "does not exist"),
+                 (loose, "accessible by other users"),
+                 (malformed, "username:password"),
+                 (wrong, "not allowed to change or list /")]
+        for path, why in cases:
+            r = await sluice("zookeeper", "secure", "--zookeeper", zk_hosts, "--auth-file",
+                             str(path))
+            assert r.returncode == 1, (path, r.stdout, r.stderr)
+            assert why in one_line_error(r), r.stderr
+            assert await acls(owner, before) == before
+    finally:
+        await owner.stop()
+
+
+@pytest.fixture
+def secured_brokers(zk_hosts, tmp_path):
+    auth = write_auth_file(tmp_path)
+    yield from running_brokers(zk_hosts, tmp_path, 1, zookeeper_set_acl="true",
+                               zookeeper_auth_file=str(auth), **FAST)
+
+
+@pytest_twisted.ensureDeferred
+async def test_admin_commands_on_a_secured_cluster_need_the_auth_file(secured_brokers, zk_hosts,
+                                                                       tmp_path):
+    (broker,) = secured_brokers
+    await eventually(lambda: controller_of(secured_brokers), what="controller")
+    auth = tmp_path / "zk-auth"
+    r = await sluice("topics", "create", "--zookeeper", zk_hosts, "--topic", "t1",
+                     "--partitions", "1", "--replication-factor", "1")
+    assert r.returncode == 1
+    assert "--zookeeper-auth-file" in one_line_error(r)
+    r = await sluice("topics", "list", "--zookeeper", zk_hosts)  # reading needs nothing
+    assert r.returncode == 0, r.stderr
+    r = await sluice("topics", "create", "--zookeeper", zk_hosts, "--zookeeper-auth-file",
+                     str(auth), "--topic", "t1", "--partitions", "1", "--replication-factor",
+                     "1")
+    assert r.returncode == 0, r.stderr
+    cred = ZkCredential.from_file(str(auth))
+    assert set(await broker.store.get_acl(paths.topic("t1"))) == \
+        set(secure_acl(paths.topic("t1"), cred))
+    await eventually(lambda: leader_of(secured_brokers, "t1", 0), what="t1 led")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_broker_with_another_credential_does_not_start(secured_brokers, zk_hosts,
+                                                                tmp_path):
+    from twisted.internet import reactor
+
+    from broker_core.broker import BrokerService, StartupError
+    from tests.support.cluster import broker_config
+
+    other = tmp_path / "other"
+    other.mkdir()
+    wrong = write_auth_file(other, password="another-password-0123456789abcdef")
+    cfg = broker_config(2, zk_hosts, tmp_path / "broker-2", zookeeper_set_acl="true",
+                        zookeeper_auth_file=str(wrong))
+    svc = BrokerService(cfg, reactor=reactor)
+    with pytest.raises(StartupError, match="ACL is for another credential"):
+        await svc.startService()
+    await svc.stopService()
+    assert "2" not in await secured_brokers[0].store.get_children(paths.BROKER_IDS)

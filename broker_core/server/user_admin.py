@@ -41,6 +41,10 @@ from broker_core.wire.messages.describe_user_scram_credentials import (
 )
 from broker_core.zk import paths
 
+#: Most users one request may name (its deletions and upsertions, or the users it describes):
+#: each is a store read and write, so this bounds one request to seconds of store work; Kafka's
+#: own tools send one or two. Beyond it every user named gets INVALID_REQUEST.
+MAX_REQUEST_ENTRIES = 1000
 #: How often a user's read-modify-write is tried when another admin changes the same user
 #: between the read and the conditional write.
 MAX_WRITE_ATTEMPTS = 5
@@ -273,6 +277,10 @@ class UserAdminApis:
                     "error_message": "describing SCRAM credentials needs DESCRIBE on the "
                                      "cluster", "results": []}
         names = None if body.users is None else [u.name for u in body.users]
+        if names is not None and len(names) > MAX_REQUEST_ENTRIES:
+            return {"error_code": int(ErrorCode.INVALID_REQUEST),
+                    "error_message": f"{len(names)} users named; the limit is "
+                                     f"{MAX_REQUEST_ENTRIES} per request", "results": []}
         try:
             results = await describe_credentials(self.store, names)
         except MetadataStoreError as e:
@@ -291,6 +299,12 @@ class UserAdminApis:
             return {"throttle_time_ms": 0, "results": [
                 _result(u, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                         "altering SCRAM credentials needs ALTER on the cluster") for u in users]}
+        if len(deletions) + len(upsertions) > MAX_REQUEST_ENTRIES:
+            users = dict.fromkeys(e.name for e in [*deletions, *upsertions])
+            return {"throttle_time_ms": 0, "results": [
+                _result(u, ErrorCode.INVALID_REQUEST,
+                        f"{len(deletions) + len(upsertions)} alterations in one request; the "
+                        f"limit is {MAX_REQUEST_ENTRIES}") for u in users]}
         results = await alter_credentials(self.store, deletions, upsertions)
         who = getattr(getattr(proto, "security", None), "principal", "?")
         for r in results:

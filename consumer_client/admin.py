@@ -21,7 +21,10 @@ from broker_core.topic_admin import (
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages.describe_configs import ConfigSource, ResourceType
-from broker_core.wire.messages.describe_user_scram_credentials import MECHANISM_TYPES
+from broker_core.wire.messages.describe_user_scram_credentials import (
+    MECHANISM_CODES,
+    MECHANISM_TYPES,
+)
 from broker_core.zk import paths
 from consumer_client.connection import BrokerConnection, UnsupportedVersionError, bootstrap
 
@@ -244,10 +247,9 @@ class AdminClient:
                                               "iterations": i.iterations}
                                              for i in r.credential_infos]}
                        for r in resp.results]
+        _raise_user_errors(results)
         out = []
         for r in results:
-            if r["error_code"]:
-                raise AdminError(r["error_code"], r["error_message"] or "")
             out.append(UserDescription(r["user"], [
                 (MECHANISM_TYPES.get(i["mechanism"], str(i["mechanism"])), i["iterations"])
                 for i in r["credential_infos"]]))
@@ -273,10 +275,25 @@ class AdminClient:
                                    for u in upsertions]})
             results = [{"user": r.user, "error_code": r.error_code,
                         "error_message": r.error_message} for r in resp.results]
-        for r in results:
-            if r["error_code"]:
-                raise AdminError(r["error_code"],
-                                 f"user {r['user']!r}: {r['error_message'] or ''}")
+        _raise_user_errors(results)
+
+    def remove_user(self, user: str, mechanisms: Sequence[str] | None = None) -> list[str]:
+        """Delete ``user``'s credentials for ``mechanisms`` (None: every one it has, as
+        described first, in the same store session or connection); returns the mechanisms
+        removed."""
+        if mechanisms is None and self.zookeeper:
+            async def run(store: Any) -> list[str]:
+                found = await user_admin.describe_credentials(store, [user])
+                _raise_user_errors(found)
+                names = [MECHANISM_TYPES[i["mechanism"]] for i in found[0]["credential_infos"]]
+                _raise_user_errors(await user_admin.alter_credentials(
+                    store, [user_admin.Deletion(user, MECHANISM_CODES[m]) for m in names], []))
+                return names
+            return self._zk(run)
+        if mechanisms is None:
+            mechanisms = [m for m, _ in self.describe_users([user])[0].credentials]
+        self.alter_users([user_admin.Deletion(user, MECHANISM_CODES[m]) for m in mechanisms], [])
+        return list(mechanisms)
 
     def _metadata(self, names: list[str] | None) -> Any:
         with self._conn() as c:
@@ -286,6 +303,13 @@ class AdminClient:
     def _metadata_on(conn: BrokerConnection, names: list[str] | None) -> Any:
         topics = None if names is None else [{"name": n} for n in names]
         return conn.request(ApiKey.METADATA, {"topics": topics, "allow_auto_topic_creation": False})
+
+
+def _raise_user_errors(results: Sequence[dict]) -> None:
+    """The first refused user's error as an AdminError (its message names the user)."""
+    for r in results:
+        if r["error_code"]:
+            raise AdminError(r["error_code"], f"user {r['user']!r}: {r['error_message'] or ''}")
 
 
 def _topic_overrides(conn: BrokerConnection, names: Sequence[str]) -> dict[str, dict[str, str]]:

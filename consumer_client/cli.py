@@ -486,18 +486,14 @@ def run_users(args: argparse.Namespace, admin: AdminClient, out=sys.stdout) -> N
                 print(f"{u.user:<30} {mechanism:<15} {iterations}", file=out)
         return
     if args.action == "remove":
-        mechanisms = args.mechanism or [m for m, _ in admin.describe_users(
-            [args.user])[0].credentials]
-        admin.alter_users([user_admin.Deletion(args.user, MECHANISM_CODES[m])
-                           for m in mechanisms], [])
-        for m in mechanisms:
+        for m in admin.remove_user(args.user, args.mechanism):
             print(f'Removed the {m} credential of user "{args.user}".', file=out)
         return
     validate_user_name(args.user)  # before the password is asked for
     if not MIN_ITERATIONS <= args.iterations <= MAX_ITERATIONS:
         raise ValueError(f"--iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}")
     password = read_password(args)
-    mechanisms = args.mechanism or ["SCRAM-SHA-512"]
+    mechanisms = list(dict.fromkeys(args.mechanism or ["SCRAM-SHA-512"]))
     upsertions = []
     for m in mechanisms:
         salt = os.urandom(32)

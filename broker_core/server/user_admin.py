@@ -173,7 +173,7 @@ async def _alter_user(store: Any, user: str, removed: list[str],
                 del other[mech]
             else:
                 return _result(user, ErrorCode.RESOURCE_NOT_FOUND,
-                               f"user {user!r} has no {mech} credential to delete")
+                               f"no {mech} credential to delete")
         credentials.update(upserted)
         new = UserConfig(credentials, other)
         try:
@@ -190,8 +190,8 @@ async def _alter_user(store: Any, user: str, removed: list[str],
             continue  # changed meanwhile by another admin: read it again
         return _result(user)
     return _result(user, ErrorCode.UNKNOWN_SERVER_ERROR,
-                   f"user {user!r} was changed by others {MAX_WRITE_ATTEMPTS} times while "
-                   "this request tried to alter it; try again")
+                   f"changed by others {MAX_WRITE_ATTEMPTS} times while this request tried "
+                   "to alter it; try again")
 
 
 def _describe_value(user: str, data: bytes) -> dict:
@@ -238,7 +238,7 @@ async def describe_credentials(store: Any, names: Sequence[str] | None, *,
     for user in dict.fromkeys(names):  # each name once, in request order
         if counts[user] > 1:
             results.append({**_result(user, ErrorCode.DUPLICATE_RESOURCE,
-                                      f"user {user!r} is named more than once"),
+                                      "named more than once in the request"),
                             "credential_infos": []})
             continue
         if _check_name(user) is not None:
@@ -252,7 +252,7 @@ async def describe_credentials(store: Any, names: Sequence[str] | None, *,
             data = None
         if data is None or not _has_credential(data):
             results.append({**_result(user, ErrorCode.RESOURCE_NOT_FOUND,
-                                      f"user {user!r} has no SCRAM credential"),
+                                      "no SCRAM credential"),
                             "credential_infos": []})
         else:
             results.append(_describe_value(user, data))

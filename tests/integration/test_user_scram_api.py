@@ -197,7 +197,7 @@ async def test_sluice_users_add_list_remove(mode, request, tmp_path, capsys):
             "--password-file", str(secret))
         assert code == 2 and "iterations" in err
         code, _, err = await threads.deferToThread(sluice, "users", "remove", "nobody", *server)
-        assert code == 1 and "RESOURCE_NOT_FOUND" in err
+        assert code == 1 and err == "sluice: RESOURCE_NOT_FOUND: user 'nobody': no SCRAM credential\n"
 
         code, out, _ = await threads.deferToThread(sluice, "users", "remove", "alice", *server)
         assert code == 0 and "SCRAM-SHA-256" in out and "SCRAM-SHA-512" in out
@@ -240,5 +240,12 @@ async def test_sluice_users_through_zookeeper_before_any_broker_runs(zk_hosts, t
     try:
         assert broker.users.check_plain("admin", "first-admin")  # read before it listened
         assert not broker.users.check_plain("other", "one")
+        # Removing every mechanism describes and deletes in one ZooKeeper session.
+        removed = await threads.deferToThread(sluice_process, "users", "remove", "admin",
+                                              "--zookeeper", zk_hosts)
+        assert removed.returncode == 0, removed.stderr
+        assert removed.stdout == 'Removed the SCRAM-SHA-512 credential of user "admin".\n'
+        await eventually(lambda: not broker.users.check_plain("admin", "first-admin"),
+                         what="the broker forgets admin")
     finally:
         await stop_brokers([broker])

@@ -19,7 +19,8 @@ MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 #: Kafka's minimum and default iteration count; the maximum bounds a hostile client's cost.
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
-#: Bounds of a stored salt (Kafka's clients send 64 random bytes; librdkafka 64 too).
+#: Bounds of a stored salt: any client's random salt fits (``sluice users`` sends 32 bytes);
+#: a hostile one cannot make the store keep megabytes.
 MIN_SALT_BYTES = 8
 MAX_SALT_BYTES = 1024
 
@@ -86,7 +87,8 @@ class ScramCredential:
             iterations = int(fields["iterations"])
         except ValueError as e:
             raise ValueError(f"malformed SCRAM credential: {e}") from None
-        if len(stored) != size or len(server) != size or not MIN_SALT_BYTES <= len(salt) <= MAX_SALT_BYTES:
+        if len(stored) != size or len(server) != size or \
+                not MIN_SALT_BYTES <= len(salt) <= MAX_SALT_BYTES:
             raise ValueError("SCRAM credential keys or salt have the wrong length")
         if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
             raise ValueError(f"SCRAM iterations {iterations} out of range")

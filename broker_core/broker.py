@@ -18,6 +18,9 @@ Start-up (seed 000 E, in order):
    follower, delete local partitions no longer assigned;
 6. stand for controller election, and for consumer-coordinator election (seed 001).
 
+(Between 2 and 3, the user store's cache reads every user's SCRAM credentials and keeps
+watching them.)
+
 Shut-down runs the reverse, each step awaited (``MultiService`` would not wait between children):
 stop listening, write the coordinator's pending offsets and resign as coordinator, resign as
 controller, close the ZooKeeper session (the registration goes), stop
@@ -55,6 +58,7 @@ from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.replica.published_leadership import adopt_published_leadership
 from broker_core.security.basic_auth import BasicAuthUsers
+from broker_core.security.user_store import UserCredentialCache
 from broker_core.server.connection_limits import ServerLimits
 from broker_core.server.handlers import RequestHandler
 from broker_core.server.protocol import KafkaServerFactory
@@ -168,6 +172,8 @@ class BrokerService(service.Service):
             self.broker_id, self.store, clock=self.clock,
             config=CoordinatorConfig.from_broker_config(config),
             brokers=lambda: self.cache.brokers.values(), metrics=self.metrics)
+        #: Every user's SCRAM credentials, kept current by watches (the SASL logins' lookup).
+        self.users = UserCredentialCache(self.store)
         self.registration_epoch = -1
         #: The cluster's id (``/cluster/id``), known once the store is connected.
         self.cluster_id: str | None = None
@@ -357,6 +363,8 @@ class BrokerService(service.Service):
             await self.store.ensure_path(path)
         self.cluster_id = await self._agree_cluster_id()
         self._claim_log_dir(self.cluster_id)
+        # Before listening: a login that comes at once is checked against every user.
+        await self.users.start()
         self.handler.cluster_id = self.cluster_id
         self.log_manager.load()
         self._logs_loaded = True
@@ -607,6 +615,7 @@ class BrokerService(service.Service):
             await self.controller.stop()
         except Exception:
             self.log.failure("controller stop failed")
+        self.users.stop()
         try:
             await self.store.stop()
         except Exception:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_core import topic_admin
+from broker_core.server import user_admin
 from broker_core.topic_admin import (
     ClusterDescription,
     PartitionDescription,
@@ -20,6 +21,10 @@ from broker_core.topic_admin import (
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages.describe_configs import ConfigSource, ResourceType
+from broker_core.wire.messages.describe_user_scram_credentials import (
+    MECHANISM_CODES,
+    MECHANISM_TYPES,
+)
 from broker_core.zk import paths
 from consumer_client.connection import BrokerConnection, UnsupportedVersionError, bootstrap
 
@@ -116,6 +121,14 @@ def _run_on_store(zookeeper: str, fn: Callable[[Any], Any], acl_policy: Any = No
                              "--zookeeper-auth-file") from None
         raise err
     return box.get("result")
+
+
+@dataclass(frozen=True)
+class UserDescription:
+    """A SCRAM user: its name and ``(mechanism, iterations)`` per credential."""
+
+    user: str
+    credentials: list[tuple[str, int]]
 
 
 class AdminClient:
@@ -279,6 +292,73 @@ class AdminClient:
                                                              clock=reactor)
         return self._zk(run)
 
+    # -- SCRAM users (Kafka's Describe/AlterUserScramCredentials) ---------------------------------
+
+    def describe_users(self, names: Sequence[str] | None = None) -> list[UserDescription]:
+        """Each user's SCRAM mechanisms and iteration counts (never a key); ``names`` None or
+        empty: every user that has a credential. A named user without one is an AdminError."""
+        if self.zookeeper:
+            results = self._zk(lambda s: user_admin.describe_credentials(s, names))
+        else:
+            with self._conn() as c:
+                resp = c.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {
+                    "users": None if names is None else [{"name": n} for n in names]})
+            if resp.error_code:
+                raise AdminError(resp.error_code, resp.error_message or "")
+            results = [{"user": r.user, "error_code": r.error_code,
+                        "error_message": r.error_message,
+                        "credential_infos": [{"mechanism": i.mechanism,
+                                              "iterations": i.iterations}
+                                             for i in r.credential_infos]}
+                       for r in resp.results]
+        _raise_user_errors(results)
+        out = []
+        for r in results:
+            out.append(UserDescription(r["user"], [
+                (MECHANISM_TYPES.get(i["mechanism"], str(i["mechanism"])), i["iterations"])
+                for i in r["credential_infos"]]))
+        return out
+
+    def alter_users(self, deletions: Sequence[user_admin.Deletion],
+                    upsertions: Sequence[user_admin.Upsertion]) -> None:
+        """Apply SCRAM credential changes; the first user refused is an AdminError naming
+        it (the other users' changes are applied or refused on their own)."""
+        if self.zookeeper:
+            async def run(store: Any) -> list[dict]:
+                await store.ensure_path(paths.USER_CONFIGS)
+                return await user_admin.alter_credentials(store, deletions, upsertions)
+            results = self._zk(run)
+        else:
+            with self._conn() as c:
+                resp = c.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, {
+                    "deletions": [{"name": d.name, "mechanism": d.mechanism}
+                                  for d in deletions],
+                    "upsertions": [{"name": u.name, "mechanism": u.mechanism,
+                                    "iterations": u.iterations, "salt": u.salt,
+                                    "salted_password": u.salted_password}
+                                   for u in upsertions]})
+            results = [{"user": r.user, "error_code": r.error_code,
+                        "error_message": r.error_message} for r in resp.results]
+        _raise_user_errors(results)
+
+    def remove_user(self, user: str, mechanisms: Sequence[str] | None = None) -> list[str]:
+        """Delete ``user``'s credentials for ``mechanisms`` (None: every one it has, as
+        described first, in the same store session or connection); returns the mechanisms
+        removed."""
+        if mechanisms is None and self.zookeeper:
+            async def run(store: Any) -> list[str]:
+                found = await user_admin.describe_credentials(store, [user])
+                _raise_user_errors(found)
+                names = [MECHANISM_TYPES[i["mechanism"]] for i in found[0]["credential_infos"]]
+                _raise_user_errors(await user_admin.alter_credentials(
+                    store, [user_admin.Deletion(user, MECHANISM_CODES[m]) for m in names], []))
+                return names
+            return self._zk(run)
+        if mechanisms is None:
+            mechanisms = [m for m, _ in self.describe_users([user])[0].credentials]
+        self.alter_users([user_admin.Deletion(user, MECHANISM_CODES[m]) for m in mechanisms], [])
+        return list(mechanisms)
+
     def _metadata(self, names: list[str] | None) -> Any:
         with self._conn() as c:
             return self._metadata_on(c, names)
@@ -287,6 +367,13 @@ class AdminClient:
     def _metadata_on(conn: BrokerConnection, names: list[str] | None) -> Any:
         topics = None if names is None else [{"name": n} for n in names]
         return conn.request(ApiKey.METADATA, {"topics": topics, "allow_auto_topic_creation": False})
+
+
+def _raise_user_errors(results: Sequence[dict]) -> None:
+    """The first refused user's error as an AdminError (its message names the user)."""
+    for r in results:
+        if r["error_code"]:
+            raise AdminError(r["error_code"], f"user {r['user']!r}: {r['error_message'] or ''}")
 
 
 def _topic_overrides(conn: BrokerConnection, names: Sequence[str]) -> dict[str, dict[str, str]]:

@@ -14,10 +14,14 @@
     sluice quorum reassign (--voters ID,ID,... [--wait] | --cancel)
     sluice zookeeper secure --zookeeper HOST:PORT/chroot --auth-file F [--unsecure] [--dry-run]
     sluice metrics-password USER [--password-stdin] [--iterations N]
+    sluice users add USER [--mechanism M ...] [--iterations N] [--password-file FILE]
+    sluice users remove USER [--mechanism M ...]
+    sluice users list [--user USER ...]
 
 Each takes ``--bootstrap-server HOST:PORT[,...]`` or ``--zookeeper HOST:PORT[/chroot]``
 (with ``--zookeeper-auth-file F`` when the cluster's znodes are secured)
-(``reassign`` and ``elect-leaders`` work through ZooKeeper only; ``groups`` through the brokers
+(``reassign`` and ``elect-leaders`` work through ZooKeeper only; ``users`` through either, the
+password read from a prompt or a file, never from the command line; ``groups`` through the brokers
 only, since the members live in the coordinator's memory; ``quorum`` takes the metadata
 quorum's listeners, ``sluice-quorum --listen`` or a broker's ``quorum.listener``: any one
 will do, the client finds the leader through DiscoverBrokers). Errors go
@@ -28,13 +32,24 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import getpass
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from broker_core import topic_admin
+from broker_core.security.scram_credential import (
+    MAX_ITERATIONS,
+    MECHANISMS,
+    MIN_ITERATIONS,
+    salted_password,
+)
+from broker_core.security.user_store import validate_user_name
+from broker_core.server import user_admin
+from broker_core.wire.messages.describe_user_scram_credentials import MECHANISM_CODES
 from broker_core.zk import paths
 from consumer_client.admin import AdminClient, AdminError
 
@@ -117,6 +132,28 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--verify", action="store_true", help="report the status of each partition")
     ag.add_argument("--cancel", action="store_true",
                     help="revert partitions not yet moved to their original replicas")
+
+    us = sub.add_parser("users", help="SCRAM users (kafka-configs --entity-type users)")
+    usub = us.add_subparsers(dest="action", required=True)
+    mechanisms = sorted(MECHANISMS)
+    ua = usub.add_parser("add", help="create a user or set its password")
+    connection(ua)
+    ua.add_argument("user")
+    ua.add_argument("--mechanism", action="append", choices=mechanisms,
+                    help="SCRAM mechanism (repeatable; default SCRAM-SHA-512)")
+    ua.add_argument("--iterations", type=_positive("--iterations"), default=MIN_ITERATIONS,
+                    help=f"PBKDF2 iterations, {MIN_ITERATIONS}..{MAX_ITERATIONS} "
+                         f"(default {MIN_ITERATIONS})")
+    ua.add_argument("--password-file", metavar="FILE",
+                    help="read the password from FILE (its first line) instead of a prompt")
+    ur = usub.add_parser("remove", help="delete a user's credentials")
+    connection(ur)
+    ur.add_argument("user")
+    ur.add_argument("--mechanism", action="append", choices=mechanisms,
+                    help="only this mechanism's credential (repeatable; default all)")
+    ul = usub.add_parser("list", help="users, their mechanisms and iterations (never keys)")
+    connection(ul)
+    ul.add_argument("--user", action="append", help="user to list (repeatable; default all)")
 
     qu = sub.add_parser("quorum", help="the metadata quorum (kafka-metadata-quorum)")
     qsub = qu.add_subparsers(dest="action", required=True)
@@ -483,6 +520,48 @@ def run_metrics_password(args: argparse.Namespace, out=sys.stdout) -> None:
     if not args.password_stdin:  # shown only once the line is made (no password for nothing)
         print(f"password for {args.user}: {password}", file=sys.stderr)
     print(line, file=out)
+def read_password(args: argparse.Namespace) -> str:
+    """The new password: the first line of ``--password-file``, or typed twice at a prompt.
+    Never an argument (it would show in ``ps`` and the shell's history)."""
+    if args.password_file:
+        text = Path(args.password_file).read_text(encoding="utf-8")
+        password = text.splitlines()[0] if text else ""
+    else:
+        password = getpass.getpass(f"Password for {args.user}: ")
+        if getpass.getpass("Again: ") != password:
+            raise ValueError("the two passwords differ")
+    if not password:
+        raise ValueError("the password is empty")
+    return password
+
+
+def run_users(args: argparse.Namespace, admin: AdminClient, out=sys.stdout) -> None:
+    if args.action == "list":
+        users = admin.describe_users(args.user)
+        print(f"{'USER':<30} {'MECHANISM':<15} ITERATIONS", file=out)
+        for u in users:
+            for mechanism, iterations in u.credentials:
+                print(f"{u.user:<30} {mechanism:<15} {iterations}", file=out)
+        return
+    if args.action == "remove":
+        for m in admin.remove_user(args.user, args.mechanism):
+            print(f'Removed the {m} credential of user "{args.user}".', file=out)
+        return
+    validate_user_name(args.user)  # before the password is asked for
+    if not MIN_ITERATIONS <= args.iterations <= MAX_ITERATIONS:
+        raise ValueError(f"--iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}")
+    password = read_password(args)
+    mechanisms = list(dict.fromkeys(args.mechanism or ["SCRAM-SHA-512"]))
+    upsertions = []
+    for m in mechanisms:
+        salt = os.urandom(32)
+        upsertions.append(user_admin.Upsertion(
+            args.user, MECHANISM_CODES[m], args.iterations, salt,
+            salted_password(m, password, salt, args.iterations)))
+    admin.alter_users([], upsertions)
+    for m in mechanisms:
+        print(f'Set the {m} credential of user "{args.user}" ({args.iterations} iterations).',
+              file=out)
 
 
 def run(args: argparse.Namespace, out=sys.stdout) -> None:
@@ -526,6 +605,9 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         return
     if args.area == "elect-leaders":
         run_elect_leaders(args, admin, out)
+        return
+    if args.area == "users":
+        run_users(args, admin, out)
         return
     if args.area == "topics":
         if args.action == "create":

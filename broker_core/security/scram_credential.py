@@ -19,6 +19,10 @@ MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 #: Kafka's minimum and default iteration count; the maximum bounds a hostile client's cost.
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
+#: Bounds of a stored salt: any client's random salt fits (``sluice users`` sends 32 bytes);
+#: a hostile one cannot make the store keep megabytes.
+MIN_SALT_BYTES = 8
+MAX_SALT_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -32,16 +36,29 @@ class ScramCredential:
     @classmethod
     def from_password(cls, mechanism: str, password: str, *, salt: bytes | None = None,
                       iterations: int = MIN_ITERATIONS) -> ScramCredential:
-        digest = _digest(mechanism)
-        if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
-            raise ValueError(f"iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}, "
-                             f"not {iterations}")
         salt = os.urandom(32) if salt is None else salt
-        salted = hashlib.pbkdf2_hmac(digest, password.encode("utf-8"), salt, iterations)
+        return cls.from_salted_password(
+            mechanism, salt, salted_password(mechanism, password, salt, iterations),
+            iterations)
+
+    @classmethod
+    def from_salted_password(cls, mechanism: str, salt: bytes, salted: bytes,
+                             iterations: int) -> ScramCredential:
+        """The credential of ``SaltedPassword = Hi(password, salt, iterations)``: what Kafka's
+        AlterUserScramCredentials carries instead of the password. Raises ValueError when the
+        iterations, the salt or the salted password's length do not fit ``mechanism``."""
+        digest = _digest(mechanism)
+        _check_iterations(iterations)
+        if not MIN_SALT_BYTES <= len(salt) <= MAX_SALT_BYTES:
+            raise ValueError(f"a salt is {MIN_SALT_BYTES}..{MAX_SALT_BYTES} bytes, "
+                             f"not {len(salt)}")
+        if len(salted) != hashlib.new(digest).digest_size:
+            raise ValueError(f"a {mechanism} salted password is "
+                             f"{hashlib.new(digest).digest_size} bytes, not {len(salted)}")
         client_key = hmac.new(salted, b"Client Key", digest).digest()
         server_key = hmac.new(salted, b"Server Key", digest).digest()
-        return cls(mechanism, salt, hashlib.new(digest, client_key).digest(), server_key,
-                   iterations)
+        return cls(mechanism, bytes(salt), hashlib.new(digest, client_key).digest(),
+                   server_key, iterations)
 
     def to_text(self) -> str:
         b64 = base64.b64encode
@@ -70,11 +87,25 @@ class ScramCredential:
             iterations = int(fields["iterations"])
         except ValueError as e:
             raise ValueError(f"malformed SCRAM credential: {e}") from None
-        if len(stored) != size or len(server) != size or not 8 <= len(salt) <= 1024:
+        if len(stored) != size or len(server) != size or \
+                not MIN_SALT_BYTES <= len(salt) <= MAX_SALT_BYTES:
             raise ValueError("SCRAM credential keys or salt have the wrong length")
         if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
             raise ValueError(f"SCRAM iterations {iterations} out of range")
         return cls(mechanism, salt, stored, server, iterations)
+
+
+def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """RFC 5802's ``Hi(Normalize(password), salt, i)`` (PBKDF2-HMAC): the one place a
+    password is stretched, by the server's store and by the ``sluice users`` client alike."""
+    _check_iterations(iterations)
+    return hashlib.pbkdf2_hmac(_digest(mechanism), password.encode("utf-8"), salt, iterations)
+
+
+def _check_iterations(iterations: int) -> None:
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        raise ValueError(f"iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}, "
+                         f"not {iterations}")
 
 
 def _digest(mechanism: str) -> str:

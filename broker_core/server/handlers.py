@@ -20,6 +20,7 @@ from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.server.describe_configs import describe_configs
 from broker_core.server.protocol import NO_RESPONSE
+from broker_core.server.user_admin import UserAdminApis
 from broker_core.wire.apis import SLUICE_API_KEYS_FROM, SUPPORTED, ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages import metadata as metadata_messages
@@ -35,15 +36,17 @@ _METADATA_PARTITIONS = (metadata_messages.RESPONSE.field_map["topics"].type
 METADATA_WARMUP_MS = 30000
 
 
-#: APIs whose handler also gets the connection (RegisterConsumer turns it into a channel).
-_WITH_CONNECTION = frozenset({ApiKey.REGISTER_CONSUMER})
+#: APIs whose handler also gets the connection (RegisterConsumer turns it into a channel; the
+#: user APIs check its principal).
+_WITH_CONNECTION = frozenset({ApiKey.REGISTER_CONSUMER, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                              ApiKey.ALTER_USER_SCRAM_CREDENTIALS})
 
 
 def _code(name: str | None) -> int:
     return 0 if name is None else int(ErrorCode[name])
 
 
-class RequestHandler:
+class RequestHandler(UserAdminApis):
     """Dispatches decoded requests of one broker; see the module docstring."""
 
     log = Logger(namespace="sluice.server")
@@ -99,6 +102,8 @@ class RequestHandler:
             ApiKey.ALTER_PARTITION: self.alter_partition,
             ApiKey.CONTROLLED_SHUTDOWN: self.controlled_shutdown,
             ApiKey.BROKER_HEARTBEAT: self.broker_heartbeat,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_user_scram_credentials,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
             # Sluice's consumer coordination (seed 001; docs/coordinator.md).
             ApiKey.CLUSTER_METADATA: self.cluster_metadata,
             ApiKey.REGISTER_CONSUMER: self.register_consumer,
@@ -117,6 +122,16 @@ class RequestHandler:
         if request.header.api_key in _WITH_CONNECTION:
             return handler(request.header, request.body, proto)
         return handler(request.header, request.body)
+
+    def authorize_cluster(self, proto: Any, operation: str) -> bool:
+        """Whether ``proto``'s principal may do ``operation`` (``"ALTER"``, ``"DESCRIBE"``)
+        on the CLUSTER resource. The seam the ACL authorizer takes over; until then a
+        connection is refused only when it is on a SASL listener and has not authenticated
+        (or carries no security record at all)."""
+        security = getattr(proto, "security", None)
+        if security is None:
+            return False
+        return security.authenticated or not security.protocol.uses_sasl
 
     # -- consumer coordination (seed 001) ---------------------------------------------------------
 

@@ -38,7 +38,7 @@ ALL = READ | WRITE | CREATE | DELETE | ADMIN
 
 #: Subtrees nobody but the brokers may read: users' SCRAM credentials (salted hashes, but
 #: still material for an offline guess, and the list of user names).
-SENSITIVE_PATHS: tuple[str, ...] = (paths.CONFIG_USERS,)
+SENSITIVE_PATHS: tuple[str, ...] = (paths.USER_CONFIGS,)
 
 #: The ZooKeeper system subtree (quotas, config); never ours to change.
 ZOOKEEPER_SYSTEM_PATH = "/zookeeper"

@@ -9,6 +9,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
@@ -20,8 +21,10 @@ BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONFIG = "/config"
 TOPIC_CONFIGS = "/config/topics"
-#: Kafka's per-user config path: users' SCRAM credentials live under it (``sluice users``).
-CONFIG_USERS = "/config/users"
+#: Kafka's per-user configs: ``/config/users/[sanitized user name]`` holds the user's SCRAM
+#: credentials (:mod:`broker_core.security.user_store`, ``sluice users``), each broker
+#: watching them; secret, so readable by brokers only when ZooKeeper ACLs are on.
+USER_CONFIGS = "/config/users"
 ADMIN = "/admin"
 DELETE_TOPICS = "/admin/delete_topics"
 PARTITIONS_REASSIGNED = "/admin/partitions_reassigned"
@@ -64,7 +67,7 @@ TOP_LEVEL_PATHS = (CONTROLLER, CONTROLLER_EPOCH, CONTROLLER_UNREACHABLE, BROKERS
 #: Persistent paths every broker ensures at start (watches need their parents to exist).
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, PARTITIONS_REASSIGNED,
                     PARTITIONS_ADD, PARTITIONS_REMOVE, CONSUMERS, LOG_DIR_EVENT_NOTIFICATION,
-                    OFFLINE_REPLICAS)
+                    OFFLINE_REPLICAS, USER_CONFIGS)
 
 
 def broker(broker_id: int) -> str:
@@ -89,6 +92,27 @@ def leader_and_isr(name: str, index: int) -> str:
 
 def topic_config(name: str) -> str:
     return f"{TOPIC_CONFIGS}/{name}"
+
+
+def sanitize_user(name: str) -> str:
+    """Kafka's ``Sanitizer.sanitize``: a user name as one path component, URL-encoded as
+    UTF-8 with only ASCII letters, digits, ``.``, ``_`` and ``-`` left as they are (so ``*``
+    is ``%2A`` and a space ``%20``, as Kafka writes them)."""
+    return quote(name, safe="").replace("~", "%7E")
+
+
+def desanitize_user(component: str) -> str | None:
+    """The user name of a ``/config/users`` child, or None when the child is not a name
+    :func:`sanitize_user` would write (hand-made or hostile: never trusted as a user)."""
+    try:
+        name = unquote(component, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    return name if sanitize_user(name) == component else None
+
+
+def user_config(name: str) -> str:
+    return f"{USER_CONFIGS}/{sanitize_user(name)}"
 
 
 def delete_topic(name: str) -> str:

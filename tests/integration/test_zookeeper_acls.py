@@ -79,17 +79,17 @@ async def test_every_node_brokers_create_has_the_designed_acl(brokers, zk_hosts,
     owner = await started_store(zk_hosts, AclPolicy(credential, set_acl=True))
     try:
         # A credential stored as the users tool stores it: its parent is made on the way.
-        await owner.create(f"{paths.CONFIG_USERS}/alice", b"{}", makepath=True)
+        await owner.create(f"{paths.USER_CONFIGS}/alice", b"{}", makepath=True)
         # "/" is the chroot: created open by the operator, secured by the brokers at start.
         nodes = await walk(owner)
         for must in (paths.broker(1), paths.CONTROLLER, paths.CONTROLLER_EPOCH, paths.CLUSTER_ID,
-                     paths.leader_and_isr(TOPIC, 0), paths.topic(TOPIC), paths.CONFIG_USERS,
-                     f"{paths.CONFIG_USERS}/alice"):
+                     paths.leader_and_isr(TOPIC, 0), paths.topic(TOPIC), paths.USER_CONFIGS,
+                     f"{paths.USER_CONFIGS}/alice"):
             assert must in nodes
         for node in nodes:
             assert tuple(await owner.get_acl(node)) == secure_acl(node, credential), node
-        assert [n for n in nodes if is_sensitive(n)] == [paths.CONFIG_USERS,
-                                                         f"{paths.CONFIG_USERS}/alice"]
+        assert [n for n in nodes if is_sensitive(n)] == [paths.USER_CONFIGS,
+                                                         f"{paths.USER_CONFIGS}/alice"]
     finally:
         await owner.stop()
 
@@ -101,7 +101,7 @@ async def test_an_anonymous_client_reads_but_cannot_change_anything(brokers, zk_
     await create_topic(brokers[0], TOPIC, assignment=ASSIGNMENT)
     await eventually(lambda: all(leader_of(brokers, TOPIC, p) for p in range(2)), what="leaders")
     owner = await started_store(zk_hosts, AclPolicy(credential, set_acl=True))
-    await owner.create(f"{paths.CONFIG_USERS}/alice", b"secret-hash", makepath=True)
+    await owner.create(f"{paths.USER_CONFIGS}/alice", b"secret-hash", makepath=True)
     anon = await started_store(zk_hosts)
     try:
         before = {n: await owner.get(n) for n in await walk(owner) if n != "/"}
@@ -115,11 +115,11 @@ async def test_an_anonymous_client_reads_but_cannot_change_anything(brokers, zk_
         assert {(e.scheme, e.id) for e in shown} == {("digest", "sluice:x"),
                                                      ("world", "anyone")}
         # Not readable: credentials, not even the user names.
-        for node in (paths.CONFIG_USERS, f"{paths.CONFIG_USERS}/alice"):
+        for node in (paths.USER_CONFIGS, f"{paths.USER_CONFIGS}/alice"):
             with pytest.raises(NotAuthorized):
                 await anon.get(node)
         with pytest.raises(NotAuthorized):
-            await anon.get_children(paths.CONFIG_USERS)
+            await anon.get_children(paths.USER_CONFIGS)
         # No write of any kind.
         attempts = [
             lambda: anon.set(paths.CONTROLLER_EPOCH, b"999999"),
@@ -129,7 +129,7 @@ async def test_an_anonymous_client_reads_but_cannot_change_anything(brokers, zk_
             lambda: anon.create("/evil"),
             lambda: anon.create(f"{paths.DELETE_TOPICS}/{TOPIC}"),
             lambda: anon.create(paths.topic("evil"), b"{}"),
-            lambda: anon.create(f"{paths.CONFIG_USERS}/mallory", b"{}"),
+            lambda: anon.create(f"{paths.USER_CONFIGS}/mallory", b"{}"),
             lambda: anon.delete(paths.topic(TOPIC), recursive=True),
         ]
         for attempt in attempts:
@@ -175,11 +175,11 @@ async def _in_isr(store: ZooKeeperStore, broker_id: int) -> bool:
 async def test_parents_made_on_the_way_get_their_own_acl(zk_hosts, credential):
     owner = await started_store(zk_hosts, AclPolicy(credential, set_acl=True))
     try:
-        await owner.create(f"{paths.CONFIG_USERS}/alice", b"{}", makepath=True)
+        await owner.create(f"{paths.USER_CONFIGS}/alice", b"{}", makepath=True)
         await owner.ensure_path(f"{paths.TOPIC_CONFIGS}")
         assert tuple(await owner.get_acl(paths.CONFIG)) == secure_acl(paths.CONFIG, credential)
         assert len(secure_acl(paths.CONFIG, credential)) == 2  # world may read /config
-        for node in (paths.CONFIG_USERS, f"{paths.CONFIG_USERS}/alice"):
+        for node in (paths.USER_CONFIGS, f"{paths.USER_CONFIGS}/alice"):
             assert tuple(await owner.get_acl(node)) == secure_acl(node, credential)
             assert len(secure_acl(node, credential)) == 1
         assert tuple(await owner.get_acl(paths.TOPIC_CONFIGS)) == \

@@ -49,6 +49,7 @@ def test_served_versions():
         "CLUSTER_METADATA": (0, 0, 0), "REGISTER_CONSUMER": (0, 1, 0), "PING": (0, 0, 0),
         "STOP_FETCHER": (0, 0, 0), "START_FETCHER": (0, 0, 0), "COMMIT_OFFSETS": (0, 0, 0),
         "DESCRIBE_CONSUMER_GROUPS": (0, 0, 0), "UNREGISTER_CONSUMER": (0, 0, 0),
+        "DESCRIBE_USER_SCRAM_CREDENTIALS": (0, 0, 0), "ALTER_USER_SCRAM_CREDENTIALS": (0, 0, 0),
     }
     assert SUPPORTED[ApiKey.LEADER_AND_ISR].name == "LeaderAndIsr"
     assert apis.advertised_versions([ApiKey.PRODUCE]) == [

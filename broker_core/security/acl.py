@@ -1,6 +1,6 @@
 """Access control lists in Kafka's model, and the authorizer that answers from them.
 
-No I/O here: :mod:`broker_core.security.acl_store` keeps the bindings in the metadata store and
+No I/O here: :mod:`broker_core.acl_store` keeps the bindings in the metadata store and
 feeds an :class:`Authorizer` through :meth:`Authorizer.replace_resource`; the request handler
 asks :meth:`Authorizer.authorize`.
 

@@ -58,7 +58,7 @@ OFFLINE_REPLICAS = "/brokers/offline_replicas"
 #: ``/acls/Topic/literal/orders``, each holding ``{"version":1,"acls":[{"principal":
 #: "User:alice","host":"*","operation":"Read","permissionType":"Allow"}, ...]}`` (Kafka's
 #: ``/kafka-acl`` value); written by CreateAcls/DeleteAcls, watched by every broker
-#: (:mod:`broker_core.security.acl_store`).
+#: (:mod:`broker_core.acl_store`).
 ACLS = "/acls"
 
 

@@ -42,12 +42,13 @@ def test_served_versions():
         "API_VERSIONS": (0, 3, 3), "METADATA": (1, 12, 9), "PRODUCE": (3, 9, 9),
         "FETCH": (4, 12, 12), "LIST_OFFSETS": (1, 7, 6), "CREATE_TOPICS": (2, 7, 5),
         "DELETE_TOPICS": (1, 5, 4), "CREATE_PARTITIONS": (0, 3, 2),
-        "DESCRIBE_CONFIGS": (1, 4, 4),
+        "DESCRIBE_CONFIGS": (1, 4, 4), "DESCRIBE_ACLS": (0, 3, 2), "CREATE_ACLS": (0, 3, 2),
+        "DELETE_ACLS": (0, 3, 2),
         "LEADER_AND_ISR": (5, 5, 5), "STOP_REPLICA": (3, 3, 3), "UPDATE_METADATA": (7, 7, 7),
         "OFFSET_FOR_LEADER_EPOCH": (3, 3, None), "CONTROLLED_SHUTDOWN": (3, 3, 3),
         "ALTER_PARTITION": (0, 1, 0), "BROKER_HEARTBEAT": (0, 0, 0),
         "CLUSTER_METADATA": (0, 0, 0), "REGISTER_CONSUMER": (0, 1, 0), "PING": (0, 0, 0),
-        "STOP_FETCHER": (0, 0, 0), "START_FETCHER": (0, 0, 0), "COMMIT_OFFSETS": (0, 0, 0),
+        "STOP_FETCHER": (0, 0, 0), "START_FETCHER": (0, 0, 0), "COMMIT_OFFSETS": (0, 1, 0),
         "DESCRIBE_CONSUMER_GROUPS": (0, 0, 0), "UNREGISTER_CONSUMER": (0, 0, 0),
     }
     assert SUPPORTED[ApiKey.LEADER_AND_ISR].name == "LeaderAndIsr"

@@ -3,10 +3,14 @@ authorization, and the per-connection view of the authorizer that applies it.
 
 Three gates, in order (:meth:`broker_core.server.handlers.RequestHandler.__call__`):
 
-1. **The control plane** (:data:`CONTROL_PLANE`, and Fetch with ``replica_id >= 0``): served
-   only to a connection that proved it holds the cluster credential (``security.is_broker``)
-   when the handler's ``control_plane_closed`` is on; anyone else gets
-   CLUSTER_AUTHORIZATION_FAILED and the request is not handled at all.
+1. **The control plane** (:data:`CONTROL_PLANE`, and a follower's Fetch or
+   OffsetForLeaderEpoch, ``replica_id >= 0``): served only to a connection that proved it
+   holds the cluster credential (``security.is_broker``) when the handler's
+   ``control_plane_closed`` is on; anyone else gets CLUSTER_AUTHORIZATION_FAILED and the
+   request is not handled at all. ACLs are not asked about the control plane: while it is
+   open (brokers not yet authenticating each other) the cluster's own controller and
+   followers arrive as anonymous clients, and an ACL check could only refuse them (Kafka
+   asks CLUSTER_ACTION of the broker principal instead; here being a broker is the proof).
 2. **Whole-request rules** (``Rule.scope`` CLUSTER or GROUP): one ACL question about the
    cluster or the request's ``group_id``; a refusal is the API's error response with the rule's
    error code, and the request is not handled.
@@ -16,8 +20,8 @@ Three gates, in order (:meth:`broker_core.server.handlers.RequestHandler.__call_
 
 With no authorizer (``authorizer.enabled=false``, the default, as Kafka without
 ``authorizer.class.name``) gates 2 and 3 allow everything. A broker connection is allowed
-everything. Every served API is in :data:`RULES` or :data:`UNCHECKED`
-(``tests/unit/test_authorization_matrix.py`` checks it).
+everything. Every served API is in :data:`RULES`, :data:`CONTROL_PLANE` or :data:`UNCHECKED`
+(``tests/integration/test_acl_matrix.py`` checks it).
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ from broker_core.wire.errors import ErrorCode
 Op, RT = AclOperation, ResourceType
 
 #: The inter-broker APIs that change a broker's or the controller's state (and BrokerHeartbeat,
-#: which keeps a broker registered). Fetch with ``replica_id >= 0`` is one too
-#: (:func:`is_control_plane`).
+#: which keeps a broker registered). A follower's Fetch and OffsetForLeaderEpoch
+#: (``replica_id >= 0``) are too (:func:`is_control_plane`).
 CONTROL_PLANE = frozenset({
     ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA,
     ApiKey.CONTROLLED_SHUTDOWN, ApiKey.ALTER_PARTITION, ApiKey.BROKER_HEARTBEAT})
@@ -88,8 +92,6 @@ RULES: dict[ApiKey, Rule] = {
     ApiKey.UNREGISTER_CONSUMER: Rule(Op.READ, RT.GROUP, _GROUP, Scope.GROUP),
     ApiKey.COMMIT_OFFSETS: Rule(Op.READ, RT.GROUP, _GROUP, Scope.GROUP),
     ApiKey.DESCRIBE_CONSUMER_GROUPS: Rule(Op.DESCRIBE, RT.GROUP, _GROUP, Scope.RESOURCES),
-    **{key: Rule(Op.CLUSTER_ACTION, RT.CLUSTER, _CLUSTER, Scope.CLUSTER)
-       for key in CONTROL_PLANE},
 }
 
 #: Served without any check: version negotiation, the coordinator's address (Kafka's
@@ -98,15 +100,14 @@ RULES: dict[ApiKey, Rule] = {
 UNCHECKED = frozenset({ApiKey.API_VERSIONS, ApiKey.CLUSTER_METADATA, ApiKey.PING,
                        ApiKey.STOP_FETCHER, ApiKey.START_FETCHER})
 
-#: What a follower's Fetch needs when the control plane is open but an authorizer is on.
-REPLICA_FETCH_RULE = Rule(Op.CLUSTER_ACTION, RT.CLUSTER, _CLUSTER, Scope.CLUSTER)
+_FOLLOWER_APIS = frozenset({ApiKey.FETCH, ApiKey.OFFSET_FOR_LEADER_EPOCH})
 
 
 def is_control_plane(api_key: int, body: Any) -> bool:
     """Whether a request is one only brokers may send."""
     if api_key in CONTROL_PLANE:
         return True
-    return api_key == ApiKey.FETCH and getattr(body, "replica_id", -1) >= 0
+    return api_key in _FOLLOWER_APIS and getattr(body, "replica_id", -1) >= 0
 
 
 class Access:

@@ -161,8 +161,8 @@ class RequestHandler:
             return self._refuse(header, body, security, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                 "the control plane is served to brokers only")
         access = Access(self.authorizer, security)
-        if not access.unrestricted:
-            rule = RULES[ApiKey.LEADER_AND_ISR] if control else RULES.get(key)
+        if not access.unrestricted and not control:
+            rule = RULES.get(key)
             if rule is not None and rule.scope is not Scope.RESOURCES:
                 name = "kafka-cluster" if rule.scope is Scope.CLUSTER else body.group_id
                 if not access.allows(rule.operation, rule.resource_type, name):

@@ -19,6 +19,7 @@ from broker_core.metadata_cache import BrokerEndpoint, MetadataCache, PartitionS
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.security.acl import (
+    CLUSTER_NAME,
     AclFilter,
     AclOperation,
     Authorizer,
@@ -112,7 +113,8 @@ class RequestHandler:
         #: everything but the control plane (Kafka without ``authorizer.class.name``).
         self.authorizer = authorizer
         #: When on, the control plane (broker_core.server.authorization.CONTROL_PLANE and a
-        #: follower's Fetch) is served only to connections that proved the cluster credential.
+        #: follower's Fetch and OffsetForLeaderEpoch) is served only to connections that proved
+        #: the cluster credential; off until brokers authenticate to each other.
         self.control_plane_closed = control_plane_closed
         self._metadata_waiters: list[tuple[Callable[[], bool], defer.Deferred]] = []
         self._dispatch = {
@@ -164,7 +166,7 @@ class RequestHandler:
         if not access.unrestricted and not control:
             rule = RULES.get(key)
             if rule is not None and rule.scope is not Scope.RESOURCES:
-                name = "kafka-cluster" if rule.scope is Scope.CLUSTER else body.group_id
+                name = CLUSTER_NAME if rule.scope is Scope.CLUSTER else body.group_id
                 if not access.allows(rule.operation, rule.resource_type, name):
                     return self._refuse(header, body, security, rule.error,
                                         f"{rule.operation.name} on {name} is not allowed")

@@ -181,6 +181,11 @@ async def load_acls(store: Any) -> list[AclBinding]:
             continue
         for name in sorted(names):
             pattern = ResourcePattern(rt, pt, name)
+            try:
+                pattern.validate()
+            except InvalidAcl as e:
+                log.warn("ignoring ACL node {p}: {e}", p=node_path(pattern), e=e)
+                continue
             current = await _read(store, node_path(pattern))
             if current is not None:
                 out.extend(AclBinding(pattern, e) for e in current[0])

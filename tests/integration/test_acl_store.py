@@ -126,6 +126,10 @@ async def test_poison_values_are_logged_and_ignored_never_crash(any_store):
         b'"permissionType":"Allow"},{"principal":"User:bob","host":"*","operation":"Fly",'
         b'"permissionType":"Allow"},7]}'))
     await any_store.create("/acls/Group/literal/x", b'{"version":2,"acls":[]}', makepath=True)
+    # A node whose name no pattern can have (a CLUSTER is only 'kafka-cluster').
+    await any_store.create("/acls/Cluster/literal/other", (
+        b'{"version":1,"acls":[{"principal":"User:alice","host":"*","operation":"All",'
+        b'"permissionType":"Allow"}]}'), makepath=True)
     cache.start()
     try:
         await eventually(lambda: authorizer.authorize(ALICE, "h", Op.READ, RT.TOPIC, "mixed"),

@@ -21,8 +21,8 @@ Rules (Kafka's ``AclAuthorizer``), in the order :meth:`Authorizer.authorize` app
 
 Invariants: a stored :class:`AclBinding` has passed :meth:`AclBinding.validate` (so it names
 a concrete resource type, pattern type, operation and permission); an :class:`Authorizer`'s
-answers depend only on its bindings and settings, and its memo of answers is dropped whenever
-either changes.
+settings (super users, allow-if-no-ACL) are fixed at construction, its answers depend only on
+them and its bindings, and its memo of answers is dropped whenever a binding changes.
 """
 
 from __future__ import annotations

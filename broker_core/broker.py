@@ -43,6 +43,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
+from broker_core.acl_store import AclCache
 from broker_core.config import BrokerConfig
 from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerHeartbeatSender
@@ -57,6 +58,7 @@ from broker_core.replica.log_dir_reporter import LogDirFailureReporter
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.replica.published_leadership import adopt_published_leadership
+from broker_core.security.acl import Authorizer
 from broker_core.security.basic_auth import BasicAuthUsers
 from broker_core.security.user_store import UserCredentialCache
 from broker_core.server.connection_limits import ServerLimits
@@ -181,7 +183,15 @@ class BrokerService(service.Service):
         # start (another broker's, another cluster's) is left exactly as it was.
         self._logs_loaded = False
         self._registration_waiters: list[defer.Deferred] = []
+        #: The ACLs (authorizer.enabled) and the watches that keep them equal to the store.
+        self.authorizer: Authorizer | None = None
+        self.acl_cache: AclCache | None = None
+        if config.authorizer_enabled:
+            self.authorizer = Authorizer(super_users=config.super_users,
+                                         allow_if_no_acl=config.allow_everyone_if_no_acl_found)
+            self.acl_cache = AclCache(self.store, self.authorizer)
         self.handler = RequestHandler(
+            authorizer=self.authorizer,
             broker_id=self.broker_id, config=config, cache=self.cache, replicas=self.replicas,
             store=self.store, clock=self.clock, broker_epoch=lambda: self.registration_epoch,
             on_metadata_update=self._on_metadata_update,
@@ -361,6 +371,9 @@ class BrokerService(service.Service):
         self.store.add_state_listener(self._on_session_state)
         for path in paths.PERSISTENT_PATHS:
             await self.store.ensure_path(path)
+        if self.acl_cache is not None:
+            # Before the listener opens; until the first answers arrive it refuses (closed).
+            self.acl_cache.start()
         self.cluster_id = await self._agree_cluster_id()
         self._claim_log_dir(self.cluster_id)
         # Before listening: a login that comes at once is checked against every user.
@@ -616,6 +629,8 @@ class BrokerService(service.Service):
         except Exception:
             self.log.failure("controller stop failed")
         self.users.stop()
+        if self.acl_cache is not None:
+            self.acl_cache.stop()
         try:
             await self.store.stop()
         except Exception:

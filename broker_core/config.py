@@ -19,6 +19,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from broker_core.security.acl import parse_super_users
+
 INT_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
 HOUR_MS = 3_600_000
@@ -91,6 +93,14 @@ def text(key: str, raw: str) -> str:
 def optional_text(key: str, raw: str) -> str | None:
     """Text, or None when empty."""
     return raw.strip() or None
+
+
+def principal_list(key: str, raw: str) -> frozenset[str]:
+    """``User:a;User:b`` (Kafka's ``super.users``) → the principals' texts; empty: none."""
+    try:
+        return parse_super_users(raw)
+    except ValueError:
+        raise _bad(key, raw, "principals separated by ';', e.g. User:admin;User:ops") from None
 
 
 def _port(key: str, raw: str, port: str) -> int:
@@ -373,6 +383,10 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("default.replication.factor", "default_replication_factor", integer(1, 32767), "1"),
     ("auto.create.topics.enable", "auto_create_topics_enable", boolean, "true"),
     ("delete.topic.enable", "delete_topic_enable", boolean, "true"),
+    # ACLs (broker_core.security.acl): off by default, as Kafka without an authorizer.
+    ("authorizer.enabled", "authorizer_enabled", boolean, "false"),
+    ("super.users", "super_users", principal_list, ""),
+    ("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", boolean, "false"),
     ("socket.request.max.bytes", "socket_request_max_bytes", integer(1, INT_MAX), "104857600"),
     # Connection and request-memory limits of every listener (docs/configuration.md, "Limits").
     ("queued.max.request.bytes", "queued_max_request_bytes",
@@ -519,6 +533,10 @@ class BrokerConfig:
     default_replication_factor: int
     auto_create_topics_enable: bool
     delete_topic_enable: bool
+    authorizer_enabled: bool
+    #: Principal texts (``User:admin``) allowed everything when the authorizer is on.
+    super_users: frozenset[str]
+    allow_everyone_if_no_acl_found: bool
     socket_request_max_bytes: int
     #: -1: unbounded. Else at least ``socket_request_max_bytes`` (checked at load).
     queued_max_request_bytes: int

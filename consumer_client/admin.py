@@ -11,7 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from broker_core import topic_admin
+from broker_core import acl_store, topic_admin
+from broker_core.security.acl import AclBinding, AclFilter
+from broker_core.security.acl import binding as acl_binding
 from broker_core.server import user_admin
 from broker_core.topic_admin import (
     ClusterDescription,
@@ -359,6 +361,52 @@ class AdminClient:
         self.alter_users([user_admin.Deletion(user, MECHANISM_CODES[m]) for m in mechanisms], [])
         return list(mechanisms)
 
+    # -- ACLs (Kafka's CreateAcls / DescribeAcls / DeleteAcls) --------------------------------------
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        """Store ``bindings``; with ``zookeeper`` directly in the store (no authorization:
+        whoever reaches the store may; how a first ACL is made before any super user
+        exists)."""
+        if self.zookeeper:
+            self._zk(lambda s: acl_store.create_acls(s, bindings))
+            return
+        with self._conn() as c:
+            resp = c.request(ApiKey.CREATE_ACLS, {"creations": [
+                {"resource_type": int(b.pattern.resource_type), "resource_name": b.pattern.name,
+                 "resource_pattern_type": int(b.pattern.pattern_type),
+                 "principal": b.entry.principal, "host": b.entry.host,
+                 "operation": int(b.entry.operation), "permission_type": int(b.entry.permission)}
+                for b in bindings]})
+        for b, r in zip(bindings, resp.results, strict=True):
+            if r.error_code:
+                raise AdminError(r.error_code, f"{b}: {r.error_message or ''}")
+
+    def describe_acls(self, acl_filter: AclFilter) -> list[AclBinding]:
+        if self.zookeeper:
+            return [b for b in self._zk(acl_store.load_acls) if acl_filter.matches(b)]
+        with self._conn() as c:
+            resp = c.request(ApiKey.DESCRIBE_ACLS, _filter_body(acl_filter))
+        if resp.error_code:
+            raise AdminError(resp.error_code, resp.error_message or "")
+        return [acl_binding(r.resource_type, r.pattern_type, r.resource_name, a.principal,
+                            a.host, a.operation, a.permission_type)
+                for r in resp.resources for a in r.acls]
+
+    def delete_acls(self, filters: Sequence[AclFilter]) -> list[list[AclBinding]]:
+        """Per filter, the bindings it deleted."""
+        if self.zookeeper:
+            return self._zk(lambda s: acl_store.delete_acls(s, filters))
+        with self._conn() as c:
+            resp = c.request(ApiKey.DELETE_ACLS, {"filters": [_filter_body(f) for f in filters]})
+        out = []
+        for r in resp.filter_results:
+            if r.error_code:
+                raise AdminError(r.error_code, r.error_message or "")
+            out.append([acl_binding(m.resource_type, m.pattern_type, m.resource_name,
+                                    m.principal, m.host, m.operation, m.permission_type)
+                        for m in r.matching_acls])
+        return out
+
     def _metadata(self, names: list[str] | None) -> Any:
         with self._conn() as c:
             return self._metadata_on(c, names)
@@ -374,6 +422,12 @@ def _raise_user_errors(results: Sequence[dict]) -> None:
     for r in results:
         if r["error_code"]:
             raise AdminError(r["error_code"], f"user {r['user']!r}: {r['error_message'] or ''}")
+
+def _filter_body(f: AclFilter) -> dict:
+    return {"resource_type_filter": int(f.resource_type), "resource_name_filter": f.name,
+            "pattern_type_filter": int(f.pattern_type), "principal_filter": f.principal,
+            "host_filter": f.host, "operation": int(f.operation),
+            "permission_type": int(f.permission)}
 
 
 def _topic_overrides(conn: BrokerConnection, names: Sequence[str]) -> dict[str, dict[str, str]]:

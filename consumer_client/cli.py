@@ -17,6 +17,11 @@
     sluice users add USER [--mechanism M ...] [--iterations N] [--password-file FILE]
     sluice users remove USER [--mechanism M ...]
     sluice users list [--user USER ...]
+    sluice acls add (--allow-principal P | --deny-principal P)... [--operation OP]...
+                    [--allow-host H | --deny-host H] (--topic T | --group G | --cluster)...
+                    [--resource-pattern-type literal|prefixed]
+    sluice acls list | remove [--principal P] [--operation OP] [--topic T | --group G | --cluster]
+                    [--resource-pattern-type any|match|literal|prefixed]
 
 Each takes ``--bootstrap-server HOST:PORT[,...]`` or ``--zookeeper HOST:PORT[/chroot]``
 (with ``--zookeeper-auth-file F`` when the cluster's znodes are secured)
@@ -39,8 +44,21 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from broker_core import topic_admin
+from broker_core.security.acl import (
+    CLUSTER_NAME,
+    AccessEntry,
+    AclBinding,
+    AclFilter,
+    AclOperation,
+    AclPermission,
+    InvalidAcl,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from broker_core.security.scram_credential import (
     MAX_ITERATIONS,
     MECHANISMS,
@@ -200,6 +218,37 @@ def build_parser() -> argparse.ArgumentParser:
     gd.add_argument("--group", action="append", help="group to describe (repeatable; "
                     "default all)")
 
+    acls = sub.add_parser("acls", help="access control lists (kafka-acls)")
+    asub = acls.add_subparsers(dest="action", required=True)
+    for action, text in (("add", "add ACLs: each principal x operation x resource"),
+                         ("list", "list the ACLs that match"),
+                         ("remove", "remove the ACLs that match")):
+        a = asub.add_parser(action, help=text)
+        connection(a)
+        if action == "add":
+            a.add_argument("--allow-principal", action="append", default=[], metavar="P",
+                           help="e.g. User:alice (repeatable)")
+            a.add_argument("--deny-principal", action="append", default=[], metavar="P")
+            a.add_argument("--allow-host", action="append", default=[], metavar="IP",
+                           help="hosts the allow ACLs apply to (default *)")
+            a.add_argument("--deny-host", action="append", default=[], metavar="IP",
+                           help="hosts the deny ACLs apply to (default *)")
+        else:
+            a.add_argument("--principal", action="append", default=[], metavar="P",
+                           help="only ACLs of this principal (repeatable; default any)")
+        a.add_argument("--operation", action="append", default=[], type=_acl_operation,
+                       metavar="OP", help="Read, Write, Create, Delete, Alter, Describe, "
+                       "ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite, All "
+                       "(repeatable; add defaults to All, list/remove to any)")
+        a.add_argument("--topic", action="append", default=[], metavar="T",
+                       help="a topic name, a prefix, or * (repeatable)")
+        a.add_argument("--group", action="append", default=[], metavar="G")
+        a.add_argument("--cluster", action="store_true", help="the cluster resource")
+        a.add_argument("--resource-pattern-type", type=_pattern_type,
+                       default=PatternType.LITERAL if action == "add" else None,
+                       help="literal or prefixed (add; default literal); any, match, literal "
+                       "or prefixed (list/remove; default any for list, literal for remove)")
+
     co = sub.add_parser("consume", help="a console consumer group: print messages "
                         "(kafka-console-consumer)")
     co.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
@@ -274,6 +323,108 @@ def build_parser() -> argparse.ArgumentParser:
                     "and loadtest.png")
     lt.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
+
+
+def _acl_operation(raw: str) -> AclOperation:
+    key = raw.replace("-", "").replace("_", "").lower()
+    for op in AclOperation:
+        if op.name.replace("_", "").lower() == key and op not in (AclOperation.UNKNOWN,
+                                                                    AclOperation.ANY):
+            return op
+    raise argparse.ArgumentTypeError(f"unknown operation {raw!r}")
+
+
+def _pattern_type(raw: str) -> PatternType:
+    try:
+        pt = PatternType[raw.upper()]
+    except KeyError:
+        pt = PatternType.UNKNOWN
+    if pt is PatternType.UNKNOWN:
+        raise argparse.ArgumentTypeError(f"unknown resource pattern type {raw!r}")
+    return pt
+
+
+def _acl_resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
+    resources = [(ResourceType.TOPIC, t) for t in args.topic]
+    resources += [(ResourceType.GROUP, g) for g in args.group]
+    if args.cluster:
+        resources.append((ResourceType.CLUSTER, CLUSTER_NAME))
+    return resources
+
+
+def _acl_filters(args: argparse.Namespace) -> list[AclFilter]:
+    """list/remove: one filter per resource x principal x operation given (any, if none)."""
+    pattern = args.resource_pattern_type
+    if pattern is None:
+        pattern = PatternType.ANY if args.action == "list" else PatternType.LITERAL
+    resources: list[tuple[ResourceType, str | None]] = list(_acl_resources(args)) or \
+        [(ResourceType.ANY, None)]
+    principals: list[str | None] = list(args.principal) or [None]
+    ops = list(args.operation) or [AclOperation.ANY]
+    return [AclFilter(rt, pattern, name, p, None, op, AclPermission.ANY)
+            for rt, name in resources for p in principals for op in ops]
+
+
+def _acl_add_bindings(args: argparse.Namespace) -> list[AclBinding]:
+    resources = _acl_resources(args)
+    if not resources:
+        raise ValueError("name a resource: --topic, --group or --cluster")
+    if not (args.allow_principal or args.deny_principal):
+        raise ValueError("name a principal: --allow-principal or --deny-principal")
+    if args.resource_pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+        raise ValueError("acls add takes --resource-pattern-type literal or prefixed")
+    ops = list(args.operation) or [AclOperation.ALL]
+    out = []
+    for perm, principals, hosts in (
+            (AclPermission.ALLOW, args.allow_principal, args.allow_host or ["*"]),
+            (AclPermission.DENY, args.deny_principal, args.deny_host or ["*"])):
+        for rt, name in resources:
+            for p in principals:
+                for host in hosts:
+                    for op in ops:
+                        b = AclBinding(ResourcePattern(rt, args.resource_pattern_type, name),
+                                       AccessEntry(p, host, op, perm))
+                        try:
+                            b.validate()
+                        except InvalidAcl as e:
+                            raise ValueError(str(e)) from None
+                        out.append(b)
+    return out
+
+
+def _print_acls(bindings: Sequence[AclBinding], out: Any) -> None:
+    """kafka-acls' listing: one block per resource pattern."""
+    by_pattern: dict[ResourcePattern, list[AccessEntry]] = {}
+    for b in bindings:
+        by_pattern.setdefault(b.pattern, []).append(b.entry)
+    for pattern in sorted(by_pattern, key=str):
+        print(f"Current ACLs for resource `ResourcePattern(resourceType="
+              f"{pattern.resource_type.name}, name={pattern.name}, patternType="
+              f"{pattern.pattern_type.name})`:", file=out)
+        for e in sorted(by_pattern[pattern], key=lambda e: (e.principal, e.host, e.operation)):
+            print(f" \t(principal={e.principal}, host={e.host}, operation={e.operation.name}, "
+                  f"permissionType={e.permission.name})", file=out)
+        print("", file=out)
+
+
+def run_acls(args: argparse.Namespace, admin: AdminClient, out: Any = sys.stdout) -> None:
+    if args.action == "add":
+        bindings = _acl_add_bindings(args)
+        admin.create_acls(bindings)
+        print(f"Adding ACLs: {len(bindings)}", file=out)
+        _print_acls(bindings, out)
+        return
+    filters = _acl_filters(args)
+    if args.action == "list":
+        found: dict[AclBinding, None] = {}  # in order, once each
+        for f in filters:
+            for b in admin.describe_acls(f):
+                found[b] = None
+        _print_acls(list(found), out)
+        return
+    removed = [b for group in admin.delete_acls(filters) for b in group]
+    print(f"Removed ACLs: {len(removed)}", file=out)
+    _print_acls(removed, out)
 
 
 def _metrics_urls(items: Sequence[str]) -> dict[int, str]:
@@ -600,6 +751,9 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
             raise _Stopped(code)  # stopped by a signal, after leaving cleanly
         return
     admin = _client(args)
+    if args.area == "acls":
+        run_acls(args, _client(args), out)
+        return
     if args.area == "reassign":
         run_reassign(args, admin, out)
         return

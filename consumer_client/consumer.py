@@ -359,7 +359,7 @@ class Consumer:
             resp = await self.cluster.request_address(
                 (host, port), ApiKey.COMMIT_OFFSETS,
                 {"group_id": self.config.group_id, "consumer_id": self.config.consumer_id,
-                 "offsets": offsets}, version=0)
+                 "session_id": self._session_id, "offsets": offsets}, version=1)
         except NETWORK_ERRORS as e:
             raise CommitFailed(f"commit to the coordinator at {host}:{port} failed: {e}") from e
         errors = {(p.topic, p.partition): ErrorCode(p.error_code).name

@@ -53,8 +53,12 @@ class ConsumerRegistry:
     channel: Any = None
     registered_at: float = 0.0
     #: Drawn at registration and returned only to this member (RegisterConsumer v1): an
-    #: UnregisterConsumer must carry it, so nobody else can make the member leave.
+    #: UnregisterConsumer or a CommitOffsets (v1) must carry it, so nobody else can make the
+    #: member leave or commit in its name.
     session_id: int = 0
+    #: The principal of the registering connection (``User:alice``); a commit or leave must
+    #: come from the same one.
+    principal: str = "User:ANONYMOUS"
     failed_pings: int = 0
     ping_outstanding: bool = False
     ping_seq: int = 0

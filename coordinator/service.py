@@ -94,6 +94,12 @@ class CoordinatorConfig:
         )
 
 
+def _principal_of(proto: Any) -> str:
+    """The principal text of a connection (``User:ANONYMOUS`` when it carries none)."""
+    security = getattr(proto, "security", None)
+    return "User:ANONYMOUS" if security is None else str(security.principal)
+
+
 def _error(code: ErrorCode, message: str) -> dict:
     return {"error_code": int(code), "error_message": message}
 
@@ -333,7 +339,8 @@ class CoordinatorService:
         channel = self.channel_factory()
         c = ConsumerRegistry(body.group_id, cid, tc, body.topic_count, bool(body.auto_commit),
                              reset, timeout, host=getattr(proto, "peer", "?"), channel=channel,
-                             registered_at=now, session_id=secrets.randbits(63) or 1)
+                             registered_at=now, session_id=secrets.randbits(63) or 1,
+                             principal=_principal_of(proto))
         try:
             g = self.registries.add_member(c, now)
         except DuplicateConsumer:  # pragma: no cover - checked above on the same thread
@@ -661,7 +668,12 @@ class CoordinatorService:
 
     # -- CommitOffsets (seed §13 active commit) ----------------------------------------------------
 
-    async def commit_offsets(self, header: Any, body: Any) -> dict:
+    async def commit_offsets(self, header: Any, body: Any, *, principal: str | None = None,
+                             topic_allowed: Callable[[str], bool] | None = None) -> dict:
+        """Only the member itself may commit: the request must carry the session id of its
+        current registration (v1; a v0 commit cannot prove it and is refused) and come from
+        the principal that registered. ``topic_allowed`` (the ACL check) refuses partitions of
+        topics the principal may not READ. Any refusal changes nothing."""
         refused = self._not_coordinator()
         if refused is not None:
             return {**refused, "partitions": []}
@@ -671,8 +683,16 @@ class CoordinatorService:
                              f"consumer {body.consumer_id!r} is not a member of group "
                              f"{body.group_id!r} at this coordinator; register first"),
                     "partitions": []}
+        if not self._is_own_session(c, getattr(body, "session_id", 0), principal):
+            log.info("refused a commit for consumer {c} of group {g}: not that member's current "
+                     "registration", c=body.consumer_id, g=body.group_id)
+            return {**_error(ErrorCode.UNKNOWN_MEMBER_ID,
+                             f"consumer {body.consumer_id!r} has no registration in group "
+                             f"{body.group_id!r} with this session id (CommitOffsets v1) and "
+                             "principal; a member can only commit for itself"),
+                    "partitions": []}
         g = self.registries.groups[c.group_id]
-        results, accepted, problems = self._check_offsets(c, g, body.offsets)
+        results, accepted, problems = self._check_offsets(c, g, body.offsets, topic_allowed)
         g.record_offsets(c, ((o.topic, o.partition, o.offset) for o in body.offsets
                              if (o.topic, o.partition) in accepted))
         failed = await self._commit_accepted(g, accepted)
@@ -681,16 +701,32 @@ class CoordinatorService:
         return {"error_code": 0, "error_message": "; ".join(problems) or None,
                 "partitions": results}
 
-    def _check_offsets(self, c: ConsumerRegistry, g: GroupRegistry, offsets: Any
+    @staticmethod
+    def _is_own_session(c: ConsumerRegistry, session_id: int, principal: str | None) -> bool:
+        """Whether a request naming member ``c`` proves to be that member's own: the session
+        id of its live registration, from the principal that registered (when known)."""
+        if not c.alive or c.session_id == 0:
+            return False
+        if principal is not None and principal != c.principal:
+            return False
+        return secrets.compare_digest(c.session_id.to_bytes(8, "big"),
+                                      (session_id & (2**64 - 1)).to_bytes(8, "big"))
+
+    def _check_offsets(self, c: ConsumerRegistry, g: GroupRegistry, offsets: Any,
+                       topic_allowed: Callable[[str], bool] | None = None
                        ) -> tuple[list[dict], set[TopicPartition], list[str]]:
-        """Which of a member's offsets may be committed: only partitions it owns, never
-        behind the group's offset. Returns (per-partition results, accepted, problems)."""
+        """Which of a member's offsets may be committed: only partitions it owns, of topics
+        it may READ, never behind the group's offset. Returns (per-partition results,
+        accepted, problems)."""
         results = []
         accepted: set[TopicPartition] = set()
         problems = []
         for o in offsets:
             tp = (o.topic, o.partition)
-            if tp not in c.owned:
+            if topic_allowed is not None and not topic_allowed(o.topic):
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                problems.append(f"{o.topic}-{o.partition}: READ on the topic is not allowed")
+            elif tp not in c.owned:
                 code = ErrorCode.REBALANCE_IN_PROGRESS if g.state == "rebalancing" else \
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 problems.append(f"{o.topic}-{o.partition} is not owned by {c.consumer_id}")
@@ -719,7 +755,8 @@ class CoordinatorService:
 
     # -- UnregisterConsumer (a member leaves) ------------------------------------------------------
 
-    async def unregister_consumer(self, header: Any, body: Any) -> dict:
+    async def unregister_consumer(self, header: Any, body: Any, *,
+                                  principal: str | None = None) -> dict:
         """A member leaves: check that the request is the member's own (its consumer id and the
         session id of its current registration), take and write its final offsets as
         CommitOffsets does, then remove it at once and rebalance its group. Any refusal changes
@@ -729,9 +766,7 @@ class CoordinatorService:
         if refused is not None:
             return {**refused, "partitions": []}
         c = self.registries.member(body.group_id, body.consumer_id)
-        if c is None or not c.alive or c.session_id == 0 or \
-                not secrets.compare_digest(c.session_id.to_bytes(8, "big"),
-                                           (body.session_id & (2**64 - 1)).to_bytes(8, "big")):
+        if c is None or not self._is_own_session(c, body.session_id, principal):
             log.info("refused a leave for consumer {c} of group {g}: not that member's current "
                      "registration", c=body.consumer_id, g=body.group_id)
             return {**_error(ErrorCode.UNKNOWN_MEMBER_ID,

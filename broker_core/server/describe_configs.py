@@ -27,7 +27,7 @@ What it reports, Kafka's way:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from twisted.logger import Logger
@@ -72,7 +72,8 @@ class _ResourceError(Exception):
 
 
 async def describe_configs(body: Any, *, version: int, store: Any, broker_config: BrokerConfig,
-                           broker_id: int) -> dict[str, Any]:
+                           broker_id: int, refuse: Callable[[Any], ErrorCode | None] | None = None
+                           ) -> dict[str, Any]:
     """The DescribeConfigs response body for ``body`` (a decoded request, v1+).
 
     Invariant: one result per requested resource, in request order, each echoing the request's
@@ -80,6 +81,8 @@ async def describe_configs(body: Any, *, version: int, store: Any, broker_config
     ``error_message`` and no configs. ``store`` is read, never written. ``version`` is the
     request's version; the answer does not depend on it, since every field filled here exists
     from v1, the lowest served (``config_type``/``documentation``, v3+, stay at their defaults).
+    ``refuse(resource)`` (the ACL check) gives the error a resource is answered with instead of
+    its configs, or None to describe it.
     """
     del version
     builtin = _builtin_broker_values(broker_config)
@@ -89,6 +92,12 @@ async def describe_configs(body: Any, *, version: int, store: Any, broker_config
         result: dict[str, Any] = {"error_code": 0, "error_message": None,
                                   "resource_type": res.resource_type,
                                   "resource_name": res.resource_name, "configs": []}
+        denied = None if refuse is None else refuse(res)
+        if denied is not None:
+            result["error_code"] = int(denied)
+            result["error_message"] = "DESCRIBE_CONFIGS on this resource is not allowed"
+            results.append(result)
+            continue
         try:
             if res.resource_type == ResourceType.TOPIC:
                 entries = await _topic_entries(store, res.resource_name, broker_config, static,

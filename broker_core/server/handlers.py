@@ -14,10 +14,28 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from broker_core import topic_admin
+from broker_core import acl_store, topic_admin
 from broker_core.metadata_cache import BrokerEndpoint, MetadataCache, PartitionState
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
+from broker_core.security.acl import (
+    CLUSTER_NAME,
+    AclFilter,
+    AclOperation,
+    Authorizer,
+    InvalidAcl,
+    ResourceType,
+    binding,
+    group_by_pattern,
+)
+from broker_core.security.principal import plaintext
+from broker_core.server.authorization import (
+    CONTROL_PLANE,
+    RULES,
+    Access,
+    Scope,
+    is_control_plane,
+)
 from broker_core.server.describe_configs import describe_configs
 from broker_core.server.protocol import NO_RESPONSE
 from broker_core.server.user_admin import UserAdminApis
@@ -40,6 +58,14 @@ METADATA_WARMUP_MS = 30000
 #: user APIs check its principal).
 _WITH_CONNECTION = frozenset({ApiKey.REGISTER_CONSUMER, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
                               ApiKey.ALTER_USER_SCRAM_CREDENTIALS})
+#: APIs whose handler checks ACLs per topic or group and so gets the connection's
+#: :class:`~broker_core.server.authorization.Access`.
+_WITH_ACCESS = frozenset({
+    ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS,
+    ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_CONFIGS, ApiKey.COMMIT_OFFSETS,
+    ApiKey.UNREGISTER_CONSUMER, ApiKey.DESCRIBE_CONSUMER_GROUPS, ApiKey.API_VERSIONS})
+_TOPIC_DENIED = "TOPIC_AUTHORIZATION_FAILED"
 
 
 def _code(name: str | None) -> int:
@@ -67,6 +93,8 @@ class RequestHandler(UserAdminApis):
         controller: Any = None,
         when_registered: Callable[[], defer.Deferred] | None = None,
         coordinator: Any = None,
+        authorizer: Authorizer | None = None,
+        control_plane_closed: bool = False,
     ) -> None:
         self.broker_id = broker_id
         self.config = config
@@ -84,6 +112,13 @@ class RequestHandler(UserAdminApis):
         #: The consumer coordinator (coordinator.service.CoordinatorService); None: this broker
         #: hosts none and answers its APIs with COORDINATOR_NOT_AVAILABLE.
         self.coordinator = coordinator
+        #: The ACLs (broker_core.security.acl); None: no authorizer, every client may do
+        #: everything but the control plane (Kafka without ``authorizer.class.name``).
+        self.authorizer = authorizer
+        #: When on, the control plane (broker_core.server.authorization.CONTROL_PLANE and a
+        #: follower's Fetch and OffsetForLeaderEpoch) is served only to connections that proved
+        #: the cluster credential; off until brokers authenticate to each other.
+        self.control_plane_closed = control_plane_closed
         self._metadata_waiters: list[tuple[Callable[[], bool], defer.Deferred]] = []
         self._dispatch = {
             ApiKey.API_VERSIONS: self.api_versions,
@@ -95,6 +130,9 @@ class RequestHandler(UserAdminApis):
             ApiKey.DELETE_TOPICS: self.delete_topics,
             ApiKey.CREATE_PARTITIONS: self.create_partitions,
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.DESCRIBE_ACLS: self.describe_acls,
+            ApiKey.CREATE_ACLS: self.create_acls,
+            ApiKey.DELETE_ACLS: self.delete_acls,
             ApiKey.LEADER_AND_ISR: self.leader_and_isr,
             ApiKey.STOP_REPLICA: self.stop_replica,
             ApiKey.UPDATE_METADATA: self.update_metadata,
@@ -116,22 +154,52 @@ class RequestHandler(UserAdminApis):
         }
 
     def __call__(self, request: Any, proto: Any) -> Any:
-        handler = self._dispatch.get(request.header.api_key)
+        """Authorize (broker_core.server.authorization's gates), then dispatch."""
+        header, body = request.header, request.body
+        key = header.api_key
+        handler = self._dispatch.get(key)
         if handler is None:
-            raise NotImplementedError(f"api {request.header.api_key} has no handler")
-        if request.header.api_key in _WITH_CONNECTION:
-            return handler(request.header, request.body, proto)
-        return handler(request.header, request.body)
+            raise NotImplementedError(f"api {key} has no handler")
+        security = getattr(proto, "security", None)
+        if security is None:  # a connection without a listener (in-process tools)
+            security = plaintext()
+        control = is_control_plane(key, body)
+        if control and self.control_plane_closed and not security.is_broker:
+            return self._refuse(header, body, security, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                "the control plane is served to brokers only")
+        access = Access(self.authorizer, security)
+        if not access.unrestricted and not control:
+            rule = RULES.get(key)
+            if rule is not None and rule.scope is not Scope.RESOURCES:
+                name = CLUSTER_NAME if rule.scope is Scope.CLUSTER else body.group_id
+                if not access.allows(rule.operation, rule.resource_type, name):
+                    return self._refuse(header, body, security, rule.error,
+                                        f"{rule.operation.name} on {name} is not allowed")
+        if key in _WITH_CONNECTION:
+            return handler(header, body, proto)
+        if key in _WITH_ACCESS:
+            return handler(header, body, access)
+        return handler(header, body)
+
+    def _refuse(self, header: Any, body: Any, security: Any, error: ErrorCode,
+                why: str) -> dict:
+        """The API's error response carrying ``error``: the request is not handled."""
+        name = ApiKey(header.api_key).name
+        self.log.info("refused {api} from {who}: {why}", api=name, who=security, why=why)
+        answer = SUPPORTED[ApiKey(header.api_key)].error_body(header.api_version, body,
+                                                              int(error))
+        if answer is None:  # pragma: no cover - every served API has an error body
+            raise RuntimeError(f"{name} has no error response")
+        return answer
 
     def authorize_cluster(self, proto: Any, operation: str) -> bool:
         """Whether ``proto``'s principal may do ``operation`` (``"ALTER"``, ``"DESCRIBE"``)
-        on the CLUSTER resource. The seam the ACL authorizer takes over; until then a
-        connection is refused only when it is on a SASL listener and has not authenticated
-        (or carries no security record at all)."""
+        on the CLUSTER resource (the user APIs ask it; :data:`RULES` has already asked the
+        same before dispatch, so this is the handler's own guard, not a second policy)."""
         security = getattr(proto, "security", None)
         if security is None:
             return False
-        return security.authenticated or not security.protocol.uses_sasl
+        return Access(self.authorizer, security).allows_cluster(AclOperation[operation])
 
     # -- consumer coordination (seed 001) ---------------------------------------------------------
 
@@ -151,20 +219,40 @@ class RequestHandler(UserAdminApis):
             return self._no_coordinator()
         return self.coordinator.register_consumer(header, body, proto)
 
-    def commit_offsets(self, header: Any, body: Any) -> Any:
+    def commit_offsets(self, header: Any, body: Any, access: Access) -> Any:
         if self.coordinator is None:
             return self._no_coordinator(partitions=[])
-        return self.coordinator.commit_offsets(header, body)
+        # The group's READ was checked before dispatch; each topic needs READ too (Kafka's
+        # OffsetCommit).
+        rule = RULES[ApiKey.FETCH]
+        return self.coordinator.commit_offsets(
+            header, body, principal=str(access.security.principal),
+            topic_allowed=lambda topic: access.allows_topic(rule, topic))
 
-    def unregister_consumer(self, header: Any, body: Any) -> Any:
+    def unregister_consumer(self, header: Any, body: Any, access: Access) -> Any:
         if self.coordinator is None:
             return self._no_coordinator(partitions=[])
-        return self.coordinator.unregister_consumer(header, body)
+        return self.coordinator.unregister_consumer(
+            header, body, principal=str(access.security.principal))
 
-    def describe_consumer_groups(self, header: Any, body: Any) -> dict:
+    def describe_consumer_groups(self, header: Any, body: Any, access: Access) -> dict:
+        """Groups the principal may not DESCRIBE are left out of an all-groups answer and
+        answered GROUP_AUTHORIZATION_FAILED, with nothing about them, when named."""
         if self.coordinator is None:
             return self._no_coordinator(groups=[])
-        return self.coordinator.describe_consumer_groups(header, body)
+        answer = self.coordinator.describe_consumer_groups(header, body)
+        if access.unrestricted or answer.get("error_code"):
+            return answer
+        rule = RULES[ApiKey.DESCRIBE_CONSUMER_GROUPS]
+        groups = []
+        for g in answer["groups"]:
+            if access.allows(rule.operation, ResourceType.GROUP, g["group_id"]):
+                groups.append(g)
+            elif body.groups is not None:
+                groups.append({"group_id": g["group_id"], "error_code": int(rule.error),
+                               "state": "dead", "generation_id": -1, "rebalance_failures": 0,
+                               "members": [], "offsets": []})
+        return {**answer, "groups": groups}
 
     def coordinator_only(self, header: Any, body: Any) -> dict:
         """Ping / StopFetcher / StartFetcher travel from the coordinator to a consumer on its
@@ -179,20 +267,23 @@ class RequestHandler(UserAdminApis):
 
     # -- ApiVersions ------------------------------------------------------------------------------
 
-    def api_versions(self, header: Any, body: Any) -> dict:
+    def api_versions(self, header: Any, body: Any, access: Access) -> dict:
+        # Sluice-only APIs (1000 up) are left out: Kafka clients need not see them; the
+        # control plane is shown to brokers only.
+        hidden = () if access.security.is_broker else CONTROL_PLANE
         return {
             "error_code": 0,
             "api_keys": [
                 {"api_key": int(k), "min_version": s.min_version, "max_version": s.max_version}
-                # Sluice-only APIs (1000 up) are left out: Kafka clients need not see them.
-                for k, s in sorted(SUPPORTED.items()) if k in self._dispatch and k < SLUICE_API_KEYS_FROM
+                for k, s in sorted(SUPPORTED.items())
+                if k in self._dispatch and k < SLUICE_API_KEYS_FROM and k not in hidden
             ],
             "throttle_time_ms": 0,
         }
 
     # -- Metadata ---------------------------------------------------------------------------------
 
-    async def metadata(self, header: Any, body: Any) -> dict:
+    async def metadata(self, header: Any, body: Any, access: Access) -> dict:
         if self.cache.controller_epoch < 0:
             # Just started: no UpdateMetadata yet, so the cache knows no brokers. An empty broker
             # list makes clients drop their connections to every broker, failing (and with
@@ -202,8 +293,10 @@ class RequestHandler(UserAdminApis):
                                       METADATA_WARMUP_MS)
         requested = body.topics
         names: list[str]
+        describe = RULES[ApiKey.METADATA]
         if requested is None:
-            names = sorted(self.cache.topics)
+            # Only the topics the principal may DESCRIBE (Kafka's all-topics answer).
+            names = [t for t in sorted(self.cache.topics) if access.allows_topic(describe, t)]
         else:
             names = [t.name for t in requested if t.name is not None]
         auto = (header.api_version < 4 or body.allow_auto_topic_creation) and \
@@ -212,8 +305,17 @@ class RequestHandler(UserAdminApis):
         topics = []
         for name in names:
             parts = self.cache.topics.get(name)
+            described = access.allows_topic(describe, name)
             if parts is None:
-                topics.append(await self._unknown_topic_metadata(name, auto))
+                creatable = auto and access.may_create_topic(name)
+                if not described and not creatable:
+                    # Whether it exists is not told to whom may not DESCRIBE it.
+                    topics.append(self._topic_denied_metadata(name))
+                    continue
+                topics.append(await self._unknown_topic_metadata(name, creatable))
+                continue
+            if not described:
+                topics.append(self._topic_denied_metadata(name))
                 continue
             topics.append({
                 "error_code": 0,
@@ -252,6 +354,12 @@ class RequestHandler(UserAdminApis):
             "offline_replicas": [r for r in st.replicas if r not in self.cache.brokers],
         }
 
+    @staticmethod
+    def _topic_denied_metadata(name: str) -> dict:
+        return {"name": name, "is_internal": False, "partitions": [],
+                "topic_authorized_operations": -2147483648,
+                "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
+
     async def _unknown_topic_metadata(self, name: str, auto_create: bool) -> dict:
         entry = {"name": name, "is_internal": False, "partitions": [],
                  "topic_authorized_operations": -2147483648}
@@ -275,26 +383,38 @@ class RequestHandler(UserAdminApis):
 
     # -- Produce ----------------------------------------------------------------------------------
 
-    def produce(self, header: Any, body: Any) -> Any:
+    def produce(self, header: Any, body: Any, access: Access) -> Any:
         acks = body.acks
         if acks not in (0, 1, -1):
             return self._produce_response(body, {}, "INVALID_REQUIRED_ACKS")
         if body.transactional_id is not None:
             return self._produce_response(body, {}, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
-        entries = [(t.name, p.index, p.records) for t in body.topic_data for p in t.partition_data]
+        denied = self._denied_topics(access, ApiKey.PRODUCE, (t.name for t in body.topic_data))
+        entries = [(t.name, p.index, p.records) for t in body.topic_data for p in t.partition_data
+                   if t.name not in denied]
         d = self.replicas.append(acks, body.timeout_ms, entries)
         if acks == 0:
             return NO_RESPONSE
-        d.addCallback(lambda results: self._produce_response(body, results, None))
+        d.addCallback(lambda results: self._produce_response(body, results, None, denied))
         return d
 
-    def _produce_response(self, body: Any, results: dict, all_error: str | None) -> dict:
+    @staticmethod
+    def _denied_topics(access: Access, api: ApiKey, topics: Any) -> frozenset[str]:
+        """The topics of a request the connection may not act on as ``api`` requires."""
+        if access.unrestricted:
+            return frozenset()
+        rule = RULES[api]
+        return frozenset(t for t in set(topics) if not access.allows_topic(rule, t))
+
+    def _produce_response(self, body: Any, results: dict, all_error: str | None,
+                          denied: frozenset[str] = frozenset()) -> dict:
         responses = []
         for t in body.topic_data:
             parts = []
             for p in t.partition_data:
                 r = results.get((t.name, p.index))
-                error = all_error if r is None else r.error
+                error = (_TOPIC_DENIED if t.name in denied else all_error) if r is None \
+                    else r.error
                 parts.append({
                     "index": p.index,
                     "error_code": _code(error),
@@ -311,7 +431,7 @@ class RequestHandler(UserAdminApis):
 
     # -- Fetch ------------------------------------------------------------------------------------
 
-    def fetch(self, header: Any, body: Any) -> Any:
+    def fetch(self, header: Any, body: Any, access: Access) -> Any:
         # replica_id >= 0: a follower (our own brokers); -1: a consumer.
         requests = []
         for t in body.topics:
@@ -327,9 +447,23 @@ class RequestHandler(UserAdminApis):
         if ctx.error is not None:
             return {"throttle_time_ms": 0, "error_code": _code(ctx.error), "session_id": 0,
                     "responses": []}
-        d = self.replicas.fetch(ctx.entries, max_wait_ms=body.max_wait_ms,
+        # READ per topic, over every partition of the session (not only those this request
+        # names): an ACL removed mid-session takes effect at the next fetch. A follower's
+        # fetch was authorized as a whole before dispatch.
+        entries = ctx.entries
+        denied: frozenset[str] = frozenset()
+        if body.replica_id < 0:
+            denied = self._denied_topics(access, ApiKey.FETCH, (e[0] for e in entries))
+        if denied:
+            entries = [e for e in entries if e[0] not in denied]
+        d = self.replicas.fetch(entries, max_wait_ms=body.max_wait_ms,
                                 min_bytes=body.min_bytes, max_bytes=body.max_bytes,
                                 replica_id=body.replica_id)
+        if denied:
+            from broker_core.replica.manager import FetchResult
+            refused = [(e[0], e[1], FetchResult(error=_TOPIC_DENIED)) for e in ctx.entries
+                       if e[0] in denied]
+            d.addCallback(lambda results: [*results, *refused])
         d.addCallback(lambda results: self._fetch_response(ctx.select(results), ctx.session_id))
         return d
 
@@ -363,13 +497,17 @@ class RequestHandler(UserAdminApis):
 
     # -- ListOffsets ------------------------------------------------------------------------------
 
-    def list_offsets(self, header: Any, body: Any) -> dict:
+    def list_offsets(self, header: Any, body: Any, access: Access) -> dict:
+        denied = self._denied_topics(access, ApiKey.LIST_OFFSETS, (t.name for t in body.topics))
         topics = []
         for t in body.topics:
             parts = []
             for p in t.partitions:
-                error, ts, offset, epoch = self.replicas.list_offset(t.name, p.partition_index,
-                                                                     p.timestamp)
+                if t.name in denied:
+                    error, ts, offset, epoch = _TOPIC_DENIED, -1, -1, -1
+                else:
+                    error, ts, offset, epoch = self.replicas.list_offset(
+                        t.name, p.partition_index, p.timestamp)
                 entry = {"partition_index": p.partition_index, "error_code": _code(error),
                          "timestamp": ts, "offset": offset, "old_style_offsets": []}
                 if header.api_version >= 4:  # leader_epoch is not in v1-v3 (nor ignorable)
@@ -380,7 +518,7 @@ class RequestHandler(UserAdminApis):
 
     # -- topic administration ---------------------------------------------------------------------
 
-    async def create_topics(self, header: Any, body: Any) -> dict:
+    async def create_topics(self, header: Any, body: Any, access: Access) -> dict:
         results = []
         created = []
         for t in body.topics:
@@ -393,6 +531,11 @@ class RequestHandler(UserAdminApis):
             partitions = t.num_partitions if t.num_partitions != -1 else self.config.num_partitions
             rf = t.replication_factor if t.replication_factor != -1 else \
                 self.config.default_replication_factor
+            if not access.may_create_topic(t.name):
+                entry["error_code"] = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                entry["error_message"] = "CREATE on the cluster or on this topic is not allowed"
+                results.append(entry)
+                continue
             try:
                 result = await topic_admin.create_topic(
                     self.store, t.name, partitions, rf, {c.name: c.value for c in t.configs},
@@ -417,13 +560,17 @@ class RequestHandler(UserAdminApis):
                 body.timeout_ms)
         return {"throttle_time_ms": 0, "topics": results}
 
-    async def delete_topics(self, header: Any, body: Any) -> dict:
+    async def delete_topics(self, header: Any, body: Any, access: Access) -> dict:
         names = list(body.topic_names)
+        denied = self._denied_topics(access, ApiKey.DELETE_TOPICS, names)
         results = []
         deleted = []
         for name in names:
             entry = {"name": name, "error_code": 0, "error_message": None}
-            if not self.config.delete_topic_enable:
+            if name in denied:
+                entry["error_code"] = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                entry["error_message"] = "DELETE on this topic is not allowed"
+            elif not self.config.delete_topic_enable:
                 entry["error_code"] = int(ErrorCode.TOPIC_DELETION_DISABLED)
                 entry["error_message"] = "delete.topic.enable is false on this broker"
             else:
@@ -438,11 +585,18 @@ class RequestHandler(UserAdminApis):
                                       body.timeout_ms)
         return {"throttle_time_ms": 0, "responses": results}
 
-    async def create_partitions(self, header: Any, body: Any) -> dict:
+    async def create_partitions(self, header: Any, body: Any, access: Access) -> dict:
         results = []
         waits = []
+        denied = self._denied_topics(access, ApiKey.CREATE_PARTITIONS,
+                                     (t.name for t in body.topics))
         for t in body.topics:
             entry = {"name": t.name, "error_code": 0, "error_message": None}
+            if t.name in denied:
+                entry["error_code"] = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                entry["error_message"] = "ALTER on this topic is not allowed"
+                results.append(entry)
+                continue
             assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
             try:
                 await topic_admin.add_partitions(self.store, t.name, t.count, assignment,
@@ -458,9 +612,120 @@ class RequestHandler(UserAdminApis):
                 body.timeout_ms)
         return {"throttle_time_ms": 0, "results": results}
 
-    async def describe_configs(self, header: Any, body: Any) -> dict:
+    async def describe_configs(self, header: Any, body: Any, access: Access) -> dict:
         return await describe_configs(body, version=header.api_version, store=self.store,
-                                      broker_config=self.config, broker_id=self.broker_id)
+                                      broker_config=self.config, broker_id=self.broker_id,
+                                      refuse=None if access.unrestricted else
+                                      lambda res: self._config_refusal(access, res))
+
+    @staticmethod
+    def _config_refusal(access: Access, res: Any) -> ErrorCode | None:
+        """DESCRIBE_CONFIGS on the topic, or on the cluster for a broker's configs."""
+        op = AclOperation.DESCRIBE_CONFIGS
+        if res.resource_type == 2:  # TOPIC
+            if not access.allows(op, ResourceType.TOPIC, res.resource_name):
+                return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif not access.allows_cluster(op):
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return None
+
+    # -- ACLs (Kafka's DescribeAcls / CreateAcls / DeleteAcls) ------------------------------------
+
+    def _security_disabled(self) -> str:
+        return "no authorizer is configured on this broker (authorizer.enabled=false)"
+
+    def describe_acls(self, header: Any, body: Any) -> dict:
+        if self.authorizer is None:
+            return {"throttle_time_ms": 0, "error_code": int(ErrorCode.SECURITY_DISABLED),
+                    "error_message": self._security_disabled(), "resources": []}
+        try:
+            f = AclFilter.from_wire(body.resource_type_filter, body.pattern_type_filter,
+                                    body.resource_name_filter, body.principal_filter,
+                                    body.host_filter, body.operation, body.permission_type)
+        except InvalidAcl as e:
+            return {"throttle_time_ms": 0, "error_code": int(ErrorCode.INVALID_REQUEST),
+                    "error_message": str(e), "resources": []}
+        resources = [
+            {"resource_type": int(p.resource_type), "resource_name": p.name,
+             "pattern_type": int(p.pattern_type),
+             "acls": [{"principal": e.principal, "host": e.host, "operation": int(e.operation),
+                       "permission_type": int(e.permission)} for e in entries]}
+            for p, entries in group_by_pattern(self.authorizer.matching(f)).items()]
+        if header.api_version == 0:  # v0 cannot say a pattern is PREFIXED
+            resources = [r for r in resources if r["pattern_type"] == 3]
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                "resources": resources}
+
+    async def create_acls(self, header: Any, body: Any) -> dict:
+        results: list[dict] = []
+        valid = []
+        for c in body.creations:
+            if self.authorizer is None:
+                results.append({"error_code": int(ErrorCode.SECURITY_DISABLED),
+                                "error_message": self._security_disabled()})
+                continue
+            try:
+                valid.append(binding(c.resource_type, c.resource_pattern_type, c.resource_name,
+                                     c.principal, c.host, c.operation, c.permission_type))
+            except InvalidAcl as e:
+                results.append({"error_code": int(ErrorCode.INVALID_REQUEST),
+                                "error_message": str(e)})
+                continue
+            results.append({"error_code": 0, "error_message": None})
+        if valid:
+            try:
+                await acl_store.create_acls(self.store, valid)
+                self.log.info("ACLs created: {acls}", acls="; ".join(str(b) for b in valid))
+            except Exception as e:
+                self.log.failure("CreateAcls failed")
+                for r in results:
+                    if r["error_code"] == 0:
+                        r["error_code"] = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+                        r["error_message"] = f"the ACLs could not be stored: {e}"
+        return {"throttle_time_ms": 0, "results": results}
+
+    async def delete_acls(self, header: Any, body: Any) -> dict:
+        if self.authorizer is None:
+            return {"throttle_time_ms": 0, "filter_results": [
+                {"error_code": int(ErrorCode.SECURITY_DISABLED),
+                 "error_message": self._security_disabled(), "matching_acls": []}
+                for _ in body.filters]}
+        filters: list[AclFilter | None] = []
+        errors: list[str | None] = []
+        for f in body.filters:
+            try:
+                filters.append(AclFilter.from_wire(
+                    f.resource_type_filter, f.pattern_type_filter, f.resource_name_filter,
+                    f.principal_filter, f.host_filter, f.operation, f.permission_type))
+                errors.append(None)
+            except InvalidAcl as e:
+                filters.append(None)
+                errors.append(str(e))
+        good = [f for f in filters if f is not None]
+        try:
+            deleted = iter(await acl_store.delete_acls(self.store, good))
+        except Exception as e:
+            self.log.failure("DeleteAcls failed")
+            return {"throttle_time_ms": 0, "filter_results": [
+                {"error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                 "error_message": f"the ACLs could not be deleted: {e}", "matching_acls": []}
+                for _ in body.filters]}
+        out = []
+        for f, error in zip(filters, errors, strict=True):
+            if f is None:
+                out.append({"error_code": int(ErrorCode.INVALID_REQUEST), "error_message": error,
+                            "matching_acls": []})
+                continue
+            gone = next(deleted)
+            if gone:
+                self.log.info("ACLs deleted: {acls}", acls="; ".join(str(b) for b in gone))
+            out.append({"error_code": 0, "error_message": None, "matching_acls": [
+                {"error_code": 0, "error_message": None,
+                 "resource_type": int(b.pattern.resource_type), "resource_name": b.pattern.name,
+                 "pattern_type": int(b.pattern.pattern_type), "principal": b.entry.principal,
+                 "host": b.entry.host, "operation": int(b.entry.operation),
+                 "permission_type": int(b.entry.permission)} for b in gone]})
+        return {"throttle_time_ms": 0, "filter_results": out}
 
     def _wait_metadata(self, condition: Callable[[], bool], timeout_ms: int) -> defer.Deferred:
         """Fires (with None) when ``condition()`` holds after a metadata update, or on timeout."""
@@ -531,13 +796,20 @@ class RequestHandler(UserAdminApis):
 
     # -- replication -------------------------------------------------------------------------------
 
-    def offset_for_leader_epoch(self, header: Any, body: Any) -> dict:
+    def offset_for_leader_epoch(self, header: Any, body: Any, access: Access) -> dict:
         """Seed 003's leader-generation request: where does ``leader_epoch`` end in the leader's
         log? Answered only by the leader, at the epoch the follower believes current."""
+        denied = self._denied_topics(access, ApiKey.OFFSET_FOR_LEADER_EPOCH,
+                                     (t.topic for t in body.topics))
         topics = []
         for t in body.topics:
             parts = []
             for p in t.partitions:
+                if t.topic in denied:
+                    parts.append({"error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                                  "partition": p.partition, "leader_epoch": -1,
+                                  "end_offset": -1})
+                    continue
                 part, error = self.replicas.leader_partition(t.topic, p.partition,
                                                              p.current_leader_epoch)
                 if part is None:

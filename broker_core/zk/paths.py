@@ -59,10 +59,28 @@ LOG_DIR_EVENT_PREFIX = f"{LOG_DIR_EVENT_NOTIFICATION}/log_dir_event_"
 #: valid only for the registration epoch it names).
 OFFLINE_REPLICAS = "/brokers/offline_replicas"
 
+#: ACL bindings: ``/acls/[resource type]/[pattern type]/[resource name]`` (persistent), e.g.
+#: ``/acls/Topic/literal/orders``, each holding ``{"version":1,"acls":[{"principal":
+#: "User:alice","host":"*","operation":"Read","permissionType":"Allow"}, ...]}`` (Kafka's
+#: ``/kafka-acl`` value); written by CreateAcls/DeleteAcls, watched by every broker
+#: (:mod:`broker_core.acl_store`).
+ACLS = "/acls"
+
+
+def acl_patterns(resource_type: str, pattern_type: str) -> str:
+    """The parent of every pattern of one resource type and pattern type (``Topic``,
+    ``literal``)."""
+    return f"{ACLS}/{resource_type}/{pattern_type}"
+
+
+def acl_resource(resource_type: str, pattern_type: str, name: str) -> str:
+    return f"{ACLS}/{resource_type}/{pattern_type}/{name}"
+
+
 #: Every top-level node Sluice creates (what ``sluice zookeeper secure`` walks when the
 #: cluster has no chroot and the root is shared with other applications).
 TOP_LEVEL_PATHS = (CONTROLLER, CONTROLLER_EPOCH, CONTROLLER_UNREACHABLE, BROKERS, CONFIG, ADMIN,
-                   CONSUMERS, "/cluster", LOG_DIR_EVENT_NOTIFICATION)
+                   CONSUMERS, "/cluster", LOG_DIR_EVENT_NOTIFICATION, ACLS)
 
 #: Persistent paths every broker ensures at start (watches need their parents to exist).
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, PARTITIONS_REASSIGNED,

@@ -232,10 +232,22 @@ async def test_group_owns_every_partition_once_and_offsets_reach_zookeeper(broke
         assert nope.error_code == ErrorCode.GROUP_ID_NOT_FOUND
         assert sum(len(p.partitions) for m in g1.members for p in m.ownership) == 6
 
+        # CommitOffsets forged with a member id DescribeConsumerGroups showed: refused, for v0
+        # (no session id) and for v1 with a wrong one; the offset is unchanged.
+        forged = [{"topic": tp[0], "partition": tp[1], "offset": 1000}]
+        resp = await call(coord, ApiKey.COMMIT_OFFSETS, 0, {
+            "group_id": "g1", "consumer_id": "a", "offsets": forged})
+        assert resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID and resp.partitions == []
+        resp = await call(coord, ApiKey.COMMIT_OFFSETS, 1, {
+            "group_id": "g1", "consumer_id": "a", "session_id": a.session_id ^ 1,
+            "offsets": forged})
+        assert resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID and resp.partitions == []
+        assert await offset_in_zk(store, "g1", *tp) == 42
+
         # CommitOffsets: only for owned partitions, written before the answer.
         other_tp = sorted(b.owned)[0]
-        resp = await call(coord, ApiKey.COMMIT_OFFSETS, 0, {
-            "group_id": "g1", "consumer_id": "a", "offsets": [
+        resp = await call(coord, ApiKey.COMMIT_OFFSETS, 1, {
+            "group_id": "g1", "consumer_id": "a", "session_id": a.session_id, "offsets": [
                 {"topic": tp[0], "partition": tp[1], "offset": 50},
                 {"topic": other_tp[0], "partition": other_tp[1], "offset": 5}]})
         assert resp.error_code == 0

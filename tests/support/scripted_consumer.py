@@ -53,6 +53,7 @@ class ScriptedConsumer:
         self.stops = 0
         self.starts = 0
         self.registrations = 0
+        self.session_id = 0
         self.stopped = False
 
     # -- registration ------------------------------------------------------------------------------
@@ -61,13 +62,14 @@ class ScriptedConsumer:
         """Connect and send RegisterConsumer; on success start answering. Returns the
         response body."""
         self.proto = await connect_client(reactor, host, port, f"scripted-{self.consumer_id}")
-        resp = await self.proto.request(ApiKey.REGISTER_CONSUMER, 0, {
+        resp = await self.proto.request(ApiKey.REGISTER_CONSUMER, 1, {
             "group_id": self.group, "consumer_id": self.consumer_id,
             "topic_count": self.topic_count, "auto_commit": self.auto_commit,
             "auto_offset_reset": self.auto_offset_reset,
             "session_timeout_ms": self.session_timeout_ms})
         if resp.error_code == 0:
             self.registrations += 1
+            self.session_id = resp.session_id  # what a CommitOffsets v1 must carry
             # Thin consumer: nothing is fetched until the coordinator's StartFetcher.
             self.fetching = False
             self.owned = {}

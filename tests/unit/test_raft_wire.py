@@ -27,6 +27,8 @@ from broker_core.raft.messages import (
     VoteResponse,
 )
 from broker_core.raft.snapshots import SnapshotId
+from broker_core.security.principal import Principal, plaintext
+from broker_core.server.authorization import Access
 from broker_core.server.handlers import RequestHandler
 from broker_core.wire import apis
 from broker_core.wire.apis import DEFINED, SUPPORTED, ApiKey
@@ -359,12 +361,16 @@ def test_a_non_quorum_request_is_refused():
 
 # What ApiVersions advertised before the quorum's APIs were defined: (key, min, max).
 ADVERTISED = [(0, 3, 9), (1, 4, 12), (2, 1, 7), (3, 1, 12), (4, 5, 5), (5, 3, 3), (6, 7, 7),
-              (7, 3, 3), (18, 0, 3), (19, 2, 7), (20, 1, 5), (23, 3, 3), (32, 1, 4), (37, 0, 3),
-              (50, 0, 0), (51, 0, 0),  # the SCRAM user APIs, served since
+              (7, 3, 3), (18, 0, 3), (19, 2, 7), (20, 1, 5), (23, 3, 3), (29, 0, 3), (30, 0, 3),
+              (31, 0, 3), (32, 1, 4), (37, 0, 3),
+              (50, 0, 0), (51, 0, 0),  # the SCRAM user APIs
               (56, 0, 1), (63, 0, 0)]
-# RegisterConsumer (1001) is served at v0-v1 (v1: the session id the leave needs); 1007 is the
-# quorum's own DiscoverBrokers; UnregisterConsumer (1008) is a consumer's leave.
-SLUICE_OWN = [(k, 0, 1 if k == 1001 else 0) for k in range(1000, 1007)] + [(1008, 0, 0)]
+#: What a client (any connection but a broker's) is shown: no control-plane API.
+ADVERTISED_TO_CLIENTS = [e for e in ADVERTISED if e[0] not in (4, 5, 6, 7, 56, 63)]
+# RegisterConsumer (1001) is served at v0-v1 (v1: the session id the leave needs) and
+# CommitOffsets (1005) too (v1: the session id that proves the commit is the member's own);
+# 1007 is the quorum's own DiscoverBrokers; UnregisterConsumer (1008) is a consumer's leave.
+SLUICE_OWN = [(k, 0, 1 if k in (1001, 1005) else 0) for k in range(1000, 1007)] + [(1008, 0, 0)]
 
 
 def test_quorum_apis_are_defined_at_kip_595_versions():
@@ -384,7 +390,13 @@ def test_quorum_apis_are_defined_at_kip_595_versions():
 def test_api_versions_advertises_what_it_did_before():
     handler = RequestHandler(broker_id=1, config=None, cache=None, replicas=None, store=None,
                              clock=None, broker_epoch=lambda: 0)
-    answer = handler.api_versions(None, None)
+    client = plaintext()
+    answer = handler.api_versions(None, None, Access(None, client))
+    assert [(e["api_key"], e["min_version"], e["max_version"])
+            for e in answer["api_keys"]] == ADVERTISED_TO_CLIENTS
+    broker = plaintext()
+    broker.authenticate(Principal("User", "__sluice_broker"), is_broker=True)
+    answer = handler.api_versions(None, None, Access(None, broker))
     assert [(e["api_key"], e["min_version"], e["max_version"])
             for e in answer["api_keys"]] == ADVERTISED
     assert [(e["api_key"], e["min_version"], e["max_version"])

@@ -1,0 +1,153 @@
+"""What each API requires of the connection that sends it: the one table of the request handler's
+authorization, and the per-connection view of the authorizer that applies it.
+
+Three gates, in order (:meth:`broker_core.server.handlers.RequestHandler.__call__`):
+
+1. **The control plane** (:data:`CONTROL_PLANE`, and a follower's Fetch or
+   OffsetForLeaderEpoch, ``replica_id >= 0``): served only to a connection that proved it
+   holds the cluster credential (``security.is_broker``) when the handler's
+   ``control_plane_closed`` is on; anyone else gets CLUSTER_AUTHORIZATION_FAILED and the
+   request is not handled at all. ACLs are not asked about the control plane: while it is
+   open (brokers not yet authenticating each other) the cluster's own controller and
+   followers arrive as anonymous clients, and an ACL check could only refuse them (Kafka
+   asks CLUSTER_ACTION of the broker principal instead; here being a broker is the proof).
+2. **Whole-request rules** (``Rule.scope`` CLUSTER or GROUP): one ACL question about the
+   cluster or the request's ``group_id``; a refusal is the API's error response with the rule's
+   error code, and the request is not handled.
+3. **Per-resource rules** (``Rule.scope`` RESOURCES): the handler asks per topic (or group) and
+   answers each refused one with the rule's error, handling the rest (Kafka's behaviour:
+   Produce to two topics, one denied, writes to the other).
+
+With no authorizer (``authorizer.enabled=false``, the default, as Kafka without
+``authorizer.class.name``) gates 2 and 3 allow everything. A broker connection is allowed
+everything. Every served API is in :data:`RULES`, :data:`CONTROL_PLANE` or :data:`UNCHECKED`
+(``tests/integration/test_acl_matrix.py`` checks it).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from broker_core.security.acl import CLUSTER_NAME, AclOperation, Authorizer, ResourceType
+from broker_core.security.principal import ConnectionSecurity
+from broker_core.wire.apis import ApiKey
+from broker_core.wire.errors import ErrorCode
+
+Op, RT = AclOperation, ResourceType
+
+#: The inter-broker APIs that change a broker's or the controller's state (and BrokerHeartbeat,
+#: which keeps a broker registered). A follower's Fetch and OffsetForLeaderEpoch
+#: (``replica_id >= 0``) are too (:func:`is_control_plane`).
+CONTROL_PLANE = frozenset({
+    ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA,
+    ApiKey.CONTROLLED_SHUTDOWN, ApiKey.ALTER_PARTITION, ApiKey.BROKER_HEARTBEAT})
+
+
+class Scope(enum.Enum):
+    CLUSTER = "the cluster, once per request"
+    GROUP = "the request's group_id, once per request"
+    RESOURCES = "each topic or group the request names, by the handler"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What an API requires: ``operation`` on resources of ``resource_type`` (``scope`` says
+    which), refused with ``error``."""
+
+    operation: AclOperation
+    resource_type: ResourceType
+    error: ErrorCode
+    scope: Scope
+
+
+_TOPIC = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+_GROUP = ErrorCode.GROUP_AUTHORIZATION_FAILED
+_CLUSTER = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+#: The ACL each API needs, as Kafka's ``KafkaApis`` asks it.
+RULES: dict[ApiKey, Rule] = {
+    ApiKey.PRODUCE: Rule(Op.WRITE, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    # A consumer's Fetch; a follower's (replica_id >= 0) is the control plane: CLUSTER_ACTION.
+    ApiKey.FETCH: Rule(Op.READ, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    ApiKey.LIST_OFFSETS: Rule(Op.DESCRIBE, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    # Lists only the topics the principal may DESCRIBE; auto-creation also needs CREATE on
+    # the cluster or the topic.
+    ApiKey.METADATA: Rule(Op.DESCRIBE, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: Rule(Op.DESCRIBE, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    # CREATE on the cluster also allows every topic.
+    ApiKey.CREATE_TOPICS: Rule(Op.CREATE, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    ApiKey.DELETE_TOPICS: Rule(Op.DELETE, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    ApiKey.CREATE_PARTITIONS: Rule(Op.ALTER, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    # Per resource: a topic needs it on the topic, a broker on the cluster (then the error is
+    # CLUSTER_AUTHORIZATION_FAILED).
+    ApiKey.DESCRIBE_CONFIGS: Rule(Op.DESCRIBE_CONFIGS, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    ApiKey.DESCRIBE_ACLS: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
+    ApiKey.CREATE_ACLS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
+    ApiKey.DELETE_ACLS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
+    # Sluice's coordinator APIs, as Kafka's group APIs: JoinGroup / LeaveGroup need READ on the
+    # group; OffsetCommit READ on the group and on each topic; DescribeGroups DESCRIBE.
+    ApiKey.REGISTER_CONSUMER: Rule(Op.READ, RT.GROUP, _GROUP, Scope.GROUP),
+    ApiKey.UNREGISTER_CONSUMER: Rule(Op.READ, RT.GROUP, _GROUP, Scope.GROUP),
+    ApiKey.COMMIT_OFFSETS: Rule(Op.READ, RT.GROUP, _GROUP, Scope.GROUP),
+    ApiKey.DESCRIBE_CONSUMER_GROUPS: Rule(Op.DESCRIBE, RT.GROUP, _GROUP, Scope.RESOURCES),
+}
+
+#: Served without any check: version negotiation, the coordinator's address (Kafka's
+#: FindCoordinator answers anyone too), and the coordinator-to-consumer requests a broker only
+#: refuses.
+UNCHECKED = frozenset({ApiKey.API_VERSIONS, ApiKey.CLUSTER_METADATA, ApiKey.PING,
+                       ApiKey.STOP_FETCHER, ApiKey.START_FETCHER})
+
+_FOLLOWER_APIS = frozenset({ApiKey.FETCH, ApiKey.OFFSET_FOR_LEADER_EPOCH})
+
+
+def is_control_plane(api_key: int, body: Any) -> bool:
+    """Whether a request is one only brokers may send."""
+    if api_key in CONTROL_PLANE:
+        return True
+    return api_key in _FOLLOWER_APIS and getattr(body, "replica_id", -1) >= 0
+
+
+class Access:
+    """One connection's view of the authorizer: "may this connection do ``op`` on this?".
+
+    ``authorizer`` None (no ACLs configured) or a broker connection: always yes.
+    """
+
+    __slots__ = ("authorizer", "security")
+
+    def __init__(self, authorizer: Authorizer | None, security: ConnectionSecurity) -> None:
+        self.authorizer = authorizer
+        self.security = security
+
+    @property
+    def unrestricted(self) -> bool:
+        return self.authorizer is None or self.security.is_broker
+
+    def allows(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        if self.unrestricted:
+            return True
+        assert self.authorizer is not None
+        return self.authorizer.authorize(self.security.principal, self.security.peer_host,
+                                         operation, resource_type, name)
+
+    def allows_cluster(self, operation: AclOperation) -> bool:
+        return self.allows(operation, RT.CLUSTER, CLUSTER_NAME)
+
+    def allows_topic(self, rule: Rule, topic: str) -> bool:
+        return self.allows(rule.operation, RT.TOPIC, topic)
+
+    def may_create_topic(self, topic: str) -> bool:
+        """CreateTopics and Metadata's auto-creation: CREATE on the cluster or on the topic."""
+        return self.allows_cluster(Op.CREATE) or self.allows(Op.CREATE, RT.TOPIC, topic)
+
+
+#: The access of a connection made without any security (in-process tools and tests).
+def open_access() -> Access:
+    from broker_core.security.principal import plaintext
+
+    return Access(None, plaintext())

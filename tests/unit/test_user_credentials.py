@@ -13,6 +13,16 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer
 
+from broker_core.security.acl import (
+    CLUSTER_NAME,
+    AccessEntry,
+    AclOperation,
+    AclPermission,
+    Authorizer,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from broker_core.security.principal import ConnectionSecurity, Principal, SecurityProtocol
 from broker_core.security.scram_credential import ScramCredential, salted_password
 from broker_core.security.user_store import (
@@ -119,7 +129,8 @@ def test_a_salted_password_that_does_not_fit_is_refused(salt, salted, iterations
 
 class _Handler(UserAdminApis):
     """The two APIs with RequestHandler's seam and no store at all: a refused request that
-    reached the store would fail on ``None``."""
+    reached the store would fail on ``None``. Its authorizer has no ACLs: everyone but a
+    broker is refused."""
 
     store = None
     authorize_cluster = RequestHandler.authorize_cluster
@@ -142,13 +153,31 @@ def _sasl(authenticated: bool) -> ConnectionSecurity:
     return s
 
 
-def test_authorize_cluster_refuses_only_unauthenticated_sasl_connections():
-    allow = RequestHandler.authorize_cluster
-    assert allow(None, _Proto(ConnectionSecurity("C", SecurityProtocol.PLAINTEXT)), "ALTER")
-    assert allow(None, _Proto(ConnectionSecurity("C", SecurityProtocol.SSL)), "ALTER")
-    assert allow(None, _Proto(_sasl(authenticated=True)), "DESCRIBE")
-    assert not allow(None, _Proto(_sasl(authenticated=False)), "ALTER")
-    assert not allow(None, object(), "ALTER")  # no security record: refused
+def test_authorize_cluster_asks_the_authorizer_about_the_cluster():
+    """The user APIs' guard: with no authorizer anyone may; with one, only a principal allowed
+    the operation on the CLUSTER resource (or a broker connection); no security record: no."""
+    class _H:
+        authorizer = None
+        authorize_cluster = RequestHandler.authorize_cluster
+
+    h = _H()
+    alice = ConnectionSecurity("C", SecurityProtocol.SASL_PLAINTEXT)
+    alice.authenticate(Principal("User", "alice"))
+    mallory = ConnectionSecurity("C", SecurityProtocol.SASL_PLAINTEXT)
+    mallory.authenticate(Principal("User", "mallory"))
+    assert h.authorize_cluster(_Proto(mallory), "ALTER")  # no authorizer: open, as Kafka
+    h.authorizer = Authorizer()
+    h.authorizer.replace_resource(
+        ResourcePattern(ResourceType.CLUSTER, PatternType.LITERAL, CLUSTER_NAME),
+        [AccessEntry("User:alice", "*", AclOperation.ALTER, AclPermission.ALLOW)])
+    assert h.authorize_cluster(_Proto(alice), "ALTER")
+    assert h.authorize_cluster(_Proto(alice), "DESCRIBE")  # ALTER implies DESCRIBE
+    assert not h.authorize_cluster(_Proto(mallory), "ALTER")
+    assert not h.authorize_cluster(_Proto(mallory), "DESCRIBE")
+    broker = ConnectionSecurity("B", SecurityProtocol.SASL_PLAINTEXT)
+    broker.authenticate(Principal("User", "__sluice_broker"), is_broker=True)
+    assert h.authorize_cluster(_Proto(broker), "ALTER")
+    assert not h.authorize_cluster(object(), "ALTER")  # no security record: refused
 
 
 def _alter_body(count: int = 1):

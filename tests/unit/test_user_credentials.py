@@ -129,10 +129,11 @@ def test_a_salted_password_that_does_not_fit_is_refused(salt, salted, iterations
 
 class _Handler(UserAdminApis):
     """The two APIs with RequestHandler's seam and no store at all: a refused request that
-    reached the store would fail on ``None``. Its authorizer has no ACLs: everyone but a
-    broker is refused."""
+    reached the store would fail on ``None``. Its authorizer has no ACLs and one super user,
+    ``User:admin``: everyone else but a broker is refused."""
 
     store = None
+    authorizer = Authorizer(super_users=["User:admin"])
     authorize_cluster = RequestHandler.authorize_cluster
 
     class log:  # noqa: N801 (stands in for a Logger)

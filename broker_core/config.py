@@ -93,6 +93,24 @@ def optional_text(key: str, raw: str) -> str | None:
     return raw.strip() or None
 
 
+def sasl_mechanisms(key: str, raw: str) -> str:
+    """A comma-separated list of SASL mechanisms Sluice implements, each once; normalised to
+    ``A,B`` (read it as a tuple with :meth:`BrokerConfig.sasl_mechanisms`)."""
+    from broker_core.security.sasl import KNOWN_MECHANISMS  # noqa: PLC0415
+
+    names = [n.strip() for n in raw.split(",")]
+    expected = f"a list of {', '.join(KNOWN_MECHANISMS)}"
+    if not names or any(not n for n in names):
+        raise _bad(key, raw, expected)
+    for n in names:
+        if n not in KNOWN_MECHANISMS:
+            raise ConfigError(f"unknown SASL mechanism {n!r} in {key!r} (known: "
+                              f"{', '.join(KNOWN_MECHANISMS)})", key)
+    if len(set(names)) != len(names):
+        raise _bad(key, raw, f"{expected}, each at most once")
+    return ",".join(names)
+
+
 def _port(key: str, raw: str, port: str) -> int:
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise _bad(key, raw, "a port number from 0 to 65535")
@@ -333,6 +351,10 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("quorum.fetch.snapshot.max.bytes", "quorum_fetch_snapshot_max_bytes",
      integer(1, INT_MAX), "1048576"),
     ("cluster.id", "cluster_id", text, "sluice"),
+    # SASL: the cluster login's secret and the mechanisms SASL listeners offer clients.
+    ("cluster.secret.file", "cluster_secret_file", optional_text, None),
+    ("sasl.enabled.mechanisms", "sasl_enabled_mechanisms", sasl_mechanisms,
+     "SCRAM-SHA-256,SCRAM-SHA-512"),
     ("metrics.listener", "metrics_listener", optional_endpoint, None),
     ("num.partitions", "num_partitions", integer(1, INT_MAX), "1"),
     ("default.replication.factor", "default_replication_factor", integer(1, 32767), "1"),
@@ -463,6 +485,10 @@ class BrokerConfig:
     quorum_snapshot_retain_entries: int
     quorum_fetch_snapshot_max_bytes: int
     cluster_id: str
+    #: A file holding the cluster secret (checked when read: :meth:`cluster_secret`).
+    cluster_secret_file: str | None
+    #: Normalised ``A,B`` text; :meth:`sasl_mechanisms` gives the tuple.
+    sasl_enabled_mechanisms: str
     metrics_listener: str | None
     num_partitions: int
     default_replication_factor: int
@@ -549,6 +575,24 @@ class BrokerConfig:
             values.update(read_properties(Path(file)))
         values.update(overrides)
         return cls.from_mapping(values)
+
+    # -- SASL --------------------------------------------------------------------------------
+
+    def sasl_mechanisms(self) -> tuple[str, ...]:
+        """``sasl.enabled.mechanisms`` as a tuple, in the order given."""
+        return tuple(self.sasl_enabled_mechanisms.split(","))
+
+    def cluster_secret(self) -> str | None:
+        """The secret in ``cluster.secret.file`` (None when the key is unset); ConfigError
+        naming the key when the file is missing, unreadable, world-readable or too short."""
+        from broker_core.security import cluster_secret  # noqa: PLC0415
+
+        if self.cluster_secret_file is None:
+            return None
+        try:
+            return cluster_secret.load(self.cluster_secret_file)
+        except cluster_secret.ClusterSecretError as e:
+            raise ConfigError(f"cluster.secret.file: {e}", "cluster.secret.file") from None
 
     # -- the metadata quorum -------------------------------------------------------------------
 

@@ -200,7 +200,11 @@ class BrokerMetrics:
             "connections", "Open client and inter-broker connections", namespace=ns, registry=r)
         self.disconnects_total = Counter(
             "disconnects", "Connections closed by the broker, by reason (malformed_frame, "
-            "frame_too_large, unknown_api, ...)", ["reason"], namespace=ns, registry=r)
+            "frame_too_large, unknown_api, unauthenticated_request, sasl_authentication_failed, "
+            "...)", ["reason"], namespace=ns, registry=r)
+        self.sasl_authentications_total = Counter(
+            "sasl_authentications", "SASL authentications finished, by mechanism and result "
+            "(success, failure)", ["mechanism", "result"], namespace=ns, registry=r)
 
         # Controller and ZooKeeper.
         self.active_controller = Gauge(

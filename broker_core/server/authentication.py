@@ -32,9 +32,12 @@ from broker_core.wire.errors import ErrorCode
 #: Kafka's ``sasl.server.max.receive.size`` default: the largest frame before authentication.
 MAX_UNAUTHENTICATED_FRAME_BYTES = 512 * 1024
 
+#: The APIs answered here on every listener; request handlers never see them (but list them in
+#: ApiVersions, as Kafka does on every listener).
+ANSWERED_BY_THE_GATE = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+
 #: The requests a SASL connection may send before it has authenticated.
-_BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
-                                    ApiKey.SASL_AUTHENTICATE})
+_BEFORE_AUTHENTICATION = ANSWERED_BY_THE_GATE | {ApiKey.API_VERSIONS}
 
 #: ``count(mechanism, result)``: one authentication attempt finished (result: success/failure).
 AuthenticationCounter = Callable[[str, str], None]

@@ -18,6 +18,7 @@ from broker_core import topic_admin
 from broker_core.metadata_cache import BrokerEndpoint, MetadataCache, PartitionState
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
+from broker_core.server.authentication import ANSWERED_BY_THE_GATE
 from broker_core.server.describe_configs import describe_configs
 from broker_core.server.protocol import NO_RESPONSE
 from broker_core.wire.apis import SLUICE_API_KEYS_FROM, SUPPORTED, ApiKey
@@ -170,7 +171,9 @@ class RequestHandler:
             "api_keys": [
                 {"api_key": int(k), "min_version": s.min_version, "max_version": s.max_version}
                 # Sluice-only APIs (1000 up) are left out: Kafka clients need not see them.
-                for k, s in sorted(SUPPORTED.items()) if k in self._dispatch and k < SLUICE_API_KEYS_FROM
+                # SASL's are answered before the handler, on every listener (as Kafka lists them).
+                for k, s in sorted(SUPPORTED.items())
+                if (k in self._dispatch or k in ANSWERED_BY_THE_GATE) and k < SLUICE_API_KEYS_FROM
             ],
             "throttle_time_ms": 0,
         }

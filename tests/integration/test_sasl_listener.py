@@ -33,6 +33,8 @@ class Listener:
 
     def __init__(self) -> None:
         self.handled: list[int] = []
+        #: (api key, principal of the connection) of every request the handler saw.
+        self.seen: list[tuple[int, Principal]] = []
         sasl = SaslSettings(("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"),
                             lambda m, u: USERS.get((m, u)),
                             cluster_secret.cluster_credential(SECRET))
@@ -45,6 +47,7 @@ class Listener:
     def handle(self, request, proto):
         key = request.header.api_key
         self.handled.append(key)
+        self.seen.append((key, proto.security.principal))
         if key == ApiKey.API_VERSIONS:
             return {"error_code": 0, "api_keys": apis.advertised_versions(),
                     "throttle_time_ms": 0}
@@ -168,5 +171,27 @@ async def test_kafka_python_logs_in_with_scram_sha_512(listener):
     assert await threads.deferToThread(run, "alice-pw") == {"sasl-topic"}
     assert ApiKey.METADATA in listener.handled
     assert all(k in (ApiKey.API_VERSIONS, ApiKey.METADATA) for k in listener.handled)
-    logins = [p for p in listener.factory.connections if p.security.authenticated]
-    assert all(p.security.principal == Principal("User", "alice") for p in logins)
+    # Every Metadata request came over a connection logged in as alice.
+    alice = Principal("User", "alice")
+    assert all(who == alice for key, who in listener.seen if key == ApiKey.METADATA)
+
+
+@pytest.mark.interop
+@pytest_twisted.ensureDeferred
+async def test_kafka_python_with_a_wrong_password_gets_authentication_failed(listener, caplog):
+    """kafka-python gets error 58 on its first attempt; it then keeps retrying its bootstrap
+    (its own policy) until ``bootstrap_timeout_ms``, and reports a timeout."""
+    from kafka import KafkaConsumer  # noqa: PLC0415
+    from kafka.errors import KafkaError  # noqa: PLC0415
+
+    def run():
+        KafkaConsumer(
+            bootstrap_servers=f"127.0.0.1:{listener.number}", security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="alice",
+            sasl_plain_password="wrong", request_timeout_ms=2000, bootstrap_timeout_ms=2000)
+
+    with pytest.raises(KafkaError):
+        await threads.deferToThread(run)
+    assert "[Error 58] SaslAuthenticationFailedError" in caplog.text
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in caplog.text
+    assert ApiKey.METADATA not in listener.handled

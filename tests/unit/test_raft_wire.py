@@ -359,8 +359,8 @@ def test_a_non_quorum_request_is_refused():
 
 # What ApiVersions advertised before the quorum's APIs were defined: (key, min, max).
 ADVERTISED = [(0, 3, 9), (1, 4, 12), (2, 1, 7), (3, 1, 12), (4, 5, 5), (5, 3, 3), (6, 7, 7),
-              (7, 3, 3), (18, 0, 3), (19, 2, 7), (20, 1, 5), (23, 3, 3), (32, 1, 4), (37, 0, 3),
-              (56, 0, 1), (63, 0, 0)]
+              (7, 3, 3), (17, 1, 1), (18, 0, 3), (19, 2, 7), (20, 1, 5), (23, 3, 3), (32, 1, 4),
+              (36, 0, 2), (37, 0, 3), (56, 0, 1), (63, 0, 0)]
 # RegisterConsumer (1001) is served at v0-v1 (v1: the session id the leave needs); 1007 is the
 # quorum's own DiscoverBrokers; UnregisterConsumer (1008) is a consumer's leave.
 SLUICE_OWN = [(k, 0, 1 if k == 1001 else 0) for k in range(1000, 1007)] + [(1008, 0, 0)]

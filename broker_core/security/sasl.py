@@ -162,6 +162,9 @@ class SaslServer:
             return self._plain(token)
         except (scram.ScramError, sasl_plain.PlainError) as e:
             return self._fail(str(e))
+        except Exception as e:  # the credential lookup failed (a store error): refuse, say so
+            return self._fail(f"SASL {self.mechanism} authentication could not be completed: "
+                              f"{type(e).__name__} while looking up the credential")
 
     # -- mechanisms ------------------------------------------------------------------------
 

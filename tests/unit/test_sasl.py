@@ -214,3 +214,15 @@ def test_client_refuses_a_forged_server_final_and_extra_rounds():
     assert plain.step(b"") is None and plain.done
     with pytest.raises(SaslClientError, match="already complete"):
         plain.step(b"")
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
+def test_a_failing_user_store_fails_the_login_without_crashing(mechanism):
+    def broken(mechanism, username):
+        raise OSError("store unreachable")
+
+    server = SaslServer(SaslSettings(("SCRAM-SHA-512", "PLAIN"), broken))
+    outcome = login(server, mechanism, "alice", "alice-pw")
+    assert (outcome.error_code, outcome.close) == (ErrorCode.SASL_AUTHENTICATION_FAILED, True)
+    assert "OSError while looking up the credential" in outcome.error_message
+    assert server.state is SaslState.FAILED and server.principal is None

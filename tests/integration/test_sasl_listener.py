@@ -195,3 +195,21 @@ async def test_kafka_python_with_a_wrong_password_gets_authentication_failed(lis
     assert "[Error 58] SaslAuthenticationFailedError" in caplog.text
     assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in caplog.text
     assert ApiKey.METADATA not in listener.handled
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
+@pytest_twisted.ensureDeferred
+async def test_confluent_kafka_logs_in(listener, mechanism):
+    """librdkafka's SCRAM and PLAIN (what kcat and confluent-kafka use) against the gate."""
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+    def run():
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{listener.number}",
+                             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+                             "sasl.username": "alice", "sasl.password": "alice-pw"})
+        return set(admin.list_topics(timeout=10).topics)
+
+    assert await threads.deferToThread(run) == {"sasl-topic"}
+    alice = Principal("User", "alice")
+    assert all(who == alice for key, who in listener.seen if key == ApiKey.METADATA)

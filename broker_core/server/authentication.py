@@ -9,7 +9,8 @@ does and says what to do with it (a :class:`Verdict`):
 - on a SASL listener, until the connection has authenticated, ApiVersions is the only other
   request served (clients ask it first, KIP-511); anything else closes the connection;
 - a failed authentication is answered (SASL_AUTHENTICATION_FAILED with a message, or
-  UNSUPPORTED_SASL_MECHANISM with the enabled list) and the connection is then closed.
+  UNSUPPORTED_SASL_MECHANISM with the enabled list) and the connection is then closed (the
+  protocol waits Kafka's 100 ms failed-authentication delay after writing the answer).
 
 Before authentication a frame may be at most :data:`MAX_UNAUTHENTICATED_FRAME_BYTES`
 (:meth:`frame_limit`), so an anonymous peer cannot make the broker buffer a large request.

@@ -40,6 +40,12 @@ from broker_core.security.sasl import SaslSettings
 from broker_core.server.authentication import SERVE, ConnectionAuthentication, Verdict
 from broker_core.wire import apis, errors, framing
 
+#: How long a connection refused by the authentication gate stays open after its answer was
+#: written (Kafka's ``connection.failed.authentication.delay.ms`` default): a client that reads
+#: the answer and the end of the stream at once may drop the answer (kafka-python does), and a
+#: password guesser is slowed down. Nothing more is read from the connection meanwhile.
+FAILED_AUTHENTICATION_CLOSE_DELAY_S = 0.1
+
 #: A handler answers with a response body, ``None`` (no response: acks=0 Produce), or a Deferred
 #: firing with either.
 Handler = Callable[[Any, "KafkaServerProtocol"], Any]
@@ -68,6 +74,7 @@ class KafkaServerProtocol(Protocol):
         self._closed = False
         #: (reason, detail) of a close waiting for the answers already queued to be written.
         self._close_when_flushed: tuple[str, str] | None = None
+        self._delayed_close: Any = None
         self.peer = "?"
         self.security = ConnectionSecurity(factory.listener.name, factory.listener.protocol)
         self.authentication = ConnectionAuthentication(self.security, factory.sasl,
@@ -89,6 +96,8 @@ class KafkaServerProtocol(Protocol):
     def connectionLost(self, reason: Failure = None) -> None:  # noqa: N802 (Twisted API)
         self._closed = True
         self._slots.clear()
+        if self._delayed_close is not None and self._delayed_close.active():
+            self._delayed_close.cancel()
         self.factory.connection_lost(self)
         if self.channel is not None:
             self.channel.connection_lost()
@@ -236,7 +245,11 @@ class KafkaServerProtocol(Protocol):
             if done.chunks is not None:
                 self.transport.writeSequence(framing.frame(done.chunks))
         if self._close_when_flushed is not None and not self._slots:
-            self._disconnect(*self._close_when_flushed)
+            if self._delayed_close is None:
+                self.transport.pauseProducing()
+                self._delayed_close = self.factory.clock.callLater(
+                    FAILED_AUTHENTICATION_CLOSE_DELAY_S, self._disconnect,
+                    *self._close_when_flushed)
             return
         if self._paused and len(self._slots) < self.factory.max_in_flight:
             self._paused = False

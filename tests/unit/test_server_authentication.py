@@ -17,7 +17,7 @@ from broker_core.security.principal import ListenerSettings, Principal, Security
 from broker_core.security.sasl import CLUSTER_USER, ClientCredential, SaslClient, SaslSettings
 from broker_core.security.scram_credential import ScramCredential
 from broker_core.server.authentication import MAX_UNAUTHENTICATED_FRAME_BYTES
-from broker_core.server.protocol import KafkaServerFactory
+from broker_core.server.protocol import FAILED_AUTHENTICATION_CLOSE_DELAY_S, KafkaServerFactory
 from broker_core.wire import apis, framing
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -124,7 +124,13 @@ def test_failed_login_is_answered_then_the_connection_closes():
     (answer,) = answers(transport, ApiKey.SASL_AUTHENTICATE, 1)
     assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
     assert "invalid credentials" in answer.error_message
+    # The answer is out; the close follows after Kafka's failed-authentication delay, and
+    # nothing is read meanwhile.
+    assert not transport.disconnecting and transport.producerState == "paused"
+    proto.dataReceived(frame(ApiKey.API_VERSIONS, 3, 4, {}))
+    proto.factory.clock.advance(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
     assert transport.disconnecting
+    assert transport.value() == b""
     assert handled == []  # the pipelined request was not served
     assert not proto.security.authenticated and proto.security.principal.name == "ANONYMOUS"
     assert counter(metrics, "sasl_authentications", mechanism="PLAIN", result="failure") == 1
@@ -137,6 +143,7 @@ def test_unsupported_mechanism_lists_the_enabled_ones_then_closes():
     (shake,) = answers(transport, ApiKey.SASL_HANDSHAKE, 1)
     assert shake.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
     assert shake.mechanisms == ["SCRAM-SHA-512"]
+    proto.factory.clock.advance(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
     assert transport.disconnecting
     assert counter(metrics, "disconnects", reason="unsupported_sasl_mechanism") == 1
 
@@ -170,7 +177,16 @@ def test_authenticate_before_handshake_is_illegal_and_closes():
     proto.dataReceived(frame(ApiKey.SASL_AUTHENTICATE, 2, 1, {"auth_bytes": b"\0alice\0pw"}))
     assert answers(transport, ApiKey.SASL_AUTHENTICATE, 2)[0].error_code == \
         ErrorCode.ILLEGAL_SASL_STATE
+    proto.factory.clock.advance(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
     assert transport.disconnecting
+
+
+def test_a_peer_that_closes_first_leaves_no_timer_behind():
+    transport, proto, _, _ = make()
+    proto.dataReceived(frame(ApiKey.SASL_AUTHENTICATE, 2, 1, {"auth_bytes": b"\0alice\0pw"}))
+    assert proto.factory.clock.getDelayedCalls()
+    proto.connectionLost(None)
+    assert not proto.factory.clock.getDelayedCalls()
 
 
 def test_sasl_on_a_plaintext_listener_is_illegal_and_never_reaches_the_handler():

@@ -10,6 +10,7 @@ guessing. Surrounding whitespace (a trailing newline) is not part of the secret.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import stat
@@ -77,6 +78,12 @@ def cluster_credential(secret: str) -> ScramCredential:
     """The SCRAM-SHA-512 credential a SASL listener checks the cluster login against (a fresh
     salt per call: each broker derives its own, clients learn it in the exchange)."""
     return ScramCredential.from_password(CLUSTER_MECHANISM, secret)
+
+
+def decoy_key(secret: str) -> bytes:
+    """The key for the salts SCRAM shows unknown users (``SaslSettings.decoy_key``): derived
+    from the secret, so the same on every broker, and revealing nothing about it."""
+    return hashlib.sha256(b"sluice scram decoy salts\0" + secret.encode("utf-8")).digest()
 
 
 def broker_login(secret: str) -> ClientCredential:

@@ -63,11 +63,15 @@ class SaslSettings:
     ``mechanisms``: the enabled ones, offered in SaslHandshake answers. The cluster login works
     over SCRAM-SHA-512 whether or not it is listed, so brokers always reach each other.
     ``cluster_credential``: None leaves no cluster login (no connection can be a broker).
+    ``decoy_key``: keys the salts SCRAM shows for unknown users; the same on every broker
+    (:func:`~broker_core.security.cluster_secret.decoy_key`), an unknown user cannot be told
+    from a known one by asking two brokers, or one broker before and after a restart.
     """
 
     mechanisms: tuple[str, ...] = DEFAULT_MECHANISMS
     lookup: CredentialLookup = no_users
     cluster_credential: ScramCredential | None = None
+    decoy_key: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.mechanisms if m not in KNOWN_MECHANISMS]
@@ -142,7 +146,8 @@ class SaslServer:
             return HandshakeOutcome(ErrorCode.UNSUPPORTED_SASL_MECHANISM, enabled, True)
         self.mechanism = mechanism
         if mechanism in SCRAM_MECHANISMS:
-            self._scram = scram.ScramServer(mechanism, self._scram_lookup)
+            self._scram = scram.ScramServer(mechanism, self._scram_lookup,
+                                            decoy_key=self.settings.decoy_key)
         self.state = SaslState.EXPECT_AUTHENTICATE
         return HandshakeOutcome(ErrorCode.NONE, enabled, False)
 

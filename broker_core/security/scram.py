@@ -173,29 +173,34 @@ def parse_client_first(data: bytes) -> tuple[str, str, str]:
     return username, nonce, bare
 
 
-def decoy_credential(mechanism: str, username: str) -> ScramCredential:
-    """A credential no password matches, with a salt stable for ``username`` in this process (so
-    two attempts at an unknown user look like two attempts at a known one)."""
+def decoy_credential(mechanism: str, username: str, key: bytes | None = None) -> ScramCredential:
+    """A credential no password matches, with a salt stable for ``username`` under ``key`` (so
+    two attempts at an unknown user look like two attempts at a known one). Without ``key`` the
+    salt is stable within this process only; give every broker the same key (derived from the
+    cluster secret) and an unknown user looks the same on all of them, across restarts."""
     digest = digest_name(mechanism)
-    salt = _hmac(_DECOY_KEY, username.encode("utf-8"), "sha256")
+    salt = _hmac(_DECOY_KEY if key is None else key, username.encode("utf-8"), "sha256")
     size = hashlib.new(digest).digest_size
     return ScramCredential(mechanism, salt, secrets.token_bytes(size), secrets.token_bytes(size),
                            MIN_ITERATIONS)
 
 
-#: Per-process key for decoy salts; never leaves the process.
+#: Per-process key for decoy salts when none is given; never leaves the process.
 _DECOY_KEY = secrets.token_bytes(32)
 
 
 class ScramServer:
     """One server-side SCRAM exchange (see the module docstring).
 
-    ``lookup(username)`` gives the stored credential or None; ``nonce`` makes the server's half
-    of the nonce deterministic (tests only: RFC 7677's vector).
+    ``lookup(username)`` gives the stored credential or None; ``decoy_key`` keys the salts
+    shown for unknown users (:func:`decoy_credential`); ``nonce`` makes the server's half of
+    the nonce deterministic (tests only: RFC 7677's vector).
     """
 
-    def __init__(self, mechanism: str, lookup: UserLookup, *, nonce: str | None = None) -> None:
+    def __init__(self, mechanism: str, lookup: UserLookup, *, decoy_key: bytes | None = None,
+                 nonce: str | None = None) -> None:
         self.mechanism = mechanism
+        self._decoy_key = decoy_key
         self._digest = digest_name(mechanism)
         self._lookup = lookup
         self._server_nonce = nonce if nonce is not None else secrets.token_urlsafe(
@@ -223,7 +228,7 @@ class ScramServer:
                 credential = None
             self._known = credential is not None
             if credential is None:
-                credential = decoy_credential(self.mechanism, username)
+                credential = decoy_credential(self.mechanism, username, self._decoy_key)
         except Exception:
             self.state = ScramState.FAILED
             raise

@@ -99,3 +99,17 @@ def test_config_keys_defaults_and_refusals(tmp_path):
     good = write(tmp_path / "good", "z" * 40)
     assert BrokerConfig.from_mapping(
         {**BASE, "cluster.secret.file": str(good)}).cluster_secret() == "z" * 40
+
+
+def test_unknown_users_get_the_same_salt_from_every_broker_of_a_cluster():
+    def salt_shown(settings):
+        server = SaslServer(settings)
+        server.handshake("SCRAM-SHA-512")
+        return server.authenticate(b"n,,n=mallory,r=abcdefgh").auth_bytes.split(b",s=")[1]
+
+    def broker(secret):  # each broker derives its own cluster credential (its own salt)
+        return SaslSettings(cluster_credential=cluster_secret.cluster_credential(secret),
+                            decoy_key=cluster_secret.decoy_key(secret))
+
+    assert salt_shown(broker("y" * 48)) == salt_shown(broker("y" * 48))
+    assert salt_shown(broker("y" * 48)) != salt_shown(broker("z" * 48))

@@ -101,6 +101,22 @@ def principal_list(key: str, raw: str) -> frozenset[str]:
         return parse_super_users(raw)
     except ValueError:
         raise _bad(key, raw, "principals separated by ';', e.g. User:admin;User:ops") from None
+def sasl_mechanisms(key: str, raw: str) -> str:
+    """A comma-separated list of SASL mechanisms Sluice implements, each once; normalised to
+    ``A,B`` (read it as a tuple with :meth:`BrokerConfig.sasl_mechanisms`)."""
+    from broker_core.security.sasl import KNOWN_MECHANISMS  # noqa: PLC0415
+
+    names = [n.strip() for n in raw.split(",")]
+    expected = f"a list of {', '.join(KNOWN_MECHANISMS)}"
+    if not names or any(not n for n in names):
+        raise _bad(key, raw, expected)
+    for n in names:
+        if n not in KNOWN_MECHANISMS:
+            raise ConfigError(f"unknown SASL mechanism {n!r} in {key!r} (known: "
+                              f"{', '.join(KNOWN_MECHANISMS)})", key)
+    if len(set(names)) != len(names):
+        raise _bad(key, raw, f"{expected}, each at most once")
+    return ",".join(names)
 
 
 def _port(key: str, raw: str, port: str) -> int:
@@ -376,6 +392,10 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("quorum.fetch.snapshot.max.bytes", "quorum_fetch_snapshot_max_bytes",
      integer(1, INT_MAX), "1048576"),
     ("cluster.id", "cluster_id", text, "sluice"),
+    # SASL: the cluster login's secret and the mechanisms SASL listeners offer clients.
+    ("cluster.secret.file", "cluster_secret_file", optional_text, None),
+    ("sasl.enabled.mechanisms", "sasl_enabled_mechanisms", sasl_mechanisms,
+     "SCRAM-SHA-256,SCRAM-SHA-512"),
     ("metrics.listener", "metrics_listener", optional_endpoint, None),
     # /metrics protection: HTTP basic auth users (``sluice metrics-password`` lines).
     ("metrics.basic.auth.file", "metrics_basic_auth_file", optional_text, None),
@@ -526,6 +546,10 @@ class BrokerConfig:
     quorum_snapshot_retain_entries: int
     quorum_fetch_snapshot_max_bytes: int
     cluster_id: str
+    #: A file holding the cluster secret (checked when read: :meth:`cluster_secret`).
+    cluster_secret_file: str | None
+    #: Normalised ``A,B`` text; :meth:`sasl_mechanisms` gives the tuple.
+    sasl_enabled_mechanisms: str
     metrics_listener: str | None
     #: A private file of ``user:<hash>`` lines; with it /metrics asks for HTTP basic auth.
     metrics_basic_auth_file: str | None
@@ -658,6 +682,23 @@ class BrokerConfig:
             return load_password_file(self.metrics_basic_auth_file)
         except PasswordFileError as e:
             raise ConfigError(str(e), "metrics.basic.auth.file") from None
+    # -- SASL --------------------------------------------------------------------------------
+
+    def sasl_mechanisms(self) -> tuple[str, ...]:
+        """``sasl.enabled.mechanisms`` as a tuple, in the order given."""
+        return tuple(self.sasl_enabled_mechanisms.split(","))
+
+    def cluster_secret(self) -> str | None:
+        """The secret in ``cluster.secret.file`` (None when the key is unset); ConfigError
+        naming the key when the file is missing, unreadable, world-readable or too short."""
+        from broker_core.security import cluster_secret  # noqa: PLC0415
+
+        if self.cluster_secret_file is None:
+            return None
+        try:
+            return cluster_secret.load(self.cluster_secret_file)
+        except cluster_secret.ClusterSecretError as e:
+            raise ConfigError(f"cluster.secret.file: {e}", "cluster.secret.file") from None
 
     # -- the metadata quorum -------------------------------------------------------------------
 

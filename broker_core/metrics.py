@@ -204,7 +204,8 @@ class BrokerMetrics:
             "connections", "Open client and inter-broker connections", namespace=ns, registry=r)
         self.disconnects_total = Counter(
             "disconnects", "Connections closed by the broker, by reason (malformed_frame, "
-            "frame_too_large, buffer_overflow, idle, unknown_api, ...)", ["reason"],
+            "frame_too_large, buffer_overflow, idle, unknown_api, unauthenticated_request, "
+            "sasl_authentication_failed, ...)", ["reason"],
             namespace=ns, registry=r)
         self.connections_refused_total = Counter(
             "connections_refused", "Connections closed at accept for being over a limit, by "
@@ -220,6 +221,9 @@ class BrokerMetrics:
         self.request_memory_waiting_connections = Gauge(
             "request_memory_waiting_connections", "Connections whose reading is paused until "
             "the memory pool can hold their next frame", namespace=ns, registry=r)
+        self.sasl_authentications_total = Counter(
+            "sasl_authentications", "SASL authentications finished, by mechanism and result "
+            "(success, failure)", ["mechanism", "result"], namespace=ns, registry=r)
 
         # Controller and ZooKeeper.
         self.active_controller = Gauge(

@@ -28,11 +28,25 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from broker_core import net
+from broker_core.security.sasl import ClientCredential, SaslClient, SaslClientError
 from broker_core.wire import apis, errors, framing
+from broker_core.wire.apis import ApiKey
 
 
 class RequestTimedOut(Exception):
     """No response arrived within the request timeout."""
+
+
+class SaslAuthenticationError(Exception):
+    """The server refused our SASL login, or its answers did not make a valid exchange; the
+    message carries the server's error code and message."""
+
+
+#: The SASL versions Sluice's client sends: tokens inside SaslAuthenticate (KIP-152).
+SASL_HANDSHAKE_VERSION = 1
+SASL_AUTHENTICATE_VERSION = 2
+#: SCRAM takes two SaslAuthenticate rounds, PLAIN one; a server asking for more is refused.
+_MAX_SASL_ROUNDS = 3
 
 
 class OutstandingRequests:
@@ -138,6 +152,40 @@ class KafkaClientProtocol(Protocol):
         self.transport.writeSequence(chunks)
         return d
 
+    async def authenticate(self, mechanism: str, username: str, password: str) -> None:
+        """Log in over SASL: SaslHandshake v1, then SaslAuthenticate v2 rounds until the
+        exchange is complete (for SCRAM, until the server has proved it holds our credential).
+
+        Fails with :class:`SaslAuthenticationError` naming the server's error (the server then
+        closes the connection), or ConnectionLost.
+        """
+        client = SaslClient(ClientCredential(mechanism, username, password))
+        peer = self.transport.getPeer() if self.transport is not None else "?"
+        shake = await self.request(ApiKey.SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION,
+                                   {"mechanism": mechanism})
+        if shake.error_code:
+            raise SaslAuthenticationError(
+                f"{peer} refused SaslHandshake for {mechanism}: "
+                f"{errors.ErrorCode(shake.error_code).name} (enabled: "
+                f"{', '.join(shake.mechanisms) or 'none'})")
+        token: bytes | None = client.first()
+        rounds = 0
+        while token is not None:
+            rounds += 1
+            if rounds > _MAX_SASL_ROUNDS:
+                raise SaslAuthenticationError(f"{peer}: SASL {mechanism} took too many rounds")
+            answer = await self.request(ApiKey.SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION,
+                                        {"auth_bytes": token})
+            if answer.error_code:
+                raise SaslAuthenticationError(
+                    f"{peer} refused SASL {mechanism} login of {username!r}: "
+                    f"{errors.ErrorCode(answer.error_code).name}: {answer.error_message}")
+            try:
+                token = client.step(bytes(answer.auth_bytes))
+            except SaslClientError as e:
+                self.transport.loseConnection()
+                raise SaslAuthenticationError(f"{peer}: {e}") from None
+
     def serve(self, handler: RequestServer) -> None:
         """From now on, treat incoming frames as requests and answer them with ``handler``.
         Call it only with no request outstanding (the peer answers before it starts asking)."""
@@ -207,10 +255,27 @@ class KafkaClientProtocol(Protocol):
 
 
 def connect_client(reactor: Any, host: str, port: int, client_id: str,
-                   timeout_s: float = 10.0) -> defer.Deferred:
-    """Open one :class:`KafkaClientProtocol` connection; fires with the connected protocol."""
+                   timeout_s: float = 10.0, *,
+                   credential: ClientCredential | None = None) -> defer.Deferred:
+    """Open one :class:`KafkaClientProtocol` connection; fires with the connected protocol,
+    already logged in over SASL when ``credential`` is given (a failed login closes the
+    connection and fails with :class:`SaslAuthenticationError`)."""
     endpoint = HostnameEndpoint(reactor, host, port, timeout=timeout_s)
-    return connectProtocol(endpoint, KafkaClientProtocol(client_id))
+    d = connectProtocol(endpoint, KafkaClientProtocol(client_id))
+    if credential is None:
+        return d
+
+    async def login(proto: KafkaClientProtocol) -> KafkaClientProtocol:
+        try:
+            await proto.authenticate(credential.mechanism, credential.username,
+                                     credential.password)
+        except BaseException:
+            proto.transport.loseConnection()
+            raise
+        return proto
+
+    d.addCallback(lambda proto: defer.Deferred.fromCoroutine(login(proto)))
+    return d
 
 
 def request_with_timeout(proto: KafkaClientProtocol, clock: Any, api_key: int, api_version: int,

@@ -29,6 +29,7 @@ from broker_core.security.acl import (
     group_by_pattern,
 )
 from broker_core.security.principal import plaintext
+from broker_core.server.authentication import ANSWERED_BY_THE_GATE
 from broker_core.server.authorization import (
     CONTROL_PLANE,
     RULES,
@@ -269,14 +270,16 @@ class RequestHandler(UserAdminApis):
 
     def api_versions(self, header: Any, body: Any, access: Access) -> dict:
         # Sluice-only APIs (1000 up) are left out: Kafka clients need not see them; the
-        # control plane is shown to brokers only.
+        # control plane is shown to brokers only. SASL's are answered before the handler, on
+        # every listener (as Kafka lists them).
         hidden = () if access.security.is_broker else CONTROL_PLANE
         return {
             "error_code": 0,
             "api_keys": [
                 {"api_key": int(k), "min_version": s.min_version, "max_version": s.max_version}
                 for k, s in sorted(SUPPORTED.items())
-                if k in self._dispatch and k < SLUICE_API_KEYS_FROM and k not in hidden
+                if (k in self._dispatch or k in ANSWERED_BY_THE_GATE)
+                and k < SLUICE_API_KEYS_FROM and k not in hidden
             ],
             "throttle_time_ms": 0,
         }

@@ -21,7 +21,12 @@ Invariants:
   (:mod:`broker_core.server.connection_limits`, :mod:`broker_core.server.idle`);
 - a malformed frame, an oversized frame or an unknown API key closes the connection after logging and
   counting it; an unsupported version gets Kafka's error response where the protocol has one
-  (ApiVersions answers UNSUPPORTED_VERSION with the versions it supports, KIP-511).
+  (ApiVersions answers UNSUPPORTED_VERSION with the versions it supports, KIP-511);
+- every request passes the connection's authentication gate
+  (:mod:`broker_core.server.authentication`) first: SASL requests are answered there, and on a
+  SASL listener nothing else but ApiVersions is served before authentication (frames then
+  limited to 512 KiB; a client must wait for its last SaslAuthenticate answer before sending a
+  larger request, as Kafka's clients do).
 """
 
 from __future__ import annotations
@@ -38,10 +43,18 @@ from twisted.python.failure import Failure
 
 from broker_core import net
 from broker_core.security.principal import DEFAULT_LISTENER, ConnectionSecurity, ListenerSettings
+from broker_core.security.sasl import SaslSettings
+from broker_core.server.authentication import SERVE, ConnectionAuthentication, Verdict
 from broker_core.server.connection_limits import ServerLimits
 from broker_core.server.idle import IdleTracker
 from broker_core.server.memory_pool import ConnectionBudget
 from broker_core.wire import apis, errors, framing
+
+#: How long a connection refused by the authentication gate stays open after its answer was
+#: written (Kafka's ``connection.failed.authentication.delay.ms`` default): a client that reads
+#: the answer and the end of the stream at once may drop the answer (kafka-python does), and a
+#: password guesser is slowed down. Nothing more is read from the connection meanwhile.
+FAILED_AUTHENTICATION_CLOSE_DELAY_S = 0.1
 
 #: A handler answers with a response body, ``None`` (no response: acks=0 Produce), or a Deferred
 #: firing with either.
@@ -66,15 +79,21 @@ class KafkaServerProtocol(Protocol):
 
     def __init__(self, factory: KafkaServerFactory) -> None:
         self.factory = factory
-        self._budget = ConnectionBudget(factory.limits.pool, self._memory_granted)
-        self._decoder = framing.FrameDecoder(factory.max_frame_bytes, admit=self._budget.admit)
         self._slots: deque[_Slot] = deque()
-        self._pauses: set[str] = set()  # why reading is paused: "in_flight", "memory"
+        self._pauses: set[str] = set()  # why reading is paused: "in_flight", "memory", "closing"
         self._closed = False
+        #: (reason, detail) of a close waiting for the answers already queued to be written.
+        self._close_when_flushed: tuple[str, str] | None = None
+        self._delayed_close: Any = None
         #: The peer host counted by the factory's connection limiter (None: not counted).
         self.counted_host: str | None = None
         self.peer = "?"
         self.security = ConnectionSecurity(factory.listener.name, factory.listener.protocol)
+        self.authentication = ConnectionAuthentication(self.security, factory.sasl,
+                                                       factory.count_authentication)
+        self._budget = ConnectionBudget(factory.limits.pool, self._memory_granted)
+        self._decoder = framing.FrameDecoder(
+            self.authentication.frame_limit(factory.max_frame_bytes), admit=self._budget.admit)
         self.channel: Any = None  # a ServerChannel once this is a coordinator channel
         self._channel_pending = False
 
@@ -91,6 +110,8 @@ class KafkaServerProtocol(Protocol):
         self._closed = True
         self._slots.clear()
         self._budget.close()
+        if self._delayed_close is not None and self._delayed_close.active():
+            self._delayed_close.cancel()
         self.factory.connection_lost(self)
         if self.channel is not None:
             self.channel.connection_lost()
@@ -142,7 +163,7 @@ class KafkaServerProtocol(Protocol):
             self._disconnect("malformed_frame", str(e))
             return
         for frame in frames:
-            if self._closed:
+            if self._closed or self._close_when_flushed is not None:
                 return  # what the frames still hold is released at connectionLost
             if self.channel is not None:
                 self.channel.frame_received(frame)
@@ -199,6 +220,11 @@ class KafkaServerProtocol(Protocol):
             self._disconnect("malformed_frame", str(e))
             return
 
+        verdict = self.authentication.check(request)
+        if verdict is not SERVE:
+            self._answer_authentication(request, verdict)
+            return
+
         slot = _Slot()
         self._slots.append(slot)
         started = self.factory.clock.seconds()
@@ -218,6 +244,25 @@ class KafkaServerProtocol(Protocol):
         d.addCallback(lambda chunks: self._fill(slot, chunks))
         if len(self._slots) >= self.factory.max_in_flight:
             self._pause("in_flight")
+
+    def _answer_authentication(self, request: Any, verdict: Verdict) -> None:
+        """Answer a request the authentication gate kept from the handler, and close the
+        connection once the answer is written if the gate says so."""
+        self._decoder.max_frame_bytes = self.authentication.frame_limit(
+            self.factory.max_frame_bytes)
+        if verdict.close_reason is not None and verdict.body is None:
+            self._disconnect(verdict.close_reason, verdict.detail)
+            return
+        if verdict.close_reason is not None:
+            self._close_when_flushed = (verdict.close_reason, verdict.detail)
+        if verdict.body is not None and verdict.body.get("error_code"):
+            self.factory.count_error(request.header.api_key,
+                                     errors.ErrorCode(verdict.body["error_code"]).name)
+        h = request.header
+        slot = _Slot()
+        self._slots.append(slot)
+        self._fill(slot, apis.encode_response(h.api_key, h.api_version, h.correlation_id,
+                                              verdict.body))
 
     def _encode(self, body: Any, request: Any, started: float) -> list[bytes] | None:
         header = request.header
@@ -251,6 +296,13 @@ class KafkaServerProtocol(Protocol):
             done = self._slots.popleft()
             if done.chunks is not None:
                 self.transport.writeSequence(framing.frame(done.chunks))
+        if self._close_when_flushed is not None and not self._slots:
+            if self._delayed_close is None:
+                self._pause("closing")
+                self._delayed_close = self.factory.clock.callLater(
+                    FAILED_AUTHENTICATION_CLOSE_DELAY_S, self._disconnect,
+                    *self._close_when_flushed)
+            return
         if len(self._slots) < self.factory.max_in_flight:
             self._unpause("in_flight")
         self.factory.activity(self)  # a request left flight: idleness counts from here
@@ -301,8 +353,14 @@ class KafkaServerFactory(Factory):
         max_in_flight: int = 100,
         listener: ListenerSettings = DEFAULT_LISTENER,
         limits: ServerLimits | None = None,
+        sasl: SaslSettings | None = None,
     ) -> None:
+        if listener.protocol.uses_sasl and sasl is None:
+            raise ValueError(f"listener {listener.name} uses {listener.protocol.value}: "
+                             "it needs SASL settings (sasl=)")
         self.handler = handler
+        #: Mechanisms, user lookup and cluster credential of a SASL listener (None otherwise).
+        self.sasl = sasl
         #: The listener's name and security protocol, given to each connection's
         #: :class:`~broker_core.security.principal.ConnectionSecurity`.
         self.listener = listener
@@ -412,6 +470,11 @@ class KafkaServerFactory(Factory):
     def count_disconnect(self, reason: str) -> None:
         if self.metrics is not None:
             self.metrics.disconnects_total.labels(reason=reason).inc()
+
+    def count_authentication(self, mechanism: str, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.sasl_authentications_total.labels(mechanism=mechanism,
+                                                           result=result).inc()
 
     def close_all(self) -> None:
         for proto in list(self.connections):

@@ -16,7 +16,7 @@ joined or copied on the way out.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from types import ModuleType
 from typing import Any
@@ -67,6 +67,8 @@ from broker_core.wire.messages import (
     produce,
     quorum,
     register_consumer,
+    sasl_authenticate,
+    sasl_handshake,
     start_fetcher,
     stop_fetcher,
     stop_replica,
@@ -273,6 +275,13 @@ for _key, _module in [
 ]:
     register(spec_from_module(_key, _module))
 del _key, _module
+
+# SASL (KIP-152). SaslHandshake v0 would mean raw SASL tokens outside any Kafka request; only
+# v1 (tokens inside SaslAuthenticate) is served, so ApiVersions advertises v1 and a v0 handshake
+# closes the connection (an unsupported version without an error response). Both are answered
+# by the server's protocol layer (broker_core.server.authentication), never by a handler.
+register(replace(spec_from_module(ApiKey.SASL_HANDSHAKE, sasl_handshake), min_version=1))
+register(spec_from_module(ApiKey.SASL_AUTHENTICATE, sasl_authenticate))
 
 DEFINED: dict[ApiKey, ApiSpec] = {}
 """APIs the codec knows but no broker serves: the Raft quorum's (KIP-595, and KIP-630's

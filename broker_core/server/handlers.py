@@ -36,7 +36,8 @@ METADATA_WARMUP_MS = 30000
 
 
 #: APIs whose handler also gets the connection (RegisterConsumer turns it into a channel).
-_WITH_CONNECTION = frozenset({ApiKey.REGISTER_CONSUMER})
+_WITH_CONNECTION = frozenset({ApiKey.REGISTER_CONSUMER, ApiKey.METADATA,
+                              ApiKey.CLUSTER_METADATA})
 
 
 def _code(name: str | None) -> int:
@@ -124,12 +125,13 @@ class RequestHandler:
         return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                 "error_message": "this broker hosts no consumer coordinator", **extra}
 
-    def cluster_metadata(self, header: Any, body: Any) -> dict:
+    def cluster_metadata(self, header: Any, body: Any, proto: Any = None) -> dict:
+        listener = _listener_of(proto)
         if self.coordinator is None:
             return self._no_coordinator(coordinator_id=-1, brokers=[
-                {"node_id": b.id, "host": b.host, "port": b.port}
-                for b in sorted(self.cache.brokers.values(), key=lambda b: b.id)])
-        return self.coordinator.cluster_metadata(header, body)
+                {"node_id": b.id, "host": host, "port": port}
+                for b, (host, port) in self._brokers_on(listener)])
+        return self.coordinator.cluster_metadata(header, body, listener=listener)
 
     def register_consumer(self, header: Any, body: Any, proto: Any) -> dict:
         if self.coordinator is None:
@@ -177,7 +179,21 @@ class RequestHandler:
 
     # -- Metadata ---------------------------------------------------------------------------------
 
-    async def metadata(self, header: Any, body: Any) -> dict:
+    def _brokers_on(self, listener: str | None) -> list[tuple[BrokerEndpoint, tuple[str, int]]]:
+        """The live brokers that have ``listener``, with their address there, by id (Kafka
+        leaves a broker without the listener out of the answer)."""
+        found = []
+        for b in sorted(self.cache.brokers.values(), key=lambda b: b.id):
+            address = b.address(listener)
+            if address is not None:
+                found.append((b, address))
+        return found
+
+    async def metadata(self, header: Any, body: Any, proto: Any = None) -> dict:
+        """Kafka's Metadata, answered for the listener the request came on: the brokers'
+        addresses on that listener; a partition whose leader lacks it gets
+        LISTENER_NOT_FOUND."""
+        listener = _listener_of(proto)
         if self.cache.controller_epoch < 0:
             # Just started: no UpdateMetadata yet, so the cache knows no brokers. An empty broker
             # list makes clients drop their connections to every broker, failing (and with
@@ -207,30 +223,35 @@ class RequestHandler:
                 # Encoded once per topic and version until the topic or the live brokers change:
                 # during a failover clients ask for every partition many times a second.
                 "partitions": self.cache.derived(
-                    name, ("metadata", version),
+                    name, ("metadata", version, listener),
                     lambda parts=parts: _METADATA_PARTITIONS.pre_encode(
-                        [self._partition_metadata(i, st) for i, st in sorted(parts.items())],
+                        [self._partition_metadata(i, st, listener)
+                         for i, st in sorted(parts.items())],
                         version, metadata_messages.RESPONSE.is_flexible(version))),
                 "topic_authorized_operations": -2147483648,
             })
         return {
             "throttle_time_ms": 0,
-            "brokers": [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
-                        for b in sorted(self.cache.brokers.values(), key=lambda b: b.id)],
+            "brokers": [{"node_id": b.id, "host": host, "port": port, "rack": b.rack}
+                        for b, (host, port) in self._brokers_on(listener)],
             "cluster_id": self.cluster_id,
             "controller_id": self.cache.controller_id,
             "topics": topics,
             "cluster_authorized_operations": -2147483648,
         }
 
-    def _partition_metadata(self, index: int, st: PartitionState) -> dict:
+    def _partition_metadata(self, index: int, st: PartitionState, listener: str | None) -> dict:
         error = 0
-        if st.leader < 0 or st.leader not in self.cache.brokers:
+        leader = self.cache.brokers.get(st.leader)
+        if st.leader < 0 or leader is None:
             error = int(ErrorCode.LEADER_NOT_AVAILABLE)
+        elif leader.address(listener) is None:
+            # Kafka's answer: the leader is alive but a client of this listener cannot reach it.
+            error, leader = int(ErrorCode.LISTENER_NOT_FOUND), None
         return {
             "error_code": error,
             "partition_index": index,
-            "leader_id": st.leader if st.leader in self.cache.brokers else -1,
+            "leader_id": st.leader if leader is not None else -1,
             "leader_epoch": st.leader_epoch,
             "replica_nodes": list(st.replicas),
             "isr_nodes": list(st.isr),
@@ -586,8 +607,11 @@ class RequestHandler:
         brokers = []
         for b in body.live_brokers:
             if b.endpoints:
+                # The controller sends the inter-broker listener's endpoint first.
                 ep = b.endpoints[0]
-                brokers.append(BrokerEndpoint(b.id, ep.host, ep.port, b.rack))
+                brokers.append(BrokerEndpoint(
+                    b.id, ep.host, ep.port, b.rack,
+                    tuple((e.listener, e.host, e.port) for e in b.endpoints)))
         states = [
             (t.topic_name, s.partition_index, PartitionState(
                 s.leader, s.leader_epoch, tuple(s.isr), tuple(s.replicas),
@@ -599,3 +623,9 @@ class RequestHandler:
             self.on_metadata_update(changed)
         self._metadata_changed()
         return {"error_code": 0}
+
+
+def _listener_of(proto: Any) -> str | None:
+    """The listener a request came on (None without a connection: the inter-broker view)."""
+    security = getattr(proto, "security", None)
+    return None if security is None else security.listener

@@ -326,14 +326,15 @@ class BrokerService(service.Service):
 
     async def _start(self) -> None:
         cfg = self.config
-        self.io_pool.start()
-        # In quorum mode the cluster id is known now (the quorum's); in ZooKeeper mode only
-        # the broker id can be checked before the store answers.
-        self._claim_log_dir(cfg.cluster_id if self.quorum is not None else None)
+        # First, before anything is opened: a TLS listener's files.
         try:
             tls_options = load_all_tls_options(self.listener_configs)
         except TlsFileError as e:
             raise StartupError(f"a TLS listener cannot start: {e}") from None
+        self.io_pool.start()
+        # In quorum mode the cluster id is known now (the quorum's); in ZooKeeper mode only
+        # the broker id can be checked before the store answers.
+        self._claim_log_dir(cfg.cluster_id if self.quorum is not None else None)
         if self.quorum is not None:
             from broker_core.raft.bootstrap_runner import BootstrapFailed  # noqa: PLC0415
 

@@ -91,10 +91,12 @@ def load_tls_options(tls: TlsFiles) -> ssl.CertificateOptions:
         ca_certs = [crypto.X509.from_cryptography(c)
                     for c in _certificates(tls.cafile, tls.key_of("ssl.cafile"))]
     verify = tls.client_auth is not ClientAuth.NONE
+    # pyOpenSSL takes the certificate and key as cryptography objects (its own are
+    # deprecated there); its certificate store still wants its own X509 for the CAs.
     return ssl.CertificateOptions(
-        privateKey=crypto.PKey.from_cryptography_key(key),
-        certificate=crypto.X509.from_cryptography(certs[0]),
-        extraCertChain=[crypto.X509.from_cryptography(c) for c in certs[1:]],
+        privateKey=key,
+        certificate=certs[0],
+        extraCertChain=certs[1:],
         verify=verify,
         caCerts=ca_certs if verify else None,
         requireCertificate=tls.client_auth is ClientAuth.REQUIRED,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import pytest_twisted
-from twisted.internet import threads
+from twisted.internet import defer, threads
 
 from broker_core.wire.apis import ApiKey
 from broker_core.zk import paths
@@ -26,9 +26,11 @@ from tests.support.cluster import (
     controller_of,
     create_topic,
     eventually,
+    free_port,
     leader_of,
     listener_port,
     running_brokers,
+    stop_brokers,
 )
 
 TWO_LISTENERS = {
@@ -38,10 +40,44 @@ TWO_LISTENERS = {
 }
 
 
-@pytest.fixture
-def named(zk_hosts, tmp_path):
-    yield from running_brokers(zk_hosts, tmp_path, 2, replica_fetch_wait_max_ms="100",
-                               replica_fetch_backoff_ms="100", **TWO_LISTENERS)
+FAST_FETCH = {"replica_fetch_wait_max_ms": "100", "replica_fetch_backoff_ms": "100"}
+
+
+async def start_quorum_brokers(base: Path, count: int) -> list:
+    """``count`` brokers in quorum mode, each a voter, with the two named listeners; started
+    together (none opens its metadata session before a majority of voters runs)."""
+    from twisted.internet import defer, reactor
+
+    from broker_core.broker import BrokerService
+
+    voters = ",".join(f"{i}@127.0.0.1:{free_port()}" for i in range(1, count + 1))
+    brokers = [BrokerService(broker_config(i, "", base / f"broker-{i}", metadata_store="quorum",
+                                           quorum_voters=voters, cluster_id="listeners",
+                                           **FAST_FETCH, **TWO_LISTENERS), reactor=reactor)
+               for i in range(1, count + 1)]
+    results = await defer.DeferredList([defer.maybeDeferred(b.startService) for b in brokers],
+                                       consumeErrors=True)
+    failed = [r for ok, r in results if not ok]
+    if failed:
+        await stop_brokers([b for b in brokers if b.running])
+        failed[0].raiseException()
+    return brokers
+
+
+@pytest.fixture(params=["zookeeper", "quorum"])
+def named(request, tmp_path):
+    """Brokers with listeners CLIENT and INTERNAL: two in ZooKeeper mode, three voters in
+    quorum mode."""
+    if request.param == "zookeeper":
+        zk_hosts = request.getfixturevalue("zk_hosts")
+        yield from running_brokers(zk_hosts, tmp_path, 2, **FAST_FETCH, **TWO_LISTENERS)
+        return
+    brokers = pytest_twisted.blockon(defer.Deferred.fromCoroutine(
+        start_quorum_brokers(tmp_path, 3)))
+    try:
+        yield brokers
+    finally:
+        pytest_twisted.blockon(defer.Deferred.fromCoroutine(stop_brokers(brokers)))
 
 
 def ports(brokers, listener: str) -> dict[int, int]:
@@ -61,7 +97,8 @@ async def test_each_listener_is_told_its_own_addresses(named):
     client, internal = ports(named, "CLIENT"), ports(named, "INTERNAL")
     assert set(client.values()).isdisjoint(internal.values())
     for b in named:
-        await eventually(lambda b=b: len(b.cache.brokers) == 2, what="both brokers known")
+        await eventually(lambda b=b: len(b.cache.brokers) == len(named),
+                         what="every broker known")
         assert await metadata_brokers(b, "CLIENT") == {
             i: ("127.0.0.1", p) for i, p in client.items()}
         assert await metadata_brokers(b, "INTERNAL") == {
@@ -82,7 +119,8 @@ async def test_replication_goes_through_the_inter_broker_listener(named):
     await eventually(lambda: controller_of(named), what="controller")
     await create_topic(named[0], "rf2", rf=2, configs=[("min.insync.replicas", "2")])
     leader = await eventually(lambda: leader_of(named, "rf2", 0), what="leader")
-    follower = next(b for b in named if b is not leader)
+    follower = next(b for b in named if b is not leader
+                    and b.replicas.get_partition("rf2", 0) is not None)
     await eventually(lambda: len(leader.replicas.get_partition("rf2", 0).isr) == 2, what="ISR 2")
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports(named, "CLIENT").values())
     producer = Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
@@ -187,6 +225,40 @@ async def test_confluent_kafka_produces_and_consumes_over_ssl(tls_broker, pki):
     port = listener_port(tls_broker[0], "SSL")
     read = await threads.deferToThread(_confluent_round_trip, port, pki)
     assert read == [b"confluent-%d" % i for i in range(30)]
+
+
+def _kafka_python_round_trip(port: int, pki) -> list[bytes]:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    ssl_conf = {"bootstrap_servers": f"127.0.0.1:{port}", "security_protocol": "SSL",
+                "ssl_cafile": str(pki.cafile)}
+    # idempotence needs InitProducerId, which Sluice does not serve yet
+    producer = KafkaProducer(acks="all", enable_idempotence=False, **ssl_conf)
+    try:
+        for i in range(10):
+            producer.send("p", b"kafka-python-%d" % i).get(timeout=30)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(enable_auto_commit=False, consumer_timeout_ms=15000, **ssl_conf)
+    try:
+        consumer.assign([TopicPartition("p", 0)])
+        consumer.seek(TopicPartition("p", 0), 0)
+        out = []
+        for m in consumer:
+            out.append(m.value)
+            if len(out) == 10:
+                break
+        return out
+    finally:
+        consumer.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_kafka_python_produces_and_consumes_over_ssl(tls_broker, pki):
+    await ready_topic(tls_broker, "p")
+    port = listener_port(tls_broker[0], "SSL")
+    read = await threads.deferToThread(_kafka_python_round_trip, port, pki)
+    assert read == [b"kafka-python-%d" % i for i in range(10)]
 
 
 def _api_versions_frame() -> bytes:

@@ -156,6 +156,11 @@ def tls_broker(zk_hosts, tmp_path, pki):
 
 
 @pytest.fixture
+def requested_broker(zk_hosts, tmp_path, pki):
+    yield from running_brokers(zk_hosts, tmp_path, 1, **tls_keys(pki, "requested"))
+
+
+@pytest.fixture
 def mtls_broker(zk_hosts, tmp_path, pki):
     yield from running_brokers(zk_hosts, tmp_path, 1, **tls_keys(pki, "required"))
 
@@ -350,6 +355,22 @@ async def test_required_client_auth_refuses_no_certificate_and_names_the_princip
     answer = await threads.deferToThread(_tls_api_versions, port, pki, alice)
     assert struct.unpack(">ih", answer[:6]) == (7, 0)
     assert seen == ["User:CN=alice,OU=eng,O=Sluice"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_requested_client_auth_serves_both_and_names_only_the_certificate_holder(
+        requested_broker, pki):
+    broker = requested_broker[0]
+    port = listener_port(broker, "SSL")
+    seen = spy_on_requests(broker)
+    await threads.deferToThread(_tls_api_versions, port, pki)
+    await threads.deferToThread(_tls_api_versions, port, pki, pki.client("bob", ou="ops"))
+    assert seen == ["User:ANONYMOUS", "User:CN=bob,OU=ops"]
+    # A certificate is still checked against ssl.cafile when one is presented.
+    stranger = make_pki(Path(pki.directory) / "other").client("mallory")
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        await threads.deferToThread(_tls_api_versions, port, pki, stranger)
+    assert len(seen) == 2
 
 
 @pytest_twisted.ensureDeferred

@@ -121,7 +121,10 @@ def server_endpoint(reactor: Any, lc: ListenerConfig) -> Any:
 async def bind(reactor: Any, lc: ListenerConfig, factory: Any,
                tls_options: ssl.CertificateOptions | None) -> BoundListener:
     """Bind ``lc`` serving ``factory`` (through TLS when ``tls_options`` is given)."""
-    served = factory if tls_options is None else TLSMemoryBIOFactory(tls_options, False, factory)
+    served = factory
+    if tls_options is not None:
+        served = TLSMemoryBIOFactory(tls_options, False, factory)
+        served.noisy = False  # the broker logs each bound listener itself
     port = await server_endpoint(reactor, lc).listen(served)
     host = port.getHost()
     bound = (getattr(host, "host", ""), getattr(host, "port", 0))

@@ -58,11 +58,19 @@ from broker_core.replica.log_dir_reporter import LogDirFailureReporter
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.replica.published_leadership import adopt_published_leadership
+from broker_core.security import cluster_secret
 from broker_core.security.acl import Authorizer
 from broker_core.security.basic_auth import BasicAuthUsers
+from broker_core.security.sasl import SaslSettings
 from broker_core.security.user_store import UserCredentialCache
 from broker_core.server.connection_limits import ServerLimits
 from broker_core.server.handlers import RequestHandler
+from broker_core.server.listener_endpoints import (
+    BoundListener,
+    TlsFileError,
+    bind,
+    load_all_tls_options,
+)
 from broker_core.server.protocol import KafkaServerFactory
 from broker_core.zk import paths
 from broker_core.zk.store import ZooKeeperStore
@@ -197,15 +205,32 @@ class BrokerService(service.Service):
             on_metadata_update=self._on_metadata_update,
             load_topic_configs=self._ensure_topic_configs, controller=self.controller,
             when_registered=self.when_registered, coordinator=self.coordinator)
-        #: Connection and request-memory limits shared by this broker's Kafka listeners (the
-        #: quorum listener has its own: see ``_quorum_store``).
+        #: Connection and request-memory limits shared by this broker's client listeners (the
+        #: quorum listener has its own: see ``_quorum_store``). A separate inter-broker listener
+        #: gets limits of its own, so clients that fill theirs cannot stall replication (Kafka
+        #: exempts the inter-broker listener the same way).
         self.server_limits = ServerLimits.from_config(config)
         self.metrics.track_request_memory(self.server_limits.pool)
-        self.factory = KafkaServerFactory(self.handler, clock=self.clock, metrics=self.metrics,
-                                          max_frame_bytes=config.socket_request_max_bytes,
-                                          limits=self.server_limits)
+        #: The named listeners (broker_core/server/listeners.py), one factory each, all
+        #: sharing the one request handler and the SASL settings (user store, cluster login).
+        self.listener_configs = config.listener_configs()
+        sasl = self._sasl_settings(config)
+        self.factories = {}
+        for lc in self.listener_configs:
+            own = (lc.name == self.listener_configs.inter_broker
+                   and len(self.listener_configs) > 1)
+            self.factories[lc.name] = KafkaServerFactory(
+                self.handler, clock=self.clock, metrics=self.metrics,
+                max_frame_bytes=config.socket_request_max_bytes, listener=lc.settings,
+                limits=ServerLimits.from_config(config) if own else self.server_limits,
+                sasl=sasl)
+        #: The first listener's factory and port (a single-listener broker's only ones).
+        self.factory = self.factories[self.listener_configs.listeners[0].name]
         self.port: Any = None
+        #: Every bound listener, in configured order, once started.
+        self.listeners: list[BoundListener] = []
         self.metrics_port: Any = None
+        #: The inter-broker listener's advertised address (the registration's host and port).
         self.advertised: tuple[str, int] | None = None
         self.metrics.set_partition_source(self.replicas.partition_metrics)
         self.metrics.follower_lag.source = self.replicas.follower_lag_metrics
@@ -217,6 +242,15 @@ class BrokerService(service.Service):
         self.metrics.offline_partitions.set_function(
             lambda: sum(1 for d in self.controller.states.values() if d.leader < 0)
             if self.controller.active else 0)
+
+    def _sasl_settings(self, config: BrokerConfig) -> SaslSettings:
+        """Every listener's SASL settings: the enabled mechanisms, the user store's lookup and
+        the cluster login's credential (none without ``cluster.secret.file``)."""
+        secret = config.cluster_secret()
+        return SaslSettings(
+            mechanisms=config.sasl_mechanisms(), lookup=self.users.lookup,
+            cluster_credential=None if secret is None else cluster_secret.cluster_credential(secret),
+            decoy_key=None if secret is None else cluster_secret.decoy_key(secret))
 
     def _quorum_store(self, config: BrokerConfig, reactor: Any) -> Any:
         """The quorum store on this broker's own quorum node; the session timeouts are the
@@ -336,6 +370,11 @@ class BrokerService(service.Service):
 
     async def _start(self) -> None:
         cfg = self.config
+        # First, before anything is opened: a TLS listener's files.
+        try:
+            tls_options = load_all_tls_options(self.listener_configs)
+        except TlsFileError as e:
+            raise StartupError(f"a TLS listener cannot start: {e}") from None
         self.io_pool.start()
         # In quorum mode the cluster id is known now (the quorum's); in ZooKeeper mode only
         # the broker id can be checked before the store answers.
@@ -383,12 +422,16 @@ class BrokerService(service.Service):
         self._logs_loaded = True
         self._report_recovery()
         self._check_log_dirs_at_start()
-        ep = endpoints.serverFromString(self.reactor, cfg.listeners)
-        self.port = await ep.listen(self.factory)
-        host = self.port.getHost()
-        self.advertised = _advertised(cfg.advertised_listeners, host)
-        self.log.info("broker {b} listening on {h}:{p}, advertised as {a}", b=self.broker_id,
-                      h=host.host, p=host.port, a=f"{self.advertised[0]}:{self.advertised[1]}")
+        for lc in self.listener_configs:
+            bound = await bind(self.reactor, lc, self.factories[lc.name], tls_options.get(lc.name))
+            self.listeners.append(bound)
+            host = bound.port.getHost()
+            self.log.info("broker {b} listener {n} ({proto}) on {h}:{p}, advertised as {a}",
+                          b=self.broker_id, n=lc.name, proto=lc.protocol.value, h=host.host,
+                          p=host.port, a=f"{bound.advertised[0]}:{bound.advertised[1]}")
+        self.port = self.listeners[0].port
+        self.advertised = next(b.advertised for b in self.listeners
+                               if b.name == self.listener_configs.inter_broker)
         if cfg.metrics_listener:
             mep = endpoints.serverFromString(self.reactor, cfg.metrics_listener)
             hashes = cfg.metrics_password_hashes()
@@ -501,8 +544,11 @@ class BrokerService(service.Service):
         """Create ``/brokers/ids/[id]``. After a crash the previous session's node lingers until
         ZooKeeper expires that session; wait for it (bounded) rather than fail."""
         host, port = self.advertised
-        reg = paths.BrokerRegistration(self.broker_id, host, port, self.config.broker_rack,
-                                       int(time.time() * 1000))
+        reg = paths.BrokerRegistration(
+            self.broker_id, host, port, self.config.broker_rack, int(time.time() * 1000),
+            endpoints=tuple(paths.ListenerEndpoint(b.name, *b.advertised)
+                            for b in self.listeners),
+            protocol_map=tuple(self.listener_configs.protocol_map().items()))
         path = paths.broker(self.broker_id)
         deadline = self.clock.seconds() + 2 * self.config.zookeeper_session_timeout_ms / 1000 + 5
         while True:
@@ -614,15 +660,16 @@ class BrokerService(service.Service):
                 max_retries=self.config.controlled_shutdown_max_retries,
                 backoff_s=self.config.controlled_shutdown_retry_backoff_ms / 1000.0,
                 timeout_s=self.config.controller_socket_timeout_ms / 1000.0)
-        if self.port is not None:
-            await self.port.stopListening()
+        for bound in self.listeners:
+            await bound.port.stopListening()
         # Before the connections close: the coordinator writes its pending offsets and resigns
         # (closing its consumers' channels itself), so losing the channels fails no consumer.
         try:
             await self.coordinator.stop()
         except Exception:
             self.log.failure("consumer coordinator stop failed")
-        self.factory.close_all()
+        for factory in self.factories.values():
+            factory.close_all()
         self.heartbeats.stop()
         try:
             await self.controller.stop()
@@ -658,16 +705,6 @@ class BrokerService(service.Service):
 
 _LOG_KEYS = {"segment.bytes", "segment.ms", "retention.bytes", "retention.ms", "flush.messages",
              "flush.ms", "index.interval.bytes", "max.message.bytes"}
-
-
-def _advertised(advertised: str | None, host: Any) -> tuple[str, int]:
-    if advertised:
-        h, _, p = advertised.rpartition(":")
-        return h, int(p)
-    bound = host.host
-    if bound in ("0.0.0.0", "::", ""):
-        bound = "127.0.0.1"
-    return bound, host.port
 
 
 def _sleep(clock: Any, seconds: float) -> defer.Deferred:

@@ -157,6 +157,27 @@ def endpoint(key: str, raw: str) -> str:
     return value
 
 
+def listeners_value(key: str, raw: str) -> str:
+    """``listeners``: Kafka's ``NAME://host:port[,...]`` (checked here; the listener model,
+    with the keys it depends on, is checked by ``BrokerConfig.from_mapping``) or one Twisted
+    server endpoint (:func:`endpoint`, one PLAINTEXT listener)."""
+    from broker_core.server.listeners import is_kafka_form, parse_named_list  # noqa: PLC0415
+
+    value = raw.strip()
+    if value and is_kafka_form(value):
+        parse_named_list(key, raw, port_zero=True)
+        return value
+    return endpoint(key, raw)
+
+
+def client_auth(key: str, raw: str) -> str:
+    """``ssl.client.auth``: none, requested or required."""
+    value = raw.strip().lower()
+    if value not in ("none", "requested", "required"):
+        raise _bad(key, raw, "none, requested or required")
+    return value
+
+
 def optional_endpoint(key: str, raw: str) -> str | None:
     """An :func:`endpoint`, or None when empty."""
     return endpoint(key, raw) if raw.strip() else None
@@ -358,8 +379,15 @@ def _keys(*entries: tuple[Any, ...]) -> dict[str, ConfigKey]:
 #: Every broker key: (Kafka name, attribute, parser, default text, required).
 BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("broker.id", "broker_id", integer(0, INT_MAX), None, True),
-    ("listeners", "listeners", endpoint, "tcp:9092"),
-    ("advertised.listeners", "advertised_listeners", host_port, None),
+    ("listeners", "listeners", listeners_value, "tcp:9092"),
+    ("advertised.listeners", "advertised_listeners", optional_text, None),
+    # Named listeners and TLS (broker_core/server/listeners.py checks them together).
+    ("listener.security.protocol.map", "listener_security_protocol_map", optional_text, None),
+    ("inter.broker.listener.name", "inter_broker_listener_name", optional_text, None),
+    ("ssl.certfile", "ssl_certfile", optional_text, None),
+    ("ssl.keyfile", "ssl_keyfile", optional_text, None),
+    ("ssl.cafile", "ssl_cafile", optional_text, None),
+    ("ssl.client.auth", "ssl_client_auth", client_auth, "none"),
     ("metadata.store", "metadata_store", metadata_store, "zookeeper"),
     # Required in ZooKeeper mode only (checked in ``from_mapping``).
     ("zookeeper.connect", "zookeeper_connect", zookeeper_connect, None),
@@ -508,10 +536,25 @@ class BrokerConfig:
     """
 
     broker_id: int
+    #: Kafka's ``NAME://host:port,...`` or a Twisted endpoint string (see
+    #: :meth:`listener_configs`, the parsed model).
     listeners: str
-    #: ``host:port`` clients are told to use; None: derived when the listener is bound
-    #: (see :meth:`advertised_address`).
+    #: ``NAME://host:port,...`` or ``host:port`` (the first listener); None: each listener
+    #: advertises its bound address.
     advertised_listeners: str | None
+    #: ``NAME:PROTOCOL,...``; None: Kafka's default (each protocol's name maps to itself).
+    listener_security_protocol_map: str | None
+    #: None: the first listener.
+    inter_broker_listener_name: str | None
+    #: PEM files of TLS listeners (each overridable per listener; see listener_name_overrides).
+    ssl_certfile: str | None
+    ssl_keyfile: str | None
+    ssl_cafile: str | None
+    #: none, requested or required.
+    ssl_client_auth: str
+    #: Kafka's per-listener overrides ``listener.name.<name>.ssl.*``: (key, value) pairs, sorted.
+    #: Not in BROKER_KEYS (the names are open-ended); checked by :meth:`listener_configs`.
+    listener_name_overrides: tuple[tuple[str, str], ...]
     #: ``zookeeper`` (the default) or ``quorum`` (the self-managed metadata quorum).
     metadata_store: str
     #: None only in quorum mode.
@@ -617,7 +660,12 @@ class BrokerConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> BrokerConfig:
         """Build from Kafka keys -> text (defaults fill the rest); raises ConfigError."""
+        from broker_core.server.listeners import split_overrides  # noqa: PLC0415
+
+        values, overrides = split_overrides(values)
         attrs = parse_keys(BROKER_KEYS, values)
+        attrs["listener_name_overrides"] = tuple(sorted(
+            (k, _as_text(v)) for k, v in overrides.items()))
         if attrs["log_roll_ms"] is None:
             attrs["log_roll_ms"] = attrs["log_roll_hours"] * HOUR_MS
         if attrs["log_retention_ms"] is None:
@@ -639,6 +687,7 @@ class BrokerConfig:
         _check_limits(attrs)
         _check_metadata_store(attrs)
         cfg = cls(**attrs)
+        cfg.listener_configs()  # the listener keys' agreement (ConfigError)
         if cfg.metadata_store == "quorum":
             cfg.raft_config()  # the quorum keys' agreement (ConfigError)
         else:
@@ -770,6 +819,9 @@ class BrokerConfig:
 
     def get(self, key: str) -> Any:
         """The value of a Kafka key (``cfg.get("num.partitions")``); ConfigError if unknown."""
+        override = dict(self.listener_name_overrides).get(key)
+        if override is not None:
+            return override
         spec = BROKER_KEYS.get(key)
         if spec is None:
             raise ConfigError(unknown_key_message(key, BROKER_KEYS), key)
@@ -778,27 +830,36 @@ class BrokerConfig:
     def as_properties(self) -> dict[str, str]:
         """Every key with its effective value as text (None as ""), e.g. for a startup log line
         or DescribeConfigs."""
-        return {name: _as_text(getattr(self, spec.attr)) for name, spec in BROKER_KEYS.items()}
+        props = {name: _as_text(getattr(self, spec.attr)) for name, spec in BROKER_KEYS.items()}
+        props.update(self.listener_name_overrides)
+        return props
 
     @property
     def log_roll_effective_ms(self) -> int:
         """Same as ``log_roll_ms`` (kept for callers that used this name)."""
         return self.log_roll_ms
 
+    def listener_configs(self) -> Any:
+        """The listeners as a checked :class:`~broker_core.server.listeners.Listeners`
+        (ConfigError naming the key if the listener keys disagree)."""
+        from broker_core.server.listeners import parse_listeners  # noqa: PLC0415
+
+        return parse_listeners(
+            self.listeners, protocol_map=self.listener_security_protocol_map,
+            inter_broker_listener_name=self.inter_broker_listener_name,
+            advertised_listeners=self.advertised_listeners,
+            ssl={"ssl.certfile": self.ssl_certfile, "ssl.keyfile": self.ssl_keyfile,
+                 "ssl.cafile": self.ssl_cafile, "ssl.client.auth": self.ssl_client_auth},
+            overrides=dict(self.listener_name_overrides))
+
     def advertised_address(self, bound_host: str, bound_port: int) -> tuple[str, int]:
-        """The ``(host, port)`` to advertise once the listener is bound to
-        ``bound_host:bound_port``: ``advertised.listeners`` if set; otherwise the bound
-        address, with a wildcard interface (``0.0.0.0``, ``::`` or none) replaced by
-        ``127.0.0.1``. A cluster spanning machines must set ``advertised.listeners``."""
-        if self.advertised_listeners:
-            host, _, port = self.advertised_listeners.rpartition(":")
-            return host, int(port)
-        if bound_host in ("", "0.0.0.0", "::"):
-            bound_host = "127.0.0.1"
-        return bound_host, bound_port
+        """The first listener's advertised ``(host, port)`` once bound to
+        ``bound_host:bound_port`` (see ``ListenerConfig.advertised_address``)."""
+        return self.listener_configs().listeners[0].advertised_address(bound_host, bound_port)
 
 
-assert [f.name for f in fields(BrokerConfig)] == [k.attr for k in BROKER_KEYS.values()]
+assert [f.name for f in fields(BrokerConfig) if f.name != "listener_name_overrides"] == \
+    [k.attr for k in BROKER_KEYS.values()]
 
 
 # -- the properties file ---------------------------------------------------------------------------

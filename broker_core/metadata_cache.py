@@ -9,9 +9,10 @@ Invariant: ``controller_epoch`` never goes backwards; an update carrying an olde
 the caller before it reaches :meth:`MetadataCache.apply`.
 
 Derived values (:meth:`MetadataCache.derived`, e.g. a topic's partitions pre-encoded for Metadata
-responses) are built once and kept until that topic's partitions or the set of live broker ids
-change: clients poll Metadata for every partition many times a second during a failover, and
-re-encoding 10,000 unchanged partitions each time was a third of a broker's reactor time.
+responses) are built once and kept until that topic's partitions, the live broker ids or their
+listeners' names change: clients poll Metadata for every partition many times a second during a
+failover, and re-encoding 10,000 unchanged partitions each time was a third of a broker's
+reactor time.
 """
 
 from __future__ import annotations
@@ -28,12 +29,26 @@ NO_LEADER = -1
 
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
-    """A live broker as clients should reach it."""
+    """A live broker: ``host``/``port`` is its inter-broker listener (where other brokers
+    reach it); ``listeners`` each advertised listener as (name, host, port), which is where a
+    client that came on that listener is sent. Empty ``listeners`` (a hand-built value): the
+    broker is reached at ``host:port`` on every listener."""
 
     id: int
     host: str
     port: int
     rack: str | None = None
+    listeners: tuple[tuple[str, str, int], ...] = ()
+
+    def address(self, listener: str | None) -> tuple[str, int] | None:
+        """Where a client of ``listener`` reaches this broker; None if it has no such
+        listener (Kafka leaves it out). ``listener`` None: the inter-broker address."""
+        if listener is None or not self.listeners:
+            return self.host, self.port
+        for name, host, port in self.listeners:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +88,11 @@ class MetadataCache:
         """
         self.controller_id = controller_id
         self.controller_epoch = controller_epoch
-        old_ids = self.brokers.keys()
+        old = _listener_names(self.brokers)
         self.brokers = {b.id: b for b in brokers}
-        if self.brokers.keys() != old_ids:
-            # Leaders and offline replicas are shown against the live brokers.
+        if _listener_names(self.brokers) != old:
+            # Leaders and offline replicas are shown against the live brokers and the listeners
+            # they have (a broker may come back with other listeners under the same id).
             self._derived.clear()
         changed: set[str] = set()
         for topic, index, state in partition_states:
@@ -95,7 +111,8 @@ class MetadataCache:
 
     def derived(self, topic: str, key: Hashable, build: Callable[[], T]) -> T:
         """``build()``'s value for ``topic`` and ``key``, computed once and kept until the
-        topic's partitions or the live broker ids change (``build`` may read only those)."""
+        topic's partitions, the live broker ids or their listeners' names change (``build``
+        may read only those, not the brokers' addresses)."""
         per_topic = self._derived.setdefault(topic, {})
         try:
             return per_topic[key]
@@ -118,3 +135,7 @@ class MetadataCache:
 
     def alive(self, broker_id: int) -> bool:
         return broker_id in self.brokers
+
+
+def _listener_names(brokers: dict[int, BrokerEndpoint]) -> dict[int, tuple[str, ...]]:
+    return {i: tuple(name for name, _, _ in b.listeners) for i, b in brokers.items()}

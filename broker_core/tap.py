@@ -60,9 +60,11 @@ class Options(usage.Options):
     optParameters = [
         ["broker-id", None, None, "This broker's id (broker.id), a non-negative integer."],
         ["listen", None, None,
-         "Twisted server endpoint for Kafka clients (listeners), e.g. tcp:9092:interface=127.0.0.1."],
+         "Where to listen (listeners): a Twisted server endpoint, e.g. "
+         "tcp:9092:interface=127.0.0.1, or Kafka's NAME://host:port,..."],
         ["advertised-listener", None, None,
-         "host:port clients should use (advertised.listeners); default: the bound address."],
+         "host:port clients should use (advertised.listeners), or NAME://host:port,... per "
+         "listener; default: the bound address."],
         ["zookeeper", None, None, "ZooKeeper connect string (zookeeper.connect), e.g. host:2181."],
         ["log-dir", None, None, "Directory for partition logs (log.dirs)."],
         ["metrics", None, None, "Twisted server endpoint for /metrics, e.g. tcp:9404."],

@@ -269,18 +269,32 @@ class CoordinatorService:
 
     # -- requests: any broker ----------------------------------------------------------------------
 
-    def _broker_list(self) -> list[dict]:
-        return [{"node_id": b.id, "host": b.host, "port": b.port}
-                for b in sorted(self.brokers(), key=lambda b: b.id)]
+    def _broker_list(self, listener: str | None) -> list[dict]:
+        """The live brokers as a client of ``listener`` reaches them (a broker without that
+        listener is left out, as Kafka's Metadata does)."""
+        out = []
+        for b in sorted(self.brokers(), key=lambda b: b.id):
+            address = b.address(listener)
+            if address is not None:
+                out.append({"node_id": b.id, "host": address[0], "port": address[1]})
+        return out
 
-    def cluster_metadata(self, header: Any, body: Any) -> dict:
+    def cluster_metadata(self, header: Any, body: Any, listener: str | None = None) -> dict:
+        """The coordinator's id and the brokers' addresses on ``listener`` (the one the
+        request came on; None: the inter-broker addresses)."""
         cid = self.coordinator_id
+        brokers = self._broker_list(listener)
         if cid < 0:
             return {**_error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                              "no consumer coordinator is elected yet; retry shortly"),
-                    "coordinator_id": -1, "brokers": self._broker_list()}
+                    "coordinator_id": -1, "brokers": brokers}
+        known = {b.id: b for b in self.brokers()}
+        if cid in known and known[cid].address(listener) is None:
+            return {**_error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             f"the coordinator (broker {cid}) has no listener {listener}"),
+                    "coordinator_id": -1, "brokers": brokers}
         return {"error_code": 0, "error_message": None, "coordinator_id": cid,
-                "brokers": self._broker_list()}
+                "brokers": brokers}
 
     def _not_coordinator(self) -> dict | None:
         if not self.active:
@@ -622,7 +636,9 @@ class CoordinatorService:
 
         req = m.channel.request(ApiKey.START_FETCHER, 0, {
             "consumer_id": m.consumer_id, "generation_id": generation & 0x7FFFFFFF,
-            "ownership": ownership, "brokers": self._broker_list()})
+            "ownership": ownership,
+            # Where the consumer fetches from: the brokers on the listener it came on.
+            "brokers": self._broker_list(getattr(m.channel, "listener", None))})
         req.addCallback(answered)
         return purgatories.watch(self.start_purgatory, m.key, m.response_timeout_s, req)
 

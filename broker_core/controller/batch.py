@@ -65,6 +65,19 @@ class LiveBroker:
     port: int
     rack: str | None
     epoch: int  # the czxid of its registration znode (Kafka's broker epoch, KIP-380)
+    #: Every advertised listener as (name, host, port, security protocol id), the
+    #: inter-broker one (``host``/``port``) first; empty: one PLAINTEXT listener there.
+    endpoints: tuple[tuple[str, str, int, int], ...] = ()
+
+    def update_metadata_endpoints(self) -> list[dict]:
+        """UpdateMetadata's endpoints of this broker. The first is always the inter-broker
+        listener's: a receiving broker reaches its peers there (the metadata cache's
+        ``host``/``port``)."""
+        if not self.endpoints:
+            return [{"port": self.port, "host": self.host, "listener": "PLAINTEXT",
+                     "security_protocol": 0}]
+        return [{"port": port, "host": host, "listener": name, "security_protocol": proto}
+                for name, host, port, proto in self.endpoints]
 
 
 class RequestBatch:
@@ -265,9 +278,7 @@ class RequestBatch:
             "broker_epoch": -1 if target is None else target.epoch,
             "topic_states": topic_states,
             "live_brokers": [
-                {"id": b.id, "endpoints": [{"port": b.port, "host": b.host,
-                                            "listener": "PLAINTEXT", "security_protocol": 0}],
-                 "rack": b.rack}
+                {"id": b.id, "endpoints": b.update_metadata_endpoints(), "rack": b.rack}
                 for b in sorted(live.values(), key=lambda x: x.id)
             ],
         }

@@ -486,7 +486,8 @@ class Controller:
             except NoNode:
                 return None
             reg = paths.BrokerRegistration.from_bytes(data)
-            return LiveBroker(reg.id, reg.host, reg.port, reg.rack, stat.czxid)
+            return LiveBroker(reg.id, reg.host, reg.port, reg.rack, stat.czxid,
+                              _live_endpoints(reg))
 
         found = await _gather([one(b) for b in ids if b.isdigit()])
         return {b.id: b for b in found if b is not None}
@@ -1800,3 +1801,12 @@ async def _gather(aws: Sequence[Awaitable[Any]]) -> list[Any]:
     if not ds:
         return []
     return list(await defer.gatherResults(ds, consumeErrors=True))
+
+
+def _live_endpoints(reg: paths.BrokerRegistration) -> tuple[tuple[str, str, int, int], ...]:
+    """A registration's endpoints for UpdateMetadata, the inter-broker one (the one at the
+    registration's ``host:port``) first."""
+    protocols = dict(reg.protocol_map)
+    found = [(e.listener, e.host, e.port, paths.SECURITY_PROTOCOL_IDS[protocols[e.listener]])
+             for e in reg.endpoints]
+    return tuple(sorted(found, key=lambda e: (e[1], e[2]) != (reg.host, reg.port)))

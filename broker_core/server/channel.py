@@ -45,6 +45,12 @@ class ServerChannel:
 
     # -- called by the server protocol ----------------------------------------------------------
 
+    @property
+    def listener(self) -> str | None:
+        """The listener the consumer's connection came on (None before :meth:`bind`)."""
+        security = getattr(self._proto, "security", None)
+        return None if security is None else security.listener
+
     def bind(self, proto: Any) -> None:
         """The protocol took this channel; frames from now on are responses."""
         self._proto = proto

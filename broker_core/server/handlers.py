@@ -65,7 +65,8 @@ _WITH_ACCESS = frozenset({
     ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA,
     ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS,
     ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_CONFIGS, ApiKey.COMMIT_OFFSETS,
-    ApiKey.UNREGISTER_CONSUMER, ApiKey.DESCRIBE_CONSUMER_GROUPS, ApiKey.API_VERSIONS})
+    ApiKey.UNREGISTER_CONSUMER, ApiKey.DESCRIBE_CONSUMER_GROUPS, ApiKey.API_VERSIONS,
+    ApiKey.CLUSTER_METADATA})
 _TOPIC_DENIED = "TOPIC_AUTHORIZATION_FAILED"
 
 
@@ -208,12 +209,13 @@ class RequestHandler(UserAdminApis):
         return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                 "error_message": "this broker hosts no consumer coordinator", **extra}
 
-    def cluster_metadata(self, header: Any, body: Any) -> dict:
+    def cluster_metadata(self, header: Any, body: Any, access: Access) -> dict:
+        listener = _listener_of(access)
         if self.coordinator is None:
             return self._no_coordinator(coordinator_id=-1, brokers=[
-                {"node_id": b.id, "host": b.host, "port": b.port}
-                for b in sorted(self.cache.brokers.values(), key=lambda b: b.id)])
-        return self.coordinator.cluster_metadata(header, body)
+                {"node_id": b.id, "host": host, "port": port}
+                for b, (host, port) in self._brokers_on(listener)])
+        return self.coordinator.cluster_metadata(header, body, listener=listener)
 
     def register_consumer(self, header: Any, body: Any, proto: Any) -> dict:
         if self.coordinator is None:
@@ -286,7 +288,21 @@ class RequestHandler(UserAdminApis):
 
     # -- Metadata ---------------------------------------------------------------------------------
 
+    def _brokers_on(self, listener: str | None) -> list[tuple[BrokerEndpoint, tuple[str, int]]]:
+        """The live brokers that have ``listener``, with their address there, by id (Kafka
+        leaves a broker without the listener out of the answer)."""
+        found = []
+        for b in sorted(self.cache.brokers.values(), key=lambda b: b.id):
+            address = b.address(listener)
+            if address is not None:
+                found.append((b, address))
+        return found
+
     async def metadata(self, header: Any, body: Any, access: Access) -> dict:
+        """Kafka's Metadata, answered for the listener the request came on: the brokers'
+        addresses on that listener; a partition whose leader lacks it gets
+        LISTENER_NOT_FOUND. Only topics the principal may DESCRIBE are listed."""
+        listener = _listener_of(access)
         if self.cache.controller_epoch < 0:
             # Just started: no UpdateMetadata yet, so the cache knows no brokers. An empty broker
             # list makes clients drop their connections to every broker, failing (and with
@@ -327,30 +343,35 @@ class RequestHandler(UserAdminApis):
                 # Encoded once per topic and version until the topic or the live brokers change:
                 # during a failover clients ask for every partition many times a second.
                 "partitions": self.cache.derived(
-                    name, ("metadata", version),
+                    name, ("metadata", version, listener),
                     lambda parts=parts: _METADATA_PARTITIONS.pre_encode(
-                        [self._partition_metadata(i, st) for i, st in sorted(parts.items())],
+                        [self._partition_metadata(i, st, listener)
+                         for i, st in sorted(parts.items())],
                         version, metadata_messages.RESPONSE.is_flexible(version))),
                 "topic_authorized_operations": -2147483648,
             })
         return {
             "throttle_time_ms": 0,
-            "brokers": [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
-                        for b in sorted(self.cache.brokers.values(), key=lambda b: b.id)],
+            "brokers": [{"node_id": b.id, "host": host, "port": port, "rack": b.rack}
+                        for b, (host, port) in self._brokers_on(listener)],
             "cluster_id": self.cluster_id,
             "controller_id": self.cache.controller_id,
             "topics": topics,
             "cluster_authorized_operations": -2147483648,
         }
 
-    def _partition_metadata(self, index: int, st: PartitionState) -> dict:
+    def _partition_metadata(self, index: int, st: PartitionState, listener: str | None) -> dict:
         error = 0
-        if st.leader < 0 or st.leader not in self.cache.brokers:
+        leader = self.cache.brokers.get(st.leader)
+        if st.leader < 0 or leader is None:
             error = int(ErrorCode.LEADER_NOT_AVAILABLE)
+        elif leader.address(listener) is None:
+            # Kafka's answer: the leader is alive but a client of this listener cannot reach it.
+            error, leader = int(ErrorCode.LISTENER_NOT_FOUND), None
         return {
             "error_code": error,
             "partition_index": index,
-            "leader_id": st.leader if st.leader in self.cache.brokers else -1,
+            "leader_id": st.leader if leader is not None else -1,
             "leader_epoch": st.leader_epoch,
             "replica_nodes": list(st.replicas),
             "isr_nodes": list(st.isr),
@@ -876,8 +897,11 @@ class RequestHandler(UserAdminApis):
         brokers = []
         for b in body.live_brokers:
             if b.endpoints:
+                # The controller sends the inter-broker listener's endpoint first.
                 ep = b.endpoints[0]
-                brokers.append(BrokerEndpoint(b.id, ep.host, ep.port, b.rack))
+                brokers.append(BrokerEndpoint(
+                    b.id, ep.host, ep.port, b.rack,
+                    tuple((e.listener, e.host, e.port) for e in b.endpoints)))
         states = [
             (t.topic_name, s.partition_index, PartitionState(
                 s.leader, s.leader_epoch, tuple(s.isr), tuple(s.replicas),
@@ -889,3 +913,11 @@ class RequestHandler(UserAdminApis):
             self.on_metadata_update(changed)
         self._metadata_changed()
         return {"error_code": 0}
+
+
+def _listener_of(proto: Any) -> str | None:
+    """The listener a request came on, from its connection or its
+    :class:`~broker_core.server.authorization.Access` (None without either: the inter-broker
+    view)."""
+    security = getattr(proto, "security", None)
+    return None if security is None else security.listener

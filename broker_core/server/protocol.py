@@ -37,13 +37,21 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IHandshakeListener
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from broker_core import net
-from broker_core.security.principal import DEFAULT_LISTENER, ConnectionSecurity, ListenerSettings
+from broker_core.security.principal import (
+    DEFAULT_LISTENER,
+    ConnectionSecurity,
+    ListenerSettings,
+    SecurityProtocol,
+)
 from broker_core.security.sasl import SaslSettings
+from broker_core.security.ssl_principal import principal_from_certificate
 from broker_core.server.authentication import SERVE, ConnectionAuthentication, Verdict
 from broker_core.server.connection_limits import ServerLimits
 from broker_core.server.idle import IdleTracker
@@ -72,8 +80,13 @@ class _Slot:
         self.ready = False
 
 
+@implementer(IHandshakeListener)
 class KafkaServerProtocol(Protocol):
-    """One client connection. See the module docstring for the ordering invariant."""
+    """One client connection. See the module docstring for the ordering invariant.
+
+    On a TLS listener the transport is Twisted's TLS wrapper, which calls
+    :meth:`handshakeCompleted` before it delivers the first byte of application data: an SSL
+    listener's client certificate names the principal before any request is handled."""
 
     log = Logger(namespace="sluice.server")
 
@@ -105,6 +118,21 @@ class KafkaServerProtocol(Protocol):
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
         self.security.peer_host = getattr(peer, "host", "?")
         self.factory.connection_made(self)
+
+    def handshakeCompleted(self) -> None:  # noqa: N802 (Twisted API)
+        """The TLS handshake is done: on an SSL listener a client certificate (verified
+        against ``ssl.cafile`` by the handshake) makes the principal its subject's DN, as
+        Kafka's default principal builder; without one the client stays ANONYMOUS. On
+        SASL_SSL the principal is SASL's to set, never the certificate's."""
+        if self.security.protocol is not SecurityProtocol.SSL:
+            return
+        cert = self.transport.getPeerCertificate()
+        if cert is None:
+            return
+        principal = principal_from_certificate(cert.to_cryptography())
+        self.security.authenticate(principal)
+        self.log.debug("TLS client {peer} on listener {l} authenticated as {p}",
+                       peer=self.peer, l=self.security.listener, p=str(principal))
 
     def connectionLost(self, reason: Failure = None) -> None:  # noqa: N802 (Twisted API)
         self._closed = True

@@ -236,29 +236,86 @@ def _dump(value: Any) -> bytes:
 
 @dataclass(frozen=True)
 class BrokerRegistration:
-    """``/brokers/ids/[id]`` (ephemeral, written by the broker)."""
+    """``/brokers/ids/[id]`` (ephemeral, written by the broker), in Kafka's version 4 form.
+
+    ``host``/``port`` are the inter-broker listener's advertised address: every connection
+    one broker opens to another (controller, replica fetchers, controlled shutdown,
+    heartbeats) goes there. ``endpoints`` lists every listener's advertised address
+    (``"NAME://host:port"`` in the znode) and ``protocol_map`` each listener's security
+    protocol. A registration without endpoints (an older broker's) reads as one PLAINTEXT
+    listener at ``host:port``; an endpoint whose protocol the map does not give is refused.
+    """
 
     id: int
     host: str
     port: int
     rack: str | None = None
     timestamp_ms: int = 0
+    endpoints: tuple[ListenerEndpoint, ...] = ()
+    #: (listener name, security protocol name) pairs.
+    protocol_map: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.endpoints:
+            object.__setattr__(self, "endpoints",
+                               (ListenerEndpoint("PLAINTEXT", self.host, self.port),))
+            object.__setattr__(self, "protocol_map", (("PLAINTEXT", "PLAINTEXT"),))
 
     def to_bytes(self) -> bytes:
-        return _dump({"version": 1, "id": self.id, "host": self.host, "port": self.port,
+        return _dump({"version": 4, "id": self.id, "host": self.host, "port": self.port,
                       "rack": self.rack,
                       "timestamp": str(self.timestamp_ms),
-                      "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"]})
+                      "endpoints": [str(e) for e in self.endpoints],
+                      "listener_security_protocol_map": dict(self.protocol_map)})
 
     @classmethod
     def from_bytes(cls, data: bytes, broker_id: int | None = None) -> BrokerRegistration:
         v = _load(data, "broker registration")
         try:
+            raw_endpoints = v.get("endpoints") or []
+            raw_map = v.get("listener_security_protocol_map") or {}
+            if not isinstance(raw_endpoints, list) or not isinstance(raw_map, dict):
+                raise ValueError("endpoints is not a list or the protocol map not an object")
+            endpoints = tuple(ListenerEndpoint.parse(str(e)) for e in raw_endpoints)
+            pmap = {str(k): str(val) for k, val in raw_map.items()}
+            for e in endpoints:
+                # Kafka's registrations before version 4 name listeners after their protocol.
+                pmap.setdefault(e.listener, e.listener)
+                if pmap[e.listener] not in SECURITY_PROTOCOL_IDS:
+                    raise ValueError(f"listener {e.listener} has unknown security protocol "
+                                     f"{pmap[e.listener]!r}")
             return cls(int(broker_id if broker_id is not None else v.get("id", -1)),
                        str(v["host"]), int(v["port"]), v.get("rack"),
-                       int(v.get("timestamp", 0)))
+                       int(v.get("timestamp", 0)), endpoints,
+                       tuple((e.listener, pmap[e.listener]) for e in endpoints))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"broker registration: bad value ({e})") from None
+
+
+#: Kafka's security protocol ids (UpdateMetadata's ``security_protocol``).
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+@dataclass(frozen=True)
+class ListenerEndpoint:
+    """One advertised listener of a broker: ``NAME://host:port`` in Kafka's znode."""
+
+    listener: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener}://{host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str) -> ListenerEndpoint:
+        name, sep, hostport = text.partition("://")
+        host, colon, port = hostport.rpartition(":")
+        if not sep or not name or not colon or not port.isdigit() or \
+                not 0 < int(port) <= 65535:
+            raise ValueError(f"endpoint {text!r:.100} is not NAME://host:port")
+        return cls(name, host.strip("[]"), int(port))
 
 
 #: Kafka's event type of a log-directory failure notification.

@@ -97,19 +97,29 @@ async def eventually(condition: Callable[[], Any], timeout: float = 15.0,
 # -- talking to in-process brokers -------------------------------------------------------------
 
 
-async def connect(broker: Any) -> Any:
-    """A Kafka-protocol client connection to an in-process broker's listener."""
+def listener_port(broker: Any, listener: str | None = None) -> int:
+    """The bound port of an in-process broker's ``listener`` (default: its first)."""
+    if listener is None:
+        return broker.port.getHost().port
+    (bound,) = [b for b in broker.listeners if b.name == listener]
+    return bound.port.getHost().port
+
+
+async def connect(broker: Any, listener: str | None = None) -> Any:
+    """A Kafka-protocol client connection to an in-process broker's listener (a plaintext one:
+    by default its first)."""
     from twisted.internet import endpoints, reactor
 
     from broker_core.rpc import KafkaClientProtocol
 
-    ep = endpoints.TCP4ClientEndpoint(reactor, "127.0.0.1", broker.port.getHost().port)
+    ep = endpoints.TCP4ClientEndpoint(reactor, "127.0.0.1", listener_port(broker, listener))
     return await endpoints.connectProtocol(ep, KafkaClientProtocol("test"))
 
 
-async def call(broker: Any, api_key: int, version: int, body: Any) -> Any:
+async def call(broker: Any, api_key: int, version: int, body: Any,
+               listener: str | None = None) -> Any:
     """One request on a fresh connection; returns the decoded response body."""
-    proto = await connect(broker)
+    proto = await connect(broker, listener)
     try:
         return await proto.request(api_key, version, body)
     finally:

@@ -23,6 +23,7 @@ from broker_core.metadata import (
     Stat,
     TransactionFailed,
 )
+from broker_core.metadata_cache import BrokerEndpoint
 from broker_core.metrics import BrokerMetrics
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -203,7 +204,7 @@ def make(**overrides):
     metrics = BrokerMetrics(CollectorRegistry())
     svc = CoordinatorService(1, store, clock=clock, config=cfg, metrics=metrics,
                              channel_factory=FakeChannel,
-                             brokers=lambda: [SimpleNamespace(id=1, host="h", port=9)])
+                             brokers=lambda: [BrokerEndpoint(1, "h", 9)])
     svc.start()  # elected at once: the store is synchronous
     assert svc.active
     return clock, store, svc

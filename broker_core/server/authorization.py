@@ -97,10 +97,13 @@ RULES: dict[ApiKey, Rule] = {
 }
 
 #: Served without any check: version negotiation, the coordinator's address (Kafka's
-#: FindCoordinator answers anyone too), and the coordinator-to-consumer requests a broker only
-#: refuses.
+#: FindCoordinator answers anyone too), the coordinator-to-consumer requests a broker only
+#: refuses, and SASL's own APIs.
 UNCHECKED = frozenset({ApiKey.API_VERSIONS, ApiKey.CLUSTER_METADATA, ApiKey.PING,
-                       ApiKey.STOP_FETCHER, ApiKey.START_FETCHER})
+                       ApiKey.STOP_FETCHER, ApiKey.START_FETCHER,
+                       # Answered by the connection's authentication gate, before any handler
+                       # (broker_core.server.authentication): how a principal comes to be.
+                       ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 _FOLLOWER_APIS = frozenset({ApiKey.FETCH, ApiKey.OFFSET_FOR_LEADER_EPOCH})
 

@@ -15,8 +15,9 @@ from broker_core.config import BrokerConfig, ConfigError
 from broker_core.controller.batch import LiveBroker
 from broker_core.controller.controller import _live_endpoints
 from broker_core.metadata_cache import BrokerEndpoint, MetadataCache, PartitionState
-from broker_core.security.principal import SecurityProtocol
+from broker_core.security.principal import ConnectionSecurity, SecurityProtocol
 from broker_core.security.ssl_principal import distinguished_name
+from broker_core.server.authorization import Access
 from broker_core.server.handlers import RequestHandler
 from broker_core.server.listener_endpoints import TlsFileError, load_tls_options
 from broker_core.server.listeners import ClientAuth
@@ -329,7 +330,7 @@ def handler_with_two_brokers() -> RequestHandler:
 
 
 def metadata_on(handler: RequestHandler, listener: str) -> dict:
-    proto = SimpleNamespace(security=SimpleNamespace(listener=listener))
+    proto = Access(None, ConnectionSecurity(listener, SecurityProtocol.PLAINTEXT))
     d = defer.Deferred.fromCoroutine(handler.metadata(
         SimpleNamespace(api_version=9),
         SimpleNamespace(topics=None, allow_auto_topic_creation=False), proto))
@@ -363,7 +364,7 @@ def test_a_leader_without_the_listener_is_listener_not_found():
 
 def test_cluster_metadata_without_a_coordinator_lists_the_listeners_brokers():
     handler = handler_with_two_brokers()
-    proto = SimpleNamespace(security=SimpleNamespace(listener="CLIENT"))
+    proto = Access(None, ConnectionSecurity("CLIENT", SecurityProtocol.PLAINTEXT))
     answer = handler.cluster_metadata(None, None, proto)
     assert answer["brokers"] == [{"node_id": 1, "host": "kafka1", "port": 9092}]
 

@@ -17,18 +17,21 @@ round to round (no listener always goes first on this noisy shared machine):
 - **produce**: ``kcat -P -X acks=all -l FILE`` of ``--messages`` (default 1,000,000)
   ``--size``-byte (default 100) messages (librdkafka: up to 10,000 messages a batch,
   ``linger.ms=10``, no compression), as ``bench/replicated_produce.py`` does;
-- **fetch**: ``kcat -C -e`` of the whole fetch topic from offset 0, one newline printed per
-  message (as ``bench/broker_throughput.py``), counted.
+- **fetch**: ``kcat -C -e`` of the whole fetch topic from offset 0 (``--fetch-multiple``
+  times ``--messages``, default 3), one newline printed per message (as
+  ``bench/broker_throughput.py``), counted.
 
 Each run's time includes kcat's start, TLS handshakes and SASL logins (a few milliseconds
 against seconds of transfer). For every run the script also takes the CPU time the three
 brokers used (``/proc/PID/stat``) and kcat used, per message: that says where a slower
-listener spends its time. The figures to read are the ratios to PLAINTEXT **within each
-round** (the same minute of the same machine), printed with their median and spread, and the
-load average before and after.
+listener spends its time, and gives the **CPU ratio**: PLAINTEXT's CPU per message (brokers
+and kcat together) over the listener's, the throughput ratio to expect when the cores are the
+limit (brokers and load generator share them here). The figures to read are the ratios to
+PLAINTEXT **within each round** (the same minute of the same machine), printed with their
+median and spread, and the load average before and after.
 
 Usage: python bench/security_overhead.py [--messages 1000000] [--size 100] [--partitions 6]
-       [--rounds 5]
+       [--rounds 5] [--fetch-multiple 3]
 Everything runs in a temp dir that is removed afterwards. Prints figures; asserts nothing.
 """
 
@@ -163,22 +166,29 @@ def wait_logins(cluster: ProcessCluster, cafile: Path, timeout: float = 60.0) ->
 
 
 def summarise(kind: str, runs: dict[str, list[Run]], size: int) -> None:
-    """Per listener: median rate and spread, CPU per message, and the ratio to PLAINTEXT taken
-    round by round."""
+    """Per listener: median rate and spread, the ratio to PLAINTEXT taken round by round, the
+    CPU per message (brokers, kcat) and the CPU ratio: PLAINTEXT's CPU per message (brokers +
+    kcat) over this listener's, round by round, i.e. the throughput ratio when the machine's
+    cores are what limits (all processes share them here)."""
     print(f"\n{kind}: msg/s (median, min-max over rounds); ratio to PLAINTEXT within each "
-          f"round (median, min-max); CPU per message (median)")
+          f"round (median, min-max); CPU per message (median); CPU ratio (median, min-max)")
     base = runs["PLAINTEXT"]
     for protocol in PROTOCOLS:
         own = runs[protocol]
         rates = [r.rate for r in own]
         ratios = [r.rate / b.rate for r, b in zip(own, base, strict=True)]
+        cpu_ratios = [(b.broker_cpu + b.client_cpu) / b.messages
+                      / ((r.broker_cpu + r.client_cpu) / r.messages)
+                      for r, b in zip(own, base, strict=True)]
         broker_us = statistics.median(r.broker_cpu / r.messages * 1e6 for r in own)
         client_us = statistics.median(r.client_cpu / r.messages * 1e6 for r in own)
         med = statistics.median(rates)
-        print(f"  {protocol:<10} {med:>12,.0f} msg/s ({med * size / (1 << 20):6.1f} MB/s; "
-              f"{min(rates):>10,.0f} - {max(rates):>10,.0f})   ratio "
-              f"{statistics.median(ratios):.2f} ({min(ratios):.2f} - {max(ratios):.2f})   "
-              f"brokers {broker_us:5.2f} us/msg, kcat {client_us:5.2f} us/msg")
+        print(f"  {protocol:<10} {med:>10,.0f} msg/s ({med * size / (1 << 20):5.1f} MB/s; "
+              f"{min(rates):>9,.0f} - {max(rates):>9,.0f})  ratio "
+              f"{statistics.median(ratios):.2f} ({min(ratios):.2f} - {max(ratios):.2f})  "
+              f"brokers {broker_us:4.2f} us/msg, kcat {client_us:4.2f} us/msg  CPU ratio "
+              f"{statistics.median(cpu_ratios):.2f} ({min(cpu_ratios):.2f} - "
+              f"{max(cpu_ratios):.2f})")
 
 
 def main() -> None:
@@ -187,6 +197,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--fetch-multiple", type=int, default=3,
+                    help="the fetch topic holds this many times --messages (default 3)")
     args = ap.parse_args()
     if shutil.which("kcat") is None:
         sys.exit("kcat is not installed (scripts/bootstrap.sh installs it)")
@@ -221,10 +233,13 @@ def main() -> None:
         produce_opts = ["-X", "acks=all", "-X", "linger.ms=10", "-X", "batch.num.messages=10000",
                         "-X", "queue.buffering.max.messages=1000000", "-l", str(payload)]
         pids = [b.proc.pid for b in cluster.brokers.values() if b.proc is not None]
-        subprocess.run(["kcat", "-b", plain, "-P", "-t", FETCH_TOPIC, *produce_opts],
-                       check=True, timeout=600)
-        print(f"{n:,} messages of {args.size} B ({mb:.1f} MB) per run, {args.partitions} "
-              f"partitions, RF 3, min.insync.replicas=2, acks=all; {args.rounds} rounds")
+        for _ in range(args.fetch_multiple):
+            subprocess.run(["kcat", "-b", plain, "-P", "-t", FETCH_TOPIC, *produce_opts],
+                           check=True, timeout=600)
+        fetch_n = n * args.fetch_multiple
+        print(f"{n:,} messages of {args.size} B ({mb:.1f} MB) per produce run, {fetch_n:,} per "
+              f"fetch run, {args.partitions} partitions, RF 3, min.insync.replicas=2, acks=all; "
+              f"{args.rounds} rounds")
 
         produced: dict[str, list[Run]] = {p: [] for p in PROTOCOLS}
         fetched: dict[str, list[Run]] = {p: [] for p in PROTOCOLS}
@@ -243,7 +258,7 @@ def main() -> None:
                 opts = kcat_args(client_config(protocol, pki.cafile))
                 run = timed(["kcat", "-b", cluster.bootstrap_of(protocol), *opts, "-C",
                              "-t", FETCH_TOPIC, "-o", "beginning", "-e", "-q", "-f", "\n"],
-                            pids, expect=n)
+                            pids, expect=fetch_n)
                 fetched[protocol].append(run)
                 line.append(f"fetch {protocol} {run.rate:,.0f}")
             print(f"round {rnd + 1}: " + ", ".join(line) + " msg/s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,3 +67,38 @@ def watch_deletion(kz: Any, path: str, now: Callable[[], float]
 
     kz.DataWatch(path, watch)
     return deleted, at
+
+
+def wait_full_isr(cluster: Any, topics: list[str], timeout: float = 120.0) -> None:
+    """Until every partition of ``topics`` has a leader and an ISR of 3, as Metadata from the
+    first broker of ``cluster`` (a ``ProcessCluster``, on its plaintext ``port``) says."""
+    from broker_core.wire.apis import ApiKey
+    from consumer_client.connection import BrokerConnection
+
+    deadline = time.monotonic() + timeout
+    port = next(iter(cluster.brokers.values())).port
+    while True:
+        try:
+            with BrokerConnection("127.0.0.1", port, timeout=10) as c:
+                md = c.request(ApiKey.METADATA, {"topics": [{"name": t} for t in topics],
+                                                 "allow_auto_topic_creation": False})
+            parts = [p for t in md.topics for p in t.partitions]
+            if parts and all(p.leader_id >= 0 and len(p.isr_nodes) == 3 for p in parts):
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topics {topics} not fully replicated after {timeout}s")
+        time.sleep(0.2)
+
+
+def high_watermarks(bootstrap: str, topic: str, partitions: int) -> int:
+    """The sum of ``topic``'s partitions' high watermarks (confluent-kafka, plaintext)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-hw", "log_level": 2})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                   for p in range(partitions))
+    finally:
+        c.close()

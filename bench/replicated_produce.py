@@ -56,12 +56,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from bench.common import write_kcat_payload  # noqa: E402
-from broker_core.wire.apis import ApiKey  # noqa: E402
-from consumer_client.connection import BrokerConnection  # noqa: E402
+from bench.common import high_watermarks, wait_full_isr, write_kcat_payload  # noqa: E402
 from tests.support.procs import ProcessCluster  # noqa: E402
 from tests.support.zookeeper import ZooKeeperServer  # noqa: E402
 
@@ -71,33 +69,6 @@ def percentile(sorted_values: list[float], q: float) -> float:
         return float("nan")
     i = min(len(sorted_values) - 1, max(0, int(round(q * len(sorted_values))) - 1))
     return sorted_values[i]
-
-
-def wait_full_isr(cluster: ProcessCluster, topics: list[str], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    port = next(iter(cluster.brokers.values())).port
-    while True:
-        try:
-            with BrokerConnection("127.0.0.1", port, timeout=10) as c:
-                md = c.request(ApiKey.METADATA, {"topics": [{"name": t} for t in topics],
-                                                 "allow_auto_topic_creation": False})
-            parts = [p for t in md.topics for p in t.partitions]
-            if parts and all(p.leader_id >= 0 and len(p.isr_nodes) == 3 for p in parts):
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"topics {topics} not fully replicated after {timeout}s")
-        time.sleep(0.2)
-
-
-def high_watermarks(bootstrap: str, topic: str, partitions: int) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-hw", "log_level": 2})
-    try:
-        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                   for p in range(partitions))
-    finally:
-        c.close()
 
 
 def throughput(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:

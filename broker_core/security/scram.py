@@ -16,7 +16,11 @@ What this module accepts, and why it is strict:
   user; anything else is refused with :class:`ScramError` and the exchange is over;
 - an unknown user is not told apart from a wrong password: the server answers with a salt and
   iteration count derived from the name (stable across attempts), and fails at the proof;
-- proofs and server signatures are compared with :func:`hmac.compare_digest`.
+- proofs and server signatures are compared with :func:`hmac.compare_digest`;
+- client-final's nonce is the server-first one, or (librdkafka before 2.6.1, kcat's among
+  them) the client's nonce followed by it: that client repeats its own half, and Kafka 3.8.1
+  to 3.9 accept any nonce that ends with the server's. Only that one extra form is taken here,
+  so the server's fresh half is still required, and the proof covers the text as received.
 
 Invariant: a :class:`ScramServer` reaches ``DONE`` only after a proof that matches the stored
 key; any error moves it to ``FAILED`` for good (one exchange per object).
@@ -211,6 +215,8 @@ class ScramServer:
         self._credential: ScramCredential | None = None
         self._known = False
         self._nonce = ""
+        #: The nonce as librdkafka before 2.6.1 sends it back: the client's half twice.
+        self._repeated_nonce = ""
         self._auth_prefix = ""
 
     def _expect(self, state: ScramState, step: str) -> None:
@@ -235,6 +241,7 @@ class ScramServer:
         self.username = username
         self._credential = credential
         self._nonce = client_nonce + self._server_nonce
+        self._repeated_nonce = client_nonce + self._nonce
         server_first = (f"r={self._nonce},s={base64.b64encode(credential.salt).decode()},"
                         f"i={credential.iterations}")
         self._auth_prefix = f"{bare},{server_first},"
@@ -258,7 +265,8 @@ class ScramServer:
         binding, nonce, proof_b64 = _attributes(text, ("c", "r", "p"), "client-final message")
         if binding != _GS2_B64:
             raise ScramError("channel binding data must be 'biws' (GS2 header 'n,,')")
-        if not hmac.compare_digest(nonce.encode(), self._nonce.encode()):
+        if not (hmac.compare_digest(nonce.encode(), self._nonce.encode())
+                or hmac.compare_digest(nonce.encode(), self._repeated_nonce.encode())):
             raise ScramError("nonce does not match the server's")
         proof = _b64(proof_b64, "client proof")
         credential = self._credential

@@ -6,6 +6,8 @@ does and says what to do with it (a :class:`Verdict`):
 - SaslHandshake and SaslAuthenticate are always answered here, never by the handler: on a SASL
   listener they drive a :class:`~broker_core.security.sasl.SaslServer`; on any other listener,
   or once authenticated, they get ILLEGAL_SASL_STATE and change nothing;
+- SaslHandshake v0 (raw SASL tokens would follow, outside Kafka requests) is advertised for old
+  librdkafka's sake but never served: it gets UNSUPPORTED_VERSION and the connection closes;
 - on a SASL listener, until the connection has authenticated, ApiVersions is the only other
   request served (clients ask it first, KIP-511); anything else closes the connection;
 - a failed authentication is answered (SASL_AUTHENTICATION_FAILED with a message, or
@@ -83,6 +85,9 @@ class ConnectionAuthentication:
 
     def check(self, request: Any) -> Verdict:
         key = request.header.api_key
+        if key == ApiKey.SASL_HANDSHAKE and request.header.api_version == 0:
+            return Verdict({"error_code": ErrorCode.UNSUPPORTED_VERSION, "mechanisms": []},
+                           "unsupported_version", "SaslHandshake v0 (raw SASL tokens)")
         if key == ApiKey.SASL_HANDSHAKE:
             return self._handshake(request.body.mechanism)
         if key == ApiKey.SASL_AUTHENTICATE:

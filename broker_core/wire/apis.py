@@ -16,7 +16,7 @@ joined or copied on the way out.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import IntEnum
 from types import ModuleType
 from typing import Any
@@ -277,10 +277,12 @@ for _key, _module in [
 del _key, _module
 
 # SASL (KIP-152). SaslHandshake v0 would mean raw SASL tokens outside any Kafka request; only
-# v1 (tokens inside SaslAuthenticate) is served, so ApiVersions advertises v1 and a v0 handshake
-# closes the connection (an unsupported version without an error response). Both are answered
-# by the server's protocol layer (broker_core.server.authentication), never by a handler.
-register(replace(spec_from_module(ApiKey.SASL_HANDSHAKE, sasl_handshake), min_version=1))
+# v1 (tokens inside SaslAuthenticate) is served. ApiVersions still advertises v0-1, as Kafka 3
+# does: librdkafka before 2.10 (kcat's, among others) turns its SASL handshake on only when the
+# broker's range includes v0, and then sends v1 whenever the range includes it. A v0 handshake
+# is answered UNSUPPORTED_VERSION and closes the connection (broker_core.server.authentication).
+# Both are answered by the server's protocol layer, never by a handler.
+register(spec_from_module(ApiKey.SASL_HANDSHAKE, sasl_handshake))
 register(spec_from_module(ApiKey.SASL_AUTHENTICATE, sasl_authenticate))
 
 DEFINED: dict[ApiKey, ApiSpec] = {}

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -208,7 +208,13 @@ class BrokerProcess:
     """A broker run as ``python -m twisted broker ...`` (``twist``) in its own process.
 
     ``host`` is the address it listens on and advertises (127.0.0.1 unless the test built a
-    network of its own); ``prefix`` goes before the command (e.g. ``ip netns exec NAME``)."""
+    network of its own); ``prefix`` goes before the command (e.g. ``ip netns exec NAME``).
+
+    ``listeners`` (``(name, security protocol)`` pairs) gives the broker Kafka's named
+    listeners instead of one ``--listen`` endpoint, each on a free port (``ports[name]``,
+    ``address_of(name)``); the first must be a plaintext one: ``port`` and ``address`` are its,
+    and it is the inter-broker listener unless ``extra`` names another. TLS and SASL keys go in
+    ``extra``."""
 
     #: ``twist --log-format``: ``text`` (whole-second timestamps) or ``json`` (each event's
     #: ``log_time`` in full; a benchmark reading phases from the logs sets it).
@@ -217,7 +223,8 @@ class BrokerProcess:
     def __init__(self, broker_id: int, zk_hosts: str, base: Path, *, port: int | None = None,
                  extra: dict[str, str] | None = None, metrics: bool = False,
                  quorum_voters: str | None = None, host: str = "127.0.0.1",
-                 prefix: tuple[str, ...] = ()) -> None:
+                 prefix: tuple[str, ...] = (),
+                 listeners: Sequence[tuple[str, str]] | None = None) -> None:
         self.broker_id = broker_id
         self.host = host
         self.prefix = tuple(prefix)
@@ -225,6 +232,12 @@ class BrokerProcess:
         #: Quorum mode (``--metadata quorum``) when set; ``zk_hosts`` is then unused.
         self.quorum_voters = quorum_voters
         self.port = port or free_port()
+        #: Listener name -> port (named listeners only; the first is ``port``).
+        self.ports: dict[str, int] = {}
+        self.protocols: dict[str, str] = {}
+        for i, (name, protocol) in enumerate(listeners or ()):
+            self.ports[name] = self.port if i == 0 else free_port()
+            self.protocols[name] = protocol
         self.log_dir = base / f"broker-{broker_id}"
         self.log_file = base / f"broker-{broker_id}.log"
         base.mkdir(parents=True, exist_ok=True)
@@ -239,12 +252,23 @@ class BrokerProcess:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def address_of(self, listener: str) -> str:
+        """``host:port`` of a named listener."""
+        return f"{self.host}:{self.ports[listener]}"
+
+    def _listen_args(self) -> list[str]:
+        if not self.ports:
+            return ["--listen", f"tcp:{self.port}:interface={self.host}"]
+        named = ",".join(f"{n}://{self.host}:{p}" for n, p in self.ports.items())
+        protocols = ",".join(f"{n}:{p}" for n, p in self.protocols.items())
+        return ["--set", f"listeners={named}",
+                "--set", f"listener.security.protocol.map={protocols}"]
+
     def start(self) -> None:
         # ``python -m twisted`` is ``twist``: foreground, no pid file.
         args = [*self.prefix, sys.executable, "-m", "twisted", "--log-format", self.log_format,
                 "--log-file", str(self.log_file), "broker",
-                "--broker-id", str(self.broker_id),
-                "--listen", f"tcp:{self.port}:interface={self.host}",
+                "--broker-id", str(self.broker_id), *self._listen_args(),
                 "--log-dir", str(self.log_dir)]
         if self.quorum_voters is not None:
             args += ["--metadata", "quorum", "--quorum-voters", self.quorum_voters]

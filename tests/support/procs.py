@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -20,11 +21,15 @@ class ProcessCluster:
     ``metrics``, each serves /metrics (:meth:`BrokerProcess.metric`).
 
     With ``quorum`` (and no ZooKeeper: ``zk_base_hosts`` None) the brokers run in quorum mode,
-    every one a voter; the voters' ports are picked here, before any broker starts."""
+    every one a voter; the voters' ports are picked here, before any broker starts.
+
+    ``listeners`` gives every broker the same named listeners (see :class:`BrokerProcess`);
+    :meth:`bootstrap_of` lists one listener's addresses."""
 
     def __init__(self, zk_base_hosts: str | None, base: Path, size: int = 3,
                  extra: dict[str, str] | None = None, metrics: bool = False,
-                 quorum: bool = False) -> None:
+                 quorum: bool = False,
+                 listeners: Sequence[tuple[str, str]] | None = None) -> None:
         self.base = base
         self.quorum_ports: dict[int, int] = {}
         voters = None
@@ -45,7 +50,7 @@ class ProcessCluster:
                 zk.close()
             self.zk_hosts = zk_base_hosts + self.chroot
         self.brokers = {i: BrokerProcess(i, self.zk_hosts, base, extra=extra, metrics=metrics,
-                                         quorum_voters=voters)
+                                         quorum_voters=voters, listeners=listeners)
                         for i in range(1, size + 1)}
 
     def quorum_leader(self) -> tuple[int, int]:
@@ -61,6 +66,10 @@ class ProcessCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers.values())
+
+    def bootstrap_of(self, listener: str) -> str:
+        """Every broker's address on the named ``listener``."""
+        return ",".join(b.address_of(listener) for b in self.brokers.values())
 
     def start(self) -> None:
         for b in self.brokers.values():

@@ -4,6 +4,8 @@ trips, and every malformed or hostile message refused with the exchange ended.""
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 
 import pytest
 
@@ -162,6 +164,42 @@ def test_malformed_client_final_is_refused(message, reason):
     assert server.state is ScramState.FAILED
     with pytest.raises(ScramError, match="not expected"):
         server.client_final(RFC_CLIENT_FINAL)  # the right proof no longer helps
+
+
+def _rfc_proof(without_proof: str) -> str:
+    """The RFC 7677 user's proof over ``without_proof`` (a client-final message without p=)."""
+    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", RFC_SALT, 4096)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    auth = b",".join([RFC_CLIENT_FIRST[3:], RFC_SERVER_FIRST, without_proof.encode()])
+    signature = hmac.new(stored_key, auth, "sha256").digest()
+    return base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature,
+                                                          strict=True))).decode()
+
+
+def test_librdkafka_repeated_client_nonce_is_accepted():
+    """librdkafka before 2.6.1 (kcat's) sends back its own nonce followed by the server's whole
+    nonce, and proves that text: accepted, as Kafka 3.8.1-3.9 accept it."""
+    without_proof = f"c=biws,r={RFC_CLIENT_NONCE}{RFC_CLIENT_NONCE}{RFC_SERVER_NONCE}"
+    server = rfc_server()
+    server.client_first(RFC_CLIENT_FIRST)
+    final = server.client_final(f"{without_proof},p={_rfc_proof(without_proof)}".encode())
+    assert final.startswith(b"v=") and server.state is ScramState.DONE
+
+
+@pytest.mark.parametrize("nonce", [
+    "someone-elses" + RFC_CLIENT_NONCE + RFC_SERVER_NONCE,  # Kafka's endsWith would take it
+    RFC_CLIENT_NONCE * 3 + RFC_SERVER_NONCE,
+    RFC_CLIENT_NONCE * 2,
+])
+def test_only_the_exact_repeated_form_is_accepted(nonce):
+    """Correctly proved, but not the server's nonce nor librdkafka's one repeated form."""
+    without_proof = f"c=biws,r={nonce}"
+    server = rfc_server()
+    server.client_first(RFC_CLIENT_FIRST)
+    with pytest.raises(ScramError, match="nonce does not match"):
+        server.client_final(f"{without_proof},p={_rfc_proof(without_proof)}".encode())
+    assert server.state is ScramState.FAILED
 
 
 def test_steps_out_of_order_fail():

@@ -148,13 +148,18 @@ def test_unsupported_mechanism_lists_the_enabled_ones_then_closes():
     assert counter(metrics, "disconnects", reason="unsupported_sasl_mechanism") == 1
 
 
-def test_handshake_v0_is_not_served():
-    """v0 would mean raw SASL tokens outside Kafka requests: the connection is closed, as for
-    any version that cannot be answered."""
+def test_handshake_v0_is_advertised_but_not_served():
+    """v0 would mean raw SASL tokens outside Kafka requests. ApiVersions lists it (librdkafka
+    before 2.10 starts SASL only when the range includes v0, then sends v1), but a v0
+    handshake is answered UNSUPPORTED_VERSION, starts nothing, and closes the connection."""
+    assert apis.advertised_versions([ApiKey.SASL_HANDSHAKE]) == [
+        {"api_key": 17, "min_version": 0, "max_version": 1}]
     transport, proto, metrics, handled = make()
-    proto.dataReceived(frame(ApiKey.SASL_HANDSHAKE, 1, 1, {"mechanism": "PLAIN"})
-                       .replace(b"\x00\x11\x00\x01", b"\x00\x11\x00\x00", 1))
-    assert transport.disconnecting and transport.value() == b""
+    proto.dataReceived(frame(ApiKey.SASL_HANDSHAKE, 0, 1, {"mechanism": "PLAIN"}))
+    (shake,) = answers(transport, ApiKey.SASL_HANDSHAKE, 0)
+    assert shake.error_code == ErrorCode.UNSUPPORTED_VERSION and shake.mechanisms == []
+    proto.factory.clock.advance(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
+    assert transport.disconnecting
     assert handled == [] and not proto.security.authenticated
     assert counter(metrics, "disconnects", reason="unsupported_version") == 1
 

@@ -51,8 +51,8 @@ def test_served_versions():
         "STOP_FETCHER": (0, 0, 0), "START_FETCHER": (0, 0, 0), "COMMIT_OFFSETS": (0, 1, 0),
         "DESCRIBE_CONSUMER_GROUPS": (0, 0, 0), "UNREGISTER_CONSUMER": (0, 0, 0),
         "DESCRIBE_USER_SCRAM_CREDENTIALS": (0, 0, 0), "ALTER_USER_SCRAM_CREDENTIALS": (0, 0, 0),
-        # SaslHandshake v0 (raw tokens outside Kafka requests) is not served.
-        "SASL_HANDSHAKE": (1, 1, None), "SASL_AUTHENTICATE": (0, 2, 2),
+        # SaslHandshake v0 (raw tokens outside Kafka requests) is advertised, refused when sent.
+        "SASL_HANDSHAKE": (0, 1, None), "SASL_AUTHENTICATE": (0, 2, 2),
     }
     assert SUPPORTED[ApiKey.LEADER_AND_ISR].name == "LeaderAndIsr"
     assert apis.advertised_versions([ApiKey.PRODUCE]) == [

@@ -232,8 +232,8 @@ class ClientSecurity:
         if client_cert is not None:
             cert_options = {"privateKey": client_cert.privateKey.original,
                             "certificate": client_cert.original}
-        return tssl.CertificateOptions(verify=True, trustRoot=trust,
-                                       raiseMinimumTo=tssl.TLSVersion.TLSv1_2, **cert_options)
+        return tssl.CertificateOptions(trustRoot=trust, raiseMinimumTo=tssl.TLSVersion.TLSv1_2,
+                                       **cert_options)
 
 
 def _check_readable(key: str, path: str) -> None:

@@ -217,8 +217,11 @@ class BrokerProcess:
     def __init__(self, broker_id: int, zk_hosts: str, base: Path, *, port: int | None = None,
                  extra: dict[str, str] | None = None, metrics: bool = False,
                  quorum_voters: str | None = None, host: str = "127.0.0.1",
-                 prefix: tuple[str, ...] = ()) -> None:
+                 prefix: tuple[str, ...] = (), listen: str | None = None) -> None:
         self.broker_id = broker_id
+        #: ``--listen`` when set (Kafka's ``NAME://host:port,...``, ``port`` among them, the
+        #: one waited for); else one plaintext listener on ``host:port``.
+        self.listen = listen
         self.host = host
         self.prefix = tuple(prefix)
         self.zk_hosts = zk_hosts
@@ -244,7 +247,7 @@ class BrokerProcess:
         args = [*self.prefix, sys.executable, "-m", "twisted", "--log-format", self.log_format,
                 "--log-file", str(self.log_file), "broker",
                 "--broker-id", str(self.broker_id),
-                "--listen", f"tcp:{self.port}:interface={self.host}",
+                "--listen", self.listen or f"tcp:{self.port}:interface={self.host}",
                 "--log-dir", str(self.log_dir)]
         if self.quorum_voters is not None:
             args += ["--metadata", "quorum", "--quorum-voters", self.quorum_voters]

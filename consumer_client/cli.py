@@ -317,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     lt = sub.add_parser("loadtest", help="run many consumers in several processes and report "
                         "join times, rebalances, heartbeats, expirations and coordinator load")
     lt.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    _command_config(lt)
     lt.add_argument("--topic", required=True, help="topic to consume (created if missing)")
     lt.add_argument("--partitions", type=_positive("--partitions"), default=12,
                     help="partitions when the topic is created (default 12)")
@@ -471,7 +472,8 @@ def run_loadtest(args: argparse.Namespace, out=sys.stdout) -> None:
         pause_share=args.pause_share, pause_at_s=args.pause_at, pause_for_s=args.pause_for,
         group_prefix=args.group_prefix, ramp_s=args.ramp,
         metrics_urls=_metrics_urls(args.metrics_url), scrape_interval_s=args.scrape_interval,
-        out_dir=Path(args.out), progress=not args.quiet)
+        out_dir=Path(args.out), progress=not args.quiet, command_config=args.command_config)
+    _security(args)  # a bad file is bad usage, before any worker starts
     result = run(cfg)
     for line in loadtest_summary(result, args.consumers, Path(args.out)):
         print(line, file=out)

@@ -267,3 +267,20 @@ async def test_sluice_users_and_acls_over_sasl_ssl_with_command_config(broker, p
     props.write_text(props.read_text().replace(PASSWORD, "wrong-password"))
     code, out, err = await threads.deferToThread(sluice, "users", "list")
     assert code == 1 and "SASL_AUTHENTICATION_FAILED" in err and "wrong-password" not in err
+
+
+@pytest_twisted.ensureDeferred
+async def test_loadtest_workers_log_in_with_the_command_config(broker, pki, tmp_path):
+    from consumer_client.loadtest.driver import LoadTestConfig, run
+
+    props = tmp_path / "loadtest.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in
+                             settings(pki, "SASL_SSL", "SCRAM-SHA-256").items()))
+    seen = spy_on_principals(broker, "SASL_SSL")
+    cfg = LoadTestConfig(bootstrap_servers=address(broker, "SASL_SSL"), topic="lt", consumers=2,
+                         processes=1, partitions=2, session_timeout_ms=3000, duration_s=4,
+                         out_dir=tmp_path / "out", progress=False, command_config=str(props))
+    # The driver blocks (a command-line tool); the broker needs this reactor meanwhile.
+    result = await threads.deferToThread(run, cfg)
+    assert result["consumers_joined"] == 2, result["errors"] or result["worker_stderr"]
+    assert seen and set(seen) == {"User:alice"}

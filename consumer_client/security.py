@@ -199,7 +199,12 @@ class ClientSecurity:
         context.check_hostname = self.verify_hostname
         if self.certificate_location is not None:
             try:
-                context.load_cert_chain(self.certificate_location, self.key_location)
+                context.load_cert_chain(self.certificate_location, self.key_location,
+                                        password=_encrypted_key)
+            except _EncryptedKey:
+                raise ConfigError(f"'ssl.key.location' {self.key_location!r} is encrypted; "
+                                  "Sluice reads unencrypted PEM keys (keep the file private)",
+                                  "ssl.key.location") from None
             except (OSError, ssl.SSLError) as e:
                 raise ConfigError(
                     f"'ssl.certificate.location' {self.certificate_location!r} and "
@@ -234,6 +239,16 @@ class ClientSecurity:
                             "certificate": client_cert.original}
         return tssl.CertificateOptions(trustRoot=trust, raiseMinimumTo=tssl.TLSVersion.TLSv1_2,
                                        **cert_options)
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _encrypted_key() -> str:
+    # Asked for only when the key is encrypted. Without a callback OpenSSL would prompt on the
+    # terminal, and a service would hang there.
+    raise _EncryptedKey
 
 
 def _check_readable(key: str, path: str) -> None:

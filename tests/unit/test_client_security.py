@@ -161,6 +161,19 @@ def test_unreadable_and_wrong_files_are_refused_naming_the_key(pki, tmp_path):
              "ssl.key.location": str(pki.server.keyfile)}, "ssl.certificate.location")
 
 
+def test_an_encrypted_key_is_refused_without_a_prompt(pki, tmp_path):
+    from cryptography.hazmat.primitives import serialization
+
+    client = pki.client("alice")
+    key = serialization.load_pem_private_key(client.keyfile.read_bytes(), None)
+    locked = tmp_path / "locked.key"
+    locked.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                         serialization.PrivateFormat.PKCS8,
+                                         serialization.BestAvailableEncryption(b"secret")))
+    refused({"security.protocol": "SSL", "ssl.certificate.location": str(client.certfile),
+             "ssl.key.location": str(locked)}, "ssl.key.location", "encrypted")
+
+
 def test_split_takes_the_security_keys_out():
     sec, rest = split({**SASL, "sasl.mechanisms": "x", "group.id": "g"})
     assert set(sec) == set(SASL) | {"sasl.mechanisms"} and rest == {"group.id": "g"}

@@ -28,18 +28,18 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from broker_core import net
-from broker_core.security.sasl import ClientCredential, SaslClient, SaslClientError
+from broker_core.security.sasl import (
+    ClientCredential,
+    SaslAuthenticationError,
+    SaslClient,
+    SaslClientError,
+)
 from broker_core.wire import apis, errors, framing
 from broker_core.wire.apis import ApiKey
 
 
 class RequestTimedOut(Exception):
     """No response arrived within the request timeout."""
-
-
-class SaslAuthenticationError(Exception):
-    """The server refused our SASL login, or its answers did not make a valid exchange; the
-    message carries the server's error code and message."""
 
 
 #: The SASL versions Sluice's client sends: tokens inside SaslAuthenticate (KIP-152).
@@ -167,7 +167,7 @@ class KafkaClientProtocol(Protocol):
             raise SaslAuthenticationError(
                 f"{peer} refused SaslHandshake for {mechanism}: "
                 f"{errors.ErrorCode(shake.error_code).name} (enabled: "
-                f"{', '.join(shake.mechanisms) or 'none'})")
+                f"{', '.join(shake.mechanisms) or 'none'})", shake.error_code)
         token: bytes | None = client.first()
         rounds = 0
         while token is not None:
@@ -179,7 +179,8 @@ class KafkaClientProtocol(Protocol):
             if answer.error_code:
                 raise SaslAuthenticationError(
                     f"{peer} refused SASL {mechanism} login of {username!r}: "
-                    f"{errors.ErrorCode(answer.error_code).name}: {answer.error_message}")
+                    f"{errors.ErrorCode(answer.error_code).name}: {answer.error_message}",
+                    answer.error_code)
             try:
                 token = client.step(bytes(answer.auth_bytes))
             except SaslClientError as e:

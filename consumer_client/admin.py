@@ -29,6 +29,7 @@ from broker_core.wire.messages.describe_user_scram_credentials import (
 )
 from broker_core.zk import paths
 from consumer_client.connection import BrokerConnection, UnsupportedVersionError, bootstrap
+from consumer_client.security import ClientSecurity
 
 
 class AdminError(Exception):
@@ -137,20 +138,25 @@ class AdminClient:
     """Exactly one of ``bootstrap_servers`` or ``zookeeper``."""
 
     def __init__(self, bootstrap_servers: str | None = None, zookeeper: str | None = None,
-                 timeout: float = 30.0, zookeeper_auth_file: str | None = None) -> None:
+                 timeout: float = 30.0, zookeeper_auth_file: str | None = None,
+                 security: ClientSecurity | None = None) -> None:
         """``zookeeper_auth_file``: the brokers' ``zookeeper.auth.file``, needed to change a
-        cluster whose znodes are secured (``zookeeper.set.acl``)."""
+        cluster whose znodes are secured (``zookeeper.set.acl``). ``security``: how to reach
+        the brokers' listener (TLS, SASL; default PLAINTEXT)."""
         if (bootstrap_servers is None) == (zookeeper is None):
             raise ValueError("give exactly one of bootstrap_servers or zookeeper")
         if zookeeper_auth_file is not None and zookeeper is None:
             raise ValueError("zookeeper_auth_file goes with zookeeper")
+        if security is not None and bootstrap_servers is None:
+            raise ValueError("client security settings go with bootstrap_servers")
+        self.security = security
         self.bootstrap_servers = bootstrap_servers
         self.zookeeper = zookeeper
         self.timeout = timeout
         self.zookeeper_auth_file = zookeeper_auth_file
 
     def _conn(self) -> Any:
-        return bootstrap(self.bootstrap_servers, timeout=self.timeout)
+        return bootstrap(self.bootstrap_servers, timeout=self.timeout, security=self.security)
 
     def _zk(self, fn: Callable[[Any], Any]) -> Any:
         return _run_on_store(self.zookeeper, fn, zookeeper_acl_policy(self.zookeeper_auth_file))
@@ -511,18 +517,20 @@ def _coordinator(conn: BrokerConnection) -> tuple[int, str, int]:
                      f"coordinator {resp.coordinator_id} is not among the live brokers")
 
 
-def find_coordinator(servers: str, timeout: float = 30.0) -> tuple[int, str, int]:
+def find_coordinator(servers: str, timeout: float = 30.0,
+                     security: ClientSecurity | None = None) -> tuple[int, str, int]:
     """``(broker id, host, port)`` of the consumer coordinator, asked of any of ``servers``
     (ClusterMetadata); :class:`AdminError` while none is elected, ``OSError`` when no broker
     answers."""
-    with bootstrap(servers, timeout=timeout) as conn:
+    with bootstrap(servers, timeout=timeout, security=security) as conn:
         return _coordinator(conn)
 
 
 def _describe_groups_at_coordinator(servers: str, names: Sequence[str] | None,
-                                    timeout: float) -> tuple[int, Any]:
-    node_id, host, port = find_coordinator(servers, timeout)
-    with BrokerConnection(host, port, timeout=timeout) as coord:
+                                    timeout: float, security: ClientSecurity | None
+                                    ) -> tuple[int, Any]:
+    node_id, host, port = find_coordinator(servers, timeout, security)
+    with BrokerConnection(host, port, timeout=timeout, security=security) as coord:
         resp = coord.request(ApiKey.DESCRIBE_CONSUMER_GROUPS,
                              {"groups": None if names is None else list(names)})
     if resp.error_code:
@@ -530,13 +538,13 @@ def _describe_groups_at_coordinator(servers: str, names: Sequence[str] | None,
     return node_id, resp
 
 
-def _high_watermarks(servers: str, tps: set[tuple[str, int]], timeout: float
-                     ) -> dict[tuple[str, int], int]:
+def _high_watermarks(servers: str, tps: set[tuple[str, int]], timeout: float,
+                     security: ClientSecurity | None) -> dict[tuple[str, int], int]:
     """The high watermark of each partition, asked of its leader (what a consumer can reach)."""
     if not tps:
         return {}
     out: dict[tuple[str, int], int] = {}
-    with bootstrap(servers, timeout=timeout) as conn:
+    with bootstrap(servers, timeout=timeout, security=security) as conn:
         md = AdminClient._metadata_on(conn, sorted({t for t, _ in tps}))
     addresses = {b.node_id: (b.host, b.port) for b in md.brokers}
     by_leader: dict[int, list[tuple[str, int]]] = {}
@@ -550,7 +558,7 @@ def _high_watermarks(servers: str, tps: set[tuple[str, int]], timeout: float
         topics: dict[str, list[int]] = {}
         for t, p in parts:
             topics.setdefault(t, []).append(p)
-        with BrokerConnection(*addresses[leader], timeout=timeout) as c:
+        with BrokerConnection(*addresses[leader], timeout=timeout, security=security) as c:
             resp = c.request(ApiKey.LIST_OFFSETS, {"replica_id": -1, "topics": [
                 {"name": t, "partitions": [{"partition_index": p, "timestamp": -1} for p in ps]}
                 for t, ps in topics.items()]})
@@ -561,16 +569,17 @@ def _high_watermarks(servers: str, tps: set[tuple[str, int]], timeout: float
     return out
 
 
-def list_groups(servers: str, timeout: float = 30.0) -> list[tuple[str, str, int]]:
+def list_groups(servers: str, timeout: float = 30.0, security: ClientSecurity | None = None
+                ) -> list[tuple[str, str, int]]:
     """``(group, state, members)`` of every group the coordinator knows."""
-    _, resp = _describe_groups_at_coordinator(servers, None, timeout)
+    _, resp = _describe_groups_at_coordinator(servers, None, timeout, security)
     return sorted((g.group_id, g.state, len(g.members)) for g in resp.groups)
 
 
-def describe_groups(servers: str, names: Sequence[str] | None, timeout: float = 30.0
-                    ) -> list[GroupDescription]:
+def describe_groups(servers: str, names: Sequence[str] | None, timeout: float = 30.0,
+                    security: ClientSecurity | None = None) -> list[GroupDescription]:
     """Members, ownership, offsets and lag of ``names`` (None: every group)."""
-    coordinator_id, resp = _describe_groups_at_coordinator(servers, names, timeout)
+    coordinator_id, resp = _describe_groups_at_coordinator(servers, names, timeout, security)
     for g in resp.groups:
         if g.error_code:
             raise AdminError(g.error_code, f"group {g.group_id!r}")
@@ -580,7 +589,7 @@ def describe_groups(servers: str, names: Sequence[str] | None, timeout: float = 
         for m in g.members:
             for th in m.ownership:
                 tps.update((o.topic, o.partition) for o in th.partitions)
-    hws = _high_watermarks(servers, tps, timeout)
+    hws = _high_watermarks(servers, tps, timeout, security)
     out = []
     for g in resp.groups:
         owner: dict[tuple[str, int], tuple[str, str, str]] = {}

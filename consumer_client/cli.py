@@ -23,7 +23,9 @@
     sluice acls list | remove [--principal P] [--operation OP] [--topic T | --group G | --cluster]
                     [--resource-pattern-type any|match|literal|prefixed]
 
-Each takes ``--bootstrap-server HOST:PORT[,...]`` or ``--zookeeper HOST:PORT[/chroot]``
+Each takes ``--bootstrap-server HOST:PORT[,...]`` (with ``--command-config F``, a properties file
+of client security keys, ``security.protocol``, ``sasl.*``, ``ssl.*``, for a TLS or SASL
+listener) or ``--zookeeper HOST:PORT[/chroot]``
 (with ``--zookeeper-auth-file F`` when the cluster's znodes are secured)
 (``reassign`` and ``elect-leaders`` work through ZooKeeper only; ``users`` through either, the
 password read from a prompt or a file, never from the command line; ``groups`` through the brokers
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import getpass
 import json
 import logging
@@ -47,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_core import topic_admin
+from broker_core.config import ConfigError, read_properties
 from broker_core.security.acl import (
     CLUSTER_NAME,
     AccessEntry,
@@ -59,6 +63,7 @@ from broker_core.security.acl import (
     ResourcePattern,
     ResourceType,
 )
+from broker_core.security.sasl import SaslAuthenticationError
 from broker_core.security.scram_credential import (
     MAX_ITERATIONS,
     MECHANISMS,
@@ -70,6 +75,8 @@ from broker_core.server import user_admin
 from broker_core.wire.messages.describe_user_scram_credentials import MECHANISM_CODES
 from broker_core.zk import paths
 from consumer_client.admin import AdminClient, AdminError
+from consumer_client.connection import BrokerConnection
+from consumer_client.security import ClientSecurity
 
 
 class UsageError(Exception):
@@ -99,6 +106,14 @@ def _key_value(flag: str):
 
 _config = _key_value("--config")
 
+_COMMAND_CONFIG_HELP = ("with --bootstrap-server: a properties file of client security keys "
+                        "(security.protocol, sasl.mechanism, sasl.username, sasl.password, "
+                        "ssl.ca.location, ...) for a TLS or SASL listener")
+
+
+def _command_config(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--command-config", metavar="FILE", help=_COMMAND_CONFIG_HELP)
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sluice", description="Administer a Sluice cluster.")
@@ -111,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--zookeeper-auth-file", metavar="FILE",
                         help="with --zookeeper: the brokers' zookeeper.auth.file "
                         "(username:password), needed when the znodes are secured")
+        _command_config(sp)
 
     topics = sub.add_parser("topics", help="create, list, describe, delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)
@@ -182,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "node will do, the leader is found through DiscoverBrokers")
         sp.add_argument("--timeout", type=float, default=30.0,
                         help="seconds for the whole operation, retries included (default 30)")
+        _command_config(sp)
 
     qd = qsub.add_parser("describe", help="leader, epoch, high watermark, voters and "
                          "observers with their lag")
@@ -213,8 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     gsub = groups.add_subparsers(dest="action", required=True)
     gl = gsub.add_parser("list", help="groups the coordinator knows, with state and size")
     gl.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    _command_config(gl)
     gd = gsub.add_parser("describe", help="members, ownership, offsets and lag")
     gd.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    _command_config(gd)
     gd.add_argument("--group", action="append", help="group to describe (repeatable; "
                     "default all)")
 
@@ -252,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     co = sub.add_parser("consume", help="a console consumer group: print messages "
                         "(kafka-console-consumer)")
     co.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    co.add_argument("--consumer.config", "--command-config", dest="command_config",
+                    metavar="FILE", help="a properties file of consumer config keys, the "
+                    "security keys included (--consumer-property wins over it)")
     co.add_argument("--topic", required=True)
     co.add_argument("--group", required=True)
     co.add_argument("--members", type=_positive("--members"), default=1,
@@ -295,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     lt = sub.add_parser("loadtest", help="run many consumers in several processes and report "
                         "join times, rebalances, heartbeats, expirations and coordinator load")
     lt.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    _command_config(lt)
     lt.add_argument("--topic", required=True, help="topic to consume (created if missing)")
     lt.add_argument("--partitions", type=_positive("--partitions"), default=12,
                     help="partitions when the topic is created (default 12)")
@@ -449,7 +472,8 @@ def run_loadtest(args: argparse.Namespace, out=sys.stdout) -> None:
         pause_share=args.pause_share, pause_at_s=args.pause_at, pause_for_s=args.pause_for,
         group_prefix=args.group_prefix, ramp_s=args.ramp,
         metrics_urls=_metrics_urls(args.metrics_url), scrape_interval_s=args.scrape_interval,
-        out_dir=Path(args.out), progress=not args.quiet)
+        out_dir=Path(args.out), progress=not args.quiet, command_config=args.command_config)
+    _security(args)  # a bad file is bad usage, before any worker starts
     result = run(cfg)
     for line in loadtest_summary(result, args.consumers, Path(args.out)):
         print(line, file=out)
@@ -499,13 +523,14 @@ def loadtest_summary(result: dict, consumers: int, out_dir: Path) -> list[str]:
 def run_groups(args: argparse.Namespace, out=sys.stdout) -> None:
     from consumer_client import admin
 
+    security = _security(args)
     if args.action == "list":
-        rows = admin.list_groups(args.bootstrap_server)
+        rows = admin.list_groups(args.bootstrap_server, security=security)
         print(f"{'GROUP':<30} {'STATE':<12} MEMBERS", file=out)
         for name, state, members in rows:
             print(f"{name:<30} {state:<12} {members}", file=out)
         return
-    for g in admin.describe_groups(args.bootstrap_server, args.group):
+    for g in admin.describe_groups(args.bootstrap_server, args.group, security=security):
         print(f"\nGroup: {g.group_id}\tState: {g.state}\tGeneration: {g.generation_id}\t"
               f"Coordinator: {g.coordinator_id}\tMembers: {len(g.members)}", file=out)
         header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER",
@@ -521,11 +546,34 @@ def run_groups(args: argparse.Namespace, out=sys.stdout) -> None:
                   file=out)
 
 
+def _command_properties(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--command-config`` file's keys (none without the flag)."""
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return {}
+    if getattr(args, "zookeeper", None):
+        raise ValueError("--command-config goes with --bootstrap-server (it says how to reach "
+                         "the brokers), not --zookeeper")
+    return read_properties(Path(path))
+
+
+def _security(args: argparse.Namespace) -> ClientSecurity | None:
+    """The ``--command-config`` file as client security settings (None without the flag);
+    a key that is not a security key is bad usage."""
+    props = _command_properties(args)
+    if not props:
+        return None
+    try:
+        return ClientSecurity.from_mapping(props)
+    except ConfigError as e:
+        raise ConfigError(f"{args.command_config}: {e}", e.key) from None
+
+
 def _client(args: argparse.Namespace) -> AdminClient:
     if args.zookeeper_auth_file and not args.zookeeper:
         raise ValueError("--zookeeper-auth-file goes with --zookeeper")
     return AdminClient(bootstrap_servers=args.bootstrap_server, zookeeper=args.zookeeper,
-                       zookeeper_auth_file=args.zookeeper_auth_file)
+                       zookeeper_auth_file=args.zookeeper_auth_file, security=_security(args))
 
 
 def _read_json_file(path: str) -> bytes:
@@ -618,8 +666,11 @@ def run_quorum(args: argparse.Namespace, out=sys.stdout) -> None:
     if args.timeout <= 0:
         raise ValueError(f"--timeout must be positive, got {args.timeout}")
     try:
-        with quorum_admin.QuorumAdminClient(args.bootstrap_server,
-                                            timeout_s=args.timeout) as client:
+        security = _security(args)
+        extra = {} if security is None else {
+            "connect": functools.partial(BrokerConnection, security=security)}
+        with quorum_admin.QuorumAdminClient(args.bootstrap_server, timeout_s=args.timeout,
+                                            **extra) as client:
             if args.action == "describe":
                 d = client.describe()
                 if args.json:
@@ -735,16 +786,16 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         from consumer_client import console_consumer
         from consumer_client.consumer_config import ConsumerConfig
 
+        properties = {**_command_properties(args), **dict(args.consumer_property)}
         # Checked before anything starts: a bad key or value is bad usage (exit 2).
         ConsumerConfig.from_mapping({"bootstrap.servers": args.bootstrap_server,
                                      "group.id": args.group, "topics": {args.topic: 1},
-                                     **dict(args.consumer_property)})
+                                     **properties})
         code = console_consumer.run(
             bootstrap=args.bootstrap_server, topic=args.topic, group=args.group,
             members=args.members, from_beginning=args.from_beginning,
             max_messages=args.max_messages, quiet=args.quiet,
-            session_timeout_ms=args.session_timeout_ms, out=out,
-            properties=dict(args.consumer_property))
+            session_timeout_ms=args.session_timeout_ms, out=out, properties=properties)
         if code == 1:
             raise AdminError(None, "the consumer group stopped with an error")
         if code:
@@ -863,7 +914,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Ctrl-C in a command that does not handle it itself: a line, not a traceback.
         print("sluice: interrupted", file=sys.stderr)
         return 130
-    except AdminError as e:
+    except (AdminError, SaslAuthenticationError) as e:
         print(f"sluice: {e}", file=sys.stderr)
         return 1
     except ValueError as e:

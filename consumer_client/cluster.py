@@ -25,11 +25,13 @@ from twisted.internet import defer
 from twisted.internet.error import ConnectError, ConnectionLost
 from twisted.logger import Logger
 
-from broker_core.rpc import KafkaClientProtocol, RequestTimedOut, connect_client, request_with_timeout
+from broker_core.rpc import KafkaClientProtocol, RequestTimedOut, request_with_timeout
 from broker_core.wire import apis, framing
 from broker_core.wire.apis import ApiKey, common_versions
 from broker_core.wire.errors import ErrorCode
+from consumer_client import secure_connect
 from consumer_client.connection import parse_servers
+from consumer_client.security import ClientSecurity
 
 
 class NoBrokersAvailable(ConnectError):
@@ -77,13 +79,18 @@ class BrokerLink:
 
 
 class ClusterClient:
-    """See the module docstring. ``bootstrap`` is ``"host:port,host:port"`` or a list of pairs."""
+    """See the module docstring. ``bootstrap`` is ``"host:port,host:port"`` or a list of pairs.
+    ``security`` says how every connection gets past TLS and SASL (default PLAINTEXT); a
+    refused login or certificate fails the request at once (no other broker is tried: the
+    same settings would be refused the same way)."""
 
     log = Logger(namespace="sluice.client.cluster")
 
     def __init__(self, bootstrap: str | Sequence[tuple[str, int]], *, reactor: Any,
                  client_id: str = "sluice-client", request_timeout_s: float = 30.0,
-                 connect_timeout_s: float = 10.0) -> None:
+                 connect_timeout_s: float = 10.0,
+                 security: ClientSecurity | None = None) -> None:
+        self.security = security or ClientSecurity()
         self.bootstrap = (parse_servers(bootstrap) if isinstance(bootstrap, str)
                           else list(bootstrap))
         self.reactor = reactor
@@ -189,8 +196,9 @@ class ClusterClient:
 
     async def _open(self, key: Any, address: tuple[str, int]) -> BrokerLink:
         host, port = address
-        proto = await connect_client(self.reactor, host, port, self.client_id,
-                                     timeout_s=self.connect_timeout_s)
+        proto = await secure_connect.connect(self.reactor, host, port, self.client_id,
+                                             timeout_s=self.connect_timeout_s,
+                                             security=self.security)
         try:
             resp = await request_with_timeout(proto, self.reactor, ApiKey.API_VERSIONS, 0, {},
                                               self.request_timeout_s, f"{host}:{port}")

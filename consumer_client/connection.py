@@ -1,7 +1,9 @@
 """A blocking Kafka-protocol connection over the sans-IO codec (no Twisted).
 
 Used by the admin tool now, and by the consumer, the producer and the PySpark workers later, where
-a reactor is not wanted. On connect it negotiates versions with ApiVersions and then sends every
+a reactor is not wanted. On connect it completes the TLS handshake (when its
+:class:`~consumer_client.security.ClientSecurity` says so), negotiates versions with ApiVersions,
+logs in over SASL (when asked; as Kafka's clients, after ApiVersions), and then sends every
 request at the highest version both sides speak.
 """
 
@@ -9,12 +11,14 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import struct
 from typing import Any, NamedTuple
 
 from broker_core.wire import apis, framing
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.schema import Struct
+from consumer_client.security import ClientSecurity, login_blocking
 
 _SIZE = struct.Struct(">i")  # a frame's size prefix
 
@@ -43,7 +47,13 @@ class BrokerConnection:
     """One blocking connection; see the module docstring. Not thread-safe."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "sluice",
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, security: ClientSecurity | None = None) -> None:
+        """Connect, then TLS, ApiVersions and SASL as ``security`` says (default PLAINTEXT).
+
+        Raises OSError when the broker cannot be reached (``ssl.SSLCertVerificationError``,
+        an OSError too, when its certificate is not trusted) and
+        :class:`~broker_core.security.sasl.SaslAuthenticationError` when it refuses the login;
+        nothing stays open after a failure."""
         self.host, self.port = host, port
         self.client_id = client_id
         self._ids = itertools.count(1)
@@ -51,9 +61,16 @@ class BrokerConnection:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.versions: dict[int, int] = {}
+        security = security or ClientSecurity()
         try:
+            context = security.ssl_context()
+            if context is not None:
+                self.sock = context.wrap_socket(self.sock, server_hostname=host)
             self._negotiate()
-        except Exception:
+            credential = security.credential
+            if credential is not None:
+                login_blocking(self._roundtrip, credential, f"{host}:{port}")
+        except BaseException:
             self.close()
             raise
 
@@ -150,11 +167,15 @@ def parse_servers(servers: str) -> list[tuple[str, int]]:
 
 
 def bootstrap(servers: str, **kw: Any) -> BrokerConnection:
-    """Connect to the first reachable ``host:port`` of a comma-separated list."""
+    """Connect to the first reachable ``host:port`` of a comma-separated list. A broker whose
+    certificate is not trusted, or that refuses the SASL login, fails it at once: another
+    broker of the same cluster would answer the same."""
     errors = []
     for host, port in parse_servers(servers):
         try:
             return BrokerConnection(host, port, **kw)
+        except ssl.SSLCertVerificationError:
+            raise
         except OSError as e:
             errors.append(f"{host}:{port} ({e})")
     raise NoBrokersAvailable("could not connect to any of: " + ", ".join(errors))

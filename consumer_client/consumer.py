@@ -56,9 +56,10 @@ from twisted.internet import defer
 from twisted.internet.error import ConnectionClosed
 from twisted.logger import Logger
 
-from broker_core.rpc import KafkaClientProtocol, connect_client, request_with_timeout
+from broker_core.rpc import KafkaClientProtocol, request_with_timeout
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
+from consumer_client import secure_connect
 from consumer_client.cluster import ClusterClient
 from consumer_client.consumer_config import ConsumerConfig
 from consumer_client.consumer_fetcher import NETWORK_ERRORS, FetcherManager
@@ -72,10 +73,11 @@ from consumer_client.consumer_streams import (
     StreamClosed,
 )
 from consumer_client.membership import Action, Input, Membership, State
+from consumer_client.security import AUTHENTICATION_ERRORS
 
 __all__ = ["Consumer", "ConsumerConfig", "Message", "MemberInfo", "Health", "State",
-           "ConsumerError", "RegistrationRejected", "ConsumerUnavailable", "TopicNotFound",
-           "CommitFailed", "NotRegistered", "StreamClosed"]
+           "ConsumerError", "RegistrationRejected", "AuthenticationFailed", "ConsumerUnavailable",
+           "TopicNotFound", "CommitFailed", "NotRegistered", "StreamClosed"]
 
 #: Registration errors that retrying (after finding the coordinator again) can fix.
 RETRIABLE_REGISTRATION = frozenset({
@@ -98,6 +100,17 @@ class RegistrationRejected(ConsumerError):
         name = code.name if isinstance(code, ErrorCode) else f"error {code}"
         super().__init__(f"the coordinator rejected the registration with {name}{detail}")
         self.code = code
+
+
+class AuthenticationFailed(ConsumerError):
+    """A broker refused this consumer's login (SASL_AUTHENTICATION_FAILED, an unsupported
+    mechanism) or its TLS handshake (a certificate not signed by ``ssl.ca.location``): the same
+    settings would be refused again, so the consumer fails instead of retrying. ``cause`` is
+    the underlying error."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"authentication failed: {cause}")
+        self.cause = cause
 
 
 class ConsumerUnavailable(ConsumerError):
@@ -203,7 +216,7 @@ class Consumer:
         cfg = self.config
         self.cluster = cluster or ClusterClient(
             cfg.bootstrap_servers, reactor=reactor, client_id=cfg.client_id,
-            request_timeout_s=cfg.request_timeout_ms / 1000.0)
+            request_timeout_s=cfg.request_timeout_ms / 1000.0, security=cfg.security)
         self.membership = Membership(auto_commit=cfg.auto_commit)
         self.streams: dict[tuple[str | None, str], MessageStream] = {}
         if cfg.pattern == "static":
@@ -513,6 +526,10 @@ class Consumer:
         try:
             resp = await self.cluster.request_address(address, ApiKey.CLUSTER_METADATA, {},
                                                       version=0)
+        except AUTHENTICATION_ERRORS as e:
+            self.cluster.disconnect_address(address)
+            self._authentication_failed(e)
+            return
         except Exception as e:  # noqa: BLE001 - any failure means "ask the next one later"
             self.cluster.disconnect_address(address)
             self._discovery_failed(f"ClusterMetadata from {address[0]}:{address[1]} failed: {e}",
@@ -541,8 +558,14 @@ class Consumer:
         node, host, port = self.coordinator
         cfg = self.config
         try:
-            proto = await connect_client(self.reactor, host, port, cfg.client_id,
-                                         timeout_s=cfg.request_timeout_ms / 1000.0)
+            # Logged in before RegisterConsumer: once it is sent the broker asks, not us.
+            proto = await secure_connect.connect(self.reactor, host, port, cfg.client_id,
+                                                 timeout_s=cfg.request_timeout_ms / 1000.0,
+                                                 security=cfg.security)
+        except AUTHENTICATION_ERRORS as e:
+            if self.state is State.REGISTERING:
+                self._authentication_failed(e)
+            return
         except Exception as e:  # noqa: BLE001 - every connect failure means: rediscover
             self._attempt_failed(f"connect to coordinator {node} at {host}:{port} failed: {e}",
                                  f"connect:{type(e).__name__}")
@@ -605,6 +628,14 @@ class Consumer:
             self.last_error = str(self.error)
             self.log.error("{c}: {e}", c=cfg.consumer_id, e=self.error)
             self._input(Input.REJECTED)
+
+    def _authentication_failed(self, cause: BaseException) -> None:
+        """A login or TLS handshake was refused: fail the consumer (DISCOVERING or
+        REGISTERING -> FAILED); ``poll``/``get`` raise :class:`AuthenticationFailed`."""
+        self.error = AuthenticationFailed(cause)
+        self.last_error = str(self.error)
+        self.log.error("{c}: {e}", c=self.config.consumer_id, e=self.error)
+        self._input(Input.REJECTED)
 
     def _still_our_old_session(self) -> bool:
         """True while a DUPLICATE_CONSUMER_ID can be this consumer's own previous session:

@@ -32,7 +32,9 @@ from broker_core.config import (
     parse_keys,
     text,
 )
+from consumer_client import security as client_security
 from consumer_client.connection import parse_servers
+from consumer_client.security import ClientSecurity
 
 PATTERNS = ("static", "white_list", "black_list")
 RESET_POLICIES = {"smallest": "earliest", "earliest": "earliest",
@@ -161,6 +163,8 @@ class ConsumerConfig:
     fetch_max_partition_failures: int
     check_crcs: bool
     default_api_timeout_ms: int
+    #: ``security.protocol``, ``sasl.*``, ``ssl.*`` (:mod:`consumer_client.security`).
+    security: ClientSecurity = field(default_factory=ClientSecurity)
     _regex: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -172,6 +176,8 @@ class ConsumerConfig:
             values = {**values, "topics": json.dumps(dict(topics))}
         elif isinstance(topics, list | tuple):
             values = {**values, "topics": ",".join(topics)}
+        secure, values = client_security.split(values)
+        security = ClientSecurity.from_mapping(secure)
         attrs = parse_keys(CONSUMER_KEYS, values, "consumer config")
         if attrs["consumer_id"] is None:
             attrs["consumer_id"] = (f"{attrs['group_id']}_{socket.gethostname()}-{os.getpid()}-"
@@ -193,7 +199,7 @@ class ConsumerConfig:
             raise ConfigError(
                 f"max.partition.fetch.bytes ({attrs['max_partition_fetch_bytes']}) is above "
                 f"fetch.max.bytes ({attrs['fetch_max_bytes']})", "max.partition.fetch.bytes")
-        return cls(**attrs, _regex=regex)
+        return cls(**attrs, security=security, _regex=regex)
 
     @classmethod
     def create(cls, **kwargs: Any) -> ConsumerConfig:

@@ -37,9 +37,13 @@ from consumer_client.cluster import ClusterClient, NoBrokersAvailable, Unsupport
 from consumer_client.consumer_config import ConsumerConfig
 from consumer_client.consumer_records import scan_chunk
 from consumer_client.consumer_streams import Chunk, PartitionState
+from consumer_client.security import AUTHENTICATION_ERRORS
 
+#: Failures that send a fetcher's partitions back to placement. A refused login or TLS handshake
+#: is among them: the fetch loop must not die with it (a user's credential removed while the
+#: consumer runs); the rediscovery its failures lead to fails the consumer with it.
 NETWORK_ERRORS = (ConnectError, ConnectionLost, RequestTimedOut, defer.TimeoutError, OSError,
-                  NoBrokersAvailable, UnsupportedApi)
+                  NoBrokersAvailable, UnsupportedApi, *AUTHENTICATION_ERRORS)
 EARLIEST, LATEST = -2, -1
 
 

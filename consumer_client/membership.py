@@ -31,7 +31,8 @@ States:
     Done: channel closed, fetchers stopped. Terminal.
 ``FAILED``
     The coordinator refused the registration for a reason retrying cannot fix (duplicate
-    consumer id, session timeout out of range, bad topic count). Only ``CLOSE`` leaves it.
+    consumer id, session timeout out of range, bad topic count), or a broker refused the
+    consumer's login or TLS handshake. Only ``CLOSE`` leaves it.
 
 Invariant: fetchers run only in ``FETCHING``; a channel is open only in ``REGISTERING`` ..
 ``LEAVING``; the leave is sent only after the fetchers stopped (the positions it carries are
@@ -64,7 +65,7 @@ class Input(Enum):
     DISCOVERY_FAILED = "discovery_failed"
     REGISTERED = "registered"
     REFUSED = "refused"  # retriable: NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, ...
-    REJECTED = "rejected"  # fatal: DUPLICATE_CONSUMER_ID, INVALID_SESSION_TIMEOUT, ...
+    REJECTED = "rejected"  # fatal: DUPLICATE_CONSUMER_ID, ..., a refused login
     PING = "ping"
     STOP_FETCHER = "stop_fetcher"
     START_FETCHER = "start_fetcher"
@@ -108,6 +109,8 @@ TRANSITIONS: dict[tuple[State, Input], tuple[State, tuple[Action, ...]]] = {
     (S.DISCOVERING, I.CHANNEL_LOST): (S.DISCOVERING, ()),
     (S.DISCOVERING, I.FETCH_FAILED): (S.DISCOVERING, ()),
     (S.DISCOVERING, I.CLOSE): (S.CLOSED, (A.FINISH,)),
+    # A broker refused the login (or the TLS handshake) while discovering: no channel yet.
+    (S.DISCOVERING, I.REJECTED): (S.FAILED, (A.FAIL,)),
 
     (S.REGISTERING, I.REGISTERED): (S.WAITING, (A.SERVE,)),
     (S.REGISTERING, I.REFUSED): (S.DISCOVERING, (A.CLOSE_CHANNEL, A.DISCOVER)),

@@ -47,6 +47,7 @@ from consumer_client.producer_accumulator import (
 )
 from consumer_client.producer_config import ProducerConfig
 from consumer_client.producer_errors import (
+    AuthenticationFailed,
     BufferExhausted,
     DeliveryTimeout,
     MetadataUnavailable,
@@ -56,6 +57,7 @@ from consumer_client.producer_errors import (
     UnknownTopic,
 )
 from consumer_client.producer_retry import Action, decide
+from consumer_client.security import AUTHENTICATION_ERRORS
 
 # The network-level errors after which a request's batches are retried (nothing was answered).
 _TRANSIENT = (ConnectError, ConnectionLost, RequestTimedOut, defer.TimeoutError, OSError,
@@ -124,7 +126,7 @@ class Producer:
         self._clock = reactor
         self._cluster = cluster or ClusterClient(
             cfg.bootstrap_servers, reactor=reactor, client_id=cfg.client_id,
-            request_timeout_s=cfg.request_timeout_ms / 1000)
+            request_timeout_s=cfg.request_timeout_ms / 1000, security=cfg.security)
         self._partitioner = cfg.partitioner
         self._acc = RecordAccumulator(batch_size=cfg.batch_size, linger_s=cfg.linger_ms / 1000,
                                       buffer_memory=cfg.buffer_memory,
@@ -404,6 +406,11 @@ class Producer:
             # auto.create.topics.enable); the consumer's and admin's requests never do.
             view = await self._cluster.refresh(topics, auto_create=True)
             self._refresh_error = None
+        except AUTHENTICATION_ERRORS as e:
+            self._refresh_error = str(e)
+            view = None
+            if not self._stopped:
+                self._authentication_failed(AuthenticationFailed(e))
         except Exception as e:  # noqa: BLE001 - any failure: keep the old view, retry later
             self.log.info("metadata refresh failed: {error}", error=repr(e))
             self._refresh_error = str(e) or repr(e)
@@ -425,6 +432,21 @@ class Producer:
                     view is None and self._acc.incomplete):
                 self._request_refresh()
         self._schedule(0)
+
+    def _authentication_failed(self, error: AuthenticationFailed) -> None:
+        """Fail every send and wait parked for metadata with ``error`` now (retrying would be
+        refused the same way); a later send tries again."""
+        self.log.error("{error}", error=error)
+        meta, self._meta_waiters = self._meta_waiters, {}
+        topic_waiters, self._topic_waiters = self._topic_waiters, {}
+        for parked in [p for ps in meta.values() for p in ps]:
+            if parked.timer is not None and parked.timer.active():
+                parked.timer.cancel()
+            self._parked_bytes -= parked.size
+            parked.d.errback(Failure(error))
+        for d in [d for ds in topic_waiters.values() for d in ds]:
+            d.errback(Failure(error))
+        self._memory_released()
 
     def _apply(self, view: Any, topics: list[str]) -> None:
         for topic in topics:

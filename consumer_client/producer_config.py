@@ -8,12 +8,14 @@ key. Defaults are Kafka's (4.x) where Sluice has the setting; ``docs/producer.md
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core.config import INT_MAX, ConfigError, ConfigKey, integer, parse_keys, text
 from broker_core.wire.records import Compression
+from consumer_client import security as client_security
 from consumer_client.partitioner import DefaultPartitioner, IPartitioner
+from consumer_client.security import ClientSecurity
 
 
 def acks(key: str, raw: str) -> int:
@@ -87,6 +89,8 @@ class ProducerConfig:
     metadata_max_age_ms: int
     max_in_flight_requests_per_connection: int
     partitioner: Any = None
+    #: ``security.protocol``, ``sasl.*``, ``ssl.*`` (:mod:`consumer_client.security`).
+    security: ClientSecurity = field(default_factory=ClientSecurity)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> ProducerConfig:
@@ -94,6 +98,8 @@ class ProducerConfig:
         ``partitioner`` may hold an :class:`IPartitioner` provider. Raises ConfigError."""
         values = dict(values)
         partitioner = values.pop("partitioner", None)
+        secure, values = client_security.split(values)
+        security = ClientSecurity.from_mapping(secure)
         attrs = parse_keys(PRODUCER_KEYS, values, kind="producer config")
         if partitioner is None:
             partitioner = DefaultPartitioner()
@@ -105,7 +111,7 @@ class ProducerConfig:
             raise ConfigError(
                 f"delivery.timeout.ms ({attrs['delivery_timeout_ms']}) must be at least "
                 f"linger.ms + request.timeout.ms ({floor})", "delivery.timeout.ms")
-        return cls(partitioner=partitioner, **attrs)
+        return cls(partitioner=partitioner, security=security, **attrs)
 
     @classmethod
     def from_kwargs(cls, config: Mapping[str, object] | None = None,

@@ -96,6 +96,17 @@ class MetadataUnavailable(ProduceError):
                 f"{': ' + self.detail if self.detail else ''}")
 
 
+class AuthenticationFailed(ProducerError):
+    """A broker refused the producer's login (SASL_AUTHENTICATION_FAILED, an unsupported
+    mechanism) or its TLS handshake (a certificate not signed by ``ssl.ca.location``). Sends
+    waiting for metadata fail with it at once: the same settings would be refused again.
+    ``cause`` is the underlying error."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"authentication failed: {cause}")
+        self.cause = cause
+
+
 class RecordTooLarge(ProducerError):
     """One record is larger than ``max.request.size`` or ``buffer.memory`` allows."""
 

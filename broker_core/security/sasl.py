@@ -241,6 +241,16 @@ class SaslClientError(Exception):
     """The server's answers do not make a valid exchange (or do not prove it knows us)."""
 
 
+class SaslAuthenticationError(Exception):
+    """The server refused our SASL login, or its answers did not make a valid exchange; the
+    message carries the server's error code and message, ``error_code`` the code (None when
+    the server's answers were at fault)."""
+
+    def __init__(self, message: str, error_code: int | None = None) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
 class SaslClient:
     """The client's half of one exchange: :meth:`first` gives the first SaslAuthenticate
     token; :meth:`step` takes each server token and gives the next one, or None when the

@@ -58,6 +58,10 @@ class LoadTestConfig:
     group_prefix: str = "loadtest"
     ramp_s: float = 0.0
     metrics_urls: dict[int, str] = field(default_factory=dict)
+    #: A properties file of client security keys (``--command-config``): the driver's admin
+    #: connections and every worker's consumers use it. Its path, not its contents, goes to
+    #: the workers (their command line is visible to every local user).
+    command_config: str | None = None
     scrape_interval_s: float = 5.0
     out_dir: Path = Path(".")
     progress: bool = True
@@ -102,7 +106,8 @@ class _Worker:
         self.members = members
         spec = {"worker": index, "bootstrap_servers": cfg.bootstrap_servers,
                 "topic": cfg.topic, "members": members,
-                "session_timeout_ms": cfg.session_timeout_ms, "ramp_s": cfg.ramp_s}
+                "session_timeout_ms": cfg.session_timeout_ms, "ramp_s": cfg.ramp_s,
+                "command_config": cfg.command_config}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "consumer_client.loadtest.worker", json.dumps(spec)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -226,11 +231,22 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
             "max": v[-1]}
 
 
-def _coordinator_id(bootstrap_servers: str) -> int | None:
+def security_of(command_config: str | None) -> Any:
+    """The :class:`~consumer_client.security.ClientSecurity` of a ``--command-config`` file
+    (PLAINTEXT without one)."""
+    from broker_core.config import read_properties
+    from consumer_client.security import ClientSecurity
+
+    if command_config is None:
+        return ClientSecurity()
+    return ClientSecurity.from_mapping(read_properties(Path(command_config)))
+
+
+def _coordinator_id(bootstrap_servers: str, security: Any = None) -> int | None:
     from consumer_client.admin import AdminError, find_coordinator
 
     try:
-        return find_coordinator(bootstrap_servers, timeout=5)[0]
+        return find_coordinator(bootstrap_servers, timeout=5, security=security)[0]
     except (AdminError, OSError):  # none elected right now, or no broker answers
         return None
 
@@ -238,7 +254,8 @@ def _coordinator_id(bootstrap_servers: str) -> int | None:
 def _ensure_topic(cfg: LoadTestConfig) -> None:
     from consumer_client.admin import AdminClient, AdminError
 
-    admin = AdminClient(bootstrap_servers=cfg.bootstrap_servers)
+    admin = AdminClient(bootstrap_servers=cfg.bootstrap_servers,
+                        security=security_of(cfg.command_config))
     if cfg.topic in admin.list_topics():
         return
     try:
@@ -351,7 +368,8 @@ def _sample(cfg: LoadTestConfig, tracker: _Tracker,
             scrapes: list[tuple[float, int | None, prom.Samples]], now: float) -> dict[str, Any]:
     point: dict[str, Any] = {"t": round(now, 3), "registered": len(tracker.registered),
                              "owning": len(tracker.owning)}
-    coord = _coordinator_id(cfg.bootstrap_servers) if cfg.metrics_urls else None
+    coord = (_coordinator_id(cfg.bootstrap_servers, security_of(cfg.command_config))
+             if cfg.metrics_urls else None)
     url = cfg.metrics_urls.get(coord) if coord is not None else None
     if url is None:
         return point

@@ -14,6 +14,7 @@ exits.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import resource
 import sys
@@ -59,10 +60,13 @@ class Worker:
 
     def start(self) -> None:
         from consumer_client.cluster import ClusterClient
+        from consumer_client.loadtest.driver import security_of
 
         spec = self.spec
+        self.security = security_of(spec.get("command_config"))
         self.cluster = ClusterClient(spec["bootstrap_servers"], reactor=self.reactor,
-                                     client_id=f"loadtest-w{spec['worker']}")
+                                     client_id=f"loadtest-w{spec['worker']}",
+                                     security=self.security)
         members = spec["members"]
         ramp = float(spec.get("ramp_s", 0.0))
         for i, (cid, group) in enumerate(members):
@@ -75,10 +79,10 @@ class Worker:
         if self._stopping:
             return
         spec = self.spec
-        config = ConsumerConfig.create(
+        config = dataclasses.replace(ConsumerConfig.create(
             bootstrap_servers=spec["bootstrap_servers"], group_id=group, consumer_id=cid,
             topics={spec["topic"]: 1}, session_timeout_ms=spec["session_timeout_ms"],
-            auto_offset_reset="largest")
+            auto_offset_reset="largest"), security=self.security)
         consumer = Consumer(config, reactor=self.reactor, cluster=self.cluster)
         previous = {"state": None}
 

@@ -3,9 +3,11 @@
 Names and defaults follow Spark's Kafka source
 (https://spark.apache.org/docs/latest/streaming/structured-streaming-kafka-integration.html) so a
 job moves from ``format("kafka")`` to ``format("sluice")`` by changing the format name; Spark's
-``kafka.``-prefixed spelling of the bootstrap servers is accepted too. Keys are matched without
+``kafka.``-prefixed spelling of the bootstrap servers is accepted too, and so are the client
+security keys (:mod:`consumer_client.security`: ``security.protocol``, ``sasl.*``, ``ssl.*``),
+plain or ``kafka.``-prefixed as Spark's Kafka source takes them. Keys are matched without
 regard to case (Spark hands them over case-insensitively). Every error is an
-:class:`OptionError` whose message names the option.
+:class:`OptionError` whose message names the option (and never quotes a password).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from broker_core.config import ConfigError
 from consumer_client.connection import parse_servers
+from consumer_client.security import ClientSecurity, is_security_key
 from consumer_client.spark.offsets import OffsetError, OffsetSpec, parse_assign, parse_offset_spec
 
 
@@ -64,6 +68,27 @@ def _servers(opts: dict[str, str]) -> str:
     return raw
 
 
+def _security_options(opts: dict[str, str]) -> dict[str, str]:
+    """The security keys among ``opts`` (``kafka.`` prefix removed), by Kafka name."""
+    out: dict[str, str] = {}
+    for k, v in opts.items():
+        name = k[len("kafka."):] if k.startswith("kafka.") else k
+        if not is_security_key(name):
+            continue
+        if name in out and out[name] != v:
+            raise OptionError(k, f"options '{name}' and 'kafka.{name}' are both given, with "
+                              "different values")
+        out[name] = v
+    return out
+
+
+def _security(opts: dict[str, str]) -> ClientSecurity:
+    try:
+        return ClientSecurity.from_mapping(_security_options(opts))
+    except ConfigError as e:
+        raise OptionError(e.key or "security.protocol", f"option {e.key!r}: {e}") from None
+
+
 @dataclass(frozen=True)
 class Subscription:
     """Exactly one of ``topics`` (``subscribe``), ``pattern`` (``subscribePattern``) or
@@ -100,6 +125,8 @@ class ReadOptions:
     request_timeout_ms: int
     # How often the driver re-reads metadata to find new partitions (streaming).
     metadata_max_age_ms: int
+    # How every connection gets past TLS and SASL (security.protocol, sasl.*, ssl.*).
+    security: ClientSecurity = field(default_factory=ClientSecurity)
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -183,6 +210,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         poll_timeout_ms=_int(opts, "kafkaConsumer.pollTimeoutMs", 120_000) or 0,
         request_timeout_ms=_int(opts, "kafka.request.timeout.ms", 30_000) or 0,
         metadata_max_age_ms=_int(opts, "kafka.metadata.max.age.ms", 1_000, minimum=0) or 0,
+        security=_security(opts),
     )
 
 
@@ -209,8 +237,9 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     for k, v in opts.items():
         if k.startswith("kafka.") and k[len("kafka."):] not in _FIXED:
             producer[k[len("kafka."):]] = v
+    producer.update(_security_options(opts))  # the plain spelling too
+    _security(opts)  # its errors name the option as given
     # Checked here, on the driver, so a bad key fails the query before any task starts.
-    from broker_core.config import ConfigError
     from consumer_client.producer_config import ProducerConfig
     try:
         ProducerConfig.from_kwargs({**producer, "bootstrap.servers": servers})

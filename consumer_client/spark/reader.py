@@ -32,6 +32,7 @@ from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from consumer_client.connection import BrokerConnection, NoBrokersAvailable, Pending, bootstrap
 from consumer_client.consumer_records import Message, decode_chunk, scan_chunk
+from consumer_client.security import ClientSecurity
 from consumer_client.spark.offsets import (
     EARLIEST,
     LATEST,
@@ -86,8 +87,10 @@ class Cluster:
     """
 
     def __init__(self, servers: str, *, request_timeout_s: float = 30.0,
-                 metadata_max_age_s: float = 1.0, client_id: str = "sluice-spark") -> None:
+                 metadata_max_age_s: float = 1.0, client_id: str = "sluice-spark",
+                 security: ClientSecurity | None = None) -> None:
         self.servers = servers
+        self.security = security
         self.request_timeout_s = request_timeout_s
         self.metadata_max_age_s = metadata_max_age_s
         self.client_id = client_id
@@ -105,7 +108,7 @@ class Cluster:
         if conn is None:
             host, port = self.brokers[node]
             conn = BrokerConnection(host, port, client_id=self.client_id,
-                                    timeout=self.request_timeout_s)
+                                    timeout=self.request_timeout_s, security=self.security)
             self._conns[node] = conn
         return conn
 
@@ -134,7 +137,7 @@ class Cluster:
         if md is None:
             try:
                 with bootstrap(self.servers, client_id=self.client_id,
-                               timeout=self.request_timeout_s) as conn:
+                               timeout=self.request_timeout_s, security=self.security) as conn:
                     md = conn.request(ApiKey.METADATA, body)
             except NoBrokersAvailable as e:
                 raise SluiceSourceError(f"option 'bootstrap.servers': {e}") from None

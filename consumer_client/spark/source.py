@@ -88,7 +88,7 @@ class RangePartition(InputPartition):
 
 def _cluster(opts: ReadOptions) -> Cluster:
     return Cluster(opts.bootstrap_servers, request_timeout_s=opts.request_timeout_ms / 1000,
-                   metadata_max_age_s=opts.metadata_max_age_ms / 1000)
+                   metadata_max_age_s=opts.metadata_max_age_ms / 1000, security=opts.security)
 
 
 def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[Any]:

@@ -82,6 +82,13 @@ def test_refused_registration_retries_rejected_fails():
     assert m.done
 
 
+def test_a_login_refused_while_discovering_fails_without_a_channel():
+    m = Membership()
+    assert m.handle(I.REJECTED) == (A.FAIL,)
+    assert m.state is S.FAILED
+    assert m.handle(I.CLOSE) == (A.FINISH,)
+
+
 @pytest.mark.parametrize("auto_commit", [True, False])
 @pytest.mark.parametrize("before", [(I.START_FETCHER,), (I.START_FETCHER, I.STOP_FETCHER)])
 def test_close_stops_revokes_then_leaves_and_is_done_when_the_leave_is_answered(

@@ -278,6 +278,24 @@ def test_with_no_broker_reachable_a_send_fails_saying_so_not_unknown_topic():
     assert "does not host" not in str(err)
 
 
+def test_a_refused_login_fails_the_waiting_sends_at_once_without_retrying():
+    from broker_core.security.sasl import SaslAuthenticationError
+    from consumer_client.producer_errors import AuthenticationFailed
+
+    clock, cluster, p = make({}, max_block_ms=60000, retry_backoff_ms=100)
+    cluster.unreachable = SaslAuthenticationError(
+        "127.0.0.1:9094 refused SASL SCRAM-SHA-512 login of 'alice': "
+        "SASL_AUTHENTICATION_FAILED: invalid credentials", 58)
+    got = results([p.send("t4", b"v"), p.wait_for_topic("t5")])
+    clock.advance(0)
+    assert [type(f.value) for f in got] == [AuthenticationFailed, AuthenticationFailed]
+    assert "SASL_AUTHENTICATION_FAILED" in str(got[0].value)
+    assert got[0].value.cause is cluster.unreachable
+    refreshes = cluster.refreshes
+    clock.pump([0.1] * 50)  # nothing is waiting: no refresh loop against the refusal
+    assert cluster.refreshes == refreshes and p.buffer_used == 0
+
+
 def test_a_broker_answering_again_makes_an_unknown_topic_unknown_again():
     clock, cluster, p = make({}, max_block_ms=2000, retry_backoff_ms=100)
     cluster.unreachable = ConnectionRefusedError("refused")

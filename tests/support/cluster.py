@@ -14,7 +14,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,10 +36,27 @@ GROUP_TIMINGS = {
 }
 
 
+#: The ports :func:`free_port` handed out last (bounded: a port handed out that long ago has
+#: been bound, or given up, since).
+_handed_out: deque[int] = deque(maxlen=1024)
+_handed_out_lock = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port of 127.0.0.1 free now and not among the last ones this function handed out.
+
+    Ports are bound later, when their broker starts: until then the kernel may pick the same
+    port again for the next ``bind(0)``, and two brokers of one test (say a quorum port and a
+    metrics port, picked before either process runs) would be given the same port, and the
+    second to start would fail with EADDRINUSE."""
+    with _handed_out_lock:
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in _handed_out:
+                _handed_out.append(port)
+                return port
 
 
 def broker_config(broker_id: int, zk_hosts: str, log_dir: Path, port: int = 0,

@@ -165,8 +165,21 @@ def start_cluster(make, mode: str, broker3_dirs: list[Path], quorum_dir: Path | 
     wait_for(lambda: all(leader >= 0 and isr == [1, 2, 3]
                          for leader, isr in partition_states(cluster, TOPIC).values())
              and len(partition_states(cluster, TOPIC)) == PARTITIONS, 60,
-             "every partition fully replicated")
+             "every partition led, with all its replicas in its ISR")
+    # That says nothing of the replicas themselves: a new partition's ISR is its whole
+    # assignment from the start, and the controller publishes it (UpdateMetadata, and so the
+    # answer to CreateTopics) while its LeaderAndIsr to the replicas may still be on the way.
+    # The tests look at where each replica's log went, so they wait for every log to exist.
+    wait_for(lambda: all(len(replica_dirs(cluster.brokers[b], p)) == 1
+                         for p, replicas in ASSIGNMENT.items() for b in replicas), 60,
+             "every replica's log created")
     return cluster
+
+
+def replica_dirs(broker, partition: int) -> list[Path]:
+    """The directories of ``broker``'s log directories holding a log of ``partition``."""
+    return [d for d in (Path(ld) for ld in str(broker.log_dir).split(","))
+            if (d / f"{TOPIC}-{partition}").is_dir()]
 
 
 def states_from(cluster, broker_ids) -> dict[int, tuple[int, list[int]]]:
@@ -227,7 +240,10 @@ def test_a_full_log_directory_goes_offline_and_leadership_moves_away(small_mount
     assert b3.metric("sluice_log_directory_online", log_dir=str(roomy)) == 1
     text = b3.log_text()
     assert "ENOSPC" in text
-    assert "told the controller that log directories" in text
+    # Logged when the notification is written, which the controller may act on first.
+    wait_for(lambda: "told the controller that log directories" in b3.log_text(), 30,
+             "broker 3 to log its report to the controller")
+    text = b3.log_text()
     # Its other directory is still served: broker 3 is in those ISRs (its replicas caught up).
     wait_for(lambda: all(3 in states_from(cluster, [1, 2])[p][1] for p in on_roomy), 60,
              "broker 3 in the ISRs of the partitions on its healthy directory")
@@ -244,6 +260,10 @@ def test_a_full_log_directory_goes_offline_and_leadership_moves_away(small_mount
     # left as it was (no clean-shutdown marker: it is recovered) and its replicas come back.
     b3.stop()
     assert not (small / ".clean-shutdown").exists()
+    # Its controlled shutdown took it out of every ISR; wait until the metadata says so, or
+    # the wait for it to come back below could pass on the state from before the stop.
+    wait_for(lambda: all(3 not in isr for _, isr in partition_states(cluster, TOPIC).values()),
+             60, "broker 3 out of every ISR once stopped")
     subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True,
                    capture_output=True, timeout=30)
     b3.start()
@@ -273,6 +293,9 @@ def test_a_broker_whose_every_log_directory_fails_shuts_down(small_mounts, clust
     assert "every log directory is offline" in text and "shutting down broker 3" in text
     assert all(str(d) in text for d in mounts)
     assert "stopped cleanly" in text
-    states = states_from(cluster, [1, 2])
-    assert all(leader in (1, 2) and 3 not in isr for leader, isr in states.values())
+    # The controller's moves reach the other brokers' metadata asynchronously (the acks above
+    # may all be on partitions that moved first): wait for every one.
+    wait_for(lambda: all(leader in (1, 2) and 3 not in isr
+                         for leader, isr in states_from(cluster, [1, 2]).values()), 60,
+             "every leadership and ISR place of broker 3 to move")
     check_nothing_lost(cluster, producer.acked)

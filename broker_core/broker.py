@@ -199,7 +199,7 @@ class BrokerService(service.Service):
                                          allow_if_no_acl=config.allow_everyone_if_no_acl_found)
             self.acl_cache = AclCache(self.store, self.authorizer)
         self.handler = RequestHandler(
-            authorizer=self.authorizer,
+            authorizer=self.authorizer, super_users=config.super_users,
             broker_id=self.broker_id, config=config, cache=self.cache, replicas=self.replicas,
             store=self.store, clock=self.clock, broker_epoch=lambda: self.registration_epoch,
             on_metadata_update=self._on_metadata_update,

@@ -246,8 +246,11 @@ class RequestHandler(UserAdminApis):
     def unregister_consumer(self, header: Any, body: Any, access: Access) -> Any:
         if self.coordinator is None:
             return self._no_coordinator(partitions=[])
+        # As CommitOffsets: the final offsets of a topic need READ on it.
+        rule = RULES[ApiKey.FETCH]
         return self.coordinator.unregister_consumer(
-            header, body, principal=str(access.security.principal))
+            header, body, principal=str(access.security.principal),
+            topic_allowed=lambda topic: access.allows_topic(rule, topic))
 
     def describe_consumer_groups(self, header: Any, body: Any, access: Access) -> dict:
         """Groups the principal may not DESCRIBE are left out of an all-groups answer and

@@ -17,11 +17,11 @@ Invariants (:class:`ConnectionLimiter`):
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker_core.security.principal import canonical_host
 from broker_core.server.memory_pool import MemoryPool
 
 #: The reasons a connection is refused at accept (the ``reason`` label of the metric).
@@ -47,11 +47,10 @@ def parse_overrides(text: str) -> dict[str, int]:
 
 
 def normalise_host(host: str) -> str:
-    """An address in its canonical text form; a name is left as given (lower case)."""
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        return host.lower()
+    """An address in its canonical text form (an IPv4-mapped IPv6 address as its IPv4
+    address); a name is left as given (lower case). See
+    :func:`~broker_core.security.principal.canonical_host`."""
+    return canonical_host(host)
 
 
 class ConnectionLimiter:

@@ -49,6 +49,7 @@ from broker_core.security.principal import (
     ConnectionSecurity,
     ListenerSettings,
     SecurityProtocol,
+    canonical_host,
 )
 from broker_core.security.sasl import SaslSettings
 from broker_core.security.ssl_principal import principal_from_certificate
@@ -116,7 +117,9 @@ class KafkaServerProtocol(Protocol):
         net.tune(self.transport)  # small responses must not wait for Nagle (broker_core.net)
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
-        self.security.peer_host = getattr(peer, "host", "?")
+        # The canonical form ACL hosts and connection limits use (an IPv4 client accepted by
+        # an IPv6 wildcard listener arrives as ::ffff:a.b.c.d).
+        self.security.peer_host = canonical_host(str(getattr(peer, "host", "?")))
         self.factory.connection_made(self)
 
     def handshakeCompleted(self) -> None:  # noqa: N802 (Twisted API)
@@ -408,7 +411,7 @@ class KafkaServerFactory(Factory):
         before reading from it) when it is over a connection limit. A factory that wraps this
         one (TLS) must return None too when this one does: Twisted's ``WrappingFactory`` would
         wrap the None."""
-        host = None if addr is None else str(getattr(addr, "host", "local"))
+        host = None if addr is None else canonical_host(str(getattr(addr, "host", "local")))
         limiter = self.limits.connections
         if limiter is not None and host is not None:
             reason = limiter.admit(host)

@@ -12,6 +12,7 @@ from broker_core.server.connection_limits import (
     ConnectionLimiter,
     RefusalLog,
     ServerLimits,
+    normalise_host,
     parse_overrides,
 )
 from broker_core.server.idle import IdleTracker
@@ -112,3 +113,16 @@ def test_idle_tracker_expires_in_order_of_last_activity_and_skips_busy():
     assert tracker.expired(13.0, busy=lambda c: False) == ["a"]
     assert tracker.expired(22.0, busy=lambda c: False) == ["b"]  # touched at 12.0 when busy
     assert len(tracker) == 0 and tracker.next_deadline() is None
+
+
+def test_hosts_are_normalised_ipv4_mapped_addresses_as_ipv4():
+    assert normalise_host("::ffff:10.0.0.5") == "10.0.0.5"
+    assert normalise_host("::FFFF:0a00:0005") == "10.0.0.5"
+    assert normalise_host("0::1") == "::1"
+    assert normalise_host("Broker.Example") == "broker.example"
+    assert parse_overrides("[::ffff:10.0.0.5]:7") == {"10.0.0.5": 7}
+    limiter = ConnectionLimiter(10, 1)
+    assert limiter.admit("::ffff:10.0.0.5") is None
+    assert limiter.admit("10.0.0.5") == MAX_CONNECTIONS_PER_IP
+    limiter.release("10.0.0.5")
+    assert limiter.total == 0

@@ -10,7 +10,7 @@ import struct
 from types import SimpleNamespace
 
 from twisted.internet import defer, task
-from twisted.internet.address import IPv4Address
+from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.testing import StringTransport
 from twisted.logger import globalLogPublisher
 
@@ -51,10 +51,11 @@ def make_factory(handler=None, *, limits=None, max_frame_bytes=framing.MAX_FRAME
 
 def connect(factory, host="10.0.0.1", port=40000):
     """``(transport, protocol)``, or ``(None, None)`` when the factory refused at accept."""
-    proto = factory.buildProtocol(IPv4Address("TCP", host, port))
+    address = (IPv6Address if ":" in host else IPv4Address)("TCP", host, port)
+    proto = factory.buildProtocol(address)
     if proto is None:
         return None, None
-    transport = StringTransport(peerAddress=IPv4Address("TCP", host, port))
+    transport = StringTransport(peerAddress=address)
     proto.makeConnection(transport)
     return transport, proto
 
@@ -111,6 +112,26 @@ def test_total_limit_and_per_ip_overrides():
     for proto in list(factory.connections):
         lose(proto)
     assert (limits.connections.total, limits.connections.per_ip) == (0, {})
+
+
+def test_an_ipv4_client_on_an_ipv6_listener_is_counted_and_named_by_its_ipv4_address():
+    """An IPv6 wildcard listener accepts IPv4 clients as ``::ffff:a.b.c.d``: the per-address
+    limit, its overrides and the connection's peer host (what ACL hosts match) use the plain
+    IPv4 address, so one client is one host whichever family accepted it."""
+    limits = ServerLimits(connections=ConnectionLimiter(
+        max_connections=100, max_per_ip=1, overrides={"10.0.0.9": 2}))
+    factory, _, _ = make_factory(limits=limits)
+    _, mapped = connect(factory, "::ffff:10.0.0.9", 1)
+    _, plain = connect(factory, "10.0.0.9", 2)
+    assert mapped is not None and plain is not None  # the override for 10.0.0.9 applies
+    assert connect(factory, "::ffff:10.0.0.9", 3)[1] is None  # both counted as one host
+    assert limits.connections.per_ip == {"10.0.0.9": 2}
+    assert mapped.security.peer_host == "10.0.0.9" == plain.security.peer_host
+    _, v6 = connect(factory, "2001:db8:0:0::1", 4)
+    assert v6.security.peer_host == "2001:db8::1"  # a real IPv6 address, canonical
+    for proto in list(factory.connections):
+        lose(proto)
+    assert limits.connections.per_ip == {}
 
 
 # -- idle connections ---------------------------------------------------------------------------

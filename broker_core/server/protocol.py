@@ -16,6 +16,15 @@ Invariants:
   and given back once it is dispatched; while the pool cannot give them the protocol stops
   reading (:mod:`broker_core.server.memory_pool`). Reading resumes only when no reason to pause
   is left;
+- responses are bounded too: the protocol is the transport's streaming producer, so when the
+  transport's write buffer is full (a peer that does not read its responses) it stops
+  dispatching the frames it holds and stops reading, until the buffer drains. What one read
+  delivered waits, parsed but not dispatched, in ``_backlog`` (its bytes still reserved in the
+  pool);
+- every close the broker decides (idle, a malformed or oversized frame, a refused login,
+  shutdown) ends within :data:`CLOSE_GRACE_S`: what was written may leave meanwhile, then the
+  connection is aborted, so a peer that stops reading cannot hold its slot, its reservations
+  or the broker's buffers;
 - the factory refuses a connection over ``max.connections`` / ``max.connections.per.ip`` at
   accept and closes one idle for ``connections.max.idle.ms``
   (:mod:`broker_core.server.connection_limits`, :mod:`broker_core.server.idle`);
@@ -37,7 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.interfaces import IHandshakeListener
+from twisted.internet.interfaces import IHandshakeListener, IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -65,6 +74,11 @@ from broker_core.wire import apis, errors, framing
 #: password guesser is slowed down. Nothing more is read from the connection meanwhile.
 FAILED_AUTHENTICATION_CLOSE_DELAY_S = 0.1
 
+#: How long a connection the broker closes may take to flush what was written to it before it
+#: is aborted: enough for an error answer to leave, not enough for a peer that stopped reading
+#: to hold the connection (Twisted's ``loseConnection`` alone waits for the buffer forever).
+CLOSE_GRACE_S = 1.0
+
 #: A handler answers with a response body, ``None`` (no response: acks=0 Produce), or a Deferred
 #: firing with either.
 Handler = Callable[[Any, "KafkaServerProtocol"], Any]
@@ -81,7 +95,7 @@ class _Slot:
         self.ready = False
 
 
-@implementer(IHandshakeListener)
+@implementer(IHandshakeListener, IPushProducer)
 class KafkaServerProtocol(Protocol):
     """One client connection. See the module docstring for the ordering invariant.
 
@@ -94,8 +108,14 @@ class KafkaServerProtocol(Protocol):
     def __init__(self, factory: KafkaServerFactory) -> None:
         self.factory = factory
         self._slots: deque[_Slot] = deque()
-        self._pauses: set[str] = set()  # why reading is paused: "in_flight", "memory", "closing"
+        # Why reading is paused: "in_flight", "memory", "closing", "writing".
+        self._pauses: set[str] = set()
+        #: Frames read but not dispatched yet: dispatch stops while the write buffer is full.
+        self._backlog: deque[bytes] = deque()
+        self._dispatching = False
         self._closed = False
+        self._losing = False  # lose_connection was called
+        self._abort_timer: Any = None
         #: (reason, detail) of a close waiting for the answers already queued to be written.
         self._close_when_flushed: tuple[str, str] | None = None
         self._delayed_close: Any = None
@@ -120,6 +140,9 @@ class KafkaServerProtocol(Protocol):
         # The canonical form ACL hosts and connection limits use (an IPv4 client accepted by
         # an IPv6 wildcard listener arrives as ::ffff:a.b.c.d).
         self.security.peer_host = canonical_host(str(getattr(peer, "host", "?")))
+        # The transport tells a registered streaming producer when its write buffer is full
+        # (pauseProducing) and drained (resumeProducing): how responses stay bounded.
+        self.transport.registerProducer(self, True)
         self.factory.connection_made(self)
 
     def handshakeCompleted(self) -> None:  # noqa: N802 (Twisted API)
@@ -140,9 +163,11 @@ class KafkaServerProtocol(Protocol):
     def connectionLost(self, reason: Failure = None) -> None:  # noqa: N802 (Twisted API)
         self._closed = True
         self._slots.clear()
+        self._backlog.clear()
         self._budget.close()
-        if self._delayed_close is not None and self._delayed_close.active():
-            self._delayed_close.cancel()
+        for timer in (self._delayed_close, self._abort_timer):
+            if timer is not None and timer.active():
+                timer.cancel()
         self.factory.connection_lost(self)
         if self.channel is not None:
             self.channel.connection_lost()
@@ -183,7 +208,7 @@ class KafkaServerProtocol(Protocol):
 
     def _feed(self, data: bytes) -> None:
         try:
-            frames = self._decoder.feed(data)
+            self._backlog.extend(self._decoder.feed(data))
         except errors.FrameTooLarge as e:
             self._disconnect("frame_too_large", str(e))
             return
@@ -193,16 +218,48 @@ class KafkaServerProtocol(Protocol):
         except errors.ProtocolError as e:
             self._disconnect("malformed_frame", str(e))
             return
-        for frame in frames:
-            if self._closed or self._close_when_flushed is not None:
-                return  # what the frames still hold is released at connectionLost
-            if self.channel is not None:
-                self.channel.frame_received(frame)
-            else:
-                self._handle_frame(frame)
-            self._budget.done(len(frame))  # dispatched: its bytes leave the pool
+        self._dispatch_backlog()
         if self._decoder.waiting and not self._closed:
             self._pause("memory")
+
+    def _dispatch_backlog(self) -> None:
+        """Dispatch the frames read, in order, until none is left or the transport's write
+        buffer is full (a handler's answer may fill it: the rest wait for resumeProducing).
+        Not re-entrant: a frame's handler may write, and a write may pause or resume."""
+        if self._dispatching:
+            return
+        self._dispatching = True
+        try:
+            while self._backlog and "writing" not in self._pauses:
+                if self._closed or self._close_when_flushed is not None:
+                    return  # what the frames still hold is released at connectionLost
+                frame = self._backlog.popleft()
+                if self.channel is not None:
+                    self.channel.frame_received(frame)
+                else:
+                    self._handle_frame(frame)
+                self._budget.done(len(frame))  # dispatched: its bytes leave the pool
+        finally:
+            self._dispatching = False
+
+    # -- IPushProducer: the transport's write buffer ---------------------------------------
+
+    def pauseProducing(self) -> None:  # noqa: N802 (Twisted API)
+        """The write buffer is full: dispatch and reading stop until it drains."""
+        if not self._closed:
+            self._pause("writing")
+
+    def resumeProducing(self) -> None:  # noqa: N802 (Twisted API)
+        """The write buffer drained: dispatch what waits (on the next turn of the clock: this
+        is called from inside the transport's write), then read again."""
+        if "writing" not in self._pauses:
+            return
+        self._unpause("writing")
+        if not self._closed:  # frames in the backlog, or one granted memory meanwhile
+            self.factory.clock.callLater(0, self._feed_buffered)
+
+    def stopProducing(self) -> None:  # noqa: N802 (Twisted API)
+        """The transport is going away: connectionLost follows and releases everything."""
 
     def _memory_granted(self) -> None:
         """The pool reserved the bytes of the frame that waited. Called from inside another
@@ -214,7 +271,7 @@ class KafkaServerProtocol(Protocol):
         self.factory.clock.callLater(0, self._feed_buffered)
 
     def _feed_buffered(self) -> None:
-        if not self._closed:
+        if not self._closed and "writing" not in self._pauses:
             self._feed(b"")
 
     def _pause(self, reason: str) -> None:
@@ -347,18 +404,35 @@ class KafkaServerProtocol(Protocol):
             detail=detail,
         )
         self.factory.count_disconnect(reason)
+        self.lose_connection()
+
+    def lose_connection(self, grace_s: float = CLOSE_GRACE_S) -> None:
+        """Close the connection: what was written may leave for ``grace_s`` seconds, then it
+        is aborted (0: at once). Nothing more is read or dispatched. Idempotent. The one way
+        the broker closes a client connection (a coordinator channel's close included)."""
+        if self._losing or self.transport is None:
+            return
+        self._losing = True
         self._closed = True
-        self.transport.loseConnection()
+        transport = self.transport
+        # A registered producer keeps loseConnection waiting for it: unregister first.
+        transport.unregisterProducer()
+        if grace_s <= 0:
+            transport.abortConnection()
+            return
+        transport.loseConnection()
+        self._abort_timer = self.factory.clock.callLater(grace_s, transport.abortConnection)
 
     def close_idle(self) -> None:
-        """Close for ``connections.max.idle.ms`` (decided by the factory's sweep). Counted, and
-        logged at debug level only: a sweep may close thousands at once."""
+        """Close for ``connections.max.idle.ms`` (decided by the factory's sweep), aborting:
+        an idle connection has nothing to deliver, and a peer that stopped reading must not
+        keep it open. Counted, and logged at debug level only: a sweep may close thousands
+        at once."""
         if self._closed:
             return  # already closing for another reason, counted as that
         self.log.debug("closing idle connection from {peer}", peer=self.peer)
         self.factory.count_disconnect("idle")
-        self._closed = True
-        self.transport.loseConnection()
+        self.lose_connection(grace_s=0)
 
 
 class KafkaServerFactory(Factory):
@@ -509,4 +583,4 @@ class KafkaServerFactory(Factory):
 
     def close_all(self) -> None:
         for proto in list(self.connections):
-            proto.transport.loseConnection()
+            proto.lose_connection()

@@ -184,6 +184,82 @@ def test_a_coordinator_channel_is_never_closed_as_idle():
     assert clock.getDelayedCalls() == []
 
 
+# -- responses to a peer that does not read, and closes that finish --------------------------
+
+
+def answering_factory(**kw):
+    """A RawFactory that answers every frame with its id, recording what it handled."""
+    seen: list[int] = []
+
+    def answer(req, proto):
+        seen.append(req.header.correlation_id)
+        return {"id": req.header.correlation_id}
+
+    factory, clock, metrics = make_factory(answer, **kw)
+    factory.seen = seen
+    return factory, clock, metrics
+
+
+def test_the_connection_is_its_transports_streaming_producer():
+    factory, _, _ = make_factory()
+    transport, proto = connect(factory)
+    assert transport.producer is proto and transport.streaming
+
+
+def test_a_full_write_buffer_stops_dispatch_and_reading_until_it_drains():
+    """A peer that sends requests but never reads their answers: once the transport says its
+    write buffer is full, the frames already read wait undispatched (their memory still
+    reserved) and nothing more is read; they are answered in order once it drains."""
+    pool = MemoryPool(1000)
+    factory, clock, _ = answering_factory(limits=ServerLimits(pool=pool))
+    transport, proto = connect(factory)
+
+    def answer(req, p):
+        factory.seen.append(req.header.correlation_id)
+        if len(factory.seen) == 2:
+            p.pauseProducing()  # what the TCP transport does when this write fills it
+        return NO_RESPONSE
+
+    factory.handler = answer
+    proto.dataReceived(b"".join(raw_frame(i, 8) for i in range(1, 6)))
+    assert factory.seen == [1, 2]  # the rest wait for the buffer to drain
+    assert transport.producerState == "paused"  # and nothing more is read
+    assert pool.in_use == 3 * 8  # what waits is still accounted for
+    proto.resumeProducing()  # the transport drained its buffer
+    assert transport.producerState == "producing"
+    clock.advance(0)
+    assert factory.seen == [1, 2, 3, 4, 5] and pool.in_use == 0
+
+
+def test_a_close_waits_at_most_the_grace_period_for_a_peer_that_does_not_read():
+    """Twisted's loseConnection waits forever for the write buffer to drain (and for a
+    registered producer): a malformed frame's close unregisters and aborts after the grace."""
+    from broker_core.server.protocol import CLOSE_GRACE_S
+
+    factory, clock, _ = make_factory()
+    transport, proto = connect(factory)
+    proto.dataReceived(struct.pack(">i", -1))  # malformed: closed
+    assert transport.producer is None and transport.disconnecting
+    assert not getattr(transport, "disconnected", False)  # may flush what was written...
+    clock.advance(CLOSE_GRACE_S)
+    assert transport.disconnected  # ...for the grace period only: then aborted
+    lose(proto)
+    assert clock.getDelayedCalls() == []
+
+
+def test_an_idle_close_aborts_at_once_and_frees_the_slot_and_reservation():
+    pool = MemoryPool(1000)
+    limits = ServerLimits(connections=ConnectionLimiter(10, 1), pool=pool, idle_s=10.0)
+    factory, clock, _ = make_factory(limits=limits)
+    transport, proto = connect(factory)
+    proto.dataReceived(raw_frame(1, 100)[:10])  # a partial frame, then silence
+    assert pool.in_use == 100
+    clock.advance(10)
+    assert transport.disconnected and transport.producer is None
+    lose(proto)  # what the reactor does once the abort took effect
+    assert pool.in_use == 0 and limits.connections.total == 0
+
+
 # -- the request-memory pool --------------------------------------------------------------------
 
 

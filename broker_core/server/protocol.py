@@ -13,9 +13,13 @@ Invariants:
 - at most ``max_in_flight`` requests wait per connection: past that the protocol stops reading from
   the socket (back-pressure) instead of buffering without bound;
 - a frame's bytes are reserved from the listeners' memory pool as soon as its size has arrived
-  and given back once it is dispatched; while the pool cannot give them the protocol stops
-  reading (:mod:`broker_core.server.memory_pool`). Reading resumes only when no reason to pause
-  is left;
+  and given back once it is dispatched; while the pool (or the peer host's share of it) cannot
+  give them the protocol stops reading (:mod:`broker_core.server.memory_pool`). Reading resumes
+  only when no reason to pause is left. On a SASL listener a connection that has not logged in
+  reserves from the small unauthenticated pool instead. A frame whose memory is reserved must
+  arrive whole within ``socket.request.read.timeout.ms`` of its reservation, or the connection
+  is closed and the reservation given back (time during which the broker itself stopped
+  reading does not count against the peer: the deadline is then re-armed);
 - responses are bounded too: the protocol is the transport's streaming producer, so when the
   transport's write buffer is full (a peer that does not read its responses) it stops
   dispatching the frames it holds and stops reading, until the buffer drains. What one read
@@ -127,7 +131,10 @@ class KafkaServerProtocol(Protocol):
                                                        factory.count_authentication)
         self._budget = ConnectionBudget(factory.limits.pool, self._memory_granted)
         self._decoder = framing.FrameDecoder(
-            self.authentication.frame_limit(factory.max_frame_bytes), admit=self._budget.admit)
+            self.authentication.frame_limit(factory.max_frame_bytes), admit=self._admit)
+        #: The read deadline of the admitted, incomplete frame (``frames_admitted`` it is for).
+        self._read_timer: Any = None
+        self._read_timer_frame = -1
         self.channel: Any = None  # a ServerChannel once this is a coordinator channel
         self._channel_pending = False
 
@@ -140,6 +147,7 @@ class KafkaServerProtocol(Protocol):
         # The canonical form ACL hosts and connection limits use (an IPv4 client accepted by
         # an IPv6 wildcard listener arrives as ::ffff:a.b.c.d).
         self.security.peer_host = canonical_host(str(getattr(peer, "host", "?")))
+        self._budget.host = self.security.peer_host  # the pool's per-host share
         # The transport tells a registered streaming producer when its write buffer is full
         # (pauseProducing) and drained (resumeProducing): how responses stay bounded.
         self.transport.registerProducer(self, True)
@@ -165,7 +173,7 @@ class KafkaServerProtocol(Protocol):
         self._slots.clear()
         self._backlog.clear()
         self._budget.close()
-        for timer in (self._delayed_close, self._abort_timer):
+        for timer in (self._delayed_close, self._abort_timer, self._read_timer):
             if timer is not None and timer.active():
                 timer.cancel()
         self.factory.connection_lost(self)
@@ -221,7 +229,48 @@ class KafkaServerProtocol(Protocol):
         self._dispatch_backlog()
         if self._decoder.waiting and not self._closed:
             self._pause("memory")
+        self._watch_read_deadline()
 
+    def _admit(self, size: int) -> bool:
+        """Reserve a frame's bytes: from the listeners' pool once the connection may be
+        served, from the small unauthenticated pool before a SASL login."""
+        limits = self.factory.limits
+        self._budget.pool = (limits.pool if self.security.authenticated
+                             else limits.unauthenticated_pool)
+        return self._budget.admit(size)
+
+    def _watch_read_deadline(self) -> None:
+        """Arm the read deadline for a newly admitted incomplete frame; drop it once no
+        admitted frame is incomplete."""
+        timeout = self.factory.limits.read_timeout_s
+        if timeout is None or self._closed:
+            return
+        if not self._decoder.reading_frame:
+            if self._read_timer is not None and self._read_timer.active():
+                self._read_timer.cancel()
+            self._read_timer = None
+            return
+        if (self._read_timer_frame == self._decoder.frames_admitted
+                and self._read_timer is not None):
+            return  # the same frame: its deadline runs on
+        if self._read_timer is not None and self._read_timer.active():
+            self._read_timer.cancel()
+        self._read_timer_frame = self._decoder.frames_admitted
+        self._read_timer = self.factory.clock.callLater(timeout, self._read_overdue)
+
+    def _read_overdue(self) -> None:
+        self._read_timer = None
+        if self._closed:
+            return
+        timeout = self.factory.limits.read_timeout_s
+        assert timeout is not None
+        if self._pauses:  # the broker stopped reading: not the peer's delay
+            self._read_timer = self.factory.clock.callLater(timeout, self._read_overdue)
+            return
+        self._disconnect("request_read_timeout",
+                         f"a request's size arrived but not the whole request within "
+                         f"{timeout:g} s (socket.request.read.timeout.ms); "
+                         f"{self._budget.held} reserved bytes given back")
     def _dispatch_backlog(self) -> None:
         """Dispatch the frames read, in order, until none is left or the transport's write
         buffer is full (a handler's answer may fill it: the rest wait for resumeProducing).

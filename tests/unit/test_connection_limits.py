@@ -91,7 +91,20 @@ def test_config_keys_defaults_and_checks():
     unbounded = ServerLimits.from_config(BrokerConfig.from_mapping(
         {**base, "queued.max.request.bytes": "-1", "connections.max.idle.ms": "-1"}))
     assert unbounded.pool.capacity is None and unbounded.idle_s is None
+    # What a size prefix may reserve: half the pool per address, a 30 s read deadline, and a
+    # small pool of its own before a SASL login.
+    assert (cfg.socket_request_read_timeout_ms, cfg.queued_max_request_bytes_per_ip) == (
+        30000, 128 * 1024 * 1024)
+    assert limits.read_timeout_s == 30.0 and limits.pool.host_capacity == 128 * 1024 * 1024
+    assert limits.unauthenticated_pool.capacity == 16 * 1024 * 1024
+    assert limits.unauthenticated_pool.host_capacity == 2 * 1024 * 1024
+    uncapped = ServerLimits.from_config(BrokerConfig.from_mapping(
+        {**base, "queued.max.request.bytes.per.ip": "-1", "socket.request.read.timeout.ms": "-1"}))
+    assert uncapped.pool.host_capacity is None and uncapped.read_timeout_s is None
     for key, value in (("queued.max.request.bytes", "1000"),  # below socket.request.max.bytes
+                       ("queued.max.request.bytes.per.ip", "1000"),  # the same
+                       ("queued.max.request.bytes.per.ip", "0"),
+                       ("socket.request.read.timeout.ms", "0"),
                        ("queued.max.request.bytes", "0"), ("connections.max.idle.ms", "0"),
                        ("max.connections.per.ip.overrides", "nohost"),
                        ("max.connections", "-1")):

@@ -32,7 +32,8 @@ class RawFactory(KafkaServerFactory):
                                                       correlation_id=cid), body=frame)
 
 
-def make_factory(handler=None, *, limits=None, max_frame_bytes=framing.MAX_FRAME_BYTES):
+def make_factory(handler=None, *, limits=None, max_frame_bytes=framing.MAX_FRAME_BYTES,
+                 **kw):
     """``(factory, clock, metrics)``: a RawFactory whose handler records the frame ids it sees
     in ``factory.seen`` (unless ``handler`` is given)."""
     clock = task.Clock()
@@ -44,7 +45,7 @@ def make_factory(handler=None, *, limits=None, max_frame_bytes=framing.MAX_FRAME
         return NO_RESPONSE
 
     factory = RawFactory(handler or record, clock=clock, metrics=metrics, limits=limits,
-                         max_frame_bytes=max_frame_bytes)
+                         max_frame_bytes=max_frame_bytes, **kw)
     factory.seen = seen
     return factory, clock, metrics
 
@@ -375,3 +376,95 @@ def test_the_quorum_listener_enforces_the_same_limits():
     assert transport.disconnecting  # and it closes idle connections
     lose(proto)
     assert pool.in_use == 0 and limits.connections.total == 0
+
+
+# -- bounding what size prefixes reserve -------------------------------------------------------
+
+
+def test_twelve_bytes_of_prefixes_from_one_host_cannot_stall_another_hosts_requests():
+    """Three connections sending only sizes (the reviewer's 100+100+56 of 256): one host
+    holds at most its share; a request from another host is served at once."""
+    pool = MemoryPool(256, host_capacity=128)
+    factory, _, _ = make_factory(limits=ServerLimits(pool=pool), max_frame_bytes=100)
+    hogs = [connect(factory, "10.0.0.66", port=i) for i in range(3)]
+    for (_, proto), size in zip(hogs, (100, 100, 56), strict=True):
+        proto.dataReceived(struct.pack(">i", size))
+    assert pool.per_host == {"10.0.0.66": 100} and pool.waiting == 2  # the others wait
+    assert hogs[1][0].producerState == "paused"
+    _, victim = connect(factory, "10.0.0.7")
+    victim.dataReceived(raw_frame(7, 20))
+    assert factory.seen == [7]
+
+
+def test_a_frame_not_completed_within_the_read_timeout_is_closed_and_its_memory_freed():
+    pool = MemoryPool(1000)
+    factory, clock, metrics = make_factory(
+        limits=ServerLimits(pool=pool, read_timeout_s=30.0, idle_s=600.0))
+    transport, proto = connect(factory)
+    frame = raw_frame(1, 500)
+    proto.dataReceived(frame[:4])
+    assert pool.in_use == 500
+    for i in range(29):  # a trickle: activity, so never idle, but the frame is late
+        clock.advance(1)
+        proto.dataReceived(frame[4 + i:5 + i])
+    assert not transport.disconnecting
+    clock.advance(1)
+    assert transport.disconnecting
+    assert metrics.disconnects_total.labels(reason="request_read_timeout")._value.get() == 1
+    lose(proto)
+    assert pool.in_use == 0
+
+
+def test_each_frame_gets_its_own_deadline_and_a_complete_one_none():
+    factory, clock, _ = make_factory(limits=ServerLimits(read_timeout_s=10.0))
+    transport, proto = connect(factory)
+    first, second = raw_frame(1, 50), raw_frame(2, 50)
+    proto.dataReceived(first[:10])
+    clock.advance(9)
+    proto.dataReceived(first[10:] + second[:10])  # the first completes; the second begins
+    clock.advance(9)
+    assert not transport.disconnecting  # the second has 10 s of its own
+    proto.dataReceived(second[10:])
+    assert factory.seen == [1, 2] and clock.getDelayedCalls() == []
+    clock.advance(100)
+    assert not transport.disconnecting  # nothing half-read: no deadline
+
+
+def test_the_deadline_does_not_count_while_the_broker_stopped_reading():
+    factory, clock, _ = make_factory(limits=ServerLimits(read_timeout_s=10.0))
+    transport, proto = connect(factory)
+    frame = raw_frame(1, 50)
+    proto.dataReceived(frame[:10])
+    proto.pauseProducing()  # the write buffer is full: the broker stopped reading
+    clock.advance(25)
+    assert not transport.disconnecting
+    proto.resumeProducing()
+    clock.advance(0)
+    proto.dataReceived(frame[10:])
+    assert factory.seen == [1]
+
+
+def test_before_a_sasl_login_frames_reserve_from_the_small_unauthenticated_pool():
+    """512 connections each sending a 512 KiB size before logging in used to hold 256 MiB of
+    the listeners' pool: they now reserve from a pool of their own, capped per host."""
+    from broker_core.security.principal import ListenerSettings, SecurityProtocol
+    from broker_core.security.sasl import SaslSettings
+
+    listeners, before_login = MemoryPool(10_000_000), MemoryPool(2 * 512 * 1024, 512 * 1024)
+    factory, _, _ = make_factory(
+        limits=ServerLimits(pool=listeners, unauthenticated_pool=before_login),
+        listener=ListenerSettings("C", SecurityProtocol.SASL_PLAINTEXT), sasl=SaslSettings())
+    first_t, first = connect(factory, "10.0.0.66", port=1)
+    second_t, second = connect(factory, "10.0.0.66", port=2)
+    first.dataReceived(struct.pack(">i", 512 * 1024))
+    second.dataReceived(struct.pack(">i", 512 * 1024))
+    assert listeners.in_use == 0  # the listeners' pool is untouched
+    assert before_login.per_host == {"10.0.0.66": 512 * 1024}
+    assert second_t.producerState == "paused"  # over its host's share: waits
+    _, other = connect(factory, "10.0.0.7")
+    other.dataReceived(raw_frame(7, 20))  # another host's login-time request is served
+    assert factory.seen == [7]
+    lose(first)
+    assert second_t.producerState == "producing"  # granted in its turn
+    lose(second)
+    assert before_login.in_use == 0

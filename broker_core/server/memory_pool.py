@@ -3,9 +3,10 @@
 A connection that has read the 4-byte size of a frame of N bytes asks the pool for N before it
 buffers any byte of the body; when the pool cannot give N, the connection stops reading from its
 socket until memory is released (Kafka mutes the channel the same way). The bytes are given back
-once the frame has been dispatched to its handler, or when the connection closes with the frame
-half read. A peer that sends a huge size and then trickles the body therefore holds memory the
-pool accounts for, and every such peer together holds at most the pool.
+once the request's handler is done with it (at dispatch, or when a handler that answers later,
+an acks=all Produce, has answered), or when the connection closes. A peer that sends a huge size
+and then trickles the body therefore holds memory the pool accounts for, and every such peer
+together holds at most the pool.
 
 Reserving at the size prefix (Kafka's model) lets a peer hold memory it never sends. What
 bounds that abuse: the read deadline of a frame whose size has arrived (the protocol closes a
@@ -144,10 +145,16 @@ class ConnectionBudget:
     frame reserves (the connection moves from a small pre-authentication pool to the
     listeners' pool once it has logged in); each frame is given back where it was reserved.
 
-    Invariants: ``held`` is the sum of the admitted frames not yet done; ``_frames`` holds each
-    of them (pool, host, size) in the order they are dispatched; at most one frame waits at a
-    time (a connection reads its frames in order); after :meth:`close` nothing is held, nothing
-    waits, and ``on_granted`` is never called.
+    A frame's memory may outlive its dispatch: a handler that answers later (an acks=all
+    Produce waiting for its replicas) still holds the request's bytes, so the connection takes
+    the frame out with :meth:`dispatched` and gives it back with :meth:`release` once the
+    answer is made (:meth:`done` is both at once).
+
+    Invariants: ``held`` is the sum of the admitted frames not yet released; ``_frames`` holds
+    the undispatched ones (pool, host, size) in the order they are dispatched, ``_kept`` the
+    dispatched ones not yet released; at most one frame waits at a time (a connection reads
+    its frames in order); after :meth:`close` nothing is held, nothing waits, and
+    ``on_granted`` is never called.
     """
 
     def __init__(self, pool: MemoryPool, on_granted: Callable[[], None],
@@ -157,6 +164,8 @@ class ConnectionBudget:
         self._on_granted = on_granted
         self.held = 0
         self._frames: deque[tuple[MemoryPool, str | None, int]] = deque()
+        self._kept: dict[int, tuple[MemoryPool, str | None, int]] = {}
+        self._next_token = 0
         self._wanted: tuple[MemoryPool, str | None, int] | None = None
         self._closed = False
 
@@ -186,16 +195,31 @@ class ConnectionBudget:
         self._wanted = None
         self._on_granted()
 
-    def done(self, size: int) -> None:
-        """The oldest admitted frame (of ``size`` bytes) was dispatched: give its memory
-        back where it was reserved."""
+    def dispatched(self, size: int) -> int:
+        """The oldest admitted frame (of ``size`` bytes) was dispatched; its memory stays
+        reserved until :meth:`release` of the returned token."""
         if self._closed:
-            return
+            return -1
         if not self._frames or self._frames[0][2] != size:
-            raise RuntimeError(f"done with {size} bytes while holding {list(self._frames)}")
-        pool, host, _ = self._frames.popleft()
+            raise RuntimeError(f"dispatched {size} bytes while holding {list(self._frames)}")
+        token, self._next_token = self._next_token, self._next_token + 1
+        self._kept[token] = self._frames.popleft()
+        return token
+
+    def release(self, token: int) -> None:
+        """Give a dispatched frame's memory back where it was reserved (nothing after
+        :meth:`close`, which gave it back already)."""
+        frame = self._kept.pop(token, None)
+        if frame is None:
+            return
+        pool, host, size = frame
         self.held -= size
         pool.release(size, host)
+
+    def done(self, size: int) -> None:
+        """The oldest admitted frame (of ``size`` bytes) was dispatched and is no longer
+        needed: give its memory back."""
+        self.release(self.dispatched(size))
 
     def close(self) -> None:
         """Release everything held and stop waiting (idempotent)."""
@@ -205,7 +229,8 @@ class ConnectionBudget:
         if self._wanted is not None:
             self._wanted[0].cancel(self._granted)
         self._wanted = None
-        frames, self._frames = self._frames, deque()
+        frames = [*self._frames, *self._kept.values()]
+        self._frames, self._kept = deque(), {}
         self.held = 0
         for pool, host, size in frames:
             pool.release(size, host)

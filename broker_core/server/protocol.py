@@ -13,9 +13,10 @@ Invariants:
 - at most ``max_in_flight`` requests wait per connection: past that the protocol stops reading from
   the socket (back-pressure) instead of buffering without bound;
 - a frame's bytes are reserved from the listeners' memory pool as soon as its size has arrived
-  and given back once it is dispatched; while the pool (or the peer host's share of it) cannot
-  give them the protocol stops reading (:mod:`broker_core.server.memory_pool`). Reading resumes
-  only when no reason to pause is left. On a SASL listener a connection that has not logged in
+  and given back once its handler is done with it (an acks=all Produce: at its answer); while
+  the pool (or the peer host's share of it) cannot give them the protocol stops reading
+  (:mod:`broker_core.server.memory_pool`). Reading resumes only when no reason to pause is
+  left. On a SASL listener a connection that has not logged in
   reserves from the small unauthenticated pool instead. A frame whose memory is reserved must
   arrive whole within ``socket.request.read.timeout.ms`` of its reservation, or the connection
   is closed and the reservation given back (time during which the broker itself stopped
@@ -283,11 +284,16 @@ class KafkaServerProtocol(Protocol):
                 if self._closed or self._close_when_flushed is not None:
                     return  # what the frames still hold is released at connectionLost
                 frame = self._backlog.popleft()
+                token = self._budget.dispatched(len(frame))
+                waiting = None
                 if self.channel is not None:
                     self.channel.frame_received(frame)
                 else:
-                    self._handle_frame(frame)
-                self._budget.done(len(frame))  # dispatched: its bytes leave the pool
+                    waiting = self._handle_frame(frame)
+                if waiting is None:
+                    self._budget.release(token)  # done with: its bytes leave the pool
+                else:  # the handler still holds the request (an acks=all Produce)
+                    waiting.addBoth(self._release_frame, token)
         finally:
             self._dispatching = False
 
@@ -334,7 +340,13 @@ class KafkaServerProtocol(Protocol):
             if not self._pauses and not self._closed:
                 self.transport.resumeProducing()
 
-    def _handle_frame(self, frame: bytes) -> None:
+    def _release_frame(self, result: Any, token: int) -> Any:
+        self._budget.release(token)
+        return result
+
+    def _handle_frame(self, frame: bytes) -> defer.Deferred | None:
+        """Handle one request; the Deferred of its answer while the handler still works on
+        it (and so holds the request's bytes), else None."""
         try:
             request = self.factory.decode_request(frame)
         except errors.UnsupportedVersion as e:
@@ -381,6 +393,7 @@ class KafkaServerProtocol(Protocol):
         d.addCallback(lambda chunks: self._fill(slot, chunks))
         if len(self._slots) >= self.factory.max_in_flight:
             self._pause("in_flight")
+        return None if d.called else d
 
     def _answer_authentication(self, request: Any, verdict: Verdict) -> None:
         """Answer a request the authentication gate kept from the handler, and close the

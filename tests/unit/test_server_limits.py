@@ -468,3 +468,31 @@ def test_before_a_sasl_login_frames_reserve_from_the_small_unauthenticated_pool(
     assert second_t.producerState == "producing"  # granted in its turn
     lose(second)
     assert before_login.in_use == 0
+
+
+def test_a_request_answered_later_keeps_its_memory_until_its_answer():
+    """An acks=all Produce holds its request (the records) until its replicas answer: its
+    bytes stay counted in the pool until then, not only until dispatch."""
+    pool = MemoryPool(1000)
+    pending: list[defer.Deferred] = []
+
+    def later(req, proto):
+        d = defer.Deferred()
+        pending.append(d)
+        return d
+
+    factory, _, _ = make_factory(later, limits=ServerLimits(pool=pool))
+    transport, proto = connect(factory)
+    proto.dataReceived(raw_frame(1, 300) + raw_frame(2, 200))
+    assert pool.in_use == 500  # both dispatched, both still held by their handler
+    pending[1].callback(NO_RESPONSE)
+    assert pool.in_use == 300
+    pending[0].callback(NO_RESPONSE)
+    assert pool.in_use == 0
+    # A connection closed while a request is pending gives its bytes back at once, once.
+    proto.dataReceived(raw_frame(3, 400))
+    assert pool.in_use == 400
+    lose(proto)
+    assert pool.in_use == 0
+    pending[2].callback(NO_RESPONSE)
+    assert pool.in_use == 0

@@ -5,7 +5,9 @@
   connection stops reading once the transport's buffer is full, and the requests it did not
   read are never handled;
 - closing such a connection (idle) finishes: it does not wait for a buffer that never drains,
-  so the connection slot and its reservations are freed.
+  so the connection slot and its reservations are freed;
+- size prefixes alone from one address cannot take the request-memory pool, and a reserved
+  frame that does not arrive within ``socket.request.read.timeout.ms`` is closed.
 
 Waits are bounded polls on the broker's own state (``eventually``), never sleeps.
 """
@@ -13,6 +15,7 @@ Waits are bounded polls on the broker's own state (``eventually``), never sleeps
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 
 import pytest_twisted
@@ -93,4 +96,51 @@ async def test_a_peer_that_never_reads_cannot_grow_the_brokers_buffers_and_is_cl
         stop.set()
         sock.close()
         await flooding
+        await port.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_size_prefixes_from_one_address_neither_stall_others_nor_hold_memory(tmp_path):
+    """The reviewer's 12 bytes: three connections sending only the sizes 100, 100 and 56 MiB
+    used to fill the default 256 MiB pool and stall every client. With the default limits
+    one address holds at most half the pool, another address's request is answered at once,
+    and a reservation whose frame does not arrive in time is closed and given back."""
+    from twisted.internet import reactor
+
+    from broker_core.config import BrokerConfig
+
+    cfg = BrokerConfig.from_mapping({"broker.id": "1", "log.dirs": str(tmp_path),
+                                     "zookeeper.connect": "h:2181",
+                                     "socket.request.read.timeout.ms": "1000"})
+    limits = ServerLimits.from_config(cfg)
+    factory = KafkaServerFactory(lambda request, proto: BODY, clock=reactor, limits=limits,
+                                 max_frame_bytes=cfg.socket_request_max_bytes)
+    port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+    address = ("127.0.0.1", port.getHost().port)
+    request = b"".join(framing.frame(apis.encode_request(ApiKey.API_VERSIONS, 2, 1, "x", {})))
+    hogs: list[socket.socket] = []
+    try:
+        for size in (100 * MIB, 100 * MIB, 56 * MIB):
+            hog = socket.create_connection(address, source_address=("127.0.0.2", 0))
+            hog.sendall(struct.pack(">i", size))
+            hogs.append(hog)
+        await eventually(lambda: limits.pool.waiting == 2, what="two sizes over the share")
+        assert limits.pool.per_host == {"127.0.0.2": 100 * MIB}
+
+        def ask() -> int:
+            with socket.create_connection(address) as victim:
+                victim.settimeout(30)
+                victim.sendall(request)
+                return len(victim.recv(4))
+
+        assert await threads.deferToThread(ask) == 4  # answered beside them
+
+        # The admitted size's frame never comes: closed after the read deadline, and the
+        # waiting ones after theirs in turn; the pool is empty again.
+        await eventually(lambda: not factory.connections and limits.pool.in_use == 0,
+                         what="the hogs closed and their memory given back")
+        assert limits.pool.per_host == {} and limits.pool.waiting == 0
+    finally:
+        for hog in hogs:
+            hog.close()
         await port.stopListening()

@@ -16,11 +16,11 @@ Invariants:
   and given back once its handler is done with it (an acks=all Produce: at its answer); while
   the pool (or the peer host's share of it) cannot give them the protocol stops reading
   (:mod:`broker_core.server.memory_pool`). Reading resumes only when no reason to pause is
-  left. On a SASL listener a connection that has not logged in
-  reserves from the small unauthenticated pool instead. A frame whose memory is reserved must
-  arrive whole within ``socket.request.read.timeout.ms`` of its reservation, or the connection
-  is closed and the reservation given back (time during which the broker itself stopped
-  reading does not count against the peer: the deadline is then re-armed);
+  left. On a SASL listener a connection that has not logged in reserves from the small
+  unauthenticated pool instead. A frame whose memory is reserved must arrive whole within
+  ``socket.request.read.timeout.ms`` of its reservation, or the connection is closed and the
+  reservation given back (time during which the broker itself stopped reading does not count
+  against the peer: the deadline is then re-armed);
 - responses are bounded too: the protocol is the transport's streaming producer, so when the
   transport's write buffer is full (a peer that does not read its responses) it stops
   dispatching the frames it holds and stops reading, until the buffer drains. What one read
@@ -272,6 +272,7 @@ class KafkaServerProtocol(Protocol):
                          f"a request's size arrived but not the whole request within "
                          f"{timeout:g} s (socket.request.read.timeout.ms); "
                          f"{self._budget.held} reserved bytes given back")
+
     def _dispatch_backlog(self) -> None:
         """Dispatch the frames read, in order, until none is left or the transport's write
         buffer is full (a handler's answer may fill it: the rest wait for resumeProducing).

@@ -467,16 +467,18 @@ class KafkaServerProtocol(Protocol):
             detail=detail,
         )
         self.factory.count_disconnect(reason)
+        self._closed = True  # nothing more is read, dispatched or answered
         self.lose_connection()
 
     def lose_connection(self, grace_s: float = CLOSE_GRACE_S) -> None:
-        """Close the connection: what was written may leave for ``grace_s`` seconds, then it
-        is aborted (0: at once). Nothing more is read or dispatched. Idempotent. The one way
-        the broker closes a client connection (a coordinator channel's close included)."""
+        """Close the connection: what was written, and answers written before the transport
+        lets go, may leave for ``grace_s`` seconds, then it is aborted (0: at once).
+        Idempotent. The one way the broker closes a client connection (a coordinator
+        channel's close included; it may come from inside a handler whose answer is still
+        to be written)."""
         if self._losing or self.transport is None:
             return
         self._losing = True
-        self._closed = True
         transport = self.transport
         # A registered producer keeps loseConnection waiting for it: unregister first.
         transport.unregisterProducer()
@@ -495,6 +497,7 @@ class KafkaServerProtocol(Protocol):
             return  # already closing for another reason, counted as that
         self.log.debug("closing idle connection from {peer}", peer=self.peer)
         self.factory.count_disconnect("idle")
+        self._closed = True
         self.lose_connection(grace_s=0)
 
 

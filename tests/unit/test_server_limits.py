@@ -496,3 +496,23 @@ def test_a_request_answered_later_keeps_its_memory_until_its_answer():
     assert pool.in_use == 0
     pending[2].callback(NO_RESPONSE)
     assert pool.in_use == 0
+
+
+def test_a_close_from_inside_a_handler_still_writes_that_handlers_answer(monkeypatch):
+    """The coordinator may close a channel while the RegisterConsumer that made it is being
+    answered: the answer still leaves (then the close, bounded by the grace period)."""
+    from broker_core.server import protocol as protocol_module
+
+    # RawFactory's requests are not real ones: any body encodes as these bytes.
+    monkeypatch.setattr(protocol_module.apis, "encode_response", lambda *a: [b"answer"])
+
+    def close_then_answer(req, proto):
+        proto.lose_connection()
+        return {"closing": True}
+
+    factory, clock, _ = make_factory(close_then_answer)
+    transport, proto = connect(factory)
+    proto.dataReceived(raw_frame(1, 8))
+    assert transport.value().endswith(b"answer") and transport.disconnecting
+    clock.advance(protocol_module.CLOSE_GRACE_S)
+    assert transport.disconnected

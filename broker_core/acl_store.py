@@ -14,7 +14,10 @@ never fails on what another wrote. A node holds at most :data:`MAX_ENTRIES` entr
 :class:`AclCache` keeps an :class:`~broker_core.security.acl.Authorizer` equal to the store:
 a children watch on each of the six pattern directories and a data watch on each pattern.
 Until the first answers arrive the authorizer holds no bindings, so it refuses everyone but
-super users (or allows everyone if ``allow.everyone.if.no.acl.found``): it fails closed.
+super users (or allows everyone if ``allow.everyone.if.no.acl.found``, where a DENY not yet
+read would be missed): :meth:`AclCache.start` therefore returns a Deferred that fires once
+every directory and every binding listed in it have been read once, and a broker opens its
+listeners only after it fired.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from broker_core.metadata import BadVersion, NodeExists, NoNode
@@ -225,11 +229,25 @@ class AclCache:
         self._dir_watches: list[Any] = []
         self._node_watches: dict[ResourcePattern, Any] = {}
         self._stopped = False
+        # The first load: directories listed once, patterns listed but not read yet.
+        self._ready: defer.Deferred | None = None
+        self._listed: set[tuple[ResourceType, PatternType]] = set()
+        self._pending: set[ResourcePattern] = set()
 
-    def start(self) -> None:
+    def start(self) -> defer.Deferred:
+        """Watch the store. The Deferred fires once every directory has been listed and every
+        pattern listed has been read once (the authorizer then holds what the store held)."""
+        self._ready = defer.Deferred()
         for rt, pt, directory in DIRECTORIES:
             self._dir_watches.append(self.store.watch_children(
                 directory, lambda children, rt=rt, pt=pt: self._children(rt, pt, children)))
+        return self._ready
+
+    def _check_ready(self) -> None:
+        if (self._ready is not None and len(self._listed) == len(DIRECTORIES)
+                and not self._pending):
+            ready, self._ready = self._ready, None
+            ready.callback(None)
 
     def stop(self) -> None:
         self._stopped = True
@@ -248,6 +266,7 @@ class AclCache:
                         if p.resource_type is rt and p.pattern_type is pt
                         and p.name not in wanted]:
             self._node_watches.pop(pattern).cancel()
+            self._pending.discard(pattern)
             self.authorizer.replace_resource(pattern, ())
         for name in sorted(wanted):
             pattern = ResourcePattern(rt, pt, name)
@@ -258,18 +277,23 @@ class AclCache:
             except InvalidAcl as e:
                 log.warn("ignoring ACL node {p}: {e}", p=node_path(pattern), e=e)
                 continue
+            self._pending.add(pattern)
             self._node_watches[pattern] = self.store.watch_data(
                 node_path(pattern), lambda data, stat, pattern=pattern: self._data(pattern, data))
+        self._listed.add((rt, pt))
+        self._check_ready()
 
     def _data(self, pattern: ResourcePattern, data: bytes | None) -> None:
         if self._stopped:
             return
         if data is None:
             self.authorizer.replace_resource(pattern, ())
-            return
-        try:
-            entries = decode_entries(data, node_path(pattern))
-        except ValueError as e:
-            log.warn("ignoring ACL node {p}: {e}", p=node_path(pattern), e=e)
-            entries = []
-        self.authorizer.replace_resource(pattern, entries)
+        else:
+            try:
+                entries = decode_entries(data, node_path(pattern))
+            except ValueError as e:
+                log.warn("ignoring ACL node {p}: {e}", p=node_path(pattern), e=e)
+                entries = []
+            self.authorizer.replace_resource(pattern, entries)
+        self._pending.discard(pattern)
+        self._check_ready()

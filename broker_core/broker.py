@@ -81,6 +81,10 @@ from coordinator.service import CoordinatorConfig, CoordinatorService
 #: :mod:`broker_core.raft.metadata_store`).
 LEFT_OPEN_SESSION_FILE = "metadata-session-left-open"
 
+#: Longest a start waits for the ACL cache's first load (authorizer.enabled) before it fails:
+#: the store answered everything before it, so only a store that hangs takes this long.
+ACL_FIRST_LOAD_TIMEOUT_S = 60.0
+
 
 class StartupError(Exception):
     """The broker cannot start; the message says why and what to do."""
@@ -199,7 +203,7 @@ class BrokerService(service.Service):
                                          allow_if_no_acl=config.allow_everyone_if_no_acl_found)
             self.acl_cache = AclCache(self.store, self.authorizer)
         self.handler = RequestHandler(
-            authorizer=self.authorizer,
+            authorizer=self.authorizer, super_users=config.super_users,
             broker_id=self.broker_id, config=config, cache=self.cache, replicas=self.replicas,
             store=self.store, clock=self.clock, broker_epoch=lambda: self.registration_epoch,
             on_metadata_update=self._on_metadata_update,
@@ -242,6 +246,17 @@ class BrokerService(service.Service):
         self.metrics.offline_partitions.set_function(
             lambda: sum(1 for d in self.controller.states.values() if d.leader < 0)
             if self.controller.active else 0)
+
+    async def _load_acls(self, loaded: defer.Deferred) -> None:
+        """Wait (bounded) for the ACL cache's first load; a StartupError says why not."""
+        loaded.addTimeout(ACL_FIRST_LOAD_TIMEOUT_S, self.clock)
+        try:
+            await loaded
+        except defer.TimeoutError:
+            raise StartupError(
+                f"the ACLs could not be read from the metadata store within "
+                f"{ACL_FIRST_LOAD_TIMEOUT_S:g} s; the listeners stay closed rather than "
+                "serve clients without them") from None
 
     def _sasl_settings(self, config: BrokerConfig) -> SaslSettings:
         """Every listener's SASL settings: the enabled mechanisms, the user store's lookup and
@@ -411,8 +426,9 @@ class BrokerService(service.Service):
         for path in paths.PERSISTENT_PATHS:
             await self.store.ensure_path(path)
         if self.acl_cache is not None:
-            # Before the listener opens; until the first answers arrive it refuses (closed).
-            self.acl_cache.start()
+            # Every binding is read before any listener opens: with
+            # allow.everyone.if.no.acl.found a DENY not read yet would be ignored.
+            await self._load_acls(self.acl_cache.start())
         self.cluster_id = await self._agree_cluster_id()
         self._claim_log_dir(self.cluster_id)
         # Before listening: a login that comes at once is checked against every user.

@@ -266,13 +266,17 @@ def _check_limits(attrs: dict[str, Any]) -> None:
     """0 is no value for the keys where -1 means "no limit"; the memory pool must hold the
     largest frame, or a frame that size would wait forever (Kafka makes the same check)."""
     for key, attr in (("queued.max.request.bytes", "queued_max_request_bytes"),
-                      ("connections.max.idle.ms", "connections_max_idle_ms")):
+                      ("connections.max.idle.ms", "connections_max_idle_ms"),
+                      ("socket.request.read.timeout.ms", "socket_request_read_timeout_ms"),
+                      ("queued.max.request.bytes.per.ip", "queued_max_request_bytes_per_ip")):
         if attrs[attr] == 0:
             raise ConfigError(f"{key} must be at least 1, or -1", key)
-    pool, frame = attrs["queued_max_request_bytes"], attrs["socket_request_max_bytes"]
-    if 0 < pool < frame:
-        raise ConfigError(f"queued.max.request.bytes ({pool}) must be -1 or at least "
-                          f"socket.request.max.bytes ({frame})", "queued.max.request.bytes")
+    frame = attrs["socket_request_max_bytes"]
+    for key, attr in (("queued.max.request.bytes", "queued_max_request_bytes"),
+                      ("queued.max.request.bytes.per.ip", "queued_max_request_bytes_per_ip")):
+        if 0 < attrs[attr] < frame:
+            raise ConfigError(f"{key} ({attrs[attr]}) must be -1 or at least "
+                              f"socket.request.max.bytes ({frame})", key)
 
 
 def _check_metadata_store(attrs: dict[str, Any]) -> None:
@@ -445,6 +449,11 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("max.connections.per.ip", "max_connections_per_ip", integer(0, INT_MAX), "1000"),
     ("max.connections.per.ip.overrides", "max_connections_per_ip_overrides",
      per_ip_overrides, ""),
+    # Bounds on reservations made at a frame's size prefix (broker_core.server.memory_pool).
+    ("socket.request.read.timeout.ms", "socket_request_read_timeout_ms",
+     integer(-1, what="an integer ≥ 1, or -1 (never)"), "30000"),
+    ("queued.max.request.bytes.per.ip", "queued_max_request_bytes_per_ip",
+     integer(-1, what="an integer ≥ 1, or -1 (no per-address cap)"), "134217728"),
     ("message.max.bytes", "message_max_bytes", integer(0, INT_MAX), "1048588"),
     ("log.segment.bytes", "log_segment_bytes", integer(14, INT_MAX), "1073741824"),
     ("log.roll.ms", "log_roll_ms", integer(1), None),
@@ -613,6 +622,10 @@ class BrokerConfig:
     max_connections_per_ip: int
     #: ``host:n,...``, each host's own per-IP limit (checked; read with ``parse_overrides``).
     max_connections_per_ip_overrides: str
+    #: -1: never. How long a frame whose size has arrived may take to arrive whole.
+    socket_request_read_timeout_ms: int
+    #: -1: no cap. Else at least ``socket_request_max_bytes`` (checked at load).
+    queued_max_request_bytes_per_ip: int
     message_max_bytes: int
     log_segment_bytes: int
     log_roll_ms: int

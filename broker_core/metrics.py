@@ -204,8 +204,8 @@ class BrokerMetrics:
             "connections", "Open client and inter-broker connections", namespace=ns, registry=r)
         self.disconnects_total = Counter(
             "disconnects", "Connections closed by the broker, by reason (malformed_frame, "
-            "frame_too_large, buffer_overflow, idle, unknown_api, unauthenticated_request, "
-            "sasl_authentication_failed, ...)", ["reason"],
+            "frame_too_large, buffer_overflow, idle, request_read_timeout, unknown_api, "
+            "unauthenticated_request, sasl_authentication_failed, ...)", ["reason"],
             namespace=ns, registry=r)
         self.connections_refused_total = Counter(
             "connections_refused", "Connections closed at accept for being over a limit, by "

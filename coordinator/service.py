@@ -772,10 +772,12 @@ class CoordinatorService:
     # -- UnregisterConsumer (a member leaves) ------------------------------------------------------
 
     async def unregister_consumer(self, header: Any, body: Any, *,
-                                  principal: str | None = None) -> dict:
+                                  principal: str | None = None,
+                                  topic_allowed: Callable[[str], bool] | None = None) -> dict:
         """A member leaves: check that the request is the member's own (its consumer id and the
         session id of its current registration), take and write its final offsets as
-        CommitOffsets does, then remove it at once and rebalance its group. Any refusal changes
+        CommitOffsets does (``topic_allowed`` refuses those of topics the principal may not
+        READ), then remove it at once and rebalance its group. Any refusal changes
         nothing; when the offsets cannot be written the member stays (it then hands them over
         on its channel, the way a leave worked before this request existed)."""
         refused = self._not_coordinator()
@@ -790,7 +792,7 @@ class CoordinatorService:
                              f"{body.group_id!r} with this session id; a member can only "
                              "leave itself"), "partitions": []}
         g = self.registries.groups[c.group_id]
-        results, accepted, problems = self._check_offsets(c, g, body.offsets)
+        results, accepted, problems = self._check_offsets(c, g, body.offsets, topic_allowed)
         g.record_offsets(c, ((o.topic, o.partition, o.offset) for o in body.offsets
                              if (o.topic, o.partition) in accepted))
         failed = await self._commit_accepted(g, accepted)

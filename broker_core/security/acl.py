@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from broker_core.security.principal import Principal
+from broker_core.security.principal import Principal, canonical_host
 
 #: The one name a CLUSTER resource has (Kafka's ``kafka-cluster``).
 CLUSTER_NAME = "kafka-cluster"
@@ -187,6 +187,12 @@ class AccessEntry:
     operation: AclOperation
     permission: AclPermission
 
+    def __post_init__(self) -> None:
+        # Hosts are compared as text with the connection's canonical peer host: an address is
+        # kept in that same form (``::ffff:10.0.0.5`` is ``10.0.0.5``), whoever wrote it.
+        if self.host != WILDCARD:
+            object.__setattr__(self, "host", canonical_host(self.host))
+
     def validate(self) -> None:
         """Raise :class:`InvalidAcl` unless this entry can be stored."""
         if len(self.principal) > MAX_PRINCIPAL_LENGTH:
@@ -262,6 +268,11 @@ class AclFilter:
     host: str | None
     operation: AclOperation
     permission: AclPermission
+
+    def __post_init__(self) -> None:
+        # The same form the bindings' hosts are stored in (AccessEntry).
+        if self.host is not None and self.host != WILDCARD:
+            object.__setattr__(self, "host", canonical_host(self.host))
 
     @classmethod
     def from_wire(cls, resource_type: int, pattern_type: int, name: str | None,

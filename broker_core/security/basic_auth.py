@@ -12,6 +12,12 @@ pays one hash), and at most :data:`CHECKS_PER_SECOND` full checks run per second
 the answer is :attr:`Outcome.THROTTLED` (HTTP 429) without looking at the password. An unknown
 user costs a full check too, so timing does not tell which users exist.
 
+The throttle comes before every answer, the remembered password's included: while the budget
+is spent, no header is looked at, so a guesser learns nothing faster than the full checks
+allow (were the cheap path answered first, a right guess would show as ALLOWED among the 429s
+at network speed). The price: while someone spends the budget with wrong passwords, the
+scraper is answered 429 too. A right password on the cheap path spends nothing.
+
 Sans-IO: time comes from the ``clock`` callable given to :class:`BasicAuthUsers`.
 """
 
@@ -169,14 +175,12 @@ class BasicAuthUsers:
     def _quick(self, user: str, password: str) -> bytes:
         return hashlib.sha256(self._users[user].salt + password.encode("utf-8")).digest()
 
-    def _take_token(self) -> bool:
+    def _has_token(self) -> bool:
+        """Refill the bucket for the time passed; whether a full check may run now."""
         now = self._clock()
         self._tokens = min(float(self._rate), self._tokens + (now - self._refilled_at) * self._rate)
         self._refilled_at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
+        return self._tokens >= 1
 
     def check(self, authorization: bytes | None) -> tuple[Outcome, str | None]:
         """The outcome for a request with this ``Authorization`` header value (None: none),
@@ -184,12 +188,13 @@ class BasicAuthUsers:
         credentials = _parse_basic(authorization)
         if credentials is None:
             return Outcome.DENIED, None
+        if not self._has_token():  # before any path that could answer ALLOWED
+            return Outcome.THROTTLED, None
         user, password = credentials
         if user in self._verified and hmac.compare_digest(self._verified[user],
                                                           self._quick(user, password)):
             return Outcome.ALLOWED, user
-        if not self._take_token():
-            return Outcome.THROTTLED, None
+        self._tokens -= 1
         if user not in self._users:
             _DUMMY.matches(password)
             return Outcome.DENIED, None

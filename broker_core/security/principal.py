@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import enum
+import ipaddress
 from dataclasses import dataclass
 
 
@@ -41,6 +42,20 @@ class Principal:
 
 #: The principal of a connection that has not authenticated (Kafka's ``User:ANONYMOUS``).
 ANONYMOUS = Principal("User", "ANONYMOUS")
+
+
+def canonical_host(host: str) -> str:
+    """A peer host as ACLs and connection limits compare it: an address in its canonical text
+    form, an IPv4-mapped IPv6 address (``::ffff:10.0.0.5``, how an IPv4 client appears on an
+    IPv6 wildcard listener) as the plain IPv4 address it is, so that one client has one name
+    whichever socket family accepted it; anything else (a name) lower-cased."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host.lower()
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
 
 
 class SecurityProtocol(enum.Enum):

@@ -19,9 +19,12 @@ Three gates, in order (:meth:`broker_core.server.handlers.RequestHandler.__call_
    Produce to two topics, one denied, writes to the other).
 
 With no authorizer (``authorizer.enabled=false``, the default, as Kafka without
-``authorizer.class.name``) gates 2 and 3 allow everything. A broker connection is allowed
-everything. Every served API is in :data:`RULES`, :data:`CONTROL_PLANE` or :data:`UNCHECKED`
-(``tests/integration/test_acl_matrix.py`` checks it).
+``authorizer.class.name``) gates 2 and 3 allow everything but :data:`USER_ADMIN`: who may read
+and change the SCRAM users decides who may log in as anyone, so without ACLs those two APIs
+are served only to a broker connection or a principal in ``super.users``
+(:func:`may_manage_users`), and anyone else gets CLUSTER_AUTHORIZATION_FAILED. A broker
+connection is allowed everything. Every served API is in :data:`RULES`, :data:`CONTROL_PLANE`
+or :data:`UNCHECKED` (``tests/integration/test_acl_matrix.py`` checks it).
 """
 
 from __future__ import annotations
@@ -105,6 +108,10 @@ UNCHECKED = frozenset({ApiKey.API_VERSIONS, ApiKey.CLUSTER_METADATA, ApiKey.PING
                        # (broker_core.server.authentication): how a principal comes to be.
                        ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
+#: The APIs that read or change the SCRAM users: guarded even without an authorizer.
+USER_ADMIN = frozenset({ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                        ApiKey.ALTER_USER_SCRAM_CREDENTIALS})
+
 _FOLLOWER_APIS = frozenset({ApiKey.FETCH, ApiKey.OFFSET_FOR_LEADER_EPOCH})
 
 
@@ -113,6 +120,17 @@ def is_control_plane(api_key: int, body: Any) -> bool:
     if api_key in CONTROL_PLANE:
         return True
     return api_key in _FOLLOWER_APIS and getattr(body, "replica_id", -1) >= 0
+
+
+def may_manage_users(access: Access, operation: AclOperation,
+                     super_users: frozenset[str]) -> bool:
+    """Whether ``access``'s connection may use a :data:`USER_ADMIN` API (``operation`` on the
+    cluster). With an authorizer, its answer (which counts ``super.users`` itself); without
+    one, only a broker connection or a principal named in ``super_users``: an open cluster
+    must not let an anonymous client set the password of the user it wants to become."""
+    if access.authorizer is not None:
+        return access.allows_cluster(operation)
+    return access.security.is_broker or str(access.security.principal) in super_users
 
 
 class Access:

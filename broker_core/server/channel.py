@@ -114,6 +114,6 @@ class ServerChannel:
     def close(self) -> None:
         """Close the connection (seed 001 §8: a failed consumer's socket is closed)."""
         if self._proto is not None and self._proto.transport is not None:
-            self._proto.transport.loseConnection()
+            self._proto.lose_connection()
         else:
             self.connection_lost()

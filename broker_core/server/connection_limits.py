@@ -17,12 +17,16 @@ Invariants (:class:`ConnectionLimiter`):
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_core.server.memory_pool import MemoryPool
+from broker_core.security.principal import canonical_host
+from broker_core.server.memory_pool import (
+    UNAUTHENTICATED_HOST_BYTES,
+    UNAUTHENTICATED_POOL_BYTES,
+    MemoryPool,
+)
 
 #: The reasons a connection is refused at accept (the ``reason`` label of the metric).
 MAX_CONNECTIONS = "max_connections"
@@ -47,11 +51,10 @@ def parse_overrides(text: str) -> dict[str, int]:
 
 
 def normalise_host(host: str) -> str:
-    """An address in its canonical text form; a name is left as given (lower case)."""
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        return host.lower()
+    """An address in its canonical text form (an IPv4-mapped IPv6 address as its IPv4
+    address); a name is left as given (lower case). See
+    :func:`~broker_core.security.principal.canonical_host`."""
+    return canonical_host(host)
 
 
 class ConnectionLimiter:
@@ -137,7 +140,12 @@ class ServerLimits:
     the metadata quorum).
 
     - ``connections``: counts and refuses at accept (None: no connection limit);
-    - ``pool``: the request-memory budget (:mod:`broker_core.server.memory_pool`);
+    - ``pool``: the request-memory budget (:mod:`broker_core.server.memory_pool`), with its
+      per-host cap;
+    - ``unauthenticated_pool``: what a SASL listener's connections reserve from before they
+      have logged in (small, capped per host);
+    - ``read_timeout_s``: ``socket.request.read.timeout.ms`` in seconds: how long a frame
+      whose size has arrived may take to arrive whole (None: no deadline);
     - ``idle_s``: ``connections.max.idle.ms`` in seconds (None: never closed for idleness);
     - ``refusals``: which refusals get a log line.
 
@@ -146,6 +154,8 @@ class ServerLimits:
 
     connections: ConnectionLimiter | None = None
     pool: MemoryPool = field(default_factory=lambda: MemoryPool(None))
+    unauthenticated_pool: MemoryPool = field(default_factory=lambda: MemoryPool(None))
+    read_timeout_s: float | None = None
     idle_s: float | None = None
     refusals: RefusalLog = field(default_factory=RefusalLog)
 
@@ -158,6 +168,12 @@ class ServerLimits:
                 cfg.max_connections, cfg.max_connections_per_ip,
                 parse_overrides(cfg.max_connections_per_ip_overrides)),
             pool=MemoryPool(None if cfg.queued_max_request_bytes < 0
-                            else cfg.queued_max_request_bytes),
+                            else cfg.queued_max_request_bytes,
+                            None if cfg.queued_max_request_bytes_per_ip < 0
+                            else cfg.queued_max_request_bytes_per_ip),
+            unauthenticated_pool=MemoryPool(UNAUTHENTICATED_POOL_BYTES,
+                                            UNAUTHENTICATED_HOST_BYTES),
+            read_timeout_s=None if cfg.socket_request_read_timeout_ms < 0
+            else cfg.socket_request_read_timeout_ms / 1000.0,
             idle_s=None if cfg.connections_max_idle_ms < 0
             else cfg.connections_max_idle_ms / 1000.0)

@@ -33,9 +33,11 @@ from broker_core.server.authentication import ANSWERED_BY_THE_GATE
 from broker_core.server.authorization import (
     CONTROL_PLANE,
     RULES,
+    USER_ADMIN,
     Access,
     Scope,
     is_control_plane,
+    may_manage_users,
 )
 from broker_core.server.describe_configs import describe_configs
 from broker_core.server.protocol import NO_RESPONSE
@@ -97,6 +99,7 @@ class RequestHandler(UserAdminApis):
         coordinator: Any = None,
         authorizer: Authorizer | None = None,
         control_plane_closed: bool = False,
+        super_users: frozenset[str] = frozenset(),
     ) -> None:
         self.broker_id = broker_id
         self.config = config
@@ -121,6 +124,9 @@ class RequestHandler(UserAdminApis):
         #: follower's Fetch and OffsetForLeaderEpoch) is served only to connections that proved
         #: the cluster credential; off until brokers authenticate to each other.
         self.control_plane_closed = control_plane_closed
+        #: ``super.users``: without an authorizer, the principals (besides brokers) that may
+        #: use the user APIs (broker_core.server.authorization.may_manage_users).
+        self.super_users = super_users
         self._metadata_waiters: list[tuple[Callable[[], bool], defer.Deferred]] = []
         self._dispatch = {
             ApiKey.API_VERSIONS: self.api_versions,
@@ -170,6 +176,10 @@ class RequestHandler(UserAdminApis):
             return self._refuse(header, body, security, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                 "the control plane is served to brokers only")
         access = Access(self.authorizer, security)
+        if key in USER_ADMIN and not may_manage_users(access, RULES[key].operation,
+                                                      self.super_users):
+            return self._refuse(header, body, security, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                "the SCRAM users are managed by brokers and super users only")
         if not access.unrestricted and not control:
             rule = RULES.get(key)
             if rule is not None and rule.scope is not Scope.RESOURCES:
@@ -196,12 +206,13 @@ class RequestHandler(UserAdminApis):
 
     def authorize_cluster(self, proto: Any, operation: str) -> bool:
         """Whether ``proto``'s principal may do ``operation`` (``"ALTER"``, ``"DESCRIBE"``)
-        on the CLUSTER resource (the user APIs ask it; :data:`RULES` has already asked the
-        same before dispatch, so this is the handler's own guard, not a second policy)."""
+        on the CLUSTER resource for the user APIs (``__call__`` has already asked the same
+        before dispatch, so this is the handler's own guard, not a second policy)."""
         security = getattr(proto, "security", None)
         if security is None:
             return False
-        return Access(self.authorizer, security).allows_cluster(AclOperation[operation])
+        return may_manage_users(Access(self.authorizer, security), AclOperation[operation],
+                                self.super_users)
 
     # -- consumer coordination (seed 001) ---------------------------------------------------------
 
@@ -235,8 +246,11 @@ class RequestHandler(UserAdminApis):
     def unregister_consumer(self, header: Any, body: Any, access: Access) -> Any:
         if self.coordinator is None:
             return self._no_coordinator(partitions=[])
+        # As CommitOffsets: the final offsets of a topic need READ on it.
+        rule = RULES[ApiKey.FETCH]
         return self.coordinator.unregister_consumer(
-            header, body, principal=str(access.security.principal))
+            header, body, principal=str(access.security.principal),
+            topic_allowed=lambda topic: access.allows_topic(rule, topic))
 
     def describe_consumer_groups(self, header: Any, body: Any, access: Access) -> dict:
         """Groups the principal may not DESCRIBE are left out of an all-groups answer and

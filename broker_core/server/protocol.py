@@ -13,9 +13,23 @@ Invariants:
 - at most ``max_in_flight`` requests wait per connection: past that the protocol stops reading from
   the socket (back-pressure) instead of buffering without bound;
 - a frame's bytes are reserved from the listeners' memory pool as soon as its size has arrived
-  and given back once it is dispatched; while the pool cannot give them the protocol stops
-  reading (:mod:`broker_core.server.memory_pool`). Reading resumes only when no reason to pause
-  is left;
+  and given back once its handler is done with it (an acks=all Produce: at its answer); while
+  the pool (or the peer host's share of it) cannot give them the protocol stops reading
+  (:mod:`broker_core.server.memory_pool`). Reading resumes only when no reason to pause is
+  left. On a SASL listener a connection that has not logged in reserves from the small
+  unauthenticated pool instead. A frame whose memory is reserved must arrive whole within
+  ``socket.request.read.timeout.ms`` of its reservation, or the connection is closed and the
+  reservation given back (time during which the broker itself stopped reading does not count
+  against the peer: the deadline is then re-armed);
+- responses are bounded too: the protocol is the transport's streaming producer, so when the
+  transport's write buffer is full (a peer that does not read its responses) it stops
+  dispatching the frames it holds and stops reading, until the buffer drains. What one read
+  delivered waits, parsed but not dispatched, in ``_backlog`` (its bytes still reserved in the
+  pool);
+- every close the broker decides (idle, a malformed or oversized frame, a refused login,
+  shutdown) ends within :data:`CLOSE_GRACE_S`: what was written may leave meanwhile, then the
+  connection is aborted, so a peer that stops reading cannot hold its slot, its reservations
+  or the broker's buffers;
 - the factory refuses a connection over ``max.connections`` / ``max.connections.per.ip`` at
   accept and closes one idle for ``connections.max.idle.ms``
   (:mod:`broker_core.server.connection_limits`, :mod:`broker_core.server.idle`);
@@ -37,7 +51,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.interfaces import IHandshakeListener
+from twisted.internet.interfaces import IHandshakeListener, IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -49,6 +63,7 @@ from broker_core.security.principal import (
     ConnectionSecurity,
     ListenerSettings,
     SecurityProtocol,
+    canonical_host,
 )
 from broker_core.security.sasl import SaslSettings
 from broker_core.security.ssl_principal import principal_from_certificate
@@ -63,6 +78,11 @@ from broker_core.wire import apis, errors, framing
 #: the answer and the end of the stream at once may drop the answer (kafka-python does), and a
 #: password guesser is slowed down. Nothing more is read from the connection meanwhile.
 FAILED_AUTHENTICATION_CLOSE_DELAY_S = 0.1
+
+#: How long a connection the broker closes may take to flush what was written to it before it
+#: is aborted: enough for an error answer to leave, not enough for a peer that stopped reading
+#: to hold the connection (Twisted's ``loseConnection`` alone waits for the buffer forever).
+CLOSE_GRACE_S = 1.0
 
 #: A handler answers with a response body, ``None`` (no response: acks=0 Produce), or a Deferred
 #: firing with either.
@@ -80,7 +100,7 @@ class _Slot:
         self.ready = False
 
 
-@implementer(IHandshakeListener)
+@implementer(IHandshakeListener, IPushProducer)
 class KafkaServerProtocol(Protocol):
     """One client connection. See the module docstring for the ordering invariant.
 
@@ -93,8 +113,14 @@ class KafkaServerProtocol(Protocol):
     def __init__(self, factory: KafkaServerFactory) -> None:
         self.factory = factory
         self._slots: deque[_Slot] = deque()
-        self._pauses: set[str] = set()  # why reading is paused: "in_flight", "memory", "closing"
+        # Why reading is paused: "in_flight", "memory", "closing", "writing".
+        self._pauses: set[str] = set()
+        #: Frames read but not dispatched yet: dispatch stops while the write buffer is full.
+        self._backlog: deque[bytes] = deque()
+        self._dispatching = False
         self._closed = False
+        self._losing = False  # lose_connection was called
+        self._abort_timer: Any = None
         #: (reason, detail) of a close waiting for the answers already queued to be written.
         self._close_when_flushed: tuple[str, str] | None = None
         self._delayed_close: Any = None
@@ -106,7 +132,10 @@ class KafkaServerProtocol(Protocol):
                                                        factory.count_authentication)
         self._budget = ConnectionBudget(factory.limits.pool, self._memory_granted)
         self._decoder = framing.FrameDecoder(
-            self.authentication.frame_limit(factory.max_frame_bytes), admit=self._budget.admit)
+            self.authentication.frame_limit(factory.max_frame_bytes), admit=self._admit)
+        #: The read deadline of the admitted, incomplete frame (``frames_admitted`` it is for).
+        self._read_timer: Any = None
+        self._read_timer_frame = -1
         self.channel: Any = None  # a ServerChannel once this is a coordinator channel
         self._channel_pending = False
 
@@ -116,7 +145,13 @@ class KafkaServerProtocol(Protocol):
         net.tune(self.transport)  # small responses must not wait for Nagle (broker_core.net)
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
-        self.security.peer_host = getattr(peer, "host", "?")
+        # The canonical form ACL hosts and connection limits use (an IPv4 client accepted by
+        # an IPv6 wildcard listener arrives as ::ffff:a.b.c.d).
+        self.security.peer_host = canonical_host(str(getattr(peer, "host", "?")))
+        self._budget.host = self.security.peer_host  # the pool's per-host share
+        # The transport tells a registered streaming producer when its write buffer is full
+        # (pauseProducing) and drained (resumeProducing): how responses stay bounded.
+        self.transport.registerProducer(self, True)
         self.factory.connection_made(self)
 
     def handshakeCompleted(self) -> None:  # noqa: N802 (Twisted API)
@@ -137,9 +172,11 @@ class KafkaServerProtocol(Protocol):
     def connectionLost(self, reason: Failure = None) -> None:  # noqa: N802 (Twisted API)
         self._closed = True
         self._slots.clear()
+        self._backlog.clear()
         self._budget.close()
-        if self._delayed_close is not None and self._delayed_close.active():
-            self._delayed_close.cancel()
+        for timer in (self._delayed_close, self._abort_timer, self._read_timer):
+            if timer is not None and timer.active():
+                timer.cancel()
         self.factory.connection_lost(self)
         if self.channel is not None:
             self.channel.connection_lost()
@@ -180,7 +217,7 @@ class KafkaServerProtocol(Protocol):
 
     def _feed(self, data: bytes) -> None:
         try:
-            frames = self._decoder.feed(data)
+            self._backlog.extend(self._decoder.feed(data))
         except errors.FrameTooLarge as e:
             self._disconnect("frame_too_large", str(e))
             return
@@ -190,16 +227,95 @@ class KafkaServerProtocol(Protocol):
         except errors.ProtocolError as e:
             self._disconnect("malformed_frame", str(e))
             return
-        for frame in frames:
-            if self._closed or self._close_when_flushed is not None:
-                return  # what the frames still hold is released at connectionLost
-            if self.channel is not None:
-                self.channel.frame_received(frame)
-            else:
-                self._handle_frame(frame)
-            self._budget.done(len(frame))  # dispatched: its bytes leave the pool
+        self._dispatch_backlog()
         if self._decoder.waiting and not self._closed:
             self._pause("memory")
+        self._watch_read_deadline()
+
+    def _admit(self, size: int) -> bool:
+        """Reserve a frame's bytes: from the listeners' pool once the connection may be
+        served, from the small unauthenticated pool before a SASL login."""
+        limits = self.factory.limits
+        self._budget.pool = (limits.pool if self.security.authenticated
+                             else limits.unauthenticated_pool)
+        return self._budget.admit(size)
+
+    def _watch_read_deadline(self) -> None:
+        """Arm the read deadline for a newly admitted incomplete frame; drop it once no
+        admitted frame is incomplete."""
+        timeout = self.factory.limits.read_timeout_s
+        if timeout is None or self._closed:
+            return
+        if not self._decoder.reading_frame:
+            if self._read_timer is not None and self._read_timer.active():
+                self._read_timer.cancel()
+            self._read_timer = None
+            return
+        if (self._read_timer_frame == self._decoder.frames_admitted
+                and self._read_timer is not None):
+            return  # the same frame: its deadline runs on
+        if self._read_timer is not None and self._read_timer.active():
+            self._read_timer.cancel()
+        self._read_timer_frame = self._decoder.frames_admitted
+        self._read_timer = self.factory.clock.callLater(timeout, self._read_overdue)
+
+    def _read_overdue(self) -> None:
+        self._read_timer = None
+        if self._closed:
+            return
+        timeout = self.factory.limits.read_timeout_s
+        assert timeout is not None
+        if self._pauses:  # the broker stopped reading: not the peer's delay
+            self._read_timer = self.factory.clock.callLater(timeout, self._read_overdue)
+            return
+        self._disconnect("request_read_timeout",
+                         f"a request's size arrived but not the whole request within "
+                         f"{timeout:g} s (socket.request.read.timeout.ms); "
+                         f"{self._budget.held} reserved bytes given back")
+
+    def _dispatch_backlog(self) -> None:
+        """Dispatch the frames read, in order, until none is left or the transport's write
+        buffer is full (a handler's answer may fill it: the rest wait for resumeProducing).
+        Not re-entrant: a frame's handler may write, and a write may pause or resume."""
+        if self._dispatching:
+            return
+        self._dispatching = True
+        try:
+            while self._backlog and "writing" not in self._pauses:
+                if self._closed or self._close_when_flushed is not None:
+                    return  # what the frames still hold is released at connectionLost
+                frame = self._backlog.popleft()
+                token = self._budget.dispatched(len(frame))
+                waiting = None
+                if self.channel is not None:
+                    self.channel.frame_received(frame)
+                else:
+                    waiting = self._handle_frame(frame)
+                if waiting is None:
+                    self._budget.release(token)  # done with: its bytes leave the pool
+                else:  # the handler still holds the request (an acks=all Produce)
+                    waiting.addBoth(self._release_frame, token)
+        finally:
+            self._dispatching = False
+
+    # -- IPushProducer: the transport's write buffer ---------------------------------------
+
+    def pauseProducing(self) -> None:  # noqa: N802 (Twisted API)
+        """The write buffer is full: dispatch and reading stop until it drains."""
+        if not self._closed:
+            self._pause("writing")
+
+    def resumeProducing(self) -> None:  # noqa: N802 (Twisted API)
+        """The write buffer drained: dispatch what waits (on the next turn of the clock: this
+        is called from inside the transport's write), then read again."""
+        if "writing" not in self._pauses:
+            return
+        self._unpause("writing")
+        if not self._closed:  # frames in the backlog, or one granted memory meanwhile
+            self.factory.clock.callLater(0, self._feed_buffered)
+
+    def stopProducing(self) -> None:  # noqa: N802 (Twisted API)
+        """The transport is going away: connectionLost follows and releases everything."""
 
     def _memory_granted(self) -> None:
         """The pool reserved the bytes of the frame that waited. Called from inside another
@@ -211,7 +327,7 @@ class KafkaServerProtocol(Protocol):
         self.factory.clock.callLater(0, self._feed_buffered)
 
     def _feed_buffered(self) -> None:
-        if not self._closed:
+        if not self._closed and "writing" not in self._pauses:
             self._feed(b"")
 
     def _pause(self, reason: str) -> None:
@@ -225,7 +341,13 @@ class KafkaServerProtocol(Protocol):
             if not self._pauses and not self._closed:
                 self.transport.resumeProducing()
 
-    def _handle_frame(self, frame: bytes) -> None:
+    def _release_frame(self, result: Any, token: int) -> Any:
+        self._budget.release(token)
+        return result
+
+    def _handle_frame(self, frame: bytes) -> defer.Deferred | None:
+        """Handle one request; the Deferred of its answer while the handler still works on
+        it (and so holds the request's bytes), else None."""
         try:
             request = self.factory.decode_request(frame)
         except errors.UnsupportedVersion as e:
@@ -272,6 +394,7 @@ class KafkaServerProtocol(Protocol):
         d.addCallback(lambda chunks: self._fill(slot, chunks))
         if len(self._slots) >= self.factory.max_in_flight:
             self._pause("in_flight")
+        return None if d.called else d
 
     def _answer_authentication(self, request: Any, verdict: Verdict) -> None:
         """Answer a request the authentication gate kept from the handler, and close the
@@ -344,18 +467,38 @@ class KafkaServerProtocol(Protocol):
             detail=detail,
         )
         self.factory.count_disconnect(reason)
-        self._closed = True
-        self.transport.loseConnection()
+        self._closed = True  # nothing more is read, dispatched or answered
+        self.lose_connection()
+
+    def lose_connection(self, grace_s: float = CLOSE_GRACE_S) -> None:
+        """Close the connection: what was written, and answers written before the transport
+        lets go, may leave for ``grace_s`` seconds, then it is aborted (0: at once).
+        Idempotent. The one way the broker closes a client connection (a coordinator
+        channel's close included; it may come from inside a handler whose answer is still
+        to be written)."""
+        if self._losing or self.transport is None:
+            return
+        self._losing = True
+        transport = self.transport
+        # A registered producer keeps loseConnection waiting for it: unregister first.
+        transport.unregisterProducer()
+        if grace_s <= 0:
+            transport.abortConnection()
+            return
+        transport.loseConnection()
+        self._abort_timer = self.factory.clock.callLater(grace_s, transport.abortConnection)
 
     def close_idle(self) -> None:
-        """Close for ``connections.max.idle.ms`` (decided by the factory's sweep). Counted, and
-        logged at debug level only: a sweep may close thousands at once."""
+        """Close for ``connections.max.idle.ms`` (decided by the factory's sweep), aborting:
+        an idle connection has nothing to deliver, and a peer that stopped reading must not
+        keep it open. Counted, and logged at debug level only: a sweep may close thousands
+        at once."""
         if self._closed:
             return  # already closing for another reason, counted as that
         self.log.debug("closing idle connection from {peer}", peer=self.peer)
         self.factory.count_disconnect("idle")
         self._closed = True
-        self.transport.loseConnection()
+        self.lose_connection(grace_s=0)
 
 
 class KafkaServerFactory(Factory):
@@ -408,7 +551,7 @@ class KafkaServerFactory(Factory):
         before reading from it) when it is over a connection limit. A factory that wraps this
         one (TLS) must return None too when this one does: Twisted's ``WrappingFactory`` would
         wrap the None."""
-        host = None if addr is None else str(getattr(addr, "host", "local"))
+        host = None if addr is None else canonical_host(str(getattr(addr, "host", "local")))
         limiter = self.limits.connections
         if limiter is not None and host is not None:
             reason = limiter.admit(host)
@@ -506,4 +649,4 @@ class KafkaServerFactory(Factory):
 
     def close_all(self) -> None:
         for proto in list(self.connections):
-            proto.transport.loseConnection()
+            proto.lose_connection()

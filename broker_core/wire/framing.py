@@ -39,7 +39,9 @@ class FrameDecoder:
       as its size prefix has arrived, before the frame is returned; False leaves the frame
       waiting (:attr:`waiting`): its bytes stay buffered, unparsed, until :meth:`admitted`
       says the memory is there, and while it waits more than ``max_unadmitted`` buffered bytes
-      past its prefix raise :class:`BufferLimitExceeded` (the peer ignores the pause).
+      past its prefix raise :class:`BufferLimitExceeded` (the peer ignores the pause);
+    - ``frames_admitted`` counts the frames admitted so far; :attr:`reading_frame` is true
+      while an admitted frame is incomplete (the server's read deadline runs for it).
     """
 
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES,
@@ -52,6 +54,7 @@ class FrameDecoder:
         self.max_unadmitted = max_unadmitted
         self._head_admitted = False
         self.waiting = False
+        self.frames_admitted = 0
         self._buf = bytearray()
         self._failed: Exception | None = None
 
@@ -62,6 +65,12 @@ class FrameDecoder:
             raise RuntimeError("no frame waits for admission")
         self.waiting = False
         self._head_admitted = True
+        self.frames_admitted += 1
+
+    @property
+    def reading_frame(self) -> bool:
+        """An admitted frame has not arrived whole yet (after ``feed`` returned)."""
+        return self._head_admitted
 
     @property
     def buffered(self) -> int:
@@ -93,6 +102,7 @@ class FrameDecoder:
                             self._failed = BufferLimitExceeded(n - start, self.max_unadmitted)
                         break
                     self._head_admitted = True
+                    self.frames_admitted += 1
                 if n - start < size:
                     break
                 # The one copy a frame costs: out of the stream buffer into its own bytes.

@@ -298,6 +298,13 @@ async def test_coordinator_apis_need_group_acls(broker):
         resp = await call_as(broker, "User:other", ApiKey.UNREGISTER_CONSUMER, 0, leave)
         assert resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID
         assert "c1" in broker.coordinator.registries.groups["g"].members
+        # The member's own leave: each final offset needs READ on its topic, as a commit's
+        # (no READ on "u": refused as such, before asking whether the member owns it).
+        leave["offsets"] = [{"topic": "u", "partition": 0, "offset": 5}]
+        resp = await call_as(broker, "User:member", ApiKey.UNREGISTER_CONSUMER, 0, leave)
+        assert resp.error_code == 0
+        assert [(p.topic, p.error_code) for p in resp.partitions] == [("u", TOPIC_DENIED)]
+        assert ("u", 0) not in broker.coordinator.registries.groups["g"].offsets
     finally:
         member.transport.loseConnection()
 

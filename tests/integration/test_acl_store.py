@@ -116,6 +116,29 @@ async def test_the_cache_follows_creations_and_deletions(any_store):
 
 
 @pytest_twisted.ensureDeferred
+async def test_the_caches_start_fires_only_once_every_binding_is_read(any_store):
+    """A broker opens its listeners once this fired: with allow.everyone.if.no.acl.found, a
+    DENY not read yet would be ignored in the window."""
+    await acl_store.create_acls(any_store, BINDINGS)
+    empty = acl_store.AclCache(any_store, Authorizer())  # nothing stored for it: fires too
+    authorizer = Authorizer(allow_if_no_acl=True)
+    cache = acl_store.AclCache(any_store, authorizer)
+    try:
+        loaded = cache.start()
+        assert not loaded.called or len(authorizer.bindings()) == len(BINDINGS)
+        await loaded
+        # At once, no polling: every binding, the DENY for bob from 10.0.0.7 among them.
+        assert len(authorizer.bindings()) == len(BINDINGS)
+        assert not authorizer.authorize(Principal("User", "bob"), "10.0.0.7", Op.WRITE,
+                                        RT.TOPIC, "orders")
+        await acl_store.delete_acls(any_store, [everything()])
+        await empty.start()
+    finally:
+        cache.stop()
+        empty.stop()
+
+
+@pytest_twisted.ensureDeferred
 async def test_poison_values_are_logged_and_ignored_never_crash(any_store):
     authorizer = Authorizer()
     cache = acl_store.AclCache(any_store, authorizer)

@@ -20,6 +20,7 @@ import pytest_twisted
 from twisted.internet import threads
 
 from broker_core.security.scram_credential import salted_password
+from broker_core.server.user_admin import describe_credentials
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from consumer_client import cli
@@ -40,17 +41,25 @@ def mode(request):
     return request.param
 
 
+#: These tests manage users from plaintext, unauthenticated clients: without ACLs the user
+#: APIs are served only to brokers and ``super.users``, so the anonymous principal is made one
+#: (an operator's explicit opt-in; the refusal without it is tested below).
+OPEN_USER_ADMIN = {"super_users": "User:ANONYMOUS"}
+
+
 async def _start(mode: str, request, tmp_path) -> list:
     """ZooKeeper mode: two brokers on the session's ZooKeeper. Quorum mode: one broker
     that is its own one-voter metadata quorum."""
     if mode == "zookeeper":
-        return await start_brokers(request.getfixturevalue("zk_hosts"), tmp_path, 2)
+        return await start_brokers(request.getfixturevalue("zk_hosts"), tmp_path, 2,
+                                   **OPEN_USER_ADMIN)
     from twisted.internet import reactor
 
     from broker_core.broker import BrokerService
 
     cfg = broker_config(1, "", tmp_path / "broker-1", metadata_store="quorum",
-                        quorum_voters=f"1@127.0.0.1:{free_port()}", cluster_id="users-test")
+                        quorum_voters=f"1@127.0.0.1:{free_port()}", cluster_id="users-test",
+                        **OPEN_USER_ADMIN)
     broker = BrokerService(cfg, reactor=reactor)
     await broker.startService()
     return [broker]
@@ -159,6 +168,28 @@ async def test_confluent_admin_alters_and_describes_users_in_both_modes(mode, re
         assert not watcher.users.check_plain("alice", "alice-secret")
     finally:
         await stop_brokers(brokers)
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_acls_an_anonymous_client_cannot_manage_users(zk_hosts, tmp_path):
+    """The default cluster (no authorizer, no super users): an anonymous client can neither
+    set a user's password (then log in as that user) nor list the users; nothing changes."""
+    (broker,) = await start_brokers(zk_hosts, tmp_path, 1)
+    try:
+        salt = b"s" * 16
+        up = {"name": "mallory", "mechanism": 2, "iterations": 4096, "salt": salt,
+              "salted_password": salted_password("SCRAM-SHA-512", "pw", salt, 4096)}
+        resp = await call(broker, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0,
+                          {"deletions": [], "upsertions": [up]})
+        assert [(r.user, r.error_code) for r in resp.results] == [
+            ("mallory", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)]
+        resp = await call(broker, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
+        assert resp.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert list(resp.results) == []
+        assert not broker.users.users()
+        assert await describe_credentials(broker.store, None) == []  # the store itself
+    finally:
+        await stop_brokers([broker])
 
 
 @pytest_twisted.ensureDeferred

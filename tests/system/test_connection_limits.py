@@ -1,6 +1,7 @@
-"""Issue 15's resource attacks against a real broker process: twelve connections each sending
-80 MiB of a 100 MiB frame leave its resident memory far below what they send (the memory pool
-pauses all but what fits) while a real client still produces and consumes; 1,200 connections
+"""Issue 15's resource attacks against a real broker process: twelve connections from two
+addresses each sending 80 MiB of a 100 MiB frame leave its resident memory far below what they
+send (the memory pool and each address's share of it pause all but what fits) while a real
+client still produces and consumes; 1,200 connections
 from one address are cut at the per-address limit; and idle connections are closed after
 ``connections.max.idle.ms``, but not one waiting on a long-poll Fetch.
 
@@ -85,8 +86,11 @@ def test_partial_frame_senders_stay_within_the_memory_pool(zookeeper_server, tmp
 
         chunk = memoryview(b"x" * MIB)
         sent = [0] * 12
-        for _ in range(12):
-            s = socket.create_connection(("127.0.0.1", broker.port))
+        for i in range(12):
+            # From two addresses (any 127/8 address reaches a loopback listener): one address
+            # holds at most queued.max.request.bytes.per.ip (half the pool, one such frame).
+            s = socket.create_connection(("127.0.0.1", broker.port),
+                                         source_address=(f"127.0.0.{2 + i % 2}", 0))
             s.sendall(struct.pack(">i", FRAME))
             s.setblocking(False)
             attackers.append(s)

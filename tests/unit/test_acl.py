@@ -119,6 +119,21 @@ def test_host_restricts_an_entry():
     assert not a.authorize(ALICE, "10.0.0.2", Op.READ, RT.TOPIC, "t")
 
 
+def test_acl_hosts_are_stored_and_matched_in_the_canonical_form_of_peer_hosts():
+    """An IPv4 host written as IPv4-mapped IPv6 (or an IPv6 one in a long form) is stored as
+    the connection's peer host is named (broker_core.security.principal.canonical_host), so
+    an entry for an IPv4 client matches whichever listener family accepted it."""
+    b = binding(RT.TOPIC, PT.LITERAL, "t", "User:alice", "::ffff:10.0.0.5", Op.READ,
+                Perm.ALLOW)
+    assert b.entry.host == "10.0.0.5"
+    assert entry(host="2001:DB8:0::1").host == "2001:db8::1"
+    a = authorizer((topic("t"), b.entry))
+    assert a.authorize(ALICE, "10.0.0.5", Op.READ, RT.TOPIC, "t")
+    # A filter names the host the same way.
+    f = AclFilter(RT.ANY, PT.ANY, None, None, "::ffff:10.0.0.5", Op.ANY, Perm.ANY)
+    assert f.host == "10.0.0.5" and f.matches(b)
+
+
 def test_super_users_bypass_every_acl_even_a_deny():
     a = authorizer((topic("t"), entry("User:root", op=Op.ALL, perm=Perm.DENY)),
                    super_users=parse_super_users("User:root; User:admin"))

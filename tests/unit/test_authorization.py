@@ -22,8 +22,10 @@ from broker_core.server.authorization import (
     CONTROL_PLANE,
     RULES,
     UNCHECKED,
+    USER_ADMIN,
     Access,
     is_control_plane,
+    may_manage_users,
 )
 from broker_core.wire.apis import SUPPORTED, ApiKey
 
@@ -84,3 +86,50 @@ def test_topic_creation_needs_create_on_the_cluster_or_the_topic():
     a.replace_resource(ResourcePattern(RT.CLUSTER, PatternType.LITERAL, "kafka-cluster"), [
         AccessEntry("User:alice", "*", Op.CREATE, AclPermission.ALLOW)])
     assert access.may_create_topic("t")
+
+
+def test_without_an_authorizer_only_brokers_and_super_users_manage_users():
+    """An open cluster (no ACLs) must not let an anonymous client set the password of the
+    user it wants to become, list the users or fill the user table."""
+    anonymous = plaintext(peer_host="10.0.0.9")
+    broker = plaintext()
+    broker.authenticate(Principal("User", "__sluice_broker"), is_broker=True)
+    supers = frozenset({"User:admin"})
+    admin = plaintext()
+    admin.authenticate(Principal("User", "admin"))
+    for op in (Op.DESCRIBE, Op.ALTER):
+        assert not may_manage_users(Access(None, anonymous), op, supers)
+        assert not may_manage_users(Access(None, alice_conn()), op, supers)
+        assert may_manage_users(Access(None, broker), op, frozenset())
+        assert may_manage_users(Access(None, admin), op, supers)
+    # With an authorizer, its answer (super.users are its own).
+    assert not may_manage_users(Access(Authorizer(), alice_conn()), Op.ALTER, supers)
+    assert may_manage_users(Access(Authorizer(super_users=["User:alice"]), alice_conn()),
+                            Op.ALTER, frozenset())
+    assert USER_ADMIN == {ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                          ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
+
+
+@pytest.mark.parametrize("api", sorted(USER_ADMIN))
+def test_the_handler_refuses_the_user_apis_to_an_anonymous_client_without_acls(api):
+    """Refused before the handler runs: the store (None here) is never touched."""
+    from broker_core.server.handlers import RequestHandler
+    from broker_core.wire.errors import ErrorCode
+
+    handler = RequestHandler(broker_id=1, config=None, cache=None, replicas=None, store=None,
+                             clock=None, broker_epoch=lambda: 0,
+                             super_users=frozenset({"User:admin"}))
+    header = SimpleNamespace(api_key=api, api_version=0, correlation_id=1)
+    body = SimpleNamespace(users=None, deletions=[], upsertions=[
+        SimpleNamespace(name="admin", mechanism=2, iterations=4096, salt=b"s" * 16,
+                        salted_password=b"p" * 64)])
+    proto = SimpleNamespace(security=plaintext(peer_host="10.0.0.9"))
+    answer = handler(SimpleNamespace(header=header, body=body), proto)
+    assert isinstance(answer, dict)
+    if api == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        assert [r["error_code"] for r in answer["results"]] == [
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+    else:
+        assert answer["error_code"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    # The handler's own guard agrees.
+    assert not handler.authorize_cluster(proto, "ALTER")

@@ -12,6 +12,7 @@ from broker_core.server.connection_limits import (
     ConnectionLimiter,
     RefusalLog,
     ServerLimits,
+    normalise_host,
     parse_overrides,
 )
 from broker_core.server.idle import IdleTracker
@@ -90,7 +91,20 @@ def test_config_keys_defaults_and_checks():
     unbounded = ServerLimits.from_config(BrokerConfig.from_mapping(
         {**base, "queued.max.request.bytes": "-1", "connections.max.idle.ms": "-1"}))
     assert unbounded.pool.capacity is None and unbounded.idle_s is None
+    # What a size prefix may reserve: half the pool per address, a 30 s read deadline, and a
+    # small pool of its own before a SASL login.
+    assert (cfg.socket_request_read_timeout_ms, cfg.queued_max_request_bytes_per_ip) == (
+        30000, 128 * 1024 * 1024)
+    assert limits.read_timeout_s == 30.0 and limits.pool.host_capacity == 128 * 1024 * 1024
+    assert limits.unauthenticated_pool.capacity == 16 * 1024 * 1024
+    assert limits.unauthenticated_pool.host_capacity == 2 * 1024 * 1024
+    uncapped = ServerLimits.from_config(BrokerConfig.from_mapping(
+        {**base, "queued.max.request.bytes.per.ip": "-1", "socket.request.read.timeout.ms": "-1"}))
+    assert uncapped.pool.host_capacity is None and uncapped.read_timeout_s is None
     for key, value in (("queued.max.request.bytes", "1000"),  # below socket.request.max.bytes
+                       ("queued.max.request.bytes.per.ip", "1000"),  # the same
+                       ("queued.max.request.bytes.per.ip", "0"),
+                       ("socket.request.read.timeout.ms", "0"),
                        ("queued.max.request.bytes", "0"), ("connections.max.idle.ms", "0"),
                        ("max.connections.per.ip.overrides", "nohost"),
                        ("max.connections", "-1")):
@@ -112,3 +126,16 @@ def test_idle_tracker_expires_in_order_of_last_activity_and_skips_busy():
     assert tracker.expired(13.0, busy=lambda c: False) == ["a"]
     assert tracker.expired(22.0, busy=lambda c: False) == ["b"]  # touched at 12.0 when busy
     assert len(tracker) == 0 and tracker.next_deadline() is None
+
+
+def test_hosts_are_normalised_ipv4_mapped_addresses_as_ipv4():
+    assert normalise_host("::ffff:10.0.0.5") == "10.0.0.5"
+    assert normalise_host("::FFFF:0a00:0005") == "10.0.0.5"
+    assert normalise_host("0::1") == "::1"
+    assert normalise_host("Broker.Example") == "broker.example"
+    assert parse_overrides("[::ffff:10.0.0.5]:7") == {"10.0.0.5": 7}
+    limiter = ConnectionLimiter(10, 1)
+    assert limiter.admit("::ffff:10.0.0.5") is None
+    assert limiter.admit("10.0.0.5") == MAX_CONNECTIONS_PER_IP
+    limiter.release("10.0.0.5")
+    assert limiter.total == 0

@@ -409,11 +409,11 @@ def test_describe_and_cluster_metadata():
 
 # -- UnregisterConsumer: a member leaves ----------------------------------------------------------
 
-def leave(svc, cid, session_id, offsets=(), group="g"):
+def leave(svc, cid, session_id, offsets=(), group="g", topic_allowed=None):
     body = SimpleNamespace(group_id=group, consumer_id=cid, session_id=session_id,
                            offsets=[SimpleNamespace(topic=t, partition=p, offset=o)
                                     for t, p, o in offsets])
-    d = defer.ensureDeferred(svc.unregister_consumer(None, body))
+    d = defer.ensureDeferred(svc.unregister_consumer(None, body, topic_allowed=topic_allowed))
     out = []
     d.addBoth(out.append)
     assert out, "the store is synchronous: the leave is answered at once"
@@ -527,6 +527,29 @@ def test_a_leave_commits_only_partitions_the_member_owns():
     assert paths.consumer_offset("g", *tp_b) not in store.nodes
     assert svc.registries.groups["g"].offsets.get(tp_b, -1) == -1
     assert svc.registries.member("g", "a") is None  # it still left
+
+
+def test_a_leave_does_not_commit_offsets_of_a_topic_the_principal_may_not_read():
+    """As CommitOffsets: the final offsets of a topic without READ are refused, not written;
+    the member still leaves."""
+    clock, store, svc = make()
+    resp_a, a, resp_b, b = two_members(svc)
+    tp_a = sorted(svc.registries.member("g", "a").owned)[0]
+    asked = []
+
+    def no_read(topic: str) -> bool:
+        asked.append(topic)
+        return False
+
+    resp = leave(svc, "a", resp_a["session_id"], [(tp_a[0], tp_a[1], 7)], topic_allowed=no_read)
+    assert asked == [tp_a[0]]
+    assert resp["error_code"] == 0
+    assert resp["partitions"] == [{"topic": tp_a[0], "partition": tp_a[1],
+                                   "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}]
+    assert "READ" in resp["error_message"]
+    assert paths.consumer_offset("g", *tp_a) not in store.nodes
+    assert svc.registries.groups["g"].offsets.get(tp_a, -1) == -1
+    assert svc.registries.member("g", "a") is None
 
 
 def test_a_leave_whose_offsets_cannot_be_written_leaves_the_member_in_place():

@@ -134,3 +134,40 @@ def test_closing_a_budget_releases_what_it_holds_and_stops_waiting():
     holder.close()  # idempotent
     holder.done(10)  # late completions after close change nothing
     assert pool.in_use == 0
+
+
+def test_one_host_holds_at_most_its_cap_and_waits_while_others_are_served():
+    """Reserving at the size prefix lets a peer hold memory it never sends: a per-host cap
+    keeps one address from taking the whole pool however many connections it opens."""
+    pool = MemoryPool(300, host_capacity=150)
+    granted = []
+    assert pool.try_reserve(100, lambda: None, "10.0.0.1")
+    assert not pool.try_reserve(100, lambda: granted.append("a2"), "10.0.0.1")  # over its cap
+    assert pool.try_reserve(100, lambda: None, "10.0.0.2")  # another host is served
+    assert pool.per_host == {"10.0.0.1": 100, "10.0.0.2": 100} and pool.in_use == 200
+    pool.release(100, "10.0.0.2")  # the pool has room, but 10.0.0.1's cap does not
+    assert granted == []
+    pool.release(100, "10.0.0.1")
+    assert granted == ["a2"] and pool.per_host == {"10.0.0.1": 100}
+    pool.release(100, "10.0.0.1")
+    assert pool.per_host == {} and pool.in_use == 0
+
+
+def test_a_frame_larger_than_the_host_cap_is_refused_and_the_cap_never_exceeds_the_pool():
+    with pytest.raises(ValueError, match="per-host cap"):
+        MemoryPool(300, host_capacity=100).try_reserve(101, lambda: None, "h")
+    assert MemoryPool(100, host_capacity=500).host_capacity == 100
+    assert MemoryPool(None, host_capacity=5).try_reserve(5, lambda: None, "h")
+
+
+def test_a_budget_gives_each_frame_back_to_the_pool_and_host_it_was_reserved_in():
+    before_login, listeners = MemoryPool(10, host_capacity=5), MemoryPool(100, host_capacity=50)
+    budget = ConnectionBudget(before_login, lambda: None, host="10.0.0.1")
+    assert budget.admit(4)  # the login
+    budget.pool = listeners  # logged in: the next frames reserve from the listeners' pool
+    assert budget.admit(40)
+    assert (before_login.per_host, listeners.per_host) == ({"10.0.0.1": 4}, {"10.0.0.1": 40})
+    budget.done(4)
+    assert before_login.in_use == 0 and listeners.in_use == 40
+    budget.close()
+    assert listeners.in_use == 0 and listeners.per_host == {}

@@ -117,16 +117,22 @@ def test_a_verified_password_costs_no_full_check_and_a_changed_one_does(monkeypa
     assert full == ["right", "wrong"]
 
 
-def test_full_checks_are_throttled_per_second_but_a_verified_scraper_is_not():
+def test_full_checks_are_throttled_per_second_and_a_throttled_guess_learns_nothing():
+    """Once the scraper is logged in, its remembered password must not answer ALLOWED while
+    the budget is spent: else a guesser sends guesses at network speed and a right one shows
+    among the 429s. Throttled, every header is answered 429 unlooked-at."""
     clock = task.Clock()
     u = users(clock, prometheus="right")
-    assert u.check(header("prometheus", "right"))[0] is Outcome.ALLOWED
+    assert u.check(header("prometheus", "right"))[0] is Outcome.ALLOWED  # spends one check
     outcomes = [u.check(header("prometheus", f"guess-{i}"))[0] for i in range(12)]
     assert outcomes == [Outcome.DENIED] * (basic_auth.CHECKS_PER_SECOND - 1) + \
         [Outcome.THROTTLED] * (13 - basic_auth.CHECKS_PER_SECOND)
     assert u.check(header("nobody", "x"))[0] is Outcome.THROTTLED  # unknown users too
-    assert u.check(header("prometheus", "right"))[0] is Outcome.ALLOWED  # remembered
+    # The right password too, while throttled: no oracle.
+    assert u.check(header("prometheus", "right"))[0] is Outcome.THROTTLED
     clock.advance(0.1)  # one check's worth of budget back
+    assert u.check(header("prometheus", "right"))[0] is Outcome.ALLOWED  # remembered: free
+    assert u.check(header("prometheus", "right"))[0] is Outcome.ALLOWED
     assert u.check(header("prometheus", "guess"))[0] is Outcome.DENIED
     assert u.check(header("prometheus", "guess"))[0] is Outcome.THROTTLED
     clock.advance(10)  # the bucket refills to its size, no more

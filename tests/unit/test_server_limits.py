@@ -10,7 +10,7 @@ import struct
 from types import SimpleNamespace
 
 from twisted.internet import defer, task
-from twisted.internet.address import IPv4Address
+from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.testing import StringTransport
 from twisted.logger import globalLogPublisher
 
@@ -32,7 +32,8 @@ class RawFactory(KafkaServerFactory):
                                                       correlation_id=cid), body=frame)
 
 
-def make_factory(handler=None, *, limits=None, max_frame_bytes=framing.MAX_FRAME_BYTES):
+def make_factory(handler=None, *, limits=None, max_frame_bytes=framing.MAX_FRAME_BYTES,
+                 **kw):
     """``(factory, clock, metrics)``: a RawFactory whose handler records the frame ids it sees
     in ``factory.seen`` (unless ``handler`` is given)."""
     clock = task.Clock()
@@ -44,17 +45,18 @@ def make_factory(handler=None, *, limits=None, max_frame_bytes=framing.MAX_FRAME
         return NO_RESPONSE
 
     factory = RawFactory(handler or record, clock=clock, metrics=metrics, limits=limits,
-                         max_frame_bytes=max_frame_bytes)
+                         max_frame_bytes=max_frame_bytes, **kw)
     factory.seen = seen
     return factory, clock, metrics
 
 
 def connect(factory, host="10.0.0.1", port=40000):
     """``(transport, protocol)``, or ``(None, None)`` when the factory refused at accept."""
-    proto = factory.buildProtocol(IPv4Address("TCP", host, port))
+    address = (IPv6Address if ":" in host else IPv4Address)("TCP", host, port)
+    proto = factory.buildProtocol(address)
     if proto is None:
         return None, None
-    transport = StringTransport(peerAddress=IPv4Address("TCP", host, port))
+    transport = StringTransport(peerAddress=address)
     proto.makeConnection(transport)
     return transport, proto
 
@@ -113,6 +115,26 @@ def test_total_limit_and_per_ip_overrides():
     assert (limits.connections.total, limits.connections.per_ip) == (0, {})
 
 
+def test_an_ipv4_client_on_an_ipv6_listener_is_counted_and_named_by_its_ipv4_address():
+    """An IPv6 wildcard listener accepts IPv4 clients as ``::ffff:a.b.c.d``: the per-address
+    limit, its overrides and the connection's peer host (what ACL hosts match) use the plain
+    IPv4 address, so one client is one host whichever family accepted it."""
+    limits = ServerLimits(connections=ConnectionLimiter(
+        max_connections=100, max_per_ip=1, overrides={"10.0.0.9": 2}))
+    factory, _, _ = make_factory(limits=limits)
+    _, mapped = connect(factory, "::ffff:10.0.0.9", 1)
+    _, plain = connect(factory, "10.0.0.9", 2)
+    assert mapped is not None and plain is not None  # the override for 10.0.0.9 applies
+    assert connect(factory, "::ffff:10.0.0.9", 3)[1] is None  # both counted as one host
+    assert limits.connections.per_ip == {"10.0.0.9": 2}
+    assert mapped.security.peer_host == "10.0.0.9" == plain.security.peer_host
+    _, v6 = connect(factory, "2001:db8:0:0::1", 4)
+    assert v6.security.peer_host == "2001:db8::1"  # a real IPv6 address, canonical
+    for proto in list(factory.connections):
+        lose(proto)
+    assert limits.connections.per_ip == {}
+
+
 # -- idle connections ---------------------------------------------------------------------------
 
 
@@ -161,6 +183,82 @@ def test_a_coordinator_channel_is_never_closed_as_idle():
     assert not transport.disconnecting
     lose(proto)
     assert clock.getDelayedCalls() == []
+
+
+# -- responses to a peer that does not read, and closes that finish --------------------------
+
+
+def answering_factory(**kw):
+    """A RawFactory that answers every frame with its id, recording what it handled."""
+    seen: list[int] = []
+
+    def answer(req, proto):
+        seen.append(req.header.correlation_id)
+        return {"id": req.header.correlation_id}
+
+    factory, clock, metrics = make_factory(answer, **kw)
+    factory.seen = seen
+    return factory, clock, metrics
+
+
+def test_the_connection_is_its_transports_streaming_producer():
+    factory, _, _ = make_factory()
+    transport, proto = connect(factory)
+    assert transport.producer is proto and transport.streaming
+
+
+def test_a_full_write_buffer_stops_dispatch_and_reading_until_it_drains():
+    """A peer that sends requests but never reads their answers: once the transport says its
+    write buffer is full, the frames already read wait undispatched (their memory still
+    reserved) and nothing more is read; they are answered in order once it drains."""
+    pool = MemoryPool(1000)
+    factory, clock, _ = answering_factory(limits=ServerLimits(pool=pool))
+    transport, proto = connect(factory)
+
+    def answer(req, p):
+        factory.seen.append(req.header.correlation_id)
+        if len(factory.seen) == 2:
+            p.pauseProducing()  # what the TCP transport does when this write fills it
+        return NO_RESPONSE
+
+    factory.handler = answer
+    proto.dataReceived(b"".join(raw_frame(i, 8) for i in range(1, 6)))
+    assert factory.seen == [1, 2]  # the rest wait for the buffer to drain
+    assert transport.producerState == "paused"  # and nothing more is read
+    assert pool.in_use == 3 * 8  # what waits is still accounted for
+    proto.resumeProducing()  # the transport drained its buffer
+    assert transport.producerState == "producing"
+    clock.advance(0)
+    assert factory.seen == [1, 2, 3, 4, 5] and pool.in_use == 0
+
+
+def test_a_close_waits_at_most_the_grace_period_for_a_peer_that_does_not_read():
+    """Twisted's loseConnection waits forever for the write buffer to drain (and for a
+    registered producer): a malformed frame's close unregisters and aborts after the grace."""
+    from broker_core.server.protocol import CLOSE_GRACE_S
+
+    factory, clock, _ = make_factory()
+    transport, proto = connect(factory)
+    proto.dataReceived(struct.pack(">i", -1))  # malformed: closed
+    assert transport.producer is None and transport.disconnecting
+    assert not getattr(transport, "disconnected", False)  # may flush what was written...
+    clock.advance(CLOSE_GRACE_S)
+    assert transport.disconnected  # ...for the grace period only: then aborted
+    lose(proto)
+    assert clock.getDelayedCalls() == []
+
+
+def test_an_idle_close_aborts_at_once_and_frees_the_slot_and_reservation():
+    pool = MemoryPool(1000)
+    limits = ServerLimits(connections=ConnectionLimiter(10, 1), pool=pool, idle_s=10.0)
+    factory, clock, _ = make_factory(limits=limits)
+    transport, proto = connect(factory)
+    proto.dataReceived(raw_frame(1, 100)[:10])  # a partial frame, then silence
+    assert pool.in_use == 100
+    clock.advance(10)
+    assert transport.disconnected and transport.producer is None
+    lose(proto)  # what the reactor does once the abort took effect
+    assert pool.in_use == 0 and limits.connections.total == 0
 
 
 # -- the request-memory pool --------------------------------------------------------------------
@@ -278,3 +376,143 @@ def test_the_quorum_listener_enforces_the_same_limits():
     assert transport.disconnecting  # and it closes idle connections
     lose(proto)
     assert pool.in_use == 0 and limits.connections.total == 0
+
+
+# -- bounding what size prefixes reserve -------------------------------------------------------
+
+
+def test_twelve_bytes_of_prefixes_from_one_host_cannot_stall_another_hosts_requests():
+    """Three connections sending only sizes (the reviewer's 100+100+56 of 256): one host
+    holds at most its share; a request from another host is served at once."""
+    pool = MemoryPool(256, host_capacity=128)
+    factory, _, _ = make_factory(limits=ServerLimits(pool=pool), max_frame_bytes=100)
+    hogs = [connect(factory, "10.0.0.66", port=i) for i in range(3)]
+    for (_, proto), size in zip(hogs, (100, 100, 56), strict=True):
+        proto.dataReceived(struct.pack(">i", size))
+    assert pool.per_host == {"10.0.0.66": 100} and pool.waiting == 2  # the others wait
+    assert hogs[1][0].producerState == "paused"
+    _, victim = connect(factory, "10.0.0.7")
+    victim.dataReceived(raw_frame(7, 20))
+    assert factory.seen == [7]
+
+
+def test_a_frame_not_completed_within_the_read_timeout_is_closed_and_its_memory_freed():
+    pool = MemoryPool(1000)
+    factory, clock, metrics = make_factory(
+        limits=ServerLimits(pool=pool, read_timeout_s=30.0, idle_s=600.0))
+    transport, proto = connect(factory)
+    frame = raw_frame(1, 500)
+    proto.dataReceived(frame[:4])
+    assert pool.in_use == 500
+    for i in range(29):  # a trickle: activity, so never idle, but the frame is late
+        clock.advance(1)
+        proto.dataReceived(frame[4 + i:5 + i])
+    assert not transport.disconnecting
+    clock.advance(1)
+    assert transport.disconnecting
+    assert metrics.disconnects_total.labels(reason="request_read_timeout")._value.get() == 1
+    lose(proto)
+    assert pool.in_use == 0
+
+
+def test_each_frame_gets_its_own_deadline_and_a_complete_one_none():
+    factory, clock, _ = make_factory(limits=ServerLimits(read_timeout_s=10.0))
+    transport, proto = connect(factory)
+    first, second = raw_frame(1, 50), raw_frame(2, 50)
+    proto.dataReceived(first[:10])
+    clock.advance(9)
+    proto.dataReceived(first[10:] + second[:10])  # the first completes; the second begins
+    clock.advance(9)
+    assert not transport.disconnecting  # the second has 10 s of its own
+    proto.dataReceived(second[10:])
+    assert factory.seen == [1, 2] and clock.getDelayedCalls() == []
+    clock.advance(100)
+    assert not transport.disconnecting  # nothing half-read: no deadline
+
+
+def test_the_deadline_does_not_count_while_the_broker_stopped_reading():
+    factory, clock, _ = make_factory(limits=ServerLimits(read_timeout_s=10.0))
+    transport, proto = connect(factory)
+    frame = raw_frame(1, 50)
+    proto.dataReceived(frame[:10])
+    proto.pauseProducing()  # the write buffer is full: the broker stopped reading
+    clock.advance(25)
+    assert not transport.disconnecting
+    proto.resumeProducing()
+    clock.advance(0)
+    proto.dataReceived(frame[10:])
+    assert factory.seen == [1]
+
+
+def test_before_a_sasl_login_frames_reserve_from_the_small_unauthenticated_pool():
+    """512 connections each sending a 512 KiB size before logging in used to hold 256 MiB of
+    the listeners' pool: they now reserve from a pool of their own, capped per host."""
+    from broker_core.security.principal import ListenerSettings, SecurityProtocol
+    from broker_core.security.sasl import SaslSettings
+
+    listeners, before_login = MemoryPool(10_000_000), MemoryPool(2 * 512 * 1024, 512 * 1024)
+    factory, _, _ = make_factory(
+        limits=ServerLimits(pool=listeners, unauthenticated_pool=before_login),
+        listener=ListenerSettings("C", SecurityProtocol.SASL_PLAINTEXT), sasl=SaslSettings())
+    first_t, first = connect(factory, "10.0.0.66", port=1)
+    second_t, second = connect(factory, "10.0.0.66", port=2)
+    first.dataReceived(struct.pack(">i", 512 * 1024))
+    second.dataReceived(struct.pack(">i", 512 * 1024))
+    assert listeners.in_use == 0  # the listeners' pool is untouched
+    assert before_login.per_host == {"10.0.0.66": 512 * 1024}
+    assert second_t.producerState == "paused"  # over its host's share: waits
+    _, other = connect(factory, "10.0.0.7")
+    other.dataReceived(raw_frame(7, 20))  # another host's login-time request is served
+    assert factory.seen == [7]
+    lose(first)
+    assert second_t.producerState == "producing"  # granted in its turn
+    lose(second)
+    assert before_login.in_use == 0
+
+
+def test_a_request_answered_later_keeps_its_memory_until_its_answer():
+    """An acks=all Produce holds its request (the records) until its replicas answer: its
+    bytes stay counted in the pool until then, not only until dispatch."""
+    pool = MemoryPool(1000)
+    pending: list[defer.Deferred] = []
+
+    def later(req, proto):
+        d = defer.Deferred()
+        pending.append(d)
+        return d
+
+    factory, _, _ = make_factory(later, limits=ServerLimits(pool=pool))
+    transport, proto = connect(factory)
+    proto.dataReceived(raw_frame(1, 300) + raw_frame(2, 200))
+    assert pool.in_use == 500  # both dispatched, both still held by their handler
+    pending[1].callback(NO_RESPONSE)
+    assert pool.in_use == 300
+    pending[0].callback(NO_RESPONSE)
+    assert pool.in_use == 0
+    # A connection closed while a request is pending gives its bytes back at once, once.
+    proto.dataReceived(raw_frame(3, 400))
+    assert pool.in_use == 400
+    lose(proto)
+    assert pool.in_use == 0
+    pending[2].callback(NO_RESPONSE)
+    assert pool.in_use == 0
+
+
+def test_a_close_from_inside_a_handler_still_writes_that_handlers_answer(monkeypatch):
+    """The coordinator may close a channel while the RegisterConsumer that made it is being
+    answered: the answer still leaves (then the close, bounded by the grace period)."""
+    from broker_core.server import protocol as protocol_module
+
+    # RawFactory's requests are not real ones: any body encodes as these bytes.
+    monkeypatch.setattr(protocol_module.apis, "encode_response", lambda *a: [b"answer"])
+
+    def close_then_answer(req, proto):
+        proto.lose_connection()
+        return {"closing": True}
+
+    factory, clock, _ = make_factory(close_then_answer)
+    transport, proto = connect(factory)
+    proto.dataReceived(raw_frame(1, 8))
+    assert transport.value().endswith(b"answer") and transport.disconnecting
+    clock.advance(protocol_module.CLOSE_GRACE_S)
+    assert transport.disconnected

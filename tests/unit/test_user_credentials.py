@@ -134,6 +134,7 @@ class _Handler(UserAdminApis):
 
     store = None
     authorizer = Authorizer(super_users=["User:admin"])
+    super_users = frozenset()  # without an authorizer (not this one's case): none
     authorize_cluster = RequestHandler.authorize_cluster
 
     class log:  # noqa: N801 (stands in for a Logger)
@@ -155,10 +156,13 @@ def _sasl(authenticated: bool) -> ConnectionSecurity:
 
 
 def test_authorize_cluster_asks_the_authorizer_about_the_cluster():
-    """The user APIs' guard: with no authorizer anyone may; with one, only a principal allowed
-    the operation on the CLUSTER resource (or a broker connection); no security record: no."""
+    """The user APIs' guard: with no authorizer only a broker connection or one of
+    ``super.users`` may (an open cluster must not let anyone set the password of the user it
+    wants to become); with one, only a principal allowed the operation on the CLUSTER
+    resource (or a broker connection); no security record: no."""
     class _H:
         authorizer = None
+        super_users = frozenset({"User:alice"})
         authorize_cluster = RequestHandler.authorize_cluster
 
     h = _H()
@@ -166,7 +170,11 @@ def test_authorize_cluster_asks_the_authorizer_about_the_cluster():
     alice.authenticate(Principal("User", "alice"))
     mallory = ConnectionSecurity("C", SecurityProtocol.SASL_PLAINTEXT)
     mallory.authenticate(Principal("User", "mallory"))
-    assert h.authorize_cluster(_Proto(mallory), "ALTER")  # no authorizer: open, as Kafka
+    anonymous = ConnectionSecurity("C", SecurityProtocol.PLAINTEXT)
+    assert not h.authorize_cluster(_Proto(mallory), "ALTER")  # no authorizer: not anyone
+    assert not h.authorize_cluster(_Proto(anonymous), "DESCRIBE")
+    assert h.authorize_cluster(_Proto(alice), "ALTER")  # a super user
+    h.super_users = frozenset()
     h.authorizer = Authorizer()
     h.authorizer.replace_resource(
         ResourcePattern(ResourceType.CLUSTER, PatternType.LITERAL, CLUSTER_NAME),

@@ -104,6 +104,7 @@ class Options(usage.Options):
         try:
             self.config = BrokerConfig.from_sources(
                 Path(self["config"]) if self["config"] else None, overrides)
+            self.config.cluster_credential()  # required: say how to make one, before starting
         except ConfigError as e:
             raise usage.UsageError(str(e)) from None
         except OSError as e:

@@ -183,6 +183,10 @@ class KafkaClientProtocol(Protocol):
         return d
 
     def _logged_in(self, result: Any) -> None:
+        """The login's outcome (the first one: a connection lost while logging in may be
+        reported by the exchange and by ``connectionLost``)."""
+        if self._login is not None:
+            return
         held, self._held = self._held or [], None
         waiters, self._login_waiters = self._login_waiters, []
         if not isinstance(result, Failure):
@@ -208,6 +212,7 @@ class KafkaClientProtocol(Protocol):
             d.errback(result)
         for w in waiters:
             w.errback(result)
+
     @property
     def closed(self) -> bool:
         return self._closed

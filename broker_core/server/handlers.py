@@ -119,7 +119,8 @@ class RequestHandler(UserAdminApis):
         self.authorizer = authorizer
         #: When on, the control plane (broker_core.server.authorization.CONTROL_PLANE and a
         #: follower's Fetch and OffsetForLeaderEpoch) is served only to connections that proved
-        #: the cluster credential; off until brokers authenticate to each other.
+        #: the cluster credential. Every broker turns it on (its brokers log in to each other);
+        #: off only for handlers built alone in tests.
         self.control_plane_closed = control_plane_closed
         self._metadata_waiters: list[tuple[Callable[[], bool], defer.Deferred]] = []
         self._dispatch = {

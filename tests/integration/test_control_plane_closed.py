@@ -339,3 +339,43 @@ def test_a_broker_without_the_cluster_secret_refuses_to_start(tmp_path):
                                      "zookeeper.connect": "127.0.0.1:1"})
     with pytest.raises(ConfigError, match="cluster.secret.file.*sluice secret create FILE"):
         BrokerService(cfg, reactor=reactor)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_broker_with_another_secret_gets_nothing_in_zookeeper_mode(zk_hosts, tmp_path):
+    # It registers (ZooKeeper is not guarded by the cluster secret), but no broker accepts its
+    # login nor it theirs: the controller's LeaderAndIsr never reaches it (logged), it never
+    # fetches, and the others go on.
+    brokers = await start(configs("zookeeper", tmp_path, zk_hosts)[:2])
+    wrong_file = tmp_path / "other.secret"
+    wrong_file.write_text(WRONG.secret)
+    os.chmod(wrong_file, 0o600)
+    lines: list[str] = []
+
+    def observe(event: dict) -> None:
+        if "log_format" in event:
+            lines.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observe)
+    intruder = BrokerService(broker_config(3, zk_hosts, tmp_path / "broker-3",
+                                           cluster_secret_file=str(wrong_file),
+                                           controlled_shutdown_enable="false"),
+                             reactor=reactor)
+    try:
+        await intruder.startService()
+        await eventually(lambda: all(3 in b.cache.brokers for b in brokers),
+                         what="broker 3 registered")
+        await create_topic(brokers[0], "shared", assignment={0: [1, 3]})
+        await create_topic(brokers[0], "ours", assignment={0: [1, 2]})
+        await eventually(lambda: any("broker 3 refused the cluster login: wrong "
+                                     "cluster.secret.file?" in line for line in lines),
+                         what="the controller's refused login to broker 3 in the log")
+        part_leader = await eventually(lambda: leader_of(brokers, "ours", 0),
+                                       what="a leader of 'ours'")
+        assert (await produce(part_leader, "ours", 0, [b"x"], acks=-1)).error_code == 0
+        assert intruder.replicas.get_partition("shared", 0) is None
+        assert intruder.replicas.get_partition("ours", 0) is None
+    finally:
+        globalLogPublisher.removeObserver(observe)
+        await intruder.stopService()
+        await stop_brokers(brokers)

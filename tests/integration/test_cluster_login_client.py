@@ -2,7 +2,8 @@
 loopback sockets to a PLAINTEXT listener that accepts the cluster login (as every broker's
 does): requests made before the login finished are held and then served as a broker's; a
 refused login (another secret) fails them with SaslAuthenticationError, logs that the secret
-may be wrong, and closes the connection; a BrokerChannel (ClientService) never hands a refused
+may be wrong, and closes the connection; a connection lost while logging in fails them once,
+with ConnectionLost; a BrokerChannel (ClientService) never hands a refused
 connection to its requests, and keeps retrying with its backoff."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from twisted.internet import defer, reactor
 from twisted.internet.endpoints import HostnameEndpoint, connectProtocol
 from twisted.internet.error import ConnectError, ConnectionLost
+from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import formatEvent, globalLogPublisher
 
 from broker_core.metrics import BrokerMetrics
@@ -132,3 +134,27 @@ async def test_a_channel_with_the_wrong_secret_never_delivers_and_the_right_one_
         assert resp.error_code == 0 and listener.seen == [(ApiKey.API_VERSIONS, True)]
     finally:
         await right.stop()
+
+
+class _HangUp(Protocol):
+    """A peer that closes the connection as soon as anything arrives."""
+
+    def dataReceived(self, data: bytes) -> None:  # noqa: N802 (Twisted API)
+        self.transport.loseConnection()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_connection_lost_while_logging_in_fails_the_held_requests_once():
+    port = reactor.listenTCP(0, Factory.forProtocol(_HangUp), interface="127.0.0.1")
+    try:
+        endpoint = HostnameEndpoint(reactor, "127.0.0.1", port.getHost().port)
+        proto = await connectProtocol(endpoint, KafkaClientProtocol("t",
+                                                                    credential=CLUSTER.login))
+        held = proto.request(ApiKey.API_VERSIONS, 3, {})
+        with pytest.raises(ConnectionLost):
+            await held
+        with pytest.raises(ConnectionLost):
+            await proto.when_logged_in()
+        await proto.closed_d
+    finally:
+        await port.stopListening()

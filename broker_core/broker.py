@@ -58,7 +58,6 @@ from broker_core.replica.log_dir_reporter import LogDirFailureReporter
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.replica.published_leadership import adopt_published_leadership
-from broker_core.security import cluster_secret
 from broker_core.security.acl import Authorizer
 from broker_core.security.basic_auth import BasicAuthUsers
 from broker_core.security.sasl import SaslSettings
@@ -112,6 +111,10 @@ class BrokerService(service.Service):
     def __init__(self, config: BrokerConfig, *, reactor: Any, registry: Any = None,
                  store: Any = None, stop_reactor_on_failure: bool = False) -> None:
         self.config = config
+        #: The cluster secret (``cluster.secret.file``, required: ConfigError without it),
+        #: read once: every listener checks the cluster login against it and every connection
+        #: this broker opens to another broker or quorum node logs in with it.
+        self.cluster_credential = config.cluster_credential()
         #: The process's own broker (``twistd broker``) stops the reactor when its start fails,
         #: so the process exits; an embedded one (tests, tools) leaves that to its owner, who
         #: sees the failure in ``startService()``'s Deferred.
@@ -159,6 +162,7 @@ class BrokerService(service.Service):
             min_insync_replicas=self._min_insync_replicas,
             broker_epoch=lambda: self.registration_epoch,
             on_log_dir_failure=self._on_log_dir_failure,
+            credential=self.cluster_credential.login,
         )
         self.log_dir_reporter = LogDirFailureReporter(
             self.broker_id, self.store, self.clock, offline=self._offline_log_state,
@@ -171,7 +175,8 @@ class BrokerService(service.Service):
             request_timeout_s=config.controller_socket_timeout_ms / 1000.0,
             metrics=self.metrics,
             heartbeat_interval_s=config.broker_heartbeat_interval_ms / 1000.0,
-            session_timeout_s=config.broker_session_timeout_ms / 1000.0)
+            session_timeout_s=config.broker_session_timeout_ms / 1000.0,
+            credential=self.cluster_credential.login)
         # Heartbeats to the controller, and what to do when it cannot be reached
         # (docs/replication.md, "Fencing").
         self.heartbeats = ControllerHeartbeatSender(
@@ -181,7 +186,7 @@ class BrokerService(service.Service):
             is_controller=lambda: self.controller.active,
             adopt=lambda: defer.Deferred.fromCoroutine(adopt_published_leadership(
                 self.broker_id, self.store, self.replicas, self.cache)),
-            metrics=self.metrics)
+            metrics=self.metrics, credential=self.cluster_credential.login)
         self.coordinator = CoordinatorService(
             self.broker_id, self.store, clock=self.clock,
             config=CoordinatorConfig.from_broker_config(config),
@@ -208,7 +213,10 @@ class BrokerService(service.Service):
             store=self.store, clock=self.clock, broker_epoch=lambda: self.registration_epoch,
             on_metadata_update=self._on_metadata_update,
             load_topic_configs=self._ensure_topic_configs, controller=self.controller,
-            when_registered=self.when_registered, coordinator=self.coordinator)
+            when_registered=self.when_registered, coordinator=self.coordinator,
+            # Brokers log in to each other with the cluster secret, so the control plane is
+            # served to them only.
+            control_plane_closed=True)
         #: Connection and request-memory limits shared by this broker's client listeners (the
         #: quorum listener has its own: see ``_quorum_store``). A separate inter-broker listener
         #: gets limits of its own, so clients that fill theirs cannot stall replication (Kafka
@@ -260,12 +268,10 @@ class BrokerService(service.Service):
 
     def _sasl_settings(self, config: BrokerConfig) -> SaslSettings:
         """Every listener's SASL settings: the enabled mechanisms, the user store's lookup and
-        the cluster login's credential (none without ``cluster.secret.file``)."""
-        secret = config.cluster_secret()
-        return SaslSettings(
-            mechanisms=config.sasl_mechanisms(), lookup=self.users.lookup,
-            cluster_credential=None if secret is None else cluster_secret.cluster_credential(secret),
-            decoy_key=None if secret is None else cluster_secret.decoy_key(secret))
+        the cluster login's credential (on a PLAINTEXT or SSL listener only the cluster login
+        is accepted: broker_core/server/authentication.py)."""
+        return self.cluster_credential.sasl_settings(mechanisms=config.sasl_mechanisms(),
+                                                     lookup=self.users.lookup)
 
     def _quorum_store(self, config: BrokerConfig, reactor: Any) -> Any:
         """The quorum store on this broker's own quorum node; the session timeouts are the
@@ -280,7 +286,8 @@ class BrokerService(service.Service):
                                      reactor, config=config.raft_config(),
                                      bootstrap_servers=config.quorum_bootstrap_server_list(),
                                      limits=ServerLimits.from_config(config),
-                                     max_frame_bytes=config.socket_request_max_bytes)
+                                     max_frame_bytes=config.socket_request_max_bytes,
+                                     credential=self.cluster_credential)
         # Entries the node cannot apply are skipped (every node alike) and counted here.
         skipped = self.metrics.metadata_entries_skipped_total
         for reason in SKIP_REASONS:
@@ -675,7 +682,8 @@ class BrokerService(service.Service):
                 local_controller=self.controller, reactor=self.reactor,
                 max_retries=self.config.controlled_shutdown_max_retries,
                 backoff_s=self.config.controlled_shutdown_retry_backoff_ms / 1000.0,
-                timeout_s=self.config.controller_socket_timeout_ms / 1000.0)
+                timeout_s=self.config.controller_socket_timeout_ms / 1000.0,
+                credential=self.cluster_credential.login)
         for bound in self.listeners:
             await bound.port.stopListening()
         # Before the connections close: the coordinator writes its pending offsets and resigns

@@ -598,7 +598,8 @@ class BrokerConfig:
     quorum_snapshot_retain_entries: int
     quorum_fetch_snapshot_max_bytes: int
     cluster_id: str
-    #: A file holding the cluster secret (checked when read: :meth:`cluster_secret`).
+    #: A file holding the cluster secret; every broker needs it (checked and read by
+    #: :meth:`cluster_credential`, which refuses a broker without it).
     cluster_secret_file: str | None
     #: Normalised ``A,B`` text; :meth:`sasl_mechanisms` gives the tuple.
     sasl_enabled_mechanisms: str
@@ -750,17 +751,24 @@ class BrokerConfig:
         """``sasl.enabled.mechanisms`` as a tuple, in the order given."""
         return tuple(self.sasl_enabled_mechanisms.split(","))
 
-    def cluster_secret(self) -> str | None:
-        """The secret in ``cluster.secret.file`` (None when the key is unset); ConfigError
-        naming the key when the file is missing, unreadable, world-readable or too short."""
+    def cluster_credential(self) -> Any:
+        """The :class:`~broker_core.security.cluster_secret.ClusterCredential` read from
+        ``cluster.secret.file``, which every broker must have (brokers authenticate each other
+        with it, and the control plane is served to no one else). Reads the file on each call;
+        raises ConfigError naming the key when it is unset (saying how to make one) or the
+        file is missing, open to other users or too short."""
         from broker_core.security import cluster_secret  # noqa: PLC0415
 
         if self.cluster_secret_file is None:
-            return None
+            raise ConfigError(
+                "missing required config key 'cluster.secret.file': every broker of a cluster "
+                "needs the same private secret file to authenticate to the others; make one "
+                "with `sluice secret create FILE` (then copy it to every broker, mode 0600) "
+                "and set cluster.secret.file=FILE", "cluster.secret.file")
         try:
-            return cluster_secret.load(self.cluster_secret_file)
+            return cluster_secret.ClusterCredential.from_file(self.cluster_secret_file)
         except cluster_secret.ClusterSecretError as e:
-            raise ConfigError(f"cluster.secret.file: {e}", "cluster.secret.file") from None
+            raise ConfigError(str(e), "cluster.secret.file") from None
 
     # -- the metadata quorum -------------------------------------------------------------------
 

@@ -22,13 +22,14 @@ from typing import Any
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet import defer, task
 from twisted.internet.endpoints import HostnameEndpoint, connectProtocol
-from twisted.internet.error import ConnectionLost
+from twisted.internet.error import ConnectError, ConnectionLost
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from broker_core import net
 from broker_core.security.sasl import (
+    CLUSTER_USER,
     ClientCredential,
     SaslAuthenticationError,
     SaslClient,
@@ -37,6 +38,19 @@ from broker_core.security.sasl import (
 from broker_core.wire import apis, errors, framing
 from broker_core.wire.apis import ApiKey
 
+
+class LoginRefused(SaslAuthenticationError, ConnectError):
+    """The server refused our SASL login, or its answers did not make a valid exchange (the
+    message carries the server's error code and message). Also a ConnectError: the connection
+    was never usable, so every caller that backs off and reconnects after a failed connect
+    does the same after a refused login."""
+
+    def __init__(self, message: str, error_code: int | None = None) -> None:
+        SaslAuthenticationError.__init__(self, message, error_code)
+        self.osError = None
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 class RequestTimedOut(Exception):
     """No response arrived within the request timeout."""
@@ -117,15 +131,35 @@ class KafkaClientProtocol(Protocol):
     answered, oldest first; on disconnect every pending Deferred fails with
     :class:`ConnectionLost`.
 
-    :meth:`serve` turns the connection around (a consumer's coordinator channel, DESIGN.md §3):
+    With a ``credential`` the connection logs in over SASL as soon as it is made, before any
+    other request: requests made meanwhile are held and written once the login succeeded, or
+    fail with :class:`SaslAuthenticationError` when it failed (the connection is then closed).
+    :meth:`when_logged_in` fires once the login is done, so a ``ClientService`` that passes it
+    as ``prepareConnection`` hands out only logged-in connections and counts a refused login as
+    a failed attempt (its backoff grows). ``peer_name`` (e.g. "broker 2") names the peer in the
+    log line of a refused login.
+
+    :meth:`serve` turns the connection around (a consumer's coordinator channel):
     from then on every incoming frame is a *request* from the peer, answered in order by the
     given handler, and this side sends no more requests.
     """
 
     log = Logger(namespace="sluice.rpc")
 
-    def __init__(self, client_id: str = "sluice-broker", max_frame_bytes: int = 1 << 31) -> None:
+    def __init__(self, client_id: str = "sluice-broker", max_frame_bytes: int = 1 << 31, *,
+                 credential: ClientCredential | None = None, peer_name: str | None = None
+                 ) -> None:
         self.client_id = client_id
+        self.credential = credential
+        self.peer_name = peer_name
+        #: Requests made while logging in: (api_key, api_version, body, Deferred); None once
+        #: requests go straight out (no credential, or the login succeeded).
+        self._held: list[tuple[int, int, Any, defer.Deferred]] | None = (
+            [] if credential is not None else None)
+        #: The login's outcome: None while it runs (or before the connection), True, or the
+        #: failure.
+        self._login: bool | Failure | None = None if credential is not None else True
+        self._login_waiters: list[defer.Deferred] = []
         self._decoder = framing.FrameDecoder(max_frame_bytes)
         self._out = OutstandingRequests(client_id)
         self.connected_d: defer.Deferred = defer.Deferred()
@@ -136,7 +170,54 @@ class KafkaClientProtocol(Protocol):
 
     def connectionMade(self) -> None:  # noqa: N802 (Twisted API)
         net.tune(self.transport)  # small requests must not wait for Nagle (broker_core.net)
+        if self.credential is not None:
+            c = self.credential
+            d = defer.Deferred.fromCoroutine(
+                self.authenticate(c.mechanism, c.username, c.password))
+            d.addBoth(self._logged_in)
         self.connected_d.callback(self)
+
+    def when_logged_in(self) -> defer.Deferred:
+        """Fires with this protocol once its login succeeded (at once without a credential);
+        fails with :class:`SaslAuthenticationError` (or ConnectionLost) when it failed."""
+        if self._login is True:
+            return defer.succeed(self)
+        if isinstance(self._login, Failure):
+            return defer.fail(self._login)
+        d: defer.Deferred = defer.Deferred()
+        self._login_waiters.append(d)
+        return d
+
+    def _logged_in(self, result: Any) -> None:
+        """The login's outcome (the first one: a connection lost while logging in may be
+        reported by the exchange and by ``connectionLost``)."""
+        if self._login is not None:
+            return
+        held, self._held = self._held or [], None
+        waiters, self._login_waiters = self._login_waiters, []
+        if not isinstance(result, Failure):
+            self._login = True
+            for api_key, api_version, body, d in held:
+                self._send(api_key, api_version, body).chainDeferred(d)
+            for w in waiters:
+                w.callback(self)
+            return
+        if not result.check(ConnectionLost):
+            who = self.peer_name or str(self.transport.getPeer())
+            assert self.credential is not None
+            if self.credential.username == CLUSTER_USER:
+                self.log.warn("{who} refused the cluster login: wrong cluster.secret.file? "
+                              "({why})", who=who, why=result.getErrorMessage())
+            else:
+                self.log.warn("{who} refused the SASL login of {user!r}: {why}", who=who,
+                              user=self.credential.username, why=result.getErrorMessage())
+        self._login = result
+        if self.transport is not None:
+            self.transport.loseConnection()
+        for _, _, _, d in held:
+            d.errback(result)
+        for w in waiters:
+            w.errback(result)
 
     @property
     def closed(self) -> bool:
@@ -144,6 +225,17 @@ class KafkaClientProtocol(Protocol):
 
     def request(self, api_key: int, api_version: int, body: Any) -> defer.Deferred:
         """Send one request; the Deferred fires with the decoded response body (a ``Struct``)."""
+        if self._closed:
+            return defer.fail(ConnectionLost("connection closed"))
+        if isinstance(self._login, Failure):
+            return defer.fail(self._login)
+        if self._held is not None:
+            d: defer.Deferred = defer.Deferred()
+            self._held.append((api_key, api_version, body, d))
+            return d
+        return self._send(api_key, api_version, body)
+
+    def _send(self, api_key: int, api_version: int, body: Any) -> defer.Deferred:
         if self._closed:
             return defer.fail(ConnectionLost("connection closed"))
         if self._server is not None:
@@ -161,10 +253,10 @@ class KafkaClientProtocol(Protocol):
         """
         client = SaslClient(ClientCredential(mechanism, username, password))
         peer = self.transport.getPeer() if self.transport is not None else "?"
-        shake = await self.request(ApiKey.SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION,
+        shake = await self._send(ApiKey.SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION,
                                    {"mechanism": mechanism})
         if shake.error_code:
-            raise SaslAuthenticationError(
+            raise LoginRefused(
                 f"{peer} refused SaslHandshake for {mechanism}: "
                 f"{errors.ErrorCode(shake.error_code).name} (enabled: "
                 f"{', '.join(shake.mechanisms) or 'none'})", shake.error_code)
@@ -173,11 +265,12 @@ class KafkaClientProtocol(Protocol):
         while token is not None:
             rounds += 1
             if rounds > _MAX_SASL_ROUNDS:
-                raise SaslAuthenticationError(f"{peer}: SASL {mechanism} took too many rounds")
-            answer = await self.request(ApiKey.SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION,
+                raise LoginRefused(
+                    f"{peer}: SASL {mechanism} took too many rounds")
+            answer = await self._send(ApiKey.SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION,
                                         {"auth_bytes": token})
             if answer.error_code:
-                raise SaslAuthenticationError(
+                raise LoginRefused(
                     f"{peer} refused SASL {mechanism} login of {username!r}: "
                     f"{errors.ErrorCode(answer.error_code).name}: {answer.error_message}",
                     answer.error_code)
@@ -185,7 +278,7 @@ class KafkaClientProtocol(Protocol):
                 token = client.step(bytes(answer.auth_bytes))
             except SaslClientError as e:
                 self.transport.loseConnection()
-                raise SaslAuthenticationError(f"{peer}: {e}") from None
+                raise LoginRefused(f"{peer}: {e}") from None
 
     def serve(self, handler: RequestServer) -> None:
         """From now on, treat incoming frames as requests and answer them with ``handler``.
@@ -250,32 +343,25 @@ class KafkaClientProtocol(Protocol):
     def connectionLost(self, reason: Failure = None) -> None:  # noqa: N802 (Twisted API)
         self._closed = True
         self._answers.clear()
-        self._out.fail_all(Failure(ConnectionLost("connection lost before the response arrived")))
+        lost = Failure(ConnectionLost("connection lost before the response arrived"))
+        self._out.fail_all(lost)
+        if self._login is None:  # lost while logging in: the held requests and waiters fail
+            self._logged_in(lost)
         if not self.closed_d.called:
             self.closed_d.callback(None)
 
 
 def connect_client(reactor: Any, host: str, port: int, client_id: str,
                    timeout_s: float = 10.0, *,
-                   credential: ClientCredential | None = None) -> defer.Deferred:
+                   credential: ClientCredential | None = None,
+                   peer_name: str | None = None) -> defer.Deferred:
     """Open one :class:`KafkaClientProtocol` connection; fires with the connected protocol,
-    already logged in over SASL when ``credential`` is given (a failed login closes the
-    connection and fails with :class:`SaslAuthenticationError`)."""
+    already logged in over SASL when ``credential`` is given (a refused login is logged, closes
+    the connection and fails with :class:`SaslAuthenticationError`)."""
     endpoint = HostnameEndpoint(reactor, host, port, timeout=timeout_s)
-    d = connectProtocol(endpoint, KafkaClientProtocol(client_id))
-    if credential is None:
-        return d
-
-    async def login(proto: KafkaClientProtocol) -> KafkaClientProtocol:
-        try:
-            await proto.authenticate(credential.mechanism, credential.username,
-                                     credential.password)
-        except BaseException:
-            proto.transport.loseConnection()
-            raise
-        return proto
-
-    d.addCallback(lambda proto: defer.Deferred.fromCoroutine(login(proto)))
+    proto = KafkaClientProtocol(client_id, credential=credential, peer_name=peer_name)
+    d = connectProtocol(endpoint, proto)
+    d.addCallback(lambda p: p.when_logged_in())
     return d
 
 
@@ -321,14 +407,28 @@ class ClientConnection:
 
 
 class KafkaClientFactory(Factory):
+    """Builds :class:`KafkaClientProtocol` connections that log in with ``credential`` (if
+    any) before their first request."""
+
     protocol = KafkaClientProtocol
     noisy = False  # one line per connection attempt would drown the log
 
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, *, credential: ClientCredential | None = None,
+                 peer_name: str | None = None) -> None:
         self.client_id = client_id
+        self.credential = credential
+        self.peer_name = peer_name
 
     def buildProtocol(self, addr: Any) -> KafkaClientProtocol:  # noqa: N802 (Twisted API)
-        return KafkaClientProtocol(self.client_id)
+        return KafkaClientProtocol(self.client_id, credential=self.credential,
+                                   peer_name=self.peer_name)
+
+
+def logged_in(proto: Any) -> defer.Deferred:
+    """``ClientService``'s ``prepareConnection`` for :class:`KafkaClientFactory` connections:
+    only a logged-in connection is handed out, and a refused login counts as a failed connection
+    attempt (the service's backoff grows instead of reconnecting at once)."""
+    return proto.when_logged_in()
 
 
 @dataclass
@@ -340,7 +440,8 @@ class _Queued:
 
 
 class BrokerChannel:
-    """The controller's request channel to one broker.
+    """The controller's request channel to one broker, logged in with ``credential`` (the
+    cluster login) before its first request.
 
     Requests are sent strictly one at a time, in the order queued (a LeaderAndIsr must not overtake
     an earlier StopReplica for the same partition). A request whose connection drops or times out is
@@ -359,6 +460,7 @@ class BrokerChannel:
         timeout_s: float = 30.0,
         client_id: str = "sluice-controller",
         endpoint_factory: Callable[[Any, str, int], Any] | None = None,
+        credential: ClientCredential | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.address = (host, port)
@@ -367,9 +469,9 @@ class BrokerChannel:
         make = endpoint_factory or (lambda r, h, p: HostnameEndpoint(r, h, p))
         self._service = ClientService(
             make(reactor, host, port),
-            KafkaClientFactory(client_id),
+            KafkaClientFactory(client_id, credential=credential, peer_name=f"broker {broker_id}"),
             retryPolicy=backoffPolicy(initialDelay=0.05, maxDelay=2.0, factor=2.0),
-            clock=reactor,
+            clock=reactor, prepareConnection=logged_in,
         )
         self._queue: deque[_Queued] = deque()
         self._busy = False

@@ -30,6 +30,7 @@ OPTION_KEYS = {
     "quorum-listen": "quorum.listener",
     "quorum-data-dir": "quorum.data.dir",
     "cluster-id": "cluster.id",
+    "cluster-secret-file": "cluster.secret.file",
 }
 
 
@@ -54,7 +55,8 @@ class Options(usage.Options):
     longdesc = ("Run a Sluice broker: a Kafka-compatible broker on ZooKeeper or on its own "
                 "metadata quorum. Example: twistd -n broker --broker-id 1 "
                 "--listen tcp:9092:interface=127.0.0.1 --zookeeper 127.0.0.1:2181 "
-                "--log-dir ./run/broker-1; in quorum mode, --metadata quorum "
+                "--log-dir ./run/broker-1 --cluster-secret-file ./run/cluster.secret; in quorum "
+                "mode, --metadata quorum "
                 "--quorum-voters 1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095 instead "
                 "of --zookeeper.")
     optParameters = [
@@ -82,6 +84,9 @@ class Options(usage.Options):
          "Quorum mode: the metadata log's directory (quorum.data.dir); default: "
          "LOG_DIR/quorum."],
         ["cluster-id", None, None, "Quorum mode: the cluster id (cluster.id), default sluice."],
+        ["cluster-secret-file", None, None,
+         "Required: the cluster secret file (cluster.secret.file) brokers authenticate each "
+         "other with, the same on every broker; make one with: sluice secret create FILE."],
         ["config", None, None, "A properties file of config keys (key=value lines)."],
     ]
 
@@ -104,6 +109,7 @@ class Options(usage.Options):
         try:
             self.config = BrokerConfig.from_sources(
                 Path(self["config"]) if self["config"] else None, overrides)
+            self.config.cluster_credential()  # required: say how to make one, before starting
         except ConfigError as e:
             raise usage.UsageError(str(e)) from None
         except OSError as e:

@@ -10,8 +10,9 @@
     sluice loadtest --topic T --consumers N [--processes M] [--groups G] [--duration S] ...
     sluice consume --topic T --group G [--members N] [--from-beginning] [--max-messages N]
                    [--consumer-property KEY=VALUE ...]
-    sluice quorum describe [--json]
-    sluice quorum reassign (--voters ID,ID,... [--wait] | --cancel)
+    sluice quorum describe [--json] [--secret-file F]
+    sluice quorum reassign (--voters ID,ID,... [--wait] | --cancel) [--secret-file F]
+    sluice secret create FILE
     sluice zookeeper secure --zookeeper HOST:PORT/chroot --auth-file F [--unsecure] [--dry-run]
     sluice metrics-password USER [--password-stdin] [--iterations N]
     sluice users add USER [--mechanism M ...] [--iterations N] [--password-file FILE]
@@ -31,7 +32,10 @@ listener) or ``--zookeeper HOST:PORT[/chroot]``
 password read from a prompt or a file, never from the command line; ``groups`` through the brokers
 only, since the members live in the coordinator's memory; ``quorum`` takes the metadata
 quorum's listeners, ``sluice-quorum --listen`` or a broker's ``quorum.listener``: any one
-will do, the client finds the leader through DiscoverBrokers). Errors go
+will do, the client finds the leader through DiscoverBrokers; a broker's quorum serves brokers
+only, so the tool logs in with the cluster secret, ``--secret-file`` or the file named by
+``$SLUICE_CLUSTER_SECRET_FILE``). ``secret create`` writes a new cluster secret (the
+``cluster.secret.file`` every broker needs). Errors go
 to stderr as one line: exit code 1 for a failed operation, 2 for bad usage.
 """
 
@@ -39,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import functools
 import getpass
 import json
 import logging
@@ -75,7 +78,6 @@ from broker_core.server import user_admin
 from broker_core.wire.messages.describe_user_scram_credentials import MECHANISM_CODES
 from broker_core.zk import paths
 from consumer_client.admin import AdminClient, AdminError
-from consumer_client.connection import BrokerConnection
 from consumer_client.security import ClientSecurity
 
 
@@ -198,7 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "node will do, the leader is found through DiscoverBrokers")
         sp.add_argument("--timeout", type=float, default=30.0,
                         help="seconds for the whole operation, retries included (default 30)")
-        _command_config(sp)
+        sp.add_argument("--secret-file", metavar="FILE",
+                        default=os.environ.get("SLUICE_CLUSTER_SECRET_FILE"),
+                        help="the brokers' cluster.secret.file: a broker's quorum serves "
+                        "brokers only (default $SLUICE_CLUSTER_SECRET_FILE)")
 
     qd = qsub.add_parser("describe", help="leader, epoch, high watermark, voters and "
                          "observers with their lag")
@@ -304,6 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="open every znode to all again (world:anyone:cdrwa)")
     zs.add_argument("--dry-run", action="store_true",
                     help="list the nodes whose ACL would change; change nothing")
+
+    se = sub.add_parser("secret", help="the cluster secret brokers authenticate each other with")
+    ssub = se.add_subparsers(dest="action", required=True)
+    sc = ssub.add_parser("create", help="write a new random cluster secret to FILE (mode 0600; "
+                         "an existing file is never overwritten)")
+    sc.add_argument("file", help="where to write it; then cluster.secret.file=FILE on every "
+                    "broker")
 
     pw = sub.add_parser("metrics-password", help="a line for metrics.basic.auth.file "
                         "(user:<salted hash>)")
@@ -665,12 +677,17 @@ def run_quorum(args: argparse.Namespace, out=sys.stdout) -> None:
             target = quorum_admin.parse_voters(args.voters)
     if args.timeout <= 0:
         raise ValueError(f"--timeout must be positive, got {args.timeout}")
+    credential = None
+    if args.secret_file:
+        from broker_core.security.cluster_secret import ClusterCredential, ClusterSecretError
+
+        try:
+            credential = ClusterCredential.from_file(args.secret_file).login
+        except ClusterSecretError as e:
+            raise ValueError(str(e)) from None
     try:
-        security = _security(args)
-        extra = {} if security is None else {
-            "connect": functools.partial(BrokerConnection, security=security)}
         with quorum_admin.QuorumAdminClient(args.bootstrap_server, timeout_s=args.timeout,
-                                            **extra) as client:
+                                            credential=credential) as client:
             if args.action == "describe":
                 d = client.describe()
                 if args.json:
@@ -704,6 +721,19 @@ def run_zookeeper(args: argparse.Namespace, out=sys.stdout) -> None:
         print(f"{verb} {change}", file=out)
     print(f"{len(changes)} node(s) {verb}" + ("" if changes else " (all as wanted already)"),
           file=out)
+
+
+def run_secret(args: argparse.Namespace, out=sys.stdout) -> None:
+    """``sluice secret create FILE``: a new cluster secret, never over an existing file."""
+    from broker_core.security import cluster_secret
+
+    try:
+        cluster_secret.generate(args.file)
+    except FileExistsError:
+        raise AdminError(None, f"{args.file} exists; a cluster secret is never overwritten "
+                         "(every broker of the cluster must keep using the same one)") from None
+    print(f"Wrote a new cluster secret to {args.file} (mode 0600). Give every broker of the "
+          f"cluster a private copy and set cluster.secret.file to it.", file=out)
 
 
 def run_metrics_password(args: argparse.Namespace, out=sys.stdout) -> None:
@@ -772,6 +802,9 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         return
     if args.area == "metrics-password":
         run_metrics_password(args, out)
+        return
+    if args.area == "secret":
+        run_secret(args, out)
         return
     if args.area == "quorum":
         run_quorum(args, out)

@@ -29,6 +29,12 @@ answer names a leader whose endpoint it knows, and sends the request straight th
   leader that cannot be reached: back off (doubling) and ask DiscoverBrokers again. Redirects
   without a backoff are bounded (two nodes naming each other back off like an unknown leader).
 
+A broker's quorum listener serves brokers only (everything but ApiVersions and DescribeQuorum,
+DiscoverBrokers included): given a ``credential`` (the cluster login, from the brokers'
+``cluster.secret.file``) the client logs in on every connection before its first request. A
+refused login, or CLUSTER_AUTHORIZATION_FAILED (no credential given), fails at once: retrying
+cannot help.
+
 Invariant: every request goes to the node the client believes leads, and the client never
 sleeps without :func:`~broker_core.raft.admin.next_action` (or the redirect bound) asking for it.
 """
@@ -49,9 +55,16 @@ from broker_core.raft.messages import (
     DescribeQuorumResponse,
     ReplicaState,
 )
+from broker_core.security.sasl import ClientCredential, SaslClient, SaslClientError
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from consumer_client.connection import BrokerConnection, parse_servers
+
+#: SaslHandshake and SaslAuthenticate versions of the login (as the broker's own client).
+SASL_HANDSHAKE_VERSION = 1
+SASL_AUTHENTICATE_VERSION = 2
+#: SCRAM takes two SaslAuthenticate rounds; a server asking for more is refused.
+MAX_SASL_ROUNDS = 3
 
 #: The DiscoverBrokers version the client speaks (the only one defined).
 DISCOVER_BROKERS_VERSION = 0
@@ -69,6 +82,35 @@ class QuorumAdminError(Exception):
     def __init__(self, code: ErrorCode | None, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def log_in(conn: BrokerConnection, credential: ClientCredential) -> None:
+    """Run the SASL exchange of ``credential`` on ``conn``; QuorumAdminError when the server
+    refuses it or does not prove it knows the secret (SCRAM's server signature)."""
+    where = f"{conn.host}:{conn.port}"
+    shake = conn.request(ApiKey.SASL_HANDSHAKE, {"mechanism": credential.mechanism},
+                         version=SASL_HANDSHAKE_VERSION)
+    if shake.error_code:
+        code = ErrorCode(shake.error_code)
+        raise QuorumAdminError(code, f"{where} refused SaslHandshake for "
+                                     f"{credential.mechanism}: {code.name}")
+    client = SaslClient(credential)
+    token: bytes | None = client.first()
+    rounds = 0
+    while token is not None:
+        rounds += 1
+        if rounds > MAX_SASL_ROUNDS:
+            raise QuorumAdminError(None, f"{where}: the SASL exchange took too many rounds")
+        answer = conn.request(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token},
+                              version=SASL_AUTHENTICATE_VERSION)
+        if answer.error_code:
+            code = ErrorCode(answer.error_code)
+            raise QuorumAdminError(code, f"{where} refused the cluster login ({code.name}): is "
+                                         "--secret-file the brokers' cluster.secret.file?")
+        try:
+            token = client.step(bytes(answer.auth_bytes))
+        except SaslClientError as e:
+            raise QuorumAdminError(None, f"{where}: {e}") from None
 
 
 def parse_voters(raw: str) -> tuple[int, ...]:
@@ -101,8 +143,11 @@ class QuorumAdminClient:
                  retry_backoff_ms: float = 100.0, max_backoff_ms: float = 1000.0,
                  connect: Callable[..., BrokerConnection] = BrokerConnection,
                  sleep: Callable[[float], None] = time.sleep,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 credential: ClientCredential | None = None) -> None:
         self.servers: list[Address] = parse_servers(servers)
+        #: The cluster login each connection starts with (None: connect anonymously).
+        self.credential = credential
         self.timeout_s = timeout_s
         self.retry_backoff_ms = retry_backoff_ms
         self.max_backoff_ms = max_backoff_ms
@@ -188,6 +233,12 @@ class QuorumAdminClient:
                                  DISCOVER_BROKERS_VERSION, failures)
             if body is None:
                 continue
+            if body.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+                raise QuorumAdminError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, (
+                    f"{_name(address)} serves the quorum to brokers only: pass the brokers' "
+                    "cluster.secret.file with --secret-file (or $SLUICE_CLUSTER_SECRET_FILE)"
+                    if self.credential is None else
+                    f"{_name(address)} refused DiscoverBrokers after the cluster login"))
             if body.error_code != ErrorCode.NONE:
                 failures[_name(address)] = f"DiscoverBrokers: {ErrorCode(body.error_code).name}"
                 continue
@@ -274,7 +325,14 @@ class QuorumAdminClient:
         try:
             conn = self._conns.get(address)
             if conn is None:
-                conn = self._conns[address] = self._connect(*address, timeout=read_timeout)
+                conn = self._connect(*address, timeout=read_timeout)
+                if self.credential is not None:
+                    try:
+                        log_in(conn, self.credential)
+                    except BaseException:
+                        conn.close()
+                        raise
+                self._conns[address] = conn
             answer = conn.request(key, body, version=version)
         except OSError as e:
             failures[_name(address)] = str(e) or type(e).__name__

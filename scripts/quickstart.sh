@@ -75,6 +75,11 @@ else
     metadata=(--metadata quorum --quorum-voters "$VOTERS")
 fi
 
+# Brokers authenticate each other with the cluster secret (cluster.secret.file): made once,
+# private to this user, and kept across restarts (every broker of the cluster needs the same).
+SECRET="$RUN/cluster.secret"
+[ -f "$SECRET" ] || .venv/bin/sluice secret create "$SECRET" >/dev/null
+
 for id in 1 2 3; do
     pidfile="$RUN/broker-$id.pid"
     if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
@@ -83,6 +88,7 @@ for id in 1 2 3; do
     .venv/bin/twistd --pidfile "$pidfile" --logfile "$RUN/broker-$id.log" broker \
         --broker-id "$id" --listen "tcp:909$((id + 1)):interface=127.0.0.1" \
         "${metadata[@]}" --log-dir "$RUN/$MODE-mode/broker-$id" \
+        --set "cluster.secret.file=$SECRET" \
         --metrics "tcp:940$((id + 3)):interface=127.0.0.1"
     echo "started broker $id on 127.0.0.1:909$((id + 1)) (log: run/broker-$id.log)"
 done

@@ -58,6 +58,7 @@ from broker_core.metadata import (
     TransactionFailed,
 )
 from broker_core.rpc import BrokerChannel
+from broker_core.security.sasl import ClientCredential
 from broker_core.zk import paths
 
 TopicPartition = tuple[str, int]
@@ -125,7 +126,10 @@ class Controller:
         channel_factory: Callable[[LiveBroker], Any] | None = None,
         heartbeat_interval_s: float | None = None,
         session_timeout_s: float | None = None,
+        credential: ClientCredential | None = None,
     ) -> None:
+        #: The cluster login every channel to a broker starts with.
+        self.credential = credential
         self.broker_id = broker_id
         self.store = store
         self.reactor = reactor
@@ -561,7 +565,7 @@ class Controller:
 
     def _default_channel(self, b: LiveBroker) -> BrokerChannel:
         return BrokerChannel(b.id, b.host, b.port, reactor=self.reactor,
-                             timeout_s=self.request_timeout_s)
+                             timeout_s=self.request_timeout_s, credential=self.credential)
 
     def _open_channel(self, b: LiveBroker) -> None:
         old = self.channels.pop(b.id, None)

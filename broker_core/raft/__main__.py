@@ -78,6 +78,7 @@ from broker_core.raft.entries import LeaderChange, LogEntry
 from broker_core.raft.quorum_state import QuorumStateError, read_quorum_state
 from broker_core.raft.roles import Role
 from broker_core.raft.service import QuorumNode
+from broker_core.security.cluster_secret import ClusterCredential, ClusterSecretError
 
 log = Logger(namespace="sluice.raft")
 
@@ -103,6 +104,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "--quorum-voters (observers that may become voters)")
     p.add_argument("--listen", required=True, help="host:port of the quorum listener")
     p.add_argument("--data-dir", required=True, help="quorum-state file and metadata log")
+    p.add_argument("--secret-file", default=None,
+                   help="a cluster.secret.file: the listener then serves the quorum to "
+                        "connections that log in with it only, and this node logs in with it "
+                        "(without it the listener is open to anyone: tests and benchmarks)")
     p.add_argument("--cluster-id", default=None,
                    help="the quorum's cluster id; may be left out on a restart (it is read "
                         "from the quorum-state file) and by a fresh node that is the only "
@@ -210,6 +215,12 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
     if both:
         raise RaftConfigError(f"--peers names voters {both}: list each node once")
     host, port = _listen_address(args.listen)
+    credential = None
+    if args.secret_file is not None:
+        try:
+            credential = ClusterCredential.from_file(args.secret_file)
+        except ClusterSecretError as e:
+            raise RaftConfigError(f"--secret-file: {e}") from None
     config = RaftConfig(election_timeout_ms=args.election_timeout_ms,
                         fetch_timeout_ms=args.fetch_timeout_ms,
                         election_backoff_max_ms=args.election_backoff_max_ms,
@@ -236,7 +247,8 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
         # one up; a quorum found through the bootstrap servers has its own.
         cluster_id = None
     node = QuorumNode(args.node_id, cluster_id, raft_log, args.data_dir, config, reactor,
-                      persist_thread=args.persist_thread, bootstrap_servers=bootstrap)
+                      persist_thread=args.persist_thread, bootstrap_servers=bootstrap,
+                      credential=credential)
     stopping = defer.Deferred()
     shutting_down: list[bool] = []
 

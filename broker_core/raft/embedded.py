@@ -26,6 +26,7 @@ from broker_core.raft.bootstrap import StartNode
 from broker_core.raft.config import RaftConfig, VoterAddress
 from broker_core.raft.quorum_client import NetworkQuorumClient
 from broker_core.raft.service import QuorumNode
+from broker_core.security.cluster_secret import ClusterCredential
 from broker_core.server.connection_limits import ServerLimits
 from broker_core.wire.framing import MAX_FRAME_BYTES
 
@@ -39,8 +40,12 @@ class EmbeddedQuorum:
                  bootstrap_servers: list[tuple[str, int]] | None = None,
                  discovery_timeout_ms: float | None = None,
                  limits: ServerLimits | None = None,
-                 max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = MAX_FRAME_BYTES,
+                 credential: ClusterCredential | None = None) -> None:
         self.node_id = node_id
+        #: The cluster credential: the quorum listener serves brokers only, and the node's and
+        #: the client's connections log in with it (None: an open quorum, tests only).
+        self.credential = credential
         #: The quorum listener's own connection and memory limits (the broker's keys).
         self.limits = limits
         self.max_frame_bytes = max_frame_bytes
@@ -53,8 +58,9 @@ class EmbeddedQuorum:
         self.data_dir = Path(data_dir)
         self.reactor = reactor
         self.config = config or RaftConfig()
-        self.client = NetworkQuorumClient(node_id, voters, reactor,
-                                          request_timeout_s=self.config.request_timeout_ms / 1000)
+        self.client = NetworkQuorumClient(
+            node_id, voters, reactor, request_timeout_s=self.config.request_timeout_ms / 1000,
+            credential=None if credential is None else credential.login)
         self.node: QuorumNode | None = None
         self.raft_log: Any = None
 
@@ -66,7 +72,8 @@ class EmbeddedQuorum:
         self.node = QuorumNode(self.node_id, self.cluster_id, self.raft_log, self.data_dir,
                                self.config, self.reactor,
                                bootstrap_servers=self.bootstrap_servers,
-                               limits=self.limits, max_frame_bytes=self.max_frame_bytes)
+                               limits=self.limits, max_frame_bytes=self.max_frame_bytes,
+                               credential=self.credential)
         self.client.serve_on(self.node.factory.handler)
         self.node.add_address_listener(self.client.learn_address)
         await self.node.listen(*self.listen)

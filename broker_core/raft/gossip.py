@@ -30,7 +30,8 @@ from twisted.logger import Logger
 
 from broker_core.raft import discovery
 from broker_core.raft.discovery import Gossip
-from broker_core.rpc import KafkaClientFactory
+from broker_core.rpc import KafkaClientFactory, logged_in
+from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 
@@ -55,8 +56,11 @@ class GossipClient:
 
     def __init__(self, node_id: int, servers: list[tuple[str, int]], reactor: Any,
                  timeout_s: float, tell: Callable[[], Gossip],
-                 receive: Callable[[Gossip], Any], interval_s: float = 1.0) -> None:
+                 receive: Callable[[Gossip], Any], interval_s: float = 1.0,
+                 credential: ClientCredential | None = None) -> None:
         self.node_id = node_id
+        #: The cluster login every connection starts with.
+        self.credential = credential
         self.reactor = reactor
         self.timeout_s = timeout_s
         self.interval_s = interval_s
@@ -76,9 +80,11 @@ class GossipClient:
             return
         service = ClientService(
             HostnameEndpoint(self.reactor, server[0], server[1], timeout=self.timeout_s),
-            KafkaClientFactory(f"sluice-quorum-gossip-{self.node_id}"),
+            KafkaClientFactory(f"sluice-quorum-gossip-{self.node_id}",
+                               credential=self.credential,
+                               peer_name=f"quorum server {server[0]}:{server[1]}"),
             retryPolicy=backoffPolicy(initialDelay=0.02, maxDelay=1.0, factor=2.0),
-            clock=self.reactor)
+            clock=self.reactor, prepareConnection=logged_in)
         self._services[server] = service
         if self._connecting:
             service.startService()

@@ -21,11 +21,21 @@ listener does not serve, or a quorum API at a version it does not speak closes t
 (logged, as the broker's listener does); a Fetch at another version than v12 gets
 UNSUPPORTED_VERSION; a request naming another partition than the metadata one, or claiming to
 come from this node itself, gets INVALID_REQUEST. A wrong cluster id is the node's to answer
-(INCONSISTENT_CLUSTER_ID). The APIs registered with :meth:`QuorumRequestHandler.serve` check
-their own input: MetadataWrite's handler (``NetworkQuorumClient``) validates the command and
-refuses one that does not validate before anything is proposed. A request the node has not
-answered within the request timeout
-closes its connection: the peer has given up on it, and the responses queued behind it could
+(INCONSISTENT_CLUSTER_ID).
+
+Only brokers may act on the quorum. A listener built with the cluster credential
+(``QuorumListenerFactory(..., sasl=ClusterCredential.sasl_settings())`` and
+``QuorumRequestHandler(brokers_only=True)``, as every broker's is) accepts the cluster login
+(SaslHandshake/SaslAuthenticate, answered by the connection's authentication gate, see
+:mod:`broker_core.server.authentication`) and serves every API except ApiVersions and the
+read-only DescribeQuorum (:data:`OPEN_TO_ANYONE`) only to a connection that logged in with it:
+anyone else gets the API's error response with CLUSTER_AUTHORIZATION_FAILED (every quorum API
+has a top-level error code), and the request reaches nothing.
+
+The APIs registered with :meth:`QuorumRequestHandler.serve` check their own input:
+MetadataWrite's handler (``NetworkQuorumClient``) validates the command and refuses one that
+does not validate before anything is proposed. A request the node has not answered within the
+request timeout closes its connection: the peer has given up on it, and the responses queued behind it could
 not be sent out of order anyway.
 """
 
@@ -56,6 +66,7 @@ from broker_core.raft.messages import (
     Response,
     VoteRequest,
 )
+from broker_core.security.sasl import SaslSettings
 from broker_core.server.connection_limits import ServerLimits
 from broker_core.server.protocol import NO_RESPONSE, KafkaServerFactory, KafkaServerProtocol
 from broker_core.wire import apis, errors
@@ -72,7 +83,22 @@ SERVED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
        for key in (ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH,
                    ApiKey.FETCH_SNAPSHOT)},
     **ADMIN_VERSIONS,  # DescribeQuorum, AlterPartitionReassignments: listener_admin.py
+    # The cluster login (answered by the connection's authentication gate, never the handler).
+    **{key: (apis.SUPPORTED[key].min_version, apis.SUPPORTED[key].max_version)
+       for key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)},
 }
+
+#: What a connection that has not logged in as a broker may ask a brokers-only listener: the
+#: versions it speaks, and the quorum's state (read-only; ``sluice quorum describe``).
+OPEN_TO_ANYONE = frozenset({ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM})
+
+
+def refused_body(request: apis.Request, error: ErrorCode) -> dict[str, Any]:
+    """The response body of ``request``'s API carrying ``error`` and nothing else."""
+    header = request.header
+    spec = apis.DEFINED.get(header.api_key) or apis.SUPPORTED[header.api_key]  # type: ignore
+    assert spec.error_body is not None  # every API this listener serves has one
+    return spec.error_body(header.api_version, request.body, int(error))
 
 
 def source_of(request: Request) -> int:
@@ -138,8 +164,12 @@ class QuorumRequestHandler:
     log = Logger(namespace="sluice.raft.listener")
 
     def __init__(self, inbound: InboundRequests, clock: IReactorTime, timeout_s: float,
-                 entries_to_records: wire.EntriesToRecords | None = None) -> None:
+                 entries_to_records: wire.EntriesToRecords | None = None, *,
+                 brokers_only: bool = False) -> None:
         self.inbound = inbound
+        #: Serve everything but :data:`OPEN_TO_ANYONE` only to connections that logged in with
+        #: the cluster login (see the module docstring).
+        self.brokers_only = brokers_only
         self.clock = clock
         self.timeout_s = timeout_s
         self.gossip: GossipHandler | None = None  # DiscoverBrokers, when the node gossips
@@ -170,6 +200,11 @@ class QuorumRequestHandler:
             return {"error_code": 0, "throttle_time_ms": 0, "api_keys": [
                 {"api_key": k, "min_version": lo, "max_version": hi}
                 for k, (lo, hi) in sorted(served.items())]}
+        if (self.brokers_only and header.api_key not in OPEN_TO_ANYONE
+                and not proto.security.is_broker):
+            self.log.info("refused {api} from {who}: the quorum is served to brokers only",
+                          api=ApiKey(header.api_key).name, who=proto.security)
+            return refused_body(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         if header.api_key in self.extra:
             return self.extra[header.api_key][1](request, proto)
         if header.api_key == ApiKey.FETCH and header.api_version != wire.VERSIONS[ApiKey.FETCH]:
@@ -219,9 +254,10 @@ class QuorumListenerFactory(KafkaServerFactory):
 
     def __init__(self, handler: QuorumRequestHandler, *, clock: IReactorTime,
                  metrics: Any = None, limits: ServerLimits | None = None,
-                 max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = MAX_FRAME_BYTES, sasl: SaslSettings | None = None
+                 ) -> None:
         super().__init__(handler, clock=clock, metrics=metrics, limits=limits,
-                         max_frame_bytes=max_frame_bytes)
+                         max_frame_bytes=max_frame_bytes, sasl=sasl)
 
     def decode_request(self, frame: bytes | memoryview) -> apis.Request:  # type: ignore[override]
         request = apis.decode_request(frame, defined=True)

@@ -93,6 +93,7 @@ from broker_core.raft.node import NotLeaderError
 from broker_core.raft.roles import Role
 from broker_core.raft.snapshots import Snapshot
 from broker_core.rpc import ClientConnection, connect_client, request_with_timeout
+from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 
@@ -139,7 +140,8 @@ class NetworkQuorumClient:
     log = Logger(namespace="sluice.quorum.client")
 
     def __init__(self, node_id: int, voters: dict[int, VoterAddress], reactor: Any, *,
-                 request_timeout_s: float = 2.0, submit_timeout_s: float = 10.0) -> None:
+                 request_timeout_s: float = 2.0, submit_timeout_s: float = 10.0,
+                 credential: ClientCredential | None = None) -> None:
         self.node_id = node_id
         self.addresses = dict(voters)
         self.voters = ",".join(str(v) for _, v in sorted(voters.items()))
@@ -175,8 +177,10 @@ class NetworkQuorumClient:
         self.skipped: Counter[str] = Counter()
         self.recent_skipped: deque[tuple[int, str, str]] = deque(maxlen=RECENT_SKIPPED)
         self.on_skip: Callable[[int, str], None] | None = None
+        # Forwarding to the leader logs in with the cluster login (``credential``) first.
         self._conn = ClientConnection(lambda host, port: connect_client(
-            reactor, host, port, f"sluice-quorum-client-{node_id}", request_timeout_s))
+            reactor, host, port, f"sluice-quorum-client-{node_id}", request_timeout_s,
+            credential=credential, peer_name=f"the quorum leader at {host}:{port}"))
 
     # -- wiring --------------------------------------------------------------------------------
 

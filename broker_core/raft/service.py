@@ -30,6 +30,7 @@ from broker_core.raft.listener import InboundRequests, QuorumListenerFactory, Qu
 from broker_core.raft.listener_admin import GossipHandler
 from broker_core.raft.log import IRaftLog
 from broker_core.raft.transport import QuorumNetwork
+from broker_core.security.cluster_secret import ClusterCredential
 from broker_core.server.connection_limits import ServerLimits
 from broker_core.wire.framing import MAX_FRAME_BYTES
 
@@ -75,8 +76,14 @@ class QuorumNode:
                  rng: random.Random | None = None, persist_thread: bool = False,
                  bootstrap_servers: list[tuple[str, int]] | None = None,
                  limits: ServerLimits | None = None,
-                 max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = MAX_FRAME_BYTES,
+                 credential: ClusterCredential | None = None) -> None:
         self.node_id = node_id
+        #: With the cluster credential the listener serves the quorum to brokers only, and
+        #: every connection this node opens (peers, gossip) logs in with it first. Without
+        #: one (a standalone quorum for tests and benchmarks) the listener is open to all.
+        self.credential = credential
+        self._login = None if credential is None else credential.login
         self.persist_thread = persist_thread
         self.cluster_id = cluster_id
         self.raft_log = raft_log
@@ -88,9 +95,11 @@ class QuorumNode:
         self.inbound = InboundRequests(node_id)
         self.handler = QuorumRequestHandler(self.inbound, reactor,
                                             config.request_timeout_ms / 1000,
-                                            self.entries_to_records)
-        self.factory = QuorumListenerFactory(self.handler, clock=reactor, limits=limits,
-                                             max_frame_bytes=max_frame_bytes)
+                                            self.entries_to_records,
+                                            brokers_only=credential is not None)
+        self.factory = QuorumListenerFactory(
+            self.handler, clock=reactor, limits=limits, max_frame_bytes=max_frame_bytes,
+            sasl=None if credential is None else credential.sasl_settings(mechanisms=()))
         self.port: Any = None
         self.network: QuorumNetwork | None = None
         self.driver: RaftDriver | None = None
@@ -112,7 +121,8 @@ class QuorumNode:
         if self.bootstrap_servers:
             self.gossip = GossipClient(self.node_id, self.bootstrap_servers, self.reactor,
                                        self.config.request_timeout_ms / 1000,
-                                       tell=self._tell, receive=self.receive_gossip)
+                                       tell=self._tell, receive=self.receive_gossip,
+                                       credential=self._login)
         return bound
 
     def bootstrap(self, configured_voters: Mapping[int, VoterAddress | None],
@@ -185,7 +195,7 @@ class QuorumNode:
         addresses = {n: VoterAddress(n, e.host, e.port) for n, e in self.directory.nodes.items()}
         self.network = QuorumNetwork(self.node_id, addresses, self.reactor,
                                      self.config.request_timeout_ms / 1000, self.inbound,
-                                     self.records_to_entries)
+                                     self.records_to_entries, self._login)
         self.driver = RaftDriver(self.node_id, self.cluster_id, frozenset(voter_ids),
                                  self.raft_log, self.data_dir, self.config, self.reactor,
                                  self.network, self._rng, self.persist_thread)

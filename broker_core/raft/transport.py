@@ -19,7 +19,9 @@ arrive ahead of later ones, so the next request starts on a fresh connection.
 
 Outbound connections reuse the broker's client protocol and reconnect policy
 (:class:`~broker_core.rpc.KafkaClientProtocol` under a ``ClientService`` with backoff, as the
-controller's :class:`~broker_core.rpc.BrokerChannel` does).
+controller's :class:`~broker_core.rpc.BrokerChannel` does), and with a ``credential`` each logs
+in with the cluster login before its first request (a refused login is a failed connection
+attempt, retried with the same backoff).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from broker_core.raft.config import VoterAddress
 from broker_core.raft.driver import IRaftTransport
 from broker_core.raft.listener import InboundRequests
 from broker_core.raft.messages import Envelope
-from broker_core.rpc import KafkaClientFactory, KafkaClientProtocol, RequestTimedOut
+from broker_core.rpc import KafkaClientFactory, KafkaClientProtocol, RequestTimedOut, logged_in
+from broker_core.security.sasl import ClientCredential
 
 #: Reconnect backoff: quick after a blip, at most a second apart while the peer is down (a
 #: failover waits for the new leader's connections, so a long cap would lengthen it).
@@ -59,7 +62,8 @@ class PeerConnection:
 
     def __init__(self, node_id: int, peer: VoterAddress, reactor: Any, timeout_s: float,
                  deliver: Callable[[Envelope], None],
-                 records_to_entries: wire.RecordsToEntries | None = None) -> None:
+                 records_to_entries: wire.RecordsToEntries | None = None,
+                 credential: ClientCredential | None = None) -> None:
         self.node_id = node_id
         self.peer = peer
         self._reactor = reactor
@@ -69,10 +73,11 @@ class PeerConnection:
                            else {"records_to_entries": records_to_entries})
         self._service = ClientService(
             HostnameEndpoint(reactor, peer.host, peer.port, timeout=timeout_s),
-            KafkaClientFactory(f"sluice-quorum-{node_id}"),
+            KafkaClientFactory(f"sluice-quorum-{node_id}", credential=credential,
+                               peer_name=f"quorum node {peer.node_id}"),
             retryPolicy=backoffPolicy(initialDelay=RECONNECT_INITIAL_S,
                                       maxDelay=RECONNECT_MAX_S, factor=2.0),
-            clock=reactor,
+            clock=reactor, prepareConnection=logged_in,
         )
         self.sent = 0
         self.dropped = 0
@@ -142,8 +147,10 @@ class QuorumNetwork:
 
     def __init__(self, node_id: int, voters: dict[int, VoterAddress], reactor: Any,
                  timeout_s: float, inbound: InboundRequests,
-                 records_to_entries: wire.RecordsToEntries | None = None) -> None:
+                 records_to_entries: wire.RecordsToEntries | None = None,
+                 credential: ClientCredential | None = None) -> None:
         self.node_id = node_id
+        self._credential = credential
         self.inbound = inbound
         self._deliver: Callable[[Envelope], None] | None = None
         self._reactor = reactor
@@ -152,7 +159,7 @@ class QuorumNetwork:
         self._started = False
         self._stopped = False
         self.peers = {v: PeerConnection(node_id, address, reactor, timeout_s,
-                                        self._to_node, records_to_entries)
+                                        self._to_node, records_to_entries, credential)
                       for v, address in voters.items() if v != node_id}
         self._unknown_warned: set[int] = set()
 
@@ -168,7 +175,7 @@ class QuorumNetwork:
                 return
             old.stop()
         peer = PeerConnection(self.node_id, address, self._reactor, self._timeout_s,
-                              self._to_node, self._records_to_entries)
+                              self._to_node, self._records_to_entries, self._credential)
         self.peers[address.node_id] = peer
         self._unknown_warned.discard(address.node_id)
         self.log.info("quorum node {node} reaches node {peer} at {address}", node=self.node_id,

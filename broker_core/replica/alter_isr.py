@@ -43,6 +43,7 @@ from broker_core.rpc import (
     connect_client,
     request_with_timeout,
 )
+from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 
@@ -83,8 +84,11 @@ class AlterIsrSender:
         timeout_s: float = 30.0,
         connect: Callable[[str, int], defer.Deferred] | None = None,
         follow_s: float = 0.5,
+        credential: ClientCredential | None = None,
     ) -> None:
         self.broker_id = broker_id
+        #: The cluster login every connection to the controller starts with.
+        self.credential = credential
         self.broker_epoch = broker_epoch
         self.controller = controller
         self.on_result = on_result
@@ -242,7 +246,8 @@ class AlterIsrSender:
                              p=change.partition)
 
     def _tcp_connect(self, host: str, port: int) -> defer.Deferred:
-        return connect_client(self.reactor, host, port, f"sluice-alter-isr-{self.broker_id}")
+        return connect_client(self.reactor, host, port, f"sluice-alter-isr-{self.broker_id}",
+                              credential=self.credential, peer_name="the controller")
 
 
 class _Retry(Exception):

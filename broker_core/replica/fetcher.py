@@ -42,6 +42,7 @@ from broker_core.rpc import (
     connect_client,
     request_with_timeout,
 )
+from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import InvalidRecordBatch
@@ -120,9 +121,12 @@ class ReplicaFetcher:
         on_error: Callable[[Partition, str], None] | None = None,
         connect: Callable[[str, int], defer.Deferred] | None = None,
         on_storage_error: Callable[[Partition, OSError], None] | None = None,
+        credential: ClientCredential | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
+        #: The cluster login every connection to the leader starts with.
+        self.credential = credential
         #: Called when writing a partition's log failed (an append or a truncation raised
         #: ``OSError``): the partition leaves this fetcher at once and the replica manager takes
         #: its log directory offline (a disk error is no reason to reconnect and retry).
@@ -232,7 +236,8 @@ class ReplicaFetcher:
                 if s.truncating == truncating and s.delayed_until <= now]
 
     def _tcp_connect(self, host: str, port: int) -> defer.Deferred:
-        return connect_client(self.reactor, host, port, f"sluice-replica-{self.broker_id}")
+        return connect_client(self.reactor, host, port, f"sluice-replica-{self.broker_id}",
+                              credential=self.credential, peer_name=f"broker {self.leader_id}")
 
     def _request(self, proto: KafkaClientProtocol, api: ApiKey, version: int, body: dict,
                  timeout_s: float) -> defer.Deferred:
@@ -410,8 +415,10 @@ class ReplicaFetcherManager:
     def __init__(self, broker_id: int, *, reactor: Any, clock: Any, config: FetcherConfig,
                  on_appended: Callable[[Partition], None],
                  connect: Callable[[str, int], defer.Deferred] | None = None,
-                 on_storage_error: Callable[[Partition, OSError], None] | None = None) -> None:
+                 on_storage_error: Callable[[Partition, OSError], None] | None = None,
+                 credential: ClientCredential | None = None) -> None:
         self.broker_id = broker_id
+        self.credential = credential
         self.reactor = reactor
         self.clock = clock
         self.config = config
@@ -439,6 +446,7 @@ class ReplicaFetcherManager:
             fetcher = ReplicaFetcher(self.broker_id, leader_id, address, reactor=self.reactor,
                                      clock=self.clock, config=self.config,
                                      on_appended=self.on_appended, connect=self.connect,
+                                     credential=self.credential,
                                      on_storage_error=self.on_storage_error)
             self.fetchers[leader_id] = fetcher
             fetcher.start()

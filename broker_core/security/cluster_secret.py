@@ -1,10 +1,15 @@
 """The cluster secret: the password brokers log in to each other with (``cluster.secret.file``).
 
-Every broker of a cluster reads the same file. The secret is the password of the cluster login
-(:data:`~broker_core.security.sasl.CLUSTER_USER` over SCRAM-SHA-512): a broker serving SASL
-derives a SCRAM credential from it (:func:`cluster_credential`), and a broker connecting to
-another logs in with it (:func:`broker_login`). Whoever reads the file can act as a broker, so
-:func:`load` refuses a file anyone on the machine may read, and a secret too short to resist
+Every broker of a cluster reads the same file, and every broker must have it: it is what lets
+a broker send the control plane's requests (LeaderAndIsr, replica Fetch, the quorum's Vote,
+...) that other brokers refuse to anyone else. The secret is the password of the cluster login
+(:data:`~broker_core.security.sasl.CLUSTER_USER` over SCRAM-SHA-512). The broker reads the file
+once, into one :class:`ClusterCredential`, and hands that to every component: the listeners
+check the login against its SCRAM credential (:meth:`ClusterCredential.sasl_settings`), and
+every connection a broker opens to another broker or quorum node logs in with
+:attr:`ClusterCredential.login`. Whoever reads the file can act as a broker, so :func:`load`
+refuses a file other users may read (the rules of every secret file,
+:func:`~broker_core.security.secret_file.read_secret_file`), and a secret too short to resist
 guessing. Surrounding whitespace (a trailing newline) is not part of the secret.
 """
 
@@ -13,16 +18,26 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import stat
-from pathlib import Path
+from dataclasses import dataclass, field
 
-from broker_core.security.sasl import CLUSTER_MECHANISM, CLUSTER_USER, ClientCredential
+from broker_core.security.sasl import (
+    CLUSTER_MECHANISM,
+    CLUSTER_USER,
+    DEFAULT_MECHANISMS,
+    ClientCredential,
+    CredentialLookup,
+    SaslSettings,
+    no_users,
+)
 from broker_core.security.scram_credential import ScramCredential
+from broker_core.security.secret_file import SecretFileError, read_secret_file
 
 #: Shortest secret accepted, in characters.
 MIN_SECRET_CHARS = 32
 #: Longest file read: a secret is a line, not a document.
 MAX_FILE_BYTES = 4096
+#: The config key that names the file (in every message about it).
+KEY = "cluster.secret.file"
 
 
 class ClusterSecretError(ValueError):
@@ -30,44 +45,27 @@ class ClusterSecretError(ValueError):
 
 
 def load(path: str | os.PathLike[str]) -> str:
-    """The secret in ``path``; ClusterSecretError if the file is missing, unreadable,
-    readable by everyone (mode & 0o004), not UTF-8, too large or shorter than
-    :data:`MIN_SECRET_CHARS`."""
-    p = Path(path)
+    """The secret in ``path``; ClusterSecretError if the file cannot be used as a secret file
+    (missing, not a regular file, open to other users, not UTF-8), is larger than
+    :data:`MAX_FILE_BYTES`, or holds fewer than :data:`MIN_SECRET_CHARS` characters."""
     try:
-        mode = p.stat().st_mode
-    except FileNotFoundError:
-        raise ClusterSecretError(f"cluster secret file {p} does not exist") from None
-    except OSError as e:
-        raise ClusterSecretError(f"cluster secret file {p} cannot be read: {e.strerror}") from None
-    if not stat.S_ISREG(mode):
-        raise ClusterSecretError(f"cluster secret file {p} is not a regular file")
-    if mode & stat.S_IROTH:
-        raise ClusterSecretError(
-            f"cluster secret file {p} is readable by every user (mode {stat.S_IMODE(mode):o}); "
-            f"run: chmod o-rwx {p}")
-    try:
-        with p.open("rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise ClusterSecretError(f"cluster secret file {p} cannot be read: {e.strerror}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ClusterSecretError(f"cluster secret file {p} is larger than {MAX_FILE_BYTES} bytes")
-    try:
-        secret = raw.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise ClusterSecretError(f"cluster secret file {p} is not UTF-8 text") from None
+        text = read_secret_file(path, KEY)
+    except SecretFileError as e:
+        raise ClusterSecretError(str(e)) from None
+    if len(text.encode("utf-8")) > MAX_FILE_BYTES:
+        raise ClusterSecretError(f"{KEY} {str(path)!r} is larger than {MAX_FILE_BYTES} bytes")
+    secret = text.strip()
     if len(secret) < MIN_SECRET_CHARS:
         raise ClusterSecretError(
-            f"cluster secret in {p} has {len(secret)} characters; at least "
-            f"{MIN_SECRET_CHARS} are required")
+            f"the secret in {KEY} {str(path)!r} has {len(secret)} characters; at least "
+            f"{MIN_SECRET_CHARS} are required (make a new one: sluice secret create FILE)")
     return secret
 
 
 def generate(path: str | os.PathLike[str]) -> str:
-    """Write a new random secret to ``path`` (created with mode 0600; an existing file is
-    never overwritten: FileExistsError) and return it."""
-    secret = secrets.token_urlsafe(48)  # 64 characters, 384 bits
+    """Write a new random secret (64 hex characters, 256 bits) to ``path``, created with mode
+    0600 (an existing file is never overwritten: FileExistsError), and return it."""
+    secret = secrets.token_hex(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(secret + "\n")
@@ -89,3 +87,35 @@ def decoy_key(secret: str) -> bytes:
 def broker_login(secret: str) -> ClientCredential:
     """What a broker logs in to another broker (or the quorum) with."""
     return ClientCredential(CLUSTER_MECHANISM, CLUSTER_USER, secret)
+
+
+@dataclass(frozen=True)
+class ClusterCredential:
+    """The cluster secret as a broker uses it, read once and passed to every component that
+    serves or opens a broker-to-broker connection. The secret never appears in a repr."""
+
+    secret: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.secret) < MIN_SECRET_CHARS:
+            raise ClusterSecretError(f"the cluster secret must have at least "
+                                     f"{MIN_SECRET_CHARS} characters")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> ClusterCredential:
+        """Read ``path`` (:func:`load`); ClusterSecretError says why it cannot be used."""
+        return cls(load(path))
+
+    @property
+    def login(self) -> ClientCredential:
+        """What this broker logs in to another broker or quorum node with."""
+        return broker_login(self.secret)
+
+    def sasl_settings(self, mechanisms: tuple[str, ...] = DEFAULT_MECHANISMS,
+                      lookup: CredentialLookup = no_users) -> SaslSettings:
+        """A listener's SASL settings: users' ``mechanisms`` and ``lookup`` (none on the quorum
+        listener, where only brokers log in) and the cluster login checked against a SCRAM
+        credential derived from the secret."""
+        return SaslSettings(mechanisms=mechanisms, lookup=lookup,
+                            cluster_credential=cluster_credential(self.secret),
+                            decoy_key=decoy_key(self.secret))

@@ -4,8 +4,16 @@
 does and says what to do with it (a :class:`Verdict`):
 
 - SaslHandshake and SaslAuthenticate are always answered here, never by the handler: on a SASL
-  listener they drive a :class:`~broker_core.security.sasl.SaslServer`; on any other listener,
-  or once authenticated, they get ILLEGAL_SASL_STATE and change nothing;
+  listener they drive a :class:`~broker_core.security.sasl.SaslServer`;
+- on any other listener (PLAINTEXT, SSL) they drive one that knows a single login, the cluster
+  login (SCRAM-SHA-512 as the cluster user, checked against the cluster secret): brokers prove
+  themselves on every listener, so the control plane can stay closed to anonymous clients
+  while ``--listen tcp:9092`` needs no SASL of them. Any other login fails
+  (SASL_AUTHENTICATION_FAILED; another mechanism: UNSUPPORTED_SASL_MECHANISM) and closes the
+  connection. Requests sent without logging in are served as before, as the listener's
+  principal (anonymous, or the TLS client certificate's). A connection that already has a
+  principal (a client certificate), a listener without a cluster credential, or a connection
+  that has authenticated, gets ILLEGAL_SASL_STATE and nothing changes;
 - SaslHandshake v0 (raw SASL tokens would follow, outside Kafka requests) is advertised for old
   librdkafka's sake but never served: it gets UNSUPPORTED_VERSION and the connection closes;
 - on a SASL listener, until the connection has authenticated, ApiVersions is the only other
@@ -27,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from broker_core.security.principal import ConnectionSecurity
-from broker_core.security.sasl import SaslServer, SaslSettings
+from broker_core.security.principal import ANONYMOUS, ConnectionSecurity
+from broker_core.security.sasl import SaslServer, SaslSettings, no_users
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 
@@ -76,6 +84,11 @@ class ConnectionAuthentication:
                 raise ValueError(f"listener {security.listener} uses "
                                  f"{security.protocol.value} but has no SASL settings")
             self._sasl = SaslServer(settings)
+        elif settings is not None and settings.cluster_credential is not None:
+            # The cluster login only: no user mechanism enabled, no user looked up.
+            self._sasl = SaslServer(SaslSettings(
+                mechanisms=(), lookup=no_users, cluster_credential=settings.cluster_credential,
+                decoy_key=settings.decoy_key))
 
     def frame_limit(self, authenticated_limit: int) -> int:
         """The largest frame to accept now."""
@@ -97,10 +110,18 @@ class ConnectionAuthentication:
         return Verdict(close_reason="unauthenticated_request",
                        detail=f"api {key} before SASL authentication")
 
+    def _no_login_here(self) -> bool:
+        """No SASL exchange on this connection: none configured, or a non-SASL connection
+        that already has a principal (its client certificate; a principal is set once)."""
+        return self._sasl is None or (not self.security.protocol.uses_sasl
+                                      and self.security.principal is not ANONYMOUS)
+
     def _handshake(self, mechanism: str) -> Verdict:
-        if self._sasl is None:
+        if self._no_login_here():
             return Verdict({"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []})
-        outcome = self._sasl.handshake(mechanism)
+        sasl = self._sasl
+        assert sasl is not None
+        outcome = sasl.handshake(mechanism)
         body = {"error_code": outcome.error_code, "mechanisms": list(outcome.mechanisms)}
         if not outcome.close:
             return Verdict(body)
@@ -110,12 +131,14 @@ class ConnectionAuthentication:
         return Verdict(body, "illegal_sasl_state", "SaslHandshake out of order")
 
     def _authenticate(self, request: Any) -> Verdict:
-        if self._sasl is None:
+        if self._no_login_here():
             return Verdict({"error_code": ErrorCode.ILLEGAL_SASL_STATE,
                             "error_message": f"listener {self.security.listener} does not use "
-                                             "SASL",
+                                             "SASL and this connection cannot log in as a "
+                                             "broker",
                             "auth_bytes": b"", "session_lifetime_ms": 0})
         sasl = self._sasl
+        assert sasl is not None
         outcome = sasl.authenticate(bytes(request.body.auth_bytes))
         body = {"error_code": outcome.error_code, "error_message": outcome.error_message,
                 "auth_bytes": outcome.auth_bytes, "session_lifetime_ms": 0}

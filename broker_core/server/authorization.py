@@ -6,11 +6,11 @@ Three gates, in order (:meth:`broker_core.server.handlers.RequestHandler.__call_
 1. **The control plane** (:data:`CONTROL_PLANE`, and a follower's Fetch or
    OffsetForLeaderEpoch, ``replica_id >= 0``): served only to a connection that proved it
    holds the cluster credential (``security.is_broker``) when the handler's
-   ``control_plane_closed`` is on; anyone else gets CLUSTER_AUTHORIZATION_FAILED and the
-   request is not handled at all. ACLs are not asked about the control plane: while it is
-   open (brokers not yet authenticating each other) the cluster's own controller and
-   followers arrive as anonymous clients, and an ACL check could only refuse them (Kafka
-   asks CLUSTER_ACTION of the broker principal instead; here being a broker is the proof).
+   ``control_plane_closed`` is on, as every broker's is (brokers log in to each other with
+   the cluster login on every listener); anyone else gets CLUSTER_AUTHORIZATION_FAILED and the
+   request is not handled at all. ACLs are not asked about the control plane: Kafka asks
+   CLUSTER_ACTION of the broker principal; here being a broker (the cluster login) is the
+   proof, and no ACL can make a client one.
 2. **Whole-request rules** (``Rule.scope`` CLUSTER or GROUP): one ACL question about the
    cluster or the request's ``group_id``; a refusal is the API's error response with the rule's
    error code, and the request is not handled.

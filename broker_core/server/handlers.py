@@ -122,7 +122,8 @@ class RequestHandler(UserAdminApis):
         self.authorizer = authorizer
         #: When on, the control plane (broker_core.server.authorization.CONTROL_PLANE and a
         #: follower's Fetch and OffsetForLeaderEpoch) is served only to connections that proved
-        #: the cluster credential; off until brokers authenticate to each other.
+        #: the cluster credential. Every broker turns it on (its brokers log in to each other);
+        #: off only for handlers built alone in tests.
         self.control_plane_closed = control_plane_closed
         #: ``super.users``: without an authorizer, the principals (besides brokers) that may
         #: use the user APIs (broker_core.server.authorization.may_manage_users).

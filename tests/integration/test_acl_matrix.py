@@ -1,9 +1,9 @@
 """The ACL matrix: for every API a broker serves, a principal the ACLs allow and one they do not,
 against a real in-process broker (ZooKeeper mode) with ``authorizer.enabled=true``; each
-refusal carries Kafka's error code and changes nothing. Then the closed control plane: with
-``control_plane_closed`` on, every control-plane API (and a follower's Fetch) is refused to a
-client even when an ACL grants it CLUSTER_ACTION, and the partition and its ISR stay as they
-were; a broker connection is served.
+refusal carries Kafka's error code and changes nothing. Then the closed control plane (every
+broker's, since brokers log in to each other): every control-plane API (and a follower's
+Fetch) is refused to a client even when an ACL grants it CLUSTER_ACTION, and the partition
+and its ISR stay as they were; a broker connection is served.
 
 Test seam (until SASL sets principals on real logins): :func:`connect_as` opens a real
 connection and then sets the principal on the broker's side of it, through the broker's
@@ -28,7 +28,7 @@ from broker_core.server.authorization import CONTROL_PLANE, RULES, UNCHECKED
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import Record, build_batch
-from tests.support.cluster import connect, eventually, running_brokers
+from tests.support.cluster import call, connect, eventually, running_brokers
 
 Op, RT = AclOperation, ResourceType
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -379,12 +379,13 @@ def partition_state(broker):
 
 
 @pytest_twisted.ensureDeferred
-async def test_the_open_control_plane_is_not_asked_about_acls(broker):
-    # The cluster's own controller and followers are anonymous until brokers authenticate:
-    # with the gate open their requests are served whatever the ACLs say (the replica of a
-    # topic created above became leader through the controller's LeaderAndIsr).
+async def test_a_broker_connection_is_not_asked_about_acls(broker):
+    # A connection that logged in with the cluster login (over the real SASL exchange, on
+    # this PLAINTEXT listener) is a broker's: its follower Fetch is served whatever the ACLs
+    # say (the replica of the topic created above became leader through the controller's
+    # LeaderAndIsr, sent on such a connection).
     await create_topic(broker, "t")
-    resp = await call_as(broker, "User:mallory", ApiKey.FETCH, 12, fetch_body("t", 1))
+    resp = await call(broker, ApiKey.FETCH, 12, fetch_body("t", 1), as_broker=True)
     assert resp.error_code == 0
     assert resp.responses[0].partitions[0].error_code == 0
 
@@ -392,7 +393,7 @@ async def test_the_open_control_plane_is_not_asked_about_acls(broker):
 @pytest_twisted.ensureDeferred
 async def test_the_closed_control_plane_refuses_every_client_and_changes_nothing(broker):
     await create_topic(broker, "t")
-    broker.handler.control_plane_closed = True
+    assert broker.handler.control_plane_closed  # every broker's: brokers log in to each other
     # Even a super user and a principal granted CLUSTER_ACTION are clients, not brokers.
     await grant(broker, "User:ops", (RT.CLUSTER, "kafka-cluster", Op.CLUSTER_ACTION))
     before = partition_state(broker)

@@ -83,7 +83,7 @@ async def test_controlled_shutdown_api(brokers):
 
     async def ask(target, broker_id, epoch):
         return await call(target, ApiKey.CONTROLLED_SHUTDOWN, 3,
-                          {"broker_id": broker_id, "broker_epoch": epoch})
+                          {"broker_id": broker_id, "broker_epoch": epoch}, as_broker=True)
 
     r = await ask(other, other.broker_id, other.registration_epoch)
     assert r.error_code == ErrorCode.NOT_CONTROLLER

@@ -22,6 +22,7 @@ from broker_core.wire.apis import ApiKey
 from broker_core.wire.records import decode_records
 from broker_core.zk import paths
 from consumer_client import cli
+from consumer_client.admin import AdminError
 from consumer_client.quorum_admin import QuorumAdminClient
 from tests.support.cluster import (
     GROUP_TIMINGS,
@@ -222,20 +223,24 @@ async def test_the_cluster_survives_stopping_the_quorum_leaders_broker(brokers):
 # -- sluice quorum against a broker's quorum listener -----------------------------------------
 
 
-async def quorum_admin(port: int, operation: Callable[[QuorumAdminClient], Any]) -> Any:
-    """``operation`` on a :class:`QuorumAdminClient` given only ``127.0.0.1:port``, in a
-    thread: the client blocks, and the brokers it talks to run on this reactor."""
+async def quorum_admin(broker: BrokerService, port: int,
+                       operation: Callable[[QuorumAdminClient], Any]) -> Any:
+    """``operation`` on a :class:`QuorumAdminClient` given only ``127.0.0.1:port`` and the
+    cluster login (``broker``'s: the quorum serves brokers only), in a thread: the client
+    blocks, and the brokers it talks to run on this reactor."""
     def run() -> Any:
-        with QuorumAdminClient(f"127.0.0.1:{port}", timeout_s=30.0) as client:
+        with QuorumAdminClient(f"127.0.0.1:{port}", timeout_s=30.0,
+                               credential=broker.cluster_credential.login) as client:
             return operation(client)
     return await threads.deferToThread(run)
 
 
-async def sluice_quorum(*args: str) -> str:
-    """``sluice quorum ARGS`` (the CLI's parsing, client and printing) in a thread; its
-    output."""
+async def sluice_quorum(broker: BrokerService, *args: str) -> str:
+    """``sluice quorum ARGS --secret-file F`` (the CLI's parsing, client and printing; F is
+    ``broker``'s cluster.secret.file) in a thread; its output."""
     out = io.StringIO()
-    await threads.deferToThread(cli.run, cli.build_parser().parse_args(["quorum", *args]), out)
+    argv = ["quorum", *args, "--secret-file", broker.config.cluster_secret_file]
+    await threads.deferToThread(cli.run, cli.build_parser().parse_args(argv), out)
     return out.getvalue()
 
 
@@ -252,36 +257,41 @@ async def test_sluice_quorum_describe_and_reassign_through_a_broker_that_does_no
     moved = max((b for b in brokers if b is not leader), key=lambda b: b.broker_id)
     port = moved.quorum.listen[1]
 
-    text = await sluice_quorum("describe", "--bootstrap-server", f"127.0.0.1:{port}")
+    # Without the cluster secret the quorum tells nothing but its versions and DescribeQuorum,
+    # and the tool cannot find the leader (DiscoverBrokers is for brokers): it says why.
+    with pytest.raises(AdminError, match="CLUSTER_AUTHORIZATION_FAILED.*--secret-file"):
+        await threads.deferToThread(cli.run, cli.build_parser().parse_args(
+            ["quorum", "describe", "--bootstrap-server", f"127.0.0.1:{port}"]), io.StringIO())
+    text = await sluice_quorum(brokers[0], "describe", "--bootstrap-server", f"127.0.0.1:{port}")
     epoch = leader.quorum.client.driver.node.epoch
     assert text.splitlines()[:4] == [f"LeaderId:       {leader.broker_id}",
                                      f"LeaderEpoch:    {epoch}",
                                      text.splitlines()[2], "CurrentVoters:  [1,2,3]"]
     hw = int(text.splitlines()[2].split()[1])
     assert 0 < hw <= leader.quorum.client.driver.high_watermark
-    as_json = json.loads(await sluice_quorum("describe", "--bootstrap-server",
+    as_json = json.loads(await sluice_quorum(brokers[0], "describe", "--bootstrap-server",
                                              f"127.0.0.1:{port}", "--json"))
     assert as_json["leader_id"] == leader.broker_id and as_json["observers"] == []
     assert sorted(r["replica_id"] for r in as_json["current_voters"]) == [1, 2, 3]
 
     kept = sorted(b.broker_id for b in brokers if b is not moved)
-    done = await quorum_admin(port, lambda c: (c.reassign(kept), c.wait_for(kept))[1])
+    done = await quorum_admin(brokers[0], port, lambda c: (c.reassign(kept), c.wait_for(kept))[1])
     assert voter_ids(done) == kept and done.target_voters is None
     await eventually(lambda: moved.quorum.client.driver.role is Role.OBSERVER,
                      what=f"broker {moved.broker_id} observing")
-    d = await quorum_admin(port, lambda c: c.describe())
+    d = await quorum_admin(brokers[0], port, lambda c: c.describe())
     assert [r.replica_id for r in d.observers] == [moved.broker_id]
     # The broker goes on as an observer: its metadata writes are forwarded to the leader.
     await create_topic(moved, "while-observing", partitions=1, rf=3)
     await eventually(lambda: leader_of(brokers, "while-observing", 0),
                      what="a leader of 'while-observing'")
 
-    out = await sluice_quorum("reassign", "--bootstrap-server", f"127.0.0.1:{port}",
+    out = await sluice_quorum(brokers[0], "reassign", "--bootstrap-server", f"127.0.0.1:{port}",
                               "--voters", "1,2,3", "--wait")
     assert out.splitlines()[-1].startswith("Done: the voters are 1,2,3")
     await eventually(lambda: moved.quorum.client.driver.role is Role.FOLLOWER,
                      what=f"broker {moved.broker_id} a voter again")
-    d = await quorum_admin(port, lambda c: c.describe())
+    d = await quorum_admin(brokers[0], port, lambda c: c.describe())
     assert voter_ids(d) == [1, 2, 3] and d.observers == () and d.target_voters is None
 
 
@@ -354,7 +364,7 @@ async def test_an_observer_broker_joins_hosts_partitions_and_writes_metadata(wit
     assert len({t.to_snapshot() for t in trees}) == 1
 
     # DescribeQuorum, asked at the observer's own quorum listener, lists it as an observer.
-    d = await quorum_admin(observer.quorum.listen[1], lambda c: c.describe())
+    d = await quorum_admin(brokers[0], observer.quorum.listen[1], lambda c: c.describe())
     assert d.leader_id == leader.broker_id and voter_ids(d) == [1, 2, 3]
     assert [r.replica_id for r in d.observers] == [4]
     (seen,) = d.observers
@@ -398,7 +408,7 @@ async def test_an_observer_broker_given_only_a_bootstrap_server_is_made_a_voter(
                          what="every voter knowing broker 4's quorum listener")
 
         # The reassignment, asked at the observer's own quorum listener.
-        out = await sluice_quorum("reassign", "--bootstrap-server", f"127.0.0.1:{port}",
+        out = await sluice_quorum(brokers[0], "reassign", "--bootstrap-server", f"127.0.0.1:{port}",
                                   "--voters", "1,2,4", "--wait")
         assert out.splitlines()[-1].startswith("Done: the voters are 1,2,4"), out
         await eventually(lambda: observer.quorum.client.driver.role in (Role.FOLLOWER,
@@ -406,7 +416,7 @@ async def test_an_observer_broker_given_only_a_bootstrap_server_is_made_a_voter(
                          what="broker 4 a voter")
         await eventually(lambda: brokers[2].quorum.client.driver.role is Role.OBSERVER,
                          what="broker 3 observing")
-        d = await quorum_admin(port, lambda c: c.describe())
+        d = await quorum_admin(brokers[0], port, lambda c: c.describe())
         assert voter_ids(d) == [1, 2, 4] and d.target_voters is None
         assert [r.replica_id for r in d.observers] == [3]
 
@@ -440,7 +450,7 @@ async def test_an_observer_broker_given_only_a_bootstrap_server_is_made_a_voter(
         stamp = int(reactor.seconds() * 1000)
         assert await observer.quorum.client.submit(
             encode(CreateNode("/voter-4-wrote", b"4", 0, False), stamp)) == "/voter-4-wrote"
-        d = await quorum_admin(port, lambda c: c.describe())
+        d = await quorum_admin(brokers[0], port, lambda c: c.describe())
         assert d.leader_id == new_leader.broker_id and voter_ids(d) == [1, 2, 4]
     finally:
         await stop_brokers([observer])

@@ -3,7 +3,10 @@
 :func:`start_brokers` runs :class:`~broker_core.broker.BrokerService` objects inside the test's
 reactor (integration tests); :class:`BrokerProcess` runs a broker as a separate ``twistd``
 process that tests can kill -9 or stop with SIGSTOP (system tests). Both listen on free
-127.0.0.1 ports and keep their logs under the test's ``tmp_path``.
+127.0.0.1 ports and keep their logs under the test's ``tmp_path``. Every broker needs the
+cluster secret: the brokers of one cluster (one ``base`` directory) share the file
+:func:`cluster_secret_file` makes there, unless the test names another
+(``cluster.secret.file``).
 """
 
 from __future__ import annotations
@@ -59,8 +62,24 @@ def free_port() -> int:
                 return port
 
 
+def cluster_secret_file(base: Path) -> Path:
+    """The cluster secret of the brokers under ``base`` (``base/cluster.secret``, mode 0600),
+    made on first use."""
+    from broker_core.security import cluster_secret
+
+    path = Path(base) / "cluster.secret"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        cluster_secret.generate(path)
+    except FileExistsError:
+        pass
+    return path
+
+
 def broker_config(broker_id: int, zk_hosts: str, log_dir: Path, port: int = 0,
                   **overrides: str) -> Any:
+    """An in-process broker's config; the cluster secret is the one of ``log_dir``'s parent
+    (the cluster's directory) unless ``cluster_secret_file`` is given."""
     from broker_core.config import BrokerConfig
 
     values = {
@@ -68,6 +87,7 @@ def broker_config(broker_id: int, zk_hosts: str, log_dir: Path, port: int = 0,
         "listeners": f"tcp:{port}:interface=127.0.0.1",
         "zookeeper.session.timeout.ms": "6000",
         "log.dirs": str(log_dir),
+        "cluster.secret.file": str(cluster_secret_file(Path(log_dir).parent)),
     }
     if zk_hosts:  # empty in quorum mode
         values["zookeeper.connect"] = zk_hosts
@@ -124,21 +144,24 @@ def listener_port(broker: Any, listener: str | None = None) -> int:
     return bound.port.getHost().port
 
 
-async def connect(broker: Any, listener: str | None = None) -> Any:
+async def connect(broker: Any, listener: str | None = None, *, as_broker: bool = False) -> Any:
     """A Kafka-protocol client connection to an in-process broker's listener (a plaintext one:
-    by default its first)."""
-    from twisted.internet import endpoints, reactor
+    by default its first). ``as_broker``: logged in with the cluster login first (the broker's
+    own cluster secret), as another broker of the cluster would, so the control plane is served.
+    """
+    from twisted.internet import reactor
 
-    from broker_core.rpc import KafkaClientProtocol
+    from broker_core.rpc import connect_client
 
-    ep = endpoints.TCP4ClientEndpoint(reactor, "127.0.0.1", listener_port(broker, listener))
-    return await endpoints.connectProtocol(ep, KafkaClientProtocol("test"))
+    credential = broker.cluster_credential.login if as_broker else None
+    return await connect_client(reactor, "127.0.0.1", listener_port(broker, listener), "test",
+                                credential=credential)
 
 
 async def call(broker: Any, api_key: int, version: int, body: Any,
-               listener: str | None = None) -> Any:
+               listener: str | None = None, *, as_broker: bool = False) -> Any:
     """One request on a fresh connection; returns the decoded response body."""
-    proto = await connect(broker, listener)
+    proto = await connect(broker, listener, as_broker=as_broker)
     try:
         return await proto.request(api_key, version, body)
     finally:
@@ -260,7 +283,8 @@ class BrokerProcess:
         self.log_dir = base / f"broker-{broker_id}"
         self.log_file = base / f"broker-{broker_id}.log"
         base.mkdir(parents=True, exist_ok=True)
-        self.extra = {"zookeeper.session.timeout.ms": "6000", **(extra or {})}
+        self.extra = {"zookeeper.session.timeout.ms": "6000",
+                      "cluster.secret.file": str(cluster_secret_file(base)), **(extra or {})}
         # With ``metrics``, the broker serves /metrics on its own port (read with metric()).
         self.metrics_port = free_port() if metrics else None
         if self.metrics_port is not None:

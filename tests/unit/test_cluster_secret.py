@@ -17,7 +17,7 @@ from broker_core.security.scram import ScramClient
 def test_generate_writes_a_private_secret_that_loads(tmp_path):
     path = tmp_path / "cluster.secret"
     secret = cluster_secret.generate(path)
-    assert len(secret) >= cluster_secret.MIN_SECRET_CHARS
+    assert len(secret) == 64 and int(secret, 16) >= 0  # 256 random bits as hex
     assert os.stat(path).st_mode & 0o777 == 0o600
     assert cluster_secret.load(path) == secret
     with pytest.raises(FileExistsError):
@@ -38,8 +38,9 @@ def test_surrounding_whitespace_is_not_part_of_the_secret(tmp_path):
 @pytest.mark.parametrize("text, mode, reason", [
     ("x" * 31, 0o600, "has 31 characters; at least 32"),
     ("x" * 31 + "\n   ", 0o600, "has 31 characters"),
-    ("x" * 40, 0o604, "readable by every user"),
-    ("x" * 40, 0o644, "readable by every user"),
+    ("x" * 40, 0o604, "accessible by other users"),
+    ("x" * 40, 0o644, "accessible by other users"),
+    ("x" * 40, 0o620, "accessible by other users"),  # group-writable: anyone in it may swap it
     ("x" * 5000, 0o600, "larger than"),
 ])
 def test_unsafe_or_weak_secrets_are_refused(tmp_path, text, mode, reason):
@@ -81,7 +82,11 @@ BASE = {"broker.id": "1", "log.dirs": "/nonexistent", "zookeeper.connect": "loca
 def test_config_keys_defaults_and_refusals(tmp_path):
     cfg = BrokerConfig.from_mapping(BASE)
     assert cfg.sasl_mechanisms() == ("SCRAM-SHA-256", "SCRAM-SHA-512")
-    assert cfg.cluster_secret_file is None and cfg.cluster_secret() is None
+    assert cfg.cluster_secret_file is None
+    with pytest.raises(ConfigError, match="missing required config key 'cluster.secret.file'"
+                       ".*sluice secret create FILE") as e:
+        cfg.cluster_credential()  # every broker needs one; the message says how to make it
+    assert e.value.key == "cluster.secret.file"
     cfg = BrokerConfig.from_mapping({**BASE, "sasl.enabled.mechanisms": " PLAIN , SCRAM-SHA-512"})
     assert cfg.sasl_mechanisms() == ("PLAIN", "SCRAM-SHA-512")
     assert cfg.as_properties()["sasl.enabled.mechanisms"] == "PLAIN,SCRAM-SHA-512"
@@ -93,12 +98,14 @@ def test_config_keys_defaults_and_refusals(tmp_path):
         assert e.value.key == "sasl.enabled.mechanisms"
     weak = write(tmp_path / "weak", "short")
     cfg = BrokerConfig.from_mapping({**BASE, "cluster.secret.file": str(weak)})
-    with pytest.raises(ConfigError, match="cluster.secret.file: .* at least 32") as e:
-        cfg.cluster_secret()
+    with pytest.raises(ConfigError, match="cluster.secret.file .* at least 32") as e:
+        cfg.cluster_credential()
     assert e.value.key == "cluster.secret.file"
     good = write(tmp_path / "good", "z" * 40)
-    assert BrokerConfig.from_mapping(
-        {**BASE, "cluster.secret.file": str(good)}).cluster_secret() == "z" * 40
+    credential = BrokerConfig.from_mapping(
+        {**BASE, "cluster.secret.file": str(good)}).cluster_credential()
+    assert credential.secret == "z" * 40 and "z" * 40 not in repr(credential)
+    assert (credential.login.username, credential.login.password) == (CLUSTER_USER, "z" * 40)
 
 
 def test_unknown_users_get_the_same_salt_from_every_broker_of_a_cluster():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pytest
 
@@ -19,6 +20,8 @@ from broker_core.raft.messages import (
     DescribeQuorumResponse,
     ReplicaState,
 )
+from broker_core.security import cluster_secret
+from broker_core.security.sasl import CLUSTER_USER
 from broker_core.wire import apis
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -338,12 +341,14 @@ def test_wait_for_polls_until_the_target_is_the_voter_set(monkeypatch):
     assert clock.sleeps == [0.2, 0.2] and s.discoveries() == [1]
 
 
-def test_cli_reassign_prints_acceptance_and_done(monkeypatch):
+def test_cli_reassign_prints_acceptance_and_done(monkeypatch, tmp_path):
     calls = []
+    logins = []
 
     class Fake:
-        def __init__(self, servers: str, timeout_s: float) -> None:
+        def __init__(self, servers: str, timeout_s: float, credential=None) -> None:
             calls.append(("init", servers, timeout_s))
+            logins.append(credential)
 
         def __enter__(self):
             return self
@@ -373,6 +378,33 @@ def test_cli_reassign_prints_acceptance_and_done(monkeypatch):
     cli.run(cli.build_parser().parse_args(["quorum", "reassign", "--bootstrap-server", "h:1",
                                            "--cancel"]), out)
     assert calls[1] == ("reassign", None) and out.getvalue().startswith("Cancelled")
+    assert logins == [None, None]
+    # --secret-file (or $SLUICE_CLUSTER_SECRET_FILE): the cluster login, read from the file.
+    secret = tmp_path / "cluster.secret"
+    cluster_secret.generate(secret)
+    cli.run(cli.build_parser().parse_args(["quorum", "reassign", "--bootstrap-server", "h:1",
+                                           "--cancel", "--secret-file", str(secret)]), out)
+    monkeypatch.setenv("SLUICE_CLUSTER_SECRET_FILE", str(secret))
+    cli.run(cli.build_parser().parse_args(["quorum", "reassign", "--bootstrap-server", "h:1",
+                                           "--cancel"]), out)
+    assert [(c.username, c.password) for c in logins[2:]] == [
+        (CLUSTER_USER, cluster_secret.load(secret))] * 2
+    os.chmod(secret, 0o644)  # a secret file others may read is refused, before connecting
+    assert cli.main(["quorum", "describe", "--bootstrap-server", "h:1",
+                     "--secret-file", str(secret)]) == 2
+    assert len(logins) == 4
+
+
+def test_secret_create_writes_a_private_hex_secret_once(tmp_path, capsys):
+    path = tmp_path / "cluster.secret"
+    assert cli.main(["secret", "create", str(path)]) == 0
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    secret = cluster_secret.load(path)
+    assert len(secret) == 64 and int(secret, 16) >= 0
+    assert "cluster.secret.file" in capsys.readouterr().out
+    assert cli.main(["secret", "create", str(path)]) == 1  # never overwritten
+    assert "never overwritten" in capsys.readouterr().err
+    assert cluster_secret.load(path) == secret
 
 
 def test_describe_request_is_the_core_value():

@@ -23,6 +23,8 @@ from broker_core.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from broker_core.security.cluster_secret import ClusterCredential
+from broker_core.security.principal import Principal
 from broker_core.wire import apis, framing
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -31,12 +33,15 @@ NODE = 1
 TIMEOUT_S = 2.0
 
 
-def make():
+def make(credential: ClusterCredential | None = None):
+    """A connection to a quorum listener; with ``credential`` a brokers-only one, as every
+    broker's."""
     clock = task.Clock()
     delivered: list[Envelope] = []
     inbound = InboundRequests(NODE, delivered.append)
-    factory = QuorumListenerFactory(QuorumRequestHandler(inbound, clock, TIMEOUT_S),
-                                    clock=clock)
+    factory = QuorumListenerFactory(
+        QuorumRequestHandler(inbound, clock, TIMEOUT_S, brokers_only=credential is not None),
+        clock=clock, sasl=None if credential is None else credential.sasl_settings(()))
     proto = factory.buildProtocol(None)
     transport = StringTransport()
     proto.makeConnection(transport)
@@ -59,7 +64,8 @@ def test_api_versions_advertises_exactly_the_quorum_apis():
     assert cid == 9 and body.error_code == 0
     advertised = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
     assert advertised == {int(k): v for k, v in SERVED_VERSIONS.items()}
-    assert set(advertised) == {18, 1, 52, 53, 54, 55, 59, 45}  # 59: FetchSnapshot
+    # 59: FetchSnapshot; 17 and 36: SaslHandshake and SaslAuthenticate (the cluster login).
+    assert set(advertised) == {18, 1, 52, 53, 54, 55, 59, 45, 17, 36}
     assert advertised[1] == (12, 12)
 
 
@@ -155,3 +161,27 @@ def test_malformed_frames_and_other_apis_close_the_connection():
     transport, proto, _, delivered, _ = make()
     proto.dataReceived(b"\xff\xff\xff\xff")  # a negative frame size
     assert transport.disconnecting and delivered == []
+
+
+def test_a_brokers_only_listener_refuses_every_acting_api_to_anyone_else():
+    transport, proto, inbound, delivered, _ = make(ClusterCredential("q" * 40))
+    for i, message in enumerate([VoteRequest("c", 5, 2, 4, 100),
+                                 BeginQuorumEpochRequest("c", 2, 5),
+                                 FetchRequest("c", 2, 4, 1 << 40, 4, 0)]):
+        key = wire.api_key_of(message)
+        proto.dataReceived(frame(apis.encode_request(key, wire.VERSIONS[key], 10 + i, "t",
+                                                     wire.request_body(message))))
+        (reply,) = sent_frames(transport)
+        transport.clear()
+        _, body = apis.decode_response(key, wire.VERSIONS[key], reply)
+        assert body.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert delivered == [] and len(inbound) == 0  # nothing reached the node
+    assert not transport.disconnecting
+    # ApiVersions and DescribeQuorum stay open; a broker connection reaches the node.
+    proto.dataReceived(frame(apis.encode_request(ApiKey.API_VERSIONS, 3, 20, "t", {})))
+    (reply,) = sent_frames(transport)
+    assert apis.decode_response(ApiKey.API_VERSIONS, 3, reply)[1].error_code == 0
+    proto.security.authenticate(Principal("User", "__sluice_broker"), is_broker=True)
+    proto.dataReceived(frame(apis.encode_request(
+        ApiKey.VOTE, 0, 21, "t", wire.request_body(VoteRequest("c", 5, 2, 4, 100)))))
+    assert [type(e.message) for e in delivered] == [VoteRequest]

@@ -1,7 +1,8 @@
 """The authentication gate in the broker's protocol shell, driven through StringTransport: on a
 SASL listener nothing but ApiVersions and SASL reaches the handler before authentication,
 a failed login is answered and then closes the connection, and the SASL APIs never reach the
-handler on any listener."""
+handler on any listener; on a PLAINTEXT or SSL listener the cluster login, and only it, makes a
+broker connection."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from twisted.internet import task
 from twisted.internet.testing import StringTransport
 
 from broker_core.metrics import BrokerMetrics
-from broker_core.security.principal import ListenerSettings, Principal, SecurityProtocol
+from broker_core.security.principal import ANONYMOUS, ListenerSettings, Principal, SecurityProtocol
 from broker_core.security.sasl import CLUSTER_USER, ClientCredential, SaslClient, SaslSettings
 from broker_core.security.scram_credential import ScramCredential
 from broker_core.server.authentication import MAX_UNAUTHENTICATED_FRAME_BYTES
@@ -194,17 +195,73 @@ def test_a_peer_that_closes_first_leaves_no_timer_behind():
     assert not proto.factory.clock.getDelayedCalls()
 
 
-def test_sasl_on_a_plaintext_listener_is_illegal_and_never_reaches_the_handler():
+def test_a_broker_logs_in_on_a_plaintext_listener_and_becomes_a_broker_connection():
+    transport, proto, metrics, handled = make(listener=ListenerSettings())
+    proto.dataReceived(frame(ApiKey.METADATA, 12, 1, {"topics": None}))
+    assert handled == [ApiKey.METADATA]  # PLAINTEXT needs no login: served anonymously
+    assert proto.security.principal == ANONYMOUS and not proto.security.is_broker
+    transport.clear()
+    assert login(transport, proto, "SCRAM-SHA-512", CLUSTER_USER, SECRET).error_code == 0
+    assert proto.security.is_broker is True
+    assert proto.security.principal == Principal("User", CLUSTER_USER)
+    assert counter(metrics, "sasl_authentications", mechanism="SCRAM-SHA-512",
+                   result="success") == 1
+    # Logged in once: another handshake is refused, harmlessly.
+    proto.dataReceived(frame(ApiKey.SASL_HANDSHAKE, 1, 9, {"mechanism": "SCRAM-SHA-512"}))
+    assert answers(transport, ApiKey.SASL_HANDSHAKE, 1)[0].error_code == \
+        ErrorCode.ILLEGAL_SASL_STATE
+    assert not transport.disconnecting and proto.security.is_broker
+    assert ApiKey.SASL_HANDSHAKE not in handled and ApiKey.SASL_AUTHENTICATE not in handled
+
+
+@pytest.mark.parametrize("username, password", [
+    ("alice", "alice-pw"),   # a real user of a SASL listener: not on this one
+    (CLUSTER_USER, "w" * 40),  # the cluster login with another secret
+])
+def test_on_a_plaintext_listener_only_the_cluster_login_can_succeed(username, password):
+    transport, proto, metrics, handled = make(listener=ListenerSettings())
+    answer = login(transport, proto, "SCRAM-SHA-512", username, password)
+    assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert proto.security.principal == ANONYMOUS and not proto.security.is_broker
+    proto.dataReceived(frame(ApiKey.METADATA, 12, 9, {"topics": None}))
+    assert handled == []  # nothing more is read: the connection closes after the delay
+    proto.factory.clock.advance(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
+    assert transport.disconnecting
+    assert counter(metrics, "sasl_authentications", mechanism="SCRAM-SHA-512",
+                   result="failure") == 1
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_on_a_plaintext_listener_user_mechanisms_are_not_offered(mechanism):
     transport, proto, _, handled = make(listener=ListenerSettings())
-    proto.dataReceived(frame(ApiKey.SASL_HANDSHAKE, 1, 1, {"mechanism": "PLAIN"}))
-    proto.dataReceived(frame(ApiKey.SASL_AUTHENTICATE, 2, 2, {"auth_bytes": b"\0alice\0pw"}))
-    shake, auth = [apis.decode_response(k, v, f)[1] for (k, v), f in zip(
-        [(ApiKey.SASL_HANDSHAKE, 1), (ApiKey.SASL_AUTHENTICATE, 2)],
-        framing.FrameDecoder().feed(transport.value()), strict=True)]
-    assert shake.error_code == auth.error_code == ErrorCode.ILLEGAL_SASL_STATE
-    assert not transport.disconnecting and handled == []
-    proto.dataReceived(frame(ApiKey.METADATA, 12, 3, {"topics": None}))
-    assert handled == [ApiKey.METADATA]  # PLAINTEXT needs no login
+    proto.dataReceived(frame(ApiKey.SASL_HANDSHAKE, 1, 1, {"mechanism": mechanism}))
+    (shake,) = answers(transport, ApiKey.SASL_HANDSHAKE, 1)
+    assert shake.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    assert shake.mechanisms == []
+    proto.factory.clock.advance(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
+    assert transport.disconnecting and handled == []
+
+
+def test_no_login_without_a_cluster_credential_or_with_a_certificate_principal():
+    def refused(proto, transport):
+        proto.dataReceived(frame(ApiKey.SASL_HANDSHAKE, 1, 1, {"mechanism": "SCRAM-SHA-512"}))
+        proto.dataReceived(frame(ApiKey.SASL_AUTHENTICATE, 2, 2, {"auth_bytes": b"n,,n=x,r=y"}))
+        shake, auth = [apis.decode_response(k, v, f)[1] for (k, v), f in zip(
+            [(ApiKey.SASL_HANDSHAKE, 1), (ApiKey.SASL_AUTHENTICATE, 2)],
+            framing.FrameDecoder().feed(transport.value()), strict=True)]
+        return shake.error_code, auth.error_code, transport.disconnecting
+
+    # A listener given no SASL settings has no cluster login to check.
+    factory = KafkaServerFactory(lambda r, p: None, clock=task.Clock(),
+                                 listener=ListenerSettings())
+    proto, transport = factory.buildProtocol(None), StringTransport()
+    proto.makeConnection(transport)
+    assert refused(proto, transport) == (ErrorCode.ILLEGAL_SASL_STATE,) * 2 + (False,)
+    # A TLS client that has a principal (its certificate's) keeps it: no second identity.
+    transport, proto, _, handled = make(listener=ListenerSettings("TLS", SecurityProtocol.SSL))
+    proto.security.authenticate(Principal("User", "CN=client"))
+    assert refused(proto, transport) == (ErrorCode.ILLEGAL_SASL_STATE,) * 2 + (False,)
+    assert not proto.security.is_broker and handled == []
 
 
 def test_frames_above_512_kib_close_the_connection_until_authenticated():

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+from twisted.python import usage
+
 from broker_core import tap
+from broker_core.security import cluster_secret
 
 
 def test_a_broker_process_collects_garbage_less_often():
@@ -18,17 +22,32 @@ def test_a_broker_process_collects_garbage_less_often():
         gc.set_threshold(*before)
 
 
-def test_the_quorum_options_set_their_keys():
+def test_the_quorum_options_set_their_keys(tmp_path):
+    secret = str(tmp_path / "cluster.secret")
+    cluster_secret.generate(secret)
     opts = tap.Options()
     opts.parseOptions(["--broker-id", "1", "--log-dir", "d", "--metadata", "quorum",
                        "--quorum-voters", "1@127.0.0.1:9093", "--quorum-listen",
-                       "127.0.0.1:9093", "--quorum-data-dir", "q", "--cluster-id", "c"])
+                       "127.0.0.1:9093", "--quorum-data-dir", "q", "--cluster-id", "c",
+                       "--cluster-secret-file", secret])
     cfg = opts.config
     assert (cfg.metadata_store, cfg.quorum_voters, cfg.quorum_listener, cfg.quorum_data_dir,
             cfg.cluster_id) == ("quorum", "1@127.0.0.1:9093", "127.0.0.1:9093", "q", "c")
     opts = tap.Options()
     opts.parseOptions(["--broker-id", "4", "--log-dir", "d", "--metadata", "quorum",
                        "--quorum-bootstrap-servers", "127.0.0.1:9093", "--quorum-listen",
-                       "127.0.0.1:9096"])
+                       "127.0.0.1:9096", "--set", f"cluster.secret.file={secret}"])
     cfg = opts.config
     assert (cfg.quorum_voters, cfg.quorum_bootstrap_servers) == (None, "127.0.0.1:9093")
+
+
+def test_a_broker_without_the_cluster_secret_is_refused_with_how_to_make_one(tmp_path):
+    with pytest.raises(usage.UsageError, match=r"cluster\.secret\.file.*sluice secret create FILE"):
+        tap.Options().parseOptions(["--broker-id", "1", "--log-dir", "d",
+                                    "--zookeeper", "127.0.0.1:2181"])
+    loose = tmp_path / "loose.secret"
+    loose.write_text("x" * 64)
+    loose.chmod(0o644)
+    with pytest.raises(usage.UsageError, match="accessible by other users"):
+        tap.Options().parseOptions(["--broker-id", "1", "--log-dir", "d", "--zookeeper",
+                                    "127.0.0.1:2181", "--cluster-secret-file", str(loose)])

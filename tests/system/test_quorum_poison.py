@@ -2,8 +2,10 @@
 ZooKeeper.
 
 1. A MetadataWrite whose command does not validate (a newer encoding version, deep nesting)
-   sent to the quorum leader's listener is refused (UNSUPPORTED_VERSION / INVALID_REQUEST) and
-   never reaches the log: no broker counts a skipped entry for it later.
+   sent to the quorum leader's listener, on a connection logged in as a broker (the cluster
+   secret), is refused (UNSUPPORTED_VERSION / INVALID_REQUEST) and never reaches the log: no
+   broker counts a skipped entry for it later. Without the login it is refused before that
+   (CLUSTER_AUTHORIZATION_FAILED).
 2. A poison entry that reaches the log anyway: with every broker stopped, a command of a newer
    encoding version is appended to every voter's metadata log through the Raft log layer, at
    the same offset and epoch on each (what replication of an entry a newer leader accepted
@@ -46,12 +48,18 @@ def cluster(tmp_path):
         c.stop()
 
 
-def _write(cluster: ProcessCluster, broker_id: int, command: bytes):
-    """One MetadataWrite to ``broker_id``'s quorum listener; the response."""
+def _write(cluster: ProcessCluster, broker_id: int, command: bytes, *, as_broker: bool = True):
+    """One MetadataWrite to ``broker_id``'s quorum listener, logged in with the cluster's
+    secret (``as_broker``) as another broker's quorum client is; the response."""
+    from broker_core.security.cluster_secret import ClusterCredential
     from broker_core.wire.apis import ApiKey
     from consumer_client.connection import BrokerConnection
+    from consumer_client.quorum_admin import log_in
+    from tests.support.cluster import cluster_secret_file
 
     with BrokerConnection("127.0.0.1", cluster.quorum_ports[broker_id], timeout=10) as c:
+        if as_broker:
+            log_in(c, ClusterCredential.from_file(cluster_secret_file(cluster.base)).login)
         return c.request(ApiKey.METADATA_WRITE, {"node_id": 99, "command": command}, version=0)
 
 
@@ -127,6 +135,8 @@ def test_poison_metadata_is_refused_or_skipped_and_every_broker_restarts(cluster
     # 1. Refused at the leader, nothing appended.
     _, leader = wait_for(lambda: cluster.quorum_leader()[1] > 0 and cluster.quorum_leader(), 60,
                          "a quorum leader")
+    answer = _write(cluster, leader, NEWER, as_broker=False)
+    assert (answer.error_code, answer.offset) == (31, -1), answer  # CLUSTER_AUTHORIZATION_FAILED
     answer = _write(cluster, leader, NEWER)
     assert (answer.error_code, answer.offset) == (35, -1), answer  # UNSUPPORTED_VERSION
     assert "version 2" in answer.error_message

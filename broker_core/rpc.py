@@ -46,7 +46,10 @@ class LoginRefused(SaslAuthenticationError, ConnectError):
     does the same after a refused login."""
 
     def __init__(self, message: str, error_code: int | None = None) -> None:
-        SaslAuthenticationError.__init__(self, message, error_code)
+        # Not super().__init__: after SaslAuthenticationError the MRO reaches ConnectError,
+        # whose first argument is an OSError, not the message.
+        Exception.__init__(self, message)
+        self.error_code = error_code
         self.osError = None
 
     def __str__(self) -> str:

@@ -13,6 +13,7 @@
     sluice quorum describe [--json] [--secret-file F]
     sluice quorum reassign (--voters ID,ID,... [--wait] | --cancel) [--secret-file F]
     sluice secret create FILE
+    sluice certs create-dev --out DIR --host HOST [--host HOST ...]
     sluice zookeeper secure --zookeeper HOST:PORT/chroot --auth-file F [--unsecure] [--dry-run]
     sluice metrics-password USER [--password-stdin] [--iterations N]
     sluice users add USER [--mechanism M ...] [--iterations N] [--password-file FILE]
@@ -35,7 +36,8 @@ quorum's listeners, ``sluice-quorum --listen`` or a broker's ``quorum.listener``
 will do, the client finds the leader through DiscoverBrokers; a broker's quorum serves brokers
 only, so the tool logs in with the cluster secret, ``--secret-file`` or the file named by
 ``$SLUICE_CLUSTER_SECRET_FILE``). ``secret create`` writes a new cluster secret (the
-``cluster.secret.file`` every broker needs). Errors go
+``cluster.secret.file`` every broker needs); ``certs create-dev`` a development CA and broker
+certificate (for trying TLS on one machine, never for production). Errors go
 to stderr as one line: exit code 1 for a failed operation, 2 for bad usage.
 """
 
@@ -316,6 +318,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "an existing file is never overwritten)")
     sc.add_argument("file", help="where to write it; then cluster.secret.file=FILE on every "
                     "broker")
+
+    ce = sub.add_parser("certs", help="development TLS certificates")
+    cesub = ce.add_subparsers(dest="action", required=True)
+    cc = cesub.add_parser("create-dev", help="FOR DEVELOPMENT ONLY: a new CA and a broker "
+                          "certificate it signs (ca.pem, ca.key, broker.pem, broker.key; keys "
+                          "mode 0600; existing files are never overwritten)")
+    cc.add_argument("--out", required=True, metavar="DIR", help="the directory to write to")
+    cc.add_argument("--host", action="append", required=True,
+                    help="a name or IP address clients connect to (repeatable)")
 
     pw = sub.add_parser("metrics-password", help="a line for metrics.basic.auth.file "
                         "(user:<salted hash>)")
@@ -736,6 +747,20 @@ def run_secret(args: argparse.Namespace, out=sys.stdout) -> None:
           f"cluster a private copy and set cluster.secret.file to it.", file=out)
 
 
+def run_certs(args: argparse.Namespace, out=sys.stdout) -> None:
+    """``sluice certs create-dev``: a development CA and broker certificate."""
+    from consumer_client.dev_certs import create_dev_certs
+
+    try:
+        paths = create_dev_certs(args.out, args.host)
+    except FileExistsError as e:
+        raise AdminError(None, str(e)) from None
+    print(f"Wrote a development CA ({paths.cafile}) and a certificate for "
+          f"{', '.join(args.host)} ({paths.certfile}, key {paths.keyfile}). For development "
+          f"only: ssl.certfile={paths.certfile} and ssl.keyfile={paths.keyfile} on the broker, "
+          f"ssl.ca.location={paths.cafile} on clients.", file=out)
+
+
 def run_metrics_password(args: argparse.Namespace, out=sys.stdout) -> None:
     """Print ``user:<hash>``; a generated password goes to stderr, once (it is not stored)."""
     import secrets
@@ -805,6 +830,9 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         return
     if args.area == "secret":
         run_secret(args, out)
+        return
+    if args.area == "certs":
+        run_certs(args, out)
         return
     if args.area == "quorum":
         run_quorum(args, out)

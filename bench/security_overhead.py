@@ -58,6 +58,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.common import high_watermarks, wait_full_isr, write_kcat_payload  # noqa: E402
 from tests.support.certs import make_pki  # noqa: E402
+from tests.support.cluster import cluster_login_config  # noqa: E402
 from tests.support.procs import ProcessCluster  # noqa: E402
 from tests.support.zookeeper import ZooKeeperServer  # noqa: E402
 
@@ -137,13 +138,15 @@ def timed(argv: list[str], pids: list[int], expect: int | None = None) -> Run:
 
 
 def add_user(bootstrap: str, tmp: Path) -> None:
-    """The SCRAM user, made as an operator makes one: ``sluice users add``."""
+    """The SCRAM user, made as an operator makes one: ``sluice users add``, over the cluster
+    login (without an authorizer only brokers and super users may manage users)."""
     password_file = tmp / "password"
     password_file.write_text(PASSWORD + "\n")
     password_file.chmod(0o600)
     subprocess.run([sys.executable, "-m", "consumer_client.cli", "users", "add", USER,
                     "--bootstrap-server", bootstrap, "--mechanism", "SCRAM-SHA-512",
-                    "--password-file", str(password_file)],
+                    "--password-file", str(password_file),
+                    "--command-config", str(cluster_login_config(tmp))],
                    check=True, cwd=ROOT, capture_output=True, timeout=60,
                    env={**os.environ, "PYTHONPATH": str(ROOT)})
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.certs import Pki, make_pki
+from tests.support.cluster import cluster_login_config
 from tests.support.procs import ProcessCluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
@@ -67,13 +68,15 @@ def kcat(settings: dict[str, str], *args: str, stdin: bytes | None = None,
 
 def add_user(bootstrap: str, tmp: Path) -> None:
     """alice with SCRAM-SHA-256 and SCRAM-SHA-512 credentials, made by ``sluice users add``
-    (PLAIN logins are checked against the SCRAM-SHA-512 one)."""
+    over the cluster login (no authorizer: only brokers and super users may manage users;
+    PLAIN logins are checked against the SCRAM-SHA-512 one)."""
     password_file = tmp / "alice.password"
     password_file.write_text(PASSWORD + "\n")
     done = subprocess.run(
         [sys.executable, "-m", "consumer_client.cli", "users", "add", USER,
          "--bootstrap-server", bootstrap, "--mechanism", "SCRAM-SHA-256",
-         "--mechanism", "SCRAM-SHA-512", "--password-file", str(password_file)],
+         "--mechanism", "SCRAM-SHA-512", "--password-file", str(password_file),
+         "--command-config", str(cluster_login_config(tmp))],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
         timeout=60)
     assert done.returncode == 0, done.stderr

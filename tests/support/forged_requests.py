@@ -46,11 +46,11 @@ def leader_and_isr_full_empty(broker_epoch: int) -> Forged:
 
 
 def leader_and_isr_follower_leads(topic: str, partition: int, follower_id: int,
-                                  broker_epoch: int) -> Forged:
-    """LeaderAndIsr making ``follower_id`` the leader at a higher epoch with ISR [itself]:
-    two leaders accepting writes at the same offset (split brain)."""
+                                  broker_epoch: int, leader_epoch: int = HIGH_EPOCH) -> Forged:
+    """LeaderAndIsr making ``follower_id`` the leader at a higher ``leader_epoch`` with ISR
+    [itself]: two leaders accepting writes at the same offset (split brain)."""
     state = {"partition_index": partition, "controller_epoch": HIGH_EPOCH,
-             "leader": follower_id, "leader_epoch": HIGH_EPOCH, "isr": [follower_id],
+             "leader": follower_id, "leader_epoch": leader_epoch, "isr": [follower_id],
              "partition_epoch": HIGH_EPOCH, "replicas": [1, 2, 3]}
     return (ApiKey.LEADER_AND_ISR, 5, {
         "controller_id": 1, "controller_epoch": HIGH_EPOCH, "broker_epoch": broker_epoch,

@@ -60,6 +60,7 @@ from tests.support.forged_requests import (
     alter_partition_shrink,
     control_requests,
     follower_fetch,
+    leader_and_isr_follower_leads,
     quorum_requests,
     stop_replica_delete,
 )
@@ -310,6 +311,7 @@ def test_control_plane_attacks_are_refused_and_change_nothing(attacked):
     def every_control_api(i: int) -> list[Forged]:
         # The broker epoch is not known to an attacker: one guess here, 500 below.
         return [stop_replica_delete(RF1, 0, 1),
+                leader_and_isr_follower_leads(RF3, 0, follower, 1, rf3.leader_epoch + 1),
                 *control_requests(RF3, i, 1, follower, hw)]
 
     refused_everywhere(attacked, every_control_api)

@@ -34,10 +34,7 @@ broker with another secret) by ``tests/integration/test_control_plane_closed.py`
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,7 +51,7 @@ from broker_core.wire.errors import ErrorCode
 from consumer_client.connection import BrokerConnection
 from consumer_client.security import ClientSecurity
 from tests.support.certs import Pki, make_pki
-from tests.support.cluster import ROOT, cluster_secret_file
+from tests.support.cluster import cluster_secret_file
 from tests.support.forged_requests import (
     Forged,
     alter_partition_shrink,
@@ -65,6 +62,7 @@ from tests.support.forged_requests import (
     stop_replica_delete,
 )
 from tests.support.procs import ProcessCluster, consume_all
+from tests.support.users import add_user
 from tests.system.test_consumer_groups import ConsumerProc, stable
 from tests.system.test_replicated_failover import wait_for
 
@@ -118,25 +116,9 @@ class Attacked:
 ATTACKERS = ("anonymous", "user")
 
 
-def sluice(*args: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "consumer_client.cli", *args], cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-
-
-def add_user(attacked: Attacked, base: Path) -> None:
-    """``sluice users add`` through the cluster login (user management is served to brokers
-    and super users only while no authorizer is enabled)."""
-    login = ClusterCredential.from_file(cluster_secret_file(base)).login
-    config = base / "cluster-login.properties"
-    config.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism={login.mechanism}\n"
-                      f"sasl.username={login.username}\nsasl.password={login.password}\n")
-    os.chmod(config, 0o600)
-    password_file = base / "user.password"
-    password_file.write_text(PASSWORD + "\n")
-    sluice("users", "add", USER, "--bootstrap-server", attacked.bootstrap, "--command-config",
-           str(config), "--mechanism", "SCRAM-SHA-512", "--password-file", str(password_file))
+def add_mallory(attacked: Attacked, base: Path) -> None:
+    """The user, made with ``sluice users add``; known to every broker once it returns."""
+    add_user(attacked.bootstrap, base, USER, PASSWORD)
 
     def known_everywhere() -> bool:
         try:
@@ -277,7 +259,7 @@ def attacked(request, zookeeper_server, tmp_path_factory) -> Iterator[Attacked]:
     try:
         cluster.wait_registered(timeout=90)
         out = Attacked(request.param, cluster, pki)
-        add_user(out, base)
+        add_mallory(out, base)
         create_topic(out, RF1, [RF1_HOLDER], {})
         create_topic(out, RF3, [1, 2, 3], {"min.insync.replicas": "2"})
         settled(out)

@@ -58,8 +58,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.common import high_watermarks, wait_full_isr, write_kcat_payload  # noqa: E402
 from tests.support.certs import make_pki  # noqa: E402
-from tests.support.cluster import cluster_login_config  # noqa: E402
 from tests.support.procs import ProcessCluster  # noqa: E402
+from tests.support.users import add_user  # noqa: E402
 from tests.support.zookeeper import ZooKeeperServer  # noqa: E402
 
 #: The client listeners measured, PLAINTEXT (the reference) first.
@@ -137,20 +137,6 @@ def timed(argv: list[str], pids: list[int], expect: int | None = None) -> Run:
     return Run(seconds, count, process_cpu(pids) - broker0, children_cpu() - client0)
 
 
-def add_user(bootstrap: str, tmp: Path) -> None:
-    """The SCRAM user, made as an operator makes one: ``sluice users add``, over the cluster
-    login (without an authorizer only brokers and super users may manage users)."""
-    password_file = tmp / "password"
-    password_file.write_text(PASSWORD + "\n")
-    password_file.chmod(0o600)
-    subprocess.run([sys.executable, "-m", "consumer_client.cli", "users", "add", USER,
-                    "--bootstrap-server", bootstrap, "--mechanism", "SCRAM-SHA-512",
-                    "--password-file", str(password_file),
-                    "--command-config", str(cluster_login_config(tmp))],
-                   check=True, cwd=ROOT, capture_output=True, timeout=60,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})
-
-
 def wait_logins(cluster: ProcessCluster, cafile: Path, timeout: float = 60.0) -> None:
     """Until every broker's SASL_SSL listener accepts the user (each broker's user cache is
     filled by a watch, so the first brokers may know it a moment before the last)."""
@@ -220,7 +206,7 @@ def main() -> None:
         cluster.start()
         cluster.wait_registered()
         plain = cluster.bootstrap_of("PLAINTEXT")
-        add_user(plain, tmp)
+        add_user(plain, tmp, USER, PASSWORD)
         admin = AdminClient({"bootstrap.servers": plain, "log_level": 2})
         topics = [FETCH_TOPIC, *(produce_topic(p) for p in PROTOCOLS)]
         futures = admin.create_topics(

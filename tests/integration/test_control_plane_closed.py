@@ -22,14 +22,8 @@ from broker_core.broker import BrokerService, StartupError
 from broker_core.config import ConfigError
 from broker_core.raft import wire
 from broker_core.raft.messages import (
-    AlterVotersRequest,
-    BeginQuorumEpochRequest,
     DescribeQuorumRequest,
-    EndQuorumEpochRequest,
-    FetchRequest,
-    VoteRequest,
 )
-from broker_core.raft.metadata_commands import DeleteNode, ExpireSession, encode
 from broker_core.rpc import KafkaClientProtocol, SaslAuthenticationError, connect_client
 from broker_core.security.cluster_secret import ClusterCredential
 from broker_core.wire.apis import ApiKey
@@ -46,6 +40,7 @@ from tests.support.cluster import (
     produce,
     stop_brokers,
 )
+from tests.support.forged_requests import control_requests, quorum_requests
 
 DENIED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 #: Another cluster's secret: right length, wrong value.
@@ -83,51 +78,6 @@ def cluster(request, tmp_path):
         yield brokers
     finally:
         pytest_twisted.blockon(defer.Deferred.fromCoroutine(stop_brokers(brokers)))
-
-
-def control_requests(target: BrokerService, follower_id: int, hw: int) -> list:
-    """One request per control API, each one that would do harm if served (the issue's
-    attacks): delete the partition, drop every partition, move every broker to an attacker's
-    address, take every broker out of the ISRs, shrink the ISR, keep a broker alive, and claim a
-    follower has everything so the high watermark moves."""
-    epoch = target.registration_epoch
-    state = {"partition_index": 0, "controller_epoch": 99, "leader": follower_id,
-             "leader_epoch": 99, "isr": [follower_id], "partition_epoch": 99,
-             "replicas": [1, 2, 3]}
-    requests = [
-        (ApiKey.STOP_REPLICA, 3, {"controller_id": 1, "controller_epoch": 99,
-                                  "broker_epoch": epoch, "topic_states": [
-                                      {"topic_name": "t", "partition_states": [
-                                          {"partition_index": 0, "leader_epoch": 99,
-                                           "delete_partition": True}]}]}),
-        (ApiKey.LEADER_AND_ISR, 5, {"controller_id": 1, "controller_epoch": 99,
-                                    "broker_epoch": epoch, "type": 1, "topic_states": [
-                                        {"topic_name": "t", "partition_states": [state]}],
-                                    "live_leaders": []}),
-        (ApiKey.UPDATE_METADATA, 7, {"controller_id": 1, "controller_epoch": 99,
-                                     "broker_epoch": epoch, "topic_states": [],
-                                     "live_brokers": [{"id": i, "endpoints": [
-                                         {"port": 1, "host": "attacker.example",
-                                          "security_protocol": 0}], "rack": None}
-                                         for i in (1, 2, 3)]}),
-        (ApiKey.ALTER_PARTITION, 1, {"broker_id": target.broker_id, "broker_epoch": epoch,
-                                     "topics": [{"topic_name": "t", "partitions": [
-                                         {"partition_index": 0, "leader_epoch": 0,
-                                          "new_isr": [target.broker_id],
-                                          "partition_epoch": 0}]}]}),
-        (ApiKey.BROKER_HEARTBEAT, 0, {"broker_id": 7, "broker_epoch": epoch,
-                                      "current_metadata_offset": 0, "want_fence": False,
-                                      "want_shut_down": False}),
-        (ApiKey.FETCH, 12, {"replica_id": follower_id, "max_wait_ms": 0, "min_bytes": 0,
-                            "max_bytes": 1 << 20, "session_id": 0, "session_epoch": -1,
-                            "topics": [{"topic": "t", "partitions": [
-                                {"partition": 0, "fetch_offset": hw + 1_000_000,
-                                 "partition_max_bytes": 1 << 20}]}],
-                            "forgotten_topics_data": []}),
-    ]
-    requests += [(ApiKey.CONTROLLED_SHUTDOWN, 3, {"broker_id": i, "broker_epoch": -1})
-                 for i in (1, 2, 3)]
-    return requests
 
 
 def partition_state(brokers: list[BrokerService]) -> list:
@@ -177,7 +127,9 @@ async def test_control_apis_from_client_sockets_are_refused_and_change_nothing(c
     addresses = await metadata_brokers(brokers[0])
 
     for target in brokers:  # every broker, the controller and the leader among them
-        for api, version, body in control_requests(target, follower.broker_id, hw):
+        for api, version, body in control_requests("t", target.broker_id,
+                                                    target.registration_epoch,
+                                                    follower.broker_id, hw):
             resp = await call(target, api, version, body)
             assert resp.error_code == DENIED, (target.broker_id, ApiKey(api).name)
     # ApiVersions shows a client none of the control APIs.
@@ -227,28 +179,6 @@ def quorum_cluster(tmp_path):
         pytest_twisted.blockon(defer.Deferred.fromCoroutine(stop_brokers(brokers)))
 
 
-def quorum_requests(leader: BrokerService, session_id: int) -> list:
-    """One harmful request per quorum API that acts: delete a topic's node and expire a
-    session (MetadataWrite), keep a session alive (SessionHeartbeat), a vote and a new epoch
-    (Vote, BeginQuorumEpoch, EndQuorumEpoch), a voter's Fetch claiming the whole log, and
-    shrinking the voters to one (AlterPartitionReassignments)."""
-    node = leader.quorum.client.driver.node
-    cluster_id, epoch = "closed-test", node.epoch
-    messages = [
-        VoteRequest(cluster_id, epoch + 1, 2, epoch, 1 << 40),
-        BeginQuorumEpochRequest(cluster_id, 2, epoch + 1),
-        EndQuorumEpochRequest(cluster_id, leader.broker_id, epoch, (2,)),
-        FetchRequest(cluster_id, 2, epoch, 1 << 40, epoch, 0),
-        AlterVotersRequest((leader.broker_id,), 1000),
-    ]
-    out = [(wire.api_key_of(m), wire.VERSIONS[wire.api_key_of(m)], wire.request_body(m))
-           for m in messages]
-    for command in (DeleteNode(paths.topic("t"), -1, recursive=True), ExpireSession(session_id)):
-        out.append((ApiKey.METADATA_WRITE, 0, {"node_id": 2, "command": encode(command)}))
-    out.append((ApiKey.SESSION_HEARTBEAT, 0, {"node_id": 2, "session_id": session_id}))
-    return out
-
-
 def quorum_state(brokers: list[BrokerService]) -> tuple:
     leader = next(b for b in brokers if b.quorum.client.leading)
     node = leader.quorum.client.driver.node
@@ -277,11 +207,13 @@ async def test_the_quorum_port_serves_brokers_only(quorum_cluster, tmp_path):
                                            None), what="a quorum leader")
     session_id = brokers[1].store.session_id
     before = quorum_state(brokers)
+    epoch = leader.quorum.client.driver.node.epoch
     assert before[3] and session_id in before[4]
 
     ports = [b.quorum.listen[1] for b in brokers]
     for port in ports:
-        for api, version, body in quorum_requests(leader, session_id):
+        for api, version, body in quorum_requests("closed-test", epoch, leader.broker_id,
+                                                  session_id, "t"):
             resp = await quorum_call(port, api, version, body)
             assert resp.error_code == DENIED, (port, ApiKey(api).name)
             # Another cluster's secret does not log in: nothing is even asked.

@@ -7,13 +7,12 @@ is refused with SASL_AUTHENTICATION_FAILED on the first login, and kcat and conf
 report it then, not at the end of their timeouts.
 
 Each mode's cluster is started once for the module; the user is made with ``sluice users
-add`` through the brokers (its credentials go to the metadata store like any user's)."""
+add`` through the brokers, logged in with the cluster login (its credentials go to the
+metadata store like any user's)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -23,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.certs import Pki, make_pki
-from tests.support.cluster import cluster_login_config
 from tests.support.procs import ProcessCluster
+from tests.support.users import add_user
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -66,22 +65,6 @@ def kcat(settings: dict[str, str], *args: str, stdin: bytes | None = None,
     return subprocess.run([*argv, *args], input=stdin, capture_output=True, timeout=timeout)
 
 
-def add_user(bootstrap: str, tmp: Path) -> None:
-    """alice with SCRAM-SHA-256 and SCRAM-SHA-512 credentials, made by ``sluice users add``
-    over the cluster login (no authorizer: only brokers and super users may manage users;
-    PLAIN logins are checked against the SCRAM-SHA-512 one)."""
-    password_file = tmp / "alice.password"
-    password_file.write_text(PASSWORD + "\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "consumer_client.cli", "users", "add", USER,
-         "--bootstrap-server", bootstrap, "--mechanism", "SCRAM-SHA-256",
-         "--mechanism", "SCRAM-SHA-512", "--password-file", str(password_file),
-         "--command-config", str(cluster_login_config(tmp))],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-        timeout=60)
-    assert done.returncode == 0, done.stderr
-
-
 def logs_in(settings: dict[str, str]) -> bool:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
@@ -120,7 +103,8 @@ def secure(request, zookeeper_server, tmp_path_factory):
     cluster.start()
     try:
         cluster.wait_registered()
-        add_user(cluster.bootstrap_of("BROKER"), base)
+        add_user(cluster.bootstrap_of("BROKER"), base, USER, PASSWORD,
+                 ("SCRAM-SHA-256", "SCRAM-SHA-512"))
         out = SecureCluster(cluster, pki)
         wait_known_everywhere(out)
         yield out

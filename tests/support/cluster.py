@@ -76,22 +76,6 @@ def cluster_secret_file(base: Path) -> Path:
     return path
 
 
-def cluster_login_config(base: Path) -> Path:
-    """A client properties file (``--command-config``) that logs in as the brokers do: the
-    cluster login, SCRAM-SHA-512 as ``__sluice_broker`` with the cluster secret of the brokers
-    under ``base``, over a plaintext listener. What an operator's tool uses to make the first
-    SASL user of a cluster without an authorizer. Mode 0600, next to the secret."""
-    from broker_core.security import cluster_secret
-    from broker_core.security.sasl import CLUSTER_MECHANISM, CLUSTER_USER
-
-    secret = cluster_secret.load(cluster_secret_file(base))
-    path = Path(base) / "cluster-login.properties"
-    path.touch(mode=0o600)
-    path.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism={CLUSTER_MECHANISM}\n"
-                    f"sasl.username={CLUSTER_USER}\nsasl.password={secret}\n")
-    return path
-
-
 def broker_config(broker_id: int, zk_hosts: str, log_dir: Path, port: int = 0,
                   **overrides: str) -> Any:
     """An in-process broker's config; the cluster secret is the one of ``log_dir``'s parent

@@ -40,10 +40,12 @@ from broker_core.wire.apis import ApiKey
 
 
 class LoginRefused(SaslAuthenticationError, ConnectError):
-    """The server refused our SASL login, or its answers did not make a valid exchange (the
-    message carries the server's error code and message). Also a ConnectError: the connection
-    was never usable, so every caller that backs off and reconnects after a failed connect
-    does the same after a refused login."""
+    """The login a connection runs as it opens (``credential=``: the cluster login between
+    brokers) was refused. Also a ConnectError: the connection was never usable, so every broker
+    component that backs off and reconnects after a failed connect does the same after a
+    refused login. :meth:`KafkaClientProtocol.authenticate` itself raises the plain
+    :class:`SaslAuthenticationError`: Sluice's client library treats a refusal as final, not
+    as a broker it could not reach."""
 
     def __init__(self, message: str, error_code: int | None = None) -> None:
         # Not super().__init__: after SaslAuthenticationError the MRO reaches ConnectError,
@@ -205,6 +207,9 @@ class KafkaClientProtocol(Protocol):
             for w in waiters:
                 w.callback(self)
             return
+        if result.check(SaslAuthenticationError) and not result.check(LoginRefused):
+            refused = result.value
+            result = Failure(LoginRefused(str(refused), refused.error_code))
         if not result.check(ConnectionLost):
             who = self.peer_name or str(self.transport.getPeer())
             assert self.credential is not None
@@ -259,7 +264,7 @@ class KafkaClientProtocol(Protocol):
         shake = await self._send(ApiKey.SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION,
                                    {"mechanism": mechanism})
         if shake.error_code:
-            raise LoginRefused(
+            raise SaslAuthenticationError(
                 f"{peer} refused SaslHandshake for {mechanism}: "
                 f"{errors.ErrorCode(shake.error_code).name} (enabled: "
                 f"{', '.join(shake.mechanisms) or 'none'})", shake.error_code)
@@ -268,12 +273,12 @@ class KafkaClientProtocol(Protocol):
         while token is not None:
             rounds += 1
             if rounds > _MAX_SASL_ROUNDS:
-                raise LoginRefused(
+                raise SaslAuthenticationError(
                     f"{peer}: SASL {mechanism} took too many rounds")
             answer = await self._send(ApiKey.SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION,
                                         {"auth_bytes": token})
             if answer.error_code:
-                raise LoginRefused(
+                raise SaslAuthenticationError(
                     f"{peer} refused SASL {mechanism} login of {username!r}: "
                     f"{errors.ErrorCode(answer.error_code).name}: {answer.error_message}",
                     answer.error_code)
@@ -281,7 +286,7 @@ class KafkaClientProtocol(Protocol):
                 token = client.step(bytes(answer.auth_bytes))
             except SaslClientError as e:
                 self.transport.loseConnection()
-                raise LoginRefused(f"{peer}: {e}") from None
+                raise SaslAuthenticationError(f"{peer}: {e}") from None
 
     def serve(self, handler: RequestServer) -> None:
         """From now on, treat incoming frames as requests and answer them with ``handler``.

@@ -32,11 +32,9 @@ from broker_core.security.sasl import (
     CLUSTER_USER,
     ClientCredential,
     SaslAuthenticationError,
-    SaslClient,
-    SaslClientError,
+    SaslLogin,
 )
 from broker_core.wire import apis, errors, framing
-from broker_core.wire.apis import ApiKey
 
 
 class LoginRefused(SaslAuthenticationError, ConnectError):
@@ -57,15 +55,9 @@ class LoginRefused(SaslAuthenticationError, ConnectError):
     def __str__(self) -> str:
         return str(self.args[0])
 
+
 class RequestTimedOut(Exception):
     """No response arrived within the request timeout."""
-
-
-#: The SASL versions Sluice's client sends: tokens inside SaslAuthenticate (KIP-152).
-SASL_HANDSHAKE_VERSION = 1
-SASL_AUTHENTICATE_VERSION = 2
-#: SCRAM takes two SaslAuthenticate rounds, PLAIN one; a server asking for more is refused.
-_MAX_SASL_ROUNDS = 3
 
 
 class OutstandingRequests:
@@ -253,40 +245,23 @@ class KafkaClientProtocol(Protocol):
         return d
 
     async def authenticate(self, mechanism: str, username: str, password: str) -> None:
-        """Log in over SASL: SaslHandshake v1, then SaslAuthenticate v2 rounds until the
-        exchange is complete (for SCRAM, until the server has proved it holds our credential).
+        """Log in over SASL (:class:`~broker_core.security.sasl.SaslLogin`: SaslHandshake v1,
+        then SaslAuthenticate v2 rounds until the exchange is complete; for SCRAM, until the
+        server has proved it holds our credential).
 
         Fails with :class:`SaslAuthenticationError` naming the server's error (the server then
         closes the connection), or ConnectionLost.
         """
-        client = SaslClient(ClientCredential(mechanism, username, password))
         peer = self.transport.getPeer() if self.transport is not None else "?"
-        shake = await self._send(ApiKey.SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION,
-                                   {"mechanism": mechanism})
-        if shake.error_code:
-            raise SaslAuthenticationError(
-                f"{peer} refused SaslHandshake for {mechanism}: "
-                f"{errors.ErrorCode(shake.error_code).name} (enabled: "
-                f"{', '.join(shake.mechanisms) or 'none'})", shake.error_code)
-        token: bytes | None = client.first()
-        rounds = 0
-        while token is not None:
-            rounds += 1
-            if rounds > _MAX_SASL_ROUNDS:
-                raise SaslAuthenticationError(
-                    f"{peer}: SASL {mechanism} took too many rounds")
-            answer = await self._send(ApiKey.SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION,
-                                        {"auth_bytes": token})
-            if answer.error_code:
-                raise SaslAuthenticationError(
-                    f"{peer} refused SASL {mechanism} login of {username!r}: "
-                    f"{errors.ErrorCode(answer.error_code).name}: {answer.error_message}",
-                    answer.error_code)
+        login = SaslLogin(ClientCredential(mechanism, username, password), str(peer))
+        request = login.first_request()
+        while request is not None:
             try:
-                token = client.step(bytes(answer.auth_bytes))
-            except SaslClientError as e:
-                self.transport.loseConnection()
-                raise SaslAuthenticationError(f"{peer}: {e}") from None
+                request = login.answer(await self._send(*request))
+            except SaslAuthenticationError:
+                if self.transport is not None:
+                    self.transport.loseConnection()
+                raise
 
     def serve(self, handler: RequestServer) -> None:
         """From now on, treat incoming frames as requests and answer them with ``handler``.

@@ -55,16 +55,10 @@ from broker_core.raft.messages import (
     DescribeQuorumResponse,
     ReplicaState,
 )
-from broker_core.security.sasl import ClientCredential, SaslClient, SaslClientError
+from broker_core.security.sasl import ClientCredential, SaslAuthenticationError, SaslLogin
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from consumer_client.connection import BrokerConnection, parse_servers
-
-#: SaslHandshake and SaslAuthenticate versions of the login (as the broker's own client).
-SASL_HANDSHAKE_VERSION = 1
-SASL_AUTHENTICATE_VERSION = 2
-#: SCRAM takes two SaslAuthenticate rounds; a server asking for more is refused.
-MAX_SASL_ROUNDS = 3
 
 #: The DiscoverBrokers version the client speaks (the only one defined).
 DISCOVER_BROKERS_VERSION = 0
@@ -87,30 +81,16 @@ class QuorumAdminError(Exception):
 def log_in(conn: BrokerConnection, credential: ClientCredential) -> None:
     """Run the SASL exchange of ``credential`` on ``conn``; QuorumAdminError when the server
     refuses it or does not prove it knows the secret (SCRAM's server signature)."""
-    where = f"{conn.host}:{conn.port}"
-    shake = conn.request(ApiKey.SASL_HANDSHAKE, {"mechanism": credential.mechanism},
-                         version=SASL_HANDSHAKE_VERSION)
-    if shake.error_code:
-        code = ErrorCode(shake.error_code)
-        raise QuorumAdminError(code, f"{where} refused SaslHandshake for "
-                                     f"{credential.mechanism}: {code.name}")
-    client = SaslClient(credential)
-    token: bytes | None = client.first()
-    rounds = 0
-    while token is not None:
-        rounds += 1
-        if rounds > MAX_SASL_ROUNDS:
-            raise QuorumAdminError(None, f"{where}: the SASL exchange took too many rounds")
-        answer = conn.request(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token},
-                              version=SASL_AUTHENTICATE_VERSION)
-        if answer.error_code:
-            code = ErrorCode(answer.error_code)
-            raise QuorumAdminError(code, f"{where} refused the cluster login ({code.name}): is "
-                                         "--secret-file the brokers' cluster.secret.file?")
-        try:
-            token = client.step(bytes(answer.auth_bytes))
-        except SaslClientError as e:
-            raise QuorumAdminError(None, f"{where}: {e}") from None
+    login = SaslLogin(credential, f"{conn.host}:{conn.port}")
+    request = login.first_request()
+    try:
+        while request is not None:
+            api_key, version, body = request
+            request = login.answer(conn.request(api_key, body, version=version))
+    except SaslAuthenticationError as e:
+        code = None if e.error_code is None else ErrorCode(e.error_code)
+        raise QuorumAdminError(code, f"{e}: is --secret-file the brokers' "
+                                     "cluster.secret.file?") from None
 
 
 def parse_voters(raw: str) -> tuple[int, ...]:

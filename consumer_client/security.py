@@ -37,11 +37,8 @@ from broker_core.security.sasl import (
     KNOWN_MECHANISMS,
     ClientCredential,
     SaslAuthenticationError,
-    SaslClient,
-    SaslClientError,
+    SaslLogin,
 )
-from broker_core.wire.apis import ApiKey
-from broker_core.wire.errors import ErrorCode
 
 #: Every security key a client configuration may hold (Kafka's names).
 SECURITY_KEYS = (
@@ -60,13 +57,6 @@ _SASL_KEYS = ("sasl.mechanism", "sasl.username", "sasl.password")
 _TLS_KEYS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
              "ssl.endpoint.identification.algorithm")
 _IDENTIFICATION = {"https": True, "none": False, "": False}  # Kafka: empty disables it too
-
-#: The SASL versions a Sluice client speaks (tokens inside SaslAuthenticate, KIP-152); the
-#: same as the Twisted client's in :mod:`broker_core.rpc`.
-SASL_HANDSHAKE_VERSION = 1
-SASL_AUTHENTICATE_VERSION = 2
-#: SCRAM takes two SaslAuthenticate rounds, PLAIN one; a server asking for more is refused.
-MAX_SASL_ROUNDS = 3
 
 
 class TlsHandshakeFailed(Exception):
@@ -274,33 +264,12 @@ def _pem_certificates(path: str) -> list[Any]:
 
 
 def login_blocking(roundtrip: Any, credential: ClientCredential, peer: str) -> None:
-    """Log in over SASL on a blocking connection: SaslHandshake v1, then SaslAuthenticate v2
-    rounds until the exchange is complete (for SCRAM, until the server proved it holds our
-    credential). ``roundtrip(api_key, version, body)`` sends one request and returns the
-    response. Raises :class:`~broker_core.security.sasl.SaslAuthenticationError` naming the
-    server's error (the server then closes the connection)."""
-    mechanism = credential.mechanism
-    client = SaslClient(credential)
-    shake = roundtrip(ApiKey.SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION, {"mechanism": mechanism})
-    if shake.error_code:
-        raise SaslAuthenticationError(
-            f"{peer} refused SaslHandshake for {mechanism}: "
-            f"{ErrorCode(shake.error_code).name} (enabled: "
-            f"{', '.join(shake.mechanisms) or 'none'})", shake.error_code)
-    token: bytes | None = client.first()
-    rounds = 0
-    while token is not None:
-        rounds += 1
-        if rounds > MAX_SASL_ROUNDS:
-            raise SaslAuthenticationError(f"{peer}: SASL {mechanism} took too many rounds")
-        answer = roundtrip(ApiKey.SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION,
-                           {"auth_bytes": token})
-        if answer.error_code:
-            raise SaslAuthenticationError(
-                f"{peer} refused SASL {mechanism} login of {credential.username!r}: "
-                f"{ErrorCode(answer.error_code).name}: {answer.error_message}",
-                answer.error_code)
-        try:
-            token = client.step(bytes(answer.auth_bytes))
-        except SaslClientError as e:
-            raise SaslAuthenticationError(f"{peer}: {e}") from None
+    """Log in over SASL on a blocking connection
+    (:class:`~broker_core.security.sasl.SaslLogin`). ``roundtrip(api_key, version, body)``
+    sends one request and returns the response. Raises
+    :class:`~broker_core.security.sasl.SaslAuthenticationError` naming the server's error (the
+    server then closes the connection)."""
+    login = SaslLogin(credential, peer)
+    request = login.first_request()
+    while request is not None:
+        request = login.answer(roundtrip(*request))

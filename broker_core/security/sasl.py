@@ -26,11 +26,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from broker_core.security import sasl_plain, scram
 from broker_core.security.principal import Principal
 from broker_core.security.scram_credential import MECHANISMS as SCRAM_MECHANISMS
 from broker_core.security.scram_credential import ScramCredential
+from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 
 #: ``lookup(mechanism, username)``: the user's stored credential for ``mechanism`` (for PLAIN
@@ -285,3 +287,63 @@ class SaslClient:
             raise SaslClientError(str(e)) from None
         self.done = True
         return None
+
+
+#: The SaslHandshake and SaslAuthenticate versions Sluice's clients send.
+SASL_HANDSHAKE_VERSION = 1
+SASL_AUTHENTICATE_VERSION = 2
+#: SCRAM takes two SaslAuthenticate rounds and PLAIN one; a server asking for more is refused.
+MAX_SASL_ROUNDS = 3
+
+
+class SaslLogin:
+    """One login over Kafka's SASL APIs, as a client drives it, sans-IO: which request to send
+    next and what each answer means. The Twisted client (:mod:`broker_core.rpc`), the blocking
+    connection and the quorum admin tool each only carry its requests::
+
+        request = login.first_request()
+        while request is not None:
+            request = login.answer(send(*request))
+
+    A request is ``(api_key, api_version, body)``. :meth:`answer` raises
+    :class:`SaslAuthenticationError` naming the server's error (the server then closes the
+    connection), or the exchange's fault (a server that did not prove it holds our
+    credential, or asks for too many rounds); ``None`` means logged in.
+    """
+
+    def __init__(self, credential: ClientCredential, peer: str) -> None:
+        self.credential = credential
+        self.peer = peer
+        self._client = SaslClient(credential)
+        self._shaken = False
+        self._rounds = 0
+
+    def first_request(self) -> tuple[int, int, dict]:
+        return (ApiKey.SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION, {"mechanism": self.credential.mechanism})
+
+    def answer(self, response: Any) -> tuple[int, int, dict] | None:
+        mechanism = self.credential.mechanism
+        if not self._shaken:
+            self._shaken = True
+            if response.error_code:
+                raise SaslAuthenticationError(
+                    f"{self.peer} refused SaslHandshake for {mechanism}: "
+                    f"{ErrorCode(response.error_code).name} (enabled: "
+                    f"{', '.join(response.mechanisms) or 'none'})", response.error_code)
+            token: bytes | None = self._client.first()
+        else:
+            if response.error_code:
+                raise SaslAuthenticationError(
+                    f"{self.peer} refused SASL {mechanism} login of "
+                    f"{self.credential.username!r}: {ErrorCode(response.error_code).name}: "
+                    f"{response.error_message}", response.error_code)
+            try:
+                token = self._client.step(bytes(response.auth_bytes))
+            except SaslClientError as e:
+                raise SaslAuthenticationError(f"{self.peer}: {e}") from None
+        if token is None:
+            return None
+        self._rounds += 1
+        if self._rounds > MAX_SASL_ROUNDS:
+            raise SaslAuthenticationError(f"{self.peer}: SASL {mechanism} took too many rounds")
+        return (ApiKey.SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION, {"auth_bytes": token})

@@ -11,13 +11,16 @@ from broker_core.security.principal import Principal
 from broker_core.security.sasl import (
     CLUSTER_USER,
     ClientCredential,
+    SaslAuthenticationError,
     SaslClient,
     SaslClientError,
+    SaslLogin,
     SaslServer,
     SaslSettings,
     SaslState,
 )
 from broker_core.security.scram_credential import ScramCredential
+from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 
 SECRET = "s" * 40
@@ -226,3 +229,62 @@ def test_a_failing_user_store_fails_the_login_without_crashing(mechanism):
     assert (outcome.error_code, outcome.close) == (ErrorCode.SASL_AUTHENTICATION_FAILED, True)
     assert "OSError while looking up the credential" in outcome.error_message
     assert server.state is SaslState.FAILED and server.principal is None
+
+
+# -- SaslLogin: the client's requests, carried by each client's own I/O ---------------------------
+
+
+def _carry(login, server: SaslServer) -> list[int]:
+    """Carry ``login``'s requests to ``server`` as a broker's gate would; returns the API keys
+    sent. Raises what ``login.answer`` raises."""
+    from types import SimpleNamespace
+
+    sent = []
+    request = login.first_request()
+    while request is not None:
+        api_key, version, body = request
+        sent.append(api_key)
+        if api_key == ApiKey.SASL_HANDSHAKE:
+            assert version == 1
+            got = server.handshake(body["mechanism"])
+            answer = SimpleNamespace(error_code=got.error_code, mechanisms=list(got.mechanisms))
+        else:
+            assert version == 2
+            got = server.authenticate(body["auth_bytes"])
+            answer = SimpleNamespace(error_code=got.error_code, error_message=got.error_message,
+                                     auth_bytes=got.auth_bytes)
+        request = login.answer(answer)
+    return sent
+
+
+@pytest.mark.parametrize("mechanism, rounds", [("SCRAM-SHA-512", 2), ("SCRAM-SHA-256", 2),
+                                               ("PLAIN", 1)])
+def test_sasl_login_logs_in_with_a_handshake_then_its_mechanisms_rounds(mechanism, rounds):
+    login = SaslLogin(ClientCredential(mechanism, "alice", "alice-pw"), "broker-1")
+    sent = _carry(login, SaslServer(settings()))
+    assert sent == [ApiKey.SASL_HANDSHAKE] + [ApiKey.SASL_AUTHENTICATE] * rounds
+
+
+def test_sasl_login_names_the_servers_refusal_and_its_code():
+    login = SaslLogin(ClientCredential("SCRAM-SHA-512", "alice", "wrong"), "broker-1")
+    with pytest.raises(SaslAuthenticationError, match="broker-1 refused SASL SCRAM-SHA-512 "
+                       "login of 'alice': SASL_AUTHENTICATION_FAILED") as e:
+        _carry(login, SaslServer(settings()))
+    assert e.value.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    login = SaslLogin(ClientCredential("PLAIN", "alice", "alice-pw"), "broker-1")
+    with pytest.raises(SaslAuthenticationError, match="UNSUPPORTED_SASL_MECHANISM") as e:
+        _carry(login, SaslServer(settings(mechanisms=("SCRAM-SHA-512",))))
+    assert e.value.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+
+
+def test_sasl_login_refuses_a_server_that_cannot_prove_it_holds_the_credential():
+    from types import SimpleNamespace
+
+    login = SaslLogin(ClientCredential("SCRAM-SHA-512", "alice", "alice-pw"), "broker-1")
+    login.first_request()
+    request = login.answer(SimpleNamespace(error_code=0, mechanisms=["SCRAM-SHA-512"]))
+    assert request is not None and request[0] == ApiKey.SASL_AUTHENTICATE  # client-first
+    with pytest.raises(SaslAuthenticationError, match="broker-1") as e:
+        login.answer(SimpleNamespace(error_code=0, error_message=None,
+                                     auth_bytes=b"r=not-our-nonce,s=c2FsdA==,i=4096"))
+    assert e.value.error_code is None  # the exchange's fault, not a server's error code

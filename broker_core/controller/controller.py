@@ -132,6 +132,7 @@ class Controller:
     ) -> None:
         #: The cluster login every channel to a broker starts with.
         self.credential = credential
+        #: TLS on those channels (the inter-broker listener is SSL or SASL_SSL), else None.
         self.tls = tls
         self.broker_id = broker_id
         self.store = store
@@ -568,7 +569,8 @@ class Controller:
 
     def _default_channel(self, b: LiveBroker) -> BrokerChannel:
         return BrokerChannel(b.id, b.host, b.port, reactor=self.reactor,
-                             timeout_s=self.request_timeout_s, credential=self.credential, tls=self.tls)
+                             timeout_s=self.request_timeout_s, credential=self.credential,
+                             tls=self.tls)
 
     def _open_channel(self, b: LiveBroker) -> None:
         old = self.channels.pop(b.id, None)

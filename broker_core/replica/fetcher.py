@@ -240,7 +240,8 @@ class ReplicaFetcher:
 
     def _tcp_connect(self, host: str, port: int) -> defer.Deferred:
         return connect_client(self.reactor, host, port, f"sluice-replica-{self.broker_id}",
-                              credential=self.credential, tls=self.tls, peer_name=f"broker {self.leader_id}")
+                              credential=self.credential, tls=self.tls,
+                              peer_name=f"broker {self.leader_id}")
 
     def _request(self, proto: KafkaClientProtocol, api: ApiKey, version: int, body: dict,
                  timeout_s: float) -> defer.Deferred:

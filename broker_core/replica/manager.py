@@ -167,7 +167,8 @@ class ReplicaManager:
         self.min_insync_replicas = min_insync_replicas
         self.fetchers = ReplicaFetcherManager(
             broker_id, reactor=reactor, clock=clock, config=fetcher_config or FetcherConfig(),
-            on_appended=self._on_follower_append, connect=connect, credential=credential, tls=tls,
+            on_appended=self._on_follower_append, connect=connect, credential=credential,
+            tls=tls,
             on_storage_error=lambda p, e: self.storage_error((p.topic, p.index), e,
                                                              "follower append"))
         self.alter_isr = AlterIsrSender(

@@ -44,7 +44,7 @@ from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
 from broker_core.acl_store import AclCache
-from broker_core.config import BrokerConfig
+from broker_core.config import BrokerConfig, ConfigError
 from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerHeartbeatSender
 from broker_core.controller.shutdown import controlled_shutdown
@@ -60,6 +60,7 @@ from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.replica.published_leadership import adopt_published_leadership
 from broker_core.security.acl import Authorizer
 from broker_core.security.basic_auth import BasicAuthUsers
+from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import SaslSettings
 from broker_core.security.user_store import UserCredentialCache
 from broker_core.server.connection_limits import ServerLimits
@@ -69,6 +70,7 @@ from broker_core.server.listener_endpoints import (
     TlsFileError,
     bind,
     load_all_tls_options,
+    load_peer_tls,
 )
 from broker_core.server.protocol import KafkaServerFactory
 from broker_core.zk import paths
@@ -115,6 +117,11 @@ class BrokerService(service.Service):
         #: read once: every listener checks the cluster login against it and every connection
         #: this broker opens to another broker or quorum node logs in with it.
         self.cluster_credential = config.cluster_credential()
+        #: The named listeners (broker_core/server/listeners.py).
+        self.listener_configs = config.listener_configs()
+        #: TLS on this broker's connections to other brokers when the inter-broker listener is
+        #: SSL or SASL_SSL (its CA, certificate and key; read once, like the cluster secret).
+        self.peer_tls = self._peer_tls()
         #: The process's own broker (``twistd broker``) stops the reactor when its start fails,
         #: so the process exits; an embedded one (tests, tools) leaves that to its owner, who
         #: sees the failure in ``startService()``'s Deferred.
@@ -162,7 +169,7 @@ class BrokerService(service.Service):
             min_insync_replicas=self._min_insync_replicas,
             broker_epoch=lambda: self.registration_epoch,
             on_log_dir_failure=self._on_log_dir_failure,
-            credential=self.cluster_credential.login,
+            credential=self.cluster_credential.login, tls=self.peer_tls,
         )
         self.log_dir_reporter = LogDirFailureReporter(
             self.broker_id, self.store, self.clock, offline=self._offline_log_state,
@@ -176,7 +183,7 @@ class BrokerService(service.Service):
             metrics=self.metrics,
             heartbeat_interval_s=config.broker_heartbeat_interval_ms / 1000.0,
             session_timeout_s=config.broker_session_timeout_ms / 1000.0,
-            credential=self.cluster_credential.login)
+            credential=self.cluster_credential.login, tls=self.peer_tls)
         # Heartbeats to the controller, and what to do when it cannot be reached
         # (docs/replication.md, "Fencing").
         self.heartbeats = ControllerHeartbeatSender(
@@ -186,7 +193,7 @@ class BrokerService(service.Service):
             is_controller=lambda: self.controller.active,
             adopt=lambda: defer.Deferred.fromCoroutine(adopt_published_leadership(
                 self.broker_id, self.store, self.replicas, self.cache)),
-            metrics=self.metrics, credential=self.cluster_credential.login)
+            metrics=self.metrics, credential=self.cluster_credential.login, tls=self.peer_tls)
         self.coordinator = CoordinatorService(
             self.broker_id, self.store, clock=self.clock,
             config=CoordinatorConfig.from_broker_config(config),
@@ -223,9 +230,8 @@ class BrokerService(service.Service):
         #: exempts the inter-broker listener the same way).
         self.server_limits = ServerLimits.from_config(config)
         self.metrics.track_request_memory(self.server_limits.pool)
-        #: The named listeners (broker_core/server/listeners.py), one factory each, all
-        #: sharing the one request handler and the SASL settings (user store, cluster login).
-        self.listener_configs = config.listener_configs()
+        #: One factory per listener, all sharing the one request handler and the SASL
+        #: settings (user store, cluster login).
         sasl = self._sasl_settings(config)
         self.factories = {}
         for lc in self.listener_configs:
@@ -265,6 +271,17 @@ class BrokerService(service.Service):
                 f"the ACLs could not be read from the metadata store within "
                 f"{ACL_FIRST_LOAD_TIMEOUT_S:g} s; the listeners stay closed rather than "
                 "serve clients without them") from None
+
+    def _peer_tls(self) -> PeerTls | None:
+        """The inter-broker listener's TLS files as :class:`PeerTls` (None if it is not TLS);
+        an unusable file is a ConfigError naming its key, before anything starts."""
+        tls = self.listener_configs.inter_broker_listener.tls
+        if tls is None:
+            return None
+        try:
+            return load_peer_tls(tls)
+        except TlsFileError as e:
+            raise ConfigError(f"the inter-broker listener's TLS files: {e}") from None
 
     def _sasl_settings(self, config: BrokerConfig) -> SaslSettings:
         """Every listener's SASL settings: the enabled mechanisms, the user store's lookup and
@@ -683,7 +700,7 @@ class BrokerService(service.Service):
                 max_retries=self.config.controlled_shutdown_max_retries,
                 backoff_s=self.config.controlled_shutdown_retry_backoff_ms / 1000.0,
                 timeout_s=self.config.controller_socket_timeout_ms / 1000.0,
-                credential=self.cluster_credential.login)
+                credential=self.cluster_credential.login, tls=self.peer_tls)
         for bound in self.listeners:
             await bound.port.stopListening()
         # Before the connections close: the coordinator writes its pending offsets and resigns

@@ -28,6 +28,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from broker_core import net
+from broker_core.security.peer_tls import (
+    PeerTls,
+    PeerTlsRefused,
+    handshake_refusal,
+    peer_endpoint,
+)
 from broker_core.security.sasl import (
     CLUSTER_USER,
     ClientCredential,
@@ -327,6 +333,11 @@ class KafkaClientProtocol(Protocol):
         self._closed = True
         self._answers.clear()
         lost = Failure(ConnectionLost("connection lost before the response arrived"))
+        refusal = handshake_refusal(reason)
+        if refusal is not None:  # a refused TLS handshake: say why, to the caller and the log
+            who = self.peer_name or str(self.transport.getPeer())
+            self.log.warn("TLS handshake with {who} failed: {why}", who=who, why=refusal)
+            lost = Failure(PeerTlsRefused(f"TLS handshake with {who} failed: {refusal}"))
         self._out.fail_all(lost)
         if self._login is None:  # lost while logging in: the held requests and waiters fail
             self._logged_in(lost)
@@ -337,11 +348,13 @@ class KafkaClientProtocol(Protocol):
 def connect_client(reactor: Any, host: str, port: int, client_id: str,
                    timeout_s: float = 10.0, *,
                    credential: ClientCredential | None = None,
-                   peer_name: str | None = None) -> defer.Deferred:
+                   peer_name: str | None = None, tls: PeerTls | None = None) -> defer.Deferred:
     """Open one :class:`KafkaClientProtocol` connection; fires with the connected protocol,
     already logged in over SASL when ``credential`` is given (a refused login is logged, closes
-    the connection and fails with :class:`SaslAuthenticationError`)."""
-    endpoint = HostnameEndpoint(reactor, host, port, timeout=timeout_s)
+    the connection and fails with :class:`SaslAuthenticationError`). With ``tls`` the
+    connection is TLS, the peer's certificate checked for ``host`` (a refused handshake fails
+    the login with ConnectionLost)."""
+    endpoint = peer_endpoint(HostnameEndpoint(reactor, host, port, timeout=timeout_s), host, tls)
     proto = KafkaClientProtocol(client_id, credential=credential, peer_name=peer_name)
     d = connectProtocol(endpoint, proto)
     d.addCallback(lambda p: p.when_logged_in())
@@ -424,7 +437,8 @@ class _Queued:
 
 class BrokerChannel:
     """The controller's request channel to one broker, logged in with ``credential`` (the
-    cluster login) before its first request.
+    cluster login) before its first request, over TLS with ``tls`` (the peer's certificate
+    checked for ``host``).
 
     Requests are sent strictly one at a time, in the order queued (a LeaderAndIsr must not overtake
     an earlier StopReplica for the same partition). A request whose connection drops or times out is
@@ -444,6 +458,7 @@ class BrokerChannel:
         client_id: str = "sluice-controller",
         endpoint_factory: Callable[[Any, str, int], Any] | None = None,
         credential: ClientCredential | None = None,
+        tls: PeerTls | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.address = (host, port)
@@ -451,7 +466,7 @@ class BrokerChannel:
         self._timeout = timeout_s
         make = endpoint_factory or (lambda r, h, p: HostnameEndpoint(r, h, p))
         self._service = ClientService(
-            make(reactor, host, port),
+            peer_endpoint(make(reactor, host, port), host, tls),
             KafkaClientFactory(client_id, credential=credential, peer_name=f"broker {broker_id}"),
             retryPolicy=backoffPolicy(initialDelay=0.05, maxDelay=2.0, factor=2.0),
             clock=reactor, prepareConnection=logged_in,

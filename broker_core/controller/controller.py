@@ -58,6 +58,7 @@ from broker_core.metadata import (
     TransactionFailed,
 )
 from broker_core.rpc import BrokerChannel
+from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.zk import paths
 
@@ -127,9 +128,12 @@ class Controller:
         heartbeat_interval_s: float | None = None,
         session_timeout_s: float | None = None,
         credential: ClientCredential | None = None,
+        tls: PeerTls | None = None,
     ) -> None:
         #: The cluster login every channel to a broker starts with.
         self.credential = credential
+        #: TLS on those channels (the inter-broker listener is SSL or SASL_SSL), else None.
+        self.tls = tls
         self.broker_id = broker_id
         self.store = store
         self.reactor = reactor
@@ -565,7 +569,8 @@ class Controller:
 
     def _default_channel(self, b: LiveBroker) -> BrokerChannel:
         return BrokerChannel(b.id, b.host, b.port, reactor=self.reactor,
-                             timeout_s=self.request_timeout_s, credential=self.credential)
+                             timeout_s=self.request_timeout_s, credential=self.credential,
+                             tls=self.tls)
 
     def _open_channel(self, b: LiveBroker) -> None:
         old = self.channels.pop(b.id, None)

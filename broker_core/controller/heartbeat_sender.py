@@ -38,6 +38,7 @@ from twisted.logger import Logger
 from broker_core.controller.broker_liveness import UnreachableVote
 from broker_core.metadata import MetadataStoreError, NodeExists, NoNode, SessionState
 from broker_core.rpc import ClientConnection, connect_client, request_with_timeout
+from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -114,10 +115,12 @@ class ControllerHeartbeatSender:
         metrics: Any = None,
         connect: Callable[[str, int], defer.Deferred] | None = None,
         credential: ClientCredential | None = None,
+        tls: PeerTls | None = None,
     ) -> None:
         self.broker_id = broker_id
         #: The cluster login every connection to the controller starts with.
         self.credential = credential
+        self.tls = tls
         self.broker_epoch = broker_epoch
         self.store = store
         self.reactor = reactor
@@ -307,5 +310,5 @@ class ControllerHeartbeatSender:
 
     def _tcp_connect(self, host: str, port: int) -> defer.Deferred:
         return connect_client(self.reactor, host, port, f"sluice-heartbeat-{self.broker_id}",
-                              timeout_s=self.timeout_s, credential=self.credential,
+                              timeout_s=self.timeout_s, credential=self.credential, tls=self.tls,
                               peer_name="the controller")

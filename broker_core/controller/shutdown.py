@@ -21,6 +21,7 @@ from twisted.logger import Logger
 
 from broker_core.metadata import NoNode, SessionState
 from broker_core.rpc import connect_client
+from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -34,8 +35,8 @@ TopicPartition = tuple[str, int]
 
 
 async def _ask_once(broker_id: int, broker_epoch: int, store: Any, local_controller: Any,
-                    reactor: Any, timeout_s: float, credential: ClientCredential | None
-                    ) -> tuple[str | None, list[TopicPartition]]:
+                    reactor: Any, timeout_s: float, credential: ClientCredential | None,
+                    tls: PeerTls | None) -> tuple[str | None, list[TopicPartition]]:
     """One ControlledShutdown round trip: an error name (or None) and the partitions not moved."""
     if local_controller is not None and local_controller.active:
         return await local_controller.controlled_shutdown(broker_id, broker_epoch)
@@ -47,7 +48,7 @@ async def _ask_once(broker_id: int, broker_epoch: int, store: Any, local_control
     except NoNode:
         return "NOT_CONTROLLER", []  # no controller at the moment (an election is under way)
     proto = await connect_client(reactor, reg.host, reg.port, f"broker-{broker_id}", timeout_s,
-                                 credential=credential,
+                                 credential=credential, tls=tls,
                                  peer_name=f"the controller (broker {controller_id})")
     try:
         d = proto.request(ApiKey.CONTROLLED_SHUTDOWN, CONTROLLED_SHUTDOWN_VERSION,
@@ -63,7 +64,8 @@ async def _ask_once(broker_id: int, broker_epoch: int, store: Any, local_control
 async def controlled_shutdown(broker_id: int, broker_epoch: int, *, store: Any,
                               local_controller: Any, reactor: Any, max_retries: int,
                               backoff_s: float, timeout_s: float,
-                              credential: ClientCredential | None = None) -> bool:
+                              credential: ClientCredential | None = None,
+                              tls: PeerTls | None = None) -> bool:
     """Ask the controller to move everything off this broker; True once it reports nothing
     left. Never raises: a failed controlled shutdown only makes the stop less smooth."""
     attempts = max(1, max_retries)
@@ -76,7 +78,7 @@ async def controlled_shutdown(broker_id: int, broker_epoch: int, *, store: Any,
         # The whole round trip is bounded: a ZooKeeper read has no timeout of its own.
         d = defer.Deferred.fromCoroutine(_ask_once(broker_id, broker_epoch, store,
                                                    local_controller, reactor, timeout_s,
-                                                   credential))
+                                                   credential, tls))
         d.addTimeout(timeout_s, reactor)
         try:
             error, remaining = await d

@@ -43,6 +43,7 @@ from broker_core.rpc import (
     connect_client,
     request_with_timeout,
 )
+from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -85,10 +86,12 @@ class AlterIsrSender:
         connect: Callable[[str, int], defer.Deferred] | None = None,
         follow_s: float = 0.5,
         credential: ClientCredential | None = None,
+        tls: PeerTls | None = None,
     ) -> None:
         self.broker_id = broker_id
         #: The cluster login every connection to the controller starts with.
         self.credential = credential
+        self.tls = tls
         self.broker_epoch = broker_epoch
         self.controller = controller
         self.on_result = on_result
@@ -247,7 +250,7 @@ class AlterIsrSender:
 
     def _tcp_connect(self, host: str, port: int) -> defer.Deferred:
         return connect_client(self.reactor, host, port, f"sluice-alter-isr-{self.broker_id}",
-                              credential=self.credential, peer_name="the controller")
+                              credential=self.credential, tls=self.tls, peer_name="the controller")
 
 
 class _Retry(Exception):

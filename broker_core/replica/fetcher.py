@@ -42,6 +42,7 @@ from broker_core.rpc import (
     connect_client,
     request_with_timeout,
 )
+from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -122,11 +123,13 @@ class ReplicaFetcher:
         connect: Callable[[str, int], defer.Deferred] | None = None,
         on_storage_error: Callable[[Partition, OSError], None] | None = None,
         credential: ClientCredential | None = None,
+        tls: PeerTls | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
         #: The cluster login every connection to the leader starts with.
         self.credential = credential
+        self.tls = tls
         #: Called when writing a partition's log failed (an append or a truncation raised
         #: ``OSError``): the partition leaves this fetcher at once and the replica manager takes
         #: its log directory offline (a disk error is no reason to reconnect and retry).
@@ -237,7 +240,8 @@ class ReplicaFetcher:
 
     def _tcp_connect(self, host: str, port: int) -> defer.Deferred:
         return connect_client(self.reactor, host, port, f"sluice-replica-{self.broker_id}",
-                              credential=self.credential, peer_name=f"broker {self.leader_id}")
+                              credential=self.credential, tls=self.tls,
+                              peer_name=f"broker {self.leader_id}")
 
     def _request(self, proto: KafkaClientProtocol, api: ApiKey, version: int, body: dict,
                  timeout_s: float) -> defer.Deferred:
@@ -416,9 +420,11 @@ class ReplicaFetcherManager:
                  on_appended: Callable[[Partition], None],
                  connect: Callable[[str, int], defer.Deferred] | None = None,
                  on_storage_error: Callable[[Partition, OSError], None] | None = None,
-                 credential: ClientCredential | None = None) -> None:
+                 credential: ClientCredential | None = None,
+                 tls: PeerTls | None = None) -> None:
         self.broker_id = broker_id
         self.credential = credential
+        self.tls = tls
         self.reactor = reactor
         self.clock = clock
         self.config = config
@@ -446,7 +452,7 @@ class ReplicaFetcherManager:
             fetcher = ReplicaFetcher(self.broker_id, leader_id, address, reactor=self.reactor,
                                      clock=self.clock, config=self.config,
                                      on_appended=self.on_appended, connect=self.connect,
-                                     credential=self.credential,
+                                     credential=self.credential, tls=self.tls,
                                      on_storage_error=self.on_storage_error)
             self.fetchers[leader_id] = fetcher
             fetcher.start()

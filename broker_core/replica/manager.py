@@ -47,6 +47,7 @@ from broker_core.replica.delayed import DelayedFetch, DelayedProduce
 from broker_core.replica.fetch_session import FetchSessionCache
 from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker_core.replica.partition import LeaderAndIsrState, Partition, PendingIsrChange
+from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.records import InvalidRecordBatch
 
@@ -141,6 +142,7 @@ class ReplicaManager:
         broker_epoch: Callable[[], int] = lambda: -1,
         connect: Callable[[str, int], defer.Deferred] | None = None,
         credential: ClientCredential | None = None,
+        tls: PeerTls | None = None,
         on_log_dir_failure: Callable[[DirStatus, list[TopicPartition]], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
@@ -166,11 +168,12 @@ class ReplicaManager:
         self.fetchers = ReplicaFetcherManager(
             broker_id, reactor=reactor, clock=clock, config=fetcher_config or FetcherConfig(),
             on_appended=self._on_follower_append, connect=connect, credential=credential,
+            tls=tls,
             on_storage_error=lambda p, e: self.storage_error((p.topic, p.index), e,
                                                              "follower append"))
         self.alter_isr = AlterIsrSender(
             broker_id, broker_epoch, self._controller_address, self._on_isr_result,
-            reactor=reactor, clock=clock, connect=connect, credential=credential)
+            reactor=reactor, clock=clock, connect=connect, credential=credential, tls=tls)
         self._flushing: set[TopicPartition] = set()
         self._checkpointing = False
         self.epoch_writes = WriteBehind(

@@ -101,8 +101,10 @@ class ConnectionSecurity:
         self.authenticated = not protocol.uses_sasl
 
     def authenticate(self, principal: Principal, *, is_broker: bool = False) -> None:
-        """Record a successful authentication; a connection authenticates at most once."""
-        if self.principal is not ANONYMOUS or self.is_broker:
+        """Record a successful authentication; a connection authenticates at most once, except
+        that the cluster login (``is_broker``) may follow a TLS client certificate's principal:
+        brokers present their certificate and then log in, on SSL listeners too."""
+        if self.is_broker or (self.principal is not ANONYMOUS and not is_broker):
             raise RuntimeError("this connection has already authenticated")
         self.principal = principal
         self.is_broker = is_broker

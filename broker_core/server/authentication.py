@@ -11,9 +11,10 @@ does and says what to do with it (a :class:`Verdict`):
   while ``--listen tcp:9092`` needs no SASL of them. Any other login fails
   (SASL_AUTHENTICATION_FAILED; another mechanism: UNSUPPORTED_SASL_MECHANISM) and closes the
   connection. Requests sent without logging in are served as before, as the listener's
-  principal (anonymous, or the TLS client certificate's). A connection that already has a
-  principal (a client certificate), a listener without a cluster credential, or a connection
-  that has authenticated, gets ILLEGAL_SASL_STATE and nothing changes;
+  principal (anonymous, or the TLS client certificate's). The cluster login may follow a
+  client certificate (brokers connecting to an SSL listener present theirs and then log in);
+  it then replaces the certificate's principal. A listener without a cluster credential, or a
+  connection that has authenticated, gets ILLEGAL_SASL_STATE and nothing changes;
 - SaslHandshake v0 (raw SASL tokens would follow, outside Kafka requests) is advertised for old
   librdkafka's sake but never served: it gets UNSUPPORTED_VERSION and the connection closes;
 - on a SASL listener, until the connection has authenticated, ApiVersions is the only other
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from broker_core.security.principal import ANONYMOUS, ConnectionSecurity
+from broker_core.security.principal import ConnectionSecurity
 from broker_core.security.sasl import SaslServer, SaslSettings, no_users
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -111,10 +112,9 @@ class ConnectionAuthentication:
                        detail=f"api {key} before SASL authentication")
 
     def _no_login_here(self) -> bool:
-        """No SASL exchange on this connection: none configured, or a non-SASL connection
-        that already has a principal (its client certificate; a principal is set once)."""
-        return self._sasl is None or (not self.security.protocol.uses_sasl
-                                      and self.security.principal is not ANONYMOUS)
+        """No SASL exchange on this connection: none configured. (On a non-SASL listener the
+        one login there is the cluster login, which may follow a client certificate.)"""
+        return self._sasl is None
 
     def _handshake(self, mechanism: str) -> Verdict:
         if self._no_login_here():

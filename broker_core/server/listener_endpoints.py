@@ -22,6 +22,7 @@ from OpenSSL import crypto
 from twisted.internet import endpoints, ssl
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
+from broker_core.security.peer_tls import PeerTls
 from broker_core.server.listeners import ClientAuth, ListenerConfig, Listeners, TlsFiles
 
 
@@ -75,12 +76,9 @@ def _certificates(path: str, key: str) -> list[x509.Certificate]:
     return certs
 
 
-def load_tls_options(tls: TlsFiles) -> ssl.CertificateOptions:
-    """The TLS context options of a listener from its files; see the module docstring.
-
-    ``ssl.certfile`` holds the server certificate first, then any intermediates; ``ssl.keyfile``
-    its unencrypted private key; ``ssl.cafile`` the CAs whose client certificates are accepted.
-    """
+def _certificate_and_key(tls: TlsFiles) -> tuple[list[x509.Certificate], Any]:
+    """``ssl.certfile``'s certificates (its own first, then any intermediates) and
+    ``ssl.keyfile``'s unencrypted private key, checked to belong together."""
     certs = _certificates(tls.certfile, tls.key_of("ssl.certfile"))
     key_text = _read(tls.keyfile, tls.key_of("ssl.keyfile"))
     try:
@@ -97,6 +95,16 @@ def load_tls_options(tls: TlsFiles) -> ssl.CertificateOptions:
                                      serialization.PublicFormat.SubjectPublicKeyInfo) != public:
         raise TlsFileError(f"{tls.key_of('ssl.keyfile')}: the key in {tls.keyfile!r} does not "
                            f"belong to the certificate in {tls.certfile!r}")
+    return certs, key
+
+
+def load_tls_options(tls: TlsFiles) -> ssl.CertificateOptions:
+    """The TLS context options of a listener from its files; see the module docstring.
+
+    ``ssl.certfile`` holds the server certificate first, then any intermediates; ``ssl.keyfile``
+    its unencrypted private key; ``ssl.cafile`` the CAs whose client certificates are accepted.
+    """
+    certs, key = _certificate_and_key(tls)
     ca_certs = []
     if tls.cafile:
         ca_certs = [crypto.X509.from_cryptography(c)
@@ -113,6 +121,25 @@ def load_tls_options(tls: TlsFiles) -> ssl.CertificateOptions:
         requireCertificate=tls.client_auth is ClientAuth.REQUIRED,
         raiseMinimumTo=ssl.TLSVersion.TLSv1_2,
     )
+
+
+def load_peer_tls(tls: TlsFiles) -> PeerTls:
+    """What this broker's connections to other brokers need when the inter-broker listener
+    ``tls`` is SSL or SASL_SSL: its ``ssl.cafile`` as the CAs that sign the other brokers'
+    certificates, its certificate and key as this broker's client certificate."""
+    if not tls.cafile:  # the configuration refuses this; a TlsFiles built by hand may not
+        raise TlsFileError(f"{tls.key_of('ssl.cafile')}: the inter-broker listener uses TLS "
+                           "and needs the CA that signs the brokers' certificates")
+    certs, key = _certificate_and_key(tls)
+    cas = [ssl.Certificate(crypto.X509.from_cryptography(c))
+           for c in _certificates(tls.cafile, tls.key_of("ssl.cafile"))]
+    pem_key = key.private_bytes(serialization.Encoding.PEM,
+                                serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    own = ssl.PrivateCertificate.loadPEM(
+        certs[0].public_bytes(serialization.Encoding.PEM) + pem_key)
+    return PeerTls(ssl.trustRootFromCertificates(cas), own,
+                   tuple(crypto.X509.from_cryptography(c) for c in certs[1:]))
 
 
 def load_all_tls_options(listeners: Listeners) -> dict[str, ssl.CertificateOptions]:

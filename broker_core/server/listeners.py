@@ -19,8 +19,8 @@ the key at parse time):
 - no two listeners name the same non-zero port;
 - every name in an explicit protocol map, in ``advertised.listeners`` and in a
   ``listener.name.*`` override is a listener;
-- the inter-broker listener is a listener, and not a TLS one (brokers do not connect to each
-  other through TLS yet);
+- the inter-broker listener is a listener; a TLS one has ``ssl.cafile`` (brokers connect to
+  each other through it, verifying each other's certificates against that CA);
 - every TLS listener has a certificate and a key; ``ssl.client.auth`` other than ``none``
   has a CA file to check client certificates against.
 
@@ -279,11 +279,13 @@ def parse_listeners(
     if inter not in names:
         raise ConfigError(f"inter.broker.listener.name {inter} is not one of the listeners "
                           f"({', '.join(names)})", "inter.broker.listener.name")
-    if dict((lc.name, lc.protocol) for lc in built)[inter].uses_tls:
-        # Brokers' connections to each other (controller, fetchers) do not speak TLS yet.
-        raise ConfigError(f"inter.broker.listener.name {inter} is a TLS listener; brokers "
-                          "connect to each other over PLAINTEXT or SASL_PLAINTEXT only: give "
-                          "them a listener of their own", "inter.broker.listener.name")
+    inter_tls = next(lc.tls for lc in built if lc.name == inter)
+    if inter_tls is not None and not inter_tls.cafile:
+        # Brokers verify each other's certificates against it (and present their own).
+        raise ConfigError(
+            f"inter.broker.listener.name {inter} is a TLS listener and needs ssl.cafile (the "
+            "CA that signs the brokers' certificates, which brokers verify each other "
+            "against)", inter_tls.key_of("ssl.cafile"))
     return Listeners(tuple(built), inter)
 
 

@@ -74,7 +74,7 @@ class Pki:
         self.ca = _write(directory, "ca", ca, self._ca_key)
         self.server = self._leaf("server", x509.Name([
             x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]),
-            ExtendedKeyUsageOID.SERVER_AUTH,
+            [ExtendedKeyUsageOID.SERVER_AUTH],
             [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
 
     @property
@@ -91,13 +91,27 @@ class Pki:
             attrs.append(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, ou))
         attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
         return self._leaf(file_name or f"client-{common_name}", x509.Name(attrs),
-                          ExtendedKeyUsageOID.CLIENT_AUTH, [])
+                          [ExtendedKeyUsageOID.CLIENT_AUTH], [])
 
-    def _leaf(self, name: str, subject: x509.Name, usage: x509.ObjectIdentifier,
+    def broker(self, name: str, hosts: tuple[str, ...] = ("localhost", "127.0.0.1")
+               ) -> CertFiles:
+        """A broker's certificate for ``hosts`` (DNS names or IP addresses), good both as a
+        server's and as a client's: brokers present it to each other in both roles."""
+        alt_names: list[x509.GeneralName] = []
+        for host in hosts:
+            try:
+                alt_names.append(x509.IPAddress(ipaddress.ip_address(host)))
+            except ValueError:
+                alt_names.append(x509.DNSName(host))
+        return self._leaf(name, x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]),
+                          [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+                          alt_names)
+
+    def _leaf(self, name: str, subject: x509.Name, usages: list[x509.ObjectIdentifier],
               alt_names: list[x509.GeneralName]) -> CertFiles:
         key = _key()
         extensions: list[tuple[x509.ExtensionType, bool]] = [
-            (x509.ExtendedKeyUsage([usage]), False)]
+            (x509.ExtendedKeyUsage(usages), False)]
         if alt_names:
             extensions.append((x509.SubjectAlternativeName(alt_names), False))
         cert = _build(subject, self._ca_subject, key.public_key(), self._ca_key, ca=False,

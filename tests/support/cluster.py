@@ -145,17 +145,20 @@ def listener_port(broker: Any, listener: str | None = None) -> int:
 
 
 async def connect(broker: Any, listener: str | None = None, *, as_broker: bool = False) -> Any:
-    """A Kafka-protocol client connection to an in-process broker's listener (a plaintext one:
-    by default its first). ``as_broker``: logged in with the cluster login first (the broker's
-    own cluster secret), as another broker of the cluster would, so the control plane is served.
-    """
+    """A Kafka-protocol client connection to an in-process broker's listener (by default its
+    first). ``as_broker``: logged in with the cluster login first (the broker's own cluster
+    secret), as another broker of the cluster would, so the control plane is served. On a TLS
+    listener that is the inter-broker one the connection is TLS with the broker's own
+    certificate, as another broker's would be."""
     from twisted.internet import reactor
 
     from broker_core.rpc import connect_client
 
     credential = broker.cluster_credential.login if as_broker else None
+    name = listener or broker.listener_configs.listeners[0].name
+    tls = broker.peer_tls if name == broker.listener_configs.inter_broker else None
     return await connect_client(reactor, "127.0.0.1", listener_port(broker, listener), "test",
-                                credential=credential)
+                                credential=credential, tls=tls)
 
 
 async def call(broker: Any, api_key: int, version: int, body: Any,

@@ -12,12 +12,18 @@ from consumer_client import cli
 from consumer_client.dev_certs import FILE_NAMES, create_dev_certs
 
 
-def _handshake(certs, server_hostname: str) -> None:
+def _handshake(certs, server_hostname: str, *, mutual: bool = False) -> None:
     """A TLS handshake between a server holding the broker certificate and a client trusting
-    only the development CA, checking ``server_hostname`` as a Kafka client does."""
+    only the development CA, checking ``server_hostname`` as a Kafka client does. ``mutual``:
+    the server requires a client certificate and the client presents the broker's, as one
+    broker connecting to another on a TLS inter-broker listener does."""
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(certs.certfile, certs.keyfile)
     client = ssl.create_default_context(cafile=str(certs.cafile))
+    if mutual:
+        server.verify_mode = ssl.CERT_REQUIRED
+        server.load_verify_locations(cafile=str(certs.cafile))
+        client.load_cert_chain(certs.certfile, certs.keyfile)
     c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
     c = client.wrap_bio(c_in, c_out, server_hostname=server_hostname)
     s = server.wrap_bio(s_in, s_out, server_side=True)
@@ -41,6 +47,11 @@ def test_the_broker_certificate_passes_a_client_check_for_each_host(tmp_path):
     certs = create_dev_certs(tmp_path / "tls", ["127.0.0.1", "localhost"])
     _handshake(certs, "127.0.0.1")
     _handshake(certs, "localhost")
+
+
+def test_the_broker_certificate_is_also_a_client_certificate_between_brokers(tmp_path):
+    certs = create_dev_certs(tmp_path / "tls", ["127.0.0.1"])
+    _handshake(certs, "127.0.0.1", mutual=True)
 
 
 def test_a_name_not_given_is_refused_by_the_client(tmp_path):

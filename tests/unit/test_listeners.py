@@ -3,6 +3,7 @@ the TLS principal's name, the registration's endpoints and per-listener Metadata
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,7 +20,7 @@ from broker_core.security.principal import ConnectionSecurity, SecurityProtocol
 from broker_core.security.ssl_principal import distinguished_name
 from broker_core.server.authorization import Access
 from broker_core.server.handlers import RequestHandler
-from broker_core.server.listener_endpoints import TlsFileError, load_tls_options
+from broker_core.server.listener_endpoints import TlsFileError, load_peer_tls, load_tls_options
 from broker_core.server.listeners import ClientAuth
 from broker_core.wire.errors import ErrorCode
 from broker_core.zk import paths
@@ -137,9 +138,9 @@ def test_overrides_are_config_values():
     ({"listeners": "PLAINTEXT://:9092", "inter.broker.listener.name": "BROKER"},
      "inter.broker.listener.name",
      "inter.broker.listener.name BROKER is not one of the listeners (PLAINTEXT)"),
-    ({"listeners": "SSL://:9093,PLAINTEXT://:9092", **TLS}, "inter.broker.listener.name",
-     "inter.broker.listener.name SSL is a TLS listener; brokers connect to each other over "
-     "PLAINTEXT or SASL_PLAINTEXT only: give them a listener of their own"),
+    ({"listeners": "SSL://:9093,PLAINTEXT://:9092", **TLS}, "ssl.cafile",
+     "inter.broker.listener.name SSL is a TLS listener and needs ssl.cafile (the CA that "
+     "signs the brokers' certificates, which brokers verify each other against)"),
     ({"listeners": "PLAINTEXT://:9092", "advertised.listeners": "BROKER://h:9092"},
      "advertised.listeners",
      "advertised.listeners names BROKER, which is not in listeners (PLAINTEXT)"),
@@ -209,6 +210,28 @@ def test_tls_options_from_real_files(tmp_path: Path):
     _, tls = tls_files(tmp_path, **{"ssl.client.auth": "required"})
     options = load_tls_options(tls)
     assert options.verify and options.requireCertificate and options.caCerts
+
+
+def test_a_tls_inter_broker_listener_with_a_ca_is_accepted():
+    model = listeners(**{"listeners": "SSL://:9093,PLAINTEXT://:9092", **TLS,
+                         "ssl.cafile": "/tls/ca.pem"})
+    assert model.inter_broker == "SSL"
+    assert model.inter_broker_listener.tls.cafile == "/tls/ca.pem"
+
+
+def test_peer_tls_from_real_files(tmp_path: Path):
+    _, tls = tls_files(tmp_path, **{"ssl.client.auth": "required"})
+    peer = load_peer_tls(tls)
+    assert peer.client_certificate.getSubject().commonName == b"localhost"
+    assert peer.chain == ()
+    # Each connection's options name the host it reaches (the certificate is checked for it).
+    assert peer.creator("127.0.0.1") is not peer.creator("localhost")
+
+
+def test_peer_tls_needs_the_ca(tmp_path: Path):
+    _, tls = tls_files(tmp_path)
+    with pytest.raises(TlsFileError, match="ssl.cafile: the inter-broker listener uses TLS"):
+        load_peer_tls(replace(tls, cafile=None))
 
 
 @pytest.mark.parametrize("damage, message", [

@@ -14,7 +14,13 @@ from twisted.internet import task
 from twisted.internet.testing import StringTransport
 
 from broker_core.metrics import BrokerMetrics
-from broker_core.security.principal import ANONYMOUS, ListenerSettings, Principal, SecurityProtocol
+from broker_core.security.principal import (
+    ANONYMOUS,
+    ConnectionSecurity,
+    ListenerSettings,
+    Principal,
+    SecurityProtocol,
+)
 from broker_core.security.sasl import CLUSTER_USER, ClientCredential, SaslClient, SaslSettings
 from broker_core.security.scram_credential import ScramCredential
 from broker_core.server.authentication import MAX_UNAUTHENTICATED_FRAME_BYTES
@@ -242,7 +248,7 @@ def test_on_a_plaintext_listener_user_mechanisms_are_not_offered(mechanism):
     assert transport.disconnecting and handled == []
 
 
-def test_no_login_without_a_cluster_credential_or_with_a_certificate_principal():
+def test_no_login_without_a_cluster_credential():
     def refused(proto, transport):
         proto.dataReceived(frame(ApiKey.SASL_HANDSHAKE, 1, 1, {"mechanism": "SCRAM-SHA-512"}))
         proto.dataReceived(frame(ApiKey.SASL_AUTHENTICATE, 2, 2, {"auth_bytes": b"n,,n=x,r=y"}))
@@ -257,11 +263,42 @@ def test_no_login_without_a_cluster_credential_or_with_a_certificate_principal()
     proto, transport = factory.buildProtocol(None), StringTransport()
     proto.makeConnection(transport)
     assert refused(proto, transport) == (ErrorCode.ILLEGAL_SASL_STATE,) * 2 + (False,)
-    # A TLS client that has a principal (its certificate's) keeps it: no second identity.
+
+
+def test_the_cluster_login_may_follow_a_client_certificate():
+    # A broker connecting to an SSL listener that requires certificates presents its own,
+    # then logs in as the cluster: the connection becomes a broker connection.
+    transport, proto, _, handled = make(listener=ListenerSettings("TLS", SecurityProtocol.SSL))
+    proto.security.authenticate(Principal("User", "CN=broker-2"))
+    assert login(transport, proto, "SCRAM-SHA-512", CLUSTER_USER, SECRET).error_code == 0
+    assert proto.security.is_broker
+    assert proto.security.principal == Principal("User", CLUSTER_USER)
+    # Once a broker, it stays one: another login is refused, harmlessly.
+    proto.dataReceived(frame(ApiKey.SASL_HANDSHAKE, 1, 9, {"mechanism": "SCRAM-SHA-512"}))
+    assert answers(transport, ApiKey.SASL_HANDSHAKE, 1)[0].error_code == \
+        ErrorCode.ILLEGAL_SASL_STATE
+    assert proto.security.is_broker and handled == []
+
+
+def test_a_certificate_holder_with_a_wrong_cluster_secret_keeps_its_principal_and_is_closed():
     transport, proto, _, handled = make(listener=ListenerSettings("TLS", SecurityProtocol.SSL))
     proto.security.authenticate(Principal("User", "CN=client"))
-    assert refused(proto, transport) == (ErrorCode.ILLEGAL_SASL_STATE,) * 2 + (False,)
-    assert not proto.security.is_broker and handled == []
+    answer = login(transport, proto, "SCRAM-SHA-512", CLUSTER_USER, "not-the-secret" * 3)
+    assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    proto.factory.clock.advance(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
+    assert transport.disconnecting
+    assert not proto.security.is_broker
+    assert proto.security.principal == Principal("User", "CN=client") and handled == []
+
+
+def test_a_certificate_principal_is_not_replaced_by_a_user_login():
+    security = ConnectionSecurity("TLS", SecurityProtocol.SSL)
+    security.authenticate(Principal("User", "CN=client"))
+    with pytest.raises(RuntimeError):
+        security.authenticate(Principal("User", "alice"))
+    security.authenticate(Principal("User", CLUSTER_USER), is_broker=True)
+    with pytest.raises(RuntimeError):
+        security.authenticate(Principal("User", CLUSTER_USER), is_broker=True)
 
 
 def test_frames_above_512_kib_close_the_connection_until_authenticated():

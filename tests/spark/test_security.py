@@ -28,10 +28,10 @@ class _Secured:
 
 @pytest.fixture(scope="module")
 def secured(zookeeper_server, tmp_path_factory):
-    from consumer_client import cli
     from tests.conftest import new_chroot
     from tests.support.certs import make_pki
     from tests.support.cluster import BrokerProcess
+    from tests.support.users import add_user
 
     base = tmp_path_factory.mktemp("spark-secured")
     pki = make_pki(base / "pki")
@@ -43,10 +43,9 @@ def secured(zookeeper_server, tmp_path_factory):
     proc.start()
     try:
         proc.wait_listening()
-        secret = base / "password"
-        secret.write_text(PASSWORD + "\n")
-        assert cli.main(["users", "add", "sparky", "--bootstrap-server", proc.address,
-                         "--password-file", str(secret)]) == 0
+        # Over the cluster login: without an authorizer only brokers and super users may
+        # manage users.
+        add_user(proc.address, base, "sparky", PASSWORD)
         yield _Secured(proc, proc.address, proc.address_of("SASL_SSL"), str(pki.cafile))
     finally:
         proc.stop()

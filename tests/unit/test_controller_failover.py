@@ -21,7 +21,7 @@ from broker_core.metadata import Create, SetData
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.messages import leader_and_isr
 from broker_core.zk import paths
-from tests.unit.test_coordinator_service import MemoryStore
+from tests.support.memory_store import MemoryStore
 
 
 class HeldChannel:

@@ -12,16 +12,8 @@ from prometheus_client import CollectorRegistry
 from twisted.internet import defer, task
 
 from broker_core.metadata import (
-    BadVersion,
-    Check,
     Create,
-    Delete,
-    NodeExists,
-    NoNode,
     SessionState,
-    SetData,
-    Stat,
-    TransactionFailed,
 )
 from broker_core.metadata_cache import BrokerEndpoint
 from broker_core.metrics import BrokerMetrics
@@ -30,129 +22,7 @@ from broker_core.wire.errors import ErrorCode
 from broker_core.zk import paths
 from coordinator import rebalance
 from coordinator.service import CoordinatorConfig, CoordinatorService
-
-
-class MemoryStore:
-    """Just enough of IMetadataStore for the service: nodes with versions, multi with checks,
-    watches called now and on change (synchronously)."""
-
-    def __init__(self):
-        self.nodes: dict[str, tuple[bytes, int]] = {"/": (b"", 0)}
-        self.watches: list = []
-        self.listeners: list = []
-        self.multis = 0
-
-    def _parent(self, path):
-        return path.rsplit("/", 1)[0] or "/"
-
-    def _children(self, path):
-        prefix = path.rstrip("/") + "/"
-        return sorted({p[len(prefix):].split("/")[0] for p in self.nodes
-                       if p.startswith(prefix) and p != path})
-
-    def _fire(self):
-        for kind, path, cb in list(self.watches):
-            if kind == "data":
-                v = self.nodes.get(path)
-                cb(v[0] if v else None, Stat(v[1], 0) if v else None)
-            else:
-                cb(self._children(path) if path in self.nodes else None)
-
-    def get(self, path):
-        if path not in self.nodes:
-            return defer.fail(NoNode(path))
-        data, version = self.nodes[path]
-        return defer.succeed((data, Stat(version, 0)))
-
-    def get_many(self, ps):
-        return defer.succeed([(self.nodes[p][0], Stat(self.nodes[p][1], 0))
-                              if p in self.nodes else None for p in ps])
-
-    def get_children(self, path):
-        if path not in self.nodes:
-            return defer.fail(NoNode(path))
-        return defer.succeed(self._children(path))
-
-    def ensure_path(self, path):
-        parts = path.strip("/").split("/")
-        for i in range(1, len(parts) + 1):
-            self.nodes.setdefault("/" + "/".join(parts[:i]), (b"", 0))
-        return defer.succeed(None)
-
-    def create(self, path, value=b"", ephemeral=False, sequence=False, makepath=False):
-        if makepath:
-            self.ensure_path(self._parent(path))
-        return self.multi([Create(path, value)])
-
-    def set(self, path, value, version=-1):
-        return self.multi([SetData(path, value, version)])
-
-    def delete(self, path, version=-1, recursive=False):
-        return self.multi([Delete(path, version)])
-
-    def multi(self, ops):
-        self.multis += 1
-        nodes = dict(self.nodes)
-        results = []
-        failed = False
-        for op in ops:
-            err = None
-            if isinstance(op, Check):
-                if op.path not in nodes or nodes[op.path][1] != op.version:
-                    err = BadVersion(op.path)
-            elif isinstance(op, Create):
-                if op.path in nodes:
-                    err = NodeExists(op.path)
-                elif self._parent(op.path) not in nodes:
-                    err = NoNode(op.path)
-                else:
-                    nodes[op.path] = (op.value, 0)
-            elif isinstance(op, SetData):
-                if op.path not in nodes:
-                    err = NoNode(op.path)
-                elif op.version >= 0 and nodes[op.path][1] != op.version:
-                    err = BadVersion(op.path)
-                else:
-                    nodes[op.path] = (op.value, nodes[op.path][1] + 1)
-            elif isinstance(op, Delete):
-                if op.path not in nodes:
-                    err = NoNode(op.path)
-                else:
-                    del nodes[op.path]
-            results.append(err)
-            failed = failed or err is not None
-        if failed:
-            return defer.fail(TransactionFailed(results))
-        self.nodes = nodes
-        self._fire()
-        return defer.succeed(results)
-
-    def watch_data(self, path, cb):
-        return self._watch("data", path, cb)
-
-    def watch_children(self, path, cb):
-        return self._watch("children", path, cb)
-
-    def _watch(self, kind, path, cb):
-        entry = (kind, path, cb)
-        self.watches.append(entry)
-        if kind == "data":
-            v = self.nodes.get(path)
-            cb(v[0] if v else None, None)
-        else:
-            cb(self._children(path) if path in self.nodes else None)
-        return SimpleNamespace(cancel=lambda: entry in self.watches and self.watches.remove(entry))
-
-    def add_state_listener(self, cb):
-        self.listeners.append(cb)
-
-    def remove_state_listener(self, cb):
-        if cb in self.listeners:
-            self.listeners.remove(cb)
-
-    def state(self, s):
-        for cb in list(self.listeners):
-            cb(s)
+from tests.support.memory_store import MemoryStore
 
 
 class FakeChannel:

@@ -19,7 +19,7 @@ from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.replica.published_leadership import adopt_published_leadership
 from broker_core.wire.apis import ApiKey
 from broker_core.zk import paths
-from tests.unit.test_coordinator_service import MemoryStore
+from tests.support.memory_store import MemoryStore
 
 SESSION = 3.0
 BEAT = 0.5

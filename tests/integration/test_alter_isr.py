@@ -12,13 +12,13 @@ from twisted.internet.defer import Deferred
 
 from broker_core.metadata import MetadataStoreError, SessionState
 from broker_core.zk import paths
-from tests.integration.test_cluster import controller_of
-from tests.integration.test_zk_store import expire_session
 from tests.support.cluster import (
+    controller_of,
     create_topic,
     eventually,
     running_brokers,
 )
+from tests.support.zk_sessions import expire_session
 
 
 @pytest.fixture

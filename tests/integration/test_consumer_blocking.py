@@ -14,8 +14,8 @@ from twisted.internet import defer, reactor, threads
 from consumer_client.blocking_consumer import BlockingConsumer
 from consumer_client.consumer import RegistrationRejected, State
 from consumer_client.consumer_streams import StreamClosed
-from tests.integration.test_consumer_client import fill, offsets_of, ready_topic
 from tests.support.cluster import running_brokers
+from tests.support.consumer_harness import fill, offsets_of, ready_topic
 from tests.support.fake_coordinator import FakeCoordinator
 
 

@@ -18,8 +18,8 @@ from consumer_client.consumer import (
     State,
     TopicNotFound,
 )
-from tests.integration.test_consumer_client import fill, ready_topic, take
 from tests.support.cluster import eventually, free_port, running_brokers
+from tests.support.consumer_harness import fill, ready_topic, take
 
 
 @pytest.fixture

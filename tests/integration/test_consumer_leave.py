@@ -26,8 +26,8 @@ from broker_core.wire.errors import ErrorCode
 from broker_core.zk import paths
 from consumer_client.blocking_consumer import BlockingConsumer
 from consumer_client.consumer import Consumer, ConsumerConfig, State
-from tests.integration.test_consumer_client import fill, ready_topic, take
 from tests.support.cluster import ROOT, call, eventually, running_brokers
+from tests.support.consumer_harness import fill, ready_topic, take
 
 SESSION_MS = 30000
 DEADLINE_S = 5.0

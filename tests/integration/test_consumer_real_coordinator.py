@@ -8,8 +8,8 @@ import pytest_twisted
 from twisted.internet import reactor
 
 from consumer_client.consumer import Consumer, ConsumerConfig, State
-from tests.integration.test_consumer_client import fill, ready_topic, take
 from tests.support.cluster import eventually, running_brokers
+from tests.support.consumer_harness import fill, ready_topic, take
 
 
 @pytest.fixture

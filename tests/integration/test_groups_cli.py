@@ -12,8 +12,8 @@ from twisted.internet import reactor, threads
 
 from consumer_client import cli
 from consumer_client.consumer import Consumer, ConsumerConfig, State
-from tests.integration.test_consumer_client import fill, ready_topic, take
 from tests.support.cluster import eventually, running_brokers
+from tests.support.consumer_harness import fill, ready_topic, take
 
 
 @pytest.fixture

@@ -13,34 +13,19 @@ import pytest_twisted
 from twisted.internet import defer, reactor
 
 from broker_core.metadata import ConnectionLost, NodeExists, SessionExpired
-from broker_core.raft import RaftConfig
 from broker_core.raft.config import VoterAddress
 from broker_core.raft.embedded import EmbeddedQuorum
 from broker_core.raft.metadata_commands import CreateNode, OpenSession, SetNode, encode
 from broker_core.rpc import connect_client
 from broker_core.wire.apis import ApiKey
-from tests.support.cluster import eventually, free_port
+from tests.support.cluster import eventually
 from tests.support.cutting_proxy import CuttingProxy
-
-#: Short timers: an election in 0.2-0.4 s.
-FAST = RaftConfig(election_timeout_ms=200, fetch_timeout_ms=1000, election_backoff_max_ms=200,
-                  request_timeout_ms=1000, retry_backoff_ms=20, fetch_max_wait_ms=200)
-
-
-def _quorums(base, ids=(1, 2, 3)) -> list[EmbeddedQuorum]:
-    voters = {i: VoterAddress(i, "127.0.0.1", free_port()) for i in (1, 2, 3)}
-    return [EmbeddedQuorum(i, "client-test", voters, ("127.0.0.1", voters[i].port),
-                           base / f"q{i}", reactor, FAST) for i in ids]
-
-
-async def _stop(quorums: list[EmbeddedQuorum]) -> None:
-    for q in quorums:
-        await q.stop()
+from tests.support.embedded_quorums import embedded_quorums, stop_quorums
 
 
 @pytest.fixture
 def quorums(tmp_path):
-    qs = _quorums(tmp_path)
+    qs = embedded_quorums(tmp_path)
 
     async def start() -> None:
         await defer.gatherResults([defer.Deferred.fromCoroutine(q.start()) for q in qs])
@@ -50,7 +35,7 @@ def quorums(tmp_path):
         pytest_twisted.blockon(defer.Deferred.fromCoroutine(start()))
         yield qs
     finally:
-        pytest_twisted.blockon(defer.Deferred.fromCoroutine(_stop(qs)))
+        pytest_twisted.blockon(defer.Deferred.fromCoroutine(stop_quorums(qs)))
 
 
 def _now() -> int:
@@ -112,7 +97,7 @@ async def test_writes_continue_after_the_leader_stops(quorums):
 
 @pytest_twisted.ensureDeferred
 async def test_without_a_majority_a_write_fails_with_connection_lost(tmp_path):
-    (alone,) = _quorums(tmp_path, ids=(1,))
+    (alone,) = embedded_quorums(tmp_path, ids=(1,))
     alone.client.submit_timeout_s = 1.0
     await alone.start()
     try:

@@ -13,8 +13,8 @@ import pytest_twisted
 from twisted.internet import defer, reactor
 
 from broker_core.raft.metadata_commands import OpenSession, encode
-from tests.integration.test_quorum_client import _quorums, _stop
 from tests.support.cluster import eventually
+from tests.support.embedded_quorums import embedded_quorums, stop_quorums
 
 TIMEOUT_MS = 60_000  # long: nothing expires while the test runs
 
@@ -26,7 +26,7 @@ def _now_ms() -> float:
 @pytest_twisted.ensureDeferred
 async def test_a_new_leader_keeps_a_silent_sessions_deadline_from_the_old_leaders_table(
         tmp_path):
-    quorums = _quorums(tmp_path)
+    quorums = embedded_quorums(tmp_path)
     try:
         await defer.gatherResults([defer.Deferred.fromCoroutine(q.start()) for q in quorums])
         await eventually(lambda: any(q.client.leading for q in quorums), what="a leader")
@@ -54,4 +54,4 @@ async def test_a_new_leader_keeps_a_silent_sessions_deadline_from_the_old_leader
         await eventually(lambda: heard(alive) > before_stop, timeout=10,
                          what="the live session heard by the new leader")
     finally:
-        await _stop(quorums)
+        await stop_quorums(quorums)

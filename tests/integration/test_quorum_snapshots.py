@@ -18,8 +18,8 @@ from broker_core.raft.embedded import EmbeddedQuorum
 from broker_core.raft.metadata_commands import CreateNode, encode
 from broker_core.raft.snapshots import DiskSnapshotStore
 from broker_core.raft.storage import DIR_NAME
-from tests.integration.test_quorum_client import FAST
 from tests.support.cluster import eventually, free_port
+from tests.support.embedded_quorums import FAST
 
 WRITES = 120
 

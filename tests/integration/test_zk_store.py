@@ -30,6 +30,7 @@ from broker_core.zk import paths
 from broker_core.zk.store import MAX_MULTI_OPS, ZooKeeperStore
 from tests.support.cluster import eventually, free_port, start_brokers, stop_brokers
 from tests.support.metadata_store_contract import MetadataStoreContract
+from tests.support.zk_sessions import expire_session
 from tests.support.zookeeper import ZooKeeperServer
 
 REACTOR_THREAD = threading.current_thread()  # pytest-twisted runs the reactor on this thread
@@ -44,13 +45,6 @@ def private_zookeeper():
     server.stop()
 
 
-def expire_session(hosts: str, session_id: int, password: bytes) -> None:
-    """Expire a live session for real: a second client joins it and closes it (ZooKeeper's own
-    test trick). Blocking; run off the reactor thread."""
-    twin = KazooClient(hosts=hosts, client_id=(session_id, password))
-    twin.start(timeout=15)
-    twin.stop()  # closes the session on the server, for the original client too
-    twin.close()
 
 
 # -- the contract every IMetadataStore meets ------------------------------------------------------

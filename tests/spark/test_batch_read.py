@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.spark.conftest import create_topic, produce
+from tests.support.spark_data import create_topic, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

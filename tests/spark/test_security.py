@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.spark.conftest import create_topic
+from tests.support.spark_data import create_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

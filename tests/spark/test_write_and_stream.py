@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from tests.spark.conftest import create_topic, produce
+from tests.support.spark_data import create_topic, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -52,6 +52,8 @@ from consumer_client.connection import BrokerConnection
 from consumer_client.security import ClientSecurity
 from tests.support.certs import Pki, make_pki
 from tests.support.cluster import cluster_secret_file
+from tests.support.consumer_group_procs import ConsumerProc, stable
+from tests.support.failover_checks import wait_for
 from tests.support.forged_requests import (
     Forged,
     alter_partition_shrink,
@@ -63,8 +65,6 @@ from tests.support.forged_requests import (
 )
 from tests.support.procs import ProcessCluster, consume_all
 from tests.support.users import add_user
-from tests.system.test_consumer_groups import ConsumerProc, stable
-from tests.system.test_replicated_failover import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -26,73 +26,24 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.support.cluster import ROOT
-from tests.system.test_replicated_failover import wait_for
+from tests.support.consumer_group_procs import SESSION_MS, ConsumerProc, describe, stable
+from tests.support.failover_checks import wait_for
 
 pytestmark = pytest.mark.slow
 
-SESSION_MS = 4000
 BACKOFF_MS = 500
 INITIAL_DELAY_MS = 500
 TOPIC = "events"
 
 
-class ConsumerProc:
-    def __init__(self, base: Path, bootstrap: str, group: str, cid: str, topics: str,
-                 pattern: str = "static") -> None:
-        self.cid = cid
-        self.out = base / f"{group}-{cid}.jsonl"
-        self.spec = {"bootstrap": bootstrap, "group": group, "consumer_id": cid,
-                     "topics": topics, "pattern": pattern, "session_timeout_ms": SESSION_MS,
-                     "out": str(self.out)}
-        self.err = open(base / f"{group}-{cid}.stderr", "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.consumer_process", json.dumps(self.spec)],
-            cwd=ROOT, stdout=self.err, stderr=self.err)
-
-    def events(self) -> list[dict]:
-        try:
-            lines = self.out.read_text().splitlines()
-        except OSError:
-            return []
-        return [json.loads(line) for line in lines if line.strip()]
-
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-        self.proc.wait()
-        self.err.close()
 
 
-def describe(bootstrap: str, group: str):
-    from consumer_client.admin import describe_groups
-
-    return describe_groups(bootstrap, [group], timeout=5)[0]
 
 
-def stable(bootstrap: str, group: str, members: int, partitions: int):
-    """The group's description once it is stable with ``members`` members owning exactly
-    ``partitions`` partitions, each once; else None."""
-    from consumer_client.admin import AdminError
-
-    try:
-        g = describe(bootstrap, group)
-    except AdminError:  # no coordinator yet, or it does not know the group yet
-        return None
-    owned = [p for p in g.partitions if p.owner is not None]
-    if (g.state == "stable" and len(g.members) == members and len(owned) == partitions
-            and len({(p.topic, p.partition) for p in owned}) == partitions):
-        return g
-    return None
 
 
 def coordinator_id(bootstrap: str) -> int:

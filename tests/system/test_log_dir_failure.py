@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import free_port
+from tests.support.failover_checks import partition_states, wait_for
 from tests.support.procs import ProcessCluster, consume_all
-from tests.system.test_replicated_failover import partition_states, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -36,9 +36,9 @@ import pytest
 
 from tests.support import netns
 from tests.support.cluster import BrokerProcess, free_port
+from tests.support.failover_checks import wait_for
 from tests.support.procs import consume_all
 from tests.support.zookeeper import ZooKeeperServer
-from tests.system.test_replicated_failover import wait_for
 
 pytestmark = pytest.mark.slow
 

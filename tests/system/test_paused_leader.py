@@ -17,12 +17,8 @@ import time
 
 import pytest
 
+from tests.support.failover_checks import batches_up_to, partition_states, wait_for
 from tests.support.procs import consume_all
-from tests.system.test_replicated_failover import (
-    batches_up_to,
-    partition_states,
-    wait_for,
-)
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.quorum_admin_procs import TIMEOUTS, describe, voter_ids
 from tests.support.quorum_processes import QuorumProcesses
-from tests.system.test_quorum_admin_processes import TIMEOUTS, describe, voter_ids
 
 pytestmark = pytest.mark.slow
 

@@ -11,48 +11,25 @@ describe|reassign`` run as processes against their listeners.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from broker_core.raft.entries import LeaderChange, VoterAssignment
 from broker_core.raft.reassignment import Add, Remove, ResignThenRemove, next_step
-from broker_core.raft.storage import DiskRaftLog
-from tests.support.quorum_processes import ROOT, QuorumProcesses
+from tests.support.quorum_admin_procs import TIMEOUTS, describe, read_log, sluice, voter_ids
+from tests.support.quorum_processes import QuorumProcesses
 
 pytestmark = pytest.mark.slow
 
-TIMEOUTS = ["--election-timeout-ms", "300", "--fetch-timeout-ms", "600",
-            "--election-backoff-max-ms", "300", "--request-timeout-ms", "500",
-            "--fetch-max-wait-ms", "200"]
 
 
-def sluice(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "consumer_client.cli", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=120)
 
 
-def describe(servers: str) -> dict:
-    done = sluice("quorum", "describe", "--bootstrap-server", servers, "--json")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
-def voter_ids(d: dict) -> list[int]:
-    return [r["replica_id"] for r in d["current_voters"]]
 
 
-def read_log(data_dir) -> list:
-    log = DiskRaftLog.open(data_dir, time_ms=lambda: 0)
-    try:
-        return log.read(0, log.end_offset())
-    finally:
-        log.close()
 
 
 def test_seed_bootstrapping_example_grows_one_node_to_three(tmp_path):

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from broker_core.raft.entries import VoterAssignment
+from tests.support.quorum_admin_procs import TIMEOUTS, read_log
 from tests.support.quorum_processes import QuorumProcesses
-from tests.system.test_quorum_admin_processes import TIMEOUTS, read_log
 
 pytestmark = pytest.mark.slow
 

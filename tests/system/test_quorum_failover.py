@@ -28,9 +28,9 @@ import pytest
 from broker_core.wire.apis import ApiKey
 from consumer_client.connection import BrokerConnection
 from tests.support.cluster import ROOT
+from tests.support.failover_checks import wait_for
 from tests.support.procs import ProcessCluster, consume_all
-from tests.system.test_quorum_mode import _create_topic
-from tests.system.test_replicated_failover import wait_for
+from tests.support.quorum_topics import try_create_topic
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def test_writes_resume_after_the_quorum_leaders_broker_is_killed(tmp_path):
     try:
         cluster.start()
         cluster.wait_registered(timeout=60)
-        wait_for(lambda: _create_topic(cluster.bootstrap, TOPIC, PARTITIONS), 60,
+        wait_for(lambda: try_create_topic(cluster.bootstrap, TOPIC, PARTITIONS), 60,
                  "the topic created")
         wait_for(lambda: _fully_replicated(cluster), 60, "every partition with 3 in sync")
         with open(tmp_path / "producer.stderr", "ab") as err:

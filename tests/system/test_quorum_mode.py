@@ -23,9 +23,10 @@ import time
 import pytest
 
 from tests.support.cluster import ROOT
+from tests.support.consumer_group_procs import ConsumerProc, stable
+from tests.support.failover_checks import wait_for
 from tests.support.procs import ProcessCluster, consume_all
-from tests.system.test_consumer_groups import ConsumerProc, stable
-from tests.system.test_replicated_failover import wait_for
+from tests.support.quorum_topics import try_create_topic
 
 pytestmark = pytest.mark.slow
 
@@ -47,17 +48,6 @@ def quorum_cluster(tmp_path):
         cluster.stop()
 
 
-def _create_topic(bootstrap: str, name: str, partitions: int) -> bool:
-    from broker_core.wire.errors import ErrorCode
-    from consumer_client.admin import AdminClient, AdminError
-
-    try:
-        AdminClient(bootstrap_servers=bootstrap).create_topic(name, partitions, 3)
-    except AdminError as e:  # a retry after a first attempt whose answer was lost
-        return e.code == ErrorCode.TOPIC_ALREADY_EXISTS
-    except OSError:  # no broker answered
-        return False
-    return True
 
 
 def test_the_cluster_keeps_working_while_the_quorum_leader_is_killed(quorum_cluster, tmp_path):
@@ -65,7 +55,7 @@ def test_the_cluster_keeps_working_while_the_quorum_leader_is_killed(quorum_clus
     cluster.start()
     cluster.wait_registered(timeout=60)
     bootstrap = cluster.bootstrap
-    wait_for(lambda: _create_topic(bootstrap, TOPIC, PARTITIONS), 60, "the topic created")
+    wait_for(lambda: try_create_topic(bootstrap, TOPIC, PARTITIONS), 60, "the topic created")
 
     produced = tmp_path / "produced.jsonl"
     consumers: list[ConsumerProc] = []
@@ -115,7 +105,7 @@ def _kill_the_quorum_leader(cluster: ProcessCluster, consumers: list[ConsumerPro
     _, new = wait_for(lambda: cluster.quorum_leader()[0] > epoch and cluster.quorum_leader(),
                       60, "a new quorum leader")
     assert new != leader
-    wait_for(lambda: _create_topic(survivors, f"new-{round_}", 2), 60,
+    wait_for(lambda: try_create_topic(survivors, f"new-{round_}", 2), 60,
              f"topic new-{round_} created")
     consumers.pop(0).stop()
     consumers.append(ConsumerProc(base, cluster.bootstrap, "g", f"j{round_}", TOPIC))

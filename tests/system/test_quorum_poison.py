@@ -28,9 +28,9 @@ import pytest
 
 from broker_core.raft.entries import LogEntry
 from broker_core.raft.storage import DiskRaftLog
+from tests.support.failover_checks import wait_for
 from tests.support.procs import ProcessCluster, consume_all
-from tests.system.test_quorum_mode import _create_topic
-from tests.system.test_replicated_failover import wait_for
+from tests.support.quorum_topics import try_create_topic
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +85,7 @@ def _produce(bootstrap: str, topic: str, n: int) -> dict[tuple[int, int], bytes]
 def _works(cluster: ProcessCluster, topic: str, earlier: dict) -> dict:
     """Create ``topic`` (3 partitions, RF 3), write 30 records with acks=all, and read them
     back, with every record of ``earlier`` (topic -> acked records) still there."""
-    wait_for(lambda: _create_topic(cluster.bootstrap, topic, 3), 90, f"topic {topic} created")
+    wait_for(lambda: try_create_topic(cluster.bootstrap, topic, 3), 90, f"topic {topic} created")
     written = {**earlier, topic: wait_for(lambda: _produce(cluster.bootstrap, topic, 30), 120,
                                           f"30 records written to {topic}")}
     for name, acked in written.items():

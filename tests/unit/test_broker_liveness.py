@@ -24,8 +24,8 @@ from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerLease
 from broker_core.wire.apis import ApiKey
 from broker_core.zk import paths
-from tests.unit.test_controller_failover import make as make_controller
-from tests.unit.test_coordinator_service import MemoryStore
+from tests.support.controller_harness import make as make_controller
+from tests.support.memory_store import MemoryStore
 
 SESSION = 3.0
 BEAT = 1.0

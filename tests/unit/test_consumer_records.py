@@ -18,12 +18,7 @@ from broker_core.wire.records import (
     build_batch,
 )
 from consumer_client.consumer_records import Message, decode_chunk, scan_chunk
-
-RECORDS = [Record(None, b"v%d" % i * 20, [], 1000 + i) for i in range(50)] + [
-    Record(b"key", None, [("h1", b"x"), ("h2", None)], 2000),
-    Record(b"", b"", [], 2001),
-    Record(b"k" * 300, b"v" * 70000, [], 2002),  # multi-byte varints everywhere
-]
+from tests.support.record_samples import RECORDS, varied
 
 
 def _expected(base: int, start: int = 0) -> list[Message]:
@@ -137,23 +132,6 @@ def test_message_is_an_immutable_tuple():
     assert m._replace(offset=1).offset == 1
 
 
-def _varied(n: int, seed: int) -> list[Record]:
-    """Records that take every path of the record loop: null and present keys (short and
-    long), null and empty values, values of every varint width, headers, timestamps that go
-    back and forth, more than 8,192 records (three-byte offset deltas)."""
-    import random
-
-    rng = random.Random(seed)
-    out = []
-    ts = 1_700_000_000_000
-    for _ in range(n):
-        roll = rng.random()
-        key = None if roll < 0.6 else b"k" * rng.choice([0, 5, 63, 64, 200, 9000])
-        value = None if roll > 0.97 else b"v" * rng.choice([0, 1, 63, 64, 100, 8191, 8192, 20000])
-        headers = [] if rng.random() < 0.9 else [("h", b"x" * rng.randint(0, 70)), ("n", None)]
-        ts += rng.choice([0, 0, 0, 1, 2, 70, -3, 9000])
-        out.append(Record(key, value, headers, ts))
-    return out
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -161,7 +139,7 @@ def _varied(n: int, seed: int) -> list[Record]:
 def test_every_record_shape_matches_the_reference_decoder(seed, codec):
     from broker_core.wire.records import decode_records
 
-    records = _varied(9000, seed)
+    records = varied(9000, seed)
     data = build_batch(records, base_offset=5000, compression=codec) + build_batch(
         records[:300], base_offset=14000)
     expected = [Message("t", 1, r.offset, r.key, r.value, r.timestamp, 0, tuple(r.headers))

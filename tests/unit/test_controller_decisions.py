@@ -18,8 +18,8 @@ from broker_core.controller.decisions import GONE, DecisionRounds, conflicting
 from broker_core.controller.election import Election
 from broker_core.metadata import SetData, Stat
 from broker_core.zk import paths
+from tests.support.controller_harness import make
 from tests.support.memory_store import MemoryStore
-from tests.unit.test_controller_failover import make
 
 T0, T1 = ("t", 0), ("t", 1)
 

@@ -12,7 +12,7 @@ from broker_core.controller.batch import LiveBroker, PartitionDecision
 from broker_core.controller.election import Election
 from broker_core.controller.log_dir_failure import OfflineReplicaSet, offline_replica_changes
 from broker_core.zk import paths
-from tests.unit.test_controller_failover import make
+from tests.support.controller_harness import make
 
 #: make(): partition p has replicas [1 + p % 3, 1 + (p + 1) % 3, 1 + (p + 2) % 3], led by the
 #: first, every ISR full. So t-2 is led by 3, t-0 by 1 (3 in its ISR), t-1 by 2.

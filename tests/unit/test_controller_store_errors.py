@@ -16,7 +16,7 @@ from twisted.logger import Logger, LogLevel
 from broker_core.controller.controller import CONFLICT_RETRY_S, LEADERS_FIRST_WAIT_S
 from broker_core.metadata import ConnectionLost, StoreStopping
 from broker_core.zk import paths
-from tests.unit.test_controller_failover import make
+from tests.support.controller_harness import make
 
 
 def failing_writes(store, error: Exception) -> list[int]:

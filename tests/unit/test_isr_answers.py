@@ -14,7 +14,7 @@ from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import Record, build_batch
-from tests.unit.test_alter_isr_sender import FakeController as ScriptedController
+from tests.support.fake_controller import FakeController as ScriptedController
 
 REPLICAS = (1, 2, 3, 4)
 CONTROLLER = 9

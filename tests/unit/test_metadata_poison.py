@@ -31,7 +31,7 @@ from broker_core.raft.metadata_store import QuorumMetadataStore
 from broker_core.raft.quorum_client import NetworkQuorumClient
 from broker_core.raft.roles import Role
 from broker_core.wire.errors import ErrorCode
-from tests.unit.test_raft_driver import CONFIG, Loopback, leader_of, run_until
+from tests.support.raft_loopback import CONFIG, Loopback, leader_of, run_until
 
 NEWER = b'{"v":2,"t":0,"c":"create","p":"/from-the-future","d":"","o":0,"s":false,"x":1}'
 DAMAGED = b'{"v":1,"t":0,"c":"set","p":"/a","d":"\xc3\xa9","n":-1}'

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -140,18 +139,6 @@ def test_an_unknown_encoding_version_is_refused(version):
 def test_malformed_commands_are_refused_with_the_reason(payload, reason):
     with pytest.raises(MalformedCommand, match=reason):
         decode(payload)
-
-
-def test_encoding_is_fast_enough():
-    """A quorum round trip costs milliseconds; encoding and decoding a command must cost a
-    small fraction of that (measured: a few microseconds each on the development machine)."""
-    command = SetNode("/brokers/topics/t/partitions/0/state", b"x" * 100, 17)
-    n = 2000
-    start = time.perf_counter()
-    for _ in range(n):
-        decode(encode(command, 1))
-    per_round_trip = (time.perf_counter() - start) / n
-    assert per_round_trip < 200e-6, f"{per_round_trip * 1e6:.1f} us per encode+decode"
 
 
 # -- nodes ---------------------------------------------------------------------------------------

@@ -9,11 +9,10 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS
-from twisted.internet import task
-from twisted.internet.testing import StringTransport
 from twisted.web.test.requesthelper import DummyRequest
 
 from broker_core.metrics import BrokerMetrics, LabelledChildren, MetricsResource, metrics_site
+from tests.support.http import http_get
 
 
 @pytest.fixture
@@ -197,19 +196,6 @@ def test_resource_renders_openmetrics_when_asked(metrics: BrokerMetrics):
     assert body.endswith(b"# EOF\n")
 
 
-def _http_get(site, path: bytes, headers: bytes = b"") -> tuple[bytes, bytes]:
-    """One HTTP/1.1 request through ``site`` over a StringTransport; returns (head, body)."""
-    clock = task.Clock()
-    protocol = site.buildProtocol(None)
-    protocol.callLater = clock.callLater  # idle timeouts on the test clock, not the reactor
-    transport = StringTransport()
-    protocol.makeConnection(transport)
-    protocol.dataReceived(b"GET " + path + b" HTTP/1.1\r\nHost: test\r\nConnection: close\r\n"
-                          + headers + b"\r\n")
-    head, _, body = transport.value().partition(b"\r\n\r\n")
-    protocol.connectionLost(None)
-    assert clock.getDelayedCalls() == []
-    return head, body
 
 
 def _dechunk(body: bytes) -> bytes:
@@ -227,19 +213,19 @@ def _dechunk(body: bytes) -> bytes:
 def test_site_serves_metrics_and_nothing_else(metrics: BrokerMetrics):
     metrics.connections.set(1)
     site = metrics_site(metrics.registry)
-    head, body = _http_get(site, b"/metrics")
+    head, body = http_get(site, b"/metrics")
     assert head.startswith(b"HTTP/1.1 200")
     assert b"Content-Type: text/plain; version=0.0.4" in head
     assert b"sluice_connections 1.0" in body
-    head, _ = _http_get(site, b"/")
+    head, _ = http_get(site, b"/")
     assert head.startswith(b"HTTP/1.1 404")
-    head, _ = _http_get(site, b"/other")
+    head, _ = http_get(site, b"/other")
     assert head.startswith(b"HTTP/1.1 404")
 
 
 def test_site_gzips_when_the_scraper_accepts_it(metrics: BrokerMetrics):
     metrics.connections.set(1)
-    head, body = _http_get(metrics_site(metrics.registry), b"/metrics",
+    head, body = http_get(metrics_site(metrics.registry), b"/metrics",
                            b"Accept-Encoding: gzip\r\n")
     assert b"Content-Encoding: gzip" in head
     data = _dechunk(body) if b"Transfer-Encoding: chunked" in head else body

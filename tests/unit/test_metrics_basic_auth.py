@@ -25,7 +25,7 @@ from broker_core.security.basic_auth import (
     parse_password_file,
     user_line,
 )
-from tests.unit.test_metrics import _http_get
+from tests.support.http import http_get
 
 FAST = MIN_ITERATIONS  # the tests' hashes: the cheapest a file may hold
 
@@ -151,14 +151,14 @@ def test_site_asks_for_credentials_and_serves_with_the_right_ones():
     site = _site(clock)
     for path in (b"/metrics", b"/", b"/other"):
         for extra in (b"", b"Authorization: " + header("prometheus", "wrong") + b"\r\n"):
-            head, body = _http_get(site, path, extra)
+            head, body = http_get(site, path, extra)
             assert head.startswith(b"HTTP/1.1 401"), (path, head)
             assert b'WWW-Authenticate: Basic realm="sluice metrics", charset="UTF-8"' in head
             assert b"sluice_connections" not in body
-    head, body = _http_get(site, b"/metrics",
+    head, body = http_get(site, b"/metrics",
                            b"Authorization: " + header("prometheus", "right") + b"\r\n")
     assert head.startswith(b"HTTP/1.1 200") and b"sluice_connections 1.0" in body
-    head, _ = _http_get(site, b"/other", b"Authorization: " + header("prometheus", "right") +
+    head, _ = http_get(site, b"/other", b"Authorization: " + header("prometheus", "right") +
                         b"\r\n")
     assert head.startswith(b"HTTP/1.1 404")
 
@@ -166,8 +166,8 @@ def test_site_asks_for_credentials_and_serves_with_the_right_ones():
 def test_site_answers_429_while_throttled():
     site = _site(task.Clock())
     for _ in range(basic_auth.CHECKS_PER_SECOND):
-        _http_get(site, b"/metrics", b"Authorization: " + header("prometheus", "x") + b"\r\n")
-    head, body = _http_get(site, b"/metrics",
+        http_get(site, b"/metrics", b"Authorization: " + header("prometheus", "x") + b"\r\n")
+    head, body = http_get(site, b"/metrics",
                            b"Authorization: " + header("prometheus", "right") + b"\r\n")
     assert head.startswith(b"HTTP/1.1 429") and b"Retry-After: 1" in head
     assert b"sluice_connections" not in body

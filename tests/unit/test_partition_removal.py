@@ -14,8 +14,8 @@ from broker_core.controller.controller import CONFLICT_RETRY_S, STOP_REPLICA_WAI
 from broker_core.metadata import Stat
 from broker_core.wire.apis import ApiKey
 from broker_core.zk import paths
+from tests.support.controller_harness import make
 from tests.support.memory_store import MemoryStore
-from tests.unit.test_controller_failover import make
 
 
 class Store(MemoryStore):

@@ -23,16 +23,9 @@ from broker_core.wire.apis import DEFINED, ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages import alter_partition_reassignments, quorum
 from broker_core.wire.schema import INT16, INT64, Array, Field, Message
+from tests.support.wire_bytes import NO_TAGS, compact_string, i16, i32, joined, request_header_v2
 from tests.support.wire_reference import reference_decode, reference_encode
-from tests.unit.test_wire_known_bytes import (
-    NO_TAGS,
-    compact_string,
-    i16,
-    i32,
-    joined,
-    request_header_v2,
-)
-from tests.unit.test_wire_samples import populated
+from tests.support.wire_samples import populated
 
 int32s = st.integers(-(2**31), 2**31 - 1)
 int64s = st.integers(-(2**63), 2**63 - 1)

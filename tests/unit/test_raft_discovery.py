@@ -20,7 +20,7 @@ from broker_core.raft.listener_admin import GossipHandler
 from broker_core.wire import apis
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from tests.unit.test_raft_listener import frame, make, sent_frames
+from tests.support.raft_listener_harness import frame, make, sent_frames
 
 ME = NodeEndpoint(1, "h1", 9001, 100)
 

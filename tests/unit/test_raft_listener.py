@@ -4,15 +4,9 @@ correlation ids, and how bad input is refused without reaching the node."""
 
 from __future__ import annotations
 
-from twisted.internet import task
-from twisted.internet.testing import StringTransport
-
 from broker_core.raft import wire
 from broker_core.raft.listener import (
     SERVED_VERSIONS,
-    InboundRequests,
-    QuorumListenerFactory,
-    QuorumRequestHandler,
 )
 from broker_core.raft.messages import (
     BeginQuorumEpochRequest,
@@ -25,35 +19,10 @@ from broker_core.raft.messages import (
 )
 from broker_core.security.cluster_secret import ClusterCredential
 from broker_core.security.principal import Principal
-from broker_core.wire import apis, framing
+from broker_core.wire import apis
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-
-NODE = 1
-TIMEOUT_S = 2.0
-
-
-def make(credential: ClusterCredential | None = None):
-    """A connection to a quorum listener; with ``credential`` a brokers-only one, as every
-    broker's."""
-    clock = task.Clock()
-    delivered: list[Envelope] = []
-    inbound = InboundRequests(NODE, delivered.append)
-    factory = QuorumListenerFactory(
-        QuorumRequestHandler(inbound, clock, TIMEOUT_S, brokers_only=credential is not None),
-        clock=clock, sasl=None if credential is None else credential.sasl_settings(()))
-    proto = factory.buildProtocol(None)
-    transport = StringTransport()
-    proto.makeConnection(transport)
-    return transport, proto, inbound, delivered, clock
-
-
-def frame(chunks) -> bytes:
-    return b"".join(framing.frame(chunks))
-
-
-def sent_frames(transport) -> list[bytes]:
-    return framing.FrameDecoder().feed(transport.value())
+from tests.support.raft_listener_harness import NODE, TIMEOUT_S, frame, make, sent_frames
 
 
 def test_api_versions_advertises_exactly_the_quorum_apis():

@@ -18,7 +18,7 @@ from broker_core.raft.messages import (
 from broker_core.wire import apis
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from tests.unit.test_raft_listener import NODE, TIMEOUT_S, frame, make, sent_frames
+from tests.support.raft_listener_harness import NODE, TIMEOUT_S, frame, make, sent_frames
 
 
 def test_describe_quorum_reaches_the_node_from_the_admin_source_and_is_answered():

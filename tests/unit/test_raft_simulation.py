@@ -11,8 +11,6 @@ replays exactly: ``chaotic_simulation(seed)``.
 from __future__ import annotations
 
 import dataclasses
-import random
-from collections.abc import Callable
 
 import pytest
 
@@ -21,48 +19,10 @@ from broker_core.raft.commit import next_high_watermark
 from broker_core.raft.messages import NO_LEADER, AlterVotersResponse
 from broker_core.raft.voter_set import VoterSetHistory
 from broker_core.wire.errors import ErrorCode
+from tests.support.raft_chaos import LIVENESS_BOUND_MS, T, chaotic_simulation, run_chaos_then_heal
 from tests.support.raft_invariants import InvariantChecker, InvariantViolation
 from tests.support.raft_nodes import CLUSTER, make_node
 from tests.support.raft_sim import SIM_CONFIG, Faults, SimDiskLog, Simulation
-
-T = SIM_CONFIG.election_timeout_ms
-LIVENESS_BOUND_MS = 40 * T  # generous: split votes and backoffs, never wall-clock time
-
-
-def chaotic_simulation(seed: int, sim_class: Callable[..., Simulation] = Simulation,
-                       **kwargs) -> Simulation:
-    rng = random.Random(seed)
-    # Small fetch responses make followers catch up over many rounds, which is when entries
-    # of older epochs sit replicated without the new leader's own (Raft's figure 8).
-    config = dataclasses.replace(SIM_CONFIG, fetch_max_entries=rng.choice([1, 3, 50]))
-    voters = (1, 2, 3, 4, 5)[:rng.choice([1, 3, 3, 5])]
-    observers = (6, 7)[:rng.choice([0, 1, 2])]
-    faults = Faults.random(rng)
-    reassign_every_ms = rng.choice([None, 100.0, 400.0])
-    snapshot_every_ms = rng.choice([None, 50.0, 300.0])
-    # Drawn last, so the earlier draws of a seed stay what they were: how much log a snapshot
-    # leaves (none: a fetcher one entry behind needs the snapshot), how big its chunks are,
-    # and whether an observer joins late, with an empty log.
-    config = dataclasses.replace(config, snapshot_retain_entries=rng.choice([0, 20, None]),
-                                 fetch_snapshot_max_bytes=rng.choice([40, 1 << 20]))
-    late = bool(observers) and rng.random() < 0.3
-    start_at = {observers[-1]: rng.uniform(200.0, 1500.0)} if late else None
-    # One-way cuts, flapping links, power cuts mid-write and lost disks.
-    faults = faults.with_disk_and_link_faults(rng)
-    return sim_class(seed, voters=voters, observers=observers, faults=faults,
-                      reassign_every_ms=reassign_every_ms, config=config,
-                      snapshot_every_ms=snapshot_every_ms, start_at=start_at, **kwargs)
-
-
-def run_chaos_then_heal(sim: Simulation, chaos_ms: float = 2000.0) -> None:
-    sim.run_for(chaos_ms)
-    sim.heal()
-    assert sim.run_until(lambda: sim.leader() is not None, LIVENESS_BOUND_MS), \
-        f"seed {sim.seed}: no leader {LIVENESS_BOUND_MS} ms after healing"
-    proposal = sim.propose_to_leader(b"after-heal")
-    assert proposal is not None
-    assert sim.run_until(lambda: sim.committed_everywhere(proposal.offset), LIVENESS_BOUND_MS), \
-        f"seed {sim.seed}: entry {proposal.offset} not committed everywhere after healing"
 
 
 @pytest.mark.parametrize("seed", range(200))
@@ -70,14 +30,6 @@ def test_random_faults_never_break_an_invariant_and_the_healed_quorum_makes_prog
     sim = chaotic_simulation(seed)
     run_chaos_then_heal(sim)
     assert sim.checker.steps > 0
-
-
-@pytest.mark.slow
-def test_many_longer_random_runs():
-    # About 3 minutes on a 2-core machine; deselect with -m "not slow". Wider sweeps:
-    # scripts/raft_sim_sweep.py.
-    for seed in range(10_000, 13_000):
-        run_chaos_then_heal(chaotic_simulation(seed), chaos_ms=4000.0)
 
 
 def test_regression_a_disk_replaced_with_the_first_starts_voters_forked_the_cluster():

@@ -40,7 +40,7 @@ from broker_core.wire.errors import (
     UnknownApiKey,
 )
 from broker_core.wire.messages import quorum
-from tests.unit.test_wire_known_bytes import (
+from tests.support.wire_bytes import (
     NO_TAGS,
     compact_string,
     i16,

@@ -20,7 +20,7 @@ from consumer_client.spark.arrow_records import (  # noqa: E402
     decode_record_batch,
     to_record_batch,
 )
-from tests.unit.test_consumer_records import RECORDS, _varied  # noqa: E402
+from tests.support.record_samples import RECORDS, varied  # noqa: E402
 
 NO_HEADERS = [Record(r.key, r.value, [], r.timestamp) for r in RECORDS]
 
@@ -51,7 +51,7 @@ def test_every_codec_matches_the_consumer_decoder(codec):
 def test_every_record_shape_and_fetch_window(seed, codec):
     # keys absent, empty and long; values null, empty and 20 KB; three-byte offset deltas;
     # timestamps going back and forth; headers (dropped unless asked for)
-    records = _varied(9000, seed)
+    records = varied(9000, seed)
     data = build_batch(records, base_offset=5000, compression=codec) + build_batch(
         records[:300], base_offset=14000)
     _check(data)

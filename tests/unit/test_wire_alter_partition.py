@@ -9,16 +9,7 @@ from broker_core.wire import apis
 from broker_core.wire.apis import SUPPORTED, ApiKey
 from broker_core.wire.errors import EncodeError, ErrorCode
 from broker_core.wire.header import RequestHeader
-from tests.unit.test_wire_known_bytes import (
-    NO_TAGS,
-    compact_string,
-    i8,
-    i16,
-    i32,
-    i64,
-    joined,
-    request_header_v2,
-)
+from tests.support.wire_bytes import NO_TAGS, compact_string, i8, i16, i32, i64, joined, request_header_v2
 
 KEY = ApiKey.ALTER_PARTITION
 

@@ -19,7 +19,7 @@ from broker_core.wire.errors import (
 )
 from broker_core.wire.header import RequestHeader
 from broker_core.wire.schema import Struct
-from tests.unit.test_wire_samples import populated
+from tests.support.wire_samples import populated
 
 
 def test_api_key_numbers_are_kafkas():

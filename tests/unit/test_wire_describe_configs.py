@@ -11,7 +11,7 @@ from broker_core.wire.apis import SUPPORTED, ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages import describe_configs as dc
 from broker_core.wire.primitives import Reader
-from tests.unit.test_wire_known_bytes import (
+from tests.support.wire_bytes import (
     NO_TAGS,
     compact_string,
     i8,
@@ -21,7 +21,7 @@ from tests.unit.test_wire_known_bytes import (
     request_header_v2,
     string,
 )
-from tests.unit.test_wire_samples import populated
+from tests.support.wire_samples import populated
 
 SPEC = SUPPORTED[ApiKey.DESCRIBE_CONFIGS]
 VERSIONS = list(range(SPEC.min_version, SPEC.max_version + 1))

@@ -13,7 +13,7 @@ from broker_core.wire import apis
 from broker_core.wire.apis import SUPPORTED, ApiKey, Request
 from broker_core.wire.errors import MalformedFrame, ProtocolError
 from broker_core.wire.schema import Struct
-from tests.unit.test_wire_samples import populated
+from tests.support.wire_samples import populated
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -12,7 +12,7 @@ import pytest
 from broker_core.wire.errors import EncodeError, MalformedFrame
 from broker_core.wire.primitives import Writer
 from tests.support.wire_reference import reference_decode, reference_encode
-from tests.unit.test_wire_samples import all_messages, populated
+from tests.support.wire_samples import all_messages, populated
 
 MESSAGES = all_messages()
 IDS = [i for i, _, _ in MESSAGES]

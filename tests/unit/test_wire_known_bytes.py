@@ -3,54 +3,20 @@ so it is checked against the real wire format and not only against itself."""
 
 from __future__ import annotations
 
-import struct
-
 from broker_core.wire import apis
 from broker_core.wire.apis import ApiKey
-
-
-def i8(v):
-    return struct.pack(">b", v)
-
-
-def i16(v):
-    return struct.pack(">h", v)
-
-
-def i32(v):
-    return struct.pack(">i", v)
-
-
-def i64(v):
-    return struct.pack(">q", v)
-
-
-def string(s):  # classic string: int16 length + UTF-8
-    b = s.encode()
-    return i16(len(b)) + b
-
-
-def compact_string(s):  # uvarint(length + 1) + UTF-8 (all lengths here fit one byte)
-    b = s.encode()
-    assert len(b) + 1 < 0x80
-    return bytes([len(b) + 1]) + b
-
-
-NO_TAGS = b"\x00"  # an empty tagged-field section
-
-
-def request_header_v1(key, version, correlation_id, client_id):
-    return i16(key) + i16(version) + i32(correlation_id) + string(client_id)
-
-
-def request_header_v2(key, version, correlation_id, client_id):
-    # The client id stays a classic (non-compact) string in header v2.
-    return request_header_v1(key, version, correlation_id, client_id) + NO_TAGS
-
-
-def joined(chunks):
-    return b"".join(chunks)
-
+from tests.support.wire_bytes import (
+    NO_TAGS,
+    compact_string,
+    i8,
+    i16,
+    i32,
+    i64,
+    joined,
+    request_header_v1,
+    request_header_v2,
+    string,
+)
 
 # -- ApiVersions -------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import pytest
 
 from broker_core.wire import apis
 from broker_core.wire.primitives import Reader, Writer
-from tests.unit.test_wire_samples import all_messages, populated
+from tests.support.wire_samples import all_messages, populated
 
 MESSAGES = all_messages()
 IDS = [i for i, _, _ in MESSAGES]

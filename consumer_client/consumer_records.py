@@ -160,20 +160,6 @@ def _decode(topic: str, partition: int, data: bytes | memoryview, fetch_offset: 
     return out
 
 
-def _uvarint(raw: bytes, pos: int) -> tuple[int, int]:
-    """An unsigned varint of three bytes or more (the record loop reads shorter ones inline)."""
-    shift = result = 0
-    while True:
-        b = raw[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordBatch("varint longer than 10 bytes in a record")
-
-
 def _zigzag(v: int) -> int:
     return (v >> 1) ^ -(v & 1)
 

@@ -23,7 +23,6 @@ Invariants (the seed's "brokers only accept monotonically increasing updates"):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,8 +162,3 @@ def gossip_from_body(body: Any) -> Gossip:
     return Gossip(_node_from(body.node), tuple(_node_from(s) for s in body.brokers),
                   QuorumView(body.cluster_id, body.leader_id, body.leader_epoch,
                              body.voters_offset, tuple(body.voter_ids)))
-
-
-def endpoints_of(directory: Directory, ids: Iterable[int]) -> dict[int, NodeEndpoint]:
-    """The endpoints ``directory`` knows among ``ids``."""
-    return {i: e for i in ids if (e := directory.endpoint(i)) is not None}

@@ -529,11 +529,6 @@ class RequestHandler(UserAdminApis):
         return {"throttle_time_ms": 0, "error_code": 0, "session_id": session_id,
                 "responses": topics}
 
-    def _fetch_error(self, header: Any, body: Any, error: str) -> dict:
-        from broker_core.replica.manager import FetchResult
-        return self._fetch_response([(t.topic, p.partition, FetchResult(error=error))
-                                     for t in body.topics for p in t.partitions])
-
     # -- ListOffsets ------------------------------------------------------------------------------
 
     def list_offsets(self, header: Any, body: Any, access: Access) -> dict:

@@ -137,10 +137,6 @@ def delete_topic(name: str) -> str:
     return f"{DELETE_TOPICS}/{name}"
 
 
-def partition_reassigned(name: str, index: int) -> str:
-    return f"{PARTITIONS_REASSIGNED}/{name}/{index}"
-
-
 def partitions_add_topic(name: str) -> str:
     return f"{PARTITIONS_ADD}/{name}"
 
@@ -163,10 +159,6 @@ def consumer_offset(group: str, name: str, index: int) -> str:
 
 def consumer_owner(group: str, name: str, index: int) -> str:
     return f"{CONSUMERS}/{group}/owners/{name}/{index}"
-
-
-def consumer_group(group: str) -> str:
-    return f"{CONSUMERS}/{group}"
 
 
 def consumer_offsets(group: str) -> str:

@@ -34,6 +34,7 @@ from broker_core.metadata import (
     TransactionFailed,
 )
 from broker_core.wire.errors import ErrorCode
+from broker_core.wire.topic_partition import TopicPartition
 from broker_core.zk import paths
 
 
@@ -316,7 +317,6 @@ async def describe_cluster(store: Any) -> ClusterDescription:
 
 # -- replica reassignment (seed 000 F) ------------------------------------------------------------
 
-TopicPartition = tuple[str, int]
 
 #: What ``verify_reassignment`` reports per partition.
 REASSIGNMENT_IN_PROGRESS = "in progress"

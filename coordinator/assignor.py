@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from zope.interface import Attribute, Interface, implementer
 
-TopicPartition = tuple[str, int]
+from broker_core.wire.topic_partition import TopicPartition
 
 
 class IPartitionAssignor(Interface):

@@ -22,9 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker_core.wire.topic_partition import TopicPartition
 from coordinator.topic_count import TopicCount
-
-TopicPartition = tuple[str, int]
 
 
 class DuplicateConsumer(Exception):

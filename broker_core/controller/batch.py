@@ -28,6 +28,7 @@ from broker_core.metadata_cache import LEADER_DURING_DELETE
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.messages import leader_and_isr as leader_and_isr_messages
 from broker_core.wire.messages import update_metadata as update_metadata_messages
+from broker_core.wire.topic_partition import TopicPartition
 
 LEADER_AND_ISR_VERSION = 5
 STOP_REPLICA_VERSION = 3
@@ -36,7 +37,6 @@ UPDATE_METADATA_VERSION = 7
 TYPE_INCREMENTAL = 0
 TYPE_FULL = 1  # Kafka's "full" LeaderAndIsr is the seed's INIT flag
 
-TopicPartition = tuple[str, int]
 
 _LEADER_AND_ISR_TOPICS = leader_and_isr_messages.REQUEST.field_map["topic_states"].type
 _UPDATE_METADATA_TOPICS = update_metadata_messages.REQUEST.field_map["topic_states"].type

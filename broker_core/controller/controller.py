@@ -60,9 +60,9 @@ from broker_core.metadata import (
 from broker_core.rpc import BrokerChannel
 from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
+from broker_core.wire.topic_partition import TopicPartition
 from broker_core.zk import paths
 
-TopicPartition = tuple[str, int]
 #: One partition of an AlterIsr request: (topic, partition, leader_epoch, new_isr,
 #: partition_epoch), the last being the leaderAndISR znode version the leader holds.
 AlterIsrItem = tuple[str, int, int, tuple[int, ...], int]

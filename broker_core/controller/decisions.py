@@ -30,8 +30,7 @@ from dataclasses import dataclass
 
 from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.election import Election
-
-TopicPartition = tuple[str, int]
+from broker_core.wire.topic_partition import TopicPartition
 
 #: ``decide(tp, state)``: the election a partition needs given its current state, or None.
 Decide = Callable[[TopicPartition, PartitionDecision], Election | None]

@@ -37,12 +37,12 @@ from twisted.logger import Logger
 from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.election import NO_LEADER, Election, offline_leader, shrink_isr
 from broker_core.metadata import Delete, NoNode, TransactionFailed
+from broker_core.wire.topic_partition import TopicPartition
 from broker_core.zk import paths
 
 if TYPE_CHECKING:
     from broker_core.controller.controller import Controller
 
-TopicPartition = tuple[str, int]
 
 log = Logger(namespace="sluice.controller.log_dirs")
 

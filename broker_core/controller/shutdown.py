@@ -25,13 +25,13 @@ from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
+from broker_core.wire.topic_partition import TopicPartition
 from broker_core.zk import paths
 
 CONTROLLED_SHUTDOWN_VERSION = 3
 
 log = Logger(namespace="sluice.broker")
 
-TopicPartition = tuple[str, int]
 
 
 async def _ask_once(broker_id: int, broker_epoch: int, store: Any, local_controller: Any,

@@ -54,6 +54,7 @@ from broker_core.log.log import (
     partition_dir_name,
 )
 from broker_core.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS, OpenSegments
+from broker_core.wire.topic_partition import TopicPartition
 
 CLEAN_SHUTDOWN = ".clean-shutdown"
 RECOVERY_POINTS = "recovery-point-offset-checkpoint"
@@ -63,7 +64,6 @@ LOG_START_OFFSETS = "log-start-offset-checkpoint"
 #: broker in quorum mode (``quorum.data.dir``'s default; it has a log of its own).
 RESERVED_DIRS = frozenset({"quorum"})
 
-TopicPartition = tuple[str, int]
 
 
 class LogDirOffline(OSError):

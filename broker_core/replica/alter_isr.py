@@ -47,8 +47,8 @@ from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
+from broker_core.wire.topic_partition import TopicPartition
 
-TopicPartition = tuple[str, int]
 ALTER_PARTITION_VERSION = 1
 
 

@@ -13,8 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker_core.purgatory import DelayedOperation
-
-TopicPartition = tuple[str, int]
+from broker_core.wire.topic_partition import TopicPartition
 
 
 class DelayedProduce(DelayedOperation):

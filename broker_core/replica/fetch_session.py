@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-TopicPartition = tuple[str, int]
+from broker_core.wire.topic_partition import TopicPartition
 
 #: ``(topic, partition, fetch_offset, partition_max_bytes, current_leader_epoch)``, the replica
 #: manager's fetch request entry.

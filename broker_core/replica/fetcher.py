@@ -47,8 +47,7 @@ from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import InvalidRecordBatch
-
-TopicPartition = tuple[str, int]
+from broker_core.wire.topic_partition import TopicPartition
 
 FETCH_VERSION = 11  # current_leader_epoch (v9+), not flexible; our brokers serve 4-12
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3

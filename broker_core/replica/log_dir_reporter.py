@@ -25,9 +25,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from broker_core.metadata import MetadataStoreError, NodeExists, NoNode
+from broker_core.wire.topic_partition import TopicPartition
 from broker_core.zk import paths
-
-TopicPartition = tuple[str, int]
 
 RETRY_INITIAL_S = 0.2
 RETRY_MAX_S = 5.0

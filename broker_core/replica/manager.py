@@ -50,8 +50,7 @@ from broker_core.replica.partition import LeaderAndIsrState, Partition, PendingI
 from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.records import InvalidRecordBatch
-
-TopicPartition = tuple[str, int]
+from broker_core.wire.topic_partition import TopicPartition
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1

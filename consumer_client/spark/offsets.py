@@ -19,10 +19,11 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
+from broker_core.wire.topic_partition import TopicPartition
+
 EARLIEST = -2
 LATEST = -1
 
-TopicPartition = tuple[str, int]
 PartitionOffsets = dict[TopicPartition, int]
 
 

@@ -28,7 +28,8 @@
 Each takes ``--bootstrap-server HOST:PORT[,...]`` (with ``--command-config F``, a properties file
 of client security keys, ``security.protocol``, ``sasl.*``, ``ssl.*``, for a TLS or SASL
 listener) or ``--zookeeper HOST:PORT[/chroot]``
-(with ``--zookeeper-auth-file F`` when the cluster's znodes are secured)
+(with ``--zookeeper-auth-file F`` when the cluster's znodes are secured, and
+``--zookeeper-auth-mechanism digest`` when the brokers log in with the ``digest`` scheme)
 (``reassign`` and ``elect-leaders`` work through ZooKeeper only; ``users`` through either, the
 password read from a prompt or a file, never from the command line; ``groups`` through the brokers
 only, since the members live in the coordinator's memory; ``quorum`` takes the metadata

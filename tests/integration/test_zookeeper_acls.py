@@ -9,11 +9,12 @@ up for it, and the ``digest`` scheme against one without SASL."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 import pytest_twisted
-from twisted.internet import reactor
+from twisted.internet import reactor, threads
 
 from broker_core.metadata import AuthFailed, NotAuthorized
 from broker_core.zk import paths
@@ -25,6 +26,7 @@ from tests.support.cluster import (
     create_topic,
     eventually,
     leader_of,
+    listener_port,
     produce,
     restart,
     running_brokers,
@@ -244,6 +246,18 @@ async def test_a_cluster_with_acls_elects_replicates_and_restarts(brokers, zk_ho
     store = rest[0].store
     await eventually(lambda: _in_isr(store, back.broker_id), timeout=30, what="back in ISR")
     assert await read_all(leader, TOPIC, 0) == [b"one", b"two", b"three"]
+
+    # A real Kafka client produces (acks=all: every replica) and consumes through the cluster.
+    leader = await eventually(lambda: leader_of(brokers, TOPIC, 1), what="leader of 1")
+    kcat = ["kcat", "-b", f"127.0.0.1:{listener_port(leader)}", "-t", TOPIC, "-p", "1"]
+    lines = b"".join(b"record-%d\n" % i for i in range(20))
+    put = await threads.deferToThread(subprocess.run, [*kcat, "-P", "-X", "acks=all"],
+                                      input=lines, capture_output=True, timeout=60)
+    assert put.returncode == 0, put.stderr
+    got = await threads.deferToThread(subprocess.run, [*kcat, "-C", "-e", "-q"],
+                                      capture_output=True, timeout=60)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.splitlines() == [b"record-%d" % i for i in range(20)]
     await stop_brokers([back])
 
 

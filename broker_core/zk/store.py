@@ -306,8 +306,8 @@ class ZooKeeperStore:
         self._pool.start()
         try:
             await self._blocking(self._connect)
-        except (KazooTimeoutError, AuthFailedError) as e:
-            try:
+        except BaseException as e:
+            try:  # the session may be up (the round trip failed): end it with the start
                 await self._blocking(self._client.stop)
                 await self._blocking(self._client.close)
             finally:
@@ -315,10 +315,12 @@ class ZooKeeperStore:
             # kazoo's start reports a login refused before it looked as a timeout.
             if isinstance(e, AuthFailedError) or self._auth_failed:
                 raise AuthFailed(self._auth_failed_message()) from None
-            raise ConnectionLost(f"could not reach ZooKeeper at {self.hosts} within "
-                                 f"{self.connect_timeout:g}s") from None
-        except BaseException:
-            self._pool.stop()
+            if isinstance(e, KazooTimeoutError):
+                raise ConnectionLost(f"could not reach ZooKeeper at {self.hosts} within "
+                                     f"{self.connect_timeout:g}s") from None
+            if isinstance(e, ConnectionLoss):
+                raise ConnectionLost(f"ZooKeeper at {self.hosts} dropped the connection "
+                                     "while the session started") from None
             raise
         self.state = SessionState.CONNECTED
         self._started = True

@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 from twisted.internet import reactor, threads
+from twisted.logger import Logger, formatEvent
 
-from broker_core.metadata import AuthFailed, NotAuthorized
+from broker_core.metadata import AuthFailed, NotAuthorized, SessionState
 from broker_core.zk import paths
 from broker_core.zk.acl_policy import AclPolicy, ZkCredential, is_sensitive, secure_acl
 from broker_core.zk.store import ZooKeeperStore
+from tests.conftest import new_chroot
 from tests.integration.test_reassignment import FAST, read_all, zk_state
 from tests.support.cluster import (
     controller_of,
@@ -32,7 +34,7 @@ from tests.support.cluster import (
     running_brokers,
     stop_brokers,
 )
-from tests.support.zookeeper import TEST_SASL_USERS
+from tests.support.zookeeper import TEST_SASL_USERS, ZooKeeperServer
 
 PASSWORD = TEST_SASL_USERS["sluice"]
 #: Not the brokers' password: with SASL a refused login, with ``digest`` another identity.
@@ -202,13 +204,13 @@ async def test_another_identity_reads_but_cannot_change_anything(zk_hosts, crede
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_refused_sasl_login_fails_the_start_at_once(zk_hosts, zk_auth_mechanism,
+async def test_a_refused_sasl_login_fails_the_start_at_once(sasl_zookeeper_server,
                                                             zookeeper_server):
-    if zk_auth_mechanism != "DIGEST-MD5":
-        pytest.skip("the digest scheme refuses no credential: a wrong one is another identity")
+    # (The digest scheme refuses no credential: a wrong one is another identity, above.)
+    hosts = new_chroot(sasl_zookeeper_server)
     refused = [
-        (zk_hosts, ZkCredential("sluice", WRONG_PASSWORD)),  # a wrong password
-        (zk_hosts, ZkCredential("mallory", WRONG_PASSWORD)),  # a user the server lacks
+        (hosts, ZkCredential("sluice", WRONG_PASSWORD)),  # a wrong password
+        (hosts, ZkCredential("mallory", WRONG_PASSWORD)),  # a user the server lacks
         # A server without SASL set up (a JAAS Server section): it drops the login.
         (zookeeper_server.hosts, ZkCredential("sluice", PASSWORD)),
     ]
@@ -223,6 +225,42 @@ async def test_a_refused_sasl_login_fails_the_start_at_once(zk_hosts, zk_auth_me
             message
         assert "wrong password" in message and "zookeeper.auth.mechanism=digest" in message
         assert not store._pool.started  # nothing left running: no stop() needed
+        await store.stop()
+
+
+@pytest.fixture
+def private_sasl_zookeeper():
+    """A SASL ZooKeeper of this test's own: the test changes its users and restarts it."""
+    server = ZooKeeperServer(sasl_users=TEST_SASL_USERS)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_login_refused_on_reconnect_ends_the_session_and_says_why(
+        private_sasl_zookeeper):
+    server = private_sasl_zookeeper
+    store = await started_store(server.hosts, AclPolicy(ZkCredential("sluice", PASSWORD)))
+    events: list[dict] = []
+    store.log = Logger(namespace=store.log.namespace, observer=events.append)
+
+    def lines() -> list[str]:
+        return [formatEvent(e) for e in events]
+
+    try:
+        assert await store.exists("/") is not None
+        assert not [line for line in lines() if "AUTH_FAILED" in line]
+        # The operators change the brokers' password on the servers, not in the broker.
+        server.sasl_users["sluice"] = WRONG_PASSWORD
+        await threads.deferToThread(server.restart)
+        await eventually(lambda: store.state is SessionState.LOST, timeout=30,
+                         what="the session ended")
+        refused = [line for line in lines() if "AUTH_FAILED" in line]
+        assert len(refused) == 1, refused
+        assert "refused the SASL DIGEST-MD5 login of user 'sluice'" in refused[0]
+        assert "restart once the credential is fixed" in refused[0]
+    finally:
         await store.stop()
 
 

@@ -446,8 +446,8 @@ class BrokerService(service.Service):
             except NotAuthorized:
                 raise StartupError(
                     f"ZooKeeper refused to secure the chroot of {cfg.zookeeper_connect}: its "
-                    "ACL is for another credential; is zookeeper.auth.file the one the "
-                    "cluster's other brokers use?") from None
+                    "ACL is for another credential; are zookeeper.auth.file and "
+                    "zookeeper.auth.mechanism the ones the cluster's other brokers use?") from None
         self.store.add_state_listener(self._on_session_state)
         for path in paths.PERSISTENT_PATHS:
             await self.store.ensure_path(path)

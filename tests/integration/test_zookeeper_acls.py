@@ -24,6 +24,7 @@ from broker_core.zk.store import ZooKeeperStore
 from tests.conftest import new_chroot
 from tests.integration.test_reassignment import FAST, read_all, zk_state
 from tests.support.cluster import (
+    BrokerProcess,
     controller_of,
     create_topic,
     eventually,
@@ -226,6 +227,24 @@ async def test_a_refused_sasl_login_fails_the_start_at_once(sasl_zookeeper_serve
         assert "wrong password" in message and "zookeeper.auth.mechanism=digest" in message
         assert not store._pool.started  # nothing left running: no stop() needed
         await store.stop()
+
+
+def test_a_broker_process_whose_login_is_refused_exits_1_saying_why(sasl_zookeeper_server,
+                                                                    tmp_path):
+    """As a process (``twist broker``): no retrying, no hanging; exit status 1 for its
+    supervisor and one line in its log naming the cause."""
+    (tmp_path / "wrong").mkdir()
+    wrong = write_auth_file(tmp_path / "wrong", password=WRONG_PASSWORD)
+    proc = BrokerProcess(1, new_chroot(sasl_zookeeper_server), tmp_path,
+                         extra={"zookeeper.set.acl": "true", "zookeeper.auth.file": str(wrong)})
+    proc.start()
+    try:
+        assert proc.proc.wait(timeout=60) == 1
+    finally:
+        proc.stop()
+    failed = [line for line in proc.log_text().splitlines() if "failed to start" in line]
+    assert len(failed) == 1, proc.log_tail()
+    assert "refused the SASL DIGEST-MD5 login of user 'sluice' (AUTH_FAILED)" in failed[0]
 
 
 @pytest.fixture

@@ -180,6 +180,10 @@ async def test_bad_auth_files_and_a_wrong_credential_are_refused(zk_hosts, tmp_p
         if zk_auth_mechanism == "DIGEST-MD5":  # SASL refuses the login itself
             cases.append((wrong, zk_auth_mechanism, "refused the SASL DIGEST-MD5 login of "
                           "user 'sluice' (AUTH_FAILED)"))
+            # The brokers' file with the other mechanism: the digest identity of the same
+            # user and password is not the one the ACLs name.
+            cases.append((auth, "digest", "and --auth-mechanism their "
+                          "zookeeper.auth.mechanism?"))
         else:  # the digest scheme takes any password: it is just another identity
             cases.append((wrong, zk_auth_mechanism, "not allowed to change or list /"))
         for path, mechanism, why in cases:

@@ -20,6 +20,7 @@ from twisted.internet import threads
 from broker_core.metadata import NotAuthorized
 from broker_core.zk import paths
 from broker_core.zk.acl_policy import OPEN_ACL, AclPolicy, ZkCredential, secure_acl
+from tests.conftest import new_chroot
 from tests.integration.test_cli import ROOT, one_line_error
 from tests.integration.test_reassignment import FAST, read_all
 from tests.integration.test_zookeeper_acls import (
@@ -267,3 +268,59 @@ async def test_a_broker_with_another_credential_does_not_start(secured_brokers, 
         await svc.stopService()
         assert why in str(e.value) and "\n" not in str(e.value)
         assert str(n) not in await secured_brokers[0].store.get_children(paths.BROKER_IDS)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_cluster_secured_with_digest_moves_to_sasl(sasl_zookeeper_server, tmp_path):
+    """The way docs/zookeeper.md gives for changing the mechanism of a secured cluster: roll
+    the brokers without ``zookeeper.set.acl``, open the nodes with the old mechanism, roll
+    them onto the new one, secure the nodes with it."""
+    from tests.support.cluster import start_brokers
+
+    hosts = new_chroot(sasl_zookeeper_server)
+    auth = write_auth_file(tmp_path)
+    digest = ZkCredential.from_file(str(auth), mechanism="digest")
+    sasl = ZkCredential.from_file(str(auth), mechanism="DIGEST-MD5")
+    brokers = await start_brokers(hosts, tmp_path, 3, zookeeper_set_acl="true",
+                                  zookeeper_auth_file=str(auth),
+                                  zookeeper_auth_mechanism="digest", **FAST)
+    owner = await started_store(hosts, AclPolicy(sasl))
+    try:
+        await eventually(lambda: controller_of(brokers), what="controller")
+        await create_topic(brokers[0], TOPIC, assignment=ASSIGNMENT)
+        leader = await eventually(lambda: leader_of(brokers, TOPIC, 0), what="leader")
+        assert (await produce(leader, TOPIC, 0, [b"a"], acks=-1)).error_code == 0
+        # (Only the digest identity, with ADMIN, sees its own hash in the ACL.)
+        old_owner = await started_store(hosts, AclPolicy(digest))
+        try:
+            assert set(await old_owner.get_acl(paths.topic(TOPIC))) == \
+                set(secure_acl(paths.topic(TOPIC), digest))
+        finally:
+            await old_owner.stop()
+
+        async def roll(**changes) -> None:
+            for i, b in enumerate(list(brokers)):
+                await b.stopService()
+                b.config = dataclasses.replace(b.config, **changes)
+                brokers[i] = await restart(b)
+            await eventually(lambda: _all_in_isr(brokers[0].store), timeout=30,
+                             what="full ISR")
+
+        await roll(zookeeper_set_acl=False)
+        r = await sluice("zookeeper", "secure", "--zookeeper", hosts, "--auth-file", str(auth),
+                         "--auth-mechanism", "digest", "--unsecure")
+        assert r.returncode == 0, r.stderr
+        assert all(acl == set(OPEN_ACL) for acl in (await acls(owner)).values())
+
+        await roll(zookeeper_set_acl=True, zookeeper_auth_mechanism="DIGEST-MD5")
+        r = await sluice("zookeeper", "secure", "--zookeeper", hosts, "--auth-file", str(auth))
+        assert r.returncode == 0, r.stderr
+        for node, acl in (await acls(owner)).items():
+            assert acl == set(secure_acl(node, sasl)), node
+
+        leader = await eventually(lambda: leader_of(brokers, TOPIC, 0), what="leader")
+        assert (await produce(leader, TOPIC, 0, [b"b"], acks=-1)).error_code == 0
+        assert await read_all(leader, TOPIC, 0) == [b"a", b"b"]
+    finally:
+        await owner.stop()
+        await stop_brokers([b for b in brokers if b.running])

@@ -28,6 +28,7 @@ from broker_core.wire.messages.describe_user_scram_credentials import (
     MECHANISM_TYPES,
 )
 from broker_core.zk import paths
+from broker_core.zk.acl_policy import SASL_DIGEST_MD5
 from consumer_client.connection import BrokerConnection, UnsupportedVersionError, bootstrap
 from consumer_client.security import ClientSecurity
 
@@ -49,7 +50,7 @@ class AdminError(Exception):
         self.code = code
 
 
-def zookeeper_acl_policy(auth_file: str | None, mechanism: str = "DIGEST-MD5") -> Any:
+def zookeeper_acl_policy(auth_file: str | None, mechanism: str = SASL_DIGEST_MD5) -> Any:
     """The ``AclPolicy`` an admin session starts with: with the brokers'
     ``zookeeper.auth.file`` it authenticates as the brokers (by ``mechanism``, the brokers'
     ``zookeeper.auth.mechanism``), else it is anonymous; it sets no ACL until
@@ -145,7 +146,7 @@ class AdminClient:
     def __init__(self, bootstrap_servers: str | None = None, zookeeper: str | None = None,
                  timeout: float = 30.0, zookeeper_auth_file: str | None = None,
                  security: ClientSecurity | None = None,
-                 zookeeper_auth_mechanism: str = "DIGEST-MD5") -> None:
+                 zookeeper_auth_mechanism: str = SASL_DIGEST_MD5) -> None:
         """``zookeeper_auth_file``: the brokers' ``zookeeper.auth.file``, needed to change a
         cluster whose znodes are secured (``zookeeper.set.acl``), proven by
         ``zookeeper_auth_mechanism`` (the brokers' ``zookeeper.auth.mechanism``).

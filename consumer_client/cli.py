@@ -80,6 +80,7 @@ from broker_core.security.user_store import validate_user_name
 from broker_core.server import user_admin
 from broker_core.wire.messages.describe_user_scram_credentials import MECHANISM_CODES
 from broker_core.zk import paths
+from broker_core.zk.acl_policy import SASL_DIGEST_MD5
 from consumer_client.admin import AdminClient, AdminError
 from consumer_client.security import ClientSecurity
 
@@ -131,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--zookeeper-auth-file", metavar="FILE",
                         help="with --zookeeper: the brokers' zookeeper.auth.file "
                         "(username:password), needed when the znodes are secured")
-        sp.add_argument("--zookeeper-auth-mechanism", default="DIGEST-MD5",
+        sp.add_argument("--zookeeper-auth-mechanism", default=SASL_DIGEST_MD5,
                         metavar="MECHANISM",
                         help="with --zookeeper-auth-file: the brokers' "
                         "zookeeper.auth.mechanism, DIGEST-MD5 (SASL, the default) or digest")
@@ -312,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "127.0.0.1:2181/sluice")
     zs.add_argument("--auth-file", required=True, metavar="FILE",
                     help="the brokers' zookeeper.auth.file (username:password)")
-    zs.add_argument("--auth-mechanism", default="DIGEST-MD5", metavar="MECHANISM",
+    zs.add_argument("--auth-mechanism", default=SASL_DIGEST_MD5, metavar="MECHANISM",
                     help="the brokers' zookeeper.auth.mechanism: DIGEST-MD5 (SASL, the "
                     "default) or digest")
     zs.add_argument("--unsecure", action="store_true",

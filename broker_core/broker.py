@@ -49,7 +49,7 @@ from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerHeartbeatSender
 from broker_core.controller.shutdown import controlled_shutdown
 from broker_core.log import LogConfig, LogManager, meta_properties
-from broker_core.metadata import NodeExists, NoNode, NotAuthorized, SessionState
+from broker_core.metadata import AuthFailed, NodeExists, NoNode, NotAuthorized, SessionState
 from broker_core.metadata_cache import MetadataCache
 from broker_core.metrics import BrokerMetrics, metrics_site
 from broker_core.raft.cluster_id import generate_cluster_id
@@ -432,6 +432,8 @@ class BrokerService(service.Service):
                           v=list(started.voter_ids))
         try:
             await self.store.start()
+        except AuthFailed as e:
+            raise StartupError(str(e)) from None  # says why alone; a retry cannot help
         except Exception as e:
             if self.quorum is not None:
                 raise StartupError(f"{e}. Are a majority of quorum.voters running?") from e
@@ -444,8 +446,8 @@ class BrokerService(service.Service):
             except NotAuthorized:
                 raise StartupError(
                     f"ZooKeeper refused to secure the chroot of {cfg.zookeeper_connect}: its "
-                    "ACL is for another credential; is zookeeper.auth.file the one the "
-                    "cluster's other brokers use?") from None
+                    "ACL is for another credential; are zookeeper.auth.file and "
+                    "zookeeper.auth.mechanism the ones the cluster's other brokers use?") from None
         self.store.add_state_listener(self._on_session_state)
         for path in paths.PERSISTENT_PATHS:
             await self.store.ensure_path(path)

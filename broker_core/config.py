@@ -250,6 +250,16 @@ def directories(key: str, raw: str) -> str:
     return ",".join(parts)
 
 
+def zookeeper_auth_mechanism(key: str, raw: str) -> str:
+    """``DIGEST-MD5`` (SASL) or ``digest`` (ZooKeeper's built-in scheme), any case."""
+    from broker_core.zk.acl_policy import MECHANISMS, parse_mechanism  # noqa: PLC0415
+
+    try:
+        return parse_mechanism(raw)
+    except ValueError:
+        raise _bad(key, raw, " or ".join(MECHANISMS)) from None
+
+
 def metadata_store(key: str, raw: str) -> str:
     """``zookeeper`` or ``quorum``."""
     value = raw.strip().lower()
@@ -399,10 +409,12 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
      "18000"),
     ("zookeeper.connection.timeout.ms", "zookeeper_connection_timeout_ms", integer(1, INT_MAX),
      "18000"),
-    # ZooKeeper ACLs (broker_core.zk.acl_policy): the brokers' digest credential, and whether
-    # the nodes they create are writable by them only.
+    # ZooKeeper ACLs (broker_core.zk.acl_policy): the brokers' credential, how they prove it,
+    # and whether the nodes they create are writable by them only.
     ("zookeeper.set.acl", "zookeeper_set_acl", boolean, "false"),
     ("zookeeper.auth.file", "zookeeper_auth_file", optional_text, None),
+    ("zookeeper.auth.mechanism", "zookeeper_auth_mechanism", zookeeper_auth_mechanism,
+     "DIGEST-MD5"),
     ("log.dirs", "log_dirs", directories, None, True),
     ("quorum.voters", "quorum_voters", optional_text, None),
     ("quorum.bootstrap.servers", "quorum_bootstrap_servers", optional_text, None),
@@ -573,8 +585,11 @@ class BrokerConfig:
     #: Every znode the broker creates is writable by the brokers' credential only (Kafka's
     #: key); needs ``zookeeper_auth_file``.
     zookeeper_set_acl: bool
-    #: A private file ``username:password``: the brokers' ZooKeeper digest credential.
+    #: A private file ``username:password``: the brokers' ZooKeeper credential.
     zookeeper_auth_file: str | None
+    #: How the credential is proven: ``DIGEST-MD5`` (a SASL login, the default) or
+    #: ``digest`` (ZooKeeper's built-in scheme, for servers without a JAAS file).
+    zookeeper_auth_mechanism: str
     log_dirs: str
     #: Quorum mode: ``quorum.voters`` as given (checked by :meth:`quorum_voter_addresses`).
     quorum_voters: str | None
@@ -722,14 +737,16 @@ class BrokerConfig:
 
     def zookeeper_acl_policy(self) -> Any:
         """The ZooKeeper store's ``AclPolicy``: the credential read from
-        ``zookeeper.auth.file`` (checked: private, one ``username:password`` line) and
-        ``zookeeper.set.acl``. Reads the file on each call; raises ConfigError naming the key."""
+        ``zookeeper.auth.file`` (checked: private, one ``username:password`` line), proven by
+        ``zookeeper.auth.mechanism``, and ``zookeeper.set.acl``. Reads the file on each call;
+        raises ConfigError naming the key."""
         from broker_core.zk.acl_policy import AclPolicy, ZkAuthFileError, ZkCredential  # noqa: PLC0415
 
         if self.zookeeper_auth_file is None:
             return AclPolicy()
         try:
-            credential = ZkCredential.from_file(self.zookeeper_auth_file)
+            credential = ZkCredential.from_file(self.zookeeper_auth_file,
+                                                mechanism=self.zookeeper_auth_mechanism)
         except ZkAuthFileError as e:
             raise ConfigError(str(e), "zookeeper.auth.file") from None
         return AclPolicy(credential, set_acl=self.zookeeper_set_acl)

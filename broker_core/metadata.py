@@ -89,6 +89,11 @@ class NotAuthorized(MetadataStoreError):
     node's ACL does not grant it); nothing changed."""
 
 
+class AuthFailed(MetadataStoreError):
+    """The store refused this process's login (ZooKeeper's AUTH_FAILED: a SASL credential it
+    does not accept) and closed the session; retrying with the same credential cannot help."""
+
+
 class RolledBack(MetadataStoreError):
     """Placeholder result of a multi operation that was not applied because another failed."""
 

@@ -28,6 +28,7 @@ from broker_core.wire.messages.describe_user_scram_credentials import (
     MECHANISM_TYPES,
 )
 from broker_core.zk import paths
+from broker_core.zk.acl_policy import SASL_DIGEST_MD5
 from consumer_client.connection import BrokerConnection, UnsupportedVersionError, bootstrap
 from consumer_client.security import ClientSecurity
 
@@ -49,17 +50,22 @@ class AdminError(Exception):
         self.code = code
 
 
-def zookeeper_acl_policy(auth_file: str | None) -> Any:
+def zookeeper_acl_policy(auth_file: str | None, mechanism: str = SASL_DIGEST_MD5) -> Any:
     """The ``AclPolicy`` an admin session starts with: with the brokers'
-    ``zookeeper.auth.file`` it authenticates as the brokers, else it is anonymous; it sets no
-    ACL until :func:`_follow_cluster_acls` has looked at the cluster. Raises AdminError for
-    a bad file."""
-    from broker_core.zk.acl_policy import AclPolicy, ZkAuthFileError, ZkCredential
+    ``zookeeper.auth.file`` it authenticates as the brokers (by ``mechanism``, the brokers'
+    ``zookeeper.auth.mechanism``), else it is anonymous; it sets no ACL until
+    :func:`_follow_cluster_acls` has looked at the cluster. Raises AdminError for a bad file
+    or mechanism."""
+    from broker_core.zk.acl_policy import AclPolicy, ZkAuthFileError, ZkCredential, parse_mechanism
 
+    try:
+        mechanism = parse_mechanism(mechanism)
+    except ValueError as e:
+        raise AdminError(None, str(e)) from None
     if auth_file is None:
         return AclPolicy()
     try:
-        return AclPolicy(ZkCredential.from_file(auth_file, "--zookeeper-auth-file"))
+        return AclPolicy(ZkCredential.from_file(auth_file, "--zookeeper-auth-file", mechanism))
     except ZkAuthFileError as e:
         raise AdminError(None, str(e)) from None
 
@@ -86,7 +92,7 @@ def _run_on_store(zookeeper: str, fn: Callable[[Any], Any], acl_policy: Any = No
     """Run ``await fn(store)`` against a fresh ZooKeeperStore on a private reactor."""
     from twisted.internet import defer, task
 
-    from broker_core.metadata import ConnectionLost, NotAuthorized, TransactionFailed
+    from broker_core.metadata import AuthFailed, ConnectionLost, NotAuthorized, TransactionFailed
     from broker_core.zk.store import ZooKeeperStore
 
     box: dict[str, Any] = {}
@@ -96,7 +102,7 @@ def _run_on_store(zookeeper: str, fn: Callable[[Any], Any], acl_policy: Any = No
                                acl_policy=acl_policy)
         try:
             await store.start()
-        except ConnectionLost as e:
+        except (ConnectionLost, AuthFailed) as e:
             box["error"] = AdminError(None, str(e))
             return
         try:
@@ -139,10 +145,12 @@ class AdminClient:
 
     def __init__(self, bootstrap_servers: str | None = None, zookeeper: str | None = None,
                  timeout: float = 30.0, zookeeper_auth_file: str | None = None,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None,
+                 zookeeper_auth_mechanism: str = SASL_DIGEST_MD5) -> None:
         """``zookeeper_auth_file``: the brokers' ``zookeeper.auth.file``, needed to change a
-        cluster whose znodes are secured (``zookeeper.set.acl``). ``security``: how to reach
-        the brokers' listener (TLS, SASL; default PLAINTEXT)."""
+        cluster whose znodes are secured (``zookeeper.set.acl``), proven by
+        ``zookeeper_auth_mechanism`` (the brokers' ``zookeeper.auth.mechanism``).
+        ``security``: how to reach the brokers' listener (TLS, SASL; default PLAINTEXT)."""
         if (bootstrap_servers is None) == (zookeeper is None):
             raise ValueError("give exactly one of bootstrap_servers or zookeeper")
         if zookeeper_auth_file is not None and zookeeper is None:
@@ -154,12 +162,14 @@ class AdminClient:
         self.zookeeper = zookeeper
         self.timeout = timeout
         self.zookeeper_auth_file = zookeeper_auth_file
+        self.zookeeper_auth_mechanism = zookeeper_auth_mechanism
 
     def _conn(self) -> Any:
         return bootstrap(self.bootstrap_servers, timeout=self.timeout, security=self.security)
 
     def _zk(self, fn: Callable[[Any], Any]) -> Any:
-        return _run_on_store(self.zookeeper, fn, zookeeper_acl_policy(self.zookeeper_auth_file))
+        return _run_on_store(self.zookeeper, fn, zookeeper_acl_policy(self.zookeeper_auth_file,
+                                                             self.zookeeper_auth_mechanism))
 
     # -- ZooKeeper ACLs -------------------------------------------------------------------------
 
@@ -171,7 +181,7 @@ class AdminClient:
 
         if self.zookeeper is None or self.zookeeper_auth_file is None:
             raise ValueError("securing ZooKeeper needs --zookeeper and the brokers' auth file")
-        policy = zookeeper_acl_policy(self.zookeeper_auth_file)
+        policy = zookeeper_acl_policy(self.zookeeper_auth_file, self.zookeeper_auth_mechanism)
         target = target_acl(policy.credential, unsecure=unsecure)
         try:
             return _run_on_store(self.zookeeper,

@@ -28,7 +28,8 @@
 Each takes ``--bootstrap-server HOST:PORT[,...]`` (with ``--command-config F``, a properties file
 of client security keys, ``security.protocol``, ``sasl.*``, ``ssl.*``, for a TLS or SASL
 listener) or ``--zookeeper HOST:PORT[/chroot]``
-(with ``--zookeeper-auth-file F`` when the cluster's znodes are secured)
+(with ``--zookeeper-auth-file F`` when the cluster's znodes are secured, and
+``--zookeeper-auth-mechanism digest`` when the brokers log in with the ``digest`` scheme)
 (``reassign`` and ``elect-leaders`` work through ZooKeeper only; ``users`` through either, the
 password read from a prompt or a file, never from the command line; ``groups`` through the brokers
 only, since the members live in the coordinator's memory; ``quorum`` takes the metadata
@@ -79,6 +80,7 @@ from broker_core.security.user_store import validate_user_name
 from broker_core.server import user_admin
 from broker_core.wire.messages.describe_user_scram_credentials import MECHANISM_CODES
 from broker_core.zk import paths
+from broker_core.zk.acl_policy import SASL_DIGEST_MD5
 from consumer_client.admin import AdminClient, AdminError
 from consumer_client.security import ClientSecurity
 
@@ -130,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--zookeeper-auth-file", metavar="FILE",
                         help="with --zookeeper: the brokers' zookeeper.auth.file "
                         "(username:password), needed when the znodes are secured")
+        sp.add_argument("--zookeeper-auth-mechanism", default=SASL_DIGEST_MD5,
+                        metavar="MECHANISM",
+                        help="with --zookeeper-auth-file: the brokers' "
+                        "zookeeper.auth.mechanism, DIGEST-MD5 (SASL, the default) or digest")
         _command_config(sp)
 
     topics = sub.add_parser("topics", help="create, list, describe, delete topics")
@@ -307,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "127.0.0.1:2181/sluice")
     zs.add_argument("--auth-file", required=True, metavar="FILE",
                     help="the brokers' zookeeper.auth.file (username:password)")
+    zs.add_argument("--auth-mechanism", default=SASL_DIGEST_MD5, metavar="MECHANISM",
+                    help="the brokers' zookeeper.auth.mechanism: DIGEST-MD5 (SASL, the "
+                    "default) or digest")
     zs.add_argument("--unsecure", action="store_true",
                     help="open every znode to all again (world:anyone:cdrwa)")
     zs.add_argument("--dry-run", action="store_true",
@@ -596,7 +605,8 @@ def _client(args: argparse.Namespace) -> AdminClient:
     if args.zookeeper_auth_file and not args.zookeeper:
         raise ValueError("--zookeeper-auth-file goes with --zookeeper")
     return AdminClient(bootstrap_servers=args.bootstrap_server, zookeeper=args.zookeeper,
-                       zookeeper_auth_file=args.zookeeper_auth_file, security=_security(args))
+                       zookeeper_auth_file=args.zookeeper_auth_file, security=_security(args),
+                       zookeeper_auth_mechanism=args.zookeeper_auth_mechanism)
 
 
 def _read_json_file(path: str) -> bytes:
@@ -725,7 +735,8 @@ def run_quorum(args: argparse.Namespace, out=sys.stdout) -> None:
 
 
 def run_zookeeper(args: argparse.Namespace, out=sys.stdout) -> None:
-    admin = AdminClient(zookeeper=args.zookeeper, zookeeper_auth_file=args.auth_file)
+    admin = AdminClient(zookeeper=args.zookeeper, zookeeper_auth_file=args.auth_file,
+                        zookeeper_auth_mechanism=args.auth_mechanism)
     changes = admin.secure_zookeeper(unsecure=args.unsecure, dry_run=args.dry_run)
     verb = "would change" if args.dry_run else "changed"
     for change in changes:

@@ -7,12 +7,22 @@ import uuid
 
 import pytest
 
-from tests.support.zookeeper import ZooKeeperServer
+from tests.support.zookeeper import TEST_SASL_USERS, ZooKeeperServer
 
 
 @pytest.fixture(scope="session")
 def zookeeper_server():
     server = ZooKeeperServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def sasl_zookeeper_server():
+    """A second real ZooKeeper, set up for SASL DIGEST-MD5 logins of :data:`TEST_SASL_USERS`
+    (started only by the tests that need it)."""
+    server = ZooKeeperServer(sasl_users=TEST_SASL_USERS)
     server.start()
     yield server
     server.stop()
@@ -43,6 +53,21 @@ def zk_hosts(zookeeper_server):
 def other_zk_hosts(zookeeper_server):
     """A second chroot: another cluster's metadata on the same ZooKeeper."""
     return new_chroot(zookeeper_server)
+
+
+@pytest.fixture(params=["DIGEST-MD5", "digest"])
+def zk_auth_mechanism(request):
+    """A test of ZooKeeper ACLs runs once per ``zookeeper.auth.mechanism``."""
+    return request.param
+
+
+@pytest.fixture
+def acl_zk_hosts(request, zk_auth_mechanism):
+    """A new chroot on the ZooKeeper ``zk_auth_mechanism`` needs: the SASL one for
+    DIGEST-MD5; for ``digest`` the plain one, which (like a managed service) has no SASL."""
+    if zk_auth_mechanism == "DIGEST-MD5":
+        return new_chroot(request.getfixturevalue("sasl_zookeeper_server"))
+    return new_chroot(request.getfixturevalue("zookeeper_server"))
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -7,16 +7,26 @@ only brokers (and operators holding the brokers' credential) can change the clus
 that hold secrets (:data:`SENSITIVE_PATHS` and everything below them) are not readable by
 anyone else at all, not even their names.
 
-The credential uses ZooKeeper's built-in ``digest`` scheme (``addauth digest user:password``),
-which every ZooKeeper server accepts without server-side configuration; SASL DIGEST-MD5 would
-need a JAAS file on every ZooKeeper server and the ``pure-sasl`` package in every broker. The
-ACL names the identity as ``user:base64(sha1(user:password))``, an unsalted hash: ZooKeeper
-(3.5 and later) shows it only to clients with ADMIN on the node (others see ``user:x``), but it
-sits in ZooKeeper's data files and older servers show it to readers, so the password must be
-long and random: see :data:`MIN_PASSWORD_LENGTH`.
+The credential (``username:password`` in ``zookeeper.auth.file``) is proven one of two ways,
+``zookeeper.auth.mechanism``:
+
+- ``DIGEST-MD5`` (:data:`SASL_DIGEST_MD5`, the default, as Kafka does it): a SASL DIGEST-MD5
+  login, a challenge-response the server checks against the user list of its JAAS ``Server``
+  section. ACLs name the identity ``sasl:<username>``: no secret in them. Every ZooKeeper
+  server needs that JAAS file and the ``sasl`` authentication provider (docs/zookeeper.md),
+  and a login the server refuses closes the session (AUTH_FAILED).
+- ``digest`` (:data:`DIGEST`): ZooKeeper's built-in ``addauth digest user:password``, for
+  servers one cannot configure (managed services). The server accepts any such credential
+  (a wrong password just is another identity), and ACLs name it
+  ``user:base64(sha1(user:password))``, an unsalted hash: ZooKeeper (3.5 and later) shows it
+  only to clients with ADMIN on the node (others see ``user:x``), but it sits in ZooKeeper's
+  data files and older servers show it to readers.
+
+Either way the password must be long and random (:data:`MIN_PASSWORD_LENGTH`): a DIGEST-MD5
+exchange seen on the wire can be guessed offline just as the digest hash can.
 
 Sans-IO: no kazoo here. ACL entries are plain :class:`AclEntry` values; ``broker_core.zk.store``
-turns them into kazoo's.
+turns them, and the credential, into kazoo's.
 """
 
 from __future__ import annotations
@@ -44,8 +54,23 @@ SENSITIVE_PATHS: tuple[str, ...] = (paths.USER_CONFIGS,)
 ZOOKEEPER_SYSTEM_PATH = "/zookeeper"
 
 #: The digest in every ACL is an unsalted SHA-1 (kept in ZooKeeper's data files, shown to
-#: readers by old servers); a password of 32 random characters makes guessing it hopeless.
+#: readers by old servers), and a sniffed DIGEST-MD5 exchange allows offline guessing too; a
+#: password of 32 random characters makes guessing it hopeless.
 MIN_PASSWORD_LENGTH = 32
+
+#: ``zookeeper.auth.mechanism`` values: SASL DIGEST-MD5 (the default), or ZooKeeper's
+#: built-in ``digest`` scheme for servers that cannot be given a JAAS file.
+SASL_DIGEST_MD5 = "DIGEST-MD5"
+DIGEST = "digest"
+MECHANISMS: tuple[str, ...] = (SASL_DIGEST_MD5, DIGEST)
+
+
+def parse_mechanism(raw: str) -> str:
+    """``raw`` as one of :data:`MECHANISMS` (case does not matter); ValueError otherwise."""
+    for mechanism in MECHANISMS:
+        if raw.strip().lower() == mechanism.lower():
+            return mechanism
+    raise ValueError(f"{raw!r} is not a ZooKeeper auth mechanism: {' or '.join(MECHANISMS)}")
 
 
 @dataclass(frozen=True)
@@ -73,14 +98,33 @@ class ZkAuthFileError(SecretFileError):
 
 @dataclass(frozen=True)
 class ZkCredential:
-    """The brokers' ZooKeeper identity (one for the whole cluster). ``repr`` hides the
-    password, so a logged config or a traceback does not leak it."""
+    """The brokers' ZooKeeper identity (one for the whole cluster) and the ``mechanism`` that
+    proves it (:data:`MECHANISMS`). ``repr`` hides the password, so a logged config or a
+    traceback does not leak it."""
 
     username: str
     password: str
+    mechanism: str = SASL_DIGEST_MD5
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in MECHANISMS:
+            raise ValueError(f"unknown ZooKeeper auth mechanism {self.mechanism!r}")
 
     def __repr__(self) -> str:
-        return f"ZkCredential(username={self.username!r}, password=<hidden>)"
+        return (f"ZkCredential(username={self.username!r}, password=<hidden>, "
+                f"mechanism={self.mechanism!r})")
+
+    @property
+    def is_sasl(self) -> bool:
+        return self.mechanism == SASL_DIGEST_MD5
+
+    @property
+    def owner(self) -> AclEntry:
+        """The ACL entry giving this identity every permission: ``sasl:<username>`` (what
+        ZooKeeper's SASL provider names a DIGEST-MD5 login), or ``digest:`` :attr:`digest_id`."""
+        if self.is_sasl:
+            return AclEntry(ALL, "sasl", self.username)
+        return AclEntry(ALL, "digest", self.digest_id)
 
     @property
     def auth(self) -> str:
@@ -94,7 +138,8 @@ class ZkCredential:
         return f"{self.username}:{base64.b64encode(digest).decode('ascii')}"
 
     @classmethod
-    def parse(cls, text: str, what: str = "zookeeper.auth.file") -> ZkCredential:
+    def parse(cls, text: str, what: str = "zookeeper.auth.file",
+              mechanism: str = SASL_DIGEST_MD5) -> ZkCredential:
         """``username:password`` on one line (a final newline is allowed). The username is
         non-empty, without ``:`` or whitespace; the password has at least
         :data:`MIN_PASSWORD_LENGTH` characters and no whitespace."""
@@ -111,12 +156,13 @@ class ZkCredential:
         if len(password) < MIN_PASSWORD_LENGTH:
             raise ZkAuthFileError(
                 f"{what}: the password has {len(password)} characters; at least "
-                f"{MIN_PASSWORD_LENGTH} random ones are needed (the ACL on every znode shows "
-                "an unsalted hash of it): e.g. openssl rand -hex 32")
-        return cls(username, password)
+                f"{MIN_PASSWORD_LENGTH} random ones are needed ({_GUESSABLE[mechanism]}): "
+                "e.g. openssl rand -hex 32")
+        return cls(username, password, mechanism)
 
     @classmethod
-    def from_file(cls, path: str, what: str = "zookeeper.auth.file") -> ZkCredential:
+    def from_file(cls, path: str, what: str = "zookeeper.auth.file",
+                  mechanism: str = SASL_DIGEST_MD5) -> ZkCredential:
         """Read and check ``path`` (:func:`read_secret_file`'s checks, then :meth:`parse`);
         raises :class:`ZkAuthFileError` (a :class:`SecretFileError`)."""
         try:
@@ -125,7 +171,14 @@ class ZkCredential:
             raise
         except SecretFileError as e:
             raise ZkAuthFileError(str(e)) from None
-        return cls.parse(text, f"{what} {path!r}")
+        return cls.parse(text, f"{what} {path!r}", mechanism)
+
+
+#: Why a short password can be guessed, per mechanism (:data:`MIN_PASSWORD_LENGTH`).
+_GUESSABLE = {
+    SASL_DIGEST_MD5: "a DIGEST-MD5 login seen on the network can be guessed offline",
+    DIGEST: "the ACL on every znode shows an unsalted hash of it",
+}
 
 
 def is_sensitive(path: str) -> bool:
@@ -136,7 +189,7 @@ def is_sensitive(path: str) -> bool:
 def secure_acl(path: str, credential: ZkCredential) -> tuple[AclEntry, ...]:
     """The ACL of ``path`` in a secured cluster: the brokers' identity has ALL; everyone else
     may READ (list and get), except on sensitive paths."""
-    owner = AclEntry(ALL, "digest", credential.digest_id)
+    owner = credential.owner
     return (owner,) if is_sensitive(path) else (owner, WORLD_READ)
 
 

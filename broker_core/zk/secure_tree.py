@@ -91,7 +91,8 @@ async def secure_tree(store: Any, target: Callable[[str], tuple[AclEntry, ...]],
         except NotAuthorized:
             acl = ", ".join(str(e) for e in current)
             raise SecureTreeError(f"not allowed to change or list {path} (its ACL: {acl}): is "
-                                  "--auth-file the brokers' zookeeper.auth.file?") from None
+                                  "--auth-file the brokers' zookeeper.auth.file, and --auth-mechanism "
+                                  "their zookeeper.auth.mechanism?") from None
         base = path.rstrip("/")
         pending.extend(f"{base}/{c}" for c in sorted(children, reverse=True))
     return changes

@@ -14,8 +14,9 @@ The bridge (twisted-kazoo notes §10):
 - ``start``/``stop`` and recursive deletes block, so they run on this store's own one-thread
   pool, never the reactor's shared pool.
 
-ACLs (``broker_core.zk.acl_policy``): the store's :class:`AclPolicy` adds the brokers' digest
-credential to the session and chooses the ACL of every node this store creates, in one place:
+ACLs (``broker_core.zk.acl_policy``): the store's :class:`AclPolicy` authenticates the session
+with the brokers' credential (a SASL DIGEST-MD5 login, or the ``digest`` scheme) and chooses
+the ACL of every node this store creates, in one place:
 :meth:`ZooKeeperStore.create` (and its ``makepath`` parents), :meth:`ZooKeeperStore.ensure_path`
 and the creates of :meth:`ZooKeeperStore.multi`. Each missing parent gets its own path's ACL,
 not its child's (kazoo's ``makepath`` would give a secret leaf's ACL to every parent).
@@ -33,6 +34,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     EXCEPTIONS,
+    AuthFailedError,
     BadVersionError,
     ConnectionLoss,
     NoAuthError,
@@ -55,7 +57,7 @@ from kazoo.protocol.serialization import (
     stat_struct,
     write_string,
 )
-from kazoo.protocol.states import KazooState, ZnodeStat
+from kazoo.protocol.states import KazooState, KeeperState, ZnodeStat
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, Id
 from twisted.internet import defer, threads
@@ -66,6 +68,7 @@ from zope.interface import implementer
 
 from broker_core.interfaces import IMetadataStore
 from broker_core.metadata import (
+    AuthFailed,
     BadVersion,
     Check,
     ConnectionLost,
@@ -84,7 +87,7 @@ from broker_core.metadata import (
     Stat,
     TransactionFailed,
 )
-from broker_core.zk.acl_policy import READ, AclEntry, AclPolicy
+from broker_core.zk.acl_policy import READ, AclEntry, AclPolicy, ZkCredential
 
 #: A whole multi must fit in jute.maxbuffer (1 MB); callers batch far below this.
 MAX_MULTI_OPS = 1000
@@ -159,6 +162,19 @@ def translate(e: BaseException) -> BaseException:
         if isinstance(e, theirs):
             return ours(str(e) or theirs.__name__)
     return e
+
+
+def kazoo_auth(credential: ZkCredential | None) -> dict[str, Any]:
+    """KazooClient's arguments that log in as ``credential`` (none: anonymous). kazoo runs
+    the login again on every reconnect, before any request: a SASL exchange (``pure-sasl``
+    does the DIGEST-MD5 side), or an ``addauth digest``."""
+    if credential is None:
+        return {}
+    if credential.is_sasl:
+        return {"sasl_options": {"mechanism": credential.mechanism,
+                                 "username": credential.username,
+                                 "password": credential.password}}
+    return {"auth_data": [("digest", credential.auth)]}
 
 
 def to_stat(s: Any) -> Stat | None:
@@ -243,13 +259,15 @@ class ZooKeeperStore:
         self.connect_timeout = connect_timeout
         #: No credential and open ACLs unless given (``zookeeper.auth.file``/``.set.acl``).
         self.acl_policy = acl_policy or AclPolicy()
-        credential = self.acl_policy.credential
         self._client = KazooClient(
             hosts=hosts, timeout=session_timeout,
             connection_retry=KazooRetry(max_tries=-1, max_delay=2.0),
-            # kazoo sends the credential again on every reconnect, before any request.
-            auth_data=[("digest", credential.auth)] if credential else None,
+            **kazoo_auth(self.acl_policy.credential),
         )
+        #: Set (on kazoo's thread) when ZooKeeper refused the login: kazoo then closes the
+        #: session for good and never reconnects.
+        self._auth_failed = False
+        self._started = False
         self._client.add_listener(self._on_kazoo_state)
         self._pool = _DaemonThreadPool(minthreads=0, maxthreads=1, name="sluice-zookeeper")
         self._listeners = SessionStateListeners()
@@ -272,25 +290,50 @@ class ZooKeeperStore:
     def _blocking(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> defer.Deferred:
         return threads.deferToThreadPool(self.reactor, self._pool, fn, *args, **kw)
 
+    def _connect(self) -> None:
+        """Blocking: start the session, then one round trip. kazoo reports a session as
+        connected before its SASL login, and sends no request before the login ends, so the
+        answer to this ``exists`` proves ZooKeeper accepted the login (AuthFailedError if it
+        did not)."""
+        self._client.start(self.connect_timeout)
+        self._client.exists("/")
+
     async def start(self) -> None:
-        """Connect; raises :class:`ConnectionLost` if ZooKeeper does not answer in
-        ``connect_timeout``. A failed start leaves nothing running (no kazoo threads, no pool
-        thread), so the caller need not call :meth:`stop`."""
+        """Connect and log in; raises :class:`ConnectionLost` if ZooKeeper does not answer in
+        ``connect_timeout``, :class:`AuthFailed` if it refuses the credential. A failed start
+        leaves nothing running (no kazoo threads, no pool thread), so the caller need not
+        call :meth:`stop`."""
         self._pool.start()
         try:
-            await self._blocking(self._client.start, self.connect_timeout)
-        except KazooTimeoutError:
-            try:
+            await self._blocking(self._connect)
+        except BaseException as e:
+            try:  # the session may be up (the round trip failed): end it with the start
                 await self._blocking(self._client.stop)
                 await self._blocking(self._client.close)
             finally:
                 self._pool.stop()
-            raise ConnectionLost(f"could not reach ZooKeeper at {self.hosts} within "
-                                 f"{self.connect_timeout:g}s") from None
-        except BaseException:
-            self._pool.stop()
+            # kazoo's start reports a login refused before it looked as a timeout.
+            if isinstance(e, AuthFailedError) or self._auth_failed:
+                raise AuthFailed(self._auth_failed_message()) from None
+            if isinstance(e, KazooTimeoutError):
+                raise ConnectionLost(f"could not reach ZooKeeper at {self.hosts} within "
+                                     f"{self.connect_timeout:g}s") from None
+            if isinstance(e, ConnectionLoss):
+                raise ConnectionLost(f"ZooKeeper at {self.hosts} dropped the connection "
+                                     "while the session started") from None
             raise
         self.state = SessionState.CONNECTED
+        self._started = True
+
+    def _auth_failed_message(self) -> str:
+        credential = self.acl_policy.credential
+        if credential is None or not credential.is_sasl:
+            return f"ZooKeeper at {self.hosts} refused this session's login (AUTH_FAILED)"
+        return (f"ZooKeeper at {self.hosts} refused the SASL DIGEST-MD5 login of user "
+                f"{credential.username!r} (AUTH_FAILED): a wrong password, a user missing "
+                "from the ZooKeeper servers' JAAS Server section, or servers without SASL "
+                "set up (docs/zookeeper.md#acls); zookeeper.auth.mechanism=digest needs no "
+                "server setup")
 
     async def secure_chroot(self) -> None:
         """A broker with ``zookeeper.set.acl=true`` calls this at start. With a chroot, give
@@ -606,7 +649,17 @@ class ZooKeeperStore:
         ours = {KazooState.CONNECTED: SessionState.CONNECTED,
                 KazooState.SUSPENDED: SessionState.SUSPENDED,
                 KazooState.LOST: SessionState.LOST}[state]
+        if state == KazooState.LOST and self._client.client_state == KeeperState.AUTH_FAILED:
+            self._auth_failed = True  # read by start(), which may be waiting on kazoo
+            self.reactor.callFromThread(self._login_refused)
         self.reactor.callFromThread(self._set_state, ours)
+
+    def _login_refused(self) -> None:
+        # A refusal during start() is start()'s error; later (a reconnect after the password
+        # changed on the servers) nothing else would say why the session is gone for good.
+        if self._started:
+            self.log.error("{why}; kazoo does not reconnect after this: restart once the "
+                           "credential is fixed", why=self._auth_failed_message())
 
     def _set_state(self, state: SessionState) -> None:
         if state is self.state:

@@ -3,6 +3,11 @@
 Started on a free 127.0.0.1 port with a temporary data dir; the AdminServer is disabled so
 servers do not fight over port 8080. ``pause``/``resume`` send SIGSTOP/SIGCONT to simulate a
 hung server.
+
+``sasl_users`` (name -> password) starts it with SASL DIGEST-MD5, as an operator sets it up
+(docs/zookeeper.md#acls): a JAAS file whose ``Server`` section lists the users for
+``DigestLoginModule``, and the ``sasl`` scheme's authentication provider so ACLs can name
+``sasl:<user>``. Such a server still accepts anonymous clients and the ``digest`` scheme.
 """
 
 from __future__ import annotations
@@ -19,6 +24,12 @@ from pathlib import Path
 
 CLASSPATH_DIRS = ("/usr/share/java", "/usr/share/zookeeper")
 MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+
+
+#: The SASL users of the tests' SASL ZooKeeper (``sasl_zookeeper_server`` in tests/conftest.py):
+#: the brokers' identity, and another user ZooKeeper also knows.
+TEST_SASL_USERS = {"sluice": "acl-test-password-0123456789abcdef",
+                   "other": "other-user-password-0123456789abcdef"}
 
 
 class ZooKeeperUnavailable(RuntimeError):
@@ -44,8 +55,9 @@ def classpath() -> str:
 class ZooKeeperServer:
     """See the module docstring."""
 
-    def __init__(self, tick_ms: int = 500) -> None:
+    def __init__(self, tick_ms: int = 500, sasl_users: dict[str, str] | None = None) -> None:
         self.tick_ms = tick_ms
+        self.sasl_users = dict(sasl_users or {})
         self.port: int | None = None
         self.data_dir: Path | None = None
         self.proc: subprocess.Popen | None = None
@@ -61,7 +73,7 @@ class ZooKeeperServer:
         log = open(self.data_dir / "server.log", "ab")
         self.proc = subprocess.Popen(
             ["java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false",
-             "-Dzookeeper.4lw.commands.whitelist=srvr,ruok",
+             "-Dzookeeper.4lw.commands.whitelist=srvr,ruok", *self._sasl_options(),
              "-cp", classpath(), MAIN, str(self.port), str(self.data_dir / "data"),
              str(self.tick_ms), "600"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -80,6 +92,20 @@ class ZooKeeperServer:
                 pass
             time.sleep(0.2)
         raise ZooKeeperUnavailable(f"ZooKeeper did not start in {timeout}s: {self.log_tail()}")
+
+    def _sasl_options(self) -> list[str]:
+        """The JVM options of SASL DIGEST-MD5 (none without ``sasl_users``)."""
+        if not self.sasl_users:
+            return []
+        jaas = self.data_dir / "jaas.conf"
+        users = "".join(f'\n    user_{name}="{password}"'
+                        for name, password in self.sasl_users.items())
+        jaas.write_text("Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule "
+                        f"required{users};\n}};\n")
+        jaas.chmod(0o600)
+        return [f"-Djava.security.auth.login.config={jaas}",
+                "-Dzookeeper.authProvider.sasl="
+                "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"]
 
     def log_tail(self, n: int = 20) -> str:
         try:

@@ -1,5 +1,6 @@
 """ZooKeeper ACLs: the brokers' credential file (each way it can be wrong is refused with a
-message naming the key) and the ACL each path gets."""
+message naming the key), the mechanism that proves it (SASL DIGEST-MD5 or the ``digest``
+scheme), how the store hands each to kazoo, and the ACL each path gets."""
 
 from __future__ import annotations
 
@@ -14,15 +15,19 @@ from broker_core.config import BrokerConfig, ConfigError
 from broker_core.security.secret_file import MAX_SECRET_FILE_BYTES, read_secret_file
 from broker_core.zk.acl_policy import (
     ALL,
+    DIGEST,
     OPEN_ACL,
     READ,
+    SASL_DIGEST_MD5,
     AclEntry,
     AclPolicy,
     ZkAuthFileError,
     ZkCredential,
     is_sensitive,
+    parse_mechanism,
     secure_acl,
 )
+from broker_core.zk.store import kazoo_auth
 
 PASSWORD = "0123456789abcdef0123456789abcdef"
 BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "data"}
@@ -36,12 +41,48 @@ def auth_file(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
 
 
 def test_credential_file_is_read_and_named_as_zookeeper_names_it(tmp_path):
-    cred = ZkCredential.from_file(str(auth_file(tmp_path, f"sluice:{PASSWORD}\n")))
-    assert (cred.username, cred.password) == ("sluice", PASSWORD)
+    cred = ZkCredential.from_file(str(auth_file(tmp_path, f"sluice:{PASSWORD}\n")),
+                                  mechanism=DIGEST)
+    assert (cred.username, cred.password, cred.mechanism) == ("sluice", PASSWORD, DIGEST)
     expected = base64.b64encode(hashlib.sha1(f"sluice:{PASSWORD}".encode()).digest()).decode()
     assert cred.digest_id == f"sluice:{expected}"
     assert cred.auth == f"sluice:{PASSWORD}"
+    assert cred.owner == AclEntry(ALL, "digest", f"sluice:{expected}")
     assert PASSWORD not in repr(cred)
+
+
+def test_a_sasl_credential_is_named_by_its_user_alone(tmp_path):
+    cred = ZkCredential.from_file(str(auth_file(tmp_path, f"sluice:{PASSWORD}\n")))
+    assert cred.mechanism == SASL_DIGEST_MD5 and cred.is_sasl  # the default, as Kafka's
+    # ZooKeeper's SASL provider names a DIGEST-MD5 login by its user: no secret in the ACL.
+    assert cred.owner == AclEntry(ALL, "sasl", "sluice")
+    assert str(cred.owner) == "sasl:sluice:cdrwa"
+    assert PASSWORD not in repr(cred) and "DIGEST-MD5" in repr(cred)
+    with pytest.raises(ValueError, match="unknown ZooKeeper auth mechanism"):
+        ZkCredential("sluice", PASSWORD, "PLAIN")
+
+
+@pytest.mark.parametrize("raw, mechanism", [
+    ("DIGEST-MD5", SASL_DIGEST_MD5), ("digest-md5", SASL_DIGEST_MD5), (" DIGEST-MD5 ", SASL_DIGEST_MD5),
+    ("digest", DIGEST), ("DIGEST", DIGEST),
+])
+def test_mechanism_names(raw, mechanism):
+    assert parse_mechanism(raw) == mechanism
+
+
+@pytest.mark.parametrize("raw", ["", "PLAIN", "GSSAPI", "md5", "sasl"])
+def test_unknown_mechanisms_are_refused(raw):
+    with pytest.raises(ValueError, match="DIGEST-MD5 or digest"):
+        parse_mechanism(raw)
+
+
+def test_each_mechanism_reaches_kazoo_as_its_own_login():
+    sasl = ZkCredential("sluice", PASSWORD)
+    assert kazoo_auth(sasl) == {"sasl_options": {
+        "mechanism": "DIGEST-MD5", "username": "sluice", "password": PASSWORD}}
+    assert kazoo_auth(ZkCredential("sluice", PASSWORD, DIGEST)) == {
+        "auth_data": [("digest", f"sluice:{PASSWORD}")]}
+    assert kazoo_auth(None) == {}
 
 
 @pytest.mark.parametrize("text, why", [
@@ -53,9 +94,17 @@ def test_credential_file_is_read_and_named_as_zookeeper_names_it(tmp_path):
     ("sluice:short", "at least 32"),
     (f"sluice:{PASSWORD} x", "whitespace"),
 ])
-def test_malformed_credential_files_are_refused(tmp_path, text, why):
+@pytest.mark.parametrize("mechanism", [SASL_DIGEST_MD5, DIGEST])
+def test_malformed_credential_files_are_refused(tmp_path, text, why, mechanism):
     with pytest.raises(ZkAuthFileError, match=why):
-        ZkCredential.from_file(str(auth_file(tmp_path, text)))
+        ZkCredential.from_file(str(auth_file(tmp_path, text)), mechanism=mechanism)
+
+
+@pytest.mark.parametrize("mechanism, reason", [(SASL_DIGEST_MD5, "guessed offline"),
+                                               (DIGEST, "unsalted hash")])
+def test_a_short_password_is_refused_with_the_mechanisms_reason(tmp_path, mechanism, reason):
+    with pytest.raises(ZkAuthFileError, match=reason):
+        ZkCredential.from_file(str(auth_file(tmp_path, "sluice:short")), mechanism=mechanism)
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o604, 0o620, 0o601])
@@ -85,9 +134,10 @@ def test_missing_directory_and_oversized_files_are_refused(tmp_path):
         read_secret_file(binary, "x")
 
 
-def test_acl_per_path():
-    cred = ZkCredential("sluice", PASSWORD)
-    owner = AclEntry(ALL, "digest", cred.digest_id)
+@pytest.mark.parametrize("mechanism", [SASL_DIGEST_MD5, DIGEST])
+def test_acl_per_path(mechanism):
+    cred = ZkCredential("sluice", PASSWORD, mechanism)
+    owner = cred.owner
     world_read = AclEntry(READ, "world", "anyone")
     for path in ("/", "/brokers/ids/1", "/config", "/config/topics/t", "/config/usersx"):
         assert not is_sensitive(path)
@@ -95,7 +145,8 @@ def test_acl_per_path():
     for path in ("/config/users", "/config/users/alice"):
         assert is_sensitive(path)
         assert secure_acl(path, cred) == (owner,)
-    assert str(owner) == f"digest:{cred.digest_id}:cdrwa"
+    assert str(owner) == ("sasl:sluice:cdrwa" if mechanism == SASL_DIGEST_MD5
+                          else f"digest:{cred.digest_id}:cdrwa")
     assert str(world_read) == "world:anyone:r"
 
 
@@ -113,7 +164,26 @@ def test_policy_without_set_acl_creates_open_nodes():
 def test_config_defaults_to_no_acls():
     cfg = BrokerConfig.from_mapping(BASE)
     assert cfg.zookeeper_set_acl is False and cfg.zookeeper_auth_file is None
+    assert cfg.zookeeper_auth_mechanism == "DIGEST-MD5"
     assert cfg.zookeeper_acl_policy() == AclPolicy()
+
+
+@pytest.mark.parametrize("raw, mechanism", [(None, SASL_DIGEST_MD5), ("DIGEST-MD5", SASL_DIGEST_MD5),
+                                            ("digest", DIGEST), ("Digest", DIGEST)])
+def test_config_mechanism_chooses_how_the_credential_is_proven(tmp_path, raw, mechanism):
+    good = auth_file(tmp_path, f"sluice:{PASSWORD}")
+    values = {**BASE, "zookeeper.set.acl": "true", "zookeeper.auth.file": str(good)}
+    if raw is not None:
+        values["zookeeper.auth.mechanism"] = raw
+    cfg = BrokerConfig.from_mapping(values)
+    assert cfg.zookeeper_acl_policy() == AclPolicy(ZkCredential("sluice", PASSWORD, mechanism),
+                                                   True)
+
+
+def test_config_refuses_an_unknown_mechanism():
+    with pytest.raises(ConfigError, match="DIGEST-MD5 or digest") as e:
+        BrokerConfig.from_mapping({**BASE, "zookeeper.auth.mechanism": "GSSAPI"})
+    assert e.value.key == "zookeeper.auth.mechanism"
 
 
 def test_config_set_acl_needs_an_auth_file():

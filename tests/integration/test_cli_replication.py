@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from tests.integration.test_cli import describe, eventually, ok, sluice
+from tests.support.cli_runs import describe, eventually, ok, sluice
 from tests.support.procs import ProcessCluster
 
 EXTRA = {"replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "100",

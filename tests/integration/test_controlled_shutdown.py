@@ -11,7 +11,6 @@ from twisted.internet import reactor, task
 
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from tests.integration.test_reassignment import FAST, read_all, zk_state
 from tests.support.cluster import (
     call,
     controller_of,
@@ -21,6 +20,7 @@ from tests.support.cluster import (
     produce,
     running_brokers,
 )
+from tests.support.reassignment_checks import FAST, read_all, zk_state
 
 TOPIC = "cs"
 ASSIGNMENT = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}

@@ -12,7 +12,6 @@ from twisted.internet import reactor
 from broker_core import topic_admin
 from broker_core.broker import BrokerService
 from broker_core.zk import paths
-from tests.integration.test_reassignment import FAST, zk_state
 from tests.support.cluster import (
     broker_config,
     controller_of,
@@ -22,6 +21,7 @@ from tests.support.cluster import (
     produce,
     running_brokers,
 )
+from tests.support.reassignment_checks import FAST, zk_state
 
 
 @pytest.fixture

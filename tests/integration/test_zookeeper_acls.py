@@ -8,9 +8,7 @@ up for it, and the ``digest`` scheme against one without SASL."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-from pathlib import Path
 
 import pytest
 import pytest_twisted
@@ -22,7 +20,6 @@ from broker_core.zk import paths
 from broker_core.zk.acl_policy import AclPolicy, ZkCredential, is_sensitive, secure_acl
 from broker_core.zk.store import ZooKeeperStore
 from tests.conftest import new_chroot
-from tests.integration.test_reassignment import FAST, read_all, zk_state
 from tests.support.cluster import (
     BrokerProcess,
     controller_of,
@@ -35,35 +32,25 @@ from tests.support.cluster import (
     running_brokers,
     stop_brokers,
 )
+from tests.support.reassignment_checks import FAST, read_all
+from tests.support.zk_acl_harness import (
+    PASSWORD,
+    TOPIC,
+    WRONG_PASSWORD,
+    in_isr,
+    started_store,
+    walk,
+    write_auth_file,
+)
 from tests.support.zookeeper import TEST_SASL_USERS, ZooKeeperServer
 
-PASSWORD = TEST_SASL_USERS["sluice"]
-#: Not the brokers' password: with SASL a refused login, with ``digest`` another identity.
-WRONG_PASSWORD = "another-password-0123456789abcdef"
-TOPIC = "secured"
 ASSIGNMENT = {0: [1, 2, 3], 1: [2, 3, 1]}
 
 
-def write_auth_file(directory: Path, username: str = "sluice",
-                    password: str = PASSWORD) -> Path:
-    p = directory / "zk-auth"
-    p.write_text(f"{username}:{password}\n")
-    os.chmod(p, 0o600)
-    return p
 
 
-async def started_store(hosts: str, policy: AclPolicy | None = None) -> ZooKeeperStore:
-    s = ZooKeeperStore(hosts, reactor=reactor, session_timeout=6.0, acl_policy=policy)
-    await s.start()
-    return s
 
 
-async def walk(store: ZooKeeperStore, path: str = "/") -> list[str]:
-    """Every node under ``path`` (included), parents first."""
-    out = [path]
-    for child in sorted(await store.get_children(path)):
-        out += await walk(store, f"{path.rstrip('/')}/{child}")
-    return out
 
 
 @pytest.fixture
@@ -301,7 +288,7 @@ async def test_a_cluster_with_acls_elects_replicates_and_restarts(brokers, zk_ho
     back = await restart(ctrl)
     brokers[brokers.index(ctrl)] = back
     store = rest[0].store
-    await eventually(lambda: _in_isr(store, back.broker_id), timeout=30, what="back in ISR")
+    await eventually(lambda: in_isr(store, back.broker_id), timeout=30, what="back in ISR")
     assert await read_all(leader, TOPIC, 0) == [b"one", b"two", b"three"]
 
     # A real Kafka client produces (acks=all: every replica) and consumes through the cluster.
@@ -318,8 +305,6 @@ async def test_a_cluster_with_acls_elects_replicates_and_restarts(brokers, zk_ho
     await stop_brokers([back])
 
 
-async def _in_isr(store: ZooKeeperStore, broker_id: int) -> bool:
-    return broker_id in (await zk_state(store, TOPIC, 0)).isr
 
 
 @pytest_twisted.ensureDeferred

@@ -21,16 +21,7 @@ from broker_core.metadata import NotAuthorized
 from broker_core.zk import paths
 from broker_core.zk.acl_policy import OPEN_ACL, AclPolicy, ZkCredential, secure_acl
 from tests.conftest import new_chroot
-from tests.integration.test_cli import ROOT, one_line_error
-from tests.integration.test_reassignment import FAST, read_all
-from tests.integration.test_zookeeper_acls import (
-    TOPIC,
-    WRONG_PASSWORD,
-    _in_isr,
-    started_store,
-    walk,
-    write_auth_file,
-)
+from tests.support.cli_runs import ROOT, one_line_error
 from tests.support.cluster import (
     controller_of,
     create_topic,
@@ -41,6 +32,8 @@ from tests.support.cluster import (
     running_brokers,
     stop_brokers,
 )
+from tests.support.reassignment_checks import FAST, read_all
+from tests.support.zk_acl_harness import TOPIC, WRONG_PASSWORD, in_isr, started_store, walk, write_auth_file
 from tests.support.zookeeper import TEST_SASL_USERS
 
 ASSIGNMENT = {0: [1, 2, 3]}
@@ -130,7 +123,7 @@ async def test_secure_an_open_cluster_then_revert(open_brokers, zk_hosts, tmp_pa
         await eventually(lambda: controller_of(rest), timeout=30, what="new controller")
         back = await restart(ctrl)
         brokers[brokers.index(ctrl)] = back
-        await eventually(lambda: _in_isr(rest[0].store, back.broker_id), timeout=30,
+        await eventually(lambda: in_isr(rest[0].store, back.broker_id), timeout=30,
                          what="restarted broker in ISR")
         leader = await eventually(lambda: leader_of(brokers, TOPIC, 0), what="leader")
         assert await read_all(leader, TOPIC, 0) == [b"a", b"b"]
@@ -145,7 +138,7 @@ async def test_secure_an_open_cluster_then_revert(open_brokers, zk_hosts, tmp_pa
 
 
 async def _all_in_isr(store) -> bool:
-    from tests.integration.test_reassignment import zk_state
+    from tests.support.reassignment_checks import zk_state
 
     return sorted((await zk_state(store, TOPIC, 0)).isr) == [1, 2, 3]
 

@@ -89,16 +89,21 @@ async def _follow_cluster_acls(store: Any) -> None:
 
 
 def _run_on_store(zookeeper: str, fn: Callable[[Any], Any], acl_policy: Any = None) -> Any:
-    """Run ``await fn(store)`` against a fresh ZooKeeperStore on a private reactor."""
-    from twisted.internet import defer, task
+    """Run ``await fn(store)`` against a fresh ZooKeeperStore and wait for it.
+
+    The store runs on the process's reactor thread (:class:`ReactorThread`), started on first
+    use and kept for the next call: a process may run any number of these operations (a reactor
+    cannot be started twice, so running each on a reactor of its own would fail the second)."""
+    from twisted.internet import defer
 
     from broker_core.metadata import AuthFailed, ConnectionLost, NotAuthorized, TransactionFailed
     from broker_core.zk.store import ZooKeeperStore
+    from consumer_client.reactor_thread import ReactorThread
 
     box: dict[str, Any] = {}
 
-    async def main(reactor: Any) -> None:
-        store = ZooKeeperStore(zookeeper, reactor=reactor, connect_timeout=10.0,
+    async def main() -> None:
+        store = ZooKeeperStore(zookeeper, reactor=thread.reactor, connect_timeout=10.0,
                                acl_policy=acl_policy)
         try:
             await store.start()
@@ -113,10 +118,11 @@ def _run_on_store(zookeeper: str, fn: Callable[[Any], Any], acl_policy: Any = No
         finally:
             await store.stop()
 
+    thread = ReactorThread.get()
     try:
-        task.react(lambda r: defer.Deferred.fromCoroutine(main(r)))
-    except SystemExit as e:
-        if e.code not in (0, None) and "error" not in box:
+        thread.call(lambda: defer.Deferred.fromCoroutine(main()))
+    except Exception:
+        if "error" not in box:  # the store could not even be started
             raise AdminError(-1, f"could not reach ZooKeeper at {zookeeper}") from None
     if "error" in box:
         err = box["error"]

@@ -584,6 +584,32 @@ class ReplicaManager:
         self.produce_purgatory.try_complete_else_watch(op, list(waiting))
         return d
 
+    # -- DeleteRecords (KIP-107) -------------------------------------------------------------------
+
+    def delete_records(self, topic: str, index: int, offset: int) -> tuple[str | None, int]:
+        """Move a partition's log start up to ``offset`` (-1: the high watermark) on its
+        leader: ``(error name or None, low watermark)``. The followers follow from the log start
+        their next fetch answer carries. An offset past the high watermark (or negative but -1)
+        is OFFSET_OUT_OF_RANGE and changes nothing; one at or below the log start is a no-op
+        answered with the current start. The segments wholly below the new start go at the
+        next retention run (only those: running retention here would also apply its time and
+        size limits early)."""
+        p, error = self.leader_partition(topic, index)
+        if p is None:
+            return error, -1
+        log = p.log
+        target = p.high_watermark if offset == -1 else offset
+        if target < 0 or target > p.high_watermark:
+            return "OFFSET_OUT_OF_RANGE", -1
+        try:
+            if log.advance_log_start(target):
+                self.log.info("DeleteRecords moved the log start of {t}-{p} to {s}", t=topic,
+                              p=index, s=log.log_start_offset)
+        except OSError as e:
+            self.storage_error((topic, index), e, "delete records")
+            return "KAFKA_STORAGE_ERROR", -1
+        return None, log.log_start_offset
+
     # -- fetch ------------------------------------------------------------------------------------
 
     def read(self, topic: str, index: int, offset: int, max_bytes: int, *,

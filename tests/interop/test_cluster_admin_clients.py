@@ -143,11 +143,11 @@ def test_reassignment_moves_a_partition_and_refuses_bad_targets(admin_cluster, c
     assert (low, high) == (0, 5)
 
 
-def _request(admin_cluster, api: int, body: dict):
-    """One request to broker 1 over Sluice's blocking client connection."""
+def _request(admin_cluster, api: int, body: dict, broker: int = 1):
+    """One request to ``broker`` over Sluice's blocking client connection."""
     from consumer_client.connection import BrokerConnection
 
-    with BrokerConnection("127.0.0.1", admin_cluster.brokers[1].port, timeout=30) as c:
+    with BrokerConnection("127.0.0.1", admin_cluster.brokers[broker].port, timeout=30) as c:
         return c.request(api, body)
 
 
@@ -246,3 +246,42 @@ def test_describe_log_dirs(admin_cluster, ck_admin, kp_admin):
         assert t["name"] == topic
         (p,) = t["partitions"]
         assert p["partition_index"] == 0 and p["partition_size"] > 0
+
+
+def test_refusals_on_the_wire(admin_cluster, ck_admin):
+    """What Kafka's clients do not send but a peer may: each refused, nothing changed."""
+    topic = new_topic(admin_cluster, ck_admin, [[2]])
+    produce(admin_cluster, topic, 3)
+    # DescribeCluster for controllers: Sluice's controller is a broker.
+    resp = _request(admin_cluster, ApiKey.DESCRIBE_CLUSTER,
+                    {"include_cluster_authorized_operations": False, "endpoint_type": 2})
+    assert resp.error_code == 115 and resp.brokers == []  # UNSUPPORTED_ENDPOINT_TYPE
+    # DeleteRecords to a broker that does not lead the partition, and a partition named twice.
+    body = {"timeout_ms": 10000, "topics": [{"name": topic, "partitions": [
+        {"partition_index": 0, "offset": 1}]}]}
+    resp = _request(admin_cluster, ApiKey.DELETE_RECORDS, body)
+    assert resp.topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+    twice = {"timeout_ms": 10000, "topics": [{"name": topic, "partitions": [
+        {"partition_index": 0, "offset": 1}, {"partition_index": 0, "offset": 2}]}]}
+    resp = _request(admin_cluster, ApiKey.DELETE_RECORDS, twice, broker=2)
+    assert [p.error_code for p in resp.topics[0].partitions] == [0, 42]
+    assert [p.low_watermark for p in resp.topics[0].partitions] == [1, -1]
+    assert _watermarks(admin_cluster, topic) == (1, 3)
+    # ElectLeaders of an unknown type.
+    resp = _request(admin_cluster, ApiKey.ELECT_LEADERS, {
+        "election_type": 9, "timeout_ms": 1000,
+        "topic_partitions": [{"topic": topic, "partitions": [0]}]})
+    assert resp.error_code == 42
+    # The quorum's voter change is not served on a client listener: there, key 45 names topic
+    # partitions, and the quorum's log is not one.
+    resp = _request(admin_cluster, ApiKey.ALTER_PARTITION_REASSIGNMENTS, {"topics": [
+        {"name": "__cluster_metadata", "partitions": [{"partition_index": 0,
+                                                       "replicas": [1, 2]}]}]})
+    assert [p.error_code for p in resp.responses[0].partitions] == [3]
+    # DescribeLogDirs of a partition this broker does not hold: the directory, no partitions.
+    resp = _request(admin_cluster, ApiKey.DESCRIBE_LOG_DIRS,
+                    {"topics": [{"topic": topic, "partitions": [0]}]})
+    assert [(r.error_code, r.topics) for r in resp.results] == [(0, [])]
+    resp = _request(admin_cluster, ApiKey.DESCRIBE_LOG_DIRS,
+                    {"topics": [{"topic": topic, "partitions": [0]}]}, broker=2)
+    assert [[t.name for t in r.topics] for r in resp.results] == [[topic]]

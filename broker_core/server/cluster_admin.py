@@ -34,6 +34,9 @@ from broker_core.wire.messages import elect_leaders
 
 #: Most partitions one request may name (beyond it: INVALID_REQUEST for all of them).
 MAX_PARTITIONS = 10_000
+#: Longest an ElectLeaders request waits for the controller, whatever its ``timeout_ms`` says
+#: (the wait polls the metadata store; a peer must not keep that going for days).
+MAX_ELECTION_WAIT_S = 300.0
 
 TopicPartition = tuple[str, int]
 
@@ -197,7 +200,8 @@ class ClusterAdminApis:
         elif partitions:
             try:
                 found = await topic_admin.elect_preferred_leaders(
-                    self.store, partitions, timeout_s=max(body.timeout_ms, 0) / 1000.0,
+                    self.store, partitions,
+                    timeout_s=min(max(body.timeout_ms, 0) / 1000.0, MAX_ELECTION_WAIT_S),
                     clock=self.clock)
                 outcomes = {tp: _split(o) for tp, o in found.items()}
             except topic_admin.AdminRequestPending as e:

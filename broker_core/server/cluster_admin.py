@@ -141,28 +141,37 @@ class ClusterAdminApis:
 
     # -- DeleteRecords (21) ------------------------------------------------------------------
 
-    def delete_records(self, header: Any, body: Any, access: Access) -> dict:
+    async def delete_records(self, header: Any, body: Any, access: Access) -> dict:
         """Per partition: DELETE on its topic, then its leader (this broker) moves the log
-        start (:meth:`ReplicaManager.delete_records`). Answered at once with the leader's new
-        log start as the low watermark; the followers catch up from their next fetch."""
+        start and waits, up to ``timeout_ms``, for every live replica to have moved its own
+        (:meth:`ReplicaManager.delete_records`), as Kafka does. A partition named twice is
+        INVALID_REQUEST (neither entry is carried out)."""
         too_many = _count(body.topics, lambda t: t.partitions) > MAX_PARTITIONS
         rule = RULES[ApiKey.DELETE_RECORDS]
-        topics = []
+        named: dict[TopicPartition, int] = {}
+        for t in body.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                named[tp] = named.get(tp, 0) + 1
+        refused: dict[TopicPartition, str] = {}
+        asked: list[tuple[str, int, int]] = []
         for t in body.topics:
             allowed = access.allows_topic(rule, t.name)
-            parts = []
-            seen: set[int] = set()
             for p in t.partitions:
-                if too_many:
-                    error, low = "INVALID_REQUEST", -1
+                tp = (t.name, p.partition_index)
+                if too_many or named[tp] > 1:
+                    refused[tp] = "INVALID_REQUEST"
                 elif not allowed:
-                    error, low = "TOPIC_AUTHORIZATION_FAILED", -1
-                elif p.partition_index in seen:
-                    error, low = "INVALID_REQUEST", -1  # named twice: neither wins
+                    refused[tp] = "TOPIC_AUTHORIZATION_FAILED"
                 else:
-                    error, low = self.replicas.delete_records(t.name, p.partition_index,
-                                                              p.offset)
-                seen.add(p.partition_index)
+                    asked.append((t.name, p.partition_index, p.offset))
+        done = await self.replicas.delete_records(asked, body.timeout_ms) if asked else {}
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                error, low = (refused[tp], -1) if tp in refused else done[tp]
                 parts.append({"partition_index": p.partition_index, "low_watermark": low,
                               "error_code": 0 if error is None else int(ErrorCode[error])})
             topics.append({"name": t.name, "partitions": parts})

@@ -508,9 +508,13 @@ class RequestHandler(UserAdminApis):
             denied = self._denied_topics(access, ApiKey.FETCH, (e[0] for e in entries))
         if denied:
             entries = [e for e in entries if e[0] not in denied]
+        # A follower reports its log starts (the partitions it names), for DeleteRecords.
+        starts = [] if body.replica_id < 0 else [
+            (t.topic, p.partition, p.log_start_offset) for t in body.topics
+            for p in t.partitions if p.log_start_offset >= 0]
         d = self.replicas.fetch(entries, max_wait_ms=body.max_wait_ms,
                                 min_bytes=body.min_bytes, max_bytes=body.max_bytes,
-                                replica_id=body.replica_id)
+                                replica_id=body.replica_id, follower_log_starts=starts)
         if denied:
             from broker_core.replica.manager import FetchResult
             refused = [(e[0], e[1], FetchResult(error=_TOPIC_DENIED)) for e in ctx.entries

@@ -264,9 +264,9 @@ def test_refusals_on_the_wire(admin_cluster, ck_admin):
     twice = {"timeout_ms": 10000, "topics": [{"name": topic, "partitions": [
         {"partition_index": 0, "offset": 1}, {"partition_index": 0, "offset": 2}]}]}
     resp = _request(admin_cluster, ApiKey.DELETE_RECORDS, twice, broker=2)
-    assert [p.error_code for p in resp.topics[0].partitions] == [0, 42]
-    assert [p.low_watermark for p in resp.topics[0].partitions] == [1, -1]
-    assert _watermarks(admin_cluster, topic) == (1, 3)
+    assert [p.error_code for p in resp.topics[0].partitions] == [42, 42]
+    assert [p.low_watermark for p in resp.topics[0].partitions] == [-1, -1]
+    assert _watermarks(admin_cluster, topic) == (0, 3)
     # ElectLeaders of an unknown type.
     resp = _request(admin_cluster, ApiKey.ELECT_LEADERS, {
         "election_type": 9, "timeout_ms": 1000,

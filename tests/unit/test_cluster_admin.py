@@ -184,3 +184,46 @@ def test_the_log_start_moves_up_only_and_never_past_the_high_watermark(tmp_path)
     with pytest.raises(OffsetOutOfRange):
         log.read(3, 1 << 20)
     assert log.read(4, 1 << 20).records
+
+
+def test_the_low_watermark_is_the_lowest_log_start_of_the_live_replicas(tmp_path):
+    from broker_core.replica.partition import LeaderAndIsrState, Partition
+
+    time = ManualTime()
+    log = Log.open(tmp_path / "t-0", LogConfig(), time_ms=time)
+    for _ in range(10):
+        log.append_as_leader(build_batch([Record(None, b"v", [], time.now)]), 1)
+    p = Partition("t", 0, 1, log)
+    p.make_leader(LeaderAndIsrState(1, 1, (1, 2, 3), (1, 2, 3), 1, 0), now_ms=0)
+    log.high_watermark = 10
+    log.advance_log_start(5)
+    alive = {1, 2, 3}
+    assert p.low_watermark(alive.__contains__) == -1  # no follower has reported yet
+    assert p.record_follower_log_start(2, 5) and p.record_follower_log_start(3, 3)
+    assert not p.record_follower_log_start(3, 3)  # nothing new
+    assert not p.record_follower_log_start(7, 0)  # not a replica
+    assert p.low_watermark(alive.__contains__) == 3
+    alive.discard(3)  # a dead replica does not hold it back
+    assert p.low_watermark(alive.__contains__) == 5
+
+
+def test_a_delete_records_waits_for_the_low_watermark_then_times_out():
+    from twisted.internet import task
+
+    from broker_core.purgatory import Purgatory
+    from broker_core.replica.delayed import DelayedDeleteRecords
+
+    clock = task.Clock()
+    purgatory = Purgatory("delete_records", clock)
+    lows: dict = {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
+    answers: list = []
+    op = DelayedDeleteRecords(5.0, {("t", 0): 4, ("t", 1): 4, ("t", 2): 4}, lows.get,
+                              answers.append)
+    assert not purgatory.try_complete_else_watch(op, list(lows))
+    lows[("t", 0)] = 6
+    del lows[("t", 2)]  # no longer led here
+    purgatory.check_and_complete(("t", 0))
+    assert answers == []  # ("t", 1) still waits
+    clock.advance(5.5)
+    assert answers == [{("t", 0): (None, 6), ("t", 1): ("REQUEST_TIMED_OUT", -1),
+                        ("t", 2): ("NOT_LEADER_OR_FOLLOWER", -1)}]

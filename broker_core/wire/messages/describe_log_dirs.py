@@ -44,5 +44,8 @@ RESPONSE = Message("DescribeLogDirsResponse", versions=VERSIONS, flexible=FLEXIB
 
 
 def error_body(version: int, request: Any, error_code: int) -> dict:
-    """v3+ carry the error at the top; v1-v2 cannot say anything but "no directories"."""
+    """v3+ carry the error at the top; v1-v2 have no error field and answer no directories
+    (as Kafka does, e.g. to a principal that may not describe the cluster)."""
+    if version < 3:
+        return {"results": []}
     return {"error_code": int(error_code), "results": []}

@@ -46,7 +46,10 @@ def error_body(version: int, request: Any, error_code: int) -> dict:
     code = int(error_code)
     named = [] if request is None or request.topic_partitions is None else \
         request.topic_partitions
-    return {"error_code": code, "replica_election_results": [
+    answer = {"replica_election_results": [
         {"topic": t.topic, "partition_result": [
             {"partition_id": p, "error_code": code} for p in t.partitions]}
         for t in named]}
+    if version >= 1:  # v0 has no top-level error code
+        answer["error_code"] = code
+    return answer

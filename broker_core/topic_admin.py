@@ -128,6 +128,12 @@ async def live_brokers(store: Any) -> dict[int, paths.BrokerRegistration]:
 
 
 async def _assignment(store: Any, name: str) -> dict[int, list[int]]:
+    """The topic's replicas per partition; UnknownTopic for a name no topic can have (never
+    made into a store path: a peer's ``..`` or ``a/b`` is not a topic) or no topic has."""
+    try:
+        paths.validate_topic_name(name)
+    except ValueError:
+        raise UnknownTopic(f"topic {name!r} does not exist") from None
     try:
         data, _ = await store.get(paths.topic(name))
     except NoNode:

@@ -227,3 +227,13 @@ def test_a_delete_records_waits_for_the_low_watermark_then_times_out():
     clock.advance(5.5)
     assert answers == [{("t", 0): (None, 6), ("t", 1): ("REQUEST_TIMED_OUT", -1),
                         ("t", 2): ("NOT_LEADER_OR_FOLLOWER", -1)}]
+
+
+@pytest.mark.parametrize("name", ["..", "a/b", "", "x" * 300])
+def test_a_name_no_topic_can_have_is_an_unknown_topic_and_never_a_store_path(store, name):
+    before = dict(store.nodes)
+    assert alter(store, (name, 0, [1])) == {
+        (name, 0): ("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")}
+    code, parts = elect(store, 2, elect_leaders.PREFERRED, [{"topic": name, "partitions": [0]}])
+    assert parts == {(name, 0): "UNKNOWN_TOPIC_OR_PARTITION"}
+    assert store.nodes == before

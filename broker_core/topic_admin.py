@@ -74,6 +74,10 @@ class ReassignmentInProgress(TopicAdminError):
     error_code = ErrorCode.REASSIGNMENT_IN_PROGRESS
 
 
+class NoReassignmentInProgress(TopicAdminError):
+    error_code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+
+
 class AdminRequestPending(TopicAdminError):
     """An earlier request of the same kind is still waiting for the controller."""
 
@@ -125,6 +129,12 @@ async def live_brokers(store: Any) -> dict[int, paths.BrokerRegistration]:
 
 
 async def _assignment(store: Any, name: str) -> dict[int, list[int]]:
+    """The topic's replicas per partition; UnknownTopic for a name no topic can have (never
+    made into a store path: a peer's ``..`` or ``a/b`` is not a topic) or no topic has."""
+    try:
+        paths.validate_topic_name(name)
+    except ValueError:
+        raise UnknownTopic(f"topic {name!r} does not exist") from None
     try:
         data, _ = await store.get(paths.topic(name))
     except NoNode:
@@ -345,6 +355,25 @@ async def _pending_reassignment(store: Any) -> tuple[dict[TopicPartition, list[i
     return paths.PartitionReassignment.from_bytes(data).partitions, stat.version
 
 
+def _check_target(tp: TopicPartition, replicas: Sequence[int], brokers: Mapping[int, Any],
+                  assignment: Mapping[int, list[int]]) -> None:
+    """Why ``replicas`` cannot be ``tp``'s new replica list (raised), in Kafka's order: an
+    unknown partition, an empty list, a broker named twice, a broker that is not alive."""
+    topic, p = tp
+    if p not in assignment:
+        raise UnknownTopic(f"topic {topic!r} has no partition {p}")
+    if not replicas:
+        raise InvalidReplicaAssignment(f"{topic}-{p}: the replica list is empty")
+    if len(set(replicas)) != len(replicas):
+        raise InvalidReplicaAssignment(
+            f"{topic}-{p}: the replica list {list(replicas)} names a broker twice")
+    unknown = [b for b in replicas if b not in brokers]
+    if unknown:
+        raise InvalidReplicaAssignment(
+            f"{topic}-{p}: brokers {unknown} are not alive (live brokers: "
+            f"{', '.join(map(str, sorted(brokers))) or 'none'})")
+
+
 async def validate_reassignment(store: Any, proposal: Mapping[TopicPartition, Sequence[int]]
                                 ) -> dict[TopicPartition, list[int]]:
     """Check a proposal against the cluster; returns the current replicas of each partition.
@@ -358,18 +387,7 @@ async def validate_reassignment(store: Any, proposal: Mapping[TopicPartition, Se
     for (topic, p), replicas in sorted(proposal.items()):
         if topic not in assignments:
             assignments[topic] = await _assignment(store, topic)
-        if p not in assignments[topic]:
-            raise UnknownTopic(f"topic {topic!r} has no partition {p}")
-        if not replicas:
-            raise InvalidReplicaAssignment(f"{topic}-{p}: the replica list is empty")
-        if len(set(replicas)) != len(replicas):
-            raise InvalidReplicaAssignment(
-                f"{topic}-{p}: the replica list {list(replicas)} names a broker twice")
-        unknown = [b for b in replicas if b not in brokers]
-        if unknown:
-            raise InvalidReplicaAssignment(
-                f"{topic}-{p}: brokers {unknown} are not alive (live brokers: "
-                f"{', '.join(map(str, sorted(brokers))) or 'none'})")
+        _check_target((topic, p), replicas, brokers, assignments[topic])
         current[(topic, p)] = list(assignments[topic][p])
     return current
 
@@ -442,6 +460,125 @@ async def cancel_reassignment(store: Any, partitions: Sequence[TopicPartition]
             continue
         return cancelled
     raise ReassignmentInProgress("the reassignment kept changing while cancelling; try again")
+
+
+@dataclass(frozen=True)
+class OngoingReassignment:
+    """One partition being reassigned (ListPartitionReassignments): its current replicas (the
+    original and the target together once the controller has started), those being added and
+    those that will be removed."""
+
+    replicas: list[int]
+    adding: list[int]
+    removing: list[int]
+
+
+async def alter_reassignments(store: Any,
+                              changes: Mapping[TopicPartition, Sequence[int] | None]
+                              ) -> dict[TopicPartition, TopicAdminError | None]:
+    """KIP-455's AlterPartitionReassignments through ``/admin/reassign_partitions``: per
+    partition, a new target (``None``: cancel), and per partition the error it got (``None``:
+    accepted). Unlike :func:`execute_reassignment` (the whole-file tool), a request joins an
+    ongoing reassignment: a partition's latest target replaces an earlier one, as in Kafka.
+
+    Every partition is checked before anything is written (:func:`_check_target`; a
+    cancellation of a partition not being reassigned is ``NO_REASSIGNMENT_IN_PROGRESS``), and
+    the valid ones are written together, conditional on the admin znode's version (the
+    controller shrinks it as partitions complete), so a refused partition changes nothing."""
+    brokers = await live_brokers(store)
+    assignments: dict[str, dict[int, list[int]] | None] = {}
+    results: dict[TopicPartition, TopicAdminError | None] = {}
+    targets: dict[TopicPartition, list[int]] = {}
+    cancels: list[TopicPartition] = []
+    for tp, replicas in sorted(changes.items(), key=lambda kv: kv[0]):
+        topic, p = tp
+        if topic not in assignments:
+            try:
+                assignments[topic] = await _assignment(store, topic)
+            except UnknownTopic:
+                assignments[topic] = None
+        assignment = assignments[topic]
+        try:
+            if assignment is None:
+                raise UnknownTopic(f"topic {topic!r} does not exist")
+            if replicas is None:
+                if p not in assignment:
+                    raise UnknownTopic(f"topic {topic!r} has no partition {p}")
+                cancels.append(tp)
+            else:
+                _check_target(tp, replicas, brokers, assignment)
+                targets[tp] = list(replicas)
+            results[tp] = None
+        except TopicAdminError as e:
+            results[tp] = e
+    if not targets and not cancels:
+        return results
+    for _ in range(10):
+        pending, version = await _pending_reassignment(store)
+        wanted = dict(pending)
+        for tp in cancels:
+            if tp not in pending:
+                results[tp] = NoReassignmentInProgress(
+                    f"{tp[0]}-{tp[1]} is not being reassigned")
+                continue
+            wanted[tp] = await _original_replicas(store, tp)
+        wanted.update(targets)
+        if wanted == pending:
+            return results
+        value = paths.PartitionReassignment(wanted).to_bytes()
+        try:
+            if version < 0:
+                await store.create(paths.REASSIGN_PARTITIONS, value, makepath=True)
+            else:
+                await store.set(paths.REASSIGN_PARTITIONS, value, version)
+        except (NodeExists, BadVersion, NoNode):
+            for tp in cancels:
+                results[tp] = None
+            continue  # the controller (or another admin) wrote in between: read again
+        return results
+    raise ReassignmentInProgress("the reassignment kept changing while it was being altered; "
+                                 "try again")
+
+
+async def _original_replicas(store: Any, tp: TopicPartition) -> list[int]:
+    """A partition's replicas before its reassignment started: AR minus the replicas it adds
+    (from the topic znode; before the controller starts, that is AR itself)."""
+    try:
+        raw, _ = await store.get(paths.topic(tp[0]))
+    except NoNode:
+        return []
+    value = paths.TopicAssignment.from_bytes(raw)
+    adding = value.adding.get(tp[1], [])
+    return [b for b in value.partitions.get(tp[1], []) if b not in adding]
+
+
+async def list_reassignments(store: Any, partitions: Sequence[TopicPartition] | None = None
+                             ) -> dict[TopicPartition, OngoingReassignment]:
+    """The reassignments in progress (of ``partitions``, or all): each partition's replicas
+    from its topic znode, with the replicas being added and removed (from the controller's
+    ``adding_replicas`` / ``removing_replicas`` once it has started, else from the target)."""
+    pending, _ = await _pending_reassignment(store)
+    wanted = set(partitions) if partitions is not None else None
+    out: dict[TopicPartition, OngoingReassignment] = {}
+    topics: dict[str, paths.TopicAssignment | None] = {}
+    for tp, target in sorted(pending.items()):
+        if wanted is not None and tp not in wanted:
+            continue
+        topic, p = tp
+        if topic not in topics:
+            try:
+                raw, _ = await store.get(paths.topic(topic))
+                topics[topic] = paths.TopicAssignment.from_bytes(raw)
+            except NoNode:
+                topics[topic] = None
+        value = topics[topic]
+        if value is None or p not in value.partitions:
+            continue  # the topic went away; the controller drops the entry
+        replicas = value.partitions[p]
+        adding = value.adding.get(p) or [b for b in target if b not in replicas]
+        removing = value.removing.get(p) or [b for b in replicas if b not in target]
+        out[tp] = OngoingReassignment(list(replicas), list(adding), list(removing))
+    return out
 
 
 # -- preferred-leader election -----------------------------------------------------------------
@@ -523,3 +660,30 @@ async def _leader_state(store: Any, tp: TopicPartition) -> paths.LeaderAndIsr | 
     except NoNode:
         return None
     return paths.LeaderAndIsr.from_bytes(data)
+
+
+async def elect_unclean_leaders(store: Any, partitions: Sequence[TopicPartition]
+                                ) -> dict[TopicPartition, str]:
+    """ElectLeaders' UNCLEAN type, as far as Sluice serves it: a partition whose leader is a
+    live broker needs no election (``ELECTION_NOT_NEEDED``, Kafka's answer); one without a
+    live leader is refused with ``ELIGIBLE_LEADERS_NOT_AVAILABLE``, because the controller never
+    elects a replica from outside the ISR (it has no unclean election). Nothing is written."""
+    brokers = await live_brokers(store)
+    out: dict[TopicPartition, str] = {}
+    for tp in partitions:
+        topic, p = tp
+        try:
+            replicas = (await _assignment(store, topic)).get(p)
+        except UnknownTopic:
+            replicas = None
+        if not replicas:
+            out[tp] = f"UNKNOWN_TOPIC_OR_PARTITION: {topic}-{p} does not exist"
+            continue
+        state = await _leader_state(store, tp)
+        if state is not None and state.leader in brokers:
+            out[tp] = ELECTION_NOT_NEEDED
+        else:
+            out[tp] = ("ELIGIBLE_LEADERS_NOT_AVAILABLE: Sluice's controller never elects a "
+                       "leader from outside the ISR (unclean election is not served); the "
+                       "partition gets a leader when an in-sync replica comes back")
+    return out

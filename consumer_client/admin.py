@@ -42,10 +42,7 @@ class AdminError(Exception):
         if code is None:
             super().__init__(message)
         else:
-            try:
-                name = ErrorCode(code).name
-            except ValueError:
-                name = str(code)
+            name = error_name(code)
             super().__init__(f"{name}: {message}" if message else name)
         self.code = code
 
@@ -277,44 +274,183 @@ class AdminClient:
         return ClusterDescription(brokers, md.controller_id if md.controller_id >= 0 else None,
                                   None)
 
-    # -- replica reassignment and preferred-leader election (ZooKeeper mode) ----------------------
+    # -- replica reassignment and preferred-leader election -----------------------------------
+    #
+    # Through ZooKeeper: topic_admin on the store. Through a broker: Kafka's
+    # AlterPartitionReassignments / ListPartitionReassignments / ElectLeaders, which the broker
+    # carries out with the same topic_admin functions on its own metadata store (either mode).
 
-    def _zk_only(self, what: str) -> None:
-        if not self.zookeeper:
-            # Through a broker these need Kafka's AlterPartitionReassignments /
-            # ListPartitionReassignments / ElectLeaders APIs, which Sluice does not serve.
-            raise AdminError(None, f"{what} through --bootstrap-server needs Kafka APIs Sluice "
-                                   "does not serve; use --zookeeper HOST:PORT[/chroot]")
+    def _request_timeout_ms(self) -> int:
+        """What a request may take on the broker: less than the connection's own timeout, so
+        the broker's answer (not a dead socket) says what happened."""
+        return max(1000, int(self.timeout * 800))
+
+    def _ongoing_reassignments(self, c: BrokerConnection,
+                               partitions: Sequence[tuple[str, int]] | None
+                               ) -> set[tuple[str, int]]:
+        topics: dict[str, list[int]] = {}
+        for t, p in partitions or ():
+            topics.setdefault(t, []).append(p)
+        resp = c.request(ApiKey.LIST_PARTITION_REASSIGNMENTS, {
+            "timeout_ms": self._request_timeout_ms(),
+            "topics": None if partitions is None else [
+                {"name": t, "partition_indexes": ps} for t, ps in topics.items()]})
+        if resp.error_code:
+            raise AdminError(resp.error_code, resp.error_message or "")
+        return {(t.name, p.partition_index) for t in resp.topics for p in t.partitions}
+
+    def _alter_reassignments(self, c: BrokerConnection,
+                             targets: Mapping[tuple[str, int], Sequence[int] | None]
+                             ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """AlterPartitionReassignments: per partition, its error code and message."""
+        topics: dict[str, list[dict]] = {}
+        for (t, p), r in sorted(targets.items()):
+            topics.setdefault(t, []).append(
+                {"partition_index": p, "replicas": None if r is None else list(r)})
+        resp = c.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
+            "timeout_ms": self._request_timeout_ms(),
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+        if resp.error_code:
+            raise AdminError(resp.error_code, resp.error_message or "")
+        return {(t.name, p.partition_index): (p.error_code, p.error_message)
+                for t in resp.responses for p in t.partitions}
+
+    def _current_replicas(self, c: BrokerConnection, partitions: Sequence[tuple[str, int]]
+                          ) -> dict[tuple[str, int], list[int] | None]:
+        md = self._metadata_on(c, sorted({t for t, _ in partitions}))
+        replicas = {(t.name, p.partition_index): list(p.replica_nodes)
+                    for t in md.topics for p in t.partitions}
+        return {tp: replicas.get(tp) for tp in partitions}
 
     def reassign_execute(self, proposal: Mapping[tuple[str, int], Sequence[int]]
                          ) -> dict[tuple[str, int], list[int]]:
-        """Start moving partitions to new replicas; returns their current replicas."""
-        self._zk_only("reassign")
-        return self._zk(lambda s: topic_admin.execute_reassignment(s, proposal))
+        """Start moving partitions to new replicas; returns their current replicas. Refused
+        while another reassignment is in progress (as Kafka's tool does without
+        ``--additional``); through a broker, a partition the broker refuses raises with its
+        error, and nothing is started unless every partition was accepted."""
+        if self.zookeeper:
+            return self._zk(lambda s: topic_admin.execute_reassignment(s, proposal))
+        with self._conn() as c:
+            ongoing = self._ongoing_reassignments(c, None)
+            if ongoing:
+                raise AdminError(ErrorCode.REASSIGNMENT_IN_PROGRESS, (
+                    f"a partition reassignment is in progress ({_tp_names(ongoing)}); follow "
+                    "it with --verify or stop it with --cancel"))
+            current = self._current_replicas(c, list(proposal))
+            unknown = [tp for tp, r in current.items() if r is None]
+            if unknown:
+                raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 f"no such partition: {_tp_names(unknown)}")
+            results = self._alter_reassignments(c, proposal)
+            failed = {tp: r for tp, r in results.items() if r[0]}
+            if failed:
+                accepted = [tp for tp in results if tp not in failed]
+                if accepted:  # the broker checks each partition alone: undo the others
+                    self._alter_reassignments(c, {tp: None for tp in accepted})
+                (tp, (code, why)), *_ = sorted(failed.items())
+                raise AdminError(code, f"{tp[0]}-{tp[1]}: {why or ''}" + (
+                    f" (and {len(failed) - 1} more refused)" if len(failed) > 1 else ""))
+        return {tp: list(r or []) for tp, r in current.items()}
 
     def reassign_verify(self, proposal: Mapping[tuple[str, int], Sequence[int]]
                         ) -> dict[tuple[str, int], str]:
-        self._zk_only("reassign")
-        return self._zk(lambda s: topic_admin.verify_reassignment(s, proposal))
+        """Per partition: in progress, complete (its replicas are the proposed ones) or
+        failed (neither)."""
+        if self.zookeeper:
+            return self._zk(lambda s: topic_admin.verify_reassignment(s, proposal))
+        with self._conn() as c:
+            ongoing = self._ongoing_reassignments(c, list(proposal))
+            current = self._current_replicas(c, list(proposal))
+        return {tp: (topic_admin.REASSIGNMENT_IN_PROGRESS if tp in ongoing
+                     else topic_admin.REASSIGNMENT_COMPLETE if current[tp] == list(r)
+                     else topic_admin.REASSIGNMENT_FAILED)
+                for tp, r in sorted(proposal.items())}
 
     def reassign_cancel(self, partitions: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
-        self._zk_only("reassign")
-        return self._zk(lambda s: topic_admin.cancel_reassignment(s, partitions))
+        """Revert the named partitions still being reassigned; returns those cancelled."""
+        if self.zookeeper:
+            return self._zk(lambda s: topic_admin.cancel_reassignment(s, partitions))
+        with self._conn() as c:
+            results = self._alter_reassignments(c, {tp: None for tp in partitions})
+        for (t, p), (code, why) in sorted(results.items()):
+            if code not in (0, ErrorCode.NO_REASSIGNMENT_IN_PROGRESS):
+                raise AdminError(code, f"{t}-{p}: {why or ''}")
+        return sorted(tp for tp, (code, _) in results.items() if code == 0)
 
     def elect_preferred_leaders(self, partitions: Sequence[tuple[str, int]] | None
                                 ) -> dict[tuple[str, int], str]:
         """Preferred-leader election for ``partitions`` (None: every partition); see
-        :func:`broker_core.topic_admin.elect_preferred_leaders` for the outcomes."""
-        self._zk_only("elect-leaders")
+        :func:`broker_core.topic_admin.elect_preferred_leaders` for the outcomes. Through a
+        broker (ElectLeaders), every partition's outcome is reported the same way; with None,
+        the partitions that needed no election are left out (as the broker answers)."""
+        if self.zookeeper:
+            async def run(store: Any) -> dict[tuple[str, int], str]:
+                from twisted.internet import reactor
 
-        async def run(store: Any) -> dict[tuple[str, int], str]:
-            from twisted.internet import reactor
+                tps = partitions if partitions is not None else \
+                    await topic_admin.all_partitions(store)
+                return await topic_admin.elect_preferred_leaders(
+                    store, tps, timeout_s=self.timeout, clock=reactor)
+            return self._zk(run)
+        topics: dict[str, list[int]] = {}
+        for t, p in partitions or ():
+            topics.setdefault(t, []).append(p)
+        with self._conn() as c:
+            resp = c.request(ApiKey.ELECT_LEADERS, {
+                "election_type": 0, "timeout_ms": self._request_timeout_ms(),
+                "topic_partitions": None if partitions is None else [
+                    {"topic": t, "partitions": ps} for t, ps in topics.items()]})
+        if getattr(resp, "error_code", 0):
+            raise AdminError(resp.error_code, "the election was refused")
+        out: dict[tuple[str, int], str] = {}
+        for t in resp.replica_election_results:
+            for p in t.partition_result:
+                if p.error_code == 0:
+                    outcome = topic_admin.ELECTED
+                elif p.error_code == ErrorCode.ELECTION_NOT_NEEDED:
+                    outcome = topic_admin.ELECTION_NOT_NEEDED
+                else:
+                    outcome = f"{error_name(p.error_code)}: {p.error_message or ''}"
+                out[(t.topic, p.partition_id)] = outcome
+        return out
 
-            tps = partitions if partitions is not None else \
-                await topic_admin.all_partitions(store)
-            return await topic_admin.elect_preferred_leaders(store, tps, timeout_s=self.timeout,
-                                                             clock=reactor)
-        return self._zk(run)
+    # -- DeleteRecords ---------------------------------------------------------------------------
+
+    def delete_records(self, offsets: Mapping[tuple[str, int], int]
+                       ) -> dict[tuple[str, int], tuple[int, int]]:
+        """Kafka's DeleteRecords, sent to each partition's leader: per partition, its error code
+        and its new low watermark (the log start; -1 with an error). ``offset`` -1 means the
+        high watermark. Through brokers only: the leader moves its own log."""
+        if self.zookeeper:
+            raise AdminError(None, "delete-records goes to the partitions' leaders: use "
+                                   "--bootstrap-server")
+        with self._conn() as c:
+            md = self._metadata_on(c, sorted({t for t, _ in offsets}))
+        addresses = {b.node_id: (b.host, b.port) for b in md.brokers}
+        leaders = {(t.name, p.partition_index): p.leader_id
+                   for t in md.topics for p in t.partitions}
+        out: dict[tuple[str, int], tuple[int, int]] = {}
+        by_leader: dict[int, dict[str, list[dict]]] = {}
+        for (t, p), offset in sorted(offsets.items()):
+            leader = leaders.get((t, p))
+            if leader is None:
+                out[(t, p)] = (int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1)
+            elif leader not in addresses:
+                out[(t, p)] = (int(ErrorCode.LEADER_NOT_AVAILABLE), -1)
+            else:
+                by_leader.setdefault(leader, {}).setdefault(t, []).append(
+                    {"partition_index": p, "offset": offset})
+        for leader, topics in sorted(by_leader.items()):
+            host, port = addresses[leader]
+            with BrokerConnection(host, port, timeout=self.timeout,
+                                  security=self.security) as c:
+                resp = c.request(ApiKey.DELETE_RECORDS, {
+                    "timeout_ms": self._request_timeout_ms(),
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+            for t in resp.topics:
+                for p in t.partitions:
+                    out[(t.name, p.partition_index)] = (p.error_code, p.low_watermark)
+        return out
 
     # -- SCRAM users (Kafka's Describe/AlterUserScramCredentials) ---------------------------------
 
@@ -437,6 +573,18 @@ class AdminClient:
     def _metadata_on(conn: BrokerConnection, names: list[str] | None) -> Any:
         topics = None if names is None else [{"name": n} for n in names]
         return conn.request(ApiKey.METADATA, {"topics": topics, "allow_auto_topic_creation": False})
+
+
+def _tp_names(tps: Any) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in sorted(tps))
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code (the number itself for one this codec does not know)."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
 
 
 def _raise_user_errors(results: Sequence[dict]) -> None:

@@ -6,6 +6,7 @@
     sluice reassign --reassignment-json-file FILE (--execute | --verify | --cancel)
     sluice elect-leaders [--election-type preferred]
                          (--topic T --partition P | --all-topic-partitions | --path-to-json-file F)
+    sluice delete-records --bootstrap-server B --offset-json-file FILE
     sluice groups list | describe [--group G ...]
     sluice loadtest --topic T --consumers N [--processes M] [--groups G] [--duration S] ...
     sluice consume --topic T --group G [--members N] [--from-beginning] [--max-messages N]
@@ -30,7 +31,9 @@ of client security keys, ``security.protocol``, ``sasl.*``, ``ssl.*``, for a TLS
 listener) or ``--zookeeper HOST:PORT[/chroot]``
 (with ``--zookeeper-auth-file F`` when the cluster's znodes are secured, and
 ``--zookeeper-auth-mechanism digest`` when the brokers log in with the ``digest`` scheme)
-(``reassign`` and ``elect-leaders`` work through ZooKeeper only; ``users`` through either, the
+(``reassign`` and ``elect-leaders`` through either, a broker carrying them out with Kafka's
+AlterPartitionReassignments, ListPartitionReassignments and ElectLeaders in both metadata modes;
+``users`` through either, the
 password read from a prompt or a file, never from the command line; ``groups`` through the brokers
 only, since the members live in the coordinator's memory; ``quorum`` takes the metadata
 quorum's listeners, ``sluice-quorum --listen`` or a broker's ``quorum.listener``: any one
@@ -81,7 +84,7 @@ from broker_core.server import user_admin
 from broker_core.wire.messages.describe_user_scram_credentials import MECHANISM_CODES
 from broker_core.zk import paths
 from broker_core.zk.acl_policy import SASL_DIGEST_MD5
-from consumer_client.admin import AdminClient, AdminError
+from consumer_client.admin import AdminClient, AdminError, error_name
 from consumer_client.security import ClientSecurity
 
 
@@ -238,6 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--path-to-json-file", metavar="FILE",
                        help='{"partitions":[{"topic":T,"partition":P}]}')
     el.add_argument("--partition", type=int, help="partition of --topic")
+
+    dr = sub.add_parser("delete-records", help="move partitions' log start offsets forward "
+                        "(kafka-delete-records)")
+    dr.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    _command_config(dr)
+    dr.add_argument("--offset-json-file", required=True, metavar="FILE",
+                    help='{"partitions":[{"topic":T,"partition":P,"offset":O}],"version":1} '
+                         "(offset -1: the high watermark)")
 
     groups = sub.add_parser("groups", help="consumer groups (kafka-consumer-groups)")
     gsub = groups.add_subparsers(dest="action", required=True)
@@ -687,6 +698,37 @@ def run_elect_leaders(args: argparse.Namespace, admin: AdminClient, out=sys.stdo
         raise AdminError(None, f"{len(failed)} partition(s) could not be elected")
 
 
+def run_delete_records(args: argparse.Namespace, out=sys.stdout) -> None:
+    """Kafka's kafka-delete-records: its file format and output lines."""
+    try:
+        data = json.loads(_read_json_file(args.offset_json_file) or b"{}")
+        offsets = {}
+        for e in data["partitions"]:
+            tp = (str(e["topic"]), int(e["partition"]))
+            if tp in offsets:
+                raise ValueError(f"{tp[0]}-{tp[1]} is named twice")
+            offsets[tp] = int(e["offset"])
+        if not offsets:
+            raise ValueError("no partitions are named")
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{args.offset_json_file}: expected "
+                         '{"partitions":[{"topic":T,"partition":P,"offset":O}]} '
+                         f"({e})") from None
+    admin = AdminClient(bootstrap_servers=args.bootstrap_server, security=_security(args))
+    results = admin.delete_records(offsets)
+    print("Executing records delete operation", file=out)
+    print("Records delete operation completed:", file=out)
+    failed = 0
+    for (t, p), (code, low) in sorted(results.items()):
+        if code:
+            failed += 1
+            print(f"partition: {t}-{p}\terror: {error_name(code)}", file=out)
+        else:
+            print(f"partition: {t}-{p}\tlow_watermark: {low}", file=out)
+    if failed:
+        raise AdminError(None, f"{failed} partition(s) could not be deleted from")
+
+
 def run_quorum(args: argparse.Namespace, out=sys.stdout) -> None:
     from consumer_client import quorum_admin
 
@@ -850,6 +892,9 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         return
     if args.area == "groups":
         run_groups(args, out)
+        return
+    if args.area == "delete-records":
+        run_delete_records(args, out)
         return
     if args.area == "loadtest":
         run_loadtest(args, out)

@@ -628,6 +628,21 @@ class Log:
         self._hw = offset
         self.leader_epochs.clear()
 
+    def advance_log_start(self, offset: int) -> bool:
+        """Move the log start up to ``offset`` (DeleteRecords, KIP-107, on the leader; a
+        follower copying its leader's log start). Never down, never past the high watermark
+        (:class:`OffsetOutOfRange`): a record not yet committed cannot be deleted. Reads below
+        the new start are refused at once; the segments wholly below it go at the next
+        :meth:`delete_old_segments`. Returns whether the start moved."""
+        self._check_open()
+        if offset > self._hw or offset < 0:
+            raise OffsetOutOfRange(offset, self.log_start_offset, self._hw)
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        self.leader_epochs.truncate_from_start(offset)
+        return True
+
     def delete_old_segments(self) -> int:
         """Retention: delete the oldest segments while they are past ``retention.ms`` (by their
         largest timestamp), while the log stays at least ``retention.bytes`` without them, or

@@ -50,9 +50,13 @@ if TYPE_CHECKING:
 ADMIN_SOURCE = -2
 
 #: The admin APIs the quorum listener serves, at every version the codec defines.
+#: AlterPartitionReassignments is also in ``apis.SUPPORTED``: on a broker's client listener it
+#: reassigns topic partitions (broker_core.server.cluster_admin); here it changes the voters.
 ADMIN_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    key: (apis.DEFINED[key].min_version, apis.DEFINED[key].max_version)
-    for key in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION_REASSIGNMENTS)}
+    key: (spec.min_version, spec.max_version)
+    for key, spec in ((ApiKey.DESCRIBE_QUORUM, apis.DEFINED[ApiKey.DESCRIBE_QUORUM]),
+                      (ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                       apis.SUPPORTED[ApiKey.ALTER_PARTITION_REASSIGNMENTS]))}
 
 log = Logger(namespace="sluice.raft.listener")
 

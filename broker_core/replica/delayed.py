@@ -65,6 +65,47 @@ class DelayedProduce(DelayedOperation):
         pass  # on_complete already answered the partitions still waiting with REQUEST_TIMED_OUT
 
 
+class DelayedDeleteRecords(DelayedOperation):
+    """Waits until the low watermark of every partition (the lowest log start offset of its
+    live replicas, :meth:`Partition.low_watermark`) reaches the offset its DeleteRecords asked
+    for (Kafka's ``DelayedDeleteRecords``).
+
+    ``pending`` maps a partition to that offset; ``low_watermark_of(tp)`` returns the current
+    low watermark or ``None`` if this broker no longer leads the partition (then it completes
+    with NOT_LEADER_OR_FOLLOWER). On expiry the partitions still short of it answer
+    REQUEST_TIMED_OUT (with low watermark -1, as Kafka's)."""
+
+    def __init__(self, timeout_s: float, pending: dict[TopicPartition, int],
+                 low_watermark_of: Callable[[TopicPartition], int | None],
+                 respond: Callable[[dict[TopicPartition, tuple[str | None, int]]], None]
+                 ) -> None:
+        super().__init__(timeout_s)
+        self.pending = pending
+        self.low_watermark_of = low_watermark_of
+        self.respond = respond
+        self.outcome: dict[TopicPartition, tuple[str | None, int]] = {}
+
+    def try_complete(self) -> bool:
+        for tp, needed in self.pending.items():
+            if tp in self.outcome:
+                continue
+            low = self.low_watermark_of(tp)
+            if low is None:
+                self.outcome[tp] = ("NOT_LEADER_OR_FOLLOWER", -1)
+            elif low >= needed:
+                self.outcome[tp] = (None, low)
+        if len(self.outcome) == len(self.pending):
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.respond({tp: self.outcome.get(tp, ("REQUEST_TIMED_OUT", -1))
+                      for tp in self.pending})
+
+    def on_expiration(self) -> None:
+        pass  # on_complete already answered the partitions still waiting with REQUEST_TIMED_OUT
+
+
 class DelayedFetch(DelayedOperation):
     """Waits until ``min_bytes`` are available to read or the wait expires (long poll).
 

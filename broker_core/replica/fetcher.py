@@ -372,6 +372,10 @@ class ReplicaFetcher:
             if info.record_count:
                 self.on_appended(part)
         part.follower_update_high_watermark(p.high_watermark)
+        if p.log_start_offset is not None and p.log_start_offset > log.log_start_offset:
+            # The leader's DeleteRecords (or retention) moved its log start: follow it, up to
+            # what this replica has committed (Kafka's follower does the same).
+            log.advance_log_start(min(p.log_start_offset, log.high_watermark))
 
     def _out_of_range(self, tp: TopicPartition, s: FetchState, p: Any) -> None:
         log = s.partition.log

@@ -22,7 +22,7 @@ LeaderAndIsr changed, :class:`~broker_core.log.leader_epoch.WriteBehind`), which
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +43,7 @@ from broker_core.log.leader_epoch import WriteBehind
 from broker_core.metadata_cache import MetadataCache
 from broker_core.purgatory import Purgatory
 from broker_core.replica.alter_isr import AlterIsrSender, IsrChange
-from broker_core.replica.delayed import DelayedFetch, DelayedProduce
+from broker_core.replica.delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce
 from broker_core.replica.fetch_session import FetchSessionCache
 from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker_core.replica.partition import LeaderAndIsrState, Partition, PendingIsrChange
@@ -160,6 +160,8 @@ class ReplicaManager:
                                            purge_interval=produce_purge_interval)
         self.fetch_purgatory = Purgatory("fetch", clock, metrics=metrics,
                                          purge_interval=fetch_purge_interval)
+        #: DeleteRecords waiting for the followers' log starts (Kafka's DelayedDeleteRecords).
+        self.delete_records_purgatory = Purgatory("delete_records", clock, metrics=metrics)
         #: Followers' incremental fetch sessions on this leader (KIP-227).
         self.fetch_sessions = FetchSessionCache()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
@@ -218,6 +220,7 @@ class ReplicaManager:
         await self.fetchers.stop()
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
+        self.delete_records_purgatory.shutdown()
 
     # -- partitions ------------------------------------------------------------------------------
 
@@ -410,10 +413,12 @@ class ReplicaManager:
     def _wake(self, tp: TopicPartition) -> None:
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
 
     def _wake_many(self, tps: list[TopicPartition]) -> None:
         self.produce_purgatory.check_and_complete_keys(tps)
         self.fetch_purgatory.check_and_complete_keys(tps)
+        self.delete_records_purgatory.check_and_complete_keys(tps)
 
     # -- failed log directories (KIP-112) ------------------------------------------------------
 
@@ -583,6 +588,71 @@ class ReplicaManager:
         self.produce_purgatory.try_complete_else_watch(op, list(waiting))
         return d
 
+    # -- DeleteRecords (KIP-107) -------------------------------------------------------------------
+
+    def delete_records(self, requests: list[tuple[str, int, int]], timeout_ms: int
+                       ) -> defer.Deferred:
+        """Move partitions' log starts up to the offsets asked (-1: the high watermark) on
+        their leader (this broker), then wait, as Kafka does, until every live replica has
+        moved its own (the followers follow the log start their fetch answers carry, and tell
+        it back in their next fetch) or ``timeout_ms`` passes. Fires with
+        ``{(topic, partition): (error name or None, low watermark)}``.
+
+        Refused at once, changing nothing: not the leader, an offset past the high watermark
+        (or negative but -1: OFFSET_OUT_OF_RANGE). An offset at or below the log start moves
+        nothing and waits like any other. The segments wholly below a new start go at the next
+        retention run (only those: running retention here would apply its limits early)."""
+        results: dict[TopicPartition, tuple[str | None, int]] = {}
+        waiting: dict[TopicPartition, int] = {}
+        for topic, index, offset in requests:
+            tp = (topic, index)
+            p, error = self.leader_partition(topic, index)
+            if p is None:
+                results[tp] = (error, -1)
+                continue
+            log = p.log
+            target = p.high_watermark if offset == -1 else offset
+            if target < 0 or target > p.high_watermark:
+                results[tp] = ("OFFSET_OUT_OF_RANGE", -1)
+                continue
+            try:
+                if log.advance_log_start(target):
+                    self.log.info("DeleteRecords moved the log start of {t}-{p} to {s}",
+                                  t=topic, p=index, s=log.log_start_offset)
+            except OSError as e:
+                self.storage_error(tp, e, "delete records")
+                results[tp] = ("KAFKA_STORAGE_ERROR", -1)
+                continue
+            waiting[tp] = target
+        if not waiting:
+            return defer.succeed(results)
+        d: defer.Deferred = defer.Deferred()
+
+        def low_watermark_of(tp: TopicPartition) -> int | None:
+            part = self.partitions.get(tp)
+            if part is None or not part.is_leader:
+                return None
+            return part.low_watermark(lambda b: b in self.metadata_cache.brokers)
+
+        def respond(outcome: dict[TopicPartition, tuple[str | None, int]]) -> None:
+            results.update(outcome)
+            d.callback(results)
+
+        op = DelayedDeleteRecords(max(timeout_ms, 0) / 1000.0, waiting, low_watermark_of,
+                                  respond)
+        self.delete_records_purgatory.try_complete_else_watch(op, list(waiting))
+        return d
+
+    def _record_follower_log_starts(self, replica_id: int,
+                                    starts: Sequence[tuple[str, int, int]]) -> None:
+        """The log starts a follower's fetch reported (the partitions it names: in a fetch
+        session, those whose state changed); a change may complete a DeleteRecords."""
+        for topic, index, log_start in starts:
+            p = self.partitions.get((topic, index))
+            if p is not None and p.is_leader and p.record_follower_log_start(replica_id,
+                                                                               log_start):
+                self.delete_records_purgatory.check_and_complete((topic, index))
+
     # -- fetch ------------------------------------------------------------------------------------
 
     def read(self, topic: str, index: int, offset: int, max_bytes: int, *,
@@ -623,10 +693,12 @@ class ReplicaManager:
         min_bytes: int,
         max_bytes: int,
         replica_id: int = -1,
+        follower_log_starts: Sequence[tuple[str, int, int]] = (),
     ) -> defer.Deferred:
         """Consumer or follower fetch: ``requests`` are ``(topic, partition, offset,
         partition_max_bytes, current_leader_epoch)`` (epoch -1: unchecked); ``replica_id`` >= 0
-        is a follower.
+        is a follower, and ``follower_log_starts`` the ``(topic, partition, log start)`` its
+        request reported (for DeleteRecords' low watermark).
 
         Fires with ``[(topic, partition, FetchResult)]`` in request order. Waits in the fetch
         purgatory (long poll) while fewer than ``min_bytes`` are available, no partition has an
@@ -638,6 +710,8 @@ class ReplicaManager:
         reqs = requests
         if not consumer:
             self._record_follower_fetches(replica_id, reqs)
+            if follower_log_starts:
+                self._record_follower_log_starts(replica_id, follower_log_starts)
 
         def read(topic: str, index: int, offset: int, limit: int, epoch: int) -> FetchResult:
             return self.read(topic, index, offset, limit, consumer=consumer,

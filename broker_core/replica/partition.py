@@ -26,6 +26,7 @@ leader's bookkeeping (Kafka's ``Partition.scala``). Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from broker_core.log import Log
@@ -58,10 +59,12 @@ class PendingIsrChange:
 @dataclass(slots=True)
 class RemoteReplica:
     """What the leader knows of one follower (Kafka's ``Replica``): its log end offset as of its
-    last fetch (-1 until it fetches from this leader) and when it was last caught up."""
+    last fetch (-1 until it fetches from this leader), its log start offset as it last reported
+    it (-1 until then), and when it was last caught up."""
 
     broker_id: int
     log_end_offset: int = -1
+    log_start_offset: int = -1
     last_fetch_time_ms: int = 0
     last_fetch_leader_leo: int = -1
     last_caught_up_time_ms: int = 0
@@ -222,6 +225,24 @@ class Partition:
         # here (every other input re-checks it where it changes). A follower fetch names each
         # partition it follows, mostly at the same offset as last time.
         return moved and self.maybe_advance_high_watermark()
+
+    def record_follower_log_start(self, replica_id: int, log_start_offset: int) -> bool:
+        """A follower reported its log start offset; True if that changed what we knew."""
+        r = self.remotes.get(replica_id)
+        if r is None or r.log_start_offset == log_start_offset:
+            return False
+        r.log_start_offset = log_start_offset
+        return True
+
+    def low_watermark(self, alive: Callable[[int], bool]) -> int:
+        """Kafka's low watermark (DeleteRecords): the lowest log start offset of this leader
+        and of every follower whose broker is ``alive`` (-1 for one that has not reported
+        it yet)."""
+        low = self.log.log_start_offset
+        for r in self.remotes.values():
+            if r.log_start_offset < low and alive(r.broker_id):
+                low = r.log_start_offset
+        return low
 
     def isr_expansion(self, replica_id: int) -> tuple[int, ...] | None:
         """The ISR to propose if ``replica_id`` has caught up and is outside it, else None.

@@ -82,6 +82,7 @@ RULES: dict[ApiKey, Rule] = {
     # CREATE on the cluster also allows every topic.
     ApiKey.CREATE_TOPICS: Rule(Op.CREATE, RT.TOPIC, _TOPIC, Scope.RESOURCES),
     ApiKey.DELETE_TOPICS: Rule(Op.DELETE, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    ApiKey.DELETE_RECORDS: Rule(Op.DELETE, RT.TOPIC, _TOPIC, Scope.RESOURCES),
     ApiKey.CREATE_PARTITIONS: Rule(Op.ALTER, RT.TOPIC, _TOPIC, Scope.RESOURCES),
     # Per resource: a topic needs it on the topic, a broker on the cluster (then the error is
     # CLUSTER_AUTHORIZATION_FAILED).
@@ -89,8 +90,13 @@ RULES: dict[ApiKey, Rule] = {
     ApiKey.DESCRIBE_ACLS: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     ApiKey.CREATE_ACLS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     ApiKey.DELETE_ACLS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
+    ApiKey.DESCRIBE_LOG_DIRS: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
+    ApiKey.ELECT_LEADERS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
+    ApiKey.DESCRIBE_CLUSTER: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     # Sluice's coordinator APIs, as Kafka's group APIs: JoinGroup / LeaveGroup need READ on the
     # group; OffsetCommit READ on the group and on each topic; DescribeGroups DESCRIBE.
     ApiKey.REGISTER_CONSUMER: Rule(Op.READ, RT.GROUP, _GROUP, Scope.GROUP),

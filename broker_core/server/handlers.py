@@ -39,6 +39,7 @@ from broker_core.server.authorization import (
     is_control_plane,
     may_manage_users,
 )
+from broker_core.server.cluster_admin import ClusterAdminApis
 from broker_core.server.describe_configs import describe_configs
 from broker_core.server.protocol import NO_RESPONSE
 from broker_core.server.user_admin import UserAdminApis
@@ -68,7 +69,7 @@ _WITH_ACCESS = frozenset({
     ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS,
     ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_CONFIGS, ApiKey.COMMIT_OFFSETS,
     ApiKey.UNREGISTER_CONSUMER, ApiKey.DESCRIBE_CONSUMER_GROUPS, ApiKey.API_VERSIONS,
-    ApiKey.CLUSTER_METADATA})
+    ApiKey.CLUSTER_METADATA, ApiKey.DELETE_RECORDS, ApiKey.DESCRIBE_CLUSTER})
 _TOPIC_DENIED = "TOPIC_AUTHORIZATION_FAILED"
 
 
@@ -129,6 +130,12 @@ class RequestHandler(UserAdminApis):
         #: use the user APIs (broker_core.server.authorization.may_manage_users).
         self.super_users = super_users
         self._metadata_waiters: list[tuple[Callable[[], bool], defer.Deferred]] = []
+        #: Reassignment, elections, log dirs, DeleteRecords, DescribeCluster.
+        self.cluster_admin = ClusterAdminApis(store=store, replicas=replicas, cache=cache,
+                                              clock=clock,
+                                              cluster_id=lambda: self.cluster_id,
+                                              brokers_on=self._brokers_on)
+        admin = self.cluster_admin
         self._dispatch = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -137,11 +144,16 @@ class RequestHandler(UserAdminApis):
             ApiKey.LIST_OFFSETS: self.list_offsets,
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.DELETE_RECORDS: admin.delete_records,
             ApiKey.CREATE_PARTITIONS: self.create_partitions,
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
             ApiKey.DESCRIBE_ACLS: self.describe_acls,
             ApiKey.CREATE_ACLS: self.create_acls,
             ApiKey.DELETE_ACLS: self.delete_acls,
+            ApiKey.DESCRIBE_LOG_DIRS: admin.describe_log_dirs,
+            ApiKey.ELECT_LEADERS: admin.elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.list_partition_reassignments,
             ApiKey.LEADER_AND_ISR: self.leader_and_isr,
             ApiKey.STOP_REPLICA: self.stop_replica,
             ApiKey.UPDATE_METADATA: self.update_metadata,
@@ -151,6 +163,7 @@ class RequestHandler(UserAdminApis):
             ApiKey.BROKER_HEARTBEAT: self.broker_heartbeat,
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_user_scram_credentials,
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
+            ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
             # Sluice's consumer coordination (seed 001; docs/coordinator.md).
             ApiKey.CLUSTER_METADATA: self.cluster_metadata,
             ApiKey.REGISTER_CONSUMER: self.register_consumer,
@@ -495,9 +508,13 @@ class RequestHandler(UserAdminApis):
             denied = self._denied_topics(access, ApiKey.FETCH, (e[0] for e in entries))
         if denied:
             entries = [e for e in entries if e[0] not in denied]
+        # A follower reports its log starts (the partitions it names), for DeleteRecords.
+        starts = [] if body.replica_id < 0 else [
+            (t.topic, p.partition, p.log_start_offset) for t in body.topics
+            for p in t.partitions if p.log_start_offset >= 0]
         d = self.replicas.fetch(entries, max_wait_ms=body.max_wait_ms,
                                 min_bytes=body.min_bytes, max_bytes=body.max_bytes,
-                                replica_id=body.replica_id)
+                                replica_id=body.replica_id, follower_log_starts=starts)
         if denied:
             from broker_core.replica.manager import FetchResult
             refused = [(e[0], e[1], FetchResult(error=_TOPIC_DENIED)) for e in ctx.entries

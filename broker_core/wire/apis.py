@@ -6,7 +6,7 @@ version they speak, and stop below versions that name topics only by id (Fetch 1
 6+), since Sluice keeps no topic ids. The inter-broker APIs are served at exactly the version
 Sluice brokers send (AlterPartition at both v0 and v1). ``docs/protocol.md`` explains each choice.
 ``DEFINED`` holds APIs the codec encodes and decodes but no broker serves or advertises yet (the
-Raft quorum's, KIP-595, and AlterPartitionReassignments for its voters, seed 002).
+Raft quorum's, KIP-595).
 
 The entry points work on frames *without* the 4-byte size prefix (see
 :mod:`broker_core.wire.framing`) and return/accept chunk lists, so large record data is never
@@ -51,15 +51,20 @@ from broker_core.wire.messages import (
     create_partitions,
     create_topics,
     delete_acls,
+    delete_records,
     delete_topics,
     describe_acls,
+    describe_cluster,
     describe_configs,
     describe_consumer_groups,
+    describe_log_dirs,
     describe_user_scram_credentials,
     discover_brokers,
+    elect_leaders,
     fetch,
     leader_and_isr,
     list_offsets,
+    list_partition_reassignments,
     metadata,
     metadata_quorum,
     offset_for_leader_epoch,
@@ -254,13 +259,21 @@ for _key, _module in [
     (ApiKey.API_VERSIONS, api_versions),
     (ApiKey.CREATE_TOPICS, create_topics),
     (ApiKey.DELETE_TOPICS, delete_topics),
+    (ApiKey.DELETE_RECORDS, delete_records),
     (ApiKey.DESCRIBE_ACLS, describe_acls),
     (ApiKey.CREATE_ACLS, create_acls),
     (ApiKey.DELETE_ACLS, delete_acls),
     (ApiKey.DESCRIBE_CONFIGS, describe_configs),
     (ApiKey.OFFSET_FOR_LEADER_EPOCH, offset_for_leader_epoch),
+    (ApiKey.DESCRIBE_LOG_DIRS, describe_log_dirs),
     (ApiKey.CREATE_PARTITIONS, create_partitions),
+    (ApiKey.ELECT_LEADERS, elect_leaders),
+    # Partition reassignment on the client listeners; the quorum listener serves the same
+    # schema as its voter change (broker_core.raft.listener_admin), with its own handler.
+    (ApiKey.ALTER_PARTITION_REASSIGNMENTS, alter_partition_reassignments),
+    (ApiKey.LIST_PARTITION_REASSIGNMENTS, list_partition_reassignments),
     (ApiKey.ALTER_PARTITION, alter_partition),
+    (ApiKey.DESCRIBE_CLUSTER, describe_cluster),
     (ApiKey.BROKER_HEARTBEAT, broker_heartbeat),
     (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, describe_user_scram_credentials),
     (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, alter_user_scram_credentials),
@@ -287,9 +300,10 @@ register(spec_from_module(ApiKey.SASL_AUTHENTICATE, sasl_authenticate))
 
 DEFINED: dict[ApiKey, ApiSpec] = {}
 """APIs the codec knows but no broker serves: the Raft quorum's (KIP-595, and KIP-630's
-FetchSnapshot),
-AlterPartitionReassignments (seed 002's voter reassignment) and DiscoverBrokers (seed 002's
-quorum gossip), served by the quorum's own listener only. They are kept
+FetchSnapshot) and DiscoverBrokers (seed 002's quorum gossip), served by the quorum's own
+listener only. (AlterPartitionReassignments is served by both kinds of listener, so it is in
+``SUPPORTED``: a partition reassignment on a client listener, seed 002's voter change on the
+quorum listener, each with its own handler.) They are kept
 apart from ``SUPPORTED`` so that ApiVersions, :func:`advertised_versions` and
 :func:`common_versions` never offer them and :func:`decode_request` refuses them as unknown
 unless asked with ``defined=True``. Invariant: no key is in both registries."""
@@ -300,7 +314,6 @@ for _key, _api in [
     (ApiKey.END_QUORUM_EPOCH, quorum.END_QUORUM_EPOCH),
     (ApiKey.DESCRIBE_QUORUM, quorum.DESCRIBE_QUORUM),
     (ApiKey.FETCH_SNAPSHOT, quorum.FETCH_SNAPSHOT),
-    (ApiKey.ALTER_PARTITION_REASSIGNMENTS, alter_partition_reassignments),
     (ApiKey.DISCOVER_BROKERS, discover_brokers),
     (ApiKey.METADATA_WRITE, metadata_quorum.METADATA_WRITE),
     (ApiKey.SESSION_HEARTBEAT, metadata_quorum.SESSION_HEARTBEAT),

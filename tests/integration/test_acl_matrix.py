@@ -248,6 +248,85 @@ async def test_acl_apis_need_describe_or_alter_on_the_cluster(broker):
 
 
 @pytest_twisted.ensureDeferred
+async def test_cluster_admin_apis_need_cluster_or_topic_acls(broker):
+    """DescribeCluster, DescribeLogDirs, ListPartitionReassignments: DESCRIBE on the cluster;
+    AlterPartitionReassignments, ElectLeaders: ALTER on the cluster; DeleteRecords: DELETE on
+    the topic. Each refusal changes nothing."""
+    await create_topic(broker, "t")
+    for _ in range(2):
+        resp = await call_as(broker, "User:admin", ApiKey.PRODUCE, 8, produce_body("t"))
+        assert resp.responses[0].partition_responses[0].error_code == 0
+    await grant(broker, "User:viewer", (RT.CLUSTER, "kafka-cluster", Op.DESCRIBE))
+    await grant(broker, "User:operator", (RT.CLUSTER, "kafka-cluster", Op.ALTER))
+    await grant(broker, "User:pruner", (RT.TOPIC, "t", Op.DELETE))
+    mallory = "User:mallory"
+
+    body = {"include_cluster_authorized_operations": False, "endpoint_type": 1}
+    resp = await call_as(broker, mallory, ApiKey.DESCRIBE_CLUSTER, 1, body)
+    assert resp.error_code == CLUSTER_DENIED and resp.brokers == []
+    resp = await call_as(broker, "User:viewer", ApiKey.DESCRIBE_CLUSTER, 1, body)
+    assert resp.error_code == 0 and [b.broker_id for b in resp.brokers] == [1]
+
+    resp = await call_as(broker, mallory, ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
+    assert resp.error_code == CLUSTER_DENIED and resp.results == []
+    # v1 has no error field: Kafka's answer, no directories.
+    resp = await call_as(broker, mallory, ApiKey.DESCRIBE_LOG_DIRS, 1, {"topics": None})
+    assert resp.results == []
+    resp = await call_as(broker, "User:viewer", ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
+    assert resp.error_code == 0
+    assert [t.name for r in resp.results for t in r.topics] == ["t"]
+
+    resp = await call_as(broker, mallory, ApiKey.LIST_PARTITION_REASSIGNMENTS, 0,
+                         {"timeout_ms": 10000, "topics": None})
+    assert resp.error_code == CLUSTER_DENIED
+    resp = await call_as(broker, "User:viewer", ApiKey.LIST_PARTITION_REASSIGNMENTS, 0,
+                         {"timeout_ms": 10000, "topics": None})
+    assert resp.error_code == 0 and resp.topics == []
+
+    # Reassigning to the same replica: accepted (and done at once) for the operator only.
+    body = {"timeout_ms": 10000, "topics": [
+        {"name": "t", "partitions": [{"partition_index": 0, "replicas": [1]}]}]}
+    for who in (mallory, "User:viewer"):
+        resp = await call_as(broker, who, ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body)
+        assert resp.error_code == CLUSTER_DENIED
+        assert [p.error_code for p in resp.responses[0].partitions] == [CLUSTER_DENIED]
+        assert await broker.store.exists("/admin/reassign_partitions") is None
+    resp = await call_as(broker, "User:operator", ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body)
+    assert resp.error_code == 0
+    assert [p.error_code for p in resp.responses[0].partitions] == [0]
+
+    async def reassignment_done() -> bool:
+        return await broker.store.exists("/admin/reassign_partitions") is None
+
+    await eventually(reassignment_done, what="the controller done with the reassignment")
+
+    body = {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0]}],
+            "timeout_ms": 10000}
+    resp = await call_as(broker, mallory, ApiKey.ELECT_LEADERS, 2, body)
+    assert resp.error_code == CLUSTER_DENIED
+    assert [p.error_code for p in resp.replica_election_results[0].partition_result] == [
+        CLUSTER_DENIED]
+    resp = await call_as(broker, mallory, ApiKey.ELECT_LEADERS, 0, body)  # no top-level code
+    assert [p.error_code for p in resp.replica_election_results[0].partition_result] == [
+        CLUSTER_DENIED]
+    resp = await call_as(broker, "User:operator", ApiKey.ELECT_LEADERS, 2, body)
+    assert resp.error_code == 0
+    assert [p.error_code for p in resp.replica_election_results[0].partition_result] == [
+        ErrorCode.ELECTION_NOT_NEEDED]
+
+    log = broker.replicas.get_partition("t", 0).log
+    body = {"topics": [{"name": "t", "partitions": [{"partition_index": 0, "offset": 1}]}],
+            "timeout_ms": 10000}
+    resp = await call_as(broker, mallory, ApiKey.DELETE_RECORDS, 2, body)
+    assert resp.topics[0].partitions[0].error_code == TOPIC_DENIED
+    assert log.log_start_offset == 0
+    resp = await call_as(broker, "User:pruner", ApiKey.DELETE_RECORDS, 2, body)
+    assert (resp.topics[0].partitions[0].error_code,
+            resp.topics[0].partitions[0].low_watermark) == (0, 1)
+    assert log.log_start_offset == 1
+
+
+@pytest_twisted.ensureDeferred
 async def test_coordinator_apis_need_group_acls(broker):
     await eventually(lambda: broker.coordinator.active, what="the coordinator elected")
     await create_topic(broker, "t")

@@ -7,7 +7,8 @@ coordinator, so its coordinator channel logs in too) round-trip records over SSL
 SCRAM-SHA-512 and with PLAIN, and SASL_PLAINTEXT with SCRAM-SHA-256, and the broker sees the
 user's principal on that listener. A wrong password fails each client at once with
 SASL_AUTHENTICATION_FAILED; a broker certificate from another CA is refused; ``sluice users``
-and ``sluice acls`` work over SASL_SSL with ``--command-config``.
+``sluice acls``, ``reassign``, ``elect-leaders`` and ``delete-records`` work over SASL_SSL with
+``--command-config``.
 """
 
 from __future__ import annotations
@@ -262,6 +263,28 @@ async def test_sluice_users_and_acls_over_sasl_ssl_with_command_config(broker, p
     await eventually(lambda: broker.authorizer.authorize("User:bob", "10.0.0.1",
                                                          AclOperation.READ, ResourceType.TOPIC,
                                                          "reports"), what="the ACL")
+    # reassign, elect-leaders and delete-records go through the same login.
+    code, out, err = await threads.deferToThread(sluice, "topics", "create", "--topic", "moved")
+    assert code == 0, err
+    await eventually(lambda: broker.replicas.get_partition("moved", 0) is not None
+                     and broker.replicas.get_partition("moved", 0).is_leader,
+                     what="moved-0 led")
+    code, out, err = await threads.deferToThread(sluice, "elect-leaders", "--topic", "moved",
+                                                 "--partition", "0")
+    assert code == 0, err
+    assert out.strip() == "Valid replica already elected for partitions moved-0"
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"version":1,"partitions":[{"topic":"moved","partition":0,"replicas":[1]}]}')
+    code, out, err = await threads.deferToThread(sluice, "reassign", "--reassignment-json-file",
+                                                 str(plan), "--execute")
+    assert code == 0, err
+    assert "Successfully started partition reassignment for moved-0" in out
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text('{"partitions":[{"topic":"moved","partition":0,"offset":-1}]}')
+    code, out, err = await threads.deferToThread(sluice, "delete-records", "--offset-json-file",
+                                                 str(offsets))
+    assert code == 0, err
+    assert "partition: moved-0\tlow_watermark: 0" in out
     assert seen and set(seen) == {"User:alice"}
     # The same file with a wrong password: one line, exit 1, the password not in it.
     props.write_text(props.read_text().replace(PASSWORD, "wrong-password"))

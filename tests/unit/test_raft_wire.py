@@ -361,10 +361,17 @@ def test_a_non_quorum_request_is_refused():
 
 # What ApiVersions advertised before the quorum's APIs were defined: (key, min, max).
 ADVERTISED = [(0, 3, 9), (1, 4, 12), (2, 1, 7), (3, 1, 12), (4, 5, 5), (5, 3, 3), (6, 7, 7),
-              (7, 3, 3), (17, 0, 1), (18, 0, 3), (19, 2, 7), (20, 1, 5), (23, 3, 3), (29, 0, 3), (30, 0, 3),
-              (31, 0, 3), (32, 1, 4), (36, 0, 2), (37, 0, 3),
+              (7, 3, 3), (17, 0, 1), (18, 0, 3), (19, 2, 7), (20, 1, 5),
+              (21, 0, 2),  # DeleteRecords
+              (23, 3, 3), (29, 0, 3), (30, 0, 3),
+              (31, 0, 3), (32, 1, 4),
+              (35, 1, 4),  # DescribeLogDirs
+              (36, 0, 2), (37, 0, 3),
+              (43, 0, 2), (45, 0, 0), (46, 0, 0),  # ElectLeaders, partition reassignments
               (50, 0, 0), (51, 0, 0),  # the SCRAM user APIs
-              (56, 0, 1), (63, 0, 0)]
+              (56, 0, 1),
+              (60, 0, 1),  # DescribeCluster
+              (63, 0, 0)]
 #: What a client (any connection but a broker's) is shown: no control-plane API.
 ADVERTISED_TO_CLIENTS = [e for e in ADVERTISED if e[0] not in (4, 5, 6, 7, 56, 63)]
 # RegisterConsumer (1001) is served at v0-v1 (v1: the session id the leave needs) and
@@ -380,7 +387,8 @@ def test_quorum_apis_are_defined_at_kip_595_versions():
                         ApiKey.END_QUORUM_EPOCH: (0, 0, None),
                         ApiKey.DESCRIBE_QUORUM: (0, 1, 0),
                         ApiKey.FETCH_SNAPSHOT: (0, 0, 0),  # KIP-630
-                        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0, 0),
+                        # (AlterPartitionReassignments, the voters' change, is served by
+                        # client listeners too, as Kafka's: it is in SUPPORTED.)
                         ApiKey.DISCOVER_BROKERS: (0, 0, 0),  # Sluice's quorum gossip
                         # The metadata quorum's client APIs, served on the quorum listener.
                         ApiKey.METADATA_WRITE: (0, 0, 0), ApiKey.SESSION_HEARTBEAT: (0, 0, 0)}

@@ -3,7 +3,9 @@ move a partition's replicas. Seed 002 reuses it for the metadata quorum: on
 ``__cluster_metadata``-0, ``replicas`` are the target voters and ``null`` cancels an ongoing
 reassignment (:mod:`broker_core.raft.wire` maps it to the Raft core's request).
 
-*Defined, not served*: registered in ``apis.DEFINED`` with the quorum's APIs. v1 (KIP-860's
+Served on both kinds of listener with different handlers: a client listener reassigns
+topic partitions (:mod:`broker_core.server.cluster_admin`), the quorum listener changes its voters
+(:mod:`broker_core.raft.listener_admin`). v1 (KIP-860's
 ``allow_replication_factor_change``) is left out: a voter set may change size by design.
 """
 

@@ -21,7 +21,7 @@ EXTRA = {"replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "100",
          "replica.fetch.backoff.ms": "100", "controlled.shutdown.retry.backoff.ms": "200"}
 
 
-@pytest.fixture(scope="module", params=["zookeeper", "quorum"])
+@pytest.fixture(scope="module")
 def cluster(request, zookeeper_server, tmp_path_factory):
     quorum = request.param == "quorum"
     c = ProcessCluster(None if quorum else zookeeper_server.hosts,
@@ -35,12 +35,24 @@ def cluster(request, zookeeper_server, tmp_path_factory):
         c.stop()
 
 
-@pytest.fixture(params=["--zookeeper", "--bootstrap-server"])
-def via(request, cluster) -> list[str]:
-    """How the tool reaches the cluster: its ZooKeeper, or a broker."""
-    if request.param == "--zookeeper":
-        if not cluster.zk_hosts:
-            pytest.skip("a quorum-mode cluster has no ZooKeeper")
+#: How the tool reaches the cluster in each metadata mode: through its ZooKeeper or a broker
+#: (a quorum-mode cluster has no ZooKeeper, so that pair is not generated).
+ROUTES = [("zookeeper", "--zookeeper"), ("zookeeper", "--bootstrap-server"),
+          ("quorum", "--bootstrap-server")]
+
+
+def pytest_generate_tests(metafunc):
+    if "route" in metafunc.fixturenames:
+        metafunc.parametrize(("cluster", "route"), ROUTES, indirect=["cluster"], scope="module",
+                             ids=[f"{mode}{route}" for mode, route in ROUTES])
+    elif "cluster" in metafunc.fixturenames:
+        metafunc.parametrize("cluster", ["zookeeper", "quorum"], indirect=True, scope="module")
+
+
+@pytest.fixture
+def via(route, cluster) -> list[str]:
+    """The tool's arguments for the route: the cluster's ZooKeeper, or a broker."""
+    if route == "--zookeeper":
         return ["--zookeeper", cluster.zk_hosts]
     return ["--bootstrap-server", cluster.bootstrap]
 

@@ -5,6 +5,7 @@ until the test answers it: what the controller unit tests drive.
 from __future__ import annotations
 
 from twisted.internet import defer, task
+from twisted.python.failure import Failure
 
 from broker_core.controller.controller import (
     Controller,
@@ -79,3 +80,12 @@ def make(partitions: int = 9, store: MemoryStore | None = None, **controller_kwa
     return store, clock, channels, ctl
 
 
+def run(coro):
+    """Run a coroutine that completes without waiting on the network; return its result."""
+    d = defer.Deferred.fromCoroutine(coro)
+    out: list = []
+    d.addBoth(out.append)
+    assert out, "did not complete"
+    if isinstance(out[0], Failure):
+        out[0].raiseException()
+    return out[0]

@@ -17,15 +17,15 @@ from broker_core.wire.messages import (
 )
 from broker_core.wire.records import Record, build_batch
 from broker_core.zk import paths
+from tests.support.controller_harness import make, run
 from tests.support.manual_time import ManualTime
-from tests.unit.test_controller_failover import make
-from tests.unit.test_partition_removal import Store, run
+from tests.support.memory_store import MemoryStore
 
 
 @pytest.fixture
 def store():
     """Brokers 1-3; topic ``t`` with partitions 0-2 on all three, each led by its first."""
-    s, _, _, _ = make(partitions=3, store=Store())
+    s, _, _, _ = make(partitions=3, store=MemoryStore())
     return s
 
 

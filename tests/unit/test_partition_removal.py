@@ -6,35 +6,13 @@ again later. The in-memory store of the coordinator tests; time on a ``task.Cloc
 from __future__ import annotations
 
 import pytest
-from twisted.internet import defer
-from twisted.python.failure import Failure
 
 from broker_core import topic_admin
 from broker_core.controller.controller import CONFLICT_RETRY_S, STOP_REPLICA_WAIT_S
-from broker_core.metadata import Stat
 from broker_core.wire.apis import ApiKey
 from broker_core.zk import paths
-from tests.support.controller_harness import make
+from tests.support.controller_harness import make, run
 from tests.support.memory_store import MemoryStore
-
-
-class Store(MemoryStore):
-    """The in-memory store with ``exists``."""
-
-    def exists(self, path):
-        v = self.nodes.get(path)
-        return defer.succeed(None if v is None else Stat(v[1], 0))
-
-
-def run(coro):
-    """Run a coroutine that completes without waiting on the network; return its result."""
-    d = defer.Deferred.fromCoroutine(coro)
-    out: list = []
-    d.addBoth(out.append)
-    assert out, "did not complete"
-    if isinstance(out[0], Failure):
-        out[0].raiseException()
-    return out[0]
 
 
 def assignment(store: MemoryStore) -> list[int]:
@@ -54,7 +32,7 @@ def stop_replicas(channel) -> list[tuple[str, int]]:
 
 @pytest.fixture
 def store():
-    s, _, _, _ = make(partitions=5, store=Store())
+    s, _, _, _ = make(partitions=5, store=MemoryStore())
     return s
 
 
@@ -96,7 +74,7 @@ def test_an_unknown_topic_or_a_pending_removal_is_refused(store):
 
 
 def removal(partitions: int = 9, remove=(8,)):
-    store, clock, channels, ctl = make(partitions=partitions, store=Store())
+    store, clock, channels, ctl = make(partitions=partitions, store=MemoryStore())
     run(topic_admin.remove_partitions(store, "t", list(remove)))
     # The in-memory store calls a watch when it is set, which would queue the handler a second
     # time; ZooKeeper's watches here fire only when the request znodes change.

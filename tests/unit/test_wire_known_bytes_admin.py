@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from broker_core.wire import apis
 from broker_core.wire.apis import ApiKey
-from tests.unit.test_wire_known_bytes import (
+from tests.support.wire_bytes import (
     NO_TAGS,
     compact_string,
     i8,

@@ -93,6 +93,9 @@ NO_RESPONSE = object()
 #: The first byte of a TLS handshake record (a ClientHello): as a Kafka frame's first byte it
 #: would announce a frame of over 350 MB.
 TLS_HANDSHAKE_RECORD = b"\x16"
+#: OpenSSL's reasons for a handshake whose peer sent no TLS at all (a plaintext client).
+NOT_TLS_SIGNS = ("wrong version number", "http request", "unknown protocol",
+                 "packet length too long", "record layer failure")
 """Returned by a handler when Kafka sends no response (Produce with acks=0)."""
 
 
@@ -181,9 +184,10 @@ class KafkaServerProtocol(Protocol):
         if hint is not None and self.security.protocol.uses_tls and not self._handshake_done:
             refusal = handshake_refusal(reason)
             if refusal is not None:
-                self.log.warn("TLS handshake from {peer} on listener {l} failed: {why} (a "
-                              "plaintext peer? {hint})", peer=self.peer,
-                              l=self.security.listener, why=refusal, hint=hint)
+                plain = any(sign in refusal for sign in NOT_TLS_SIGNS)
+                self.log.warn("TLS handshake from {peer} on listener {l} failed: {why}{advice}",
+                              peer=self.peer, l=self.security.listener, why=refusal,
+                              advice=f" (a plaintext peer? {hint})" if plain else "")
         self._closed = True
         self._slots.clear()
         self._backlog.clear()

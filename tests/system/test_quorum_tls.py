@@ -9,6 +9,9 @@ per-listener keys (``listener.name.quorum.ssl.*``), while the client listener st
 - A plaintext client at the quorum port gets no Kafka answer (the TLS layer refuses its bytes),
   and the node logs why; a TLS client presenting no certificate, or one of another CA, is
   refused; one with a certificate of the cluster's CA completes the handshake.
+- A fourth broker whose quorum listener is PLAINTEXT (it forgot ``QUORUM:SSL``) cannot join:
+  the nodes it asks refuse its plaintext bytes and log the mismatch with the setting to agree
+  on; the cluster goes on as before.
 - ``sluice quorum describe`` reaches the quorum with ``--command-config`` (SSL and the CA);
   without it nothing answers, and with another CA the handshake is refused at once.
 """
@@ -29,7 +32,7 @@ from broker_core.raft.messages import DescribeQuorumRequest
 from consumer_client.connection import BrokerConnection
 from consumer_client.security import ClientSecurity
 from tests.support.certs import Pki, make_pki
-from tests.support.cluster import ROOT, cluster_secret_file
+from tests.support.cluster import ROOT, BrokerProcess, cluster_secret_file, free_port
 from tests.support.procs import ProcessCluster, consume_all
 from tests.system.test_replicated_failover import wait_for
 
@@ -178,6 +181,29 @@ def test_a_client_without_a_trusted_certificate_is_refused(tls_quorum, tmp_path)
             describe_at(port, security)
     # The cluster's CA's certificate passes the handshake (DescribeQuorum is open to anyone).
     assert describe_at(port, tls_quorum.security()).leader_id >= 0
+
+
+def test_a_broker_on_another_quorum_protocol_is_refused_with_the_reason(tls_quorum):
+    cluster = tls_quorum.cluster
+    voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in cluster.quorum_ports.items())
+    advice = "a plaintext peer? every quorum node's listener.security.protocol.map"
+
+    def advised() -> int:
+        return sum(b.log_text().count(advice) for b in cluster.brokers.values())
+
+    before = advised()
+    stray = BrokerProcess(4, "", tls_quorum.base, quorum_voters=voters, extra={
+        "quorum.listener": f"127.0.0.1:{free_port()}",
+        "quorum.bootstrap.servers": tls_quorum.servers})
+    stray.start()
+    try:
+        wait_for(lambda: advised() > before, 60, "the voters logging the plaintext node")
+        assert "registered /brokers/ids/4" not in stray.log_text()
+    finally:
+        stray.stop()
+    d = tls_quorum.describe()
+    assert sorted(v.replica_id for v in d.current_voters) == [1, 2, 3]
+    assert 4 not in {o.replica_id for o in d.observers}
 
 
 def test_sluice_quorum_describe_over_tls_with_command_config(tls_quorum, tmp_path):

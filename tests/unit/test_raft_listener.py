@@ -207,8 +207,9 @@ def test_a_tls_handshake_on_the_plaintext_quorum_listener_is_refused_and_explain
 
 
 def test_a_failed_handshake_on_the_tls_quorum_listener_is_explained():
-    """On an SSL quorum listener a handshake that fails before it completes (a plaintext
-    peer's bytes, say) is logged with the same advice; a connection lost otherwise is not."""
+    """On an SSL quorum listener a handshake that fails before it completes is logged with
+    OpenSSL's reason, and with the same advice when the peer sent no TLS (a plaintext node); a
+    connection lost otherwise is not logged."""
     from OpenSSL import SSL
     from twisted.logger import capturedLogs
     from twisted.python.failure import Failure
@@ -219,13 +220,15 @@ def test_a_failed_handshake_on_the_tls_quorum_listener_is_explained():
     factory = QuorumListenerFactory(
         QuorumRequestHandler(InboundRequests(NODE), clock, TIMEOUT_S), clock=clock,
         listener=ListenerSettings("QUORUM", SecurityProtocol.SSL))
-    refused = Failure(SSL.Error([("SSL routines", "", "wrong version number")]))
+    plaintext = Failure(SSL.Error([("SSL routines", "", "wrong version number")]))
+    untrusted = Failure(SSL.Error([("SSL routines", "", "certificate verify failed")]))
     with capturedLogs() as events:
-        for reason in (refused, Failure(ConnectionError("gone"))):
+        for reason in (plaintext, untrusted, Failure(ConnectionError("gone"))):
             proto = factory.buildProtocol(None)
             proto.makeConnection(StringTransport())
             proto.connectionLost(reason)
     lines = [e["log_format"].format(**e) for e in events if "handshake" in e["log_format"]]
-    assert len(lines) == 1, lines
+    assert len(lines) == 2, lines
     assert ("on listener QUORUM failed: wrong version number (a plaintext peer?" in lines[0]
             and "quorum.listener.name" in lines[0])
+    assert lines[1].endswith("on listener QUORUM failed: certificate verify failed")

@@ -90,13 +90,13 @@ CLOSE_GRACE_S = 1.0
 Handler = Callable[[Any, "KafkaServerProtocol"], Any]
 
 NO_RESPONSE = object()
+"""Returned by a handler when Kafka sends no response (Produce with acks=0)."""
 #: The first byte of a TLS handshake record (a ClientHello): as a Kafka frame's first byte it
 #: would announce a frame of over 350 MB.
 TLS_HANDSHAKE_RECORD = b"\x16"
 #: OpenSSL's reasons for a handshake whose peer sent no TLS at all (a plaintext client).
 NOT_TLS_SIGNS = ("wrong version number", "http request", "unknown protocol",
                  "packet length too long", "record layer failure")
-"""Returned by a handler when Kafka sends no response (Produce with acks=0)."""
 
 
 class _Slot:
@@ -239,7 +239,8 @@ class KafkaServerProtocol(Protocol):
             hint = self.factory.protocol_mismatch_hint
             if (hint is not None and not self.security.protocol.uses_tls
                     and data[:1] == TLS_HANDSHAKE_RECORD):
-                # A Kafka frame this large is refused anyway; saying why helps the operator.
+                # As a frame size this is over 350 MB, which no quorum request comes near: a
+                # TLS peer, not a Kafka client; saying so tells the operator what to fix.
                 self._disconnect("malformed_frame", f"a TLS handshake on the plaintext "
                                  f"listener {self.security.listener} ({hint})")
                 return

@@ -297,14 +297,20 @@ class BrokerService(service.Service):
         from broker_core.raft.metadata_store import QuorumMetadataStore  # noqa: PLC0415
         from broker_core.raft.metadata_tree import SKIP_REASONS  # noqa: PLC0415
 
-        self.quorum = EmbeddedQuorum(config.broker_id, config.cluster_id,
-                                     config.quorum_voter_addresses(),
-                                     config.quorum_listen_address(), config.quorum_data_path(),
-                                     reactor, config=config.raft_config(),
-                                     bootstrap_servers=config.quorum_bootstrap_server_list(),
-                                     limits=ServerLimits.from_config(config),
-                                     max_frame_bytes=config.socket_request_max_bytes,
-                                     credential=self.cluster_credential)
+        # The quorum listener's TLS files (if it is SSL or SASL_SSL) are read here, once.
+        try:
+            self.quorum = EmbeddedQuorum(config.broker_id, config.cluster_id,
+                                         config.quorum_voter_addresses(),
+                                         config.quorum_listen_address(),
+                                         config.quorum_data_path(),
+                                         reactor, config=config.raft_config(),
+                                         bootstrap_servers=config.quorum_bootstrap_server_list(),
+                                         limits=ServerLimits.from_config(config),
+                                         max_frame_bytes=config.socket_request_max_bytes,
+                                         credential=self.cluster_credential,
+                                         listener=self.listener_configs.quorum)
+        except TlsFileError as e:
+            raise ConfigError(f"the quorum listener's TLS files: {e}") from None
         # Entries the node cannot apply are skipped (every node alike) and counted here.
         skipped = self.metrics.metadata_entries_skipped_total
         for reason in SKIP_REASONS:

@@ -419,6 +419,9 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("quorum.voters", "quorum_voters", optional_text, None),
     ("quorum.bootstrap.servers", "quorum_bootstrap_servers", optional_text, None),
     ("quorum.listener", "quorum_listener", host_port, None),
+    # The quorum listener's name: its protocol comes from listener.security.protocol.map and
+    # its TLS files from listener.name.<name>.ssl.* (broker_core/server/listeners.py).
+    ("quorum.listener.name", "quorum_listener_name", text, "QUORUM"),
     ("quorum.data.dir", "quorum_data_dir", optional_text, None),
     # The quorum node's timings and snapshots (RaftConfig's fields; defaults are its own).
     ("quorum.election.timeout.ms", "quorum_election_timeout_ms", integer(1, INT_MAX), "1000"),
@@ -598,6 +601,8 @@ class BrokerConfig:
     quorum_bootstrap_servers: str | None
     #: Quorum mode: this broker's quorum listener ``host:port`` (default: its voter entry's).
     quorum_listener: str | None
+    #: Quorum mode: the quorum listener's name (its protocol and TLS files: listener_configs).
+    quorum_listener_name: str
     #: Quorum mode: the quorum-state file and the metadata log (default: see
     #: :meth:`quorum_data_path`).
     quorum_data_dir: str | None
@@ -888,7 +893,9 @@ class BrokerConfig:
             advertised_listeners=self.advertised_listeners,
             ssl={"ssl.certfile": self.ssl_certfile, "ssl.keyfile": self.ssl_keyfile,
                  "ssl.cafile": self.ssl_cafile, "ssl.client.auth": self.ssl_client_auth},
-            overrides=dict(self.listener_name_overrides))
+            overrides=dict(self.listener_name_overrides),
+            quorum=((self.quorum_listener_name, *self.quorum_listen_address())
+                    if self.metadata_store == "quorum" else None))
 
     def advertised_address(self, bound_host: str, bound_port: int) -> tuple[str, int]:
         """The first listener's advertised ``(host, port)`` once bound to

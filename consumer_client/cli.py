@@ -11,8 +11,9 @@
     sluice loadtest --topic T --consumers N [--processes M] [--groups G] [--duration S] ...
     sluice consume --topic T --group G [--members N] [--from-beginning] [--max-messages N]
                    [--consumer-property KEY=VALUE ...]
-    sluice quorum describe [--json] [--secret-file F]
+    sluice quorum describe [--json] [--secret-file F] [--command-config F]
     sluice quorum reassign (--voters ID,ID,... [--wait] | --cancel) [--secret-file F]
+                           [--command-config F]
     sluice secret create FILE
     sluice certs create-dev --out DIR --host HOST [--host HOST ...]
     sluice zookeeper secure --zookeeper HOST:PORT/chroot --auth-file F [--unsecure] [--dry-run]
@@ -39,7 +40,9 @@ only, since the members live in the coordinator's memory; ``quorum`` takes the m
 quorum's listeners, ``sluice-quorum --listen`` or a broker's ``quorum.listener``: any one
 will do, the client finds the leader through DiscoverBrokers; a broker's quorum serves brokers
 only, so the tool logs in with the cluster secret, ``--secret-file`` or the file named by
-``$SLUICE_CLUSTER_SECRET_FILE``). ``secret create`` writes a new cluster secret (the
+``$SLUICE_CLUSTER_SECRET_FILE``, and with ``--command-config`` (``security.protocol=SSL``,
+``ssl.ca.location``, ...) it reaches a quorum listener on TLS). ``secret create`` writes a
+new cluster secret (the
 ``cluster.secret.file`` every broker needs); ``certs create-dev`` a development CA and broker
 certificate (for trying TLS on one machine, never for production). Errors go
 to stderr as one line: exit code 1 for a failed operation, 2 for bad usage.
@@ -215,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
                         default=os.environ.get("SLUICE_CLUSTER_SECRET_FILE"),
                         help="the brokers' cluster.secret.file: a broker's quorum serves "
                         "brokers only (default $SLUICE_CLUSTER_SECRET_FILE)")
+        sp.add_argument("--command-config", metavar="FILE",
+                        help="a properties file of TLS keys (security.protocol=SSL, "
+                        "ssl.ca.location, ...) for a quorum listener on SSL or SASL_SSL")
 
     qd = qsub.add_parser("describe", help="leader, epoch, high watermark, voters and "
                          "observers with their lag")
@@ -748,9 +754,15 @@ def run_quorum(args: argparse.Namespace, out=sys.stdout) -> None:
             credential = ClusterCredential.from_file(args.secret_file).login
         except ClusterSecretError as e:
             raise ValueError(str(e)) from None
+    props = _command_properties(args)
+    try:
+        security = quorum_admin.quorum_security(props) if props else None
+    except ConfigError as e:
+        raise ConfigError(f"{args.command_config}: {e}", e.key) from None
     try:
         with quorum_admin.QuorumAdminClient(args.bootstrap_server, timeout_s=args.timeout,
-                                            credential=credential) as client:
+                                            credential=credential,
+                                            security=security) as client:
             if args.action == "describe":
                 d = client.describe()
                 if args.json:

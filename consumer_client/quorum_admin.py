@@ -33,7 +33,10 @@ A broker's quorum listener serves brokers only (everything but ApiVersions and D
 DiscoverBrokers included): given a ``credential`` (the cluster login, from the brokers'
 ``cluster.secret.file``) the client logs in on every connection before its first request. A
 refused login, or CLUSTER_AUTHORIZATION_FAILED (no credential given), fails at once: retrying
-cannot help.
+cannot help. When the quorum listener is SSL or SASL_SSL, ``security`` (a
+:class:`~consumer_client.security.ClientSecurity` with ``security.protocol=SSL``, from the
+tool's ``--command-config``) makes every connection TLS, the node's certificate checked against
+``ssl.ca.location`` and the host name; a refused handshake fails at once, like a refused login.
 
 Invariant: every request goes to the node the client believes leads, and the client never
 sleeps without :func:`~broker_core.raft.admin.next_action` (or the redirect bound) asking for it.
@@ -41,6 +44,7 @@ sleeps without :func:`~broker_core.raft.admin.next_action` (or the redirect boun
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -59,6 +63,7 @@ from broker_core.security.sasl import ClientCredential, SaslAuthenticationError,
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from consumer_client.connection import BrokerConnection, parse_servers
+from consumer_client.security import AUTHENTICATION_ERRORS, ClientSecurity
 
 #: The DiscoverBrokers version the client speaks (the only one defined).
 DISCOVER_BROKERS_VERSION = 0
@@ -93,6 +98,22 @@ def log_in(conn: BrokerConnection, credential: ClientCredential) -> None:
                                      "cluster.secret.file?") from None
 
 
+def quorum_security(values: dict[str, str]) -> ClientSecurity:
+    """The ``--command-config`` keys as the TLS settings of a connection to a quorum listener:
+    ``security.protocol`` PLAINTEXT or SSL and the ``ssl.*`` keys. A SASL protocol is refused
+    (ConfigError naming the key): the quorum port's only login is the cluster login, which the
+    tool takes from ``--secret-file``."""
+    from broker_core.config import ConfigError  # noqa: PLC0415
+
+    security = ClientSecurity.from_mapping(values)
+    if security.protocol.uses_sasl:
+        tls = "SSL" if security.protocol.uses_tls else "PLAINTEXT"
+        raise ConfigError(f"security.protocol={security.protocol.value}: the quorum listener's "
+                          "only login is the cluster login (--secret-file); use "
+                          f"security.protocol={tls}", "security.protocol")
+    return security
+
+
 def parse_voters(raw: str) -> tuple[int, ...]:
     """``--voters 4,5,6``: distinct non-negative node ids, at least one. Raises ValueError
     naming what is wrong."""
@@ -124,10 +145,13 @@ class QuorumAdminClient:
                  connect: Callable[..., BrokerConnection] = BrokerConnection,
                  sleep: Callable[[float], None] = time.sleep,
                  monotonic: Callable[[], float] = time.monotonic,
-                 credential: ClientCredential | None = None) -> None:
+                 credential: ClientCredential | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.servers: list[Address] = parse_servers(servers)
         #: The cluster login each connection starts with (None: connect anonymously).
         self.credential = credential
+        #: TLS to the quorum listeners (None: plaintext); see :func:`quorum_security`.
+        self.security = security
         self.timeout_s = timeout_s
         self.retry_backoff_ms = retry_backoff_ms
         self.max_backoff_ms = max_backoff_ms
@@ -305,7 +329,8 @@ class QuorumAdminClient:
         try:
             conn = self._conns.get(address)
             if conn is None:
-                conn = self._connect(*address, timeout=read_timeout)
+                tls = {} if self.security is None else {"security": self.security}
+                conn = self._connect(*address, timeout=read_timeout, **tls)
                 if self.credential is not None:
                     try:
                         log_in(conn, self.credential)
@@ -314,6 +339,20 @@ class QuorumAdminClient:
                         raise
                 self._conns[address] = conn
             answer = conn.request(key, body, version=version)
+        except (*AUTHENTICATION_ERRORS, ssl.SSLError) as e:
+            if isinstance(e, ssl.SSLEOFError | ssl.SSLZeroReturnError | ssl.SSLSyscallError):
+                # Closed mid-handshake (a node stopping, say): as any lost connection.
+                failures[_name(address)] = str(e) or type(e).__name__
+                self._conns.pop(address, None)
+                return None
+            # The node's certificate was refused, or ours, or it speaks no TLS: the same
+            # settings would be refused again.
+            raise QuorumAdminError(None, f"TLS handshake with {_name(address)} refused: {e} "
+                                         "(ssl.ca.location must hold the CA of the quorum "
+                                         "listener's certificates, and a listener with "
+                                         "ssl.client.auth=required needs "
+                                         "ssl.certificate.location and ssl.key.location)"
+                                   ) from None
         except OSError as e:
             failures[_name(address)] = str(e) or type(e).__name__
             dropped = self._conns.pop(address, None)

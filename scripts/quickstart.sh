@@ -17,7 +17,8 @@
 # Ports: brokers 9092-9094, metrics 9404-9406, ZooKeeper 2181 or quorum 9192-9194 (127.0.0.1).
 # --secure: clients on SASL_SSL listeners 9292-9294 as the SCRAM-SHA-512 user "quickstart"
 # (development certificates in run/tls/, client settings in run/client-secure.properties);
-# 9092-9094 become SASL_PLAINTEXT listeners for the brokers' own login (the cluster secret).
+# 9092-9094 become SASL_PLAINTEXT listeners for the brokers' own login (the cluster secret);
+# in quorum mode the quorum listeners 9192-9194 are SSL (the same development certificates).
 set -Eeuo pipefail
 # Every failure says what failed: a command that fails under `set -e` names itself.
 trap 'echo "quickstart: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -138,10 +139,19 @@ for id in 1 2 3; do
         echo "broker $id already running (pid $(cat "$pidfile"))"; continue
     fi
     if [ -n "$SECURE" ]; then
+        protocols=BROKER:SASL_PLAINTEXT,CLIENT:SASL_SSL
+        quorum_tls=()
+        if [ "$MODE" = quorum ]; then
+            # The quorum listener on TLS too: the brokers check each other's certificate
+            # against the development CA there (and still log in with the cluster secret).
+            protocols=$protocols,QUORUM:SSL
+            quorum_tls=(--set "listener.name.quorum.ssl.cafile=$RUN/tls/ca.pem")
+        fi
         listeners=(--listen "BROKER://127.0.0.1:909$((id + 1)),CLIENT://127.0.0.1:929$((id + 1))"
-                   --set "listener.security.protocol.map=BROKER:SASL_PLAINTEXT,CLIENT:SASL_SSL"
+                   --set "listener.security.protocol.map=$protocols"
                    --set inter.broker.listener.name=BROKER
-                   --set "ssl.certfile=$RUN/tls/broker.pem" --set "ssl.keyfile=$RUN/tls/broker.key")
+                   --set "ssl.certfile=$RUN/tls/broker.pem" --set "ssl.keyfile=$RUN/tls/broker.key"
+                   "${quorum_tls[@]}")
     else
         listeners=(--listen "tcp:909$((id + 1)):interface=127.0.0.1")
     fi

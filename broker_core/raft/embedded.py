@@ -12,7 +12,10 @@ given only bootstrap servers is an observer of the quorum it finds.
 Start: open the log, register the client's APIs on the listener, bind the listener, run the
 start procedure (which starts the node), then let the client follow the driver (the driver
 gives it the latest snapshot, then the log after it). The client forwards writes to the
-leader at the addresses the node knows, configured or learned by gossip. Stop, after the store
+leader at the addresses the node knows, configured or learned by gossip. When the quorum
+listener is SSL or SASL_SSL (``listener``), the listener serves TLS and every connection the
+node and the client open (peers, gossip, forwarding) is TLS, the other node's certificate
+checked against the listener's ``ssl.cafile`` and the host it is reached at. Stop, after the store
 closed its session: stop the client (failing what waits), stop the node (a leader resigns
 first, a start procedure still looking gives up), close the log with its clean-shutdown marker.
 """
@@ -28,6 +31,8 @@ from broker_core.raft.quorum_client import NetworkQuorumClient
 from broker_core.raft.service import QuorumNode
 from broker_core.security.cluster_secret import ClusterCredential
 from broker_core.server.connection_limits import ServerLimits
+from broker_core.server.listener_endpoints import load_peer_tls, load_tls_options
+from broker_core.server.listeners import ListenerConfig
 from broker_core.wire.framing import MAX_FRAME_BYTES
 
 
@@ -41,13 +46,21 @@ class EmbeddedQuorum:
                  discovery_timeout_ms: float | None = None,
                  limits: ServerLimits | None = None,
                  max_frame_bytes: int = MAX_FRAME_BYTES,
-                 credential: ClusterCredential | None = None) -> None:
+                 credential: ClusterCredential | None = None,
+                 listener: ListenerConfig | None = None) -> None:
         self.node_id = node_id
         #: The cluster credential: the quorum listener serves brokers only, and the node's and
         #: the client's connections log in with it (None: an open quorum, tests only).
         self.credential = credential
         #: The quorum listener's own connection and memory limits (the broker's keys).
         self.limits = limits
+        #: The quorum listener's name, protocol and TLS files (``Listeners.quorum``; None: a
+        #: PLAINTEXT listener named QUORUM). With TLS its files are read here, once: an
+        #: unusable one is a TlsFileError naming its key before anything starts.
+        self.listener = listener
+        tls = None if listener is None else listener.tls
+        self.server_tls = None if tls is None else load_tls_options(tls)
+        self.peer_tls = None if tls is None else load_peer_tls(tls)
         self.max_frame_bytes = max_frame_bytes
         self.cluster_id = cluster_id
         self.voters = voters
@@ -60,7 +73,7 @@ class EmbeddedQuorum:
         self.config = config or RaftConfig()
         self.client = NetworkQuorumClient(
             node_id, voters, reactor, request_timeout_s=self.config.request_timeout_ms / 1000,
-            credential=None if credential is None else credential.login)
+            credential=None if credential is None else credential.login, tls=self.peer_tls)
         self.node: QuorumNode | None = None
         self.raft_log: Any = None
 
@@ -73,7 +86,10 @@ class EmbeddedQuorum:
                                self.config, self.reactor,
                                bootstrap_servers=self.bootstrap_servers,
                                limits=self.limits, max_frame_bytes=self.max_frame_bytes,
-                               credential=self.credential)
+                               credential=self.credential,
+                               listener_name=("QUORUM" if self.listener is None
+                                              else self.listener.name),
+                               server_tls=self.server_tls, peer_tls=self.peer_tls)
         self.client.serve_on(self.node.factory.handler)
         self.node.add_address_listener(self.client.learn_address)
         await self.node.listen(*self.listen)

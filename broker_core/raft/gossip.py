@@ -13,8 +13,9 @@ Two ways to use it, over the same connections:
 
 What the node tells is ``tell()`` at the time of each request. One connection per server
 (the broker's ``KafkaClientProtocol`` under a ``ClientService``, reconnecting with backoff, as
-:mod:`broker_core.raft.transport` does); a server that does not answer within the timeout is
-skipped until the next request. Answers of another cluster are logged and ignored.
+:mod:`broker_core.raft.transport` does, TLS too when the quorum listener is); a server that does
+not answer within the timeout is skipped until the next request. Answers of another cluster
+are logged and ignored.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from twisted.logger import Logger
 from broker_core.raft import discovery
 from broker_core.raft.discovery import Gossip
 from broker_core.rpc import KafkaClientFactory, logged_in
+from broker_core.security.peer_tls import PeerTls, peer_endpoint
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -57,10 +59,13 @@ class GossipClient:
     def __init__(self, node_id: int, servers: list[tuple[str, int]], reactor: Any,
                  timeout_s: float, tell: Callable[[], Gossip],
                  receive: Callable[[Gossip], Any], interval_s: float = 1.0,
-                 credential: ClientCredential | None = None) -> None:
+                 credential: ClientCredential | None = None,
+                 tls: PeerTls | None = None) -> None:
         self.node_id = node_id
         #: The cluster login every connection starts with.
         self.credential = credential
+        #: TLS on every connection (the quorum listener is SSL or SASL_SSL), else None.
+        self.tls = tls
         self.reactor = reactor
         self.timeout_s = timeout_s
         self.interval_s = interval_s
@@ -79,7 +84,8 @@ class GossipClient:
         if server in self._services:
             return
         service = ClientService(
-            HostnameEndpoint(self.reactor, server[0], server[1], timeout=self.timeout_s),
+            peer_endpoint(HostnameEndpoint(self.reactor, server[0], server[1],
+                                           timeout=self.timeout_s), server[0], self.tls),
             KafkaClientFactory(f"sluice-quorum-gossip-{self.node_id}",
                                credential=self.credential,
                                peer_name=f"quorum server {server[0]}:{server[1]}"),

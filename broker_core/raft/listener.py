@@ -66,6 +66,7 @@ from broker_core.raft.messages import (
     Response,
     VoteRequest,
 )
+from broker_core.security.principal import DEFAULT_LISTENER, ListenerSettings
 from broker_core.security.sasl import SaslSettings
 from broker_core.server.connection_limits import ServerLimits
 from broker_core.server.protocol import NO_RESPONSE, KafkaServerFactory, KafkaServerProtocol
@@ -252,12 +253,17 @@ class QuorumListenerFactory(KafkaServerFactory):
     """The quorum listener: :class:`KafkaServerFactory` decoding only the APIs in
     :data:`SERVED_VERSIONS` (anything else is an unknown api key: the connection closes)."""
 
+    #: Every quorum node must give the quorum listener the same protocol: a peer speaking the
+    #: other one is logged with this advice (see ``KafkaServerProtocol``).
+    protocol_mismatch_hint = ("every quorum node's listener.security.protocol.map must give "
+                              "the quorum listener (quorum.listener.name) the same protocol")
+
     def __init__(self, handler: QuorumRequestHandler, *, clock: IReactorTime,
                  metrics: Any = None, limits: ServerLimits | None = None,
-                 max_frame_bytes: int = MAX_FRAME_BYTES, sasl: SaslSettings | None = None
-                 ) -> None:
+                 max_frame_bytes: int = MAX_FRAME_BYTES, sasl: SaslSettings | None = None,
+                 listener: ListenerSettings = DEFAULT_LISTENER) -> None:
         super().__init__(handler, clock=clock, metrics=metrics, limits=limits,
-                         max_frame_bytes=max_frame_bytes, sasl=sasl)
+                         max_frame_bytes=max_frame_bytes, sasl=sasl, listener=listener)
 
     def decode_request(self, frame: bytes | memoryview) -> apis.Request:  # type: ignore[override]
         request = apis.decode_request(frame, defined=True)

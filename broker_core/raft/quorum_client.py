@@ -93,6 +93,7 @@ from broker_core.raft.node import NotLeaderError
 from broker_core.raft.roles import Role
 from broker_core.raft.snapshots import Snapshot
 from broker_core.rpc import ClientConnection, connect_client, request_with_timeout
+from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -135,13 +136,16 @@ class NetworkQuorumClient:
     :param request_timeout_s: one forwarded request's timeout; the leader gives a write's commit
         the same time.
     :param submit_timeout_s: how long a write may wait for a leader (retries included).
+    :param credential: the cluster login every forwarding connection starts with.
+    :param tls: TLS on those connections (the quorum listener is SSL or SASL_SSL).
     """
 
     log = Logger(namespace="sluice.quorum.client")
 
     def __init__(self, node_id: int, voters: dict[int, VoterAddress], reactor: Any, *,
                  request_timeout_s: float = 2.0, submit_timeout_s: float = 10.0,
-                 credential: ClientCredential | None = None) -> None:
+                 credential: ClientCredential | None = None,
+                 tls: PeerTls | None = None) -> None:
         self.node_id = node_id
         self.addresses = dict(voters)
         self.voters = ",".join(str(v) for _, v in sorted(voters.items()))
@@ -180,7 +184,7 @@ class NetworkQuorumClient:
         # Forwarding to the leader logs in with the cluster login (``credential``) first.
         self._conn = ClientConnection(lambda host, port: connect_client(
             reactor, host, port, f"sluice-quorum-client-{node_id}", request_timeout_s,
-            credential=credential, peer_name=f"the quorum leader at {host}:{port}"))
+            credential=credential, peer_name=f"the quorum leader at {host}:{port}", tls=tls))
 
     # -- wiring --------------------------------------------------------------------------------
 

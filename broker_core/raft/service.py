@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
 from twisted.logger import Logger
 
 from broker_core.raft import wire
@@ -31,7 +30,11 @@ from broker_core.raft.listener_admin import GossipHandler
 from broker_core.raft.log import IRaftLog
 from broker_core.raft.transport import QuorumNetwork
 from broker_core.security.cluster_secret import ClusterCredential
+from broker_core.security.peer_tls import PeerTls
+from broker_core.security.principal import ListenerSettings, SecurityProtocol
 from broker_core.server.connection_limits import ServerLimits
+from broker_core.server.listener_endpoints import bind
+from broker_core.server.listeners import ListenerConfig
 from broker_core.wire.framing import MAX_FRAME_BYTES
 
 
@@ -77,13 +80,28 @@ class QuorumNode:
                  bootstrap_servers: list[tuple[str, int]] | None = None,
                  limits: ServerLimits | None = None,
                  max_frame_bytes: int = MAX_FRAME_BYTES,
-                 credential: ClusterCredential | None = None) -> None:
+                 credential: ClusterCredential | None = None,
+                 listener_name: str = "QUORUM", server_tls: Any = None,
+                 peer_tls: PeerTls | None = None) -> None:
         self.node_id = node_id
         #: With the cluster credential the listener serves the quorum to brokers only, and
         #: every connection this node opens (peers, gossip) logs in with it first. Without
         #: one (a standalone quorum for tests and benchmarks) the listener is open to all.
         self.credential = credential
         self._login = None if credential is None else credential.login
+        #: TLS on the quorum port (the quorum listener is SSL or SASL_SSL): the listener's
+        #: ``CertificateOptions`` and what every connection this node opens (peers, gossip)
+        #: verifies the other node with. Both or neither: every node of a quorum speaks the
+        #: same protocol on it.
+        if (server_tls is None) != (peer_tls is None):
+            raise ValueError("a TLS quorum listener needs both server_tls and peer_tls")
+        self.server_tls = server_tls
+        self.peer_tls = peer_tls
+        #: What each accepted connection is told of its listener. SSL or PLAINTEXT only: the
+        #: quorum port's one login is the cluster login, whatever SASL the protocol map names.
+        self.listener = ListenerSettings(
+            listener_name, SecurityProtocol.SSL if server_tls is not None
+            else SecurityProtocol.PLAINTEXT)
         self.persist_thread = persist_thread
         self.cluster_id = cluster_id
         self.raft_log = raft_log
@@ -99,7 +117,8 @@ class QuorumNode:
                                             brokers_only=credential is not None)
         self.factory = QuorumListenerFactory(
             self.handler, clock=reactor, limits=limits, max_frame_bytes=max_frame_bytes,
-            sasl=None if credential is None else credential.sasl_settings(mechanisms=()))
+            sasl=None if credential is None else credential.sasl_settings(mechanisms=()),
+            listener=self.listener)
         self.port: Any = None
         self.network: QuorumNetwork | None = None
         self.driver: RaftDriver | None = None
@@ -111,9 +130,11 @@ class QuorumNode:
         self._address_listeners: list[Callable[[VoterAddress], None]] = []
 
     async def listen(self, host: str, port: int) -> int:
-        """Bind the quorum listener; returns the bound port."""
-        endpoint_type = TCP6ServerEndpoint if ":" in host else TCP4ServerEndpoint
-        self.port = await endpoint_type(self.reactor, port, interface=host).listen(self.factory)
+        """Bind the quorum listener (through TLS with ``server_tls``); returns the bound
+        port."""
+        lc = ListenerConfig(self.listener.name, self.listener.protocol, host, port)
+        bound_listener = await bind(self.reactor, lc, self.factory, self.server_tls)
+        self.port = bound_listener.port
         bound = self.port.getHost().port
         self.directory = Directory(NodeEndpoint(self.node_id, host, bound, self.boot_time_ms),
                                    QuorumView(self.cluster_id))
@@ -122,7 +143,7 @@ class QuorumNode:
             self.gossip = GossipClient(self.node_id, self.bootstrap_servers, self.reactor,
                                        self.config.request_timeout_ms / 1000,
                                        tell=self._tell, receive=self.receive_gossip,
-                                       credential=self._login)
+                                       credential=self._login, tls=self.peer_tls)
         return bound
 
     def bootstrap(self, configured_voters: Mapping[int, VoterAddress | None],
@@ -195,7 +216,7 @@ class QuorumNode:
         addresses = {n: VoterAddress(n, e.host, e.port) for n, e in self.directory.nodes.items()}
         self.network = QuorumNetwork(self.node_id, addresses, self.reactor,
                                      self.config.request_timeout_ms / 1000, self.inbound,
-                                     self.records_to_entries, self._login)
+                                     self.records_to_entries, self._login, self.peer_tls)
         self.driver = RaftDriver(self.node_id, self.cluster_id, frozenset(voter_ids),
                                  self.raft_log, self.data_dir, self.config, self.reactor,
                                  self.network, self._rng, self.persist_thread)

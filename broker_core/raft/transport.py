@@ -21,7 +21,10 @@ Outbound connections reuse the broker's client protocol and reconnect policy
 (:class:`~broker_core.rpc.KafkaClientProtocol` under a ``ClientService`` with backoff, as the
 controller's :class:`~broker_core.rpc.BrokerChannel` does), and with a ``credential`` each logs
 in with the cluster login before its first request (a refused login is a failed connection
-attempt, retried with the same backoff).
+attempt, retried with the same backoff). With ``tls`` (the quorum listener is SSL or SASL_SSL)
+each connection is TLS first, the peer's certificate checked against the quorum listener's CA
+and the host it is reached at (:mod:`broker_core.security.peer_tls`); a refused handshake is a
+failed attempt too, logged with its reason.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from broker_core.raft.driver import IRaftTransport
 from broker_core.raft.listener import InboundRequests
 from broker_core.raft.messages import Envelope
 from broker_core.rpc import KafkaClientFactory, KafkaClientProtocol, RequestTimedOut, logged_in
+from broker_core.security.peer_tls import PeerTls, peer_endpoint
 from broker_core.security.sasl import ClientCredential
 
 #: Reconnect backoff: quick after a blip, at most a second apart while the peer is down (a
@@ -63,7 +67,8 @@ class PeerConnection:
     def __init__(self, node_id: int, peer: VoterAddress, reactor: Any, timeout_s: float,
                  deliver: Callable[[Envelope], None],
                  records_to_entries: wire.RecordsToEntries | None = None,
-                 credential: ClientCredential | None = None) -> None:
+                 credential: ClientCredential | None = None,
+                 tls: PeerTls | None = None) -> None:
         self.node_id = node_id
         self.peer = peer
         self._reactor = reactor
@@ -72,7 +77,8 @@ class PeerConnection:
         self._decode_kw = ({} if records_to_entries is None
                            else {"records_to_entries": records_to_entries})
         self._service = ClientService(
-            HostnameEndpoint(reactor, peer.host, peer.port, timeout=timeout_s),
+            peer_endpoint(HostnameEndpoint(reactor, peer.host, peer.port, timeout=timeout_s),
+                          peer.host, tls),
             KafkaClientFactory(f"sluice-quorum-{node_id}", credential=credential,
                                peer_name=f"quorum node {peer.node_id}"),
             retryPolicy=backoffPolicy(initialDelay=RECONNECT_INITIAL_S,
@@ -141,6 +147,8 @@ class QuorumNetwork:
     :param timeout_s: the request timeout (``quorum.request.timeout.ms``).
     :param inbound: the listener's table of requests awaiting the node's answer.
     :param records_to_entries: reads the entries of fetch responses (RecordBatch bytes).
+    :param credential: the cluster login each connection starts with.
+    :param tls: TLS on every connection (the quorum listener is SSL or SASL_SSL).
     """
 
     log = Logger(namespace="sluice.raft.transport")
@@ -148,9 +156,11 @@ class QuorumNetwork:
     def __init__(self, node_id: int, voters: dict[int, VoterAddress], reactor: Any,
                  timeout_s: float, inbound: InboundRequests,
                  records_to_entries: wire.RecordsToEntries | None = None,
-                 credential: ClientCredential | None = None) -> None:
+                 credential: ClientCredential | None = None,
+                 tls: PeerTls | None = None) -> None:
         self.node_id = node_id
         self._credential = credential
+        self._tls = tls
         self.inbound = inbound
         self._deliver: Callable[[Envelope], None] | None = None
         self._reactor = reactor
@@ -159,7 +169,7 @@ class QuorumNetwork:
         self._started = False
         self._stopped = False
         self.peers = {v: PeerConnection(node_id, address, reactor, timeout_s,
-                                        self._to_node, records_to_entries, credential)
+                                        self._to_node, records_to_entries, credential, tls)
                       for v, address in voters.items() if v != node_id}
         self._unknown_warned: set[int] = set()
 
@@ -175,7 +185,8 @@ class QuorumNetwork:
                 return
             old.stop()
         peer = PeerConnection(self.node_id, address, self._reactor, self._timeout_s,
-                              self._to_node, self._records_to_entries, self._credential)
+                              self._to_node, self._records_to_entries, self._credential,
+                              self._tls)
         self.peers[address.node_id] = peer
         self._unknown_warned.discard(address.node_id)
         self.log.info("quorum node {node} reaches node {peer} at {address}", node=self.node_id,

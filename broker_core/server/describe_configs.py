@@ -156,10 +156,12 @@ def _unsupported_type(resource_type: int) -> str:
 
 
 def _broker_values(cfg: BrokerConfig) -> dict[str, str | None]:
-    """Every broker key's effective value as text; ``None`` for an unset key."""
+    """Every broker key's effective value as text; ``None`` for an unset key. The per-listener
+    overrides (``listener.name.<name>.ssl.*``, not in the keys table) are there when set."""
     out: dict[str, str | None] = {}
     for name, value in cfg.as_properties().items():
-        out[name] = None if getattr(cfg, BROKER_KEYS[name].attr) is None else value
+        spec = BROKER_KEYS.get(name)
+        out[name] = None if spec is not None and getattr(cfg, spec.attr) is None else value
     return out
 
 
@@ -175,7 +177,7 @@ def _statically_set(cfg: BrokerConfig, builtin: Mapping[str, str | None]) -> set
     keys, and every key whose value differs from its built-in default (so a derived value such
     as ``log.retention.ms`` counts as set when ``log.retention.hours`` is)."""
     ours = _broker_values(cfg)
-    return set(required_keys(cfg)) | {k for k in ours if ours[k] != builtin[k]}
+    return set(required_keys(cfg)) | {k for k in ours if ours[k] != builtin.get(k)}
 
 
 def _broker_source(name: str, static: set[str]) -> ConfigSource:
@@ -195,8 +197,9 @@ def _broker_entries(resource_name: str, cfg: BrokerConfig, broker_id: int, stati
     for name, value in _broker_values(cfg).items():
         source = _broker_source(name, static)
         synonyms = [] if value is None else [_synonym(name, value, source)]
-        if source == ConfigSource.STATIC_BROKER_CONFIG and builtin[name] is not None:
-            synonyms.append(_synonym(name, builtin[name], ConfigSource.DEFAULT_CONFIG))
+        default = builtin.get(name)  # none for a per-listener override
+        if source == ConfigSource.STATIC_BROKER_CONFIG and default is not None:
+            synonyms.append(_synonym(name, default, ConfigSource.DEFAULT_CONFIG))
         entries.append((name, value, True, source, synonyms))
     return entries
 

@@ -12,6 +12,12 @@ TLS listeners (SSL, SASL_SSL) take their PEM files from ``ssl.certfile``, ``ssl.
 ``ssl.cafile`` and ``ssl.client.auth``, each overridable per listener as
 ``listener.name.<lowercase name>.ssl.certfile`` (Kafka's override form).
 
+In quorum mode the metadata quorum's listener (bound at ``quorum.listener``, not in
+``listeners``) is named too, as KRaft names its controller listener: ``quorum.listener.name``
+(default ``QUORUM``). Its protocol comes from the same map (PLAINTEXT when the map does not
+name it) and its TLS files from the same keys and overrides, resolved by the same code
+(:attr:`Listeners.quorum`).
+
 Invariants of a :class:`Listeners` value (every violation is a :class:`ConfigError` naming
 the key at parse time):
 
@@ -22,7 +28,10 @@ the key at parse time):
 - the inter-broker listener is a listener; a TLS one has ``ssl.cafile`` (brokers connect to
   each other through it, verifying each other's certificates against that CA);
 - every TLS listener has a certificate and a key; ``ssl.client.auth`` other than ``none``
-  has a CA file to check client certificates against.
+  has a CA file to check client certificates against;
+- the quorum listener's name is not one of ``listeners`` (it is a port of its own); a TLS
+  quorum listener has ``ssl.cafile`` (quorum nodes verify each other's certificates, as
+  brokers do on the inter-broker listener).
 
 Binding the listeners and building their TLS contexts is
 :mod:`broker_core.server.listener_endpoints`' job.
@@ -110,6 +119,9 @@ class Listeners:
 
     listeners: tuple[ListenerConfig, ...]
     inter_broker: str
+    #: The metadata quorum's listener in quorum mode (its address is ``quorum.listener``'s;
+    #: not among :attr:`listeners`, which the broker binds itself), else None.
+    quorum: ListenerConfig | None = None
 
     def __iter__(self):  # noqa: ANN204 (an iterator of ListenerConfig)
         return iter(self.listeners)
@@ -232,11 +244,13 @@ def parse_listeners(
     advertised_listeners: str | None = None,
     ssl: Mapping[str, str | None] | None = None,
     overrides: Mapping[str, str] | None = None,
+    quorum: tuple[str, str, int] | None = None,
 ) -> Listeners:
     """Build and check the listener model from the keys' texts; see the module docstring.
 
     ``ssl`` holds the broker-wide ``ssl.*`` keys (by Kafka name), ``overrides`` the
-    ``listener.name.*`` keys."""
+    ``listener.name.*`` keys, ``quorum`` (quorum mode only) the quorum listener's
+    ``(quorum.listener.name, host, port)``."""
     raw = listeners.strip()
     if not raw:
         raise _bad("listeners", listeners, "NAME://host:port[,...] or a Twisted server "
@@ -256,12 +270,25 @@ def parse_listeners(
                               "listeners")
         ports[port] = name
     names = [e[0] for e in entries]
+    quorum_name = None
+    if quorum is not None:
+        quorum_name = _name("quorum.listener.name", quorum[0], quorum[0].strip())
+        if quorum_name in names:
+            raise ConfigError(
+                f"quorum.listener.name {quorum_name} is also in listeners: the quorum listener "
+                "is a port of its own (quorum.listener); give it another name",
+                "quorum.listener.name")
+        if quorum[2] and quorum[2] in ports:
+            raise ConfigError(f"quorum.listener and listener {ports[quorum[2]]} both listen on "
+                              f"port {quorum[2]}", "quorum.listener")
+    # Names the protocol map and the overrides may speak of: the listeners and the quorum's.
+    known = names + ([quorum_name] if quorum_name else [])
     for name in explicit or {}:
-        if name not in names:
+        if name not in known:
             raise ConfigError(f"listener.security.protocol.map names {name}, which is not in "
-                              f"listeners ({', '.join(names)})", "listener.security.protocol.map")
+                              f"listeners ({', '.join(known)})", "listener.security.protocol.map")
     advertised = _advertised(advertised_listeners, names)
-    by_override = _overrides_by_listener(overrides or {}, names)
+    by_override = _overrides_by_listener(overrides or {}, known)
     built = []
     for name, host, port, endpoint in entries:
         protocol = pmap.get(name) or DEFAULT_PROTOCOL_MAP.get(name)
@@ -286,7 +313,20 @@ def parse_listeners(
             f"inter.broker.listener.name {inter} is a TLS listener and needs ssl.cafile (the "
             "CA that signs the brokers' certificates, which brokers verify each other "
             "against)", inter_tls.key_of("ssl.cafile"))
-    return Listeners(tuple(built), inter)
+    quorum_lc = None
+    if quorum is not None and quorum_name is not None:
+        # Not named in the map: PLAINTEXT, as the quorum port was before it had a name.
+        protocol = (pmap.get(quorum_name) or DEFAULT_PROTOCOL_MAP.get(quorum_name)
+                    or SecurityProtocol.PLAINTEXT)
+        tls = (_tls_files(quorum_name, ssl or {}, by_override.get(quorum_name, {}))
+               if protocol.uses_tls else None)
+        if tls is not None and not tls.cafile:
+            raise ConfigError(
+                f"the quorum listener {quorum_name} uses {protocol.value} and needs ssl.cafile "
+                "(the CA that signs the quorum nodes' certificates, which they verify each "
+                "other against)", tls.key_of("ssl.cafile"))
+        quorum_lc = ListenerConfig(quorum_name, protocol, quorum[1], quorum[2], tls=tls)
+    return Listeners(tuple(built), inter, quorum_lc)
 
 
 def _advertised(raw: str | None, names: list[str]) -> dict[str, tuple[str, int]]:

@@ -58,6 +58,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from broker_core import net
+from broker_core.security.peer_tls import handshake_refusal
 from broker_core.security.principal import (
     DEFAULT_LISTENER,
     ConnectionSecurity,
@@ -90,6 +91,12 @@ Handler = Callable[[Any, "KafkaServerProtocol"], Any]
 
 NO_RESPONSE = object()
 """Returned by a handler when Kafka sends no response (Produce with acks=0)."""
+#: The first byte of a TLS handshake record (a ClientHello): as a Kafka frame's first byte it
+#: would announce a frame of over 350 MB.
+TLS_HANDSHAKE_RECORD = b"\x16"
+#: OpenSSL's reasons for a handshake whose peer sent no TLS at all (a plaintext client).
+NOT_TLS_SIGNS = ("wrong version number", "http request", "unknown protocol",
+                 "packet length too long", "record layer failure")
 
 
 class _Slot:
@@ -138,6 +145,8 @@ class KafkaServerProtocol(Protocol):
         self._read_timer_frame = -1
         self.channel: Any = None  # a ServerChannel once this is a coordinator channel
         self._channel_pending = False
+        self._handshake_done = False
+        self._bytes_seen = False
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -159,6 +168,7 @@ class KafkaServerProtocol(Protocol):
         against ``ssl.cafile`` by the handshake) makes the principal its subject's DN, as
         Kafka's default principal builder; without one the client stays ANONYMOUS. On
         SASL_SSL the principal is SASL's to set, never the certificate's."""
+        self._handshake_done = True
         if self.security.protocol is not SecurityProtocol.SSL:
             return
         cert = self.transport.getPeerCertificate()
@@ -170,6 +180,14 @@ class KafkaServerProtocol(Protocol):
                        peer=self.peer, l=self.security.listener, p=str(principal))
 
     def connectionLost(self, reason: Failure = None) -> None:  # noqa: N802 (Twisted API)
+        hint = self.factory.protocol_mismatch_hint
+        if hint is not None and self.security.protocol.uses_tls and not self._handshake_done:
+            refusal = handshake_refusal(reason)
+            if refusal is not None:
+                plain = any(sign in refusal for sign in NOT_TLS_SIGNS)
+                self.log.warn("TLS handshake from {peer} on listener {l} failed: {why}{advice}",
+                              peer=self.peer, l=self.security.listener, why=refusal,
+                              advice=f" (a plaintext peer? {hint})" if plain else "")
         self._closed = True
         self._slots.clear()
         self._backlog.clear()
@@ -216,6 +234,16 @@ class KafkaServerProtocol(Protocol):
         self._feed(data)
 
     def _feed(self, data: bytes) -> None:
+        if not self._bytes_seen:
+            self._bytes_seen = True
+            hint = self.factory.protocol_mismatch_hint
+            if (hint is not None and not self.security.protocol.uses_tls
+                    and data[:1] == TLS_HANDSHAKE_RECORD):
+                # As a frame size this is over 350 MB, which no quorum request comes near: a
+                # TLS peer, not a Kafka client; saying so tells the operator what to fix.
+                self._disconnect("malformed_frame", f"a TLS handshake on the plaintext "
+                                 f"listener {self.security.listener} ({hint})")
+                return
         try:
             self._backlog.extend(self._decoder.feed(data))
         except errors.FrameTooLarge as e:
@@ -510,6 +538,9 @@ class KafkaServerFactory(Factory):
 
     noisy = False
     log = Logger(namespace="sluice.server")
+    #: When set, a peer speaking the other protocol than this listener's (TLS on a plaintext
+    #: listener, or a failed TLS handshake on a TLS one) is logged with this advice.
+    protocol_mismatch_hint: str | None = None
     #: How a frame becomes a request; a listener serving another set of APIs (the quorum's,
     #: :mod:`broker_core.raft.listener`) replaces it.
     decode_request = staticmethod(apis.decode_request)

@@ -175,6 +175,19 @@ async def test_broker_reports_its_keys_static_or_default(store, zk_hosts, tmp_pa
 
 
 @pytest_twisted.ensureDeferred
+async def test_broker_reports_its_per_listener_overrides(store, zk_hosts, tmp_path):
+    """``listener.name.<name>.ssl.*`` keys are not in the keys table: they are reported as
+    set (a broker with one answered DescribeConfigs with an internal error before)."""
+    cfg = broker_config(BROKER_ID, zk_hosts, tmp_path / "logs",
+                        listener_name_plaintext_ssl_client_auth="requested")
+    (result,) = await _describe(store, cfg, (BROKER, str(BROKER_ID), None), include_synonyms=True)
+    assert result["error_code"] == 0
+    override = _by_name(result)["listener.name.plaintext.ssl.client.auth"]
+    assert (override["value"], override["config_source"]) == ("requested", STATIC)
+    assert [(s["value"], s["source"]) for s in override["synonyms"]] == [("requested", STATIC)]
+
+
+@pytest_twisted.ensureDeferred
 async def test_broker_resource_must_name_this_broker(store, cfg):
     results = await _describe(store, cfg, (BROKER, "2", None), (BROKER, "", None),
                               (BROKER, "1", ["num.partitions"]))

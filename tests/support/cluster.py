@@ -269,8 +269,10 @@ class BrokerProcess:
                  extra: dict[str, str] | None = None, metrics: bool = False,
                  quorum_voters: str | None = None, host: str = "127.0.0.1",
                  prefix: tuple[str, ...] = (),
-                 listeners: Sequence[tuple[str, str]] | None = None) -> None:
+                 listeners: Sequence[tuple[str, str]] | None = None,
+                 quorum_protocol: str | None = None) -> None:
         self.broker_id = broker_id
+        self.quorum_protocol = quorum_protocol
         self.host = host
         self.prefix = tuple(prefix)
         self.zk_hosts = zk_hosts
@@ -303,10 +305,15 @@ class BrokerProcess:
         return f"{self.host}:{self.ports[listener]}"
 
     def _listen_args(self) -> list[str]:
+        quorum = ([f"QUORUM:{self.quorum_protocol}"] if self.quorum_protocol is not None
+                  else [])
         if not self.ports:
-            return ["--listen", f"tcp:{self.port}:interface={self.host}"]
+            listen = ["--listen", f"tcp:{self.port}:interface={self.host}"]
+            if quorum:
+                listen += ["--set", f"listener.security.protocol.map={quorum[0]}"]
+            return listen
         named = ",".join(f"{n}://{self.host}:{p}" for n, p in self.ports.items())
-        protocols = ",".join(f"{n}:{p}" for n, p in self.protocols.items())
+        protocols = ",".join([*(f"{n}:{p}" for n, p in self.protocols.items()), *quorum])
         return ["--set", f"listeners={named}",
                 "--set", f"listener.security.protocol.map={protocols}"]
 

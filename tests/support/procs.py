@@ -24,12 +24,14 @@ class ProcessCluster:
     every one a voter; the voters' ports are picked here, before any broker starts.
 
     ``listeners`` gives every broker the same named listeners (see :class:`BrokerProcess`);
-    :meth:`bootstrap_of` lists one listener's addresses."""
+    :meth:`bootstrap_of` lists one listener's addresses. ``quorum_protocol`` is every broker's
+    quorum listener's protocol (its TLS keys go in ``extra``)."""
 
     def __init__(self, zk_base_hosts: str | None, base: Path, size: int = 3,
                  extra: dict[str, str] | None = None, metrics: bool = False,
                  quorum: bool = False,
-                 listeners: Sequence[tuple[str, str]] | None = None) -> None:
+                 listeners: Sequence[tuple[str, str]] | None = None,
+                 quorum_protocol: str | None = None) -> None:
         self.base = base
         self.quorum_ports: dict[int, int] = {}
         voters = None
@@ -50,7 +52,8 @@ class ProcessCluster:
                 zk.close()
             self.zk_hosts = zk_base_hosts + self.chroot
         self.brokers = {i: BrokerProcess(i, self.zk_hosts, base, extra=extra, metrics=metrics,
-                                         quorum_voters=voters, listeners=listeners)
+                                         quorum_voters=voters, listeners=listeners,
+                                         quorum_protocol=quorum_protocol)
                         for i in range(1, size + 1)}
 
     def quorum_leader(self) -> tuple[int, int]:

@@ -1,5 +1,6 @@
 """Issue 15's attacks, replayed against three real broker processes in each metadata mode
-(ZooKeeper, and the quorum with every broker a voter), from a plain client socket (anonymous,
+(ZooKeeper, and the quorum with every broker a voter, its quorum listener PLAINTEXT or SSL
+with client certificates required), from a plain client socket (anonymous,
 the default) and from a SCRAM-SHA-512 user logged in over SASL_SSL (made with ``sluice users
 add`` through the cluster login). Each attack is refused with its exact error code and changes
 nothing:
@@ -22,7 +23,9 @@ nothing:
   a voter's Fetch and AlterPartitionReassignments shrinking the voters: 31 each; a user's or a
   wrong secret's login: SASL_AUTHENTICATION_FAILED (58). The topic stays, the leader, its epoch
   and the voters are unchanged (DescribeQuorum), metadata writes go on, and a killed broker's
-  registration goes away while an attacker heartbeats every session id there may be.
+  registration goes away while an attacker heartbeats every session id there may be. On an
+  SSL quorum listener the attacker completes the TLS handshake first (with a certificate of
+  the cluster's CA: TLS proves a peer, not a broker), and is refused all the same.
 - Then every broker is stopped and started again: all register and every record written is
   read back.
 
@@ -39,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +54,7 @@ from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from consumer_client.connection import BrokerConnection
 from consumer_client.security import ClientSecurity
-from tests.support.certs import Pki, make_pki
+from tests.support.certs import CertFiles, Pki, make_pki
 from tests.support.cluster import cluster_secret_file
 from tests.support.consumer_group_procs import ConsumerProc, stable
 from tests.support.failover_checks import wait_for
@@ -92,6 +96,35 @@ class Attacked:
     cluster: ProcessCluster
     pki: Pki
     written: dict[str, list[bytes]] = field(default_factory=dict)
+
+    @cached_property
+    def attacker_certificate(self) -> CertFiles:
+        """A certificate of the cluster's own CA, for 127.0.0.1: the TLS handshake passes."""
+        return self.pki.broker("attacker")
+
+    @property
+    def quorum(self) -> bool:
+        return self.mode != "zookeeper"
+
+    def quorum_security(self, **sasl: str) -> ClientSecurity | None:
+        """How to reach the quorum port: TLS with a certificate of the cluster's CA in
+        ``quorum-ssl`` mode (``sasl``: a SASL login on top), else plaintext (``sasl`` alone)."""
+        if self.mode != "quorum-ssl":
+            if not sasl:
+                return None
+            return ClientSecurity.from_mapping({"security.protocol": "SASL_PLAINTEXT", **sasl})
+        cert = self.attacker_certificate
+        tls = {"ssl.ca.location": str(self.pki.cafile),
+               "ssl.certificate.location": str(cert.certfile),
+               "ssl.key.location": str(cert.keyfile)}
+        return ClientSecurity.from_mapping(
+            {"security.protocol": "SASL_SSL" if sasl else "SSL", **tls, **sasl})
+
+    def quorum_connection(self, port: int, timeout: float = 30, **sasl: str
+                          ) -> BrokerConnection:
+        """A connection to a quorum port as an attacker sees it (see :meth:`quorum_security`)."""
+        return BrokerConnection("127.0.0.1", port, timeout=timeout,
+                                security=self.quorum_security(**sasl))
 
     @property
     def bootstrap(self) -> str:
@@ -241,14 +274,23 @@ def create_topic(attacked: Attacked, name: str, replicas: list[int],
     assert resp.topics[0].error_code == 0, resp
 
 
-@pytest.fixture(scope="module", params=["zookeeper", "quorum"])
+@pytest.fixture(scope="module", params=["zookeeper", "quorum", "quorum-ssl"])
 def attacked(request, zookeeper_server, tmp_path_factory) -> Iterator[Attacked]:
-    quorum = request.param == "quorum"
+    quorum = request.param != "zookeeper"
     base = tmp_path_factory.mktemp(f"attacks-{request.param}")
     pki = make_pki(base / "pki")
+    quorum_tls = {}
+    if request.param == "quorum-ssl":
+        # The quorum listener on SSL with its own certificate, client certificates required.
+        node = pki.broker("quorum-node")
+        quorum_tls = {"listener.name.quorum.ssl.certfile": str(node.certfile),
+                      "listener.name.quorum.ssl.keyfile": str(node.keyfile),
+                      "listener.name.quorum.ssl.cafile": str(pki.cafile),
+                      "listener.name.quorum.ssl.client.auth": "required"}
     cluster = ProcessCluster(
         None if quorum else zookeeper_server.hosts, base, size=3, quorum=quorum,
-        listeners=LISTENERS, extra={
+        listeners=LISTENERS, quorum_protocol="SSL" if quorum_tls else None, extra={
+            **quorum_tls,
             "inter.broker.listener.name": "BROKER",
             "ssl.certfile": str(pki.server.certfile), "ssl.keyfile": str(pki.server.keyfile),
             "sasl.enabled.mechanisms": "SCRAM-SHA-512", "replica.fetch.wait.max.ms": "50",
@@ -411,7 +453,8 @@ def describe_quorum(attacked: Attacked) -> Any:
 
     login = ClusterCredential.from_file(cluster_secret_file(attacked.cluster.base)).login
     servers = ",".join(f"127.0.0.1:{p}" for p in attacked.cluster.quorum_ports.values())
-    with QuorumAdminClient(servers, timeout_s=30, credential=login) as client:
+    with QuorumAdminClient(servers, timeout_s=30, credential=login,
+                           security=attacked.quorum_security()) as client:
         return client.describe()
 
 
@@ -421,14 +464,14 @@ def quorum_view(attacked: Attacked) -> tuple:
             d.target_voters)
 
 
-def describe_at(port: int) -> Any:
+def describe_at(attacked: Attacked, port: int) -> Any:
     """DescribeQuorum at one quorum port, anonymously (it is read-only and open)."""
     from broker_core.raft import wire
     from broker_core.raft.messages import DescribeQuorumRequest
 
     message = DescribeQuorumRequest()
     key = wire.api_key_of(message)
-    with BrokerConnection("127.0.0.1", port, timeout=30) as c:
+    with attacked.quorum_connection(port) as c:
         body = c.request(key, wire.request_body(message), version=wire.VERSIONS[key])
     return wire.response_from_body(key, body)
 
@@ -448,10 +491,10 @@ def forged_voter_fetches_commit_nothing(attacked: Attacked, cluster_id: str, lea
     login = ClusterCredential.from_file(cluster_secret_file(attacked.cluster.base)).login
 
     def leader_end() -> int:
-        d = describe_at(ports[leader])
+        d = describe_at(attacked, ports[leader])
         return next(v.log_end_offset for v in d.current_voters if v.replica_id == leader)
 
-    with BrokerConnection("127.0.0.1", ports[leader], timeout=60) as broker:
+    with attacked.quorum_connection(ports[leader], timeout=60) as broker:
         log_in(broker, login)
         with stopped(attacked, others):
             end_before = leader_end()
@@ -459,19 +502,19 @@ def forged_voter_fetches_commit_nothing(attacked: Attacked, cluster_id: str, lea
                 "node_id": leader, "command": encode(CreateNode("/attack-probe"))}, version=0)
             end = wait_for(lambda: (e := leader_end()) > end_before and e, 30,
                            "the probe write appended by the leader")
-            with BrokerConnection("127.0.0.1", ports[leader], timeout=30) as c:
+            with attacked.quorum_connection(ports[leader]) as c:
                 for voter in others:
                     message = FetchRequest(cluster_id, voter, epoch, end, epoch, 0)
                     key = api_key_of(message)
                     resp = c.request(key, request_body(message), version=VERSIONS[key])
                     assert resp.error_code == DENIED, resp
-            assert describe_at(ports[leader]).high_watermark < end  # not committed
+            assert describe_at(attacked, ports[leader]).high_watermark < end  # not committed
         # The voters run again: the write commits (the leader is still the leader).
         assert broker.receive(pending).error_code == 0
 
 
 def test_the_quorum_port_refuses_every_attack(attacked):
-    if attacked.mode != "quorum":
+    if not attacked.quorum:
         pytest.skip("the quorum port is quorum mode's")
     from consumer_client.quorum_admin import QuorumAdminError, log_in
 
@@ -485,17 +528,17 @@ def test_the_quorum_port_refuses_every_attack(attacked):
     forged += [f for f in quorum_requests(cluster_id, epoch, leader, 1, RF3)[:2]] * 50  # floods
     ports = attacked.cluster.quorum_ports
     for i, port in ports.items():
-        with BrokerConnection("127.0.0.1", port, timeout=30) as c:
+        with attacked.quorum_connection(port) as c:
             for f in forged:
                 resp = request(c, f)
                 assert resp.error_code == DENIED, (i, ApiKey(f[0]).name, resp)
         # A client's login (however real) and another cluster's secret are both refused.
         with pytest.raises(SaslAuthenticationError) as refused:
-            BrokerConnection("127.0.0.1", port, timeout=30, security=ClientSecurity.from_mapping({
-                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
-                "sasl.username": USER, "sasl.password": PASSWORD}))
+            attacked.quorum_connection(port, **{
+                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": USER,
+                "sasl.password": PASSWORD})
         assert refused.value.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
-        with BrokerConnection("127.0.0.1", port, timeout=30) as c:
+        with attacked.quorum_connection(port) as c:
             with pytest.raises(QuorumAdminError) as wrong:
                 log_in(c, WRONG_SECRET.login)
             assert wrong.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
@@ -515,7 +558,7 @@ def test_the_quorum_port_refuses_every_attack(attacked):
     served = []  # kept outside the polled condition (wait_for retries on an AssertionError)
 
     def registration_gone() -> bool:
-        with BrokerConnection("127.0.0.1", ports[leader], timeout=30) as c:
+        with attacked.quorum_connection(ports[leader]) as c:
             for sid in sessions:
                 resp = c.request(ApiKey.SESSION_HEARTBEAT, {"node_id": victim,
                                                             "session_id": sid}, version=0)

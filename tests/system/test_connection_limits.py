@@ -22,6 +22,7 @@ import pytest
 
 from broker_core.wire.apis import ApiKey
 from consumer_client.connection import BrokerConnection
+from tests.support.certs import make_pki
 from tests.support.procs import ProcessCluster, consume_all
 
 pytestmark = pytest.mark.slow
@@ -212,12 +213,21 @@ def test_idle_connections_are_closed_but_a_long_poll_is_not(zookeeper_server, tm
         cluster.stop()
 
 
-def test_the_quorum_listener_applies_the_same_keys(tmp_path):
+@pytest.mark.parametrize("quorum_protocol", ["PLAINTEXT", "SSL"])
+def test_the_quorum_listener_applies_the_same_keys(tmp_path, quorum_protocol):
     # Quorum mode: the quorum listener counts its connections apart from the Kafka listener's,
-    # under the same keys.
-    cluster = ProcessCluster(None, tmp_path, size=1, quorum=True, metrics=True, extra={
+    # under the same keys; on TLS alike (a connection is counted, and idle, before any
+    # handshake: these never start one).
+    tls = {}
+    if quorum_protocol == "SSL":
+        pki = make_pki(tmp_path / "pki")
+        tls = {"listener.name.quorum.ssl.certfile": str(pki.server.certfile),
+               "listener.name.quorum.ssl.keyfile": str(pki.server.keyfile),
+               "listener.name.quorum.ssl.cafile": str(pki.cafile)}
+    cluster = ProcessCluster(None, tmp_path, size=1, quorum=True, metrics=True,
+                             quorum_protocol=quorum_protocol, extra={
         "max.connections.per.ip": "5", "max.connections.per.ip.overrides": "127.0.0.1:1000",
-        "connections.max.idle.ms": "1000"})
+        "connections.max.idle.ms": "1000", **tls})
     socks: list[socket.socket] = []
     try:
         cluster.start()

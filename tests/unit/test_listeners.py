@@ -404,3 +404,110 @@ def test_a_broker_coming_back_with_other_listeners_refreshes_cached_answers():
         2, "10.0.0.2", 9093, None, (("BROKER", "10.0.0.2", 9093), ("CLIENT", "kafka2", 9092)))],
         [])
     assert "t" not in cache._derived
+
+
+# -- the quorum listener ---------------------------------------------------------------------------
+
+QUORUM = {"broker.id": "1", "metadata.store": "quorum", "log.dirs": "/data",
+          "quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094"}
+
+
+def quorum_listener(**keys: str):
+    return BrokerConfig.from_mapping({**QUORUM, **keys}).listener_configs().quorum
+
+
+def quorum_refused(**keys: str) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_mapping({**QUORUM, **keys})
+    return info.value
+
+
+def test_the_quorum_listener_is_plaintext_and_named_quorum_by_default():
+    lc = quorum_listener()
+    assert (lc.name, lc.protocol, lc.host, lc.port, lc.tls) == (
+        "QUORUM", SecurityProtocol.PLAINTEXT, "127.0.0.1", 9093, None)
+    assert [x.name for x in BrokerConfig.from_mapping(QUORUM).listener_configs()] == [
+        "PLAINTEXT"]  # not among the listeners the broker binds itself
+    assert BrokerConfig.from_mapping({**BASE}).listener_configs().quorum is None  # ZooKeeper
+
+
+def test_the_quorum_listener_takes_its_protocol_and_tls_files_as_the_others_do():
+    """The map names it; its files fall back to the ``ssl.*`` keys and are overridden by
+    ``listener.name.quorum.ssl.*`` (the same resolution as every listener's)."""
+    lc = quorum_listener(**TLS, **{"listener.security.protocol.map":
+                                   "PLAINTEXT:PLAINTEXT,QUORUM:SSL",
+                                   "listener.name.quorum.ssl.cafile": "/tls/ca.pem",
+                                   "listener.name.quorum.ssl.client.auth": "required"})
+    assert lc.protocol is SecurityProtocol.SSL
+    assert (lc.tls.certfile, lc.tls.keyfile, lc.tls.cafile, lc.tls.client_auth) == (
+        "/tls/server.pem", "/tls/server.key", "/tls/ca.pem", ClientAuth.REQUIRED)
+    assert lc.tls.key_of("ssl.cafile") == "listener.name.quorum.ssl.cafile"
+    assert lc.tls.key_of("ssl.certfile") == "ssl.certfile"
+    # Another name (KRaft's controller.listener.names habit) and SASL_SSL: TLS all the same.
+    lc = quorum_listener(**TLS, **{"quorum.listener.name": "controller",
+                                   "ssl.cafile": "/tls/ca.pem",
+                                   "listener.security.protocol.map":
+                                   "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL"})
+    assert (lc.name, lc.protocol, lc.tls.cafile) == (
+        "CONTROLLER", SecurityProtocol.SASL_SSL, "/tls/ca.pem")
+    # An observer's quorum listener is quorum.listener's address.
+    lc = quorum_listener(**{"broker.id": "7", "quorum.listener": "10.0.0.7:9193"})
+    assert (lc.host, lc.port) == ("10.0.0.7", 9193)
+
+
+@pytest.mark.parametrize("keys, key, message", [
+    ({"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,QUORUM:SSL"}, "ssl.certfile",
+     "listener QUORUM uses TLS and needs ssl.certfile (or listener.name.quorum.ssl.certfile)"),
+    ({"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,QUORUM:SSL", **TLS},
+     "ssl.cafile", "the quorum listener QUORUM uses SSL and needs ssl.cafile (the CA that "
+                   "signs the quorum nodes' certificates, which they verify each other "
+                   "against)"),
+    ({"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,QUORUM:SSL", **TLS,
+      "listener.name.quorum.ssl.cafile": " "}, "listener.name.quorum.ssl.cafile",
+     "the quorum listener QUORUM uses SSL and needs ssl.cafile (the CA that signs the quorum "
+     "nodes' certificates, which they verify each other against)"),
+    ({"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,QUORUM:TLS"},
+     "listener.security.protocol.map",
+     "listener.security.protocol.map: unknown security protocol 'TLS' for listener QUORUM "
+     "(one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)"),
+    ({"quorum.listener.name": "PLAINTEXT"}, "quorum.listener.name",
+     "quorum.listener.name PLAINTEXT is also in listeners: the quorum listener is a port of "
+     "its own (quorum.listener); give it another name"),
+    ({"quorum.listener.name": "CONTROLLER",
+      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,QUORUM:SSL"},
+     "listener.security.protocol.map", "listener.security.protocol.map names QUORUM, which "
+                                       "is not in listeners (PLAINTEXT, CONTROLLER)"),
+    ({"quorum.listener.name": "quo rum"}, "quorum.listener.name",
+     "invalid value 'quo rum' for 'quorum.listener.name': expected listener names of "
+     "letters, digits, '_' and '-' (not 'quo rum')"),
+    ({"quorum.listener.name": ""}, "quorum.listener.name",
+     "invalid value '' for 'quorum.listener.name': expected a non-empty value"),
+    ({"listeners": "PLAINTEXT://:9093"}, "quorum.listener",
+     "quorum.listener and listener PLAINTEXT both listen on port 9093"),
+])
+def test_every_quorum_listener_refusal_names_its_key(keys: dict, key: str, message: str):
+    error = quorum_refused(**keys)
+    assert (error.key, str(error)) == (key, message)
+
+
+def test_zookeeper_mode_has_no_quorum_listener_to_name():
+    error = refused(**{"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,QUORUM:SSL"})
+    assert str(error) == ("listener.security.protocol.map names QUORUM, which is not in "
+                          "listeners (PLAINTEXT)")
+
+
+def test_a_quorum_node_takes_tls_on_both_sides_or_neither(tmp_path: Path):
+    from twisted.internet import task
+
+    from broker_core.raft.config import RaftConfig
+    from broker_core.raft.service import QuorumNode
+
+    _, files = tls_files(tmp_path)
+    with pytest.raises(ValueError, match="both server_tls and peer_tls"):
+        QuorumNode(1, "c", None, tmp_path, RaftConfig(), task.Clock(),
+                   server_tls=load_tls_options(files))
+    node = QuorumNode(1, "c", None, tmp_path, RaftConfig(), task.Clock(),
+                      listener_name="CONTROLLER", server_tls=load_tls_options(files),
+                      peer_tls=load_peer_tls(files))
+    assert (node.factory.listener.name, node.factory.listener.protocol) == (
+        "CONTROLLER", SecurityProtocol.SSL)

@@ -346,9 +346,11 @@ def test_cli_reassign_prints_acceptance_and_done(monkeypatch, tmp_path):
     logins = []
 
     class Fake:
-        def __init__(self, servers: str, timeout_s: float, credential=None) -> None:
+        def __init__(self, servers: str, timeout_s: float, credential=None,
+                     security=None) -> None:
             calls.append(("init", servers, timeout_s))
             logins.append(credential)
+            assert security is None  # no --command-config: plaintext
 
         def __enter__(self):
             return self
@@ -393,6 +395,51 @@ def test_cli_reassign_prints_acceptance_and_done(monkeypatch, tmp_path):
     assert cli.main(["quorum", "describe", "--bootstrap-server", "h:1",
                      "--secret-file", str(secret)]) == 2
     assert len(logins) == 4
+
+
+def test_cli_command_config_gives_the_tls_settings(monkeypatch, tmp_path, capsys):
+    """``--command-config``: SSL and the CA reach a TLS quorum listener; a SASL protocol is
+    bad usage (the quorum's one login is the cluster login), as is a key that is no client
+    security key."""
+    from tests.support.certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    seen = []
+
+    class Fake:
+        def __init__(self, servers: str, timeout_s: float, credential=None,
+                     security=None) -> None:
+            seen.append(security)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def describe(self):
+            return DESCRIBED
+
+    monkeypatch.setattr("consumer_client.quorum_admin.QuorumAdminClient", Fake)
+    config = tmp_path / "tls.properties"
+    config.write_text(f"security.protocol=SSL\nssl.ca.location={pki.cafile}\n")
+    assert cli.main(["quorum", "describe", "--bootstrap-server", "h:1",
+                     "--command-config", str(config)]) == 0
+    assert seen[0].protocol.value == "SSL" and seen[0].ca_location == str(pki.cafile)
+    for text, why in (
+            (f"security.protocol=SASL_SSL\nssl.ca.location={pki.cafile}\n"
+             "sasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=p\n",
+             "use security.protocol=SSL"),
+            ("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=u\n"
+             "sasl.password=p\n", "use security.protocol=PLAINTEXT"),
+            ("bootstrap.servers=x:1\n", "unknown security key")):
+        config.write_text(text)
+        capsys.readouterr()
+        assert cli.main(["quorum", "describe", "--bootstrap-server", "h:1",
+                         "--command-config", str(config)]) == 2
+        err = capsys.readouterr().err
+        assert why in err and str(config) in err, err
+    assert len(seen) == 1  # nothing connected with a refused configuration
 
 
 def test_secret_create_writes_a_private_hex_secret_once(tmp_path, capsys):

@@ -154,3 +154,50 @@ def test_a_brokers_only_listener_refuses_every_acting_api_to_anyone_else():
     proto.dataReceived(frame(apis.encode_request(
         ApiKey.VOTE, 0, 21, "t", wire.request_body(VoteRequest("c", 5, 2, 4, 100)))))
     assert [type(e.message) for e in delivered] == [VoteRequest]
+
+
+# -- the other protocol than the listener's --------------------------------------------------
+
+
+def test_a_tls_handshake_on_the_plaintext_quorum_listener_is_refused_and_explained():
+    """A quorum node whose quorum listener is SSL reaching a node where it is PLAINTEXT: its
+    ClientHello is refused (as a Kafka frame it would be over 350 MB) with advice naming the
+    setting every node must agree on; nothing reaches the node."""
+    from twisted.logger import capturedLogs
+
+    transport, proto, inbound, delivered, _ = make()
+    client_hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32)
+    with capturedLogs() as events:
+        proto.dataReceived(client_hello)
+    assert transport.disconnecting and transport.value() == b"" and delivered == []
+    lines = [e["log_format"].format(**e) for e in events]
+    assert any("a TLS handshake on the plaintext listener PLAINTEXT" in line
+               and "quorum.listener.name" in line for line in lines), lines
+
+
+def test_a_failed_handshake_on_the_tls_quorum_listener_is_explained():
+    """On an SSL quorum listener a handshake that fails before it completes is logged with
+    OpenSSL's reason, and with the same advice when the peer sent no TLS (a plaintext node); a
+    connection lost otherwise is not logged."""
+    from OpenSSL import SSL
+    from twisted.logger import capturedLogs
+    from twisted.python.failure import Failure
+
+    from broker_core.security.principal import ListenerSettings, SecurityProtocol
+
+    clock = task.Clock()
+    factory = QuorumListenerFactory(
+        QuorumRequestHandler(InboundRequests(NODE), clock, TIMEOUT_S), clock=clock,
+        listener=ListenerSettings("QUORUM", SecurityProtocol.SSL))
+    plaintext = Failure(SSL.Error([("SSL routines", "", "wrong version number")]))
+    untrusted = Failure(SSL.Error([("SSL routines", "", "certificate verify failed")]))
+    with capturedLogs() as events:
+        for reason in (plaintext, untrusted, Failure(ConnectionError("gone"))):
+            proto = factory.buildProtocol(None)
+            proto.makeConnection(StringTransport())
+            proto.connectionLost(reason)
+    lines = [e["log_format"].format(**e) for e in events if "handshake" in e["log_format"]]
+    assert len(lines) == 2, lines
+    assert ("on listener QUORUM failed: wrong version number (a plaintext peer?" in lines[0]
+            and "quorum.listener.name" in lines[0])
+    assert lines[1].endswith("on listener QUORUM failed: certificate verify failed")

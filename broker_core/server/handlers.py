@@ -458,7 +458,7 @@ class RequestHandler(UserAdminApis):
                     "index": p.index,
                     "error_code": _code(error),
                     "base_offset": -1 if r is None else r.base_offset,
-                    "log_append_time_ms": -1,
+                    "log_append_time_ms": -1 if r is None else r.log_append_time_ms,
                     "log_start_offset": -1 if r is None else r.log_start_offset,
                     "record_errors": [] if r is None else [
                         {"batch_index": i, "batch_index_error_message": m}

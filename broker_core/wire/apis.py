@@ -39,6 +39,7 @@ from broker_core.wire.header import (
     write_response_header,
 )
 from broker_core.wire.messages import (
+    alter_configs,
     alter_partition,
     alter_partition_reassignments,
     alter_user_scram_credentials,
@@ -58,6 +59,7 @@ from broker_core.wire.messages import (
     describe_user_scram_credentials,
     discover_brokers,
     fetch,
+    incremental_alter_configs,
     leader_and_isr,
     list_offsets,
     metadata,
@@ -258,8 +260,10 @@ for _key, _module in [
     (ApiKey.CREATE_ACLS, create_acls),
     (ApiKey.DELETE_ACLS, delete_acls),
     (ApiKey.DESCRIBE_CONFIGS, describe_configs),
+    (ApiKey.ALTER_CONFIGS, alter_configs),
     (ApiKey.OFFSET_FOR_LEADER_EPOCH, offset_for_leader_epoch),
     (ApiKey.CREATE_PARTITIONS, create_partitions),
+    (ApiKey.INCREMENTAL_ALTER_CONFIGS, incremental_alter_configs),
     (ApiKey.ALTER_PARTITION, alter_partition),
     (ApiKey.BROKER_HEARTBEAT, broker_heartbeat),
     (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, describe_user_scram_credentials),

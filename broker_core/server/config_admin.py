@@ -36,6 +36,9 @@ from broker_core.config_changes import (
     apply_full,
     apply_incremental,
 )
+from broker_core.security.acl import AclOperation
+from broker_core.security.acl import ResourceType as AclResourceType
+from broker_core.server.authorization import Access
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages.describe_configs import ResourceType
 
@@ -99,6 +102,23 @@ class ConfigAdmin:
                 result["error_message"] = f"could not alter the configs: {e}"
             responses.append(result)
         return {"throttle_time_ms": 0, "responses": responses}
+
+
+def config_refusal(access: Access, op: AclOperation) -> Refuse | None:
+    """The per-resource ACL check of the config APIs: ``op`` on the topic
+    (TOPIC_AUTHORIZATION_FAILED), or on the cluster for a broker resource
+    (CLUSTER_AUTHORIZATION_FAILED); None when the connection is not restricted."""
+    if access.unrestricted:
+        return None
+
+    def refuse(res: Any) -> ErrorCode | None:
+        if res.resource_type == ResourceType.TOPIC:
+            if not access.allows(op, AclResourceType.TOPIC, res.resource_name):
+                return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif not access.allows_cluster(op):
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return None
+    return refuse
 
 
 def _kind(res: Any) -> Any:

@@ -39,7 +39,7 @@ from broker_core.server.authorization import (
     is_control_plane,
     may_manage_users,
 )
-from broker_core.server.config_admin import ConfigAdmin
+from broker_core.server.config_admin import ConfigAdmin, config_refusal
 from broker_core.server.describe_configs import describe_configs
 from broker_core.server.protocol import NO_RESPONSE
 from broker_core.server.user_admin import UserAdminApis
@@ -659,32 +659,15 @@ class RequestHandler(UserAdminApis):
     async def describe_configs(self, header: Any, body: Any, access: Access) -> dict:
         return await describe_configs(body, version=header.api_version, store=self.store,
                                       broker_config=self.config, broker_id=self.broker_id,
-                                      refuse=self._config_refusal(
-                                          access, AclOperation.DESCRIBE_CONFIGS))
+                                      refuse=config_refusal(access, AclOperation.DESCRIBE_CONFIGS))
 
     async def alter_configs(self, header: Any, body: Any, access: Access) -> dict:
         return await self.config_admin.alter_configs(
-            body, self._config_refusal(access, AclOperation.ALTER_CONFIGS))
+            body, config_refusal(access, AclOperation.ALTER_CONFIGS))
 
     async def incremental_alter_configs(self, header: Any, body: Any, access: Access) -> dict:
         return await self.config_admin.incremental_alter_configs(
-            body, self._config_refusal(access, AclOperation.ALTER_CONFIGS))
-
-    @staticmethod
-    def _config_refusal(access: Access, op: AclOperation
-                        ) -> Callable[[Any], ErrorCode | None] | None:
-        """``op`` on the topic, or on the cluster for a broker resource; None: no checks."""
-        if access.unrestricted:
-            return None
-
-        def refuse(res: Any) -> ErrorCode | None:
-            if res.resource_type == 2:  # TOPIC
-                if not access.allows(op, ResourceType.TOPIC, res.resource_name):
-                    return ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif not access.allows_cluster(op):
-                return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-            return None
-        return refuse
+            body, config_refusal(access, AclOperation.ALTER_CONFIGS))
 
     # -- ACLs (Kafka's DescribeAcls / CreateAcls / DeleteAcls) ------------------------------------
 

@@ -409,8 +409,14 @@ class BrokerService(service.Service):
 
     def _on_metadata_update(self, topics: set[str]) -> None:
         # Every topic in the metadata gets a watch on its overrides; its first delivery reads
-        # them (unless a LeaderAndIsr read them already), each later one applies a change.
-        self.dynamic_configs.watch_topics(topics)
+        # them (unless a LeaderAndIsr read them already), each later one applies a change. A
+        # topic gone from the metadata (deleted) loses its watch and its overrides, so a topic
+        # of the same name created later starts from its own.
+        gone = {t for t in topics if t not in self.cache.topics}
+        self.dynamic_configs.forget_topics(gone)
+        for t in gone:
+            self.topic_configs.pop(t, None)
+        self.dynamic_configs.watch_topics(topics - gone)
 
     # -- start ---------------------------------------------------------------------------------
 

@@ -1,9 +1,9 @@
 """A broker's view of the dynamic configs (:mod:`broker_core.config_changes`), kept current by
 watches so that AlterConfigs applies on every broker while it runs.
 
-- Per topic: a data watch on ``/config/topics/[topic]`` for every topic the broker has seen in
-  its metadata; each delivery (the first one included) hands the topic's overrides to
-  ``on_topic`` (an empty mapping once the node is gone).
+- Per topic: a data watch on ``/config/topics/[topic]`` for every topic in the broker's
+  metadata (cancelled when the topic leaves it); each delivery (the first one included) hands
+  the topic's overrides to ``on_topic`` (an empty mapping once the node is gone).
 - Broker-level: data watches on ``/config/brokers/<default>`` and ``/config/brokers/[own id]``;
   each delivery hands the merged dynamic broker configs (this broker's own over the
   cluster-wide defaults) to ``on_broker``.
@@ -92,6 +92,13 @@ class DynamicConfigWatcher:
             self._topic_watches[topic] = self.store.watch_data(
                 path, lambda data, stat, topic=topic, path=path:
                 self.on_topic(topic, _decode(path, data)))
+
+    def forget_topics(self, topics: Iterable[str]) -> None:
+        """Cancel the watches of deleted topics (a recreated one is watched anew)."""
+        for topic in topics:
+            w = self._topic_watches.pop(topic, None)
+            if w is not None:
+                w.cancel()
 
     @property
     def watched_topics(self) -> frozenset[str]:

@@ -219,3 +219,20 @@ async def test_refusals_name_the_key_and_change_nothing(brokers):
         ErrorCode.INVALID_CONFIG, "topic config key 'message.timestamp.difference.max.ms' is not "
         "supported: the leader does not check record timestamps against its clock")
     assert await b.store.exists(paths.topic("refused")) is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_recreated_topic_starts_from_its_own_configs(brokers):
+    await replicated(brokers, "reborn", configs=[("retention.ms", "1000000")])
+    assert await alter(brokers[0], (TOPIC, "reborn", {"retention.ms": "2000000"})) == [(0, None)]
+    await eventually(lambda: all(log.config.retention_ms == 2000000
+                                 for log in logs(brokers, "reborn")), what="the change")
+    resp = await call(brokers[0], ApiKey.DELETE_TOPICS, 5, {"topic_names": ["reborn"],
+                                                            "timeout_ms": 10000})
+    assert resp.responses[0].error_code == 0
+    await eventually(lambda: not any("reborn" in b.cache.topics or "reborn" in b.topic_configs
+                                     for b in brokers), what="the topic gone everywhere")
+    await replicated(brokers, "reborn")
+    await eventually(lambda: all(log.config.retention_ms == 7 * 24 * 3600 * 1000
+                                 for log in logs(brokers, "reborn")),
+                     what="the recreated topic on the broker defaults")

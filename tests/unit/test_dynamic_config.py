@@ -100,10 +100,18 @@ def test_watcher_delivers_each_topic_change_and_the_merged_broker_configs(clock,
     run(clock, store.set(paths.topic_config("t"), b"not json"))
     run(clock, task.deferLater(clock, 0.1, lambda: None))
     assert topics[-1] == ("t", {})
+    # A forgotten (deleted) topic's watch is cancelled; watching it again reads it anew.
+    w.forget_topics(["t", "never-watched"])
+    run(clock, store.set(paths.topic_config("t"), paths.TopicConfig({"x": "1"}).to_bytes()))
+    run(clock, task.deferLater(clock, 0.1, lambda: None))
+    assert topics[-1] == ("t", {}) and w.watched_topics == frozenset()
+    w.watch_topics(["t"])
+    run(clock, task.deferLater(clock, 0.1, lambda: None))
+    assert topics[-1] == ("t", {"x": "1"})
     w.stop()
     run(clock, store.set(paths.topic_config("t"), paths.TopicConfig({"a": "b"}).to_bytes()))
     run(clock, task.deferLater(clock, 0.1, lambda: None))
-    assert topics[-1] == ("t", {})  # stopped: no more deliveries
+    assert topics[-1] == ("t", {"x": "1"})  # stopped: no more deliveries
 
 
 def test_effective_broker_config_keeps_only_dynamic_keys_with_good_values():

@@ -186,8 +186,13 @@ def test_kafka_python_alter_and_describe(cluster):
         result = client.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, topic)], include_synonyms=True,
             config_filter="all")
-        text = repr(result)
-        assert "retention.ms" in text and "7200000" in text
+        configs = result["topic"][topic]
+        assert configs["retention.ms"]["value"] == "7200000"
+        assert configs["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+        assert [(x["name"], x["source"]) for x in configs["retention.ms"]["synonyms"]] == [
+            ("retention.ms", "DYNAMIC_TOPIC_CONFIG"), ("log.retention.ms", "DEFAULT_CONFIG")]
+        assert configs["cleanup.policy"]["config_type"] == "LIST"  # v3+
+        assert configs["segment.bytes"]["value"] == "1073741824"
         client.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
                                              configs={"retention.ms": "7300000"})],
                              raise_on_unknown=False, incremental=False)

@@ -144,6 +144,19 @@ async def test_dynamic_broker_defaults_reach_every_log_without_its_own_override(
                      == 777000, what="the broker's own dynamic config")
     assert [b.replicas.get_partition("plain", 0).log.config.retention_ms
             for b in brokers[:2]] == [12345000, 12345000]
+    # min.insync.replicas: produce checks follow the dynamic value at once.
+    assert await incremental(brokers[0], (BROKER, "", [("min.insync.replicas", SET, "4")])) == \
+        [(0, None)]
+    leader = leader_of(brokers, "plain", 0)
+    await eventually(lambda: leader.effective_config.min_insync_replicas == 4,
+                     what="the dynamic min.insync.replicas on the leader")
+    resp = await produce(leader, "plain", 0, [b"v"])  # acks=all, three in-sync replicas
+    assert resp.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert await incremental(brokers[0], (BROKER, "", [("min.insync.replicas", DELETE, None)])) \
+        == [(0, None)]
+    await eventually(lambda: leader.effective_config.min_insync_replicas == 1,
+                     what="the static min.insync.replicas again")
+    assert (await produce(leader, "plain", 0, [b"v"])).error_code == 0
     # AlterConfigs replaces the whole set: an empty set removes the defaults.
     assert await alter(brokers[1], (BROKER, "", {})) == [(0, None)]
     await eventually(lambda: brokers[0].replicas.get_partition("plain", 0).log.config

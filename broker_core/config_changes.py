@@ -166,9 +166,11 @@ def apply_incremental(kind: EntityKind, current: Mapping[str, str], changes: lis
             raise ConfigChangeError(ErrorCode.INVALID_REQUEST,
                                     f"unknown config operation {c.op} for {c.name!r} "
                                     "(0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT)") from None
+        if op is OpType.DELETE and c.name in out:
+            del out[c.name]  # even a key Sluice does not know (written by another tool)
+            continue
         _known(kind, c.name)
         if op is OpType.DELETE:
-            out.pop(c.name, None)
             continue
         if c.value is None:
             raise _invalid(f"{op.name} of {c.name!r} needs a value")

@@ -61,6 +61,13 @@ def test_incremental_set_delete_keep_the_rest():
     assert current == {"retention.ms": "1000", "segment.bytes": "2048"}  # not modified
 
 
+def test_delete_removes_a_stored_key_sluice_does_not_know():
+    """Another tool may have stored one; DELETE cleans it up, SET of it is still refused."""
+    assert apply_incremental(TOPIC, {"x.future": "1", "retention.ms": "5"},
+                             [Change("x.future", None, DELETE)], defaults={}) == {
+        "retention.ms": "5"}
+
+
 def test_append_and_subtract_work_on_list_keys_from_their_default():
     defaults = {"cleanup.policy": "delete"}
     # Appending what is there already changes nothing; starting from the default.

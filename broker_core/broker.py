@@ -789,7 +789,7 @@ class BrokerService(service.Service):
 
 _LOG_KEYS = {"segment.bytes", "segment.ms", "retention.bytes", "retention.ms", "flush.messages",
              "flush.ms", "index.interval.bytes", "max.message.bytes", "compression.type",
-             "message.timestamp.type"}
+             "message.timestamp.type", "message.timestamp.difference.max.ms"}
 
 
 def _sleep(clock: Any, seconds: float) -> defer.Deferred:

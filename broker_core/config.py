@@ -1083,6 +1083,11 @@ TOPIC_CONFIG_KEYS: dict[str, TopicKey] = _topic_keys(
              "Bytes of log between two offset index entries."),
     TopicKey("max.message.bytes", integer(0, INT_MAX), _T.INT, "message.max.bytes",
              "The largest record batch the leader accepts (after decompression as well)."),
+    TopicKey("message.timestamp.difference.max.ms", integer(0), _T.LONG,
+             "log.message.timestamp.difference.max.ms",
+             "With CreateTime, the most a record's timestamp may differ from the leader's clock; "
+             "a batch with a record further off is refused with INVALID_TIMESTAMP "
+             "(9223372036854775807: no check).", str(LONG_MAX)),
     TopicKey("message.timestamp.type", one_of(*TIMESTAMP_TYPES), _T.STRING,
              "log.message.timestamp.type",
              "'CreateTime' keeps the producer's timestamps; 'LogAppendTime' makes the leader "
@@ -1107,12 +1112,10 @@ TOPIC_CONFIG_KEYS: dict[str, TopicKey] = _topic_keys(
 
 #: Keys Kafka has that Sluice refuses, with the reason given to whoever sets one.
 UNSUPPORTED_TOPIC_KEYS: dict[str, str] = {
-    "message.timestamp.difference.max.ms": "the leader does not check record timestamps "
-                                           "against its clock",
-    "message.timestamp.before.max.ms": "the leader does not check record timestamps "
-                                       "against its clock",
-    "message.timestamp.after.max.ms": "the leader does not check record timestamps against "
-                                      "its clock",
+    "message.timestamp.before.max.ms": "use message.timestamp.difference.max.ms (one bound "
+                                       "either side)",
+    "message.timestamp.after.max.ms": "use message.timestamp.difference.max.ms (one bound "
+                                      "either side)",
     "min.compaction.lag.ms": "Sluice does not compact logs",
     "max.compaction.lag.ms": "Sluice does not compact logs",
     "min.cleanable.dirty.ratio": "Sluice does not compact logs",

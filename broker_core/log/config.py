@@ -24,6 +24,7 @@ _TOPIC_KEYS: dict[str, tuple[str, int, int]] = {
     "index.interval.bytes": ("index_interval_bytes", 0, INT32_MAX),
     "max.message.bytes": ("max_message_bytes", 0, INT32_MAX),
     "segment.index.bytes": ("segment_index_bytes", 8, INT32_MAX),
+    "message.timestamp.difference.max.ms": ("message_timestamp_difference_max_ms", 0, NEVER),
 }
 _BOUNDS = {attr: (key, lo, hi) for key, (attr, lo, hi) in _TOPIC_KEYS.items()}
 # topic config key -> (attribute, the values it may take)
@@ -53,6 +54,9 @@ class LogConfig:
     compression_type: str = "producer"
     #: ``LogAppendTime``: the leader stamps each batch with its clock as it appends it.
     message_timestamp_type: str = "CreateTime"
+    #: With CreateTime, the most a record's timestamp may differ from the leader's clock
+    #: (``NEVER``: no check).
+    message_timestamp_difference_max_ms: int = NEVER
 
     def __post_init__(self) -> None:
         for f in fields(self):

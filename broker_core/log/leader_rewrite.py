@@ -1,5 +1,11 @@
-"""What a leader changes in a produced batch before storing it: the topic's
-``message.timestamp.type`` and ``compression.type`` (Kafka's ``LogValidator`` does the same).
+"""What a leader applies to a produced batch for its topic before storing it:
+``message.timestamp.difference.max.ms`` (a check), ``message.timestamp.type`` and
+``compression.type`` (changes), as Kafka's ``LogValidator`` does.
+
+:func:`check_timestamps` refuses a batch (INVALID_TIMESTAMP, naming the record) when, with
+CreateTime, a record's timestamp differs from the leader's clock by more than the topic allows
+(a record without a timestamp, -1, is not checked). It decodes the records only when the topic
+sets a bound, within the same decompression bound as the validator.
 
 :func:`rewrite_for_topic` takes a record set whose batches were already checked (offsets
 stamped, every record validated by :mod:`broker_core.log.validator`) and returns the bytes to
@@ -27,6 +33,8 @@ import struct
 
 import crc32c
 
+from broker_core.log.config import NEVER
+from broker_core.log.validator import InvalidRecords
 from broker_core.wire.compression import compress, decompress
 from broker_core.wire.records import (
     HEADER_SIZE,
@@ -34,6 +42,7 @@ from broker_core.wire.records import (
     BatchInfo,
     Compression,
     InvalidRecordBatch,
+    decode_batch,
     iter_batches,
 )
 
@@ -53,6 +62,29 @@ class BatchTooLargeAfterRewrite(InvalidRecordBatch):
     """A batch the topic's codec makes larger than ``max.message.bytes`` -> MESSAGE_TOO_LARGE."""
 
     error_code_name = "MESSAGE_TOO_LARGE"
+
+
+_NO_TIMESTAMP = -1
+
+
+def check_timestamps(data: bytes | bytearray, infos: list[BatchInfo], *, timestamp_type: str,
+                     max_difference_ms: int, now_ms: int, max_batch_bytes: int) -> None:
+    """Refuse (:class:`~broker_core.log.validator.InvalidRecords`, INVALID_TIMESTAMP) the first
+    batch with a record whose timestamp is more than ``max_difference_ms`` from ``now_ms``;
+    nothing to check with LogAppendTime or without a bound (``NEVER``, Kafka's default)."""
+    if timestamp_type != "CreateTime" or max_difference_ms >= NEVER:
+        return
+    for info in infos:
+        for index, record in enumerate(decode_batch(data, info,
+                                                    max_decompressed_bytes=max_batch_bytes)):
+            ts = record.timestamp
+            if ts != _NO_TIMESTAMP and abs(ts - now_ms) > max_difference_ms:
+                what = (f"timestamp {ts} is {abs(ts - now_ms)} ms from the leader's clock; "
+                        f"message.timestamp.difference.max.ms is {max_difference_ms}")
+                raise InvalidRecords(
+                    f"record {index} of the batch at offset {info.base_offset}: {what}",
+                    record_index=index, record_message=what,
+                    error_code_name="INVALID_TIMESTAMP")
 
 
 def target_codec(compression_type: str, produced: Compression) -> Compression:

@@ -226,11 +226,11 @@ async def test_refusals_name_the_key_and_change_nothing(brokers):
     # CreateTopics refuses an unsupported key with the reason, and creates nothing.
     resp = await call(b, ApiKey.CREATE_TOPICS, 5, {"topics": [
         {"name": "refused", "num_partitions": 1, "replication_factor": 1, "assignments": [],
-         "configs": [{"name": "message.timestamp.difference.max.ms", "value": "1000"}]}],
+         "configs": [{"name": "message.timestamp.after.max.ms", "value": "1000"}]}],
         "timeout_ms": 5000, "validate_only": False})
     assert (resp.topics[0].error_code, resp.topics[0].error_message) == (
-        ErrorCode.INVALID_CONFIG, "topic config key 'message.timestamp.difference.max.ms' is not "
-        "supported: the leader does not check record timestamps against its clock")
+        ErrorCode.INVALID_CONFIG, "topic config key 'message.timestamp.after.max.ms' is not "
+        "supported: use message.timestamp.difference.max.ms (one bound either side)")
     assert await b.store.exists(paths.topic("refused")) is None
 
 
@@ -249,3 +249,24 @@ async def test_a_recreated_topic_starts_from_its_own_configs(brokers):
     await eventually(lambda: all(log.config.retention_ms == 7 * 24 * 3600 * 1000
                                  for log in logs(brokers, "reborn")),
                      what="the recreated topic on the broker defaults")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_record_too_far_from_the_leaders_clock_is_refused(brokers):
+    await replicated(brokers, "clocked", configs=[("message.timestamp.difference.max.ms",
+                                                   "3600000")])
+    leader = leader_of(brokers, "clocked", 0)
+    resp = await produce(leader, "clocked", 0, [b"old"])  # timestamp 1000: 1970
+    assert resp.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert [(e.batch_index, e.batch_index_error_message) for e in resp.record_errors] == [
+        (0, resp.record_errors[0].batch_index_error_message)]
+    assert "message.timestamp.difference.max.ms is 3600000" in \
+        resp.record_errors[0].batch_index_error_message
+    assert leader.replicas.get_partition("clocked", 0).log.log_end_offset == 0
+    # Lifting the bound live lets the same batch in.
+    assert await incremental(brokers[0], (TOPIC, "clocked", [
+        ("message.timestamp.difference.max.ms", DELETE, None)])) == [(0, None)]
+    await eventually(lambda: leader.replicas.get_partition("clocked", 0).log.config
+                     .message_timestamp_difference_max_ms == (1 << 63) - 1,
+                     what="the bound lifted on the leader")
+    assert (await produce(leader, "clocked", 0, [b"old"])).error_code == 0

@@ -410,9 +410,9 @@ def test_validate_topic_config_normalises():
      "LogAppendTime"),
     ({"delete.retention.ms": "-5"},
      "invalid value '-5' for 'delete.retention.ms': expected an integer ≥ 0"),
-    ({"message.timestamp.difference.max.ms": "1000"},
-     "topic config key 'message.timestamp.difference.max.ms' is not supported: the leader "
-     "does not check record timestamps against its clock"),
+    ({"message.timestamp.before.max.ms": "1000"},
+     "topic config key 'message.timestamp.before.max.ms' is not supported: use "
+     "message.timestamp.difference.max.ms (one bound either side)"),
     ({"min.compaction.lag.ms": "1"},
      "topic config key 'min.compaction.lag.ms' is not supported: Sluice does not compact logs"),
 ])
@@ -461,6 +461,7 @@ def test_topic_defaults_from_broker_keys():
         "compression.type": "producer",
         "delete.retention.ms": "86400000",
         "message.timestamp.type": "CreateTime",
+        "message.timestamp.difference.max.ms": str(LONG_MAX),
     }
     assert list(defaults) == sorted(defaults)  # name order, as DescribeConfigs lists them
     assert validate_topic_config(defaults) == defaults  # defaults pass the topic checks

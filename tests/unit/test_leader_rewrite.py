@@ -8,7 +8,12 @@ import os
 import pytest
 
 from broker_core.log import Log, LogConfig
-from broker_core.log.leader_rewrite import BatchTooLargeAfterRewrite, rewrite_for_topic
+from broker_core.log.leader_rewrite import (
+    BatchTooLargeAfterRewrite,
+    check_timestamps,
+    rewrite_for_topic,
+)
+from broker_core.log.validator import InvalidRecords
 from broker_core.wire.compression import DecompressedTooLarge
 from broker_core.wire.records import (
     TIMESTAMP_CREATE_TIME,
@@ -141,3 +146,46 @@ def test_refused_rewrite_appends_nothing(tmp_path):
     with pytest.raises(BatchTooLargeAfterRewrite):
         log.append_as_leader(data, 0)
     assert log.log_end_offset == 0 and log.size_bytes == 0
+
+
+# -- message.timestamp.difference.max.ms ---------------------------------------------------------
+
+
+def stamped_batch(*timestamps: int, codec: Compression = Compression.NONE) -> bytes:
+    return build_batch([Record(None, b"v", [], ts) for ts in timestamps], compression=codec)
+
+
+def check(data: bytes, **kw) -> None:
+    kw.setdefault("timestamp_type", "CreateTime")
+    kw.setdefault("now_ms", NOW)
+    kw.setdefault("max_batch_bytes", 1 << 20)
+    check_timestamps(data, list(iter_batches(data)), **kw)
+
+
+def test_timestamps_within_the_bound_pass_and_the_first_beyond_it_is_named():
+    ok = stamped_batch(NOW - 1000, NOW + 1000)
+    check(ok, max_difference_ms=1000)
+    bad = ok + stamped_batch(NOW, NOW - 500, NOW + 1001, codec=Compression.SNAPPY)
+    with pytest.raises(InvalidRecords) as info:
+        check(bad, max_difference_ms=1000)
+    assert info.value.error_code_name == "INVALID_TIMESTAMP"
+    assert info.value.record_errors == [(2, "timestamp 1800000001001 is 1001 ms from the "
+                                            "leader's clock; message.timestamp.difference.max.ms "
+                                            "is 1000")]
+
+
+def test_no_check_without_a_bound_with_log_append_time_or_for_a_record_without_timestamp():
+    far = stamped_batch(1000)
+    check(far, max_difference_ms=(1 << 63) - 1)
+    check(far, max_difference_ms=0, timestamp_type="LogAppendTime")
+    check(stamped_batch(-1), max_difference_ms=0)
+
+
+def test_log_refuses_a_batch_too_far_from_its_clock_and_appends_nothing(tmp_path):
+    time = ManualTime(NOW)
+    log = Log.open(tmp_path / "t-0", LogConfig(message_timestamp_difference_max_ms=60_000),
+                   time_ms=time)
+    with pytest.raises(InvalidRecords):
+        log.append_as_leader(stamped_batch(NOW - 60_001), 0)
+    assert log.log_end_offset == 0
+    assert log.append_as_leader(stamped_batch(NOW - 60_000), 0).record_count == 1

@@ -48,6 +48,7 @@ from broker_core.config import BrokerConfig, ConfigError
 from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerHeartbeatSender
 from broker_core.controller.shutdown import controlled_shutdown
+from broker_core.dynamic_config import DynamicConfigWatcher, effective_broker_config
 from broker_core.log import LogConfig, LogManager, meta_properties
 from broker_core.metadata import AuthFailed, NodeExists, NoNode, NotAuthorized, SessionState
 from broker_core.metadata_cache import MetadataCache
@@ -144,9 +145,16 @@ class BrokerService(service.Service):
         self.log_dirs = config.log_dir_paths()
         #: The first log directory (the quorum's data defaults into it).
         self.log_dir = self.log_dirs[0]
+        #: The static configuration with the dynamic broker configs applied
+        #: (broker_core.dynamic_config); what the logs' defaults and produce checks use.
+        self.effective_config = config
         self.default_log_config = log_config_from(config)
         self.topic_configs: dict[str, dict[str, str]] = {}
-        self._config_reads: set[str] = set()  # topics whose overrides are being read
+        #: Keeps ``topic_configs`` and ``effective_config`` equal to the store's dynamic
+        #: configs, so AlterConfigs applies here while the broker runs.
+        self.dynamic_configs = DynamicConfigWatcher(
+            self.store, self.broker_id, on_topic=self._on_topic_config,
+            on_broker=self._on_dynamic_broker_config)
         self.log_manager = LogManager(self.log_dirs, self.default_log_config,
                                       time_ms=lambda: int(self.clock.seconds() * 1000),
                                       max_open_segments=config.log_open_segments_max)
@@ -325,19 +333,53 @@ class BrokerService(service.Service):
     # -- configuration -------------------------------------------------------------------------
 
     def _topic_log_config(self, topic: str) -> LogConfig:
+        """The topic's overrides over the broker's (dynamic) defaults. An override the log
+        cannot take (written to the store by another tool) is left out and reported, so one bad
+        value neither stops the partition nor hides the topic's other settings."""
         overrides = self.topic_configs.get(topic, {})
         log_keys = {k: v for k, v in overrides.items() if k in _LOG_KEYS}
-        return LogConfig.from_topic_config(self.default_log_config, log_keys)
+        try:
+            return LogConfig.from_topic_config(self.default_log_config, log_keys)
+        except ValueError:
+            good = {}
+            for k, v in log_keys.items():
+                try:
+                    LogConfig.from_topic_config(self.default_log_config, {k: v})
+                    good[k] = v
+                except ValueError as e:
+                    self.log.warn("topic {t}: ignoring its config {k}={v!r}: {e}", t=topic, k=k,
+                                  v=v, e=e)
+            return LogConfig.from_topic_config(self.default_log_config, good)
 
     def _min_insync_replicas(self, topic: str) -> int:
         value = self.topic_configs.get(topic, {}).get("min.insync.replicas")
-        return self.config.min_insync_replicas if value is None else int(value)
+        if value is not None and value.strip().isdigit() and int(value) >= 1:
+            return int(value)
+        return self.effective_config.min_insync_replicas
 
     def _unclean_allowed(self, topic: str) -> bool:
         value = self.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
         if value is None:
-            return bool(self.config.unclean_leader_election_enable)
+            return bool(self.effective_config.unclean_leader_election_enable)
         return value.lower() == "true"
+
+    def _on_topic_config(self, topic: str, overrides: dict[str, str]) -> None:
+        """A topic's overrides changed in the store (or were read for the first time)."""
+        if self.topic_configs.get(topic) == overrides:
+            return
+        self.topic_configs[topic] = overrides
+        self.replicas.update_topic_config(topic)
+
+    def _on_dynamic_broker_config(self, dynamic: dict[str, str]) -> None:
+        """The dynamic broker configs changed: new defaults for every log without its own
+        override, and for produce checks and elections."""
+        self.effective_config, ignored = effective_broker_config(self.config, dynamic)
+        for key, why in ignored.items():
+            self.log.warn("ignoring the dynamic broker config {k}: {why}", k=key, why=why)
+        self.default_log_config = log_config_from(self.effective_config)
+        self.log.info("dynamic broker configs now {d}", d=dynamic)
+        for topic in {t for t, _ in self.replicas.partitions}:
+            self.replicas.update_topic_config(topic)
 
     async def _load_topic_config(self, topic: str) -> None:
         try:
@@ -352,6 +394,7 @@ class BrokerService(service.Service):
         topic's own settings and produces are checked against its own
         ``min.insync.replicas``: a produce that came between the two was once checked against
         the broker's default (acks=all with one replica of a topic that asks for two)."""
+        self.dynamic_configs.watch_topics(topics)  # later changes come through the watches
         unknown = sorted(topics - self.topic_configs.keys())
         if not unknown:
             return
@@ -371,17 +414,15 @@ class BrokerService(service.Service):
                               "defaults: {e}", t=t, e=e)
 
     def _on_metadata_update(self, topics: set[str]) -> None:
-        # Per-topic overrides are read when a topic first appears in the metadata (unless
-        # a LeaderAndIsr read them already); a failed read is tried again at the next update.
-        for t in topics:
-            if t in self.topic_configs or t in self._config_reads:
-                continue
-            self._config_reads.add(t)
-            d = defer.Deferred.fromCoroutine(self._load_topic_config(t))
-            d.addCallback(lambda _, t=t: self.replicas.update_topic_config(t))
-            d.addErrback(lambda f, t=t: self.log.warn(
-                "could not read the config of topic {t}: {e}", t=t, e=f.getErrorMessage()))
-            d.addBoth(lambda _, t=t: self._config_reads.discard(t))
+        # Every topic in the metadata gets a watch on its overrides; its first delivery reads
+        # them (unless a LeaderAndIsr read them already), each later one applies a change. A
+        # topic gone from the metadata (deleted) loses its watch and its overrides, so a topic
+        # of the same name created later starts from its own.
+        gone = {t for t in topics if t not in self.cache.topics}
+        self.dynamic_configs.forget_topics(gone)
+        for t in gone:
+            self.topic_configs.pop(t, None)
+        self.dynamic_configs.watch_topics(topics - gone)
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -465,6 +506,7 @@ class BrokerService(service.Service):
         self._claim_log_dir(self.cluster_id)
         # Before listening: a login that comes at once is checked against every user.
         await self.users.start()
+        self.dynamic_configs.start()
         self.handler.cluster_id = self.cluster_id
         self.log_manager.load()
         self._logs_loaded = True
@@ -725,6 +767,7 @@ class BrokerService(service.Service):
         except Exception:
             self.log.failure("controller stop failed")
         self.users.stop()
+        self.dynamic_configs.stop()
         if self.acl_cache is not None:
             self.acl_cache.stop()
         try:
@@ -753,7 +796,8 @@ class BrokerService(service.Service):
 
 
 _LOG_KEYS = {"segment.bytes", "segment.ms", "retention.bytes", "retention.ms", "flush.messages",
-             "flush.ms", "index.interval.bytes", "max.message.bytes"}
+             "flush.ms", "index.interval.bytes", "max.message.bytes", "compression.type",
+             "message.timestamp.type", "message.timestamp.difference.max.ms"}
 
 
 def _sleep(clock: Any, seconds: float) -> defer.Deferred:

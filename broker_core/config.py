@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_core.security.acl import parse_super_users
+from broker_core.wire.messages.describe_configs import ConfigType
 
 INT_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
@@ -45,6 +46,17 @@ def _bad(key: str, raw: str, expected: str) -> ConfigError:
     return ConfigError(f"invalid value {raw!r} for {key!r}: expected {expected}", key)
 
 
+def config_type_of(parse: Parser) -> ConfigType:
+    """The Kafka type a parser's values have (DescribeConfigs v3+ ``config_type``); a parser
+    says so in its ``config_type`` attribute, text is the rest."""
+    return getattr(parse, "config_type", ConfigType.STRING)
+
+
+def _typed(parse: Parser, config_type: ConfigType) -> Parser:
+    parse.config_type = config_type  # type: ignore[attr-defined]
+    return parse
+
+
 def integer(lo: int, hi: int = LONG_MAX, *, what: str | None = None) -> Parser:
     """An integer in ``[lo, hi]`` (Kafka's ``atLeast``; ``hi`` is the Java type's maximum)."""
     expected = what or f"an integer ≥ {lo}"
@@ -60,7 +72,7 @@ def integer(lo: int, hi: int = LONG_MAX, *, what: str | None = None) -> Parser:
         if value > hi:
             raise _bad(key, raw, f"an integer ≤ {hi}")
         return value
-    return parse
+    return _typed(parse, ConfigType.INT if hi <= INT_MAX else ConfigType.LONG)
 
 
 def long_or_none(lo: int) -> Parser:
@@ -71,7 +83,7 @@ def long_or_none(lo: int) -> Parser:
     def parse(key: str, raw: str) -> int | None:
         value = parse_int(key, raw)
         return None if value >= (1 << 62) else value
-    return parse
+    return _typed(parse, ConfigType.LONG)
 
 
 def boolean(key: str, raw: str) -> bool:
@@ -80,6 +92,9 @@ def boolean(key: str, raw: str) -> bool:
     if text in ("true", "false"):
         return text == "true"
     raise _bad(key, raw, "true or false")
+
+
+boolean.config_type = ConfigType.BOOLEAN  # type: ignore[attr-defined]
 
 
 def text(key: str, raw: str) -> str:
@@ -334,6 +349,12 @@ def _check_metadata_store(attrs: dict[str, Any]) -> None:
             raise ConfigError(f"quorum.listener {listener} does not match this broker's "
                               f"entry {own} in quorum.voters (the voters reach it there)",
                               "quorum.listener")
+
+
+# Kafka declares these as lists (DescribeConfigs reports their type so).
+for _parser in (principal_list, sasl_mechanisms, listeners_value, directories,
+                per_ip_overrides):
+    _typed(_parser, ConfigType.LIST)
 
 
 # -- key declarations ------------------------------------------------------------------------------
@@ -1018,54 +1039,157 @@ def cleanup_policy(key: str, raw: str) -> str:
     raise _bad(key, raw, "'delete'")
 
 
-#: The per-topic keys Sluice accepts (CreateTopics configs, ``--config`` of the admin client),
-#: each with its check.
-TOPIC_CONFIG_KEYS: dict[str, Parser] = {
-    "retention.ms": integer(-1, what="an integer ≥ -1 (-1: no limit)"),
-    "retention.bytes": integer(-1, what="an integer ≥ -1 (-1: no limit)"),
-    "segment.bytes": integer(14, INT_MAX),
-    "segment.ms": integer(1),
-    "flush.messages": integer(1),
-    "flush.ms": integer(0),
-    "max.message.bytes": integer(0, INT_MAX),
-    "min.insync.replicas": integer(1, INT_MAX),
-    "unclean.leader.election.enable": boolean,
-    "cleanup.policy": cleanup_policy,
-    "index.interval.bytes": integer(0, INT_MAX),
+def one_of(*choices: str, fold_case: bool = False) -> Parser:
+    """One of ``choices``, spelled as listed (any case with ``fold_case``, normalised to the
+    listed spelling)."""
+    by_text = {(c.lower() if fold_case else c): c for c in choices}
+
+    def parse(key: str, raw: str) -> str:
+        text = raw.strip()
+        found = by_text.get(text.lower() if fold_case else text)
+        if found is None:
+            raise _bad(key, raw, "one of " + ", ".join(choices))
+        return found
+    return parse
+
+
+#: ``compression.type``: ``producer`` keeps the producer's codec; any other value makes the
+#: leader store every batch with that codec (``uncompressed`` is Kafka's spelling of none).
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+@dataclass(frozen=True)
+class TopicKey:
+    """One per-topic config key, the single description every topic API uses (CreateTopics
+    and the AlterConfigs APIs validate with ``parse``; DescribeConfigs reports ``config_type``,
+    ``synonym`` and ``doc``; the broker builds each log's settings from the effective values).
+
+    ``synonym`` is Kafka's broker-level key a topic without an override falls back to;
+    ``builtin`` is the value when Sluice has no such broker key (``synonym`` not in
+    :data:`BROKER_KEYS`): it then always has Kafka's default. ``doc`` says what the key does
+    in Sluice (``docs/configuration.md`` repeats it); a key stored without effect says so."""
+
+    name: str
+    parse: Parser
+    config_type: ConfigType
+    synonym: str
+    doc: str
+    builtin: str | None = None
+
+
+def _topic_keys(*keys: TopicKey) -> dict[str, TopicKey]:
+    return {k.name: k for k in keys}
+
+
+_NO_LIMIT = "an integer ≥ -1 (-1: no limit)"
+_T = ConfigType
+
+#: The per-topic keys Sluice accepts, in name order (DescribeConfigs reports them so).
+TOPIC_CONFIG_KEYS: dict[str, TopicKey] = _topic_keys(
+    TopicKey("cleanup.policy", cleanup_policy, _T.LIST, "log.cleanup.policy",
+             "How old log segments are discarded: 'delete' removes them by retention.ms and "
+             "retention.bytes (Sluice does not compact, so 'compact' is refused).", "delete"),
+    TopicKey("compression.type", one_of(*COMPRESSION_TYPES), _T.STRING, "compression.type",
+             "The codec the leader stores batches with: 'producer' keeps the producer's; "
+             "'uncompressed', 'gzip', 'snappy', 'lz4' or 'zstd' makes the leader recompress "
+             "every batch that arrives with another codec.", "producer"),
+    TopicKey("delete.retention.ms", integer(0), _T.LONG, "log.cleaner.delete.retention.ms",
+             "How long delete tombstones are kept by a compacted log. Stored and described; "
+             "no effect in Sluice, which does not compact.", "86400000"),
+    TopicKey("flush.messages", integer(1), _T.LONG, "log.flush.interval.messages",
+             "Force an fsync after this many messages are appended "
+             "(9223372036854775807: leave it to the operating system)."),
+    TopicKey("flush.ms", integer(0), _T.LONG, "log.flush.interval.ms",
+             "Force an fsync when the oldest unflushed message is this old "
+             "(9223372036854775807: leave it to the operating system)."),
+    TopicKey("index.interval.bytes", integer(0, INT_MAX), _T.INT, "log.index.interval.bytes",
+             "Bytes of log between two offset index entries."),
+    TopicKey("max.message.bytes", integer(0, INT_MAX), _T.INT, "message.max.bytes",
+             "The largest record batch the leader accepts (after decompression as well)."),
+    TopicKey("message.timestamp.difference.max.ms", integer(0), _T.LONG,
+             "log.message.timestamp.difference.max.ms",
+             "With CreateTime, the most a record's timestamp may differ from the leader's clock; "
+             "a batch with a record further off is refused with INVALID_TIMESTAMP "
+             "(9223372036854775807: no check).", str(LONG_MAX)),
+    TopicKey("message.timestamp.type", one_of(*TIMESTAMP_TYPES), _T.STRING,
+             "log.message.timestamp.type",
+             "'CreateTime' keeps the producer's timestamps; 'LogAppendTime' makes the leader "
+             "stamp every batch with its own clock when it appends it.", "CreateTime"),
+    TopicKey("min.insync.replicas", integer(1, INT_MAX), _T.INT, "min.insync.replicas",
+             "With acks=all, the in-sync replicas a write needs; fewer answers "
+             "NOT_ENOUGH_REPLICAS."),
+    TopicKey("retention.bytes", integer(-1, what=_NO_LIMIT), _T.LONG, "log.retention.bytes",
+             "The largest a partition may grow before its oldest segments are deleted "
+             "(-1: no size limit)."),
+    TopicKey("retention.ms", integer(-1, what=_NO_LIMIT), _T.LONG, "log.retention.ms",
+             "How long a segment is kept after its last record was written (-1: forever)."),
+    TopicKey("segment.bytes", integer(14, INT_MAX), _T.INT, "log.segment.bytes",
+             "The size at which the active segment is rolled."),
+    TopicKey("segment.ms", integer(1), _T.LONG, "log.roll.ms",
+             "The age at which the active segment is rolled, even if not full."),
+    TopicKey("unclean.leader.election.enable", boolean, _T.BOOLEAN,
+             "unclean.leader.election.enable",
+             "Whether a replica outside the ISR may become leader when no ISR member is left "
+             "(losing the records it lacks)."),
+)
+
+#: Keys Kafka has that Sluice refuses, with the reason given to whoever sets one.
+UNSUPPORTED_TOPIC_KEYS: dict[str, str] = {
+    "message.timestamp.before.max.ms": "use message.timestamp.difference.max.ms (one bound "
+                                       "either side)",
+    "message.timestamp.after.max.ms": "use message.timestamp.difference.max.ms (one bound "
+                                      "either side)",
+    "min.compaction.lag.ms": "Sluice does not compact logs",
+    "max.compaction.lag.ms": "Sluice does not compact logs",
+    "min.cleanable.dirty.ratio": "Sluice does not compact logs",
+    "segment.index.bytes": "the index size is fixed per broker",
+    "segment.jitter.ms": "segments roll at exactly segment.ms",
+    "file.delete.delay.ms": "segments are deleted at once",
+    "preallocate": "segment files are not preallocated",
+    "message.downconversion.enable": "Sluice serves message format v2 only",
+    "message.format.version": "Sluice serves message format v2 only",
+    "follower.replication.throttled.replicas": "replication is not throttled",
+    "leader.replication.throttled.replicas": "replication is not throttled",
+    "local.retention.ms": "there is no tiered storage",
+    "local.retention.bytes": "there is no tiered storage",
+    "remote.storage.enable": "there is no tiered storage",
 }
 
 
-def validate_topic_config(values: Mapping[str, str | None]) -> dict[str, str]:
-    """Check per-topic overrides; returns them normalised as text (``True`` -> ``"true"``,
-    ``" 100 "`` -> ``"100"``). Raises ConfigError naming an unknown key, a key without a
-    value, or a bad value."""
-    out: dict[str, str] = {}
-    for key, raw in values.items():
-        parse = TOPIC_CONFIG_KEYS.get(key)
-        if parse is None:
-            raise ConfigError(unknown_key_message(key, TOPIC_CONFIG_KEYS, "topic config"), key)
-        if raw is None:
-            raise ConfigError(f"missing value for topic config key {key!r}", key)
-        out[key] = _as_text(parse(key, _as_text(raw)))
-    return out
+def check_topic_value(key: str, raw: object) -> str:
+    """One per-topic value checked and normalised as text (``True`` -> ``"true"``,
+    ``" 100 "`` -> ``"100"``). Raises ConfigError naming the key: unknown (with a
+    suggestion), known to Kafka but refused here (with the reason), without a value, or
+    bad."""
+    spec = TOPIC_CONFIG_KEYS.get(key)
+    if spec is None:
+        why = UNSUPPORTED_TOPIC_KEYS.get(key)
+        if why is not None:
+            raise ConfigError(f"topic config key {key!r} is not supported: {why}", key)
+        raise ConfigError(unknown_key_message(key, TOPIC_CONFIG_KEYS, "topic config"), key)
+    if raw is None:
+        raise ConfigError(f"missing value for topic config key {key!r}", key)
+    return _as_text(spec.parse(key, _as_text(raw)))
+
+
+def validate_topic_config(values: Mapping[str, object]) -> dict[str, str]:
+    """Check per-topic overrides with :func:`check_topic_value`; returns them normalised."""
+    return {key: check_topic_value(key, raw) for key, raw in values.items()}
 
 
 def topic_defaults(cfg: BrokerConfig) -> dict[str, str]:
-    """The broker-level defaults expressed as topic keys (what a topic without overrides gets);
-    "never" flush settings are Kafka's ``Long.MAX_VALUE``."""
-    def never(v: int | None) -> str:
-        return str(LONG_MAX if v is None else v)
-
-    return {
-        "retention.ms": str(cfg.log_retention_ms),
-        "retention.bytes": str(cfg.log_retention_bytes),
-        "segment.bytes": str(cfg.log_segment_bytes),
-        "segment.ms": str(cfg.log_roll_ms),
-        "flush.messages": never(cfg.log_flush_interval_messages),
-        "flush.ms": never(cfg.log_flush_interval_ms),
-        "max.message.bytes": str(cfg.message_max_bytes),
-        "min.insync.replicas": str(cfg.min_insync_replicas),
-        "unclean.leader.election.enable": _as_text(cfg.unclean_leader_election_enable),
-        "cleanup.policy": "delete",
-        "index.interval.bytes": str(cfg.log_index_interval_bytes),
-    }
+    """The broker-level defaults expressed as topic keys (what a topic without overrides gets),
+    in :data:`TOPIC_CONFIG_KEYS` order: the effective value of the broker synonym where Sluice
+    has it, else the key's built-in value. "Never" flush settings are Kafka's
+    ``Long.MAX_VALUE``; ``segment.ms`` is the effective ``log.roll.ms``/``log.roll.hours``."""
+    out = {}
+    for key, spec in TOPIC_CONFIG_KEYS.items():
+        if spec.synonym not in BROKER_KEYS:
+            out[key] = spec.builtin or ""
+            continue
+        value = cfg.get(spec.synonym)
+        if value is None:  # only the flush keys may be unset: Kafka's "never"
+            value = LONG_MAX
+        out[key] = _as_text(value)
+    return out

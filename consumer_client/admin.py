@@ -565,6 +565,56 @@ class AdminClient:
                         for m in r.matching_acls])
         return out
 
+    # -- dynamic configs (Kafka's kafka-configs; through a broker only) --------------------------
+
+    def _config_conn(self, resource_type: int, name: str) -> BrokerConnection:
+        """A connection for a resource: a broker's own configs are described by that broker
+        (the cluster-wide defaults, ``name`` empty, and topics by any)."""
+        if self.zookeeper:
+            raise AdminError(None, "configs are described and altered through the brokers: "
+                                   "use --bootstrap-server")
+        if resource_type != ResourceType.BROKER or not name:
+            return self._conn()
+        md = self._metadata([])
+        for b in md.brokers:
+            if str(b.node_id) == name:
+                return BrokerConnection(b.host, b.port, timeout=self.timeout,
+                                        security=self.security)
+        raise AdminError(None, f"broker {name} is not in the cluster's metadata (brokers: "
+                               f"{', '.join(str(b.node_id) for b in md.brokers) or 'none'})")
+
+    def describe_configs(self, resource_type: int, name: str, keys: Sequence[str] | None = None,
+                         *, documentation: bool = False) -> list[ConfigDescription]:
+        """A topic's or broker's configs (``name`` empty with BROKER: the cluster-wide dynamic
+        defaults) with their sources and synonyms; ``keys`` None: every key."""
+        with self._config_conn(resource_type, name) as c:
+            resp = c.request(ApiKey.DESCRIBE_CONFIGS, {
+                "resources": [{"resource_type": int(resource_type), "resource_name": name,
+                               "configuration_keys": None if keys is None else list(keys)}],
+                "include_synonyms": True, "include_documentation": documentation})
+        (r,) = resp.results
+        if r.error_code:
+            raise AdminError(r.error_code, r.error_message or "")
+        return [ConfigDescription(
+            c.name, c.value, _source_name(c.config_source), c.read_only, c.is_sensitive,
+            [(s.name, s.value, _source_name(s.source)) for s in c.synonyms],
+            c.documentation) for c in r.configs]
+
+    def alter_configs(self, resource_type: int, name: str,
+                      operations: Sequence[tuple[str, int, str | None]], *,
+                      validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs: ``operations`` are ``(key, OpType, value)``; the refusal
+        (the whole change is refused) is an AdminError naming the key."""
+        with self._config_conn(resource_type, "") as c:
+            resp = c.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+                "resources": [{"resource_type": int(resource_type), "resource_name": name,
+                               "configs": [{"name": k, "config_operation": int(op), "value": v}
+                                           for k, op, v in operations]}],
+                "validate_only": validate_only})
+        (r,) = resp.responses
+        if r.error_code:
+            raise AdminError(r.error_code, r.error_message or "")
+
     def _metadata(self, names: list[str] | None) -> Any:
         with self._conn() as c:
             return self._metadata_on(c, names)
@@ -585,6 +635,23 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return str(code)
+@dataclass(frozen=True)
+class ConfigDescription:
+    """One config of a resource as DescribeConfigs reports it; ``synonyms`` are
+    ``(name, value, source)``, most specific first."""
+
+    name: str
+    value: str | None
+    source: str
+    read_only: bool
+    sensitive: bool
+    synonyms: list[tuple[str, str | None, str]]
+    documentation: str | None = None
+
+
+def _source_name(source: int) -> str:
+        return ConfigSource(source).name
+        return str(source)
 
 
 def _raise_user_errors(results: Sequence[dict]) -> None:

@@ -21,6 +21,10 @@
     sluice users add USER [--mechanism M ...] [--iterations N] [--password-file FILE]
     sluice users remove USER [--mechanism M ...]
     sluice users list [--user USER ...]
+    sluice configs describe (--topic T | --broker ID | --broker-defaults) [--key K ...]
+                   [--synonyms] [--docs]
+    sluice configs alter (--topic T | --broker ID | --broker-defaults) [--set K=V ...]
+                   [--delete K ...] [--append K=ITEM ...] [--subtract K=ITEM ...] [--validate-only]
     sluice acls add (--allow-principal P | --deny-principal P)... [--operation OP]...
                     [--allow-host H | --deny-host H] (--topic T | --group G | --cluster)...
                     [--resource-pattern-type literal|prefixed]
@@ -36,7 +40,8 @@ listener) or ``--zookeeper HOST:PORT[/chroot]``
 AlterPartitionReassignments, ListPartitionReassignments and ElectLeaders in both metadata modes;
 ``users`` through either, the
 password read from a prompt or a file, never from the command line; ``groups`` through the brokers
-only, since the members live in the coordinator's memory; ``quorum`` takes the metadata
+only, since the members live in the coordinator's memory, and ``configs`` too, the
+AlterConfigs APIs' checks being the brokers'; ``quorum`` takes the metadata
 quorum's listeners, ``sluice-quorum --listen`` or a broker's ``quorum.listener``: any one
 will do, the client finds the leader through DiscoverBrokers; a broker's quorum serves brokers
 only, so the tool logs in with the cluster secret, ``--secret-file`` or the file named by
@@ -84,7 +89,9 @@ from broker_core.security.scram_credential import (
 )
 from broker_core.security.user_store import validate_user_name
 from broker_core.server import user_admin
+from broker_core.wire.messages.describe_configs import ResourceType as ConfigResourceType
 from broker_core.wire.messages.describe_user_scram_credentials import MECHANISM_CODES
+from broker_core.wire.messages.incremental_alter_configs import OpType
 from broker_core.zk import paths
 from broker_core.zk.acl_policy import SASL_DIGEST_MD5
 from consumer_client.admin import AdminClient, AdminError, error_name
@@ -204,6 +211,39 @@ def build_parser() -> argparse.ArgumentParser:
     ul = usub.add_parser("list", help="users, their mechanisms and iterations (never keys)")
     connection(ul)
     ul.add_argument("--user", action="append", help="user to list (repeatable; default all)")
+
+    cf = sub.add_parser("configs", help="topic and broker configs (kafka-configs)")
+    cfsub = cf.add_subparsers(dest="action", required=True)
+
+    def config_resource(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--bootstrap-server", required=True,
+                        help="HOST:PORT[,HOST:PORT...] of brokers")
+        _command_config(sp)
+        g = sp.add_mutually_exclusive_group(required=True)
+        g.add_argument("--topic", help="a topic's configs")
+        g.add_argument("--broker", type=int, metavar="ID", help="a broker's configs")
+        g.add_argument("--broker-defaults", action="store_true",
+                       help="the cluster-wide dynamic broker defaults")
+        sp.set_defaults(zookeeper=None, zookeeper_auth_file=None)  # through the brokers only
+
+    cfd = cfsub.add_parser("describe", help="every key with its value, source and synonyms")
+    config_resource(cfd)
+    cfd.add_argument("--key", action="append", help="only this key (repeatable)")
+    cfd.add_argument("--synonyms", action="store_true",
+                     help="also list each key's synonyms, most specific first")
+    cfd.add_argument("--docs", action="store_true", help="also print each key's documentation")
+    cfa = cfsub.add_parser("alter", help="set, delete, append to or subtract from keys")
+    config_resource(cfa)
+    cfa.add_argument("--set", action="append", type=_key_value("--set"), default=[],
+                     metavar="KEY=VALUE", help="set a key (repeatable)")
+    cfa.add_argument("--delete", action="append", default=[], metavar="KEY",
+                     help="remove a key: back to its default (repeatable)")
+    cfa.add_argument("--append", action="append", type=_key_value("--append"), default=[],
+                     metavar="KEY=ITEM", help="add an item to a list key (repeatable)")
+    cfa.add_argument("--subtract", action="append", type=_key_value("--subtract"), default=[],
+                     metavar="KEY=ITEM", help="remove an item from a list key (repeatable)")
+    cfa.add_argument("--validate-only", action="store_true",
+                     help="check the change on the broker without applying it")
 
     qu = sub.add_parser("quorum", help="the metadata quorum (kafka-metadata-quorum)")
     qsub = qu.add_subparsers(dest="action", required=True)
@@ -886,6 +926,42 @@ def run_users(args: argparse.Namespace, admin: AdminClient, out=sys.stdout) -> N
               file=out)
 
 
+def _config_resource(args: argparse.Namespace) -> tuple[int, str, str]:
+    """(resource type, resource name, how to say it) of ``sluice configs``' flags."""
+    if args.topic is not None:
+        return int(ConfigResourceType.TOPIC), args.topic, f'topic "{args.topic}"'
+    if args.broker is not None:
+        return int(ConfigResourceType.BROKER), str(args.broker), f"broker {args.broker}"
+    return int(ConfigResourceType.BROKER), "", "the cluster-wide broker defaults"
+
+
+def run_configs(args: argparse.Namespace, admin: AdminClient, out=sys.stdout) -> None:
+    rtype, name, what = _config_resource(args)
+    if args.action == "describe":
+        print(f"Configs of {what}:", file=out)
+        for c in admin.describe_configs(rtype, name, args.key, documentation=args.docs):
+            value = "(sensitive)" if c.sensitive else ("" if c.value is None else c.value)
+            flags = " read-only" if c.read_only else ""
+            print(f"  {c.name}={value}\t{c.source}{flags}", file=out)
+            if args.synonyms:
+                for s_name, s_value, s_source in c.synonyms:
+                    print(f"    {s_source}: {s_name}={'' if s_value is None else s_value}",
+                          file=out)
+            if args.docs and c.documentation:
+                print(f"    {c.documentation}", file=out)
+        return
+    ops = ([(k, OpType.SET, v) for k, v in args.set]
+           + [(k, OpType.DELETE, None) for k in args.delete]
+           + [(k, OpType.APPEND, v) for k, v in args.append]
+           + [(k, OpType.SUBTRACT, v) for k, v in args.subtract])
+    if not ops:
+        raise ValueError("give at least one --set, --delete, --append or --subtract")
+    admin.alter_configs(rtype, name, ops, validate_only=args.validate_only)
+    verb = "would be" if args.validate_only else "were"
+    print(f"The configs of {what} {verb} changed ({len(ops)} change"
+          f"{'' if len(ops) == 1 else 's'}).", file=out)
+
+
 def run(args: argparse.Namespace, out=sys.stdout) -> None:
     if args.area == "zookeeper":
         run_zookeeper(args, out)
@@ -942,6 +1018,9 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         return
     if args.area == "users":
         run_users(args, admin, out)
+        return
+    if args.area == "configs":
+        run_configs(args, admin, out)
         return
     if args.area == "topics":
         if args.action == "create":

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
+from broker_core.config import COMPRESSION_TYPES, TIMESTAMP_TYPES
+
 ONE_WEEK_MS = 7 * 24 * 3600 * 1000
 INT32_MAX = (1 << 31) - 1
 # Kafka writes "never" for flush.messages / flush.ms as Long.MAX_VALUE; anything this large means
@@ -22,8 +24,15 @@ _TOPIC_KEYS: dict[str, tuple[str, int, int]] = {
     "index.interval.bytes": ("index_interval_bytes", 0, INT32_MAX),
     "max.message.bytes": ("max_message_bytes", 0, INT32_MAX),
     "segment.index.bytes": ("segment_index_bytes", 8, INT32_MAX),
+    "message.timestamp.difference.max.ms": ("message_timestamp_difference_max_ms", 0, NEVER),
 }
 _BOUNDS = {attr: (key, lo, hi) for key, (attr, lo, hi) in _TOPIC_KEYS.items()}
+# topic config key -> (attribute, the values it may take)
+_TEXT_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "compression.type": ("compression_type", COMPRESSION_TYPES),
+    "message.timestamp.type": ("message_timestamp_type", TIMESTAMP_TYPES),
+}
+_CHOICES = {attr: (key, choices) for key, (attr, choices) in _TEXT_KEYS.items()}
 
 
 @dataclass(frozen=True)
@@ -41,10 +50,23 @@ class LogConfig:
     index_interval_bytes: int = 4096
     max_message_bytes: int = 1048588
     segment_index_bytes: int = 10 << 20
+    #: ``producer``: batches are stored with the producer's codec; any other: recompressed.
+    compression_type: str = "producer"
+    #: ``LogAppendTime``: the leader stamps each batch with its clock as it appends it.
+    message_timestamp_type: str = "CreateTime"
+    #: With CreateTime, the most a record's timestamp may differ from the leader's clock
+    #: (``NEVER``: no check).
+    message_timestamp_difference_max_ms: int = NEVER
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name in _CHOICES:
+                key, choices = _CHOICES[f.name]
+                if value not in choices:
+                    raise ValueError(f"{key} ({f.name}) must be one of {', '.join(choices)}, "
+                                     f"got {value!r}")
+                continue
             key, lo, hi = _BOUNDS[f.name]
             if value is None and f.name in ("flush_messages", "flush_ms"):
                 continue
@@ -65,12 +87,19 @@ class LogConfig:
         Raises ValueError naming the key for an unknown key or a value that is not an integer in
         the key's range. ``flush.messages`` / ``flush.ms`` of Long.MAX_VALUE mean "never".
         """
-        changes: dict[str, int | None] = {}
+        changes: dict[str, int | str | None] = {}
         for key, value in overrides.items():
+            if key in _TEXT_KEYS:
+                attr, choices = _TEXT_KEYS[key]
+                if value not in choices:
+                    raise ValueError(f"invalid value {value!r} for {key}: must be one of "
+                                     f"{', '.join(choices)}")
+                changes[attr] = value
+                continue
             spec = _TOPIC_KEYS.get(key)
             if spec is None:
                 raise ValueError(f"unknown log config key {key!r}; known keys: "
-                                 f"{', '.join(sorted(_TOPIC_KEYS))}")
+                                 f"{', '.join(sorted([*_TOPIC_KEYS, *_TEXT_KEYS]))}")
             attr, lo, hi = spec
             try:
                 n = int(str(value).strip())

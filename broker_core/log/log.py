@@ -43,6 +43,7 @@ from broker_core.log.checkpoints import TMP_SUFFIX, CheckpointError, fsync_dir
 from broker_core.log.config import INT32_MAX, LogConfig
 from broker_core.log.leader_epoch import FILE_NAME as EPOCH_FILE_NAME
 from broker_core.log.leader_epoch import LeaderEpochFile
+from broker_core.log.leader_rewrite import check_timestamps, rewrite_for_topic
 from broker_core.log.open_segments import OpenSegments
 from broker_core.log.segment import (
     INDEX_SUFFIX,
@@ -413,7 +414,9 @@ class Log:
         and append it (rolling first if the active segment is full or old).
 
         Every record of every batch is parsed first (:mod:`broker_core.log.validator`),
-        a compressed batch decompressed to at most ``max.message.bytes``.
+        a compressed batch decompressed to at most ``max.message.bytes``; then the topic's
+        ``message.timestamp.difference.max.ms``, ``message.timestamp.type`` and
+        ``compression.type`` are applied (:mod:`broker_core.log.leader_rewrite`).
 
         Raises :class:`~broker_core.wire.records.InvalidRecordBatch` subclasses for bad
         batches or records and :class:`RecordTooLarge`; on any error nothing is appended.
@@ -425,6 +428,14 @@ class Log:
             if info.size > limit:
                 raise RecordTooLarge(info.size, limit)
         validate_records(buf, infos, max_decompressed_bytes=limit)
+        now_ms = self.time_ms()
+        check_timestamps(buf, infos, timestamp_type=self.config.message_timestamp_type,
+                         max_difference_ms=self.config.message_timestamp_difference_max_ms,
+                         now_ms=now_ms, max_batch_bytes=limit)
+        buf, infos = rewrite_for_topic(
+            buf, infos, compression_type=self.config.compression_type,
+            timestamp_type=self.config.message_timestamp_type, now_ms=now_ms,
+            max_batch_bytes=limit)
         if leader_epoch > self.leader_epochs.latest_epoch:
             # Seed 003: record where this leader generation begins before its first batch.
             self.leader_epochs.assign(leader_epoch, infos[0].base_offset)

@@ -102,6 +102,9 @@ class ProduceResult:
     base_offset: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    #: The time the leader stamped the batches with (topic message.timestamp.type
+    #: LogAppendTime), else -1.
+    log_append_time_ms: int = -1
     # (batch_index, message) of the records that made the leader refuse the batch (v8+).
     record_errors: list[tuple[int, str]] = field(default_factory=list)
 
@@ -547,8 +550,11 @@ class ReplicaManager:
             if self.metrics is not None:
                 self.metrics.bytes_in_by_topic(topic).inc(info.size)
                 self.metrics.messages_in_by_topic(topic).inc(info.record_count)
+            stamped = p.log.config.message_timestamp_type == "LogAppendTime"
             results[tp] = ProduceResult(base_offset=info.first_offset,
-                                        log_start_offset=p.log.log_start_offset)
+                                        log_start_offset=p.log.log_start_offset,
+                                        log_append_time_ms=info.max_timestamp if stamped
+                                        else -1)
             if p.maybe_advance_high_watermark():  # only with no follower in the ISR
                 hw_moved.append(tp)
             self._maybe_flush(p.log)

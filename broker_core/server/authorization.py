@@ -87,6 +87,8 @@ RULES: dict[ApiKey, Rule] = {
     # Per resource: a topic needs it on the topic, a broker on the cluster (then the error is
     # CLUSTER_AUTHORIZATION_FAILED).
     ApiKey.DESCRIBE_CONFIGS: Rule(Op.DESCRIBE_CONFIGS, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    ApiKey.ALTER_CONFIGS: Rule(Op.ALTER_CONFIGS, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: Rule(Op.ALTER_CONFIGS, RT.TOPIC, _TOPIC, Scope.RESOURCES),
     ApiKey.DESCRIBE_ACLS: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     ApiKey.CREATE_ACLS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     ApiKey.DELETE_ACLS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),

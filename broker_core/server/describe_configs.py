@@ -4,64 +4,53 @@
 only awaits it. It never raises for one bad resource: each resource gets its own error code and
 a message a person can act on, and the others are still answered.
 
-What it reports, Kafka's way:
+What it reports, Kafka's way (every value the store holds is read at the time of the request):
 
 - **Topic** (resource type 2): every key of :data:`broker_core.config.TOPIC_CONFIG_KEYS`, in that
-  order, with its effective value. A key with an override in ``/config/topics/[topic]`` is
-  ``DYNAMIC_TOPIC_CONFIG`` with the override's value; any other key takes the broker's value of
-  its broker-level synonym (:func:`broker_core.config.topic_defaults`) and that synonym's source:
-  ``STATIC_BROKER_CONFIG`` when the broker's configuration sets it, else ``DEFAULT_CONFIG``.
-  Override keys Sluice does not know (written by another tool) are reported after the known ones,
-  as ``DYNAMIC_TOPIC_CONFIG``, so a client sees everything ``sluice --zookeeper`` would show.
-  Topic configs are not read-only (Kafka's answer; Sluice has no AlterConfigs yet).
+  order (name order), with its effective value: the topic's override in ``/config/topics/[topic]``
+  (``DYNAMIC_TOPIC_CONFIG``), else its broker synonym's value from this broker's dynamic config
+  (``DYNAMIC_BROKER_CONFIG``), the cluster-wide dynamic default (``DYNAMIC_DEFAULT_BROKER_CONFIG``),
+  the broker's configuration (``STATIC_BROKER_CONFIG``) or the built-in default
+  (``DEFAULT_CONFIG``). Override keys Sluice does not know (written by another tool) are reported
+  after the known ones, as ``DYNAMIC_TOPIC_CONFIG``. Topic configs are not read-only.
 - **Broker** (resource type 4): the resource name must be this broker's id. Every key of
-  :data:`broker_core.config.BROKER_KEYS`, read-only, ``STATIC_BROKER_CONFIG`` when its value
-  differs from what a configuration setting only the required keys would give, else
-  ``DEFAULT_CONFIG``; an unset key has a null value. An empty name is Kafka's "cluster-wide dynamic
-  defaults" resource, which is always empty here (Sluice has no dynamic broker configs).
+  :data:`broker_core.config.BROKER_KEYS` with the same precedence (dynamic keys are
+  :data:`broker_core.config_changes.DYNAMIC_BROKER_KEYS`; every other key is read-only). A key
+  is ``STATIC_BROKER_CONFIG`` when its value differs from what a configuration setting only the
+  required keys would give; an unset key has a null value. An empty name is Kafka's
+  "cluster-wide dynamic defaults" resource: the keys set in ``/config/brokers/<default>``.
 - ``configuration_keys`` (null: all) filters the keys; requested keys that do not exist are left
-  out, as Kafka does. Synonyms are listed only when ``include_synonyms`` is set, most specific
-  first: the topic override, the broker's own setting, the built-in default (for a broker key:
-  its setting, then its built-in default). Nothing is sensitive; there is no documentation.
+  out, as Kafka does. Synonyms (v1+, when ``include_synonyms`` is set) list every level that has
+  a value, most specific first, in Kafka's order: topic override, dynamic broker, dynamic
+  default, static broker, default; a topic key's broker levels carry the synonym's name.
+- ``config_type`` (v3+) is Kafka's type of the key; ``documentation`` (v3+, when
+  ``include_documentation`` is set) is the topic key's description (broker keys have none here:
+  docs/configuration.md describes them). No Sluice key is sensitive, so no value is hidden.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from twisted.logger import Logger
 
 from broker_core.config import (
     BROKER_KEYS,
+    LONG_MAX,
     TOPIC_CONFIG_KEYS,
     BrokerConfig,
+    config_type_of,
     required_keys,
-    topic_defaults,
 )
+from broker_core.config_changes import DEFAULT_BROKER, DYNAMIC_BROKER_KEYS, read_entity
 from broker_core.metadata import NoNode
 from broker_core.wire.errors import ErrorCode
-from broker_core.wire.messages.describe_configs import ConfigSource, ResourceType
+from broker_core.wire.messages.describe_configs import ConfigSource, ConfigType, ResourceType
 from broker_core.zk import paths
 
 log = Logger(namespace="sluice.server")
-
-#: The broker key whose value a topic without an override gets, per topic key (Kafka's
-#: ``LogConfig`` synonyms). ``cleanup.policy`` has none in Sluice: only ``delete`` exists.
-TOPIC_KEY_SYNONYMS: dict[str, str | None] = {
-    "retention.ms": "log.retention.ms",
-    "retention.bytes": "log.retention.bytes",
-    "segment.bytes": "log.segment.bytes",
-    "segment.ms": "log.roll.ms",
-    "flush.messages": "log.flush.interval.messages",
-    "flush.ms": "log.flush.interval.ms",
-    "max.message.bytes": "message.max.bytes",
-    "min.insync.replicas": "min.insync.replicas",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-    "cleanup.policy": None,
-    "index.interval.bytes": "log.index.interval.bytes",
-}
-
 
 class _ResourceError(Exception):
     """One resource cannot be described: ``code`` and the message go into its result."""
@@ -78,15 +67,14 @@ async def describe_configs(body: Any, *, version: int, store: Any, broker_config
 
     Invariant: one result per requested resource, in request order, each echoing the request's
     ``resource_type`` and ``resource_name``; a result with a non-zero ``error_code`` has an
-    ``error_message`` and no configs. ``store`` is read, never written. ``version`` is the
-    request's version; the answer does not depend on it, since every field filled here exists
-    from v1, the lowest served (``config_type``/``documentation``, v3+, stay at their defaults).
+    ``error_message`` and no configs. ``store`` is read, never written. The answer does not
+    depend on ``version``: fields a version lacks are dropped by the encoder.
     ``refuse(resource)`` (the ACL check) gives the error a resource is answered with instead of
     its configs, or None to describe it.
     """
     del version
-    builtin = _builtin_broker_values(broker_config)
-    static = _statically_set(broker_config, builtin)
+    levels: _BrokerLevels | None = None
+    with_docs = bool(getattr(body, "include_documentation", False))
     results = []
     for res in body.resources:
         result: dict[str, Any] = {"error_code": 0, "error_message": None,
@@ -99,15 +87,15 @@ async def describe_configs(body: Any, *, version: int, store: Any, broker_config
             results.append(result)
             continue
         try:
-            if res.resource_type == ResourceType.TOPIC:
-                entries = await _topic_entries(store, res.resource_name, broker_config, static,
-                                              builtin)
-            elif res.resource_type == ResourceType.BROKER:
-                entries = _broker_entries(res.resource_name, broker_config, broker_id, static,
-                                          builtin)
-            else:
+            if res.resource_type not in (ResourceType.TOPIC, ResourceType.BROKER):
                 raise _ResourceError(ErrorCode.INVALID_REQUEST, _unsupported_type(res.resource_type))
-            result["configs"] = [_config(e, body.include_synonyms)
+            if levels is None:  # read once per request, and only when needed
+                levels = await _BrokerLevels.read(store, broker_config, broker_id)
+            if res.resource_type == ResourceType.TOPIC:
+                entries = await _topic_entries(store, res.resource_name, levels)
+            else:
+                entries = _broker_entries(res.resource_name, broker_id, levels)
+            result["configs"] = [_config(e, body.include_synonyms, with_docs)
                                  for e in _select(entries, res.configuration_keys)]
         except _ResourceError as e:
             result["error_code"], result["error_message"] = int(e.code), str(e)
@@ -121,15 +109,27 @@ async def describe_configs(body: Any, *, version: int, store: Any, broker_config
     return {"throttle_time_ms": 0, "results": results}
 
 
-# -- an entry: (name, value, read_only, source, synonyms) ------------------------------------------
-
-_Entry = tuple[str, str | None, bool, ConfigSource, list[dict[str, Any]]]
+# -- an entry ---------------------------------------------------------------------------------------
 
 
-def _config(entry: _Entry, include_synonyms: bool) -> dict[str, Any]:
-    name, value, read_only, source, synonyms = entry
-    return {"name": name, "value": value, "read_only": read_only, "config_source": int(source),
-            "is_sensitive": False, "synonyms": synonyms if include_synonyms else []}
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    value: str | None
+    read_only: bool
+    source: ConfigSource
+    synonyms: list[dict[str, Any]]
+    config_type: ConfigType
+    doc: str | None = None
+
+
+def _config(entry: _Entry, include_synonyms: bool, include_documentation: bool
+            ) -> dict[str, Any]:
+    return {"name": entry.name, "value": entry.value, "read_only": entry.read_only,
+            "config_source": int(entry.source), "is_sensitive": False,
+            "synonyms": entry.synonyms if include_synonyms else [],
+            "config_type": int(entry.config_type),
+            "documentation": entry.doc if include_documentation else None}
 
 
 def _synonym(name: str, value: str | None, source: ConfigSource) -> dict[str, Any]:
@@ -140,7 +140,7 @@ def _select(entries: list[_Entry], keys: Iterable[str] | None) -> list[_Entry]:
     if keys is None:
         return entries
     wanted = set(keys)
-    return [e for e in entries if e[0] in wanted]
+    return [e for e in entries if e.name in wanted]
 
 
 def _unsupported_type(resource_type: int) -> str:
@@ -150,6 +150,16 @@ def _unsupported_type(resource_type: int) -> str:
         name = str(resource_type)
     return (f"resource type {name} is not supported by DescribeConfigs here; "
             f"use TOPIC ({int(ResourceType.TOPIC)}) or BROKER ({int(ResourceType.BROKER)})")
+
+
+def _effective(levels: list[tuple[ConfigSource, str, str | None]]
+               ) -> tuple[str | None, ConfigSource, list[dict[str, Any]]]:
+    """Value, source and synonyms from the levels that have a value, most specific first."""
+    present = [(source, name, value) for source, name, value in levels if value is not None]
+    synonyms = [_synonym(name, value, source) for source, name, value in present]
+    if not present:
+        return None, ConfigSource.DEFAULT_CONFIG, synonyms
+    return present[0][2], present[0][0], synonyms
 
 
 # -- broker -----------------------------------------------------------------------------------------
@@ -165,42 +175,55 @@ def _broker_values(cfg: BrokerConfig) -> dict[str, str | None]:
     return out
 
 
-def _builtin_broker_values(cfg: BrokerConfig) -> dict[str, str | None]:
-    """The values a broker configured with only ``cfg``'s required keys has: Sluice's built-in
-    defaults (derived ones included, e.g. ``log.retention.ms`` from ``log.retention.hours``)."""
-    props = cfg.as_properties()
-    return _broker_values(BrokerConfig.from_mapping({k: props[k] for k in required_keys(cfg)}))
+@dataclass(frozen=True)
+class _BrokerLevels:
+    """What each level gives a broker key: this broker's dynamic configs, the cluster-wide
+    dynamic defaults, the configuration (keys it sets) and the built-in defaults."""
+
+    own: Mapping[str, str]
+    default: Mapping[str, str]
+    static: Mapping[str, str | None]
+    builtin: Mapping[str, str | None]
+
+    @classmethod
+    async def read(cls, store: Any, cfg: BrokerConfig, broker_id: int) -> _BrokerLevels:
+        own, _ = await read_entity(store, paths.broker_config(str(broker_id)))
+        default, _ = await read_entity(store, paths.broker_config(DEFAULT_BROKER))
+        props = cfg.as_properties()
+        builtin = _broker_values(BrokerConfig.from_mapping(
+            {k: props[k] for k in required_keys(cfg)}))
+        ours = _broker_values(cfg)
+        # The required keys, and every key whose value differs from its built-in default (so a
+        # derived value such as log.retention.ms counts as set when log.retention.hours is).
+        static = set(required_keys(cfg)) | {k for k in ours if ours[k] != builtin.get(k)}
+        dynamic = set(DYNAMIC_BROKER_KEYS)  # anything else in the nodes is ignored by brokers
+        return cls({k: v for k, v in own.items() if k in dynamic},
+                   {k: v for k, v in default.items() if k in dynamic},
+                   {k: ours[k] for k in static}, builtin)
+
+    def of(self, key: str) -> list[tuple[ConfigSource, str, str | None]]:
+        return [(ConfigSource.DYNAMIC_BROKER_CONFIG, key, self.own.get(key)),
+                (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, key, self.default.get(key)),
+                (ConfigSource.STATIC_BROKER_CONFIG, key, self.static.get(key)),
+                (ConfigSource.DEFAULT_CONFIG, key, self.builtin.get(key))]
 
 
-def _statically_set(cfg: BrokerConfig, builtin: Mapping[str, str | None]) -> set[str]:
-    """The broker keys whose effective value comes from the broker's configuration: the required
-    keys, and every key whose value differs from its built-in default (so a derived value such
-    as ``log.retention.ms`` counts as set when ``log.retention.hours`` is)."""
-    ours = _broker_values(cfg)
-    return set(required_keys(cfg)) | {k for k in ours if ours[k] != builtin.get(k)}
-
-
-def _broker_source(name: str, static: set[str]) -> ConfigSource:
-    return ConfigSource.STATIC_BROKER_CONFIG if name in static else ConfigSource.DEFAULT_CONFIG
-
-
-def _broker_entries(resource_name: str, cfg: BrokerConfig, broker_id: int, static: set[str],
-                    builtin: Mapping[str, str | None]) -> list[_Entry]:
-    if resource_name == "":
-        return []  # the cluster-wide dynamic defaults: none in Sluice
+def _broker_entries(resource_name: str, broker_id: int, levels: _BrokerLevels) -> list[_Entry]:
+    if resource_name == "":  # the cluster-wide dynamic defaults
+        return [_Entry(k, v, False, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+                       [_synonym(k, v, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)],
+                       config_type_of(BROKER_KEYS[k].parse))
+                for k, v in sorted(levels.default.items())]
     if resource_name != str(broker_id):
         raise _ResourceError(
             ErrorCode.INVALID_REQUEST,
             f"this is broker {broker_id}, asked for the configuration of broker "
             f"{resource_name!r}; send DescribeConfigs for a broker to that broker")
-    entries: list[_Entry] = []
-    for name, value in _broker_values(cfg).items():
-        source = _broker_source(name, static)
-        synonyms = [] if value is None else [_synonym(name, value, source)]
-        default = builtin.get(name)  # none for a per-listener override
-        if source == ConfigSource.STATIC_BROKER_CONFIG and default is not None:
-            synonyms.append(_synonym(name, default, ConfigSource.DEFAULT_CONFIG))
-        entries.append((name, value, True, source, synonyms))
+    entries = []
+    for key, spec in BROKER_KEYS.items():
+        value, source, synonyms = _effective(levels.of(key))
+        entries.append(_Entry(key, value, key not in DYNAMIC_BROKER_KEYS, source, synonyms,
+                              config_type_of(spec.parse)))
     return entries
 
 
@@ -222,37 +245,21 @@ async def _topic_overrides(store: Any, name: str) -> Mapping[str, str]:
     return paths.TopicConfig.from_bytes(data).config
 
 
-async def _topic_entries(store: Any, name: str, cfg: BrokerConfig, static: set[str],
-                         bare: Mapping[str, str | None]) -> list[_Entry]:
+async def _topic_entries(store: Any, name: str, levels: _BrokerLevels) -> list[_Entry]:
     overrides = await _topic_overrides(store, name)
-    defaults = topic_defaults(cfg)
-    broker_values = _broker_values(cfg)
-    entries: list[_Entry] = []
-    for key in TOPIC_CONFIG_KEYS:
-        broker_key = TOPIC_KEY_SYNONYMS.get(key)
-        # Most specific first, as Kafka lists them: the override, the broker's setting, the
-        # built-in default.
-        synonyms = []
-        if key in overrides:
-            synonyms.append(_synonym(key, overrides[key], ConfigSource.DYNAMIC_TOPIC_CONFIG))
-        if broker_key is not None and broker_key in static:
-            synonyms.append(_synonym(broker_key, broker_values[broker_key],
-                                     ConfigSource.STATIC_BROKER_CONFIG))
-        builtin = bare.get(broker_key) if broker_key is not None else _BUILTIN.get(key)
-        if builtin is not None:
-            synonyms.append(_synonym(broker_key or key, builtin, ConfigSource.DEFAULT_CONFIG))
-        if key in overrides:
-            value, source = overrides[key], ConfigSource.DYNAMIC_TOPIC_CONFIG
-        else:
-            value = defaults[key]
-            source = (ConfigSource.STATIC_BROKER_CONFIG if broker_key in static
-                      else ConfigSource.DEFAULT_CONFIG)
-        entries.append((key, value, False, source, synonyms))
+    entries = []
+    for key, spec in TOPIC_CONFIG_KEYS.items():
+        topic_level = [(ConfigSource.DYNAMIC_TOPIC_CONFIG, key, overrides.get(key))]
+        if spec.synonym in BROKER_KEYS:
+            broker_levels = levels.of(spec.synonym)
+            if broker_levels[-1][2] is None:  # unset flush interval: Kafka's "never"
+                broker_levels[-1] = (ConfigSource.DEFAULT_CONFIG, spec.synonym, str(LONG_MAX))
+        else:  # Sluice has no broker key for it: Kafka's default, under Kafka's name
+            broker_levels = [(ConfigSource.DEFAULT_CONFIG, spec.synonym, spec.builtin)]
+        value, source, synonyms = _effective(topic_level + broker_levels)
+        entries.append(_Entry(key, value, False, source, synonyms, spec.config_type, spec.doc))
     for key in sorted(set(overrides) - set(TOPIC_CONFIG_KEYS)):
-        entries.append((key, overrides[key], False, ConfigSource.DYNAMIC_TOPIC_CONFIG,
-                        [_synonym(key, overrides[key], ConfigSource.DYNAMIC_TOPIC_CONFIG)]))
+        entries.append(_Entry(key, overrides[key], False, ConfigSource.DYNAMIC_TOPIC_CONFIG,
+                              [_synonym(key, overrides[key], ConfigSource.DYNAMIC_TOPIC_CONFIG)],
+                              ConfigType.UNKNOWN))
     return entries
-
-
-#: Built-in defaults of topic keys that have no broker-level synonym in Sluice.
-_BUILTIN: dict[str, str] = {"cleanup.policy": "delete"}

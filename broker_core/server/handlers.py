@@ -40,6 +40,7 @@ from broker_core.server.authorization import (
     may_manage_users,
 )
 from broker_core.server.cluster_admin import ClusterAdminApis
+from broker_core.server.config_admin import ConfigAdmin, config_refusal
 from broker_core.server.describe_configs import describe_configs
 from broker_core.server.protocol import NO_RESPONSE
 from broker_core.server.user_admin import UserAdminApis
@@ -67,7 +68,8 @@ _WITH_CONNECTION = frozenset({ApiKey.REGISTER_CONSUMER, ApiKey.DESCRIBE_USER_SCR
 _WITH_ACCESS = frozenset({
     ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA,
     ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS,
-    ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_CONFIGS, ApiKey.COMMIT_OFFSETS,
+    ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.COMMIT_OFFSETS,
     ApiKey.UNREGISTER_CONSUMER, ApiKey.DESCRIBE_CONSUMER_GROUPS, ApiKey.API_VERSIONS,
     ApiKey.CLUSTER_METADATA, ApiKey.DELETE_RECORDS, ApiKey.DESCRIBE_CLUSTER})
 _TOPIC_DENIED = "TOPIC_AUTHORIZATION_FAILED"
@@ -136,6 +138,7 @@ class RequestHandler(UserAdminApis):
                                               cluster_id=lambda: self.cluster_id,
                                               brokers_on=self._brokers_on)
         admin = self.cluster_admin
+        self.config_admin = ConfigAdmin(store, config)
         self._dispatch = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -147,6 +150,8 @@ class RequestHandler(UserAdminApis):
             ApiKey.DELETE_RECORDS: admin.delete_records,
             ApiKey.CREATE_PARTITIONS: self.create_partitions,
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.ALTER_CONFIGS: self.alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
             ApiKey.DESCRIBE_ACLS: self.describe_acls,
             ApiKey.CREATE_ACLS: self.create_acls,
             ApiKey.DELETE_ACLS: self.delete_acls,
@@ -471,7 +476,7 @@ class RequestHandler(UserAdminApis):
                     "index": p.index,
                     "error_code": _code(error),
                     "base_offset": -1 if r is None else r.base_offset,
-                    "log_append_time_ms": -1,
+                    "log_append_time_ms": -1 if r is None else r.log_append_time_ms,
                     "log_start_offset": -1 if r is None else r.log_start_offset,
                     "record_errors": [] if r is None else [
                         {"batch_index": i, "batch_index_error_message": m}
@@ -666,19 +671,15 @@ class RequestHandler(UserAdminApis):
     async def describe_configs(self, header: Any, body: Any, access: Access) -> dict:
         return await describe_configs(body, version=header.api_version, store=self.store,
                                       broker_config=self.config, broker_id=self.broker_id,
-                                      refuse=None if access.unrestricted else
-                                      lambda res: self._config_refusal(access, res))
+                                      refuse=config_refusal(access, AclOperation.DESCRIBE_CONFIGS))
 
-    @staticmethod
-    def _config_refusal(access: Access, res: Any) -> ErrorCode | None:
-        """DESCRIBE_CONFIGS on the topic, or on the cluster for a broker's configs."""
-        op = AclOperation.DESCRIBE_CONFIGS
-        if res.resource_type == 2:  # TOPIC
-            if not access.allows(op, ResourceType.TOPIC, res.resource_name):
-                return ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        elif not access.allows_cluster(op):
-            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-        return None
+    async def alter_configs(self, header: Any, body: Any, access: Access) -> dict:
+        return await self.config_admin.alter_configs(
+            body, config_refusal(access, AclOperation.ALTER_CONFIGS))
+
+    async def incremental_alter_configs(self, header: Any, body: Any, access: Access) -> dict:
+        return await self.config_admin.incremental_alter_configs(
+            body, config_refusal(access, AclOperation.ALTER_CONFIGS))
 
     # -- ACLs (Kafka's DescribeAcls / CreateAcls / DeleteAcls) ------------------------------------
 

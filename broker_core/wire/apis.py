@@ -39,6 +39,7 @@ from broker_core.wire.header import (
     write_response_header,
 )
 from broker_core.wire.messages import (
+    alter_configs,
     alter_partition,
     alter_partition_reassignments,
     alter_user_scram_credentials,
@@ -62,6 +63,7 @@ from broker_core.wire.messages import (
     discover_brokers,
     elect_leaders,
     fetch,
+    incremental_alter_configs,
     leader_and_isr,
     list_offsets,
     list_partition_reassignments,
@@ -264,6 +266,7 @@ for _key, _module in [
     (ApiKey.CREATE_ACLS, create_acls),
     (ApiKey.DELETE_ACLS, delete_acls),
     (ApiKey.DESCRIBE_CONFIGS, describe_configs),
+    (ApiKey.ALTER_CONFIGS, alter_configs),
     (ApiKey.OFFSET_FOR_LEADER_EPOCH, offset_for_leader_epoch),
     (ApiKey.DESCRIBE_LOG_DIRS, describe_log_dirs),
     (ApiKey.CREATE_PARTITIONS, create_partitions),
@@ -272,6 +275,7 @@ for _key, _module in [
     # schema as its voter change (broker_core.raft.listener_admin), with its own handler.
     (ApiKey.ALTER_PARTITION_REASSIGNMENTS, alter_partition_reassignments),
     (ApiKey.LIST_PARTITION_REASSIGNMENTS, list_partition_reassignments),
+    (ApiKey.INCREMENTAL_ALTER_CONFIGS, incremental_alter_configs),
     (ApiKey.ALTER_PARTITION, alter_partition),
     (ApiKey.DESCRIBE_CLUSTER, describe_cluster),
     (ApiKey.BROKER_HEARTBEAT, broker_heartbeat),

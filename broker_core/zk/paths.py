@@ -21,6 +21,9 @@ BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONFIG = "/config"
 TOPIC_CONFIGS = "/config/topics"
+#: Kafka's dynamic broker configs: ``/config/brokers/[id]`` per broker and
+#: ``/config/brokers/<default>`` cluster-wide (:mod:`broker_core.config_changes`).
+BROKER_CONFIGS = "/config/brokers"
 #: Kafka's per-user configs: ``/config/users/[sanitized user name]`` holds the user's SCRAM
 #: credentials (:mod:`broker_core.security.user_store`, ``sluice users``), each broker
 #: watching them; secret, so readable by brokers only when ZooKeeper ACLs are on.
@@ -85,7 +88,7 @@ TOP_LEVEL_PATHS = (CONTROLLER, CONTROLLER_EPOCH, CONTROLLER_UNREACHABLE, BROKERS
 #: Persistent paths every broker ensures at start (watches need their parents to exist).
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, PARTITIONS_REASSIGNED,
                     PARTITIONS_ADD, PARTITIONS_REMOVE, CONSUMERS, LOG_DIR_EVENT_NOTIFICATION,
-                    OFFLINE_REPLICAS, USER_CONFIGS)
+                    OFFLINE_REPLICAS, USER_CONFIGS, BROKER_CONFIGS)
 
 
 def broker(broker_id: int) -> str:
@@ -110,6 +113,11 @@ def leader_and_isr(name: str, index: int) -> str:
 
 def topic_config(name: str) -> str:
     return f"{TOPIC_CONFIGS}/{name}"
+
+
+def broker_config(name: str) -> str:
+    """``name`` is a broker id or ``<default>``."""
+    return f"{BROKER_CONFIGS}/{name}"
 
 
 def sanitize_user(name: str) -> str:

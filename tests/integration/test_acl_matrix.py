@@ -28,6 +28,7 @@ from broker_core.server.authorization import CONTROL_PLANE, RULES, UNCHECKED
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import Record, build_batch
+from broker_core.zk import paths
 from tests.support.cluster import call, connect, eventually, running_brokers
 
 Op, RT = AclOperation, ResourceType
@@ -201,6 +202,44 @@ async def test_topic_apis_allow_the_granted_principal_and_refuse_the_other(broke
                                                                  (CLUSTER_DENIED, [])]
     resp = await call_as(broker, "User:auditor", ApiKey.DESCRIBE_CONFIGS, 4, body)
     assert [r.error_code for r in resp.results] == [0, 0] and resp.results[0].configs
+
+    # AlterConfigs / IncrementalAlterConfigs: ALTER_CONFIGS on the topic; a broker's on the
+    # cluster. A refusal writes nothing.
+    await grant(broker, "User:configurer", (RT.TOPIC, "t", Op.ALTER_CONFIGS),
+                (RT.CLUSTER, "kafka-cluster", Op.ALTER_CONFIGS))
+    alter = {"resources": [
+        {"resource_type": 2, "resource_name": "t",
+         "configs": [{"name": "retention.ms", "value": "60000"}]},
+        {"resource_type": 4, "resource_name": "",
+         "configs": [{"name": "log.retention.bytes", "value": "1000000"}]}],
+        "validate_only": False}
+    incremental = {"resources": [
+        {"resource_type": 2, "resource_name": "t", "configs": [
+            {"name": "segment.ms", "config_operation": 0, "value": "60000"}]},
+        {"resource_type": 4, "resource_name": "1", "configs": [
+            {"name": "min.insync.replicas", "config_operation": 0, "value": "1"}]}],
+        "validate_only": False}
+    for api, version, request in ((ApiKey.ALTER_CONFIGS, 2, alter),
+                                  (ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, incremental)):
+        resp = await call_as(broker, mallory, api, version, request)
+        assert [(r.error_code, r.error_message) for r in resp.responses] == [
+            (TOPIC_DENIED, "ALTER_CONFIGS on this resource is not allowed"),
+            (CLUSTER_DENIED, "ALTER_CONFIGS on this resource is not allowed")]
+        # DESCRIBE_CONFIGS alone does not allow altering.
+        resp = await call_as(broker, "User:auditor", api, version, request)
+        assert [r.error_code for r in resp.responses] == [TOPIC_DENIED, CLUSTER_DENIED]
+    assert paths.TopicConfig.from_bytes(
+        (await broker.store.get("/config/topics/t"))[0]).config == {}
+    assert await broker.store.exists("/config/brokers/<default>") is None
+    assert await broker.store.exists("/config/brokers/1") is None
+    for api, version, request in ((ApiKey.ALTER_CONFIGS, 2, alter),
+                                  (ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, incremental)):
+        resp = await call_as(broker, "User:configurer", api, version, request)
+        assert [r.error_code for r in resp.responses] == [0, 0]
+    assert paths.TopicConfig.from_bytes(
+        (await broker.store.get("/config/topics/t"))[0]).config == {
+            "retention.ms": "60000", "segment.ms": "60000"}  # incremental keeps the first
+    assert await broker.store.exists("/config/brokers/1") is not None
 
     # DeleteTopics: DELETE on the topic.
     await grant(broker, "User:deleter", (RT.TOPIC, "doomed", Op.DELETE))

@@ -14,6 +14,7 @@ from twisted.internet import threads
 
 from broker_core import topic_admin
 from broker_core.config import BROKER_KEYS, TOPIC_CONFIG_KEYS, topic_defaults
+from broker_core.config_changes import DYNAMIC_BROKER_KEYS
 from broker_core.server.describe_configs import describe_configs
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages import describe_configs as dc
@@ -44,16 +45,18 @@ async def _with_topic(store: Any, name: str, config: dict[str, str] | None = Non
 
 
 def _request(*resources: tuple[int, str, list[str] | None], include_synonyms: bool = False,
-             ) -> Any:
+             include_documentation: bool = False) -> Any:
     return dc.REQUEST.build({
         "resources": [{"resource_type": t, "resource_name": n, "configuration_keys": k}
                       for t, n, k in resources],
-        "include_synonyms": include_synonyms})
+        "include_synonyms": include_synonyms, "include_documentation": include_documentation})
 
 
 async def _describe(store: Any, cfg: Any, *resources: tuple[int, str, list[str] | None],
-                    version: int = 4, include_synonyms: bool = False) -> list[dict]:
-    body = await describe_configs(_request(*resources, include_synonyms=include_synonyms),
+                    version: int = 4, include_synonyms: bool = False,
+                    include_documentation: bool = False) -> list[dict]:
+    body = await describe_configs(_request(*resources, include_synonyms=include_synonyms,
+                                           include_documentation=include_documentation),
                                   version=version, store=store, broker_config=cfg,
                                   broker_id=BROKER_ID)
     # Whatever the function answers must encode at every served version.
@@ -103,7 +106,7 @@ async def test_configuration_keys_filter_and_unknown_keys_are_left_out(store, cf
                               (TOPIC, "filtered", ["segment.bytes", "no.such.key", "flush.ms"]),
                               (TOPIC, "filtered", []))
     assert [(c["name"], c["value"], c["config_source"]) for c in results[0]["configs"]] == [
-        ("segment.bytes", "1048576", DYNAMIC), ("flush.ms", str(2**63 - 1), DEFAULT)]
+        ("flush.ms", str(2**63 - 1), DEFAULT), ("segment.bytes", "1048576", DYNAMIC)]
     assert results[1]["error_code"] == 0 and results[1]["configs"] == []
 
 
@@ -127,6 +130,69 @@ async def test_synonyms_list_the_override_then_the_broker_setting_then_the_defau
     (result,) = await _describe(store, cfg, (TOPIC, "syn2", ["retention.ms"]))
     (c,) = result["configs"]
     assert (c["value"], c["config_source"]) == ("86400000", STATIC)
+
+
+@pytest_twisted.ensureDeferred
+async def test_dynamic_broker_levels_come_between_the_override_and_the_static_setting(
+        store, zk_hosts, tmp_path):
+    """Kafka's order: topic override, this broker's dynamic config, the cluster-wide dynamic
+    default, the static setting, the built-in default; each level with a value is listed."""
+    cfg = broker_config(BROKER_ID, zk_hosts, tmp_path / "logs", log_retention_hours="24")
+    await _with_topic(store, "layers", {"retention.ms": "60000"})
+    await store.create(paths.broker_config("<default>"), paths.TopicConfig(
+        {"log.retention.ms": "7000", "min.insync.replicas": "2",
+         "listeners": "ignored: not dynamic"}).to_bytes(), makepath=True)
+    await store.create(paths.broker_config(str(BROKER_ID)),
+                       paths.TopicConfig({"log.retention.ms": "8000"}).to_bytes(), makepath=True)
+    (topic,) = await _describe(store, cfg, (TOPIC, "layers", ["retention.ms",
+                                                              "min.insync.replicas"]),
+                               include_synonyms=True)
+    retention = _by_name(topic)["retention.ms"]
+    assert [(s["name"], s["value"], s["source"]) for s in retention["synonyms"]] == [
+        ("retention.ms", "60000", DYNAMIC),
+        ("log.retention.ms", "8000", dc.ConfigSource.DYNAMIC_BROKER_CONFIG),
+        ("log.retention.ms", "7000", dc.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("log.retention.ms", "86400000", STATIC),
+        ("log.retention.ms", "604800000", DEFAULT)]
+    isr = _by_name(topic)["min.insync.replicas"]
+    assert (isr["value"], isr["config_source"]) == (
+        "2", dc.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    node, defaults = await _describe(store, cfg, (BROKER, str(BROKER_ID), ["log.retention.ms",
+                                                                            "listeners"]),
+                                     (BROKER, "", None), include_synonyms=True)
+    configs = _by_name(node)
+    assert (configs["log.retention.ms"]["value"], configs["log.retention.ms"]["config_source"],
+            configs["log.retention.ms"]["read_only"]) == (
+        "8000", dc.ConfigSource.DYNAMIC_BROKER_CONFIG, False)
+    assert configs["listeners"]["read_only"] and \
+        configs["listeners"]["config_source"] == STATIC  # the stored value is ignored
+    # The cluster-wide resource lists what /config/brokers/<default> sets (dynamic keys only).
+    assert [(c["name"], c["value"], c["config_source"]) for c in defaults["configs"]] == [
+        ("log.retention.ms", "7000", dc.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("min.insync.replicas", "2", dc.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_types_and_documentation_from_v3(store, cfg):
+    await _with_topic(store, "typed")
+    (result,) = await _describe(store, cfg, (TOPIC, "typed", None), include_documentation=True)
+    for c in result["configs"]:
+        spec = TOPIC_CONFIG_KEYS[c["name"]]
+        assert (c["config_type"], c["documentation"]) == (spec.config_type, spec.doc)
+    configs = _by_name(result)
+    assert configs["retention.ms"]["config_type"] == dc.ConfigType.LONG
+    assert configs["cleanup.policy"]["config_type"] == dc.ConfigType.LIST
+    assert configs["unclean.leader.election.enable"]["config_type"] == dc.ConfigType.BOOLEAN
+    assert (configs["message.timestamp.type"]["value"],
+            configs["compression.type"]["value"]) == ("CreateTime", "producer")
+    # Documentation only when asked for.
+    (result,) = await _describe(store, cfg, (TOPIC, "typed", ["retention.ms"]))
+    assert result["configs"][0]["documentation"] is None
+    (node,) = await _describe(store, cfg, (BROKER, str(BROKER_ID), ["num.partitions",
+                                                                     "listeners", "cluster.id"]))
+    assert [(c["name"], c["config_type"]) for c in node["configs"]] == [
+        ("listeners", dc.ConfigType.LIST), ("cluster.id", dc.ConfigType.STRING),
+        ("num.partitions", dc.ConfigType.INT)]
 
 
 @pytest_twisted.ensureDeferred
@@ -162,7 +228,7 @@ async def test_broker_reports_its_keys_static_or_default(store, zk_hosts, tmp_pa
     assert result["error_code"] == 0
     configs = _by_name(result)
     assert list(configs) == list(BROKER_KEYS)
-    assert all(c["read_only"] for c in configs.values())
+    assert {k for k, c in configs.items() if not c["read_only"]} == set(DYNAMIC_BROKER_KEYS)
     assert (configs["broker.id"]["value"], configs["broker.id"]["config_source"]) == ("1", STATIC)
     assert (configs["num.partitions"]["value"],
             configs["num.partitions"]["config_source"]) == ("3", STATIC)

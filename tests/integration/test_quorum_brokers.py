@@ -43,7 +43,7 @@ from tests.support.scripted_consumer import ScriptedConsumer, static
 TIMINGS = {**GROUP_TIMINGS, "controlled_shutdown_retry_backoff_ms": "200"}
 
 
-def quorum_configs(base, count: int, observers: int = 0) -> list:
+def quorum_configs(base, count: int, observers: int = 0, **overrides: str) -> list:
     """Configs of ``count`` voter brokers (ids 1..count) and ``observers`` more (the next
     ids, not in ``quorum.voters``, each with its own ``quorum.listener``); the voters' ports
     are picked before any broker starts because every voter must know the others' addresses
@@ -55,15 +55,16 @@ def quorum_configs(base, count: int, observers: int = 0) -> list:
     return [broker_config(i, "", base / f"broker-{i}", metadata_store="quorum",
                           quorum_voters=voters, cluster_id="quorum-test",
                           **({"quorum_listener": listeners[i]} if i in listeners else {}),
-                          **TIMINGS)
+                          **{**TIMINGS, **overrides})
             for i in range(1, count + observers + 1)]
 
 
-async def start_quorum_brokers(base, count: int = 3, observers: int = 0) -> list[BrokerService]:
+async def start_quorum_brokers(base, count: int = 3, observers: int = 0,
+                               **overrides: str) -> list[BrokerService]:
     """Start the brokers together: the first cannot open its metadata session before a
     majority of voters runs."""
     brokers = [BrokerService(cfg, reactor=reactor)
-               for cfg in quorum_configs(base, count, observers)]
+               for cfg in quorum_configs(base, count, observers, **overrides)]
     results = await defer.DeferredList([defer.maybeDeferred(b.startService) for b in brokers],
                                        consumeErrors=True)
     failed = [r for ok, r in results if not ok]

@@ -12,13 +12,16 @@ from broker_core.config import (
     BROKER_KEYS,
     LONG_MAX,
     TOPIC_CONFIG_KEYS,
+    UNSUPPORTED_TOPIC_KEYS,
     BrokerConfig,
     ConfigError,
+    config_type_of,
     parse_properties,
     read_properties,
     topic_defaults,
     validate_topic_config,
 )
+from broker_core.wire.messages.describe_configs import ConfigType
 
 REQUIRED = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "data"}
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -399,12 +402,40 @@ def test_validate_topic_config_normalises():
     ({"cleanup.policy": "shred"},
      "invalid value 'shred' for 'cleanup.policy': expected 'delete'"),
     ({"flush.ms": None}, "missing value for topic config key 'flush.ms'"),
+    ({"compression.type": "brotli"},
+     "invalid value 'brotli' for 'compression.type': expected one of producer, uncompressed, "
+     "gzip, snappy, lz4, zstd"),
+    ({"message.timestamp.type": "logappendtime"},
+     "invalid value 'logappendtime' for 'message.timestamp.type': expected one of CreateTime, "
+     "LogAppendTime"),
+    ({"delete.retention.ms": "-5"},
+     "invalid value '-5' for 'delete.retention.ms': expected an integer ≥ 0"),
+    ({"message.timestamp.before.max.ms": "1000"},
+     "topic config key 'message.timestamp.before.max.ms' is not supported: use "
+     "message.timestamp.difference.max.ms (one bound either side)"),
+    ({"min.compaction.lag.ms": "1"},
+     "topic config key 'min.compaction.lag.ms' is not supported: Sluice does not compact logs"),
 ])
 def test_topic_config_errors(values: dict, message: str):
     with pytest.raises(ConfigError) as info:
         validate_topic_config(values)
     assert str(info.value) == message
     assert info.value.key == next(iter(values))
+
+
+def test_topic_key_table():
+    """Every topic key's type is its parser's, and its synonym a broker key or a built-in."""
+    for key, spec in TOPIC_CONFIG_KEYS.items():
+        assert spec.name == key and spec.doc
+        assert config_type_of(spec.parse) is spec.config_type or \
+            spec.config_type in (ConfigType.LIST, ConfigType.STRING), key
+        assert (spec.synonym in BROKER_KEYS) != (spec.builtin is not None), key
+        assert key not in UNSUPPORTED_TOPIC_KEYS
+    assert TOPIC_CONFIG_KEYS["retention.ms"].config_type is ConfigType.LONG
+    assert TOPIC_CONFIG_KEYS["segment.bytes"].config_type is ConfigType.INT
+    assert TOPIC_CONFIG_KEYS["unclean.leader.election.enable"].config_type is ConfigType.BOOLEAN
+    assert config_type_of(BROKER_KEYS["listeners"].parse) is ConfigType.LIST
+    assert config_type_of(BROKER_KEYS["cluster.id"].parse) is ConfigType.STRING
 
 
 def test_topic_defaults_from_broker_keys():
@@ -426,7 +457,13 @@ def test_topic_defaults_from_broker_keys():
         "unclean.leader.election.enable": "true",
         "cleanup.policy": "delete",
         "index.interval.bytes": "100",
+        # No broker key in Sluice: Kafka's defaults.
+        "compression.type": "producer",
+        "delete.retention.ms": "86400000",
+        "message.timestamp.type": "CreateTime",
+        "message.timestamp.difference.max.ms": str(LONG_MAX),
     }
+    assert list(defaults) == sorted(defaults)  # name order, as DescribeConfigs lists them
     assert validate_topic_config(defaults) == defaults  # defaults pass the topic checks
 
 

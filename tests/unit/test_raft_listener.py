@@ -4,9 +4,15 @@ correlation ids, and how bad input is refused without reaching the node."""
 
 from __future__ import annotations
 
+from twisted.internet import task
+from twisted.internet.testing import StringTransport
+
 from broker_core.raft import wire
 from broker_core.raft.listener import (
     SERVED_VERSIONS,
+    InboundRequests,
+    QuorumListenerFactory,
+    QuorumRequestHandler,
 )
 from broker_core.raft.messages import (
     BeginQuorumEpochRequest,

@@ -39,6 +39,21 @@ class ConfigSource(IntEnum):
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
 
 
+class ConfigType(IntEnum):
+    """Kafka's ``DescribeConfigsResponse.ConfigType`` numbers (``config_type``, v3+)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
 REQUEST = Message("DescribeConfigsRequest", versions=VERSIONS, flexible=FLEXIBLE, fields=[
     Field("resources", Array(Schema("DescribeConfigsResource", [
         Field("resource_type", INT8),

@@ -1,0 +1,160 @@
+"""What a leader applies to a produced batch for its topic before storing it:
+``message.timestamp.difference.max.ms`` (a check), ``message.timestamp.type`` and
+``compression.type`` (changes), as Kafka's ``LogValidator`` does.
+
+:func:`check_timestamps` refuses a batch (INVALID_TIMESTAMP, naming the record) when, with
+CreateTime, a record's timestamp differs from the leader's clock by more than the topic allows
+(a record without a timestamp, -1, is not checked). It decodes the records only when the topic
+sets a bound, within the same decompression bound as the validator.
+
+:func:`rewrite_for_topic` takes a record set whose batches were already checked (offsets
+stamped, every record validated by :mod:`broker_core.log.validator`) and returns the bytes to
+store:
+
+- ``LogAppendTime``: each batch gets the timestamp-type bit and ``maxTimestamp = now`` (the
+  records keep their deltas; a reader of a LogAppendTime batch takes every record's timestamp
+  from ``maxTimestamp``, as Kafka's clients do). The CRC is recomputed; nothing else moves.
+- ``compression.type`` other than ``producer`` (``uncompressed`` meaning none): a batch with
+  another codec has its records decompressed and compressed again with the topic's codec; its
+  header (offsets, producer id, epoch, sequence, transactional bit, timestamps) is kept.
+
+Bounds (a hostile batch must not make the leader allocate without limit): every batch
+decompresses through :func:`broker_core.wire.compression.decompress` bounded by
+``max_batch_bytes`` (``max.message.bytes``), as the validator already did; the decompressed
+bytes of the whole record set share one budget of ``len(records) + max_batch_bytes`` (so a set
+of many small compressed batches cannot expand without limit); a rewritten batch larger than
+``max_batch_bytes`` is refused with :class:`BatchTooLargeAfterRewrite`. A refusal changes
+nothing. Pure functions on bytes: no I/O, no clock (``now_ms`` is given).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+
+from broker_core.log.config import NEVER
+from broker_core.log.validator import InvalidRecords
+from broker_core.wire.compression import compress, decompress
+from broker_core.wire.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchInfo,
+    Compression,
+    InvalidRecordBatch,
+    decode_batch,
+    iter_batches,
+)
+
+_CRC_POS = 17  # baseOffset(8) + batchLength(4) + partitionLeaderEpoch(4) + magic(1)
+_ATTRIBUTES_POS = 21  # the CRC covers from here to the end of the batch
+_MAX_TIMESTAMP_POS = 35  # attributes(2) + lastOffsetDelta(4) + baseTimestamp(8) after 21
+_LENGTH_POS = 8
+_COMPRESSION_MASK = 0x07
+_LOG_APPEND_TIME_BIT = 0x08
+_int16 = struct.Struct(">h")
+_int32 = struct.Struct(">i")
+_uint32 = struct.Struct(">I")
+_int64 = struct.Struct(">q")
+
+
+class BatchTooLargeAfterRewrite(InvalidRecordBatch):
+    """A batch the topic's codec makes larger than ``max.message.bytes`` -> MESSAGE_TOO_LARGE."""
+
+    error_code_name = "MESSAGE_TOO_LARGE"
+
+
+_NO_TIMESTAMP = -1
+
+
+def check_timestamps(data: bytes | bytearray, infos: list[BatchInfo], *, timestamp_type: str,
+                     max_difference_ms: int, now_ms: int, max_batch_bytes: int) -> None:
+    """Refuse (:class:`~broker_core.log.validator.InvalidRecords`, INVALID_TIMESTAMP) the first
+    batch with a record whose timestamp is more than ``max_difference_ms`` from ``now_ms``;
+    nothing to check with LogAppendTime or without a bound (``NEVER``, Kafka's default)."""
+    if timestamp_type != "CreateTime" or max_difference_ms >= NEVER:
+        return
+    for info in infos:
+        for index, record in enumerate(decode_batch(data, info,
+                                                    max_decompressed_bytes=max_batch_bytes)):
+            ts = record.timestamp
+            if ts != _NO_TIMESTAMP and abs(ts - now_ms) > max_difference_ms:
+                what = (f"timestamp {ts} is {abs(ts - now_ms)} ms from the leader's clock; "
+                        f"message.timestamp.difference.max.ms is {max_difference_ms}")
+                raise InvalidRecords(
+                    f"record {index} of the batch at offset {info.base_offset}: {what}",
+                    record_index=index, record_message=what,
+                    error_code_name="INVALID_TIMESTAMP")
+
+
+def target_codec(compression_type: str, produced: Compression) -> Compression:
+    """The codec a batch produced with ``produced`` is stored with under ``compression_type``
+    (a value of :data:`broker_core.config.COMPRESSION_TYPES`)."""
+    if compression_type == "producer":
+        return produced
+    if compression_type == "uncompressed":
+        return Compression.NONE
+    return Compression[compression_type.upper()]
+
+
+def needs_rewrite(infos: list[BatchInfo], *, compression_type: str, timestamp_type: str) -> bool:
+    """Whether :func:`rewrite_for_topic` would change any batch (cheap: headers only)."""
+    if timestamp_type == "LogAppendTime":
+        return True
+    return any(target_codec(compression_type, i.compression) is not i.compression
+               for i in infos)
+
+
+def rewrite_for_topic(data: bytes | bytearray, infos: list[BatchInfo], *, compression_type: str,
+                      timestamp_type: str, now_ms: int, max_batch_bytes: int
+                      ) -> tuple[bytes | bytearray, list[BatchInfo]]:
+    """The record set to store and its batches' infos; ``data`` itself when nothing changes.
+
+    Raises :class:`~broker_core.wire.compression.DecompressedTooLarge` (the record set's
+    decompression budget is spent) or :class:`BatchTooLargeAfterRewrite`; ``data`` is not
+    modified either way.
+    """
+    if not needs_rewrite(infos, compression_type=compression_type,
+                         timestamp_type=timestamp_type):
+        return data, infos
+    append_time = now_ms if timestamp_type == "LogAppendTime" else None
+    budget = len(data) + max_batch_bytes
+    out = bytearray()
+    for info in infos:
+        batch = bytes(data[info.position:info.end])
+        codec = target_codec(compression_type, info.compression)
+        if codec is not info.compression:
+            payload = batch[HEADER_SIZE:]
+            raw = decompress(info.compression, payload, max_bytes=min(max_batch_bytes, budget))
+            budget -= len(raw)
+            batch = _with_payload(batch, codec, compress(codec, raw))
+            if len(batch) > max_batch_bytes:
+                raise BatchTooLargeAfterRewrite(
+                    f"batch at offset {info.base_offset} is {len(batch)} bytes once stored as "
+                    f"{codec.name} (compression.type={compression_type}); the topic's "
+                    f"max.message.bytes is {max_batch_bytes}")
+        if append_time is not None:
+            batch = _stamped(batch, append_time)
+        out += batch
+    return out, list(iter_batches(out))
+
+
+def _with_payload(batch: bytes, codec: Compression, payload: bytes) -> bytes:
+    """``batch`` with a new payload and codec; length and CRC follow."""
+    out = bytearray(batch[:HEADER_SIZE])
+    out += payload
+    _int32.pack_into(out, _LENGTH_POS, len(out) - LOG_OVERHEAD)
+    attributes = _int16.unpack_from(out, _ATTRIBUTES_POS)[0]
+    _int16.pack_into(out, _ATTRIBUTES_POS, (attributes & ~_COMPRESSION_MASK) | int(codec))
+    _uint32.pack_into(out, _CRC_POS, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_POS:]))
+    return bytes(out)
+
+
+def _stamped(batch: bytes, now_ms: int) -> bytes:
+    """``batch`` marked LogAppendTime with ``maxTimestamp = now_ms``; CRC recomputed."""
+    out = bytearray(batch)
+    attributes = _int16.unpack_from(out, _ATTRIBUTES_POS)[0]
+    _int16.pack_into(out, _ATTRIBUTES_POS, attributes | _LOG_APPEND_TIME_BIT)
+    _int64.pack_into(out, _MAX_TIMESTAMP_POS, now_ms)
+    _uint32.pack_into(out, _CRC_POS, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_POS:]))
+    return bytes(out)

@@ -513,9 +513,9 @@ def forged_voter_fetches_commit_nothing(attacked: Attacked, cluster_id: str, lea
         assert broker.receive(pending).error_code == 0
 
 
+# ZooKeeper mode has no quorum port: only the quorum modes are generated.
+@pytest.mark.parametrize("attacked", ["quorum", "quorum-ssl"], indirect=True)
 def test_the_quorum_port_refuses_every_attack(attacked):
-    if not attacked.quorum:
-        pytest.skip("the quorum port is quorum mode's")
     from consumer_client.quorum_admin import QuorumAdminError, log_in
 
     settled(attacked)

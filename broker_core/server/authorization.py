@@ -86,6 +86,9 @@ RULES: dict[ApiKey, Rule] = {
     # Per resource: a topic needs it on the topic, a broker on the cluster (then the error is
     # CLUSTER_AUTHORIZATION_FAILED).
     ApiKey.DESCRIBE_CONFIGS: Rule(Op.DESCRIBE_CONFIGS, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    # IDEMPOTENT_WRITE on the cluster or WRITE on any topic (Access.may_write_idempotently),
+    # asked by the handler: a whole-request rule could not say "or".
+    ApiKey.INIT_PRODUCER_ID: Rule(Op.IDEMPOTENT_WRITE, RT.CLUSTER, _CLUSTER, Scope.RESOURCES),
     ApiKey.DESCRIBE_ACLS: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     ApiKey.CREATE_ACLS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     ApiKey.DELETE_ACLS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
@@ -161,6 +164,15 @@ class Access:
 
     def allows_topic(self, rule: Rule, topic: str) -> bool:
         return self.allows(rule.operation, RT.TOPIC, topic)
+
+    def may_write_idempotently(self) -> bool:
+        """InitProducerId, as Kafka asks it: IDEMPOTENT_WRITE on the cluster, or WRITE on at
+        least one topic."""
+        if self.unrestricted:
+            return True
+        assert self.authorizer is not None
+        return self.allows_cluster(Op.IDEMPOTENT_WRITE) or self.authorizer.authorize_any(
+            self.security.principal, self.security.peer_host, Op.WRITE, RT.TOPIC)
 
     def may_create_topic(self, topic: str) -> bool:
         """CreateTopics and Metadata's auto-creation: CREATE on the cluster or on the topic."""

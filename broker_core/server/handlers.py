@@ -40,6 +40,7 @@ from broker_core.server.authorization import (
     may_manage_users,
 )
 from broker_core.server.describe_configs import describe_configs
+from broker_core.server.producer_ids import InitProducerIdApi, ProducerIdManager
 from broker_core.server.protocol import NO_RESPONSE
 from broker_core.server.user_admin import UserAdminApis
 from broker_core.wire.apis import SLUICE_API_KEYS_FROM, SUPPORTED, ApiKey
@@ -68,7 +69,7 @@ _WITH_ACCESS = frozenset({
     ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS,
     ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_CONFIGS, ApiKey.COMMIT_OFFSETS,
     ApiKey.UNREGISTER_CONSUMER, ApiKey.DESCRIBE_CONSUMER_GROUPS, ApiKey.API_VERSIONS,
-    ApiKey.CLUSTER_METADATA})
+    ApiKey.CLUSTER_METADATA, ApiKey.INIT_PRODUCER_ID})
 _TOPIC_DENIED = "TOPIC_AUTHORIZATION_FAILED"
 
 
@@ -128,6 +129,7 @@ class RequestHandler(UserAdminApis):
         #: ``super.users``: without an authorizer, the principals (besides brokers) that may
         #: use the user APIs (broker_core.server.authorization.may_manage_users).
         self.super_users = super_users
+        self.producer_ids = InitProducerIdApi(ProducerIdManager(store, broker_id))
         self._metadata_waiters: list[tuple[Callable[[], bool], defer.Deferred]] = []
         self._dispatch = {
             ApiKey.API_VERSIONS: self.api_versions,
@@ -137,6 +139,7 @@ class RequestHandler(UserAdminApis):
             ApiKey.LIST_OFFSETS: self.list_offsets,
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.INIT_PRODUCER_ID: self.producer_ids.init_producer_id,
             ApiKey.CREATE_PARTITIONS: self.create_partitions,
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
             ApiKey.DESCRIBE_ACLS: self.describe_acls,

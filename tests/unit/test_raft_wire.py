@@ -361,8 +361,8 @@ def test_a_non_quorum_request_is_refused():
 
 # What ApiVersions advertised before the quorum's APIs were defined: (key, min, max).
 ADVERTISED = [(0, 3, 9), (1, 4, 12), (2, 1, 7), (3, 1, 12), (4, 5, 5), (5, 3, 3), (6, 7, 7),
-              (7, 3, 3), (17, 0, 1), (18, 0, 3), (19, 2, 7), (20, 1, 5), (23, 3, 3), (29, 0, 3), (30, 0, 3),
-              (31, 0, 3), (32, 1, 4), (36, 0, 2), (37, 0, 3),
+              (7, 3, 3), (17, 0, 1), (18, 0, 3), (19, 2, 7), (20, 1, 5), (22, 0, 4), (23, 3, 3),
+              (29, 0, 3), (30, 0, 3), (31, 0, 3), (32, 1, 4), (36, 0, 2), (37, 0, 3),
               (50, 0, 0), (51, 0, 0),  # the SCRAM user APIs
               (56, 0, 1), (63, 0, 0)]
 #: What a client (any connection but a broker's) is shown: no control-plane API.

@@ -246,6 +246,7 @@ class Log:
         self.leader_epochs = LeaderEpochFile(directory, lambda: self.log_end_offset)
         #: Idempotent producers' state, as of the log end (broker_core.log.producer_state).
         self.producer_state = ProducerStateManager()
+        self.track_producers = True
         self.log_start_offset = 0
         self.recovery_point = 0
         self.recovery_report = RecoveryReport()
@@ -263,7 +264,8 @@ class Log:
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, time_ms: Callable[[], int],
              recovery_point: int = 0, log_start_offset: int = 0,
-             clean_shutdown: bool = True, open_segments: OpenSegments | None = None) -> Log:
+             clean_shutdown: bool = True, open_segments: OpenSegments | None = None,
+             track_producers: bool = True) -> Log:
         """Open (or create) the log in ``directory``.
 
         After a clean shutdown the indexes are trusted, and only the batches after the last
@@ -278,17 +280,20 @@ class Log:
         the new end are dropped. Bytes opened without their CRCs are checked when first read.
         ``recovery_report`` says what was done.
         ``open_segments`` is the LRU of rolled segments' descriptors to share (a new one with the
-        default capacity if None).
+        default capacity if None). ``track_producers`` False (the metadata quorum's log, which
+        no producer writes) keeps no producer state and writes no ``.snapshot`` files.
         """
         directory.mkdir(parents=True, exist_ok=True)
         parse_dir_name(directory.name)
         report = RecoveryReport(clean_shutdown=clean_shutdown)
         try:
             log = cls(directory, config, time_ms, open_segments)
+            log.track_producers = track_producers
         except CheckpointError:
             # A damaged epoch file is rebuilt from the epochs stamped on the batches.
             (directory / EPOCH_FILE_NAME).unlink()
             log = cls(directory, config, time_ms, open_segments)
+            log.track_producers = track_producers
             report.epoch_file_rebuilt = True
         log.recovery_report = report
         try:
@@ -384,6 +389,8 @@ class Log:
         """Rebuild the producer state as of the log end: from the newest snapshot at or below
         it that passes its checks, then the batches after it. Snapshots past the end (their
         batches were cut) and unusable ones are deleted."""
+        if not self.track_producers:
+            return
         report = self.recovery_report
         leo = self.log_end_offset
         state = ProducerStateManager(self.producer_state.max_producers)
@@ -417,8 +424,9 @@ class Log:
 
     def write_producer_snapshot(self) -> None:
         """Snapshot the producer state at the log end (at a roll and a clean close), keeping
-        the two newest snapshots. Nothing is written while no producer is known."""
-        if not len(self.producer_state):
+        the two newest snapshots. Written with no producer known too (a few bytes): without
+        it a start would replay the whole log to find out there is none."""
+        if not self.track_producers:
             return
         producer_snapshot.write(self.directory, self.producer_state, self.log_end_offset)
         for offset in snapshot_offsets(self.directory)[:-2]:

@@ -331,3 +331,21 @@ def test_the_replica_manager_expires_producers_on_its_clock(tmp_path):
     finally:
         loop.stop()
         logs.shutdown()
+
+
+def test_a_log_without_producers_still_snapshots_so_a_start_scans_nothing(tmp_path):
+    log = open_log(tmp_path)
+    for _ in range(3):
+        log.append_as_leader(build_batch([Record(None, b"plain")]), 0)
+    log.close()
+    assert snap.snapshot_offsets(tmp_path / "t-0") == [3]
+    log = open_log(tmp_path)
+    assert log.recovery_report.producer_batches_replayed == 0 and len(log.producer_state) == 0
+    log.close()
+
+
+def test_a_log_that_tracks_no_producers_writes_no_snapshot(tmp_path):
+    log = Log.open(tmp_path / "t-0", LogConfig(), time_ms=ManualTime(), track_producers=False)
+    log.append_as_leader(pbatch(seq=0), 0)
+    log.close()
+    assert snap.snapshot_offsets(tmp_path / "t-0") == []

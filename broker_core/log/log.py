@@ -511,7 +511,7 @@ class Log:
     def _check_producers(self, infos: list[BatchInfo]) -> BatchMetadata | None:
         """The producer-state checks of a produced record set: the original batch when it
         is a retry of one the log holds; :class:`ProducerStateError` when refused."""
-        if not any(info.producer_id >= 0 for info in infos):
+        if not any(info.producer_id >= 0 or info.is_transactional for info in infos):
             return None
         if len(infos) > 1:
             # Clients send one batch per partition; several would need their duplicates

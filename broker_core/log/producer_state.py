@@ -100,11 +100,11 @@ class ProducerStateManager:
         original batch when it is a duplicate; :class:`ProducerStateError` when refused.
         Changes nothing."""
         pid = info.producer_id
-        if pid < 0:
-            return None
         if info.is_transactional:
             raise ProducerStateError("INVALID_RECORD", "transactional batches are not served: "
                                      "Sluice has no transaction coordinator")
+        if pid < 0:
+            return None
         if info.producer_epoch < 0 or info.base_sequence < 0:
             raise ProducerStateError(
                 "INVALID_RECORD", f"producer {pid}'s batch has epoch {info.producer_epoch} and "

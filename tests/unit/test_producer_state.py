@@ -93,8 +93,9 @@ def test_each_refusal_has_its_error_and_changes_nothing(data, code):
     assert {pid: (e.epoch, list(e.batches)) for pid, e in state.entries.items()} == before
 
 
-def test_a_transactional_batch_is_refused():
-    info = replace(info_of(pbatch()), attributes=0x10)
+@pytest.mark.parametrize("pid", [7, -1])
+def test_a_transactional_batch_is_refused(pid):
+    info = replace(info_of(pbatch()), attributes=0x10, producer_id=pid)
     with pytest.raises(ProducerStateError, match="transactional") as e:
         ProducerStateManager().check(info)
     assert e.value.error_code_name == "INVALID_RECORD"

@@ -174,6 +174,9 @@ class BrokerService(service.Service):
                 backoff_ms=config.replica_fetch_backoff_ms,
                 request_timeout_ms=config.request_timeout_ms),
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            producer_id_expiration_ms=config.producer_id_expiration_ms,
+            producer_id_expiration_check_interval_s=(
+                config.producer_id_expiration_check_interval_ms / 1000.0),
             min_insync_replicas=self._min_insync_replicas,
             broker_epoch=lambda: self.registration_epoch,
             on_log_dir_failure=self._on_log_dir_failure,

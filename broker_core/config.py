@@ -510,6 +510,10 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("log.index.interval.bytes", "log_index_interval_bytes", integer(0, INT_MAX), "4096"),
     # Rolled segments whose .log stays open at once (an LRU over the broker; docs/storage.md).
     ("log.open.segments.max", "log_open_segments_max", integer(1, INT_MAX), "1000"),
+    # Idempotent producers a partition forgets after this long without a batch (Kafka's).
+    ("producer.id.expiration.ms", "producer_id_expiration_ms", integer(1), "86400000"),
+    ("producer.id.expiration.check.interval.ms", "producer_id_expiration_check_interval_ms",
+     integer(1, INT_MAX), "600000"),
     ("replica.fetch.wait.max.ms", "replica_fetch_wait_max_ms", integer(0, INT_MAX), "500"),
     ("replica.lag.time.max.ms", "replica_lag_time_max_ms", integer(1), "30000"),
     ("replica.fetch.min.bytes", "replica_fetch_min_bytes", integer(1, INT_MAX), "1"),
@@ -682,6 +686,8 @@ class BrokerConfig:
     log_flush_scheduler_interval_ms: int | None
     log_index_interval_bytes: int
     log_open_segments_max: int
+    producer_id_expiration_ms: int
+    producer_id_expiration_check_interval_ms: int
     replica_fetch_wait_max_ms: int
     replica_lag_time_max_ms: int
     replica_fetch_min_bytes: int

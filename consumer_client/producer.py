@@ -56,6 +56,7 @@ from consumer_client.producer_errors import (
     RecordTooLarge,
     UnknownTopic,
 )
+from consumer_client.producer_idempotence import NEEDS_BUMP, ProducerIdentity
 from consumer_client.producer_retry import Action, decide
 from consumer_client.security import AUTHENTICATION_ERRORS
 
@@ -159,6 +160,9 @@ class Producer:
         self._mem_waiters: deque[_Parked] = deque()
         self._capacity_waiters: list[tuple[int, defer.Deferred]] = []
         self._in_flight: dict[int, int] = {}
+        #: ``enable.idempotence``: the producer id, epoch and sequences (None: off).
+        self._identity = ProducerIdentity() if cfg.enable_idempotence else None
+        self._identity_asked = False
         self._timer: Any = None
         self._closed = False
         self._stopped = False
@@ -505,9 +509,15 @@ class Producer:
         if self._stopped:
             return
         now = self._clock.seconds()
+        can_send = self._can_send
+        if self._identity is not None and not self._identity.ready:
+            # Nothing is sent without a producer id, nor while the epoch waits to be bumped;
+            # the drain still fails expired batches.
+            self._maybe_init_producer_id()
+            can_send = _never
         with self._lock:
             ready, next_delay, unknown, expired = self._acc.drain(
-                now, self._leader_of, self._can_send, self.config.max_request_size)
+                now, self._leader_of, can_send, self.config.max_request_size)
         for batch in expired:
             self._finish(batch, -1, self._timeout_error(batch))
         if unknown:
@@ -523,6 +533,9 @@ class Producer:
         cfg = self.config
         topic_data: dict[str, list[dict]] = {}
         for b in batches:
+            if self._identity is not None and b.payload is None:
+                b.producer_id, b.producer_epoch, b.base_sequence = self._identity.stamp(
+                    b.topic, b.partition, b.count)
             b.attempts += 1
             b.last_broker = node
             topic_data.setdefault(b.topic, []).append(
@@ -557,13 +570,20 @@ class Producer:
                 b = by_tp.pop((t.name, p.index), None)
                 if b is None:
                     continue
-                if p.error_code == 0:
+                if p.error_code == 0 or (p.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+                                         and self._identity is not None):
+                    # A duplicate: a retry of a batch the leader holds (older brokers say so
+                    # with this error; Sluice's answer a success with the original offsets).
                     self._finish(b, p.base_offset, None)
                     continue
                 try:
                     code = ErrorCode(p.error_code)
                 except ValueError:
                     code = ErrorCode.UNKNOWN_SERVER_ERROR
+                if self._identity is not None and code in NEEDS_BUMP:
+                    self.log.warn("{topic}-{partition}: {error}; bumping the producer epoch",
+                                  topic=b.topic, partition=b.partition, error=code.name)
+                    self._identity.bump_needed = True
                 refresh |= self._retry_or_fail(b, code, getattr(p, "error_message", None) or "",
                                                now, node)
         for b in by_tp.values():
@@ -617,6 +637,48 @@ class Producer:
             self._finish(b, -1, ProduceError(b.topic, b.partition, node, code, detail,
                                              b.attempts))
         return False
+
+    # -- idempotence -------------------------------------------------------------------------
+
+    def _maybe_init_producer_id(self) -> None:
+        """Ask for a producer id (or an epoch bump) unless a request is out; a bump waits until
+        no Produce is in flight (their batches still carry the old epoch)."""
+        if self._identity_asked or self._stopped or any(self._in_flight.values()):
+            return
+        self._identity_asked = True
+        d = defer.Deferred.fromCoroutine(self._init_producer_id())
+        d.addErrback(lambda f: self.log.failure("InitProducerId failed", f))
+
+    async def _init_producer_id(self) -> None:
+        assert self._identity is not None
+        try:
+            resp = await self._cluster.request_any(ApiKey.INIT_PRODUCER_ID,
+                                                   self._identity.init_request())
+            code = ErrorCode(resp.error_code)
+        except Exception as e:  # noqa: BLE001 - no answer: ask again after the backoff
+            self.log.info("InitProducerId got no answer: {error}", error=repr(e))
+            code = None
+        self._identity_asked = False
+        if self._stopped:
+            return
+        if code is not ErrorCode.NONE:
+            if code is not None:
+                self.log.warn("InitProducerId refused: {code}", code=code.name)
+            self._schedule(self._backoff_s)
+            return
+        bumped = self._identity.producer_id >= 0
+        self._identity.granted(resp.producer_id, resp.producer_epoch)
+        if bumped:
+            # Retries sent under the old epoch may have been written: resending them under the
+            # new one would write them twice, so they fail.
+            with self._lock:
+                stale = self._acc.take_sent()
+            for b in stale:
+                self._finish(b, -1, ProduceError(
+                    b.topic, b.partition, b.last_broker, b.last_error,
+                    "the producer epoch was bumped after a sequence error; this batch, sent "
+                    "under the old epoch, may or may not have been written", b.attempts))
+        self._schedule(0)
 
     def _timeout_error(self, b: ProducerBatch) -> DeliveryTimeout:
         detail = b.last_detail
@@ -710,6 +772,10 @@ class Producer:
         for b in left:
             self._finish(b, -1, closed)
         self._cluster.close()  # in-flight requests fail with ConnectionLost -> ProducerClosed
+
+
+def _never(node: int) -> bool:
+    return False
 
 
 def _when_done(b: ProducerBatch) -> defer.Deferred:

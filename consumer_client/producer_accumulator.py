@@ -117,7 +117,8 @@ class ProducerBatch:
 
     __slots__ = ("topic", "partition", "buf", "count", "base_ts", "max_ts", "created",
                  "reserved", "attempts", "retry_at", "waiters", "event", "on_done", "payload",
-                 "done", "base_offset", "error", "last_error", "last_broker", "last_detail")
+                 "done", "base_offset", "error", "last_error", "last_broker", "last_detail",
+                 "producer_id", "producer_epoch", "base_sequence")
 
     def __init__(self, topic: str, partition: int, base_ts: int, created: float) -> None:
         self.topic = topic
@@ -140,6 +141,10 @@ class ProducerBatch:
         self.last_error: Any = None  # ErrorCode of the last failed attempt, or None
         self.last_broker = -1
         self.last_detail = ""
+        #: Set at the first send by an idempotent producer (-1: not idempotent).
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1
 
     def __repr__(self) -> str:
         return (f"<ProducerBatch {self.topic}-{self.partition} records={self.count} "
@@ -150,8 +155,9 @@ class ProducerBatch:
         if self.payload is None:
             records = compress_payload(compression, bytes(self.buf))
             attributes = int(compression)  # CreateTime; not transactional, not control
-            after = _AFTER_CRC.pack(attributes, self.count - 1, self.base_ts, self.max_ts, -1,
-                                    -1, -1, self.count) + records
+            after = _AFTER_CRC.pack(attributes, self.count - 1, self.base_ts, self.max_ts,
+                                    self.producer_id, self.producer_epoch, self.base_sequence,
+                                    self.count) + records
             length = len(after) + (_CRC_START - _LOG_OVERHEAD)
             self.payload = _BEFORE_CRC.pack(0, length, -1, 2, _crc32c.crc32c(after)) + after
             self.buf = bytearray()  # the encoded records now live in payload only
@@ -295,6 +301,19 @@ class RecordAccumulator:
         batch.reserved = 0
         self.incomplete.discard(batch)
         self.unmute(batch)
+
+    def take_sent(self) -> list[ProducerBatch]:
+        """Remove every queued batch that was sent before (a retry waiting its turn); the
+        caller fails them."""
+        out = []
+        for q in self.queues.values():
+            kept = [b for b in q if not b.attempts]
+            out += [b for b in q if b.attempts]
+            q.clear()
+            q.extend(kept)
+        for b in out:
+            self.incomplete.discard(b)
+        return out
 
     def abort_all(self) -> list[ProducerBatch]:
         """Remove every queued batch (close without flush); the caller fails them."""

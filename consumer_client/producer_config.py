@@ -11,7 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_core.config import INT_MAX, ConfigError, ConfigKey, integer, parse_keys, text
+from broker_core.config import (
+    INT_MAX,
+    ConfigError,
+    ConfigKey,
+    boolean,
+    integer,
+    parse_keys,
+    text,
+)
 from broker_core.wire.records import Compression
 from consumer_client import security as client_security
 from consumer_client.partitioner import DefaultPartitioner, IPartitioner
@@ -61,6 +69,9 @@ PRODUCER_KEYS: dict[str, ConfigKey] = _keys(
     ("metadata.max.age.ms", "metadata_max_age_ms", integer(0), "300000"),
     ("max.in.flight.requests.per.connection", "max_in_flight_requests_per_connection",
      integer(1, INT_MAX), "5"),
+    # Off by default (Kafka's default is on): this producer's retries stay at least once unless
+    # asked (docs/producer.md, Idempotence). Needs acks=all.
+    ("enable.idempotence", "enable_idempotence", boolean, "false"),
 )
 
 
@@ -88,6 +99,7 @@ class ProducerConfig:
     max_block_ms: int
     metadata_max_age_ms: int
     max_in_flight_requests_per_connection: int
+    enable_idempotence: bool = False
     partitioner: Any = None
     #: ``security.protocol``, ``sasl.*``, ``ssl.*`` (:mod:`consumer_client.security`).
     security: ClientSecurity = field(default_factory=ClientSecurity)
@@ -111,6 +123,10 @@ class ProducerConfig:
             raise ConfigError(
                 f"delivery.timeout.ms ({attrs['delivery_timeout_ms']}) must be at least "
                 f"linger.ms + request.timeout.ms ({floor})", "delivery.timeout.ms")
+        if attrs["enable_idempotence"] and attrs["acks"] != -1:
+            raise ConfigError("enable.idempotence needs acks=all: a batch acknowledged by the "
+                              "leader alone may be lost in a failover, and its retry would "
+                              "then be out of sequence", "acks")
         return cls(partitioner=partitioner, security=security, **attrs)
 
     @classmethod

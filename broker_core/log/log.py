@@ -39,12 +39,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from broker_core.log import producer_snapshot
 from broker_core.log.checkpoints import TMP_SUFFIX, CheckpointError, fsync_dir
 from broker_core.log.config import INT32_MAX, LogConfig
 from broker_core.log.leader_epoch import FILE_NAME as EPOCH_FILE_NAME
 from broker_core.log.leader_epoch import LeaderEpochFile
 from broker_core.log.leader_rewrite import check_timestamps, rewrite_for_topic
 from broker_core.log.open_segments import OpenSegments
+from broker_core.log.producer_snapshot import SnapshotError, snapshot_offsets
+from broker_core.log.producer_state import BatchMetadata, ProducerStateError, ProducerStateManager
 from broker_core.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -127,6 +130,8 @@ class AppendResult:
     batch_count: int
     size: int
     max_timestamp: int
+    #: A retried idempotent batch: nothing was appended, the offsets are the original's.
+    duplicate: bool = False
 
 
 @dataclass
@@ -150,12 +155,17 @@ class RecoveryReport:
     epoch_entries_dropped: int = 0
     epoch_entries_added: int = 0
     epoch_file_rebuilt: bool = False
+    #: Producer-state snapshots that failed their checks (ignored and deleted), and why.
+    snapshots_ignored: int = 0
+    snapshot_problem: str = ""
+    #: Batches replayed into the producer state (after the snapshot used, if any).
+    producer_batches_replayed: int = 0
     #: Where the log now ends when recovery cut it (-1 if it cut nothing), and why.
     truncated_to: int = -1
     reason: str = ""
 
     _NOT_REPAIRS = ("clean_shutdown", "recovery_point", "segments_checked", "batches_checked",
-                    "truncated_to", "reason")
+                    "truncated_to", "reason", "snapshot_problem", "producer_batches_replayed")
 
     @property
     def changed(self) -> bool:
@@ -182,6 +192,9 @@ class RecoveryReport:
             parts.append("rebuilt the leader-epoch file")
         if self.indexes_rebuilt:
             parts.append(f"rebuilt {self.indexes_rebuilt} index(es)")
+        if self.snapshots_ignored:
+            parts.append(f"ignored {self.snapshots_ignored} producer-state snapshot(s) "
+                         f"({self.snapshot_problem})")
         return "; ".join(parts)
 
 
@@ -232,6 +245,9 @@ class Log:
         self.time_ms = time_ms
         self.segments: list[Segment] = []
         self.leader_epochs = LeaderEpochFile(directory, lambda: self.log_end_offset)
+        #: Idempotent producers' state, as of the log end (broker_core.log.producer_state).
+        self.producer_state = ProducerStateManager()
+        self.track_producers = True
         self.log_start_offset = 0
         self.recovery_point = 0
         self.recovery_report = RecoveryReport()
@@ -249,7 +265,8 @@ class Log:
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, time_ms: Callable[[], int],
              recovery_point: int = 0, log_start_offset: int = 0,
-             clean_shutdown: bool = True, open_segments: OpenSegments | None = None) -> Log:
+             clean_shutdown: bool = True, open_segments: OpenSegments | None = None,
+             track_producers: bool = True) -> Log:
         """Open (or create) the log in ``directory``.
 
         After a clean shutdown the indexes are trusted, and only the batches after the last
@@ -264,17 +281,20 @@ class Log:
         the new end are dropped. Bytes opened without their CRCs are checked when first read.
         ``recovery_report`` says what was done.
         ``open_segments`` is the LRU of rolled segments' descriptors to share (a new one with the
-        default capacity if None).
+        default capacity if None). ``track_producers`` False (the metadata quorum's log, which
+        no producer writes) keeps no producer state and writes no ``.snapshot`` files.
         """
         directory.mkdir(parents=True, exist_ok=True)
         parse_dir_name(directory.name)
         report = RecoveryReport(clean_shutdown=clean_shutdown)
         try:
             log = cls(directory, config, time_ms, open_segments)
+            log.track_producers = track_producers
         except CheckpointError:
             # A damaged epoch file is rebuilt from the epochs stamped on the batches.
             (directory / EPOCH_FILE_NAME).unlink()
             log = cls(directory, config, time_ms, open_segments)
+            log.track_producers = track_producers
             report.epoch_file_rebuilt = True
         log.recovery_report = report
         try:
@@ -362,6 +382,60 @@ class Log:
         epochs.truncate_from_start(self.log_start_offset)
         self.recovery_point = leo if clean_shutdown else min(max(recovery_point, 0), leo)
         self._hw = self.log_start_offset
+        self._rebuild_producer_state()
+
+    # -- producer state --------------------------------------------------------------------------
+
+    def _rebuild_producer_state(self) -> None:
+        """Rebuild the producer state as of the log end: from the newest snapshot at or below
+        it that passes its checks, then the batches after it. Snapshots past the end (their
+        batches were cut) and unusable ones are deleted."""
+        if not self.track_producers:
+            return
+        report = self.recovery_report
+        leo = self.log_end_offset
+        state = ProducerStateManager(self.producer_state.max_producers)
+        start = self.segments[0].base_offset
+        for offset in reversed(snapshot_offsets(self.directory)):
+            path = producer_snapshot.snapshot_path(self.directory, offset)
+            if offset > leo:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                entries = producer_snapshot.decode(path.read_bytes(), offset,
+                                                   state.max_producers)
+            except (SnapshotError, OSError) as e:
+                report.snapshots_ignored += 1
+                report.snapshot_problem = f"{path.name}: {e}"
+                path.unlink(missing_ok=True)
+                continue
+            for entry in entries:
+                state.restore(entry)
+            start = max(start, offset)
+            break
+        for seg in self.segments:
+            if seg.next_offset <= start:
+                continue
+            position = seg.locate(start) if start > seg.base_offset else 0
+            for _pos, info in seg.batches(position):
+                if info.base_offset >= start:
+                    state.update(info)
+                    report.producer_batches_replayed += 1
+        self.producer_state = state
+
+    def write_producer_snapshot(self) -> None:
+        """Snapshot the producer state at the log end (at a roll and a clean close), keeping
+        the two newest snapshots. Written with no producer known too (a few bytes): without
+        it a start would replay the whole log to find out there is none."""
+        if not self.track_producers:
+            return
+        producer_snapshot.write(self.directory, self.producer_state, self.log_end_offset)
+        for offset in snapshot_offsets(self.directory)[:-2]:
+            producer_snapshot.snapshot_path(self.directory, offset).unlink(missing_ok=True)
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers silent for ``expiration_ms`` (``producer.id.expiration.ms``)."""
+        return self.producer_state.remove_expired(now_ms, expiration_ms)
 
     def _epoch_starts_from_batches(self) -> list[tuple[int, int]]:
         starts: list[tuple[int, int]] = []
@@ -415,8 +489,11 @@ class Log:
 
         Every record of every batch is parsed first (:mod:`broker_core.log.validator`),
         a compressed batch decompressed to at most ``max.message.bytes``; then the topic's
-        ``message.timestamp.difference.max.ms``, ``message.timestamp.type`` and
-        ``compression.type`` are applied (:mod:`broker_core.log.leader_rewrite`).
+        ``message.timestamp.difference.max.ms`` is checked, a batch with a producer id is
+        checked against the producer state (a retry of a batch the log holds is answered with
+        that batch's offsets, ``duplicate=True``, and nothing appended), and
+        ``message.timestamp.type`` and ``compression.type`` are applied
+        (:mod:`broker_core.log.leader_rewrite`).
 
         Raises :class:`~broker_core.wire.records.InvalidRecordBatch` subclasses for bad
         batches or records and :class:`RecordTooLarge`; on any error nothing is appended.
@@ -432,6 +509,12 @@ class Log:
         check_timestamps(buf, infos, timestamp_type=self.config.message_timestamp_type,
                          max_difference_ms=self.config.message_timestamp_difference_max_ms,
                          now_ms=now_ms, max_batch_bytes=limit)
+        # A retry of a batch the log holds is answered before any rewrite work: nothing is
+        # appended (the rewrite keeps producer ids and sequences, so the checks see the same).
+        duplicate = self._check_producers(infos)
+        if duplicate is not None:
+            return AppendResult(duplicate.first_offset, duplicate.last_offset, 0, 0, 0, -1,
+                                duplicate=True)
         buf, infos = rewrite_for_topic(
             buf, infos, compression_type=self.config.compression_type,
             timestamp_type=self.config.message_timestamp_type, now_ms=now_ms,
@@ -440,6 +523,18 @@ class Log:
             # Seed 003: record where this leader generation begins before its first batch.
             self.leader_epochs.assign(leader_epoch, infos[0].base_offset)
         return self._append(buf, infos)
+
+    def _check_producers(self, infos: list[BatchInfo]) -> BatchMetadata | None:
+        """The producer-state checks of a produced record set: the original batch when it
+        is a retry of one the log holds; :class:`ProducerStateError` when refused."""
+        if not any(info.producer_id >= 0 or info.is_transactional for info in infos):
+            return None
+        if len(infos) > 1:
+            # Clients send one batch per partition; several would need their duplicates
+            # answered one by one, which a ProduceResponse cannot say.
+            raise ProducerStateError("INVALID_RECORD", f"{len(infos)} batches with a producer "
+                                     "id in one partition's records; send one")
+        return self.producer_state.check(infos[0])
 
     def append_as_follower(self, records: bytes | memoryview) -> AppendResult:
         """Append batches fetched from the leader, keeping their offsets and epochs.
@@ -470,6 +565,8 @@ class Log:
             self._roll()
         self.active.append(data, infos, now_ms=self.time_ms(),
                            index_interval_bytes=self.config.index_interval_bytes)
+        for info in infos:
+            self.producer_state.update(info)
         count = sum(i.record_count for i in infos)
         self._appended_messages += count
         return AppendResult(infos[0].base_offset, infos[-1].last_offset, count, len(infos),
@@ -499,6 +596,8 @@ class Log:
         # The old segment's index files get their last entries first; if that fails nothing
         # has changed and the append fails.
         old.persist_indexes()
+        # The state as of the new segment's base: a start replays from here, not the whole log.
+        self.write_producer_snapshot()
         new = self._new_segment(self.log_end_offset)
         with self._lock:
             self.segments.append(new)
@@ -620,6 +719,8 @@ class Log:
         self._hw = min(self._hw, leo)
         with self._lock:
             self.recovery_point = min(self.recovery_point, leo)
+        # The cut batches' producers must not be remembered: rebuilt from before the cut.
+        self._rebuild_producer_state()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything and continue at ``offset`` (a follower far behind the leader's log
@@ -638,6 +739,9 @@ class Log:
         self.log_start_offset = offset
         self._hw = offset
         self.leader_epochs.clear()
+        for old in snapshot_offsets(self.directory):
+            producer_snapshot.snapshot_path(self.directory, old).unlink(missing_ok=True)
+        self.producer_state.clear()
 
     def advance_log_start(self, offset: int) -> bool:
         """Move the log start up to ``offset`` (DeleteRecords, KIP-107, on the leader; a
@@ -769,7 +873,13 @@ class Log:
 
     def close(self) -> None:
         """Close every file (idempotent). Does not flush (no fsync), but writes the index
-        entries the files lack, so the next start loads them instead of rebuilding."""
+        entries the files lack, so the next start loads them instead of rebuilding, and a
+        producer-state snapshot at the log end, so it replays nothing."""
+        if not self._closed:
+            try:
+                self.write_producer_snapshot()
+            except OSError:
+                pass  # the next start rebuilds the state from the log
         self._close(persist=True)
 
     def abandon(self) -> None:

@@ -104,7 +104,7 @@ class DiskRaftLog:
         clean = marker.exists() or not any(directory.iterdir())
         start, start_epoch = _read_start(directory / START_FILE)
         log = Log.open(directory, config or LogConfig(), time_ms=time_ms, recovery_point=0,
-                       clean_shutdown=clean, log_start_offset=start)
+                       clean_shutdown=clean, log_start_offset=start, track_producers=False)
         try:
             if log.log_start_offset != start:
                 # A reset that crashed before its segments went: the node resets again from

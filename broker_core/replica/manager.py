@@ -40,6 +40,7 @@ from broker_core.log import (
 )
 from broker_core.log.dir_state import DirStatus
 from broker_core.log.leader_epoch import WriteBehind
+from broker_core.log.producer_state import ProducerStateError
 from broker_core.metadata_cache import MetadataCache
 from broker_core.purgatory import Purgatory
 from broker_core.replica.alter_isr import AlterIsrSender, IsrChange
@@ -146,6 +147,8 @@ class ReplicaManager:
         credential: ClientCredential | None = None,
         tls: PeerTls | None = None,
         on_log_dir_failure: Callable[[DirStatus, list[TopicPartition]], None] | None = None,
+        producer_id_expiration_ms: int = 86_400_000,
+        producer_id_expiration_check_interval_s: float = 600.0,
     ) -> None:
         self.broker_id = broker_id
         #: Told of each log directory that goes offline, with the partitions it held.
@@ -168,6 +171,7 @@ class ReplicaManager:
         #: Followers' incremental fetch sessions on this leader (KIP-227).
         self.fetch_sessions = FetchSessionCache()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.min_insync_replicas = min_insync_replicas
         self.fetchers = ReplicaFetcherManager(
             broker_id, reactor=reactor, clock=clock, config=fetcher_config or FetcherConfig(),
@@ -189,6 +193,7 @@ class ReplicaManager:
             (self._checkpoint, checkpoint_interval_s),
             (self._retention, retention_check_interval_s),
             (self._flush_due, flush_check_interval_s),
+            (self._expire_producers, producer_id_expiration_check_interval_s),
             # Kafka checks at half the lag limit, so a lagging follower leaves within 1.5x.
             (self._shrink_isrs, replica_lag_time_max_ms / 2000.0),
         )
@@ -542,12 +547,16 @@ class ReplicaManager:
             except RecordTooLarge as e:
                 results[tp] = ProduceResult(error="MESSAGE_TOO_LARGE", message=str(e))
                 continue
+            except ProducerStateError as e:
+                results[tp] = ProduceResult(error=e.error_code_name, message=str(e),
+                                            log_start_offset=p.log.log_start_offset)
+                continue
             except OSError as e:
                 self.log.error("append to {t}-{p} failed: {e}", t=topic, p=index, e=e)
                 results[tp] = ProduceResult(error="KAFKA_STORAGE_ERROR", message=str(e))
                 self.storage_error(tp, e, "append")
                 continue
-            if self.metrics is not None:
+            if self.metrics is not None and not info.duplicate:
                 self.metrics.bytes_in_by_topic(topic).inc(info.size)
                 self.metrics.messages_in_by_topic(topic).inc(info.record_count)
             stamped = p.log.config.message_timestamp_type == "LogAppendTime"
@@ -973,6 +982,15 @@ class ReplicaManager:
             if deleted:
                 self.log.info("retention deleted {n} segment(s) of {t}-{p}; log start now {s}",
                               n=deleted, t=p.topic, p=p.index, s=log.log_start_offset)
+
+    def _expire_producers(self) -> None:
+        """Forget idempotent producers silent for ``producer.id.expiration.ms``."""
+        now = self._now_ms()
+        for p in list(self.partitions.values()):
+            gone = p.log.remove_expired_producers(now, self.producer_id_expiration_ms)
+            if gone:
+                self.log.info("forgot {n} expired producer(s) of {t}-{p}", n=gone, t=p.topic,
+                              p=p.index)
 
     def _checkpoint(self) -> defer.Deferred | None:
         if self._checkpointing:

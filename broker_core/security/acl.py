@@ -404,6 +404,48 @@ class Authorizer:
             self._memo[key] = answer
         return answer
 
+    def authorize_any(self, principal: Principal | str, host: str, operation: AclOperation,
+                      resource_type: ResourceType) -> bool:
+        """Whether the principal may do ``operation`` on at least one resource of
+        ``resource_type`` (Kafka's ``authorizeByResourceType``, KIP-679: InitProducerId's
+        "WRITE on any topic"): an ALLOW binding of the principal for it whose pattern no DENY
+        binding of the principal covers, and no DENY on the wildcard. Without any binding of
+        that type, ``allow_if_no_acl``."""
+        who = str(principal)
+        if who in self.super_users:
+            return True
+        allowed_by = _ALLOWED_BY[operation]
+        allows: list[ResourcePattern] = []
+        denies: list[ResourcePattern] = []
+        any_binding = False
+        for pattern, entries in self._by_pattern.items():
+            if pattern.resource_type is not resource_type:
+                continue
+            any_binding = True
+            for e in entries:
+                if not e.applies_to(who, host):
+                    continue
+                if e.permission is AclPermission.DENY and (
+                        e.operation is AclOperation.ALL or e.operation is operation):
+                    denies.append(pattern)
+                elif e.permission is AclPermission.ALLOW and (
+                        e.operation is AclOperation.ALL or e.operation in allowed_by):
+                    allows.append(pattern)
+        if not any_binding:
+            return self.allow_if_no_acl
+        if any(d.pattern_type is PatternType.LITERAL and d.name == WILDCARD for d in denies):
+            return False
+        for a in allows:
+            denied = any(
+                (d.pattern_type is PatternType.LITERAL and a.pattern_type is PatternType.LITERAL
+                 and d.name == a.name)
+                or (d.pattern_type is PatternType.PREFIXED and a.name != WILDCARD
+                    and a.name.startswith(d.name))
+                for d in denies)
+            if not denied:
+                return True
+        return False
+
     def _decide(self, who: str, host: str, operation: AclOperation,
                 resource_type: ResourceType, name: str) -> bool:
         entries = self.covering(resource_type, name)

@@ -89,6 +89,9 @@ RULES: dict[ApiKey, Rule] = {
     ApiKey.DESCRIBE_CONFIGS: Rule(Op.DESCRIBE_CONFIGS, RT.TOPIC, _TOPIC, Scope.RESOURCES),
     ApiKey.ALTER_CONFIGS: Rule(Op.ALTER_CONFIGS, RT.TOPIC, _TOPIC, Scope.RESOURCES),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: Rule(Op.ALTER_CONFIGS, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    # IDEMPOTENT_WRITE on the cluster or WRITE on any topic (Access.may_write_idempotently),
+    # asked by the handler: a whole-request rule could not say "or".
+    ApiKey.INIT_PRODUCER_ID: Rule(Op.IDEMPOTENT_WRITE, RT.CLUSTER, _CLUSTER, Scope.RESOURCES),
     ApiKey.DESCRIBE_ACLS: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     ApiKey.CREATE_ACLS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     ApiKey.DELETE_ACLS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
@@ -169,6 +172,15 @@ class Access:
 
     def allows_topic(self, rule: Rule, topic: str) -> bool:
         return self.allows(rule.operation, RT.TOPIC, topic)
+
+    def may_write_idempotently(self) -> bool:
+        """InitProducerId, as Kafka asks it: IDEMPOTENT_WRITE on the cluster, or WRITE on at
+        least one topic."""
+        if self.unrestricted:
+            return True
+        assert self.authorizer is not None
+        return self.allows_cluster(Op.IDEMPOTENT_WRITE) or self.authorizer.authorize_any(
+            self.security.principal, self.security.peer_host, Op.WRITE, RT.TOPIC)
 
     def may_create_topic(self, topic: str) -> bool:
         """CreateTopics and Metadata's auto-creation: CREATE on the cluster or on the topic."""

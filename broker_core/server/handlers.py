@@ -42,6 +42,7 @@ from broker_core.server.authorization import (
 from broker_core.server.cluster_admin import ClusterAdminApis
 from broker_core.server.config_admin import ConfigAdmin, config_refusal
 from broker_core.server.describe_configs import describe_configs
+from broker_core.server.producer_ids import InitProducerIdApi, ProducerIdManager
 from broker_core.server.protocol import NO_RESPONSE
 from broker_core.server.user_admin import UserAdminApis
 from broker_core.wire.apis import SLUICE_API_KEYS_FROM, SUPPORTED, ApiKey
@@ -71,7 +72,8 @@ _WITH_ACCESS = frozenset({
     ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
     ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.COMMIT_OFFSETS,
     ApiKey.UNREGISTER_CONSUMER, ApiKey.DESCRIBE_CONSUMER_GROUPS, ApiKey.API_VERSIONS,
-    ApiKey.CLUSTER_METADATA, ApiKey.DELETE_RECORDS, ApiKey.DESCRIBE_CLUSTER})
+    ApiKey.CLUSTER_METADATA, ApiKey.DELETE_RECORDS, ApiKey.DESCRIBE_CLUSTER,
+    ApiKey.INIT_PRODUCER_ID})
 _TOPIC_DENIED = "TOPIC_AUTHORIZATION_FAILED"
 
 
@@ -131,6 +133,7 @@ class RequestHandler(UserAdminApis):
         #: ``super.users``: without an authorizer, the principals (besides brokers) that may
         #: use the user APIs (broker_core.server.authorization.may_manage_users).
         self.super_users = super_users
+        self.producer_ids = InitProducerIdApi(ProducerIdManager(store, broker_id))
         self._metadata_waiters: list[tuple[Callable[[], bool], defer.Deferred]] = []
         #: Reassignment, elections, log dirs, DeleteRecords, DescribeCluster.
         self.cluster_admin = ClusterAdminApis(store=store, replicas=replicas, cache=cache,
@@ -148,6 +151,7 @@ class RequestHandler(UserAdminApis):
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
             ApiKey.DELETE_RECORDS: admin.delete_records,
+            ApiKey.INIT_PRODUCER_ID: self.producer_ids.init_producer_id,
             ApiKey.CREATE_PARTITIONS: self.create_partitions,
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
             ApiKey.ALTER_CONFIGS: self.alter_configs,

@@ -69,6 +69,12 @@ OFFLINE_REPLICAS = "/brokers/offline_replicas"
 #: (:mod:`broker_core.acl_store`).
 ACLS = "/acls"
 
+#: Kafka's producer-id block znode: the last block of producer ids handed to a broker,
+#: ``{"version":1,"broker":B,"block_start":"S","block_end":"E"}`` (Kafka's value); every broker
+#: claims its next block with a write conditional on the version it read
+#: (:mod:`broker_core.producer_id_blocks`), so no id is ever handed out twice.
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+
 
 def acl_patterns(resource_type: str, pattern_type: str) -> str:
     """The parent of every pattern of one resource type and pattern type (``Topic``,
@@ -83,7 +89,8 @@ def acl_resource(resource_type: str, pattern_type: str, name: str) -> str:
 #: Every top-level node Sluice creates (what ``sluice zookeeper secure`` walks when the
 #: cluster has no chroot and the root is shared with other applications).
 TOP_LEVEL_PATHS = (CONTROLLER, CONTROLLER_EPOCH, CONTROLLER_UNREACHABLE, BROKERS, CONFIG, ADMIN,
-                   CONSUMERS, "/cluster", LOG_DIR_EVENT_NOTIFICATION, ACLS)
+                   CONSUMERS, "/cluster", LOG_DIR_EVENT_NOTIFICATION, ACLS,
+                   LATEST_PRODUCER_ID_BLOCK)
 
 #: Persistent paths every broker ensures at start (watches need their parents to exist).
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, PARTITIONS_REASSIGNED,

@@ -253,6 +253,27 @@ async def test_topic_apis_allow_the_granted_principal_and_refuse_the_other(broke
 
 
 @pytest_twisted.ensureDeferred
+async def test_init_producer_id_needs_idempotent_write_or_write_on_some_topic(broker):
+    await grant(broker, "User:idempotent", (RT.CLUSTER, "kafka-cluster", Op.IDEMPOTENT_WRITE))
+    await grant(broker, "User:writer", (RT.TOPIC, "some-topic", Op.WRITE))
+    await grant(broker, "User:reader", (RT.TOPIC, "some-topic", Op.READ))
+    body = {"transactional_id": None, "transaction_timeout_ms": 60000, "producer_id": -1,
+            "producer_epoch": -1}
+    ids = []
+    for who in ("User:idempotent", "User:writer"):
+        resp = await call_as(broker, who, ApiKey.INIT_PRODUCER_ID, 4, body)
+        assert (resp.error_code, resp.producer_epoch) == (0, 0)
+        ids.append(resp.producer_id)
+    assert ids[0] >= 0 and ids[1] == ids[0] + 1
+    for who in ("User:mallory", "User:reader"):
+        resp = await call_as(broker, who, ApiKey.INIT_PRODUCER_ID, 4, body)
+        assert (resp.error_code, resp.producer_id) == (CLUSTER_DENIED, -1)
+    # A refusal claims no ids: the next allowed producer gets the next one.
+    resp = await call_as(broker, "User:writer", ApiKey.INIT_PRODUCER_ID, 4, body)
+    assert resp.producer_id == ids[1] + 1
+
+
+@pytest_twisted.ensureDeferred
 async def test_acl_apis_need_describe_or_alter_on_the_cluster(broker):
     await grant(broker, "User:acl-reader", (RT.CLUSTER, "kafka-cluster", Op.DESCRIBE))
     await grant(broker, "User:acl-admin", (RT.CLUSTER, "kafka-cluster", Op.ALTER))

@@ -42,7 +42,8 @@ def test_served_versions():
     assert served == {
         "API_VERSIONS": (0, 3, 3), "METADATA": (1, 12, 9), "PRODUCE": (3, 9, 9),
         "FETCH": (4, 12, 12), "LIST_OFFSETS": (1, 7, 6), "CREATE_TOPICS": (2, 7, 5),
-        "DELETE_TOPICS": (1, 5, 4), "CREATE_PARTITIONS": (0, 3, 2),
+        "DELETE_TOPICS": (1, 5, 4), "INIT_PRODUCER_ID": (0, 4, 2),
+        "CREATE_PARTITIONS": (0, 3, 2),
         "DESCRIBE_CONFIGS": (1, 4, 4), "ALTER_CONFIGS": (0, 2, 2),
         "INCREMENTAL_ALTER_CONFIGS": (0, 1, 1), "DESCRIBE_ACLS": (0, 3, 2), "CREATE_ACLS": (0, 3, 2),
         "DELETE_ACLS": (0, 3, 2),

@@ -187,3 +187,23 @@ def test_fetch_response_records_given_as_chunks_are_written_without_joining():
     assert sum(c is big for c in chunks) == 2
     _, decoded = apis.decode_response(1, 4, b"".join(chunks))
     assert bytes(decoded.responses[0].partitions[0].records) == big + big
+
+
+# -- InitProducerId ----------------------------------------------------------------------------
+
+
+def test_init_producer_id_v0_and_v4_requests_and_v4_response():
+    v0 = request_header_v1(22, 0, 3, "p") + i16(-1) + i32(60000)  # null transactional id
+    req = apis.decode_request(v0)
+    assert (req.body.transactional_id, req.body.transaction_timeout_ms) == (None, 60000)
+    assert (req.body.producer_id, req.body.producer_epoch) == (-1, -1)  # not in v0: defaults
+    assert joined(apis.encode_request(22, 0, 3, "p", {"transactional_id": None,
+                                                      "transaction_timeout_ms": 60000})) == v0
+    v4 = (request_header_v2(22, 4, 4, "p") + b"\x00"  # compact null string
+          + i32(60000) + i64(1000) + i16(2) + NO_TAGS)
+    req = apis.decode_request(v4)
+    assert (req.body.transactional_id, req.body.producer_id, req.body.producer_epoch) == (
+        None, 1000, 2)
+    response = i32(4) + NO_TAGS + i32(0) + i16(0) + i64(1000) + i16(3) + NO_TAGS
+    body = {"throttle_time_ms": 0, "error_code": 0, "producer_id": 1000, "producer_epoch": 3}
+    assert joined(apis.encode_response(22, 4, 4, body)) == response

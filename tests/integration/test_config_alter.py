@@ -23,7 +23,6 @@ from broker_core.wire.records import (
     iter_batches,
 )
 from broker_core.zk import paths
-from tests.integration.test_quorum_brokers import start_quorum_brokers
 from tests.support.cluster import (
     call,
     create_topic,
@@ -34,6 +33,7 @@ from tests.support.cluster import (
     start_brokers,
     stop_brokers,
 )
+from tests.support.quorum_brokers import start_quorum_brokers
 
 TOPIC, BROKER = 2, 4
 SET, DELETE = 0, 1

@@ -13,9 +13,9 @@ from twisted.internet import defer, reactor
 
 from broker_core.wire.apis import ApiKey
 from consumer_client.producer import Producer
-from tests.integration.test_producer import fetch_all, topic_ready
 from tests.support.cluster import free_port, start_brokers, stop_brokers
 from tests.support.cutting_proxy import CuttingProxy
+from tests.support.producer_harness import fetch_all, topic_ready
 
 
 @pytest.fixture

@@ -15,21 +15,17 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor, threads
 
-from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from broker_core.wire.records import decode_records
 from consumer_client.blocking_producer import BlockingProducer
 from consumer_client.producer import Producer, RecordMetadata
 from consumer_client.producer_errors import DeliveryTimeout, MetadataUnavailable, UnknownTopic
 from tests.support.cluster import (
     ROOT,
-    call,
-    controller_of,
-    create_topic,
     eventually,
     leader_of,
     running_brokers,
 )
+from tests.support.producer_harness import fetch_all, topic_ready
 
 
 @pytest.fixture
@@ -42,30 +38,8 @@ def bootstrap(brokers) -> str:
     return ",".join(f"127.0.0.1:{b.port.getHost().port}" for b in brokers if b.running)
 
 
-async def topic_ready(brokers, name, partitions=1, rf=1, configs=()):
-    await eventually(lambda: controller_of(brokers), what="controller")
-    await create_topic(brokers[0], name, partitions=partitions, rf=rf, configs=configs)
-    for p in range(partitions):
-        await eventually(lambda p=p: leader_of(brokers, name, p), what=f"leader of {name}-{p}")
 
 
-async def fetch_all(brokers, topic, partition):
-    """Every record of a partition, read from its leader with Fetch."""
-    leader = await eventually(lambda: leader_of(brokers, topic, partition), what="leader")
-    out, offset = [], 0
-    while True:
-        resp = await call(leader, ApiKey.FETCH, 11, {
-            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 24,
-            "topics": [{"topic": topic, "partitions": [
-                {"partition": partition, "fetch_offset": offset,
-                 "partition_max_bytes": 1 << 24}]}]})
-        part = resp.responses[0].partitions[0]
-        assert part.error_code == 0, part
-        records = decode_records(part.records) if part.records else []
-        if not records:
-            return out
-        out += records
-        offset = records[-1].offset + 1
 
 
 @pytest_twisted.ensureDeferred

@@ -18,9 +18,9 @@ from collections import Counter
 
 import pytest
 
+from tests.support.failover_checks import wait_for
 from tests.support.procs import ProcessCluster, consume_all
-from tests.system.test_quorum_mode import _create_topic
-from tests.system.test_replicated_failover import wait_for
+from tests.support.quorum_topics import try_create_topic
 
 pytestmark = pytest.mark.slow
 
@@ -155,7 +155,7 @@ def test_every_acknowledged_message_once_and_in_order_across_kill_minus_nine(
     try:
         cluster.start()
         cluster.wait_registered(timeout=60)
-        wait_for(lambda: _create_topic(cluster.bootstrap, TOPIC, PARTITIONS), 60,
+        wait_for(lambda: try_create_topic(cluster.bootstrap, TOPIC, PARTITIONS), 60,
                  "the topic created")
         wait_for(lambda: _fully_replicated(cluster), 60, "every partition with 3 in sync")
 

@@ -33,8 +33,8 @@ from consumer_client.connection import BrokerConnection
 from consumer_client.security import ClientSecurity
 from tests.support.certs import Pki, make_pki
 from tests.support.cluster import ROOT, BrokerProcess, cluster_secret_file, free_port
+from tests.support.failover_checks import wait_for
 from tests.support.procs import ProcessCluster, consume_all
-from tests.system.test_replicated_failover import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -15,6 +15,7 @@ from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import Record, build_batch
 from tests.support.fake_controller import FakeController as ScriptedController
+from tests.support.inline_pool import InlinePool
 
 REPLICAS = (1, 2, 3, 4)
 CONTROLLER = 9
@@ -28,19 +29,6 @@ class FakeController(ScriptedController):
         return self._closed
 
 
-class InlinePool:
-    """Runs the manager's file writes (leader-epoch checkpoints) at once, in the test's thread."""
-
-    def callInThreadWithCallback(self, on_result, fn, *args, **kwargs):  # noqa: N802
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as e:
-            on_result(False, e)
-        else:
-            on_result(True, result)
-
-    def callFromThread(self, fn, *args, **kwargs):  # noqa: N802 (the reactor's side)
-        fn(*args, **kwargs)
 
 
 @pytest.fixture

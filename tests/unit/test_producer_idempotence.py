@@ -17,7 +17,7 @@ from broker_core.wire.records import iter_batches
 from consumer_client.producer import Producer
 from consumer_client.producer_errors import ProduceError
 from consumer_client.producer_idempotence import ProducerIdentity
-from tests.unit.test_producer_sender import FakeCluster, answer, make, results
+from tests.support.producer_sender_harness import FakeCluster, answer, make, results
 
 
 class IdempotentCluster(FakeCluster):

@@ -23,8 +23,8 @@ from broker_core.metadata_cache import MetadataCache
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.wire.records import Record, build_batch, iter_batches
+from tests.support.inline_pool import InlinePool
 from tests.support.manual_time import ManualTime
-from tests.unit.test_isr_answers import InlinePool
 
 T0 = 1_700_000_000_000
 

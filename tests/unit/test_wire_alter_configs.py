@@ -9,7 +9,7 @@ import pytest
 from broker_core.wire import apis
 from broker_core.wire.apis import SUPPORTED, ApiKey
 from broker_core.wire.errors import ErrorCode
-from tests.unit.test_wire_known_bytes import (
+from tests.support.wire_bytes import (
     NO_TAGS,
     compact_string,
     i8,
@@ -19,7 +19,7 @@ from tests.unit.test_wire_known_bytes import (
     request_header_v2,
     string,
 )
-from tests.unit.test_wire_samples import populated
+from tests.support.wire_samples import populated
 
 ALTER = SUPPORTED[ApiKey.ALTER_CONFIGS]
 INCREMENTAL = SUPPORTED[ApiKey.INCREMENTAL_ALTER_CONFIGS]

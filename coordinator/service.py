@@ -72,6 +72,7 @@ class CoordinatorConfig:
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1800000
     initial_rebalance_delay_ms: int = 3000
+    max_group_size: int = 1000
     rebalance_backoff_ms: int = 2000
     rebalance_max_retries: int = 4
     offsets_commit_interval_ms: int = 5000
@@ -85,6 +86,7 @@ class CoordinatorConfig:
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,
             max_session_timeout_ms=cfg.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+            max_group_size=cfg.group_max_size,
             rebalance_backoff_ms=cfg.rebalance_backoff_ms,
             rebalance_max_retries=cfg.rebalance_max_retries,
             offsets_commit_interval_ms=cfg.offsets_commit_interval_ms,

@@ -192,6 +192,8 @@ class ClassicGroup:
     #: KIP-134: a member joined during the initial delay, so the delay is extended once more.
     new_member_added: bool = False
     supported_protocols: Counter[str] = field(default_factory=Counter)
+    #: When the group last became Empty (on the purgatories' clock); None while not Empty.
+    empty_since: float | None = None
 
     def is_(self, state: GroupState) -> bool:
         return self.state is state
@@ -462,6 +464,7 @@ class ClassicGroups:
                               remaining_s=max(rebalance_s - delay_s, 0.0))
         else:
             op = _DelayedJoin(self, group, rebalance_s)
+        group.empty_since = None
         log.info("classic group {g} preparing to rebalance (generation {gen}): {why}",
                  g=group.group_id, gen=group.generation_id, why=reason)
         group.state = GroupState.PREPARING_REBALANCE
@@ -506,6 +509,7 @@ class ClassicGroups:
         if not group.members:
             group.protocol_name = None
             group.state = GroupState.EMPTY
+            group.empty_since = self.rebalances.clock.seconds()
             log.info("classic group {g} is empty (generation {gen})", g=group.group_id,
                      gen=group.generation_id)
             return
@@ -748,6 +752,15 @@ class ClassicGroups:
         self._cancel_sync_timeout(group)
         del self.groups[group_id]
         return True
+
+    def expire_empty(self, now: float, grace_s: float) -> list[str]:
+        """Remove the groups Empty for at least ``grace_s``; returns their ids."""
+        gone = [gid for gid, g in self.groups.items()
+                if g.is_(GroupState.EMPTY) and g.empty_since is not None
+                and now - g.empty_since >= grace_s and not g.pending_members]
+        for gid in gone:
+            self.remove_group(gid)
+        return gone
 
     def clear(self) -> None:
         """Forget every group (the coordinator resigned): every waiting request is answered

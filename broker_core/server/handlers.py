@@ -40,6 +40,7 @@ from broker_core.server.authorization import (
     may_manage_users,
 )
 from broker_core.server.describe_configs import describe_configs
+from broker_core.server.group_apis import GROUP_APIS, GroupApis
 from broker_core.server.protocol import NO_RESPONSE
 from broker_core.server.user_admin import UserAdminApis
 from broker_core.wire.apis import SLUICE_API_KEYS_FROM, SUPPORTED, ApiKey
@@ -68,7 +69,7 @@ _WITH_ACCESS = frozenset({
     ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS,
     ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_CONFIGS, ApiKey.COMMIT_OFFSETS,
     ApiKey.UNREGISTER_CONSUMER, ApiKey.DESCRIBE_CONSUMER_GROUPS, ApiKey.API_VERSIONS,
-    ApiKey.CLUSTER_METADATA})
+    ApiKey.CLUSTER_METADATA, *GROUP_APIS})
 _TOPIC_DENIED = "TOPIC_AUTHORIZATION_FAILED"
 
 
@@ -129,12 +130,23 @@ class RequestHandler(UserAdminApis):
         #: use the user APIs (broker_core.server.authorization.may_manage_users).
         self.super_users = super_users
         self._metadata_waiters: list[tuple[Callable[[], bool], defer.Deferred]] = []
+        self.group_apis = GroupApis(coordinator, cache)
         self._dispatch = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
             ApiKey.LIST_OFFSETS: self.list_offsets,
+            # Kafka's group protocol (8-16): broker_core.server.group_apis.
+            ApiKey.OFFSET_COMMIT: self.group_apis.offset_commit,
+            ApiKey.OFFSET_FETCH: self.group_apis.offset_fetch,
+            ApiKey.FIND_COORDINATOR: self.group_apis.find_coordinator,
+            ApiKey.JOIN_GROUP: self.group_apis.join_group,
+            ApiKey.HEARTBEAT: self.group_apis.heartbeat,
+            ApiKey.LEAVE_GROUP: self.group_apis.leave_group,
+            ApiKey.SYNC_GROUP: self.group_apis.sync_group,
+            ApiKey.DESCRIBE_GROUPS: self.group_apis.describe_groups,
+            ApiKey.LIST_GROUPS: self.group_apis.list_groups,
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
             ApiKey.CREATE_PARTITIONS: self.create_partitions,

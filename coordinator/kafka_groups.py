@@ -278,30 +278,31 @@ class KafkaGroupApis:
         if refused is not None:
             return {"throttle_time_ms": 0,
                     "topics": offset_commit.every_partition(body, refused)}
-        codes: dict[tuple[str, int], ErrorCode] = {}
+        # One answer per entry, in request order (a partition named twice is answered twice;
+        # the last accepted entry's offset is the one written).
+        codes: list[ErrorCode] = []
         accepted: dict[tuple[str, int], int] = {}
         for t in body.topics or []:
             allowed = topic_allowed(t.name)
             for p in t.partitions or []:
                 tp = (t.name, p.partition_index)
                 if not allowed:
-                    codes[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    codes.append(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 elif not partition_exists(*tp):
-                    codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    codes.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 elif len(p.committed_metadata or "") > MAX_OFFSET_METADATA:
-                    codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                    codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
                 else:
-                    codes[tp] = ErrorCode.NONE
+                    codes.append(ErrorCode.NONE)
                     accepted[tp] = p.committed_offset
         if accepted:
             failed = await self._write_offsets(body.group_id, accepted)
             if failed is not None:
-                for tp in accepted:
-                    codes[tp] = failed
+                codes = [failed if c is ErrorCode.NONE else c for c in codes]
+        answers = iter(codes)
         return {"throttle_time_ms": 0, "topics": [
             {"name": t.name, "partitions": [
-                {"partition_index": p.partition_index,
-                 "error_code": int(codes[(t.name, p.partition_index)])}
+                {"partition_index": p.partition_index, "error_code": int(next(answers))}
                 for p in t.partitions or []]} for t in body.topics or []]}
 
     async def _write_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]

@@ -196,6 +196,21 @@ def committed(cluster, topic: str, group: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in tps}
 
 
+def check_admin_view(cluster, group: str) -> None:
+    """A Kafka admin client lists the group and describes its three members and their
+    partitions (ListGroups to every broker; FindCoordinator + DescribeGroups)."""
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    listed = admin.list_consumer_groups(request_timeout=30).result(timeout=60)
+    assert group in {g.group_id for g in listed.valid} and not listed.errors
+    desc = admin.describe_consumer_groups([group], request_timeout=30)[group].result(timeout=60)
+    assert desc.state == ConsumerGroupState.STABLE and len(desc.members) == 3
+    assert sorted(tp.partition for m in desc.members
+                  for tp in m.assignment.topic_partitions) == list(range(PARTITIONS))
+
+
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
 def test_a_group_of_three_consumes_everything_commits_and_a_restart_resumes(cluster, client):
     topic = create_topic(cluster)
@@ -210,6 +225,7 @@ def test_a_group_of_three_consumes_everything_commits_and_a_restart_resumes(clus
                  "three members sharing the 12 partitions")
         wait_for(lambda: committed(cluster, topic, group)
                  == dict.fromkeys(range(PARTITIONS), PER_PARTITION), "every offset committed")
+        check_admin_view(cluster, group)
     finally:
         for m in members:
             m.close()

@@ -57,6 +57,10 @@ log = Logger(namespace="sluice.coordinator.kafka")
 
 #: Kafka's ``offset.metadata.max.bytes`` default: longer commit metadata is refused.
 MAX_OFFSET_METADATA = 4096
+#: Most protocol metadata (names and bytes, all protocols) one member may have the coordinator
+#: keep: a consumer's subscription is a few kilobytes even for thousands of topics, and every
+#: member's is held for the whole life of the generation. More is refused (INVALID_REQUEST).
+MAX_MEMBER_METADATA = 1 << 20
 #: What ListGroups v5 calls a group of Kafka's classic protocol.
 CLASSIC = "classic"
 
@@ -189,6 +193,11 @@ class KafkaGroupApis:
         refused = self._refusal(body.group_id, joining=True)
         if refused is None and self._static_member(body.group_instance_id, "JoinGroup",
                                                    body.group_id):
+            refused = ErrorCode.INVALID_REQUEST
+        size = sum(len(p.name) + len(p.metadata) for p in body.protocols or [])
+        if refused is None and size > MAX_MEMBER_METADATA:
+            log.info("refused JoinGroup for group {g}: {n} bytes of protocol metadata (at most "
+                     "{m})", g=body.group_id, n=size, m=MAX_MEMBER_METADATA)
             refused = ErrorCode.INVALID_REQUEST
         if refused is not None:
             respond(JoinResult(refused, body.member_id))

@@ -99,7 +99,10 @@ async def test_join_refusals_change_nothing(brokers):
             ("g", {"protocols": []}, E.INCONSISTENT_GROUP_PROTOCOL),
             ("g", {"member_id": "ghost"}, E.UNKNOWN_MEMBER_ID),
             # Static membership (KIP-345) is not served.
-            ("g", {"group_instance_id": "instance-1"}, E.INVALID_REQUEST)]:
+            ("g", {"group_instance_id": "instance-1"}, E.INVALID_REQUEST),
+            # More protocol metadata than a member may have kept.
+            ("g", {"protocols": [{"name": "range", "metadata": b"x" * (1 << 20)}]},
+             E.INVALID_REQUEST)]:
         body = join_body(group, **extra)
         resp = await call(coordinator, ApiKey.JOIN_GROUP, 5, body)
         assert resp.error_code == code, (group, extra)

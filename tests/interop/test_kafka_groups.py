@@ -2,7 +2,8 @@
 processes, in both metadata modes: groups of three confluent-kafka and of three kafka-python
 consumers (``subscribe()``) share a 12-partition topic, consume it completely and commit; a
 consumer started later in the same group resumes from the committed offsets; a member that
-closes leaves, and the others take its partitions."""
+closes leaves, and the others take its partitions; when the coordinator's broker stops, the
+group rejoins at the newly elected coordinator and goes on from its committed offsets."""
 
 from __future__ import annotations
 
@@ -119,14 +120,32 @@ class Member:
                     raise RuntimeError(f"consumer error: {m.error()}")
                 got.append((m.partition(), m.offset(), m.value()))
             if msgs:
-                c.commit(asynchronous=False)
+                from confluent_kafka import KafkaError, KafkaException
+
+                try:
+                    c.commit(asynchronous=False)
+                except KafkaException as e:
+                    # The group moved on (a rebalance, a new coordinator not found yet): the
+                    # client rejoins and what was not committed is read again, as any
+                    # application sees it.
+                    err = e.args[0]
+                    if not err.retriable() and err.code() not in (
+                            KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
+                            KafkaError.REBALANCE_IN_PROGRESS,
+                            KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR):
+                        raise
             assigned = {tp.partition for tp in c.assignment()}
         else:
+            from kafka.errors import CommitFailedError, RebalanceInProgressError
+
             batches = c.poll(timeout_ms=200)
             for tp, records in batches.items():
                 got.extend((tp.partition, r.offset, r.value) for r in records)
             if batches:
-                c.commit()
+                try:
+                    c.commit()
+                except (CommitFailedError, RebalanceInProgressError):
+                    pass  # as above: the client rejoins
             assigned = {tp.partition for tp in c.assignment()}
         with self._lock:
             self.consumed.extend(got)
@@ -262,3 +281,59 @@ def test_a_member_that_closes_leaves_and_the_others_take_its_partitions(cluster,
     finally:
         for m in members:
             m.close()
+
+
+def coordinator_of(cluster, group: str) -> int:
+    """The broker FindCoordinator names for ``group`` (asked of any live broker)."""
+    from broker_core.wire.apis import ApiKey
+    from consumer_client.connection import BrokerConnection
+
+    for b in cluster.brokers.values():
+        if b.proc is None or b.proc.poll() is not None:
+            continue
+        with BrokerConnection("127.0.0.1", b.port, timeout=10) as c:
+            resp = c.request(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0},
+                             version=3)
+        if resp.error_code == 0:
+            return resp.node_id
+    return -1
+
+
+def test_the_group_moves_to_a_new_coordinator_and_resumes_from_its_offsets(cluster):
+    """The coordinator's broker stops cleanly: the members find the newly elected
+    coordinator, rejoin (their old member ids are unknown there) and go on from the offsets
+    committed before (replication factor 3, so every partition stays readable)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"groups-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3)],
+                        request_timeout=30)[topic].result(timeout=30)
+    wait_for(lambda: (t := admin.list_topics(topic, timeout=10).topics.get(topic)) is not None
+             and len(t.partitions) == PARTITIONS
+             and all(len(p.isrs) == 3 for p in t.partitions.values()), "a replicated topic")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    first = produce(cluster, topic, 1)
+    members = [confluent_member(cluster, topic, group) for _ in range(2)]
+    old = coordinator_of(cluster, group)
+    assert old > 0
+    try:
+        wait_for(lambda: union(members) >= first, "the group to consume round 1")
+        wait_for(lambda: committed(cluster, topic, group)
+                 == dict.fromkeys(range(PARTITIONS), PER_PARTITION), "round 1 committed")
+        for m in members:
+            with m._lock:
+                m.consumed.clear()
+        cluster.brokers[old].stop()
+        wait_for(lambda: coordinator_of(cluster, group) not in (-1, old),
+                 "another coordinator elected")
+        second = produce(cluster, topic, 2)
+        wait_for(lambda: union(members) >= second, "the group to consume round 2")
+        # Nothing of round 1 was read again: the new coordinator served the old offsets.
+        assert not union(members) & first
+    finally:
+        for m in members:
+            m.close()
+        cluster.brokers[old].start()
+        cluster.brokers[old].wait_listening()
+        cluster.wait_registered(timeout=60)

@@ -548,6 +548,7 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
      "1800000"),
     ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms",
      integer(0, INT_MAX), "3000"),
+    ("group.max.size", "group_max_size", integer(1, INT_MAX), "1000"),
     ("rebalance.backoff.ms", "rebalance_backoff_ms", integer(0, INT_MAX), "2000"),
     ("rebalance.max.retries", "rebalance_max_retries", integer(1, INT_MAX), "4"),
     ("offsets.commit.interval.ms", "offsets_commit_interval_ms", integer(1, INT_MAX), "5000"),
@@ -709,6 +710,7 @@ class BrokerConfig:
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
     group_initial_rebalance_delay_ms: int
+    group_max_size: int
     rebalance_backoff_ms: int
     rebalance_max_retries: int
     offsets_commit_interval_ms: int

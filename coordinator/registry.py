@@ -84,11 +84,12 @@ class ConsumerRegistry:
 class GroupRegistry:
     """One consumer group; see the module docstring.
 
-    Invariants: ``offsets[tp]`` never decreases (it only takes a reported or committed offset
-    above the one it holds); ``dirty`` is the set of partitions whose ``offsets`` value is not
-    known to be in ZooKeeper; a partition's reported offset is accepted only from the member
-    that owns it; ``curr_rebalancer`` is set while a rebalance of this group is queued or
-    running and names the handler that has it.
+    Invariants: ``offsets[tp]`` never decreases through what thin members report (it only
+    takes a reported or committed offset above the one it holds; a Kafka client's explicit
+    commit, :meth:`set_offset`, may set it lower); ``dirty`` is the set of partitions whose
+    ``offsets`` value is not known to be in ZooKeeper; a partition's reported offset is
+    accepted only from the member that owns it; ``curr_rebalancer`` is set while a rebalance
+    of this group is queued or running and names the handler that has it.
     """
 
     group_id: str
@@ -162,6 +163,14 @@ class GroupRegistry:
                 self.dirty.add(tp)
                 changed += 1
         return changed
+
+    def set_offset(self, tp: TopicPartition, offset: int) -> None:
+        """A Kafka client's explicit OffsetCommit (coordinator.kafka_groups): the group's offset
+        becomes ``offset``, even behind the one held (the client seeked back); the thin
+        members' forward-only rule is for offsets they report, not for commits a Kafka
+        group makes of itself."""
+        self.offsets[tp] = offset
+        self.dirty.add(tp)
 
     def note_committed(self, tp: TopicPartition, offset: int) -> None:
         """ZooKeeper holds ``offset`` for ``tp`` (read or just written; -1: the znode exists

@@ -57,6 +57,7 @@ from coordinator.assignor import IPartitionAssignor, RangeAssignor, TopicPartiti
 from coordinator.committer import MULTI_BATCH, OffsetCommitter
 from coordinator.elector import CoordinatorElector
 from coordinator.heartbeat import HeartbeatScheduler
+from coordinator.kafka_groups import KafkaGroupApis
 from coordinator.listeners import TopicListeners
 from coordinator.registry import ConsumerRegistry, DuplicateConsumer, GroupRegistry, Registries
 
@@ -72,6 +73,7 @@ class CoordinatorConfig:
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1800000
     initial_rebalance_delay_ms: int = 3000
+    max_group_size: int = 1000
     rebalance_backoff_ms: int = 2000
     rebalance_max_retries: int = 4
     offsets_commit_interval_ms: int = 5000
@@ -85,6 +87,7 @@ class CoordinatorConfig:
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,
             max_session_timeout_ms=cfg.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+            max_group_size=cfg.group_max_size,
             rebalance_backoff_ms=cfg.rebalance_backoff_ms,
             rebalance_max_retries=cfg.rebalance_max_retries,
             offsets_commit_interval_ms=cfg.offsets_commit_interval_ms,
@@ -142,6 +145,8 @@ class CoordinatorService:
                                         on_partitions=self._on_partitions)
         self._sweeper: task.LoopingCall | None = None
         self._ensured: set[str] = set()
+        #: Kafka's group protocol (JoinGroup ... DescribeGroups) for standard Kafka clients.
+        self.kafka = KafkaGroupApis(self)
         self.term = 0
         if metrics is not None:
             metrics.coordinator_members.set_function(
@@ -179,6 +184,7 @@ class CoordinatorService:
         await self.elector.stop()
         for p in (self.ping_purgatory, self.stop_purgatory, self.start_purgatory):
             p.shutdown()
+        self.kafka.stop()
 
     def can_act(self) -> bool:
         return self.active and not self.elector.suspended
@@ -248,6 +254,7 @@ class CoordinatorService:
         self._sweeper = None
         members = [m for g in self.registries.groups.values() for m in g.members.values()]
         self.registries.clear()
+        self.kafka.resigned()
         for m in members:
             m.alive = False
             if m.channel is not None:
@@ -262,10 +269,11 @@ class CoordinatorService:
                     self.request_rebalance(g)
 
     def _sweep_empty_groups(self) -> None:
-        gone = self.registries.expire_empty(self.clock.seconds(),
-                                            self.config.empty_group_retention_ms / 1000.0)
+        now, grace_s = self.clock.seconds(), self.config.empty_group_retention_ms / 1000.0
+        gone = self.registries.expire_empty(now, grace_s)
         for gid in gone:
             log.info("group {g} removed after being empty for the grace period", g=gid)
+        self.kafka.sweep(now, grace_s)
 
     # -- requests: any broker ----------------------------------------------------------------------
 
@@ -320,6 +328,10 @@ class CoordinatorService:
             paths.validate_group_id(body.group_id)
         except ValueError as e:
             return _error(ErrorCode.INVALID_GROUP_ID, str(e))
+        if self.kafka.has_members(body.group_id):
+            return _error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                          f"group {body.group_id!r} is a Kafka consumer group (JoinGroup) with "
+                          "members; a group id is of one kind at a time")
         cid = body.consumer_id
         if not cid or len(cid) > 249 or any(ord(c) < 0x20 for c in cid):
             return _error(ErrorCode.INVALID_REQUEST,

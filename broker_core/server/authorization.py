@@ -78,6 +78,19 @@ RULES: dict[ApiKey, Rule] = {
     # Lists only the topics the principal may DESCRIBE; auto-creation also needs CREATE on
     # the cluster or the topic.
     ApiKey.METADATA: Rule(Op.DESCRIBE, RT.TOPIC, _TOPIC, Scope.RESOURCES),
+    # Kafka's group protocol (broker_core.server.group_apis): READ on the request's group to
+    # take part (OffsetCommit also READ on each topic); DESCRIBE on each group to find its
+    # coordinator, fetch its offsets (and DESCRIBE on each topic), describe or list it
+    # (DESCRIBE on the cluster lists every group).
+    ApiKey.OFFSET_COMMIT: Rule(Op.READ, RT.GROUP, _GROUP, Scope.GROUP),
+    ApiKey.OFFSET_FETCH: Rule(Op.DESCRIBE, RT.GROUP, _GROUP, Scope.RESOURCES),
+    ApiKey.FIND_COORDINATOR: Rule(Op.DESCRIBE, RT.GROUP, _GROUP, Scope.RESOURCES),
+    ApiKey.JOIN_GROUP: Rule(Op.READ, RT.GROUP, _GROUP, Scope.GROUP),
+    ApiKey.HEARTBEAT: Rule(Op.READ, RT.GROUP, _GROUP, Scope.GROUP),
+    ApiKey.LEAVE_GROUP: Rule(Op.READ, RT.GROUP, _GROUP, Scope.GROUP),
+    ApiKey.SYNC_GROUP: Rule(Op.READ, RT.GROUP, _GROUP, Scope.GROUP),
+    ApiKey.DESCRIBE_GROUPS: Rule(Op.DESCRIBE, RT.GROUP, _GROUP, Scope.RESOURCES),
+    ApiKey.LIST_GROUPS: Rule(Op.DESCRIBE, RT.GROUP, _GROUP, Scope.RESOURCES),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: Rule(Op.DESCRIBE, RT.TOPIC, _TOPIC, Scope.RESOURCES),
     # CREATE on the cluster also allows every topic.
     ApiKey.CREATE_TOPICS: Rule(Op.CREATE, RT.TOPIC, _TOPIC, Scope.RESOURCES),

@@ -42,6 +42,7 @@ from broker_core.server.authorization import (
 from broker_core.server.cluster_admin import ClusterAdminApis
 from broker_core.server.config_admin import ConfigAdmin, config_refusal
 from broker_core.server.describe_configs import describe_configs
+from broker_core.server.group_apis import GROUP_APIS, GroupApis
 from broker_core.server.producer_ids import InitProducerIdApi, ProducerIdManager
 from broker_core.server.protocol import NO_RESPONSE
 from broker_core.server.user_admin import UserAdminApis
@@ -73,7 +74,7 @@ _WITH_ACCESS = frozenset({
     ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.COMMIT_OFFSETS,
     ApiKey.UNREGISTER_CONSUMER, ApiKey.DESCRIBE_CONSUMER_GROUPS, ApiKey.API_VERSIONS,
     ApiKey.CLUSTER_METADATA, ApiKey.DELETE_RECORDS, ApiKey.DESCRIBE_CLUSTER,
-    ApiKey.INIT_PRODUCER_ID})
+    ApiKey.INIT_PRODUCER_ID, *GROUP_APIS})
 _TOPIC_DENIED = "TOPIC_AUTHORIZATION_FAILED"
 
 
@@ -142,12 +143,23 @@ class RequestHandler(UserAdminApis):
                                               brokers_on=self._brokers_on)
         admin = self.cluster_admin
         self.config_admin = ConfigAdmin(store, config)
+        self.group_apis = GroupApis(coordinator, cache)
         self._dispatch = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
             ApiKey.LIST_OFFSETS: self.list_offsets,
+            # Kafka's group protocol (8-16): broker_core.server.group_apis.
+            ApiKey.OFFSET_COMMIT: self.group_apis.offset_commit,
+            ApiKey.OFFSET_FETCH: self.group_apis.offset_fetch,
+            ApiKey.FIND_COORDINATOR: self.group_apis.find_coordinator,
+            ApiKey.JOIN_GROUP: self.group_apis.join_group,
+            ApiKey.HEARTBEAT: self.group_apis.heartbeat,
+            ApiKey.LEAVE_GROUP: self.group_apis.leave_group,
+            ApiKey.SYNC_GROUP: self.group_apis.sync_group,
+            ApiKey.DESCRIBE_GROUPS: self.group_apis.describe_groups,
+            ApiKey.LIST_GROUPS: self.group_apis.list_groups,
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
             ApiKey.DELETE_RECORDS: admin.delete_records,

@@ -449,6 +449,89 @@ async def test_coordinator_apis_need_group_acls(broker):
 
 
 @pytest_twisted.ensureDeferred
+async def test_kafka_group_apis_need_group_acls(broker):
+    """Kafka's group protocol: READ on the group to take part (OffsetCommit also READ on each
+    topic), DESCRIBE on the group to find its coordinator, fetch its offsets (and DESCRIBE on
+    each topic), describe or list it. Refusals change nothing."""
+    await eventually(lambda: broker.coordinator.active, what="the coordinator elected")
+    await create_topic(broker, "t")
+    await grant(broker, "User:member", (RT.GROUP, "kg", Op.READ), (RT.TOPIC, "t", Op.READ))
+    await grant(broker, "User:viewer", (RT.GROUP, "kg", Op.DESCRIBE),
+                (RT.TOPIC, "t", Op.DESCRIBE))
+    mallory, groups = "User:mallory", broker.coordinator.kafka.groups
+
+    find = {"key_type": 0, "coordinator_keys": ["kg"]}
+    resp = await call_as(broker, mallory, ApiKey.FIND_COORDINATOR, 4, find)
+    assert [(c.error_code, c.node_id) for c in resp.coordinators] == [(GROUP_DENIED, -1)]
+    resp = await call_as(broker, "User:viewer", ApiKey.FIND_COORDINATOR, 4, find)
+    assert [(c.error_code, c.node_id) for c in resp.coordinators] == [(0, broker.broker_id)]
+
+    join = {"group_id": "kg", "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
+            "member_id": "", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"m"}]}
+    resp = await call_as(broker, mallory, ApiKey.JOIN_GROUP, 3, join)
+    assert resp.error_code == GROUP_DENIED and groups.get("kg") is None
+    member = await connect_as(broker, "User:member")
+    try:
+        # Answered after the group's initial rebalance delay.
+        resp = await member.request(ApiKey.JOIN_GROUP, 3, join)
+        assert (resp.error_code, resp.generation_id) == (0, 1)
+        mid = resp.member_id
+        sync = {"group_id": "kg", "generation_id": 1, "member_id": mid,
+                "assignments": [{"member_id": mid, "assignment": b"x"}]}
+        resp = await call_as(broker, mallory, ApiKey.SYNC_GROUP, 3, sync)
+        assert resp.error_code == GROUP_DENIED and groups.get("kg").state.value != "Stable"
+        resp = await member.request(ApiKey.SYNC_GROUP, 3, sync)
+        assert (resp.error_code, bytes(resp.assignment)) == (0, b"x")
+
+        beat = {"group_id": "kg", "generation_id": 1, "member_id": mid}
+        resp = await call_as(broker, mallory, ApiKey.HEARTBEAT, 3, beat)
+        assert resp.error_code == GROUP_DENIED
+        resp = await member.request(ApiKey.HEARTBEAT, 3, beat)
+        assert resp.error_code == 0
+
+        part = [{"partition_index": 0, "committed_offset": 0, "committed_metadata": None}]
+        commit = {"group_id": "kg", "generation_id_or_member_epoch": 1, "member_id": mid,
+                  "topics": [{"name": "t", "partitions": part},
+                             {"name": "u", "partitions": part}]}
+        resp = await call_as(broker, mallory, ApiKey.OFFSET_COMMIT, 8, commit)
+        assert [p.error_code for t in resp.topics for p in t.partitions] == [GROUP_DENIED] * 2
+        assert "kg" not in broker.coordinator.registries.groups  # nothing written
+        resp = await member.request(ApiKey.OFFSET_COMMIT, 8, commit)
+        assert [(t.name, t.partitions[0].error_code) for t in resp.topics] == [
+            ("t", 0), ("u", TOPIC_DENIED)]
+
+        fetch = {"groups": [{"group_id": "kg", "topics": [
+            {"name": "t", "partition_indexes": [0]}]}], "require_stable": False}
+        resp = await call_as(broker, mallory, ApiKey.OFFSET_FETCH, 8, fetch)
+        assert resp.groups[0].error_code == GROUP_DENIED and resp.groups[0].topics == []
+        resp = await call_as(broker, "User:viewer", ApiKey.OFFSET_FETCH, 8, fetch)
+        p = resp.groups[0].topics[0].partitions[0]
+        assert (resp.groups[0].error_code, p.error_code, p.committed_offset) == (0, 0, 0)
+
+        resp = await call_as(broker, mallory, ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["kg"]})
+        assert resp.groups[0].error_code == GROUP_DENIED and resp.groups[0].members == []
+        resp = await call_as(broker, "User:viewer", ApiKey.DESCRIBE_GROUPS, 5,
+                             {"groups": ["kg"]})
+        assert (resp.groups[0].group_state, [m.member_id for m in resp.groups[0].members]) \
+            == ("Stable", [mid])
+        resp = await call_as(broker, mallory, ApiKey.LIST_GROUPS, 4, {"states_filter": []})
+        assert resp.error_code == 0 and resp.groups == []
+        resp = await call_as(broker, "User:viewer", ApiKey.LIST_GROUPS, 4,
+                             {"states_filter": []})
+        assert [g.group_id for g in resp.groups] == ["kg"]
+
+        leave = {"group_id": "kg", "members": [{"member_id": mid}]}
+        resp = await call_as(broker, mallory, ApiKey.LEAVE_GROUP, 4, leave)
+        assert resp.error_code == GROUP_DENIED and mid in groups.get("kg").members
+        resp = await member.request(ApiKey.LEAVE_GROUP, 4, leave)
+        assert resp.error_code == 0 and [m.error_code for m in resp.members] == [0]
+        assert not groups.get("kg").members
+    finally:
+        member.transport.loseConnection()
+
+
+@pytest_twisted.ensureDeferred
 async def test_unchecked_apis_answer_anyone(broker):
     await eventually(lambda: broker.coordinator.active, what="the coordinator elected")
     resp = await call_as(broker, "User:mallory", ApiKey.API_VERSIONS, 3,

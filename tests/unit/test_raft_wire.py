@@ -361,7 +361,11 @@ def test_a_non_quorum_request_is_refused():
 
 # What ApiVersions advertised before the quorum's APIs were defined: (key, min, max).
 ADVERTISED = [(0, 3, 9), (1, 4, 12), (2, 1, 7), (3, 1, 12), (4, 5, 5), (5, 3, 3), (6, 7, 7),
-              (7, 3, 3), (17, 0, 1), (18, 0, 3), (19, 2, 7), (20, 1, 5),
+              (7, 3, 3),
+              # Kafka's group protocol: OffsetCommit..ListGroups (8-16).
+              (8, 2, 8), (9, 1, 8), (10, 0, 4), (11, 0, 9), (12, 0, 4), (13, 0, 5), (14, 0, 5),
+              (15, 0, 5), (16, 0, 5),
+              (17, 0, 1), (18, 0, 3), (19, 2, 7), (20, 1, 5),
               (21, 0, 2),  # DeleteRecords
               (22, 0, 4),  # InitProducerId
               (23, 3, 3), (29, 0, 3), (30, 0, 3),

@@ -41,7 +41,12 @@ def test_served_versions():
               for k, s in SUPPORTED.items()}
     assert served == {
         "API_VERSIONS": (0, 3, 3), "METADATA": (1, 12, 9), "PRODUCE": (3, 9, 9),
-        "FETCH": (4, 12, 12), "LIST_OFFSETS": (1, 7, 6), "CREATE_TOPICS": (2, 7, 5),
+        "FETCH": (4, 12, 12), "LIST_OFFSETS": (1, 7, 6),
+        # Kafka's group protocol (docs/coordinator.md, "Kafka consumer groups").
+        "OFFSET_COMMIT": (2, 8, 8), "OFFSET_FETCH": (1, 8, 6), "FIND_COORDINATOR": (0, 4, 3),
+        "JOIN_GROUP": (0, 9, 6), "HEARTBEAT": (0, 4, 4), "LEAVE_GROUP": (0, 5, 4),
+        "SYNC_GROUP": (0, 5, 4), "DESCRIBE_GROUPS": (0, 5, 5), "LIST_GROUPS": (0, 5, 3),
+        "CREATE_TOPICS": (2, 7, 5),
         "DELETE_TOPICS": (1, 5, 4), "INIT_PRODUCER_ID": (0, 4, 2),
         "CREATE_PARTITIONS": (0, 3, 2),
         "DESCRIBE_CONFIGS": (1, 4, 4), "ALTER_CONFIGS": (0, 2, 2),

@@ -1,0 +1,339 @@
+"""Standard Kafka consumer groups (Kafka's classic group protocol) against three Sluice broker
+processes, in both metadata modes: groups of three confluent-kafka and of three kafka-python
+consumers (``subscribe()``) share a 12-partition topic, consume it completely and commit; a
+consumer started later in the same group resumes from the committed offsets; a member that
+closes leaves, and the others take its partitions; when the coordinator's broker stops, the
+group rejoins at the newly elected coordinator and goes on from its committed offsets."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from tests.support.procs import ProcessCluster
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
+
+PARTITIONS = 12
+PER_PARTITION = 50
+#: Generous bound for a condition a group reaches in a few seconds; reaching it ends the wait.
+DEADLINE_S = 120.0
+
+BROKER_KEYS = {
+    # A starting group waits this long for the rest of its members (KIP-134).
+    "group.initial.rebalance.delay.ms": "500",
+    "group.min.session.timeout.ms": "3000",
+}
+
+
+@pytest.fixture(scope="module", params=["zookeeper", "quorum"])
+def cluster(request, zookeeper_server, tmp_path_factory):
+    quorum = request.param == "quorum"
+    c = ProcessCluster(None if quorum else zookeeper_server.hosts,
+                       tmp_path_factory.mktemp(f"groups-{request.param}"), size=3,
+                       quorum=quorum, extra=BROKER_KEYS)
+    c.start()
+    try:
+        c.wait_registered(timeout=60)
+        yield c
+    finally:
+        c.stop()
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def create_topic(cluster) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"groups-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)],
+                        request_timeout=30)[name].result(timeout=30)
+
+    def led() -> bool:
+        t = admin.list_topics(name, timeout=10).topics.get(name)
+        return (t is not None and t.error is None and len(t.partitions) == PARTITIONS
+                and all(p.leader >= 0 for p in t.partitions.values()))
+    wait_for(led, f"leaders for {name}")
+    return name
+
+
+def produce(cluster, topic: str, round_: int) -> set[tuple[int, bytes]]:
+    """PER_PARTITION messages into every partition; returns {(partition, value)}."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    sent = set()
+    errors: list = []
+    for p in range(PARTITIONS):
+        for i in range(PER_PARTITION):
+            value = b"r%d-p%d-%d" % (round_, p, i)
+            producer.produce(topic, value=value, partition=p,
+                             on_delivery=lambda err, msg: err and errors.append(err))
+            sent.add((p, value))
+    assert producer.flush(30) == 0 and not errors
+    return sent
+
+
+class Member:
+    """One consumer polling in its own thread; what it consumed, committed after each poll."""
+
+    def __init__(self, make: Callable[[], object], kind: str) -> None:
+        self.kind = kind
+        self.consumer: object = None
+        self._make = make
+        self.consumed: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
+        self.assigned: set[int] = set()
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.consumer = self._make()
+            while not self._stop.is_set():
+                self._poll_once()
+            self._close()
+        except BaseException as e:  # reported by the test through .error
+            self.error = e
+
+    def _poll_once(self) -> None:
+        c = self.consumer
+        got: list[tuple[int, int, bytes]] = []
+        if self.kind == "confluent":
+            msgs = c.consume(num_messages=100, timeout=0.2)
+            for m in msgs:
+                if m.error() is not None:
+                    raise RuntimeError(f"consumer error: {m.error()}")
+                got.append((m.partition(), m.offset(), m.value()))
+            if msgs:
+                from confluent_kafka import KafkaError, KafkaException
+
+                try:
+                    c.commit(asynchronous=False)
+                except KafkaException as e:
+                    # The group moved on (a rebalance, a new coordinator not found yet): the
+                    # client rejoins and what was not committed is read again, as any
+                    # application sees it.
+                    err = e.args[0]
+                    if not err.retriable() and err.code() not in (
+                            KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
+                            KafkaError.REBALANCE_IN_PROGRESS,
+                            KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR):
+                        raise
+            assigned = {tp.partition for tp in c.assignment()}
+        else:
+            from kafka.errors import CommitFailedError, RebalanceInProgressError
+
+            batches = c.poll(timeout_ms=200)
+            for tp, records in batches.items():
+                got.extend((tp.partition, r.offset, r.value) for r in records)
+            if batches:
+                try:
+                    c.commit()
+                except (CommitFailedError, RebalanceInProgressError):
+                    pass  # as above: the client rejoins
+            assigned = {tp.partition for tp in c.assignment()}
+        with self._lock:
+            self.consumed.extend(got)
+            self.assigned = assigned
+
+    def _close(self) -> None:
+        self.consumer.close()
+
+    def values(self) -> set[tuple[int, bytes]]:
+        with self._lock:
+            return {(p, v) for p, _, v in self.consumed}
+
+    def offsets(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return [(p, o) for p, o, _ in self.consumed]
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), f"{self.kind} consumer did not close"
+        if self.error is not None:
+            raise self.error
+
+
+def confluent_member(cluster, topic: str, group: str) -> Member:
+    def make():
+        from confluent_kafka import Consumer
+
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                      "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                      "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+        c.subscribe([topic])
+        return c
+    return Member(make, "confluent")
+
+
+def kafka_python_member(cluster, topic: str, group: str) -> Member:
+    def make():
+        from kafka import KafkaConsumer
+
+        return KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap.split(","),
+                             group_id=group, enable_auto_commit=False,
+                             auto_offset_reset="earliest", session_timeout_ms=6000,
+                             heartbeat_interval_ms=500)
+    return Member(make, "kafka-python")
+
+
+FACTORIES = {"confluent": confluent_member, "kafka-python": kafka_python_member}
+
+
+def union(members: list[Member]) -> set[tuple[int, bytes]]:
+    out: set[tuple[int, bytes]] = set()
+    for m in members:
+        out |= m.values()
+    return out
+
+
+def committed(cluster, topic: str, group: str) -> dict[int, int]:
+    """The group's committed offsets, read with confluent-kafka's OffsetFetch."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    try:
+        tps = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+    finally:
+        c.close()
+    return {tp.partition: tp.offset for tp in tps}
+
+
+def check_admin_view(cluster, group: str) -> None:
+    """A Kafka admin client lists the group and describes its three members and their
+    partitions (ListGroups to every broker; FindCoordinator + DescribeGroups)."""
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    listed = admin.list_consumer_groups(request_timeout=30).result(timeout=60)
+    assert group in {g.group_id for g in listed.valid} and not listed.errors
+    desc = admin.describe_consumer_groups([group], request_timeout=30)[group].result(timeout=60)
+    assert desc.state == ConsumerGroupState.STABLE and len(desc.members) == 3
+    assert sorted(tp.partition for m in desc.members
+                  for tp in m.assignment.topic_partitions) == list(range(PARTITIONS))
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_a_group_of_three_consumes_everything_commits_and_a_restart_resumes(cluster, client):
+    topic = create_topic(cluster)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    first = produce(cluster, topic, 1)
+    members = [FACTORIES[client](cluster, topic, group) for _ in range(3)]
+    try:
+        wait_for(lambda: union(members) >= first, "the group to consume the whole topic")
+        # Every member took part: the partitions were split three ways.
+        wait_for(lambda: all(m.assigned for m in members)
+                 and sorted(p for m in members for p in m.assigned) == list(range(PARTITIONS)),
+                 "three members sharing the 12 partitions")
+        wait_for(lambda: committed(cluster, topic, group)
+                 == dict.fromkeys(range(PARTITIONS), PER_PARTITION), "every offset committed")
+        check_admin_view(cluster, group)
+    finally:
+        for m in members:
+            m.close()
+    second = produce(cluster, topic, 2)
+    late = FACTORIES[client](cluster, topic, group)
+    try:
+        wait_for(lambda: late.values() >= second, "the restarted member to consume round 2")
+    finally:
+        late.close()
+    # It resumed from the committed offsets: nothing of round 1 was read again.
+    assert all(o >= PER_PARTITION for _, o in late.offsets())
+    assert not late.values() & first
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_a_member_that_closes_leaves_and_the_others_take_its_partitions(cluster, client):
+    topic = create_topic(cluster)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    members = [FACTORIES[client](cluster, topic, group) for _ in range(3)]
+    try:
+        wait_for(lambda: sorted(p for m in members for p in m.assigned)
+                 == list(range(PARTITIONS)) and all(m.assigned for m in members),
+                 "three members sharing the 12 partitions")
+        leaving = members.pop()
+        leaving.close()
+        wait_for(lambda: sorted(p for m in members for p in m.assigned)
+                 == list(range(PARTITIONS)), "the two others to take every partition")
+        # A LeaveGroup, not a session timeout, moved the partitions.
+        logs = "".join(b.log_text() for b in cluster.brokers.values())
+        assert re.search(rf"classic group {group}: member \S+ left", logs)
+        assert not re.search(rf"classic group {group}: member \S+ expired", logs)
+        sent = produce(cluster, topic, 1)
+        wait_for(lambda: union(members) >= sent, "the two members to consume everything")
+    finally:
+        for m in members:
+            m.close()
+
+
+def coordinator_of(cluster, group: str) -> int:
+    """The broker FindCoordinator names for ``group`` (asked of any live broker)."""
+    from broker_core.wire.apis import ApiKey
+    from consumer_client.connection import BrokerConnection
+
+    for b in cluster.brokers.values():
+        if b.proc is None or b.proc.poll() is not None:
+            continue
+        with BrokerConnection("127.0.0.1", b.port, timeout=10) as c:
+            resp = c.request(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0},
+                             version=3)
+        if resp.error_code == 0:
+            return resp.node_id
+    return -1
+
+
+def test_the_group_moves_to_a_new_coordinator_and_resumes_from_its_offsets(cluster):
+    """The coordinator's broker stops cleanly: the members find the newly elected
+    coordinator, rejoin (their old member ids are unknown there) and go on from the offsets
+    committed before (replication factor 3, so every partition stays readable)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"groups-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3)],
+                        request_timeout=30)[topic].result(timeout=30)
+    wait_for(lambda: (t := admin.list_topics(topic, timeout=10).topics.get(topic)) is not None
+             and len(t.partitions) == PARTITIONS
+             and all(len(p.isrs) == 3 for p in t.partitions.values()), "a replicated topic")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    first = produce(cluster, topic, 1)
+    members = [confluent_member(cluster, topic, group) for _ in range(2)]
+    old = coordinator_of(cluster, group)
+    assert old > 0
+    try:
+        wait_for(lambda: union(members) >= first, "the group to consume round 1")
+        wait_for(lambda: committed(cluster, topic, group)
+                 == dict.fromkeys(range(PARTITIONS), PER_PARTITION), "round 1 committed")
+        for m in members:
+            with m._lock:
+                m.consumed.clear()
+        cluster.brokers[old].stop()
+        wait_for(lambda: coordinator_of(cluster, group) not in (-1, old),
+                 "another coordinator elected")
+        second = produce(cluster, topic, 2)
+        wait_for(lambda: union(members) >= second, "the group to consume round 2")
+        # Nothing of round 1 was read again: the new coordinator served the old offsets.
+        assert not union(members) & first
+    finally:
+        for m in members:
+            m.close()
+        cluster.brokers[old].start()
+        cluster.brokers[old].wait_listening()
+        cluster.wait_registered(timeout=60)

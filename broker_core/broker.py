@@ -1,6 +1,6 @@
 """The broker service: wires the parts together and runs the start-up and shut-down sequences.
 
-Start-up (seed 000 E, in order):
+Start-up, in order (docs/design.md#broker-start-up):
 
 1. check that each log directory is this broker's (``meta.properties``; in quorum mode also
    that it is this quorum's cluster) before anything reads or writes it (a directory that
@@ -16,7 +16,7 @@ Start-up (seed 000 E, in order):
    crash;
 5. read the assignment and leader state of every partition assigned here, become leader or
    follower, delete local partitions no longer assigned;
-6. stand for controller election, and for consumer-coordinator election (seed 001).
+6. stand for controller election, and for consumer-coordinator election.
 
 (Between 2 and 3, the user store's cache reads every user's SCRAM credentials and keeps
 watching them.)
@@ -680,7 +680,7 @@ class BrokerService(service.Service):
         return d
 
     async def _startup_from_zookeeper(self) -> None:
-        """Seed 000 E: take the last published state of every partition assigned here."""
+        """Take the last published state of every partition assigned here."""
         try:
             topics = await self.store.get_children(paths.TOPICS)
         except NoNode:
@@ -704,8 +704,8 @@ class BrokerService(service.Service):
                 v = paths.LeaderAndIsr.from_bytes(raw)
                 if v.leader == self.broker_id:
                     # We led it before we restarted. Leading again at the old epoch could let
-                    # this incarnation write over offsets the followers already hold (seed
-                    # 003); the controller sees the new registration and sends a new epoch.
+                    # this incarnation write over offsets the followers already hold;
+                    # the controller sees the new registration and sends a new epoch.
                     self.log.info("startup: {t}-{p} was led by this broker at epoch {e}; "
                                   "waiting for the controller's LeaderAndIsr", t=topic, p=p,
                                   e=v.leader_epoch)

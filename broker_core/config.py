@@ -541,7 +541,7 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
      "3"),
     ("controlled.shutdown.retry.backoff.ms", "controlled_shutdown_retry_backoff_ms",
      integer(0, INT_MAX), "5000"),
-    # The consumer coordinator (seed 001 §4; docs/coordinator.md).
+    # The consumer coordinator (docs/coordinator.md).
     ("group.min.session.timeout.ms", "group_min_session_timeout_ms", integer(1, INT_MAX),
      "6000"),
     ("group.max.session.timeout.ms", "group_max_session_timeout_ms", integer(1, INT_MAX),

@@ -1,7 +1,7 @@
 """The broker's view of the cluster, kept current by the controller's UpdateMetadata requests.
 
 Every broker answers Metadata requests from this cache, never from ZooKeeper: the controller is the
-one writer (seed 000: decisions are published in ZooKeeper *and* pushed to brokers). Kafka's
+one writer (the controller's decisions are published in ZooKeeper *and* pushed to brokers). Kafka's
 convention for deletion is kept: a partition state whose leader is ``LEADER_DURING_DELETE`` (-2)
 removes the partition from the cache.
 

@@ -287,7 +287,7 @@ class BrokerMetrics:
             "purgatory_delayed_operations", "Operations waiting in a purgatory for their "
             "condition or timeout", ["purgatory"], namespace=ns, registry=r)
 
-        # Consumer coordinator (seed 001; docs/coordinator.md). Never labelled by group or
+        # Consumer coordinator (docs/coordinator.md). Never labelled by group or
         # member: thousands of groups would be thousands of series.
         self.active_coordinator = Gauge(
             "active_coordinator", "1 while this broker is the active consumer coordinator, "

@@ -1,7 +1,7 @@
 """Topic administration as metadata-store writes: the one implementation used by the broker's
 CreateTopics / DeleteTopics / CreatePartitions handlers, auto-creation, and ``sluice --zookeeper``.
 
-These functions only record intent; the controller carries it out (seed 000 B and H):
+These functions only record intent; the controller carries it out (docs/design.md):
 
 - create: ``/config/topics/T`` and ``/brokers/topics/T`` in one multi; the controller's watch on
   ``/brokers/topics`` elects leaders;
@@ -10,7 +10,7 @@ These functions only record intent; the controller carries it out (seed 000 B an
   updates the assignment and removes the admin nodes;
 - remove partitions: ``/admin/partitions_remove/T/P``;
 - reassign replicas: ``/admin/reassign_partitions`` (Kafka's JSON); the controller moves each
-  partition and shrinks the znode, deleting it when the last one is done (seed 000 F); cancel
+  partition and shrinks the znode, deleting it when the last one is done; cancel
   rewrites a partition's target to its original replicas;
 - preferred-leader election: ``/admin/preferred_replica_election``; the controller moves
   leadership to each partition's first replica where it can and deletes the znode.
@@ -203,7 +203,7 @@ async def delete_topic(store: Any, name: str) -> None:
 async def add_partitions(store: Any, name: str, new_total: int,
                          assignment: Sequence[Sequence[int]] | None = None,
                          validate_only: bool = False) -> dict[int, list[int]]:
-    """Seed 000 H: ask the controller to add partitions up to ``new_total``; returns the new
+    """Ask the controller to add partitions up to ``new_total``; returns the new
     partitions' replicas. With ``validate_only`` every check runs and nothing is written."""
     current = await _assignment(store, name)
     if new_total <= len(current):
@@ -325,7 +325,7 @@ async def describe_cluster(store: Any) -> ClusterDescription:
     return ClusterDescription([brokers[b] for b in sorted(brokers)], controller, epoch)
 
 
-# -- replica reassignment (seed 000 F) ------------------------------------------------------------
+# -- replica reassignment (docs/design.md#replica-reassignment) -----------------------------------
 
 
 #: What ``verify_reassignment`` reports per partition.

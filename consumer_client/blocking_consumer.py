@@ -22,7 +22,7 @@ Invariants:
 - the undelivered rest of a chunk stays with its reader (a ``for`` loop that ``break`` s and
   a later ``poll()`` continue where it stopped): nothing is skipped;
 - one reader per stream and thread: each :class:`BlockingStream` is for one thread at a time
-  (the seed's model: one consumer thread per stream); different streams may be read from
+  (the design's model: one consumer thread per stream); different streams may be read from
   different threads.
 """
 

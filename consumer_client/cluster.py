@@ -2,8 +2,8 @@
 
 :class:`ClusterClient` holds the brokers and partition leaders from the last Metadata response,
 one connection per broker (opened on first use, negotiated with ApiVersions, reopened after it
-closed), and sends requests with a timeout. Bootstrap servers are tried round robin (seed 001
-§7: "in a round robin fashion, pick a broker … keep retrying").
+closed), and sends requests with a timeout. Bootstrap servers are tried round robin (the
+coordinator design's consumer start-up: pick the next broker, keep retrying).
 
 Invariants:
 

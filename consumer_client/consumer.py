@@ -1,8 +1,8 @@
-"""The thin, coordinator-driven consumer (seed 001 §7, §10, §11, §13), Twisted-native.
+"""The thin, coordinator-driven consumer (docs/design.md#the-consumer-coordinator), Twisted-native.
 
 The group logic lives in the pure state machine :mod:`consumer_client.membership`; this module
 is its shell: it finds the coordinator (ClusterMetadata to the bootstrap servers, round robin),
-registers on a connection that then turns into the coordinator channel (DESIGN.md §3), answers
+registers on a connection that then turns into the coordinator channel (docs/design.md), answers
 the coordinator's Ping / StopFetcher / StartFetcher, runs the fetchers
 (:mod:`consumer_client.consumer_fetcher`) and hands messages to the application through bounded
 streams (:mod:`consumer_client.consumer_streams`).
@@ -24,8 +24,8 @@ What the coordinator can rely on:
   consumer fetches exactly the given partitions from the given offsets (-1: per
   ``auto.offset.reset``);
 - a consumer that hears nothing for ``session.timeout.ms`` stops fetching, closes the channel
-  and registers again (seed §10); one whose partition keeps failing does the same, so the
-  coordinator rebalances (seed §11 step 2);
+  and registers again; one whose partition keeps failing does the same, so the
+  coordinator rebalances;
 - ``close()`` stops the fetchers, tells the listener the partitions are revoked, then leaves
   with UnregisterConsumer carrying the final offsets (with auto-commit): the coordinator writes
   them, removes the member and rebalances the group before it answers, so a close takes one
@@ -356,7 +356,7 @@ class Consumer:
 
     def commit(self) -> defer.Deferred:
         """Commit the current positions now (CommitOffsets on an ordinary connection to the
-        coordinator, seed §13). Fires with ``{(topic, partition): offset}`` once the
+        coordinator). Fires with ``{(topic, partition): offset}`` once the
         coordinator wrote them; fails with :class:`CommitFailed` or :class:`NotRegistered`."""
         return defer.Deferred.fromCoroutine(self._commit())
 
@@ -519,7 +519,7 @@ class Consumer:
         d.addErrback(lambda f: self.log.failure("coordinator discovery failed", f))
 
     async def _discover(self) -> None:
-        # Seed §7: ClusterMetadata to the configured brokers, round robin; the consumer keeps
+        # ClusterMetadata to the configured brokers, round robin; the consumer keeps
         # trying until it is shut down.
         servers = self.cluster.bootstrap
         address = servers[next(self._rr) % len(servers)]

@@ -1,4 +1,4 @@
-"""The consumer's typed configuration, with the names Kafka's ZooKeeper consumer and seed 001 use.
+"""The consumer's typed configuration, with the names Kafka's ZooKeeper consumer and the design use.
 
 Build it with keyword arguments named like the attributes (``ConsumerConfig.create(
 bootstrap_servers="h:9092", group_id="g", topics={"events": 2})``) or from Kafka keys
@@ -6,7 +6,7 @@ bootstrap_servers="h:9092", group_id="g", topics={"events": 2})``) or from Kafka
 checked once, here; a bad one raises :class:`~broker_core.config.ConfigError` naming the key.
 ``docs/consumer.md`` lists every key.
 
-The subscription is the seed's *topic count*: ``topics`` maps a topic to its number of streams
+The subscription is the design's *topic count*: ``topics`` maps a topic to its number of streams
 (``pattern="static"``), or a regular expression to the number of streams shared by every topic
 it matches (``pattern="white_list"``) or does not match (``pattern="black_list"``).
 """
@@ -101,7 +101,7 @@ CONSUMER_KEYS: dict[str, ConfigKey] = {e[0]: ConfigKey(*e) for e in (
     ("group.id", "group_id", text, None, True),
     ("consumer.id", "consumer_id", optional_text, None),
     ("client.id", "client_id", optional_text, None),
-    # The seed's topic count: {topic or regex: number of streams}.
+    # The topic count: {topic or regex: number of streams}.
     ("topics", "topics", _topic_count, None, True),
     ("topic.pattern", "pattern", _pattern, "static"),
     ("auto.commit.enable", "auto_commit", boolean, "true"),
@@ -118,10 +118,10 @@ CONSUMER_KEYS: dict[str, ConfigKey] = {e[0]: ConfigKey(*e) for e in (
     ("request.timeout.ms", "request_timeout_ms", integer(1, INT_MAX), "30000"),
     ("retry.backoff.ms", "retry_backoff_ms", integer(0, INT_MAX), "100"),
     ("reconnect.backoff.max.ms", "reconnect_backoff_max_ms", integer(0, INT_MAX), "2000"),
-    # How long close() waits for the Ping that proves the final offsets arrived (seed 001 §11).
+    # How long close() waits for the Ping that proves the final offsets arrived.
     ("shutdown.timeout.ms", "shutdown_timeout_ms", integer(0, INT_MAX), "30000"),
     # Failed fetch rounds of one partition (unknown topic, no leader, ...) before the consumer
-    # gives up on it and reconnects to make the coordinator rebalance (seed 001 §11 step 2).
+    # gives up on it and reconnects to make the coordinator rebalance.
     ("fetch.max.partition.failures", "fetch_max_partition_failures", integer(1, INT_MAX),
      "50"),
     ("check.crcs", "check_crcs", boolean, "true"),

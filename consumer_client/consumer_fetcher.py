@@ -1,4 +1,4 @@
-"""The consumer's fetchers: one fetch loop per partition leader (seed 001 §11 "start fetchers").
+"""The consumer's fetchers: one fetch loop per partition leader (StartFetcher).
 
 :class:`FetcherManager` owns the current assignment's :class:`PartitionState` s. It finds each
 partition's leader (Metadata), resolves a start offset of -1 with ListOffsets per
@@ -18,7 +18,7 @@ Invariants:
   lost connection, send the partition back to homeless: metadata is refreshed and it is placed
   again. OFFSET_OUT_OF_RANGE resets per ``auto.offset.reset``. A partition that keeps failing
   (``fetch.max.partition.failures`` rounds in a row) is reported through ``on_failed``; the
-  consumer then reconnects to the coordinator to make it rebalance (seed 001 §11 step 2).
+  consumer then reconnects to the coordinator to make it rebalance.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ reports in Ping / StopFetcher / commit: at-least-once). A new assignment makes n
 marks the old ones inactive, so a late delivery of an old chunk (from the application's thread
 in the blocking API) can never move a position the coordinator sees.
 
-:class:`MessageStream` is one of the seed's streams ("consumer threads"): a FIFO of
+:class:`MessageStream` is one of the design's streams ("consumer threads"): a FIFO of
 :class:`Chunk` s (one partition's data from one fetch response, not yet decoded), bounded by
 ``max_chunks``. While it is full the fetchers leave its partitions out of their requests
 (backpressure); taking a chunk wakes them.
@@ -276,7 +276,7 @@ class MessageStream(MessageSource):
         self._chunks.append(chunk)
 
     def clear(self) -> None:
-        """Drop every queued chunk and the decoded buffer (StopFetcher: seed §11 "clean their
+        """Drop every queued chunk and the decoded buffer (StopFetcher: "clean their
         queues"); positions stay where the application got to."""
         for c in self._chunks:
             c.part.queued -= 1

@@ -1,4 +1,4 @@
-"""The consumer's group membership as an explicit, pure state machine (seed 001 §7, §10, §11).
+"""The consumer's group membership as an explicit, pure state machine (docs/design.md).
 
 No I/O and no clock: :meth:`Membership.handle` takes an :class:`Input` and returns the
 :class:`Action` s the Twisted shell (:mod:`consumer_client.consumer`) must carry out, in order.
@@ -71,7 +71,7 @@ class Input(Enum):
     START_FETCHER = "start_fetcher"
     SILENCE = "silence"  # no request from the coordinator for a session timeout
     CHANNEL_LOST = "channel_lost"
-    FETCH_FAILED = "fetch_failed"  # fetchers stopped unexpectedly (seed §11 step 2)
+    FETCH_FAILED = "fetch_failed"  # fetchers stopped unexpectedly (docs/design.md)
     CLOSE = "close"
     CLOSE_TIMEOUT = "close_timeout"
     LEFT = "left"  # the coordinator accepted the leave: the member is out of the group
@@ -173,11 +173,11 @@ TRANSITIONS: dict[tuple[State, Input], tuple[State, tuple[Action, ...]]] = {
 }
 
 for _s in _REGISTERED:
-    # Seed §10: no request for a session timeout means the coordinator is gone.
+    # No request for a session timeout means the coordinator is gone.
     TRANSITIONS[(_s, I.SILENCE)] = (S.DISCOVERING, _LOSE)
     TRANSITIONS[(_s, I.CHANNEL_LOST)] = (S.DISCOVERING, _LOSE)
 for _s in (S.FETCHING, S.STOPPED):
-    # Seed §11's rule: stop fetching and settle the positions before anything is handed over;
+    # The rule: stop fetching and settle the positions before anything is handed over;
     # the listener hears of the revocation before the coordinator can give the partitions away.
     TRANSITIONS[(_s, I.CLOSE)] = (S.DEPARTING, (A.STOP_FETCHERS, A.REVOKE, A.SEND_LEAVE))
 for _s in (S.DEPARTING, S.CLOSING, S.LEAVING):

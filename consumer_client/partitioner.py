@@ -1,6 +1,6 @@
 """Which partition a record goes to: the partitioner seam and Kafka's default rule.
 
-:class:`IPartitioner` is the seam (DESIGN.md §3, "Interfaces and seams"): the producer calls
+:class:`IPartitioner` is the seam (docs/design.md#shared-decisions): the producer calls
 ``partition(topic, key, partitions, available)`` once per record whose partition the application
 did not choose. :class:`DefaultPartitioner` is Kafka's rule, so a keyed record lands in the same
 partition whichever client (Java, librdkafka with ``partitioner=murmur2_random``, kafka-python

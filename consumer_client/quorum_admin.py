@@ -2,14 +2,14 @@
 
 It speaks to quorum listeners (``sluice-quorum --listen``, or a broker's ``quorum.listener`` in
 quorum mode) with DescribeQuorum (55) and AlterPartitionReassignments (45) on
-``__cluster_metadata``-0, and follows seed 002's retry rules as
+``__cluster_metadata``-0, and follows the quorum admin retry rules as
 :func:`broker_core.raft.admin.next_action` states them: success is returned; a retriable error
 or no answer is retried with a doubling backoff; any other error fails; nothing is retried past
 the overall timeout. A reassignment is always resent until answered (resubmitting the same
 target is idempotent at the leader).
 
-Finding the leader (seed 002: "we expect AdminClient to use DiscoverBrokers and Metadata in
-order to discover the current leader"). The client asks the servers given (``--bootstrap-server``,
+Finding the leader (the admin client uses DiscoverBrokers and Metadata in
+order to discover the current leader). The client asks the servers given (``--bootstrap-server``,
 any quorum nodes, one is enough) with **DiscoverBrokers** (Sluice key 1007), in order, until an
 answer names a leader whose endpoint it knows, and sends the request straight there:
 

@@ -1,1 +1,1 @@
-"""The consumer coordinator (seed 001). Built in the consumer-groups issue."""
+"""The consumer coordinator (docs/design.md). Built in the consumer-groups issue."""

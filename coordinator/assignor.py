@@ -1,4 +1,4 @@
-"""Partition assignment: which consumer thread owns which partition (seed 001 §9 step 1).
+"""Partition assignment: which consumer thread owns which partition (docs/design.md#rebalancing).
 
 :class:`IPartitionAssignor` is the seam (``zope.interface``); :class:`RangeAssignor` is the
 algorithm Kafka's ZooKeeper consumer ran on every member (``ZookeeperConsumerConnector

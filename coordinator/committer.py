@@ -1,7 +1,7 @@
-"""The offset committer (seed 001 §5 item 7, §12.7): group offsets to ZooKeeper.
+"""The offset committer (docs/design.md#the-consumer-coordinator): group offsets to ZooKeeper.
 
 Every ``offsets.commit.interval.ms`` the committer collects the partitions whose offsets changed
-since they were last written (the groups' ``dirty`` sets: the seed's ``offsetUpdated`` bit, kept
+since they were last written (the groups' ``dirty`` sets: the design's ``offsetUpdated`` bit, kept
 per partition so only changed offsets are written), and writes them to
 ``/consumers/[group]/offsets/[topic]/[partition]`` in multis of at most
 :data:`MULTI_BATCH` operations, each fenced by the coordinator epoch. Many groups share a multi;

@@ -1,4 +1,4 @@
-"""Consumer-coordinator election through ``/consumers/coordinator`` (seed 001 §5, §10).
+"""Consumer-coordinator election through ``/consumers/coordinator`` (docs/design.md).
 
 Every broker runs an elector. It keeps a data watch on ``/consumers/coordinator``: while the
 node is absent it stands for election, which is one multi that creates the ephemeral node (value:
@@ -6,7 +6,7 @@ this broker's id) and bumps ``/consumers/coordinator_epoch`` conditionally on th
 read, so a winner always holds a fresh epoch (the controller's pattern, KAFKA-6082). The epoch's
 znode version is what every coordinator write checks.
 
-Session states (seed §10 ``handleNewSession``): SUSPENDED pauses the coordinator (it does not
+Session states (``handleNewSession``): SUSPENDED pauses the coordinator (it does not
 act: ``suspended`` is True until CONNECTED); LOST resigns (the ephemeral node went with the
 session) and clears the coordinator's state; the next CONNECTED re-arms and stands again.
 

@@ -1,4 +1,4 @@
-"""The Ping scheduler (seed 001 §5 ``scheduler.run``): a priority queue of due times.
+"""The Ping scheduler (``scheduler.run``): a priority queue of due times.
 
 Each scheduled key (a consumer) has an interval; when its due time comes the ``fire`` callback
 runs for it and it is due again one interval later. One ``callLater`` is armed at a time, for
@@ -7,7 +7,7 @@ firing one consumer is O(log n) (removal is lazy: a removed or re-added key's ol
 skipped when it surfaces).
 
 The next due time is computed from the *scheduled* time, not from when the timer actually ran
-(the seed: ``scheduledTime += session_timeout / 3``), so a busy reactor does not make pings drift
+(``scheduledTime += session_timeout / 3``), so a busy reactor does not make pings drift
 later and later; if the reactor fell more than one interval behind, the key is rescheduled one
 interval from now instead of firing a burst of catch-up pings.
 
@@ -62,7 +62,7 @@ class HeartbeatScheduler:
         self._arm()
 
     def remove(self, key: Hashable) -> None:
-        """Stop scheduling ``key`` (seed §8 handleConsumerFailure step 1)."""
+        """Stop scheduling ``key`` (``handleConsumerFailure`` step 1)."""
         self._live.pop(key, None)
         # The heap entry stays until it surfaces; compact when most entries are dead so a
         # churning membership cannot grow the heap without bound.

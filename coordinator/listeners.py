@@ -1,4 +1,4 @@
-"""Topic and partition listeners (seed 001 §6): which groups a topic change affects.
+"""Topic and partition listeners: which groups a topic change affects.
 
 A children watch on ``/brokers/topics`` reports new (and deleted) topics; a data watch on each
 ``/brokers/topics/[topic]`` reports its partition count (Sluice keeps a topic's partitions in

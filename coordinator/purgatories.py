@@ -1,4 +1,4 @@
-"""Expiry watchers for the coordinator's requests (seed 001 §5: the Ping, StopFetcher and
+"""Expiry watchers for the coordinator's requests (the Ping, StopFetcher and
 StartFetcher purgatories), on the broker's shared :mod:`broker_core.purgatory`.
 
 A request sent on a coordinator channel gets an :class:`AwaitedResponse` watched under the

@@ -1,6 +1,6 @@
-"""Rebalancing (seed 001 §9): the handlers that run rebalances and the algorithm they run.
+"""Rebalancing (docs/design.md): the handlers that run rebalances and the algorithm they run.
 
-Handlers (the seed's "rebalance handler threads", DESIGN.md §3 Concurrency): N workers on the
+Handlers ("rebalance handler threads", docs/design.md#shared-decisions): N workers on the
 reactor, each with its own queue of group ids. A group is pinned to the handler in its
 ``curr_rebalancer`` while it has work queued or running, so one group is never rebalanced by
 two handlers at once; otherwise groups go to handlers round robin. Handlers run concurrently
@@ -23,7 +23,7 @@ OWNERS                write the owners (fenced)                              don
 ====================  =====================================================  =================
 
 A wait ends at the first failure (expiry after 2/3 of the member's session timeout, a closed
-channel, an error answer): the seed's fast fail. If a newer rebalance request for the group is
+channel, an error answer): the design's fast fail. If a newer rebalance request for the group is
 already queued (a member joined or failed meanwhile), the failed rebalance is not retried: the
 queued one takes over with the current membership.
 
@@ -102,7 +102,7 @@ def thread_owner(thread_id: str) -> str:
 
 def compute_assignment(assignor: IPartitionAssignor, members: Sequence[ConsumerRegistry],
                        partitions: Mapping[str, Sequence[int]]) -> dict[TopicPartition, str]:
-    """Seed §9 step 1: threads per topic from the members' topic counts, then the assignor."""
+    """Rebalance step 1: threads per topic from the members' topic counts, then the assignor."""
     threads: dict[str, list[str]] = {}
     for topic in partitions:
         ids: list[str] = []
@@ -115,7 +115,7 @@ def compute_assignment(assignor: IPartitionAssignor, members: Sequence[ConsumerR
 def rebalance_reason(assignment: Mapping[TopicPartition, str],
                      zk_owners: Mapping[TopicPartition, str],
                      members: Sequence[ConsumerRegistry]) -> str | None:
-    """Seed §9 step 3 (isRebalanceNecessary), plus what each member acknowledged; None when
+    """Rebalance step 3 (``isRebalanceNecessary``), plus what each member acknowledged; None when
     the assignment is already in force everywhere."""
     for m in members:
         if not m.started:
@@ -164,7 +164,7 @@ def ownership_for(member: ConsumerRegistry, assignment: Mapping[TopicPartition, 
 async def wait_all(outcomes: Sequence[tuple[ConsumerRegistry, defer.Deferred]], what: str
                    ) -> None:
     """Wait for every member's outcome; raise :class:`AttemptFailed` at the first that is not
-    OK (without waiting for the others: the seed's fast fail)."""
+    OK (without waiting for the others: fast fail)."""
     if not outcomes:
         return
     done: defer.Deferred = defer.Deferred()
@@ -194,7 +194,7 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
     """One rebalance attempt; returns COMPLETED or UNNECESSARY, raises :class:`AttemptFailed`
     or :class:`NotCoordinator`. See the module docstring for the states."""
     # ASSIGN: a snapshot of the members; it does not change during the attempt even if the
-    # registry does (seed §12.7).
+    # registry does.
     clock = ctx.clock
     t0 = clock.seconds()
     members = sorted(group.members.values(), key=lambda m: m.consumer_id)
@@ -222,7 +222,7 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
     await wait_all(stops, "stop_fetcher")
     _check(ctx, group)
 
-    # COMMIT (seed §9 4.3), and learn the committed offsets of partitions we know nothing of.
+    # COMMIT, and learn the committed offsets of partitions we know nothing of.
     t_stop = clock.seconds()
     await ctx.commit(group)
     await ctx.load_committed(group, [tp for tp in assignment if tp not in group.offsets])
@@ -239,7 +239,7 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
     await wait_all(starts, "start_fetcher")
     _check(ctx, group)
 
-    # OWNERS (seed §9 4.6). The members hold the new generation from here on, whatever the
+    # OWNERS. The members hold the new generation from here on, whatever the
     # write's fate; the owners' znode keeps it for the next coordinator.
     t_start = clock.seconds()
     group.generation = generation
@@ -261,7 +261,7 @@ def _check(ctx: RebalanceContext, group: GroupRegistry) -> None:
 
 
 async def rebalance(ctx: RebalanceContext, group: GroupRegistry) -> str:
-    """Seed §9 with retries: returns COMPLETED, UNNECESSARY, FAILED or ABANDONED."""
+    """A rebalance with retries: returns COMPLETED, UNNECESSARY, FAILED or ABANDONED."""
     started = ctx.clock.seconds()
     result = FAILED
     try:
@@ -369,7 +369,7 @@ class RebalanceHandlers:
                 group = self.lookup(gid)
                 if group is None:
                     continue
-                group.rebalance_initiated = False  # seed §12.7: cleared when dequeued
+                group.rebalance_initiated = False  # cleared when dequeued
                 try:
                     await self.run(group)
                 except Exception:

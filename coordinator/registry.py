@@ -1,4 +1,4 @@
-"""The coordinator's in-memory registries (seed 001 §5 and §12.1).
+"""The coordinator's in-memory registries (docs/design.md#procedure-index-consumer-coordinator).
 
 - :class:`ConsumerRegistry`: one registered consumer: what it sent in RegisterConsumer, its
   channel, its ping bookkeeping and the partitions it owns per the last StartFetcher it
@@ -7,7 +7,7 @@
   "some are not in ZooKeeper yet"), and the rebalance bits ``rebalance_initiated``,
   ``curr_rebalancer`` and ``rebalance_failed``.
 - :class:`Registries`: every group, the groups per (statically subscribed) topic, the groups
-  with wildcard members, and the removal of empty groups after a grace period (seed §13 leaves
+  with wildcard members, and the removal of empty groups after a grace period (the design leaves
   "when can a group be deleted" open: here, when it has been empty for the grace period and no
   rebalance is pending).
 
@@ -71,12 +71,12 @@ class ConsumerRegistry:
 
     @property
     def ping_interval_s(self) -> float:
-        """Seed §8: a Ping every third of the session timeout."""
+        """A Ping every third of the session timeout."""
         return self.session_timeout_ms / 3000.0
 
     @property
     def response_timeout_s(self) -> float:
-        """Seed §8/§11: every request must be answered within 2/3 of the session timeout."""
+        """Every request must be answered within 2/3 of the session timeout."""
         return self.session_timeout_ms * 2 / 3000.0
 
 
@@ -104,7 +104,7 @@ class GroupRegistry:
     generation: int = 0
     rebalance_failures: int = 0
     empty_since: float | None = None
-    #: Seed §10 / KIP-134: no rebalance before this time (initial delay after the group's first
+    #: KIP-134 and failover: no rebalance before this time (initial delay after the group's first
     #: registration, or after election while previous owners re-register).
     not_before: float = 0.0
     #: Consumer ids that owned partitions in ZooKeeper when this coordinator was elected and
@@ -181,7 +181,7 @@ class GroupRegistry:
             self.dirty.discard(tp)
 
     def start_offset(self, tp: TopicPartition) -> int:
-        """Seed §9 4.4: where the new owner starts: the registry's offset, else -1 (the
+        """Where the new owner starts: the registry's offset, else -1 (the
         consumer applies its auto_offset_reset)."""
         return self.offsets.get(tp, -1)
 
@@ -201,7 +201,7 @@ class Registries:
         self.consumers = 0
 
     def group(self, group_id: str) -> GroupRegistry:
-        """The group's registry, created empty if new (seed §7 handleNewGroup)."""
+        """The group's registry, created empty if new (``handleNewGroup``)."""
         g = self.groups.get(group_id)
         if g is None:
             g = self.groups[group_id] = GroupRegistry(group_id)
@@ -212,7 +212,7 @@ class Registries:
         return None if g is None else g.members.get(consumer_id)
 
     def add_member(self, c: ConsumerRegistry, now: float) -> GroupRegistry:
-        """Seed §7 handleAddedConsumer steps 2-3; raises :class:`DuplicateConsumer`."""
+        """``handleAddedConsumer`` steps 2-3; raises :class:`DuplicateConsumer`."""
         g = self.group(c.group_id)
         if c.consumer_id in g.members:
             raise DuplicateConsumer(c.consumer_id)
@@ -231,7 +231,7 @@ class Registries:
         return g
 
     def remove_member(self, c: ConsumerRegistry, now: float) -> GroupRegistry | None:
-        """Drop ``c`` from its group (seed §8 step 3); returns the group, or None if ``c`` was
+        """Drop ``c`` from its group (failure detection); returns the group, or None if ``c`` was
         not (any more) a member."""
         g = self.groups.get(c.group_id)
         if g is None or g.members.get(c.consumer_id) is not c:
@@ -257,7 +257,7 @@ class Registries:
         return g
 
     def interested(self, topic: str) -> set[str]:
-        """Groups that consume ``topic`` (seed §6: static subscribers and matching wildcards)."""
+        """Groups that consume ``topic`` (static subscribers and matching wildcards)."""
         out = set(self.groups_per_topic.get(topic, ()))
         for gid in self.wildcard_groups:
             if gid not in out and self.groups[gid].wants(topic):

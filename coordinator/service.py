@@ -1,14 +1,14 @@
-"""The consumer coordinator (seed 001): hosted by every broker, active on the elected one.
+"""The consumer coordinator (docs/design.md): hosted by every broker, active on the elected one.
 
 :class:`CoordinatorService` wires the parts together and answers the coordinator's requests:
 
-- election (:mod:`coordinator.elector`); on winning, start-up (seed §5 ``coordinatorStartup``):
-  topic listeners, the groups known from ZooKeeper owners (failover, seed §10), the Ping
+- election (:mod:`coordinator.elector`); on winning, start-up (``coordinatorStartup``):
+  topic listeners, the groups known from ZooKeeper owners (failover), the Ping
   scheduler, the committer, the rebalance handlers;
 - ClusterMetadata (any broker), RegisterConsumer (turns the connection into the coordinator
   channel), CommitOffsets, UnregisterConsumer (a member leaving: its final offsets written, the
   member removed at once) and DescribeConsumerGroups (the coordinator only);
-- failure detection (seed §8): a Ping every session_timeout/3 to each consumer whose previous
+- failure detection: a Ping every session_timeout/3 to each consumer whose previous
   Ping was answered or expired, expiry after 2/3 of the session timeout, failure past
   ``coordinator.ping.max.failures`` expired Pings in a row or when the channel closes;
 - rebalancing (:mod:`coordinator.rebalance`), for which this class is the context: ZooKeeper
@@ -190,7 +190,7 @@ class CoordinatorService:
         return self.active and not self.elector.suspended
 
     async def _on_elected(self, epoch: int, epoch_version: int) -> None:
-        """Seed §5 coordinatorStartup and §10 failover."""
+        """``coordinatorStartup`` and failover (docs/design.md#coordinator-failover)."""
         self.term += 1
         self.registries = Registries()
         self.handlers = self._new_handlers()
@@ -209,7 +209,7 @@ class CoordinatorService:
         await self._load_groups_from_zookeeper()
 
     async def _load_groups_from_zookeeper(self) -> None:
-        """Seed §10: groups whose owners are in ZooKeeper wait (bounded by the initial
+        """Failover: groups whose owners are in ZooKeeper wait (bounded by the initial
         rebalance delay) for their previous members to re-register before they rebalance."""
         term = self.term
         try:
@@ -319,7 +319,7 @@ class CoordinatorService:
     # -- RegisterConsumer --------------------------------------------------------------------------
 
     def register_consumer(self, header: Any, body: Any, proto: Any) -> dict:
-        """Seed §7: check, register, open the channel, ask for a rebalance."""
+        """Check, register, open the channel, ask for a rebalance."""
         refused = self._not_coordinator()
         if refused is not None:
             return refused
@@ -360,7 +360,7 @@ class CoordinatorService:
         now = self.clock.seconds()
         g_before = self.registries.groups.get(body.group_id)
         was_empty = g_before is None or not g_before.members
-        # Seed §10: after a failover the group waits for its previous owners (bounded).
+        # After a failover the group waits for its previous owners (bounded).
         failover_wait = g_before is not None and bool(g_before.expected)
         channel = self.channel_factory()
         c = ConsumerRegistry(body.group_id, cid, tc, body.topic_count, bool(body.auto_commit),
@@ -391,7 +391,7 @@ class CoordinatorService:
         # session_id is left out of a v0 answer (ignorable): such a member cannot leave early.
         return {"error_code": 0, "error_message": None, "session_id": c.session_id}
 
-    # -- failure detection (seed §8) ---------------------------------------------------------------
+    # -- failure detection (docs/design.md#failure-detection) ------------------------------------
 
     def _ping_due(self, key: Any) -> None:
         c = self.registries.member(*key)
@@ -448,7 +448,7 @@ class CoordinatorService:
             self._ping_due(c.key)
 
     def handle_consumer_failure(self, c: ConsumerRegistry, reason: str) -> None:
-        """Seed §8 handleConsumerFailure: unschedule, close, remove, fail an ongoing rebalance
+        """``handleConsumerFailure``: unschedule, close, remove, fail an ongoing rebalance
         fast, rebalance the rest. Idempotent."""
         self._remove_member(c, reason, left=False)
 
@@ -490,7 +490,7 @@ class CoordinatorService:
     # -- rebalance requests ------------------------------------------------------------------------
 
     def request_rebalance(self, g: GroupRegistry) -> None:
-        """Seed §6/§7: queue a rebalance unless one is already initiated (coalescing); held
+        """Queue a rebalance unless one is already initiated (coalescing); held
         until ``g.not_before`` (the initial delay)."""
         if not self.active or g.rebalance_initiated:
             return
@@ -694,7 +694,7 @@ class CoordinatorService:
                     raise rebalance.NotCoordinator() from e
                 raise
 
-    # -- CommitOffsets (seed §13 active commit) ----------------------------------------------------
+    # -- CommitOffsets (active commit) ----------------------------------------------------------
 
     async def commit_offsets(self, header: Any, body: Any, *, principal: str | None = None,
                              topic_allowed: Callable[[str], bool] | None = None) -> dict:

@@ -2,8 +2,8 @@
 
 Kafka's ``AbstractControllerBrokerRequestBatch``: while handling one event the controller adds
 LeaderAndIsr, StopReplica and UpdateMetadata entries for many partitions; ``send`` then issues at
-most one LeaderAndIsr, one StopReplica and one UpdateMetadata request to each broker (seed 000:
-"for efficiency, we can put multiple commands in one RPC request"). StopReplica goes before
+most one LeaderAndIsr, one StopReplica and one UpdateMetadata request to each broker (several
+commands travel in one RPC request). StopReplica goes before
 LeaderAndIsr, so a partition removed and re-created in the same event ends up created.
 
 Brokers that are sent the same partitions (every broker gets the same UpdateMetadata, and with
@@ -35,7 +35,7 @@ STOP_REPLICA_VERSION = 3
 UPDATE_METADATA_VERSION = 7
 
 TYPE_INCREMENTAL = 0
-TYPE_FULL = 1  # Kafka's "full" LeaderAndIsr is the seed's INIT flag
+TYPE_FULL = 1  # Kafka's "full" LeaderAndIsr is the design's INIT flag
 
 
 _LEADER_AND_ISR_TOPICS = leader_and_isr_messages.REQUEST.field_map["topic_states"].type
@@ -53,7 +53,7 @@ class PartitionDecision:
     zk_version: int
     controller_epoch: int
     #: The leader's broker epoch (registration czxid) when it was made leader; -1 if unknown
-    #: (no leader, or state written before this field existed). Seed 003: if the leader's
+    #: (no leader, or state written before this field existed). Leader epochs: if the leader's
     #: registration changes, it restarted, and its leadership needs a new generation.
     leader_broker_epoch: int = -1
 
@@ -128,7 +128,7 @@ class RequestBatch:
         """Send everything queued to live brokers; fires when every broker has answered.
 
         Requests to brokers that are not live are dropped: a broker learns its state at startup
-        from ZooKeeper (seed 000 E) and from the controller's command when it registers.
+        from ZooKeeper at start-up and from the controller's command when it registers.
         """
         sends = []
         for b, parts in self._stop.items():

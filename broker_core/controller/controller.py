@@ -1,4 +1,4 @@
-"""The controller (seed 000): one broker at a time, elected through ``/controller``, decides
+"""The controller (docs/design.md): one broker at a time, elected through ``/controller``, decides
 partition leadership, publishes each decision in ZooKeeper and pushes it to brokers by RPC.
 
 Event model (Kafka's single controller event thread, KAFKA-5027): ZooKeeper watches only enqueue
@@ -8,7 +8,7 @@ when it runs rather than trusting the watch payload. A handler is an ``async`` m
 Fencing: every ZooKeeper write the controller makes is a ``multi`` that starts with a ``check`` of
 ``/controller_epoch`` at the version this controller set when it was elected (KAFKA-6082), so a
 deposed controller's writes fail atomically. LeaderAndISR znodes are also updated conditionally
-on their own version (seed 000 A 3.3). When the epoch check fails the controller resigns.
+on their own version. When the epoch check fails the controller resigns.
 
 Session states: on SUSPENDED the controller stops acting (queued events wait); on LOST it resigns
 (its ``/controller`` node is gone); when the session is CONNECTED again it stands for election.
@@ -83,7 +83,7 @@ CONFLICT_RETRY_S = 1.0
 #: its full state, which no longer names it).
 STOP_REPLICA_WAIT_S = 5.0
 
-#: Seed 000 F: the reassignment agent wakes up when notified or after this many seconds.
+#: The reassignment agent wakes up when notified or after this many seconds.
 REASSIGNMENT_WAKEUP_S = 30.0
 
 #: Longest a ControlledShutdown answer waits for the brokers to acknowledge the moves it sent
@@ -180,7 +180,7 @@ class Controller:
         self.channels: dict[int, Any] = {}
         self._add_watched: dict[str, Any] = {}
         self._remove_watched: dict[str, Any] = {}
-        # Seed 000 F: replicas a reassignment adds / will remove, per partition (mirrors the
+        # Replicas a reassignment adds / will remove, per partition (mirrors the
         # topic znodes' adding_replicas / removing_replicas), and the reassignment agent's
         # in-memory map: partition -> RAR.
         self.adding: dict[TopicPartition, tuple[int, ...]] = {}
@@ -321,7 +321,7 @@ class Controller:
                 self._enqueue("elect", self._elect)
             self._drain()
 
-    # -- election (seed 000 D) -------------------------------------------------------------------
+    # -- election (docs/design.md#controller-failover) -------------------------------------------
 
     async def _elect(self) -> None:
         if self.active or not self._started:
@@ -405,7 +405,7 @@ class Controller:
             self._enqueue("elect", maybe)
 
     async def _on_controller_failover(self) -> None:
-        """Seed 000 D: load the state, tell every broker everything (INIT), then catch up on what
+        """Failover: load the state, tell every broker everything (INIT), then catch up on what
         happened while there was no controller."""
         await self._load_context()
         if self.fencing is not None:
@@ -447,7 +447,7 @@ class Controller:
         await self._on_partitions_add()
         await self._on_partitions_remove()
         await self._on_delete_topics()
-        # Seed 000 D step 7: resume reassignments from ZooKeeper (the topic znodes say which
+        # Resume reassignments from ZooKeeper (the topic znodes say which
         # replicas were being added), then any pending preferred-leader election.
         await self._on_partitions_reassigned()
         await self._on_preferred_election()
@@ -690,7 +690,7 @@ class Controller:
     def _leader_broker_epoch(self, cur: PartitionDecision, leader: int, epoch: int) -> int:
         """The ``leader_broker_epoch`` to write: the leader's registration when it was made
         leader at ``epoch``. An ISR-only change keeps the recorded one, so a restart of the
-        leader nobody has seen yet (seed 003) is still detected later."""
+        leader nobody has seen yet (docs/design.md#leader-epochs) is still detected later."""
         if leader == cur.leader and epoch == cur.leader_epoch:
             return cur.leader_broker_epoch
         return self._broker_epoch_of(leader)
@@ -785,7 +785,7 @@ class Controller:
             batch.update_metadata(self.live, tp, d)
         self._send(batch)
 
-    # -- broker changes (seed 000 A) -------------------------------------------------------------
+    # -- broker changes (docs/design.md#replication-and-the-controller) ---------------------------
 
     async def _on_broker_change(self, unfenced: Collection[int] = ()) -> None:
         """Registrations changed (or, with ``unfenced``, brokers were fenced or unfenced):
@@ -969,11 +969,11 @@ class Controller:
         if send:
             self._send(batch)
 
-    # -- ISR changes from leaders (seed 004, AlterIsr) --------------------------------------------
+    # -- ISR changes from leaders (docs/design.md#isr-changes-through-the-controller) -------------
 
     async def alter_isr(self, broker_id: int, broker_epoch: int, items: Sequence[AlterIsrItem]
                         ) -> AlterIsrResult:
-        """Seed 004: leader ``broker_id`` asks to change the ISR of the partitions in ``items``.
+        """AlterIsr: leader ``broker_id`` asks to change the ISR of the partitions in ``items``.
 
         Returns a top-level error name (NOT_CONTROLLER, STALE_BROKER_EPOCH: ``broker_epoch`` is
         not the czxid we hold for that broker's registration) and no partitions, or ``None`` and
@@ -1064,7 +1064,7 @@ class Controller:
                     results[tp] = ("OPERATION_NOT_ATTEMPTED", None)
                 else:
                     # Only the ISR and the znode version move: an ISR change is no new leader
-                    # generation (seed 004).
+                    # generation (docs/design.md#isr-changes-through-the-controller).
                     d = replace(cur, isr=new_isr, zk_version=cur.zk_version + 1,
                                 controller_epoch=self.epoch)
                     new[tp] = d
@@ -1116,11 +1116,11 @@ class Controller:
                 batch.leader_and_isr([broker_id], tp, d)
         self._send(batch)
         if any(tp in self.reassigning for tp in written):
-            # Seed 000 F: a new replica may just have joined the ISR; do not wait for the timer.
+            # Reassignment: a new replica may just have joined the ISR; do not wait for the timer.
             self._enqueue("reassignment_wakeup", self._reassignment_wakeup)
         return None, results
 
-    # -- topics (seed 000 B) ---------------------------------------------------------------------
+    # -- topics (docs/design.md#replication-and-the-controller) ------------------------------------
 
     async def _on_topic_change(self) -> None:
         children = set(await self._children(paths.TOPICS))
@@ -1149,7 +1149,7 @@ class Controller:
 
     async def _init_leaders(self, tps: Sequence[TopicPartition], batch: RequestBatch,
                             extra_ops: Sequence[Any] = ()) -> None:
-        """Seed 000 B ``init_leaders``: elect among live AR, create the partition and
+        """``init_leaders``: elect among live AR, create the partition and
         LeaderAndISR znodes in fenced multis, then queue LeaderAndIsr (is_new) and metadata."""
         decisions: dict[TopicPartition, PartitionDecision] = {}
         ops: list[Any] = []
@@ -1226,7 +1226,7 @@ class Controller:
                         pass
             self.log.info("deleted topic {t}", t=topic)
 
-    # -- partitions add/remove (seed 000 H) ------------------------------------------------------
+    # -- partitions add/remove (docs/design.md#adding-and-removing-partitions) --------------------
 
     def _watch_admin_topics(self, root: str, watched: dict[str, Any], topics: Iterable[str],
                             name: str, fn: Callable[[], Awaitable[None]]) -> None:
@@ -1291,7 +1291,7 @@ class Controller:
             update = SetData(paths.topic(topic), self._topic_value(topic, assignment), version)
             self.assignments[topic] = assignment
             batch = self._new_batch()
-            # Seed 000 H: init leaders, remove the admin path, update the topic path; one fenced
+            # Init leaders, remove the admin path, update the topic path; one fenced
             # multi makes the three steps atomic.
             await self._init_leaders([(topic, p) for p in sorted(new)], batch,
                                      extra_ops=[*cleanup, update])
@@ -1407,7 +1407,7 @@ class Controller:
             batch.update_metadata(self.live, tp, d)
         self._send(batch)
 
-    # -- replica reassignment (seed 000 F) -------------------------------------------------------
+    # -- replica reassignment (docs/design.md#replica-reassignment) -------------------------------
 
     async def _read_reassignment(self) -> tuple[dict[TopicPartition, tuple[int, ...]] | None, int]:
         """``/admin/reassign_partitions`` and its version; ``(None, -1)`` when absent. An
@@ -1448,7 +1448,7 @@ class Controller:
         return None
 
     async def _on_partitions_reassigned(self) -> None:
-        """Seed 000 F ``on_partitions_reassigned`` and ``add_reassigned_partitions``: take the
+        """``on_partitions_reassigned`` and ``add_reassigned_partitions``: take the
         requested partitions into the agent's map (new ones in INIT), drop those the admin path
         no longer names, reject bad entries (removed from the path, with an error in the log),
         and wake the agent."""
@@ -1477,7 +1477,7 @@ class Controller:
         await self._reassignment_wakeup()
 
     def _arm_reassignment_timer(self) -> None:
-        """Seed 000 F: the agent also wakes up every ``reassignment_wakeup_s`` seconds while it
+        """The reassignment agent also wakes up every ``reassignment_wakeup_s`` seconds while it
         has work, through the event queue like every other controller action."""
         if self._reassign_call is not None and self._reassign_call.active():
             return
@@ -1492,7 +1492,7 @@ class Controller:
         self._reassign_call = self.reactor.callLater(self.reassignment_wakeup_s, fire)
 
     async def _reassignment_wakeup(self) -> None:
-        """Seed 000 F ``on_wakeup``: move each partition in the map one step on; finished ones
+        """The agent's ``on_wakeup``: move each partition in the map one step on; finished ones
         leave the map and the admin path."""
         done: dict[TopicPartition, tuple[int, ...]] = {}
         for tp in sorted(self.reassigning):

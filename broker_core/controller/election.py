@@ -1,5 +1,5 @@
 """Leader election rules as pure functions (Kafka's ``PartitionLeaderElectionAlgorithms``), and
-the controller's judgement of a leader's ISR change request (seed 004, AlterIsr).
+the controller's judgement of a leader's ISR change request (AlterIsr).
 
 They take the assignment (AR, preferred replica first), the ISR and the live brokers and return a
 decision; the controller writes it to ZooKeeper and sends it to the brokers. Table-tested without
@@ -19,7 +19,7 @@ NO_LEADER = -1
 class Election:
     """Outcome of an election: the new leader (-1: offline), the new ISR, whether a replica
     outside the ISR was chosen (an *unclean* election: committed messages may be lost), and
-    whether a leader that keeps its place must still start a new leader epoch (seed 003: it
+    whether a leader that keeps its place must still start a new leader epoch (it
     re-registered, so it may have lost its in-memory state; ``new_generation``)."""
 
     leader: int
@@ -33,7 +33,7 @@ def next_leader_epoch(leader: int, leader_epoch: int, election: Election) -> int
     ``leader_epoch``.
 
     Invariant: the epoch goes up by exactly one whenever leadership changes hands, the partition
-    goes (or stays) offline, or the same leader starts a new generation (seed 003, a returning
+    goes (or stays) offline, or the same leader starts a new generation (a returning
     leader); an ISR-only change keeps it, so the leader's epoch in the log does not move.
     """
     if election.leader != leader or election.leader == NO_LEADER or election.new_generation:
@@ -42,7 +42,7 @@ def next_leader_epoch(leader: int, leader_epoch: int, election: Election) -> int
 
 
 def init_leader(assignment: Sequence[int], live: Collection[int]) -> Election:
-    """Seed 000 B ``init_leaders`` 1.1: the first live replica of AR leads, every live replica of AR
+    """``init_leaders``: the first live replica of AR leads, every live replica of AR
     is in the ISR. With no live replica the partition starts offline with the whole AR as ISR, so
     whichever replica returns first can lead without data loss (there is no data yet)."""
     live_ar = tuple(b for b in assignment if b in live)
@@ -58,10 +58,10 @@ def offline_leader(
     *,
     unclean_allowed: bool,
 ) -> Election:
-    """Seed 000 A step 3.2, with Kafka's safety default.
+    """A broker failure's new leader, with Kafka's safety default.
 
     A live ISR member is preferred, in assignment order (the preferred replica first). With no
-    live ISR member: if ``unclean_allowed``, the first live AR member leads alone (the seed's rule,
+    live ISR member: if ``unclean_allowed``, the first live AR member leads alone (the old rule,
     with data loss); otherwise the partition goes offline (leader -1) and keeps its last ISR, so a
     returning ISR member can take over cleanly.
     """
@@ -77,8 +77,8 @@ def offline_leader(
 
 
 def shrink_isr(isr: Sequence[int], dead: Collection[int]) -> tuple[int, ...]:
-    """The ISR without dead brokers (the leader stays; seed 000 A: "all brokers in the current ISR
-    that are alive")."""
+    """The ISR without dead brokers (the leader stays; every ISR member
+    that is alive)."""
     return tuple(b for b in isr if b not in dead)
 
 
@@ -121,7 +121,7 @@ def judge_isr_change(
     current: PartitionView | None,
     live: Collection[int],
 ) -> IsrVerdict:
-    """Seed 004 / KIP-497: may broker ``requester`` replace the partition's ISR with ``new_isr``?
+    """AlterIsr / KIP-497: may broker ``requester`` replace the partition's ISR with ``new_isr``?
 
     Checked in Kafka's order, so the most telling error wins: the partition must exist, the
     requester must be its current leader, at the controller's leader epoch (else
@@ -151,14 +151,14 @@ def judge_isr_change(
     return IsrVerdict(None, write=True)
 
 
-# -- reassignment, preferred election, controlled shutdown (seed 000 F; Kafka's election
+# -- reassignment, preferred election, controlled shutdown (Kafka's election
 # -- strategies Reassign, PreferredReplica and ControlledShutdown) ------------------------------
 
 
 def reassignment_replicas(
     original: Sequence[int], target: Sequence[int]
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """Seed 000 F: while partition moves from OAR ``original`` to RAR ``target`` its AR is
+    """While a partition moves from OAR ``original`` to RAR ``target`` its AR is
     OAR ∪ RAR. Returns ``(AR, adding, removing)``.
 
     Invariant: AR lists OAR first, in its order, then the replicas being added (RAR - OAR), in
@@ -172,8 +172,8 @@ def reassignment_replicas(
 
 
 def reassignment_complete(target: Sequence[int], isr: Sequence[int]) -> bool:
-    """May the partition switch AR to ``target`` now? Once every RAR member is in the ISR (seed
-    000 F 3.2: all new replicas have caught up). An empty target never completes."""
+    """May the partition switch AR to ``target`` now? Once every RAR member is in the ISR
+    (all new replicas have caught up). An empty target never completes."""
     return bool(target) and all(b in isr for b in target)
 
 

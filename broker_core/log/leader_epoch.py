@@ -1,4 +1,4 @@
-"""The leader-epoch file of a partition: seed 003's "leader generation sequence file", Kafka's
+"""The leader-epoch file of a partition: the leader generation sequence file, Kafka's
 ``leader-epoch-checkpoint``.
 
 Each entry says "leader epoch E started at offset O". The file is the checkpoint format of
@@ -17,7 +17,7 @@ carries its leader epoch, :meth:`LeaderEpochFile.sync` (called by the log's flus
 segments are fsynced) writes a pending change first, so flushed batches never outrun the
 durable file, and recovery after an unclean stop re-reads the batches past the recovery point
 and adds the epoch starts the file lacks (``Log._load``). An epoch that has no batch yet carries
-no data to lose; its leader gets a new epoch when it comes back anyway (seed 003).
+no data to lose; its leader gets a new epoch when it comes back anyway.
 
 The rules are Kafka's ``LeaderEpochFileCache``:
 
@@ -102,7 +102,7 @@ class LeaderEpochFile:
         """Write the file if the entries changed since it was last written (not fsynced:
         becoming leader of thousands of partitions at once would cost two fsyncs each; the log's
         flush fsyncs it first, see :meth:`sync`, and recovery after a crash rebuilds entries
-        from the batches, which carry their epochs: seed 003's "rebuild the potentially missing
+        from the batches, which carry their epochs ("rebuild the potentially missing
         part"). BLOCKING; safe on an IO thread while the reactor changes the entries: it writes
         a snapshot, and a change made meanwhile marks the file unsaved again. A closed file
         (its log closed or deleted) is not written any more."""

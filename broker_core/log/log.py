@@ -520,7 +520,7 @@ class Log:
             timestamp_type=self.config.message_timestamp_type, now_ms=now_ms,
             max_batch_bytes=limit)
         if leader_epoch > self.leader_epochs.latest_epoch:
-            # Seed 003: record where this leader generation begins before its first batch.
+            # Record where this leader generation begins before its first batch.
             self.leader_epochs.assign(leader_epoch, infos[0].base_offset)
         return self._append(buf, infos)
 

@@ -1,4 +1,4 @@
-"""The self-managed metadata quorum (seed 002 on KIP-595): a sans-IO Raft core.
+"""The self-managed metadata quorum (on KIP-595): a sans-IO Raft core.
 
 Nothing here imports Twisted or touches a socket or a clock. :class:`RaftNode` takes messages,
 ticks and proposals and returns :class:`Effects` (state to persist, messages to send, entries

@@ -7,7 +7,7 @@
         --quorum-voters 1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095 \\
         --listen 127.0.0.1:9093 --data-dir /var/lib/sluice/quorum-1
 
-Every start follows seed 002's start procedure (``bootstrap_runner.py``): the node reads
+Every start follows the start procedure (``bootstrap_runner.py``): the node reads
 what it persisted; a node that knows its quorum and its voters' addresses starts at once.
 Otherwise, with ``--bootstrap-servers host:port,...``, it asks those (DiscoverBrokers, which
 also tells them its own address) and joins the quorum it finds, never forming a second one.
@@ -25,7 +25,7 @@ first (EndQuorumEpoch), and the log is closed with its clean-shutdown marker.
 
 ``--cluster-id`` may be left out on a restart (the quorum-state file has it), by a node that
 learns it from the quorum it discovers, and by a fresh node that is the only voter of
-``--quorum-voters`` (seed 002's bootstrapping example): when it finds no quorum it generates
+``--quorum-voters`` (the bootstrapping example): when it finds no quorum it generates
 one, logs it and prints it as a ``cluster-id`` event.
 
 ``--events`` prints one JSON object per line on stdout for tools (the benchmark and the system

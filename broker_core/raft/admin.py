@@ -1,4 +1,4 @@
-"""The admin client's retry rules for the quorum's admin APIs (seed 002), as pure functions.
+"""The admin client's retry rules for the quorum's admin APIs, as pure functions.
 
 An admin client sends DescribeQuorum or AlterPartitionReassignments (the core's
 :class:`~broker_core.raft.messages.AlterVotersRequest`) to the node it believes leads, and after
@@ -7,13 +7,13 @@ every answer (or none: a timeout or a lost connection) asks :func:`next_action` 
 - **success** (NONE): :attr:`Step.DONE`; the answer goes to the application. For a reassignment
   this means the target is committed (accepted), not that the moves are finished: DescribeQuorum
   shows their progress.
-- **NOT_LEADER_OR_FOLLOWER naming a leader**: :attr:`Step.SEND_TO` that leader at once (seed:
-  "retry the request with the new leader").
+- **NOT_LEADER_OR_FOLLOWER naming a leader**: :attr:`Step.SEND_TO` that leader at once
+  (retry with the new leader).
 - **NOT_LEADER_OR_FOLLOWER with no leader known** (an election is on), **no answer**, or another
-  retriable error: :attr:`Step.DISCOVER` after a backoff, i.e. find the leader again (seed:
-  DiscoverBrokers and Metadata) and send there. A reassignment is always resent until answered:
+  retriable error: :attr:`Step.DISCOVER` after a backoff, i.e. find the leader again
+  (DiscoverBrokers) and send there. A reassignment is always resent until answered:
   resubmitting the same target is idempotent at the leader, and a caller that stops retrying
-  has no guarantee whether it was accepted (seed 002).
+  has no guarantee whether it was accepted.
 - **any other error** (INVALID_REPLICA_ASSIGNMENT, ...): :attr:`Step.FAIL`, to the application.
 - Every retry is bounded by the caller's overall timeout: a retry that would start after it is
   :attr:`Step.FAIL` with REQUEST_TIMED_OUT.

@@ -1,4 +1,4 @@
-"""Seed 002's six-step start procedure ("Bootstrapping Procedure") as a sans-IO state machine.
+"""The six-step start procedure (docs/design.md#bootstrapping) as a sans-IO state machine.
 
 A node starting up must find the quorum before it can take part: which cluster it belongs
 to, who votes, where they are. :class:`BootstrapMachine` decides, from what it is told
@@ -6,7 +6,7 @@ to, who votes, where they are. :class:`BootstrapMachine` decides, from what it i
 node and how (voter or observer, with which voters). It sends nothing and reads no clock:
 the caller feeds it inputs and carries out the :class:`Action` values it returns.
 
-The seed's steps and where each lives:
+The steps and where each lives:
 
 1. *Read the quorum-state file and scan the log*: the caller's, passed to the constructor as
    ``persisted`` (the view they give). Phase ``RESTORING`` only lasts the constructor.
@@ -29,10 +29,10 @@ The seed's steps and where each lives:
    (itself included): :class:`StartNode` as a voter.
 
 A DiscoverBrokers answer that shows an existing quorum (a known epoch) wins in every phase
-before ``STARTED``: the node joins it as the seed's step 2 says, never bootstraps a second one.
+before ``STARTED``: the node joins it as step 2 says, never bootstraps a second one.
 
 Cluster id: a discovered one is taken; a node that falls back with none generates one only
-if it is the sole configured voter (seed 002's bootstrapping example), and otherwise waits for
+if it is the sole configured voter (the bootstrapping example), and otherwise waits for
 a peer that knows it (``cluster_id.py`` states why).
 
 A configured voter may come without an endpoint (``None``: an id-only ``quorum.voters``

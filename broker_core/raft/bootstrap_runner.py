@@ -1,4 +1,4 @@
-"""Seed 002's start procedure on a reactor: :class:`BootstrapRunner` drives a
+"""The start procedure on a reactor: :class:`BootstrapRunner` drives a
 :class:`~broker_core.raft.bootstrap.BootstrapMachine`, and :func:`persisted_view` is its step 1
 input.
 

@@ -1,10 +1,10 @@
-"""Which cluster id a quorum node starts with (seed 002's "ClusterId generation").
+"""Which cluster id a quorum node starts with (docs/design.md#bootstrapping).
 
 The first leader of an empty log writes the cluster id into the first VoterAssignment, and
 every quorum request carrying another id is refused (INCONSISTENT_CLUSTER_ID). So every node
 of a quorum must start with the same id, and only one node may make one up: the
 **bootstrapping voter**, a fresh node (no quorum-state file, empty log) that is the only voter
-of ``--quorum-voters``, as in the seed's bootstrapping example. Several fresh voters would
+of ``--quorum-voters``, as in the bootstrapping example. Several fresh voters would
 each make up a different id and never form a quorum, so they must be given one.
 
 :func:`resolve_cluster_id` is pure: the caller reads the quorum-state file and the log.

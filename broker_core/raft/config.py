@@ -17,7 +17,7 @@ class RaftConfig:
       the vote forever.
     - ``fetch_timeout_ms`` (``quorum.fetch.timeout.ms``): a follower that has not heard from
       its leader for this long stands; a leader that has not been fetched from by a majority
-      for this long resigns (seed 002's zombie leader).
+      for this long resigns (docs/design.md#zombie-leader).
     - ``election_backoff_max_ms`` (``quorum.election.backoff.max.ms``): the cap of the wait
       before standing after an EndQuorumEpoch.
     - ``request_timeout_ms`` (``quorum.request.timeout.ms``): when an unanswered fetch is sent

@@ -1,17 +1,17 @@
-"""What a quorum node knows of the others, gossiped with DiscoverBrokers (seed 002's "Quorum
-Bootstrapping"), sans-IO.
+"""What a quorum node knows of the others, gossiped with DiscoverBrokers (the quorum's
+gossip, docs/design.md#bootstrapping), sans-IO.
 
 A :class:`Directory` holds the node's own endpoint, every other node's endpoint it has heard
 of, and the newest quorum state it has heard of (:class:`QuorumView`: cluster id, leader,
 epoch, voters). A DiscoverBrokers exchange carries both sides' directories; each side merges
 the other's with :meth:`Directory.merge`.
 
-Invariants (the seed's "brokers only accept monotonically increasing updates"):
+Invariants (a node only accepts monotonically increasing updates):
 
 - a node's endpoint is replaced only by one with a **higher boot time** (a restarted node may
   come back at another address; an older report of it never undoes a newer one);
 - the quorum view is replaced only by one with a higher ``(leader_epoch, voters_offset,
-  leader known)``: the seed orders voter states by epoch, and since a reassignment changes the
+  leader known)``: voter states are ordered by epoch, and since a reassignment changes the
   voters within an epoch, the offset of the voter assignment they come from breaks ties; and
   a view that knows the epoch's leader beats one of the same epoch and offset that does not
   (an epoch has at most one leader, and a node learns it after it learned the epoch: without
@@ -128,7 +128,7 @@ class Directory:
         return self.me if node_id == self.me.node_id else self.nodes.get(node_id)
 
     def missing_voters(self) -> set[int]:
-        """The voters of the view whose endpoint this node does not know (seed step 3.1: keep
+        """The voters of the view whose endpoint this node does not know (start step 3.1: keep
         asking while there are any)."""
         return {v for v in self.view.voter_ids if self.endpoint(v) is None}
 

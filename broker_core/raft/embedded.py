@@ -4,7 +4,7 @@ It is a :class:`~broker_core.raft.service.QuorumNode` on a
 :class:`~broker_core.raft.storage.DiskRaftLog` with a
 :class:`~broker_core.raft.quorum_client.NetworkQuorumClient` on it; the broker builds its
 :class:`~broker_core.raft.metadata_store.QuorumMetadataStore` on :attr:`client`. The node
-starts through seed 002's start procedure (``QuorumNode.bootstrap``), as ``sluice-quorum``
+starts through the start procedure (``QuorumNode.bootstrap``), as ``sluice-quorum``
 does: from what it persisted, from the quorum it finds through ``quorum.bootstrap.servers``,
 or from ``quorum.voters`` (a voter when the broker's id is listed, else an observer). A broker
 given only bootstrap servers is an observer of the quorum it finds.

@@ -5,9 +5,9 @@ The Raft core reasons about entries, not bytes. :mod:`broker_core.raft.records` 
 entry to a RecordBatch v2 batch whose ``partitionLeaderEpoch`` is the entry's epoch; control
 records become control batches (attributes bit 5) whose key carries the control type below.
 
-Control types: Kafka's KIP-595 gave type 2 to ``LeaderChange``; seed 002 also asks for type 2
-for its ``VoterAssignmentMessage``. As with DescribeQuorum's api key (DESIGN.md §3), Kafka's
-number wins and the seed-only record takes a number from 1000 up, so a Kafka tool that dumps the
+Control types: Kafka's KIP-595 gave type 2 to ``LeaderChange``; the design also asks for type 2
+for its ``VoterAssignmentMessage``. As with DescribeQuorum's api key (docs/design.md), Kafka's
+number wins and the Sluice-only record takes a number from 1000 up, so a Kafka tool that dumps the
 log never misreads one as the other.
 """
 
@@ -39,7 +39,7 @@ class LeaderChange:
 
 @dataclass(frozen=True, slots=True)
 class VoterAssignment:
-    """Seed 002's ``VoterAssignmentMessage``: the voter set in force from this entry on.
+    """The design's ``VoterAssignmentMessage``: the voter set in force from this entry on.
 
     - ``cluster_id``: the cluster the quorum belongs to.
     - ``current_voters``: the voters once this entry is appended (a node acts on the latest

@@ -1,4 +1,4 @@
-"""The DiscoverBrokers client of a quorum node (seed 002's quorum gossip).
+"""The DiscoverBrokers client of a quorum node (docs/design.md#bootstrapping).
 
 Two ways to use it, over the same connections:
 
@@ -6,8 +6,8 @@ Two ways to use it, over the same connections:
   :class:`~broker_core.raft.discovery.Gossip` of the answer. The start procedure
   (:mod:`broker_core.raft.bootstrap_runner`) asks this way whenever its machine says so.
 - :meth:`GossipClient.start`: a round every ``interval_s`` for as long as the node runs, each
-  answer handed to ``receive`` (seed 002's step 5.2: "it continues to try to send
-  DiscoverBrokers", so that it hears of moved and new nodes). A round asks the bootstrap
+  answer handed to ``receive`` (start procedure step 5.2: it keeps sending
+  DiscoverBrokers, so that it hears of moved and new nodes). A round asks the bootstrap
   servers and every node added with :meth:`GossipClient.add_server` (the node adds every other
   node it knows), so each node it knows hears of it from its own request.
 

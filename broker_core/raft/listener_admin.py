@@ -1,5 +1,5 @@
 """The quorum listener's admin APIs: DescribeQuorum (55) and AlterPartitionReassignments (45)
-on ``__cluster_metadata``-0 (seed 002), kept apart from the replication APIs of
+on ``__cluster_metadata``-0, kept apart from the replication APIs of
 :mod:`broker_core.raft.listener`, which only advertises :data:`ADMIN_VERSIONS` and hands these
 two api keys to :func:`handle_admin_request`; and the gossip API DiscoverBrokers (Sluice key
 1007, :class:`GossipHandler`), served but not advertised.
@@ -17,7 +17,7 @@ When the answer comes:
   ``timeout_ms`` (the node answers REQUEST_TIMED_OUT itself). The listener's bound is that
   timeout plus the request timeout: a node that never answers (it stopped) gets
   REQUEST_TIMED_OUT written by the listener, and the connection stays open, since an admin
-  client retries on it (seed 002: resubmission is idempotent).
+  client retries on it (resubmission is idempotent).
 
 A request naming another partition gets INVALID_REQUEST, never reaching the node.
 """
@@ -94,7 +94,7 @@ def handle_admin_request(handler: QuorumRequestHandler, request: apis.Request,
     return d
 
 
-# -- DiscoverBrokers (seed 002's quorum gossip) -------------------------------------------------
+# -- DiscoverBrokers (the quorum's gossip, docs/design.md#bootstrapping) -----------------------
 
 #: Served but, as Sluice's own APIs never are, not listed in ApiVersions.
 GOSSIP_VERSIONS: dict[ApiKey, tuple[int, int]] = {

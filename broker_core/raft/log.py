@@ -1,7 +1,7 @@
 """The log the Raft core replicates: the :class:`IRaftLog` seam and an in-memory implementation.
 
 The core needs only a handful of operations: append entries, read from an offset, truncate the
-end, and answer "where does epoch E end in this log?" (seed 003's leader-epoch semantics, the
+end, and answer "where does epoch E end in this log?" (docs/design.md#leader-epochs, the
 question OffsetForLeaderEpoch and KIP-595's diverging-epoch check ask). The on-disk log
 (:class:`broker_core.raft.storage.DiskRaftLog`) implements the same interface over
 :mod:`broker_core.log` and its leader-epoch file; :class:`InMemoryRaftLog` serves the unit

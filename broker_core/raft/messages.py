@@ -3,7 +3,7 @@
 These are the sans-IO core's inputs and outputs; :mod:`broker_core.raft.wire` encodes them. On
 the wire they use Kafka's api keys: Vote 52, BeginQuorumEpoch 53, EndQuorumEpoch 54, Fetch 1
 (with KIP-595's ``LastFetchedEpoch``, ``DivergingEpoch`` and ``CurrentLeader`` fields), and for
-admin clients DescribeQuorum 55 and AlterPartitionReassignments 45 (seed 002's voter
+admin clients DescribeQuorum 55 and AlterPartitionReassignments 45 (the voter
 reassignment, here :class:`AlterVotersRequest`), and KIP-630's FetchSnapshot 59 for a fetcher
 whose next entries the leader only holds in a snapshot. Kafka's requests carry a topic/partition
 list because one raft client could host several partitions; Sluice's quorum has exactly one
@@ -199,7 +199,7 @@ class FetchSnapshotResponse:
     data: bytes = b""
 
 
-#: Seed 002's ``NOT_FOLLOWER``: a leader's answer to a fetch from a voter whose removal has
+#: The design's ``NOT_FOLLOWER``: a leader's answer to a fetch from a voter whose removal has
 #: committed but which does not hold that removal yet; the fetcher stops acting as a voter. Kafka
 #: has no such code; Sluice sends Kafka's ``VOTER_NOT_FOUND`` (127, "the voter is not part of
 #: the voter set"), which says the same and which any Kafka client can name.
@@ -208,7 +208,7 @@ NOT_FOLLOWER = ErrorCode.VOTER_NOT_FOUND
 
 @dataclass(frozen=True, slots=True)
 class AlterVotersRequest:
-    """An admin asks the leader to move the voters to ``target_voters`` (seed 002's use of
+    """An admin asks the leader to move the voters to ``target_voters`` (the design's use of
     AlterPartitionReassignments, api 45, on ``__cluster_metadata``-0).
 
     - ``target_voters``: the voters wanted; ``None`` cancels an ongoing reassignment (the
@@ -266,7 +266,7 @@ class DescribeQuorumResponse:
     - ``error_code``: NONE, or NOT_LEADER_OR_FOLLOWER (then only the leader fields are set).
     - ``current_voters``: the voters of the latest assignment in the leader's log.
     - ``target_voters``: where an ongoing reassignment is heading, ``None`` when none is (a
-      Sluice extension of the seed's field: a tagged field on the wire).
+      Sluice extension of the design's field: a tagged field on the wire).
     - ``observers``: replicas fetching from the leader in its epoch that are not voters.
     """
 

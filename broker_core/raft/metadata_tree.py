@@ -15,7 +15,7 @@ Semantics follow ZooKeeper, as :mod:`broker_core.zk.store` reports them:
 - ``version`` starts at 0 and counts sets; ``cversion`` counts child creations and deletions;
   ``czxid`` is the offset of the entry that created the node, ``mzxid`` of the one that last
   set it (a multi is one entry, so all its changes share one offset). A broker that
-  re-registers gets a new ``czxid``: the controller's broker epoch (seed 003) keeps working;
+  re-registers gets a new ``czxid``: the controller's broker epoch keeps working;
 - a sequential create appends, as 10 digits, the number of children ever created under the
   parent: what a ZooKeeper 3.x server does (its deletes count in ``cversion`` but do not move
   the next sequence number; checked against a real server: create, create, delete, then a

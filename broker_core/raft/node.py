@@ -29,10 +29,10 @@ machine. It is not a role of its own: the epoch and leader rules are the followe
 Timers: a voter without a leader stands after a random election timeout in ``[T, 2T)``
 (random source injected); a follower that has not had a successful fetch response for the
 fetch timeout stands; a leader that has not been fetched from by a majority for the fetch
-timeout resigns (seed 002's zombie leader: it cannot learn of a newer epoch by itself in a
+timeout resigns (docs/design.md#zombie-leader: it cannot learn of a newer epoch by itself in a
 pull model, so it must stop acting as leader on its own).
 
-Reassignment (seed 002): an admin's AlterVotersRequest makes the leader append the target as
+Reassignment (docs/design.md): an admin's AlterVotersRequest makes the leader append the target as
 the TargetVoters of an assignment, answered once that commits; after every step a leader with
 a committed TargetVoters appends the next single-member change the planner
 (:mod:`~broker_core.raft.reassignment`) gives, adding only caught-up replicas, and resigns when
@@ -660,7 +660,7 @@ class RaftNode:
             for rival in rivals:
                 self._rs.progress.setdefault(rival, _ReplicaProgress(announce=True))
             if self.log.end_offset() == 0:
-                # Seed 002: the first leader of a cluster writes the bootstrap voters down, so
+                # The first leader of a cluster writes the bootstrap voters down, so
                 # the quorum no longer depends on ``quorum.voters`` once this commits.
                 self._append_as_leader(VoterAssignment(self.cluster_id,
                                                        tuple(sorted(self._voters))))
@@ -682,7 +682,7 @@ class RaftNode:
         if req.candidate_epoch > self._epoch:
             self._observe_epoch(req.candidate_epoch, NO_LEADER)
         # The vote does not depend on whether the candidate (or this node) is a voter by this
-        # node's log. Seed 002 asks voters to reject non-voters, but our log may lack the
+        # node's log. The design asks voters to reject non-voters, but our log may lack the
         # assignment that made the candidate a voter, and then no one can win: the simulation
         # found a quorum {1, 2} whose node 1 still had an uncommitted {1, 3, 6} from an older
         # epoch, so it refused 2, while 3 and 6 (more up to date) refused 1. Raft's own rule
@@ -814,7 +814,7 @@ class RaftNode:
         return AlterVotersResponse(error, self._known_leader(), self._epoch)
 
     def _handle_alter_voters_request(self, env: Envelope, req: AlterVotersRequest) -> None:
-        """Seed 002's AlterPartitionReassignments handling: only the leader accepts; the same
+        """AlterPartitionReassignments handling: only the leader accepts; the same
         target as the latest assignment's is not written again (idempotent resubmission); a
         new one is written as ``(current voters, target)``, or as ``(current voters, None)``
         when the target is the current voters (cancellation). The answer waits until that
@@ -853,7 +853,7 @@ class RaftNode:
             self._reply(alter.envelope, self._alter_response(ErrorCode.NONE))
 
     def _maybe_step_reassignment(self) -> None:
-        """Take the next single-member step of an ongoing reassignment (seed 002), once the
+        """Take the next single-member step of an ongoing reassignment, once the
         previous assignment is committed and the leader has committed an entry of its own
         epoch (the condition :meth:`propose` puts on every voter change). A new leader that
         finds a TargetVoters in its log carries on from where the previous one stopped."""
@@ -1019,7 +1019,7 @@ class RaftNode:
             return
         self._note_caught_up(progress, req.fetch_offset)
         if self._lacks_own_removal(req.replica_id, req.fetch_offset, progress):
-            # Seed 002's NOT_FOLLOWER: tell a removed voter at once, rather than after the many
+            # NOT_FOLLOWER: tell a removed voter at once, rather than after the many
             # fetch rounds it may need to reach its removal, so it stops standing for election.
             # Once per epoch: its next fetch, as an observer, gets entries as usual.
             progress.told_not_follower = True
@@ -1096,7 +1096,7 @@ class RaftNode:
     def _caught_up(self) -> set[int]:
         """Replicas that may be promoted: caught up with the leader's log within the last
         election timeout, so one fetch round of theirs takes less than an election timeout
-        (seed 002's leader-based observer promotion)."""
+        (leader-based observer promotion, docs/design.md#procedure-index-metadata-quorum)."""
         horizon = self._now - self.config.election_timeout_ms
         return {r for r, p in self._rs.progress.items()
                 if p.last_caught_up_ms is not None and p.last_caught_up_ms >= horizon}
@@ -1345,7 +1345,7 @@ class RaftNode:
 
     def _demoted(self, removal_committed_below: int) -> None:
         """The leader says our removal from the voters is committed below
-        ``removal_committed_below``: act as an observer until our log gets there (seed 002: the
+        ``removal_committed_below``: act as an observer until our log gets there (the
         removed voter downgrades at once). Safe even if stale: a voter that observes only
         costs availability, and the log decides again once it reaches that offset."""
         if removal_committed_below <= self.log.end_offset():

@@ -1,8 +1,8 @@
-"""The ``quorum-state`` file: seed 002's ``QuorumStateMessage`` as JSON.
+"""The ``quorum-state`` file: the design's ``QuorumStateMessage`` as JSON.
 
 It holds what a node must never forget across a restart: the highest epoch it has seen, whom it
 voted for in that epoch, and the leader it knew, plus the voter set as of ``applied_offset``
-(seed 002: only committed voter assignments are persisted here; newer, uncommitted ones are
+(only committed voter assignments are persisted here; newer, uncommitted ones are
 found again by scanning the log forward from ``applied_offset``).
 
 The core never writes the file itself: it hands a :class:`QuorumState` to its driver
@@ -30,7 +30,7 @@ class QuorumStateError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class QuorumState:
-    """One node's durable election state (seed 002 ``QuorumStateMessage``).
+    """One node's durable election state (the design's ``QuorumStateMessage``).
 
     - ``leader_epoch``: the highest epoch the node has seen; never decreases.
     - ``leader_id``: the leader of ``leader_epoch`` if known, else -1.
@@ -50,7 +50,7 @@ class QuorumState:
     target_voters: tuple[int, ...] | None = None
 
     def to_json(self) -> str:
-        # Field names are the seed's, so the file reads like the message it stands for.
+        # Field names are the design's, so the file reads like the message it stands for.
         return json.dumps({
             "version": VERSION,
             "ClusterId": self.cluster_id,

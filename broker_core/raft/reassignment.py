@@ -1,5 +1,5 @@
 """The reassignment step planner: from the current voters to the target voters, one member at
-a time (seed 002's "Reassignment Algorithm"), as pure functions.
+a time (docs/design.md#voter-reassignment), as pure functions.
 
 A leader that finds a ``TargetVoters`` in its latest *committed* assignment asks
 :func:`next_step` what to append next, and appends it only once the previous assignment is
@@ -11,7 +11,7 @@ committed (Raft's single-member changes stay safe only one at a time). The rules
    caught up (observer promotion; the lowest such id, so a run is reproducible); when none is
    caught up yet, :class:`Wait`.
 4. Otherwise remove one: a voter other than the leader (the highest such id, which gives the
-   seed's example order); when the leader is the only one left to remove,
+   docs/raft.md example's order); when the leader is the only one left to remove,
    :class:`ResignThenRemove`: the leader resigns (EndQuorumEpoch) and the next leader, for
    which the old leader is an ordinary removing voter, removes it.
 

@@ -14,7 +14,7 @@ bytes of the same entry from one encoding to the next.
   (attributes bit 5) whose one record has Kafka's control-record key (int16 version 0, int16
   type: :data:`LEADER_CHANGE_CONTROL_TYPE` or :data:`VOTER_ASSIGNMENT_CONTROL_TYPE`) and the
   message as value: :data:`LEADER_CHANGE_MESSAGE` (Kafka's ``LeaderChangeMessage`` v0) or
-  :data:`VOTER_ASSIGNMENT_MESSAGE` (seed 002's ``VoterAssignmentMessage`` v0). Both are
+  :data:`VOTER_ASSIGNMENT_MESSAGE` (the design's ``VoterAssignmentMessage`` v0). Both are
   flexible messages whose first field is their own ``Version`` (int16), as Kafka's data
   messages are stored.
 
@@ -76,7 +76,7 @@ LEADER_CHANGE_MESSAGE = Message("LeaderChangeMessage", versions="0", flexible="0
     Field("granting_voters", Array(_VOTER)),
 ])
 
-#: Seed 002's ``VoterAssignmentMessage`` v0, with its own ``Version`` first like Kafka's data
+#: The design's ``VoterAssignmentMessage`` v0, with its own ``Version`` first like Kafka's data
 #: messages. ``target_voters`` is null when no reassignment is under way.
 VOTER_ASSIGNMENT_MESSAGE = Message("VoterAssignmentMessage", versions="0", flexible="0+", fields=[
     Field("version", INT16),

@@ -56,14 +56,14 @@ class QuorumNode:
     """A :class:`RaftDriver` with its listener and peer connections.
 
     Usage: ``port = await node.listen(host, port)``, then either
-    ``await node.bootstrap(configured_voters)`` (seed 002's start procedure,
+    ``await node.bootstrap(configured_voters)`` (the start procedure,
     :mod:`broker_core.raft.bootstrap_runner`: it starts the node once it has found or formed
     the quorum) or ``node.start(voters)`` (a fixed voter set with addresses), and
     ``await node.stop()``.
 
     :attr:`directory` is everything the node knows of the others (DiscoverBrokers): during
     :meth:`bootstrap` it is the machine's own, so the listener answers with the machine's view
-    (a configured voter names itself a voter, seed step 5.1). Gossip is two-way and always
+    (a configured voter names itself a voter, start step 5.1). Gossip is two-way and always
     goes through :meth:`receive_gossip`: before the start into the machine, after it into the
     directory, connecting to every node whose endpoint is new (:meth:`QuorumNetwork.set_peer`)
     and telling the address listeners. With ``bootstrap_servers`` the node keeps asking them,
@@ -150,7 +150,7 @@ class QuorumNode:
                   peers: Mapping[int, VoterAddress] | None = None,
                   discovery_timeout_ms: float | None = None,
                   on_phase: Callable[[Phase], None] | None = None) -> defer.Deferred:
-        """Seed 002's start procedure (after :meth:`listen`): read what this node persisted,
+        """The start procedure (after :meth:`listen`): read what this node persisted,
         discover the quorum through the bootstrap servers or form it from
         ``configured_voters`` (``quorum.voters``; ``None``: an id without an address), then
         start. ``peers`` are fixed addresses of other nodes (``--peers``). The Deferred fires

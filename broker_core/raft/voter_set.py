@@ -1,4 +1,4 @@
-"""Which nodes vote: the latest :class:`VoterAssignment` in a node's own log (seed 002).
+"""Which nodes vote: the latest :class:`VoterAssignment` in a node's own log.
 
 A node acts on the latest *appended* assignment, committed or not: that is what makes
 single-member changes safe in Raft (any two majorities of configurations that differ by one
@@ -56,7 +56,7 @@ class VoterSetHistory:
     def recover(cls, applied_offset: int, voters: Iterable[int],
                 target_voters: tuple[int, ...] | None, log: IRaftLog) -> VoterSetHistory:
         """The history after a restart: the persisted committed state, then every assignment
-        the log holds after ``applied_offset`` (seed 002's forward scan)."""
+        the log holds after ``applied_offset`` (the forward scan)."""
         history = cls(applied_offset, voters, target_voters)
         # Entries below the log start are covered by a snapshot, whose voters the caller
         # passed in when they are newer than the persisted ones.
@@ -135,7 +135,7 @@ class VoterSetHistory:
         """Raise :class:`VoterChangeRejected` unless appending ``proposed`` is safe now: the same
         voters (a change of ``TargetVoters`` alone is always safe), or no other change pending,
         at most one voter added or removed, and the leader stays a voter
-        (seed 002: a leader removes itself last, by resigning and letting the next leader do
+        (a leader removes itself last, by resigning and letting the next leader do
         it)."""
         if proposed.target_voters is not None and not proposed.target_voters:
             raise VoterChangeRejected("a reassignment target needs at least one voter")

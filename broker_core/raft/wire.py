@@ -74,7 +74,7 @@ VERSIONS: dict[ApiKey, int] = {
     ApiKey.END_QUORUM_EPOCH: 0,
     ApiKey.FETCH: 12,
     ApiKey.FETCH_SNAPSHOT: 0,  # KIP-630
-    # Admin APIs (seed 002): DescribeQuorum v1 (KIP-836's timestamps) and
+    # Admin APIs (docs/design.md#voter-reassignment): DescribeQuorum v1 (KIP-836's timestamps) and
     # AlterPartitionReassignments v0 carrying the target voters.
     ApiKey.DESCRIBE_QUORUM: 1,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
@@ -369,7 +369,7 @@ def response_from_body(api_key: int, body: Any, *,
 
 # -- admin APIs: DescribeQuorum (55) and AlterPartitionReassignments (45) -----------------------
 #
-# DescribeQuorum carries seed 002's TargetVoters in Sluice's tagged ``target_voters`` field.
+# DescribeQuorum carries the design's TargetVoters in Sluice's tagged ``target_voters`` field.
 # AlterPartitionReassignments has no leader fields; the leader the answering node knows travels
 # in the partition's ``error_message`` as ``"leader 3, epoch 7"`` (``"no leader known, epoch 7"``),
 # which a person reading a Kafka tool's output can act on and which decodes back exactly. A

@@ -1,4 +1,4 @@
-"""The leader's side of AlterIsr (seed 004; Kafka's ``AlterPartitionManager``).
+"""The leader's side of AlterIsr (docs/design.md#isr-changes-through-the-controller).
 
 A leader never writes ISR state to ZooKeeper: it asks the controller with an AlterPartition
 request (key 56) and keeps using the *maximal* ISR until the answer or a newer LeaderAndIsr
@@ -10,7 +10,7 @@ Invariants:
   its queued item (the newest view of the ISR is the one worth sending);
 - items submitted in the same reactor turn travel in one request, and one request is in flight at
   a time (a burst of ISR expansions after a broker restart costs one round trip and one ZooKeeper
-  multi, as the seed wants);
+  multi);
 - an item whose fate is unknown (connection lost, timeout, NOT_CONTROLLER) is sent again after a
   back-off: the controller may or may not have applied it, and only an answer or a LeaderAndIsr
   can tell; an item answered with a partition error is reported and dropped;

@@ -4,7 +4,7 @@ One :class:`ReplicaFetcher` per source broker fetches every partition this broke
 that leader in one long-polling Fetch (``replica_id`` = our broker id). A partition enters a
 fetcher in the *truncating* state: before it fetches anything it asks the leader, with
 OffsetForLeaderEpoch, where the leader's copy of our latest epoch ends, and truncates there
-(seed 003; never to its high watermark). KIP-279: when the leader answers with an older epoch
+(never to its high watermark). KIP-279: when the leader answers with an older epoch
 than we asked about, we truncate to where *we* think that epoch ends and ask again, until the
 epochs agree; so even after several quick failovers the follower's log becomes a prefix of the
 leader's.
@@ -90,7 +90,7 @@ def truncation_offset(partition: Partition, leader_epoch: int, leader_end_offset
     log = partition.log
     leo = log.log_end_offset
     if leader_end_offset == UNDEFINED:
-        # The leader knows no epoch that old or new: fall back to the HW (pre-seed-003 rule),
+        # The leader knows no epoch that old or new: fall back to the HW (the older rule),
         # the only offset both sides are known to share.
         return min(log.high_watermark, leo), True
     if leader_epoch == UNDEFINED:
@@ -247,7 +247,7 @@ class ReplicaFetcher:
         return request_with_timeout(proto, self.clock, api, version, body, timeout_s,
                                     f"broker {self.leader_id}")
 
-    # -- truncation (seed 003) ---------------------------------------------------------------------
+    # -- truncation (docs/design.md#leader-epochs) -----------------------------------------------
 
     async def _truncate(self, proto: KafkaClientProtocol,
                         due: list[tuple[TopicPartition, FetchState]]) -> None:

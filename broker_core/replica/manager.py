@@ -265,7 +265,7 @@ class ReplicaManager:
         return p
 
     def adopt_local_logs(self, assigned: set[TopicPartition]) -> list[TopicPartition]:
-        """Seed 000 E step 4: delete local logs no longer assigned here; return what was deleted."""
+        """Start-up: delete local logs no longer assigned here; return what was deleted."""
         deleted = []
         for log in list(self.log_manager.logs()):
             tp = (log.topic, log.partition)
@@ -282,7 +282,7 @@ class ReplicaManager:
             if t == topic:
                 p.log.update_config(config)
 
-    # -- controller commands (seed 000 C) ---------------------------------------------------------
+    # -- controller commands (docs/design.md#controller-commands) ---------------------------------
 
     def apply_leader_and_isr(
         self,
@@ -350,7 +350,7 @@ class ReplicaManager:
             touched.append(tp)
             results[tp] = None
         if full:
-            # Seed 000 C step 3: the INIT flag carries every partition this broker hosts.
+            # The INIT flag carries every partition this broker hosts.
             for tp in list(self.partitions):
                 if tp not in named:
                     summary.add("deleted (not named by an INIT LeaderAndIsr)", tp)
@@ -380,7 +380,7 @@ class ReplicaManager:
             address = None if endpoint is None else (endpoint.host, endpoint.port)
         if address is None:
             # Startup from ZooKeeper state before any metadata: the controller's LeaderAndIsr
-            # for this broker (seed 000 E) carries the address.
+            # for this broker at its start carries the address.
             self.log.info("{t}-{p}: address of leader {l} unknown yet; not fetching",
                           t=tp[0], p=tp[1], l=leader)
             self.fetchers.unfollow([tp])
@@ -675,7 +675,7 @@ class ReplicaManager:
         """Read from a leader partition; consumers never see past the high watermark, followers
         read up to the log end.
 
-        Seed 000 discussion 7: an offset between HW and LEO returns an empty set, past LEO it is
+        An offset between HW and LEO returns an empty set, past LEO it is
         OFFSET_OUT_OF_RANGE.
         """
         p, error = self.leader_partition(topic, index, current_leader_epoch)

@@ -1,7 +1,7 @@
 """One local replica of a partition: its log, what the controller last told us about it, and, while
 we lead it, what we know of the other replicas.
 
-The controller decides leadership (seed 000 C); this object applies decisions and keeps the
+The controller decides leadership; this object applies decisions and keeps the
 leader's bookkeeping (Kafka's ``Partition.scala``). Invariants:
 
 - a LeaderAndIsr state is applied only if it is not older than the one held: a lower leader
@@ -10,7 +10,7 @@ leader's bookkeeping (Kafka's ``Partition.scala``). Invariants:
 - ``is_leader`` is true exactly when the last applied state names this broker as leader; only then
   does the partition accept produce requests and serve fetches;
 - the high watermark never exceeds the log end offset and never moves backwards while leader. It
-  is the smallest log end offset over the *maximal* ISR (seed 004): the committed ISR plus a
+  is the smallest log end offset over the *maximal* ISR: the committed ISR plus a
   replica whose addition is in flight. A shrink counts only once the controller has applied it,
   so the HW never passes an offset that a replica the controller may still elect lacks;
 - at most one ISR change per partition is pending (``pending_isr``, Kafka's
@@ -97,7 +97,7 @@ class Partition:
     def make_leader(self, state: LeaderAndIsrState, now_ms: int) -> bool:
         """Apply a state that names us leader; True if leadership is new (epoch changed).
 
-        A new leadership starts a new epoch in the log (seed 003) and forgets what an earlier
+        A new leadership starts a new epoch in the log and forgets what an earlier
         leadership knew about followers: their offsets are unknown until they fetch again, and
         ISR members count as caught up now, so none is dropped before it had the chance to fetch.
         """

@@ -1,4 +1,4 @@
-"""The coordinator channel, broker side (DESIGN.md §3, seed 001 §7).
+"""The coordinator channel, broker side (docs/design.md#shared-decisions).
 
 A consumer connects, sends RegisterConsumer, and once the broker's answer is on the wire the
 connection turns around: the broker sends *requests* on it (Ping, StopFetcher, StartFetcher) and
@@ -112,7 +112,7 @@ class ServerChannel:
         return d
 
     def close(self) -> None:
-        """Close the connection (seed 001 §8: a failed consumer's socket is closed)."""
+        """Close the connection (a failed consumer's socket is closed)."""
         if self._proto is not None and self._proto.transport is not None:
             self._proto.lose_connection()
         else:

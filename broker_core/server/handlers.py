@@ -185,7 +185,7 @@ class RequestHandler(UserAdminApis):
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_user_scram_credentials,
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
             ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
-            # Sluice's consumer coordination (seed 001; docs/coordinator.md).
+            # Sluice's consumer coordination (docs/coordinator.md).
             ApiKey.CLUSTER_METADATA: self.cluster_metadata,
             ApiKey.REGISTER_CONSUMER: self.register_consumer,
             ApiKey.COMMIT_OFFSETS: self.commit_offsets,
@@ -249,7 +249,7 @@ class RequestHandler(UserAdminApis):
         return may_manage_users(Access(self.authorizer, security), AclOperation[operation],
                                 self.super_users)
 
-    # -- consumer coordination (seed 001) ---------------------------------------------------------
+    # -- consumer coordination (docs/design.md#the-consumer-coordinator) --------------------------
 
     def _no_coordinator(self, **extra: Any) -> dict:
         return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
@@ -820,7 +820,7 @@ class RequestHandler(UserAdminApis):
                 self._metadata_waiters.remove(entry)
                 d.callback(None)
 
-    # -- controller → broker (seed 000 C) ---------------------------------------------------------
+    # -- controller → broker (docs/design.md#controller-commands) ---------------------------------
 
     async def _stale_broker_epoch(self, body: Any) -> bool:
         """KIP-380: a command addressed to an earlier incarnation of this broker (an older czxid
@@ -865,7 +865,7 @@ class RequestHandler(UserAdminApis):
     # -- replication -------------------------------------------------------------------------------
 
     def offset_for_leader_epoch(self, header: Any, body: Any, access: Access) -> dict:
-        """Seed 003's leader-generation request: where does ``leader_epoch`` end in the leader's
+        """The leader-generation request: where does ``leader_epoch`` end in the leader's
         log? Answered only by the leader, at the epoch the follower believes current."""
         denied = self._denied_topics(access, ApiKey.OFFSET_FOR_LEADER_EPOCH,
                                      (t.topic for t in body.topics))
@@ -891,7 +891,7 @@ class RequestHandler(UserAdminApis):
         return {"throttle_time_ms": 0, "topics": topics}
 
     async def alter_partition(self, header: Any, body: Any) -> dict:
-        """AlterIsr (seed 004) reaching this broker: answered by its controller if active."""
+        """AlterIsr reaching this broker: answered by its controller if active."""
         items = [(t.topic_name, p.partition_index, p.leader_epoch, tuple(p.new_isr),
                   p.partition_epoch) for t in body.topics for p in t.partitions]
         if self.controller is None:

@@ -180,7 +180,7 @@ class ApiKey(IntEnum):
     DESCRIBE_TOPIC_PARTITIONS = 75
     ADD_RAFT_VOTER = 80
     REMOVE_RAFT_VOTER = 81
-    # Sluice's own APIs (seed 001's consumer coordination), from 1000 up.
+    # Sluice's own APIs (consumer coordination), from 1000 up.
     CLUSTER_METADATA = 1000
     REGISTER_CONSUMER = 1001
     PING = 1002
@@ -188,7 +188,7 @@ class ApiKey(IntEnum):
     START_FETCHER = 1004
     COMMIT_OFFSETS = 1005
     DESCRIBE_CONSUMER_GROUPS = 1006
-    # Seed 002's quorum gossip, served by the metadata quorum's listener only.
+    # The metadata quorum's gossip, served by the metadata quorum's listener only.
     DISCOVER_BROKERS = 1007
     # A consumer leaving its group (Kafka's LeaveGroup), consumer → coordinator.
     UNREGISTER_CONSUMER = 1008
@@ -199,7 +199,7 @@ class ApiKey(IntEnum):
 
 ErrorBody = Callable[[int, Any, int], dict | None]
 
-#: Keys from here up are Sluice's own APIs (seed 001's consumer coordination).
+#: Keys from here up are Sluice's own APIs (consumer coordination, docs/design.md#shared-decisions).
 SLUICE_API_KEYS_FROM = 1000
 
 
@@ -324,9 +324,9 @@ register(spec_from_module(ApiKey.SASL_AUTHENTICATE, sasl_authenticate))
 
 DEFINED: dict[ApiKey, ApiSpec] = {}
 """APIs the codec knows but no broker serves: the Raft quorum's (KIP-595, and KIP-630's
-FetchSnapshot) and DiscoverBrokers (seed 002's quorum gossip), served by the quorum's own
+FetchSnapshot) and DiscoverBrokers (the quorum's gossip), served by the quorum's own
 listener only. (AlterPartitionReassignments is served by both kinds of listener, so it is in
-``SUPPORTED``: a partition reassignment on a client listener, seed 002's voter change on the
+``SUPPORTED``: a partition reassignment on a client listener, a change of the voters on the
 quorum listener, each with its own handler.) They are kept
 apart from ``SUPPORTED`` so that ApiVersions, :func:`advertised_versions` and
 :func:`common_versions` never offer them and :func:`decode_request` refuses them as unknown

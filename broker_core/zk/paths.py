@@ -34,7 +34,7 @@ PARTITIONS_REASSIGNED = "/admin/partitions_reassigned"
 PARTITIONS_ADD = "/admin/partitions_add"
 PARTITIONS_REMOVE = "/admin/partitions_remove"
 #: Kafka's replica-reassignment znode (one znode, JSON list of partitions and their new replicas);
-#: used instead of the seed's per-partition ``/admin/partitions_reassigned/[topic]/[partition]``
+#: used instead of a per-partition ``/admin/partitions_reassigned/[topic]/[partition]``
 #: so that Kafka's tooling habits and file format carry over (docs/zookeeper.md).
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 #: Kafka's preferred-leader-election znode (one znode, JSON list of partitions).

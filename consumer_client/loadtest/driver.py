@@ -14,7 +14,7 @@ Disturbances:
   closed sockets (or failed pings) and rebalance their groups;
 - ``pause_share`` at ``pause_at_s`` for ``pause_for_s``: that share of the *worker processes*
   (at least one) get SIGSTOP, then SIGCONT. A pause longer than the session timeout expires
-  their consumers; they must stop fetching and re-register when they wake (seed 001 §8.5).
+  their consumers; they must stop fetching and re-register when they wake.
 
 A *false expiration* is a consumer that lost its membership (its channel closed or it had to
 re-register) although it was neither killed nor paused. The target is zero.

@@ -1,4 +1,4 @@
-"""The controller side of AlterIsr (seed 004) and of returning leaders (seed 003), against a real
+"""The controller side of AlterIsr and of returning leaders (docs/design.md), against a real
 ZooKeeper with in-process brokers: an accepted ISR change reaches the znode, every broker's
 metadata and the leader's replica; refused ones write nothing; a leader that re-registers with a
 new session starts a new leader generation."""
@@ -54,7 +54,7 @@ async def settled(brokers, topic: str, parts: int):
 async def test_alter_isr_shrinks_expands_and_refuses(brokers, monkeypatch):
     ctrl_b = await eventually(lambda: controller_of(brokers), what="controller")
     leader_b = next(b for b in brokers if b is not ctrl_b)
-    L = leader_b.broker_id  # noqa: N806 (a broker id, named as in the seeds)
+    L = leader_b.broker_id  # noqa: N806 (a broker id, named as in docs/design.md)
     others = [b.broker_id for b in brokers if b is not leader_b]
     await create_topic(brokers[0], "isr", assignment={0: [L, *others], 1: [L, *reversed(others)]})
     ctrl_b = await settled(brokers, "isr", 2)
@@ -165,7 +165,7 @@ async def test_returning_leader_gets_a_new_leader_epoch(brokers, zk_hosts):
     leader_b = next(b for b in brokers if b is not ctrl_b)
     L = leader_b.broker_id  # noqa: N806
     others = [b.broker_id for b in brokers if b is not leader_b]
-    # Three copies and a single copy (the case seed 003 names: no other replica to elect).
+    # Three copies and a single copy (no other replica to elect: docs/design.md#leader-epochs).
     await create_topic(brokers[0], "back", assignment={0: [L, *others]})
     await create_topic(brokers[0], "solo", assignment={0: [L]})
     ctrl_b = await settled(brokers, "back", 1)
@@ -199,7 +199,7 @@ async def test_returning_leader_gets_a_new_leader_epoch(brokers, zk_hosts):
                      what="the controller caches the new czxid")
     assert ctrl.live[L].epoch == leader_b.registration_epoch
     # The single copy: nobody else has its messages, so the returning broker leads again, in a
-    # new generation (seed 003's case).
+    # new generation (docs/design.md#leader-epochs).
     st, version = before["solo"]
     await eventually(lambda: caches_show(
         brokers, "solo", 0, isr=st.isr, leader_epoch=st.leader_epoch + 1, zk_version=version + 1),

@@ -155,7 +155,7 @@ async def test_registration_errors_are_clear_and_disturb_nothing(brokers):
             opened.append(proto)
             assert resp.error_code == code, (fields, resp)
             assert words in resp.error_message, resp.error_message
-            # The seed: the coordinator leaves the connection open; the consumer closes it.
+            # The coordinator leaves the connection open; the consumer closes it.
             assert not proto.closed
         # Coordinator-only requests sent to a broker are refused with a message.
         for key, body in [(ApiKey.PING, {"consumer_id": "x", "num_retries": 0}),

@@ -1,4 +1,4 @@
-"""Seed 003's two scenarios, run deterministically with in-process brokers on a real ZooKeeper.
+"""The two leader-epoch cases, run deterministically with in-process brokers on a real ZooKeeper.
 
 Scenario 1 (high-watermark truncation followed by immediate leader election): a follower that
 restarts knowing an older high watermark than the leader must not cut acknowledged messages off
@@ -91,7 +91,7 @@ async def test_scenario_2_replicas_do_not_diverge_after_both_restart(zk_hosts, t
         await eventually(lambda: controller_of(brokers), what="controller")
         a, b = brokers
         # Unclean election lets B lead after both died although A was the last ISR member:
-        # the seed's "power outage" where losing m2 is permitted, diverging is not.
+        # a power outage, where losing m2 is permitted, diverging is not.
         await create_topic(a, "s2", assignment={0: [a.broker_id, b.broker_id]},
                         configs=[("unclean.leader.election.enable", "true")])
         await eventually(lambda: leader_of(brokers, "s2", 0) is a, what="A leads")

@@ -119,7 +119,7 @@ async def test_topics_replication_and_a_group_on_the_network_quorum(brokers):
 
 @pytest_twisted.ensureDeferred
 async def test_an_observer_given_only_a_bootstrap_server_joins_and_writes(brokers, tmp_path):
-    """Seed 002's steps 3-4 in a broker: broker 4 asks one voter that does not lead
+    """Start procedure steps 3-4 in a broker: broker 4 asks one voter that does not lead
     (DiscoverBrokers), learns the cluster's voters and their addresses, starts as an observer
     and forwards its writes to the leader at the address it learned."""
     leader = await eventually(lambda: quorum_leader(brokers), what="a quorum leader")
@@ -342,7 +342,7 @@ async def test_an_observer_broker_joins_hosts_partitions_and_writes_metadata(wit
 @pytest_twisted.ensureDeferred
 async def test_an_observer_broker_given_only_a_bootstrap_server_is_made_a_voter(brokers,
                                                                                 tmp_path):
-    """Seed 002's bootstrapping example in brokers: broker 4 joins as an observer knowing
+    """The bootstrapping example in brokers: broker 4 joins as an observer knowing
     only one voter's quorum listener (``quorum.bootstrap.servers``), and ``sluice quorum
     reassign --voters 1,2,4 --wait`` makes it a voter online while broker 3 goes on as an
     observer. Then one of 1 and 2 stops: the two voters left, 4 and the other, elect a leader

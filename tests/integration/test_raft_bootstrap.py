@@ -1,6 +1,6 @@
 """``QuorumNode.bootstrap`` on a real listener (127.0.0.1, port 0) and the real reactor: a
 configured voter whose peers are known by id only, after finding nothing, answers
-DiscoverBrokers naming itself a voter of ``quorum.voters`` (seed 002's step 5.1), and a peer's
+DiscoverBrokers naming itself a voter of ``quorum.voters`` (start procedure step 5.1), and a peer's
 DiscoverBrokers *request* alone teaches it enough to begin the vote (step 6: gossip is
 two-way)."""
 

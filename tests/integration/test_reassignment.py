@@ -1,4 +1,4 @@
-"""Replica reassignment (seed 000 F) on in-process brokers against a real ZooKeeper: a partition
+"""Replica reassignment on in-process brokers against a real ZooKeeper: a partition
 moves from brokers {1,2,3} to {2,3,4} while a producer sends acks=all and loses nothing it was
 told was written; a cancellation restores the original replicas; a new controller resumes a
 reassignment the old one started; bad requests are rejected and removed from the admin path."""

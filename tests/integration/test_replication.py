@@ -150,7 +150,7 @@ async def test_new_leader_from_the_isr_keeps_every_acknowledged_message(brokers)
 
 @pytest_twisted.ensureDeferred
 async def test_new_controller_bumps_the_epoch_of_a_leader_that_restarted_unseen(brokers):
-    """Seed 003's returning leader, across a controller failover: the state znode records the
+    """A returning leader, across a controller failover: the state znode records the
     leader's registration czxid, so a new controller that never saw the restart still starts a
     new leader generation."""
     ctrl = await eventually(lambda: controller_of(brokers), what="controller")

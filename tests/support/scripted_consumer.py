@@ -83,7 +83,7 @@ class ScriptedConsumer:
         return await self.register("127.0.0.1", broker.port.getHost().port)
 
     async def rejoin(self, brokers: list[Any], timeout: float = 30.0) -> None:
-        """Seed §7 consumerStartup: ClusterMetadata from any running broker, RegisterConsumer
+        """``consumerStartup``: ClusterMetadata from any running broker, RegisterConsumer
         at the coordinator it names; retried until registered."""
         import time
 

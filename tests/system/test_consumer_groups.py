@@ -12,7 +12,7 @@ the end:
 - a killed consumer's partitions are owned by the others within session timeout + backoff;
 - the added partition and the new matching topic each cause exactly one rebalance;
 - the paused consumer is expired, and after SIGCONT it consumes nothing until it has
-  registered again and received a new assignment (seed 001 §8.5);
+  registered again and received a new assignment (docs/design.md#failure-detection);
 - another broker becomes coordinator, the members re-register and consumption goes on;
 - no acknowledged message is skipped (at-least-once: every offset of every partition up to the
   end is consumed at least once) and committed offsets in ZooKeeper never go backwards.

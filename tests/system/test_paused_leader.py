@@ -1,4 +1,4 @@
-"""Seed 000 discussion 3: a leader that stops (SIGSTOP, like a long GC pause) past its ZooKeeper
+"""Two leaders in transition: a leader that stops (SIGSTOP, like a long GC pause) past its ZooKeeper
 session timeout while producers write to it, then resumes.
 
 The controller replaces it while it is stopped. When it resumes it still believes it leads with

@@ -1,7 +1,7 @@
 """``sluice quorum`` finds the leader through DiscoverBrokers, end to end: three
 ``sluice-quorum`` processes, and ``sluice quorum describe`` run as a process given only one
-node that does not lead (seed 002: "we expect AdminClient to use DiscoverBrokers and Metadata
-in order to discover the current leader").
+node that does not lead (the admin client uses DiscoverBrokers and Metadata
+to discover the current leader).
 
 - Given one follower, describe answers with the leader's view: the leader, three voters.
 - The leader killed with SIGKILL, describe given the other follower (whose DiscoverBrokers

@@ -1,12 +1,12 @@
 """The quorum's admin APIs end to end: ``sluice-quorum`` processes, and ``sluice quorum
 describe|reassign`` run as processes against their listeners.
 
-- Seed 002's bootstrapping example: node 1 alone (voters = itself), described; nodes 2 and 3
+- The bootstrapping example: node 1 alone (voters = itself), described; nodes 2 and 3
   started as observers; ``reassign --voters 1,2,3 --wait``; describe shows three voters.
 - The issue's acceptance: voters (1, 2, 3) moved to (4, 5, 6) while the leader writes without
   pause (its load loop). It completes, every acknowledged write is on a majority of the final
   voters' disks at its offset, and the CurrentVoters of the log's VoterAssignment entries go
-  through seed 002's single-member steps.
+  through the single-member steps of docs/design.md#voter-reassignment.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 
 
-def test_seed_bootstrapping_example_grows_one_node_to_three(tmp_path):
+def test_the_bootstrapping_example_grows_one_node_to_three(tmp_path):
     """Node 1 alone (voters = itself, no cluster id: it generates one); nodes 2 and 3 given
     only ``--bootstrap-servers`` node 1 learn the cluster id, the voters and the endpoints
     through DiscoverBrokers, and node 1 learns theirs."""
@@ -108,8 +108,8 @@ def test_voters_move_to_4_5_6_while_the_leader_writes(tmp_path):
                    and logs[n][offset].payload.startswith(tag.encode() + b".")]
         assert len(holders) >= 2, (offset, tag, holders)
 
-    # The voter sets the final leader's log went through, each step checked against seed
-    # 002's rules for the leader of its time.
+    # The voter sets the final leader's log went through, each step checked against the
+    # reassignment planner's rules for the leader of its time.
     entries = logs[final["node"]]
     sets: list[tuple[int, ...]] = []
     leaders: list[int] = []

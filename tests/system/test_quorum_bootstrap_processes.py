@@ -1,4 +1,4 @@
-"""Seed 002's start procedure driving ``sluice-quorum`` processes: three fresh voters given by
+"""The start procedure driving ``sluice-quorum`` processes: three fresh voters given by
 id only (``--quorum-voters 1,2,3``), each with one other node as its bootstrap server and no
 ``--peers``, find each other's addresses by gossip, elect a leader and commit; restarted from
 their data directories, they rejoin the same cluster without falling back to

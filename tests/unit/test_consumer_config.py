@@ -1,5 +1,5 @@
 """The consumer's configuration (consumer_client/consumer_config.py): Kafka names, defaults,
-the seed's topic count, and errors that name the key."""
+the topic count, and errors that name the key."""
 
 from __future__ import annotations
 

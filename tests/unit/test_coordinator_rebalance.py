@@ -1,4 +1,4 @@
-"""The rebalance algorithm and handlers against a fake context on task.Clock: the seed's
+"""The rebalance algorithm and handlers against a fake context on task.Clock: the design's
 steps in order, isRebalanceNecessary, expiry, fast fail, retries with backoff, give-up, and a
 group pinned to one handler."""
 

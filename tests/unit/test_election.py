@@ -1,5 +1,5 @@
-"""Leader election rules (seed 000 A and B), leader epochs (seed 003), the judgement of a
-leader's ISR change (seed 004), and the reassignment (seed 000 F), preferred-leader and
+"""Leader election rules (docs/design.md), leader epochs, the judgement of a leader's ISR
+change, and the reassignment, preferred-leader and
 controlled-shutdown rules, as tables."""
 
 import pytest
@@ -68,7 +68,7 @@ def test_shrink_isr_keeps_order_and_drops_dead():
         (1, 4, Election(-1, (1,)), 5),  # goes offline
         (-1, 5, Election(-1, (1,)), 6),  # stays offline: every write is a new epoch
         (-1, 5, Election(1, (1,)), 6),  # back online
-        (1, 4, Election(1, (1, 2), new_generation=True), 5),  # seed 003: returning leader
+        (1, 4, Election(1, (1, 2), new_generation=True), 5),  # returning leader
     ],
 )
 def test_next_leader_epoch(leader, epoch, election, expected):

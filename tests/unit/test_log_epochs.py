@@ -1,4 +1,4 @@
-"""The leader-epoch file (seed 003): format, Kafka's assign/lookup rules, and how appends,
+"""The leader-epoch file: format, Kafka's assign/lookup rules, and how appends,
 truncation and retention keep it in step with the log."""
 
 from __future__ import annotations

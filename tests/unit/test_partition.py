@@ -211,7 +211,7 @@ def test_a_silent_follower_that_has_everything_stays_in_sync(part):
     assert part.out_of_sync_replicas(now_ms=10**9, max_lag_ms=30_000) == [2]
 
 
-# -- follower truncation (seed 003, KIP-279) ------------------------------------------------------
+# -- follower truncation (leader epochs, KIP-279) -------------------------------------------------
 
 
 def follower_with(part, epochs: list[tuple[int, int]]) -> Partition:

@@ -1,5 +1,5 @@
 """``sluice quorum describe | reassign``: argument parsing, the table and JSON, and the admin
-client's leader discovery (DiscoverBrokers) and retries (seed 002's rules) against scripted
+client's leader discovery (DiscoverBrokers) and retries (docs/raft.md) against scripted
 servers, on an injected clock."""
 
 from __future__ import annotations

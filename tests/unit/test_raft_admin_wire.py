@@ -1,5 +1,5 @@
 """The quorum's admin APIs on the wire: DescribeQuorum (55, with Sluice's tagged TargetVoters)
-and AlterPartitionReassignments (45, defined here for seed 002's voter reassignment), mapped to
+and AlterPartitionReassignments (45, defined here for voter reassignment), mapped to
 and from the Raft core's values; bytes built by hand from Kafka's field order; and the generated
 codec checked against the reference implementation for every only-defined API."""
 

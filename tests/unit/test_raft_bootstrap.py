@@ -1,4 +1,4 @@
-"""Seed 002's six-step start procedure (``bootstrap.BootstrapMachine``) on a clock: restore,
+"""The six-step start procedure (``bootstrap.BootstrapMachine``) on a clock: restore,
 discover, fall back to quorum.voters, wait for a majority, join an existing quorum."""
 
 from __future__ import annotations

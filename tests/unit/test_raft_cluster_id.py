@@ -1,4 +1,4 @@
-"""Which cluster id a quorum node starts with (seed 002's ClusterId generation), and that the
+"""Which cluster id a quorum node starts with (docs/design.md#bootstrapping), and that the
 first leader of an empty log writes it into the first VoterAssignment."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DiscoverBrokers' directory (seed 002's gossip): monotonic updates (a node's endpoint by
+"""DiscoverBrokers' directory (the gossip): monotonic updates (a node's endpoint by
 boot time, the quorum view by (epoch, voters offset)), another cluster refused, the wire body
 round trip, and the quorum listener answering it."""
 

@@ -1,4 +1,4 @@
-"""The quorum-state file: seed 002's QuorumStateMessage as JSON, replaced atomically."""
+"""The quorum-state file: the design's QuorumStateMessage as JSON, replaced atomically."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def test_round_trip_through_the_file(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))  # the temp file was renamed into place
 
 
-def test_file_uses_the_seed_field_names(tmp_path):
+def test_file_uses_the_design_field_names(tmp_path):
     write_quorum_state(tmp_path, STATE)
     doc = json.loads((tmp_path / FILE_NAME).read_text())
     assert doc == {"version": 0, "ClusterId": "c1", "LeaderId": 2, "LeaderEpoch": 7,

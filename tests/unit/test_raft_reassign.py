@@ -1,4 +1,4 @@
-"""Voter reassignment in the node (seed 002): AlterVotersRequest handling, the leader's
+"""Voter reassignment in the node: AlterVotersRequest handling, the leader's
 single-member steps with observer promotion, resigning to be removed last, NOT_FOLLOWER for a
 removed voter, and DescribeQuorum."""
 

@@ -1,4 +1,4 @@
-"""The reassignment step planner (seed 002's rules), alone: every rule, and the seed's
+"""The reassignment step planner (docs/design.md#voter-reassignment): every rule, and the
 example (1, 2, 3) -> (4, 5, 6) step by step."""
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def test_bad_inputs_are_refused():
         next_step({1, 2}, {2}, 3, ())
 
 
-def test_the_seeds_example_in_single_member_steps():
-    # Seed 002: (1, 2, 3) -> (4, 5, 6) with leader 1; 1 resigns and 4 removes it.
+def test_the_documented_example_in_single_member_steps():
+    # docs/raft.md#reassignment: (1, 2, 3) -> (4, 5, 6) with leader 1; 1 resigns and 4 removes it.
     assert plan((1, 2, 3), (4, 5, 6), leader_id=1, successor_id=4) == [
         (1, 2, 3), (1, 2, 3, 4), (1, 2, 4), (1, 2, 4, 5), (1, 4, 5), (1, 4, 5, 6), (4, 5, 6)]
 

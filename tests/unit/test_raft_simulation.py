@@ -77,7 +77,7 @@ def test_a_leader_cut_off_from_its_majority_resigns_and_follows_the_new_leader_a
     sim.run_until(lambda: sim.leader() is not None, 20 * T)
     old = sim.leader()
     sim.groups = {n: (1 if n == old.node_id else 0) for n in sim.ids}
-    # Seed 002's zombie leader: nobody fetches from it, so it gives up within the fetch
+    # The zombie leader: nobody fetches from it, so it gives up within the fetch
     # timeout instead of serving stale reads forever.
     assert sim.run_until(lambda: old.role is not Role.LEADER,
                          SIM_CONFIG.fetch_timeout_ms + SIM_CONFIG.fetch_max_wait_ms + 10)
@@ -111,8 +111,8 @@ def committed_voter_sets(sim: Simulation) -> list[tuple[int, ...]]:
     return sets
 
 
-def test_the_seeds_example_reassignment_completes_while_a_client_keeps_proposing():
-    # Seed 002's example: (1, 2, 3) -> (4, 5, 6) with 1 leading and 4, 5, 6 observing.
+def test_the_documented_reassignment_completes_while_a_client_keeps_proposing():
+    # docs/raft.md's example: (1, 2, 3) -> (4, 5, 6) with 1 leading and 4, 5, 6 observing.
     sim = Simulation(2, voters=(1, 2, 3), observers=(4, 5, 6))
     assert sim.run_until(lambda: sim.leader() is not None and sim.leader().high_watermark > 2,
                          20 * T)

@@ -1,4 +1,4 @@
-"""Voter assignments (seed 002's VoterAssignmentMessage): act on the latest appended one,
+"""Voter assignments (the design's VoterAssignmentMessage): act on the latest appended one,
 persist committed ones, revert when a truncation removes one, single-member changes only."""
 
 from __future__ import annotations

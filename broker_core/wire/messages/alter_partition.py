@@ -1,5 +1,5 @@
 """AlterPartition (key 56, Kafka's AlterIsr, KIP-497), v0-1 (flexible): a partition leader asks
-the controller to change the partition's ISR (seed 004). Only the controller writes the
+the controller to change the partition's ISR. Only the controller writes the
 leaderAndISR znode; the leader names the state it holds (``leader_epoch`` and
 ``partition_epoch``, the znode's zkVersion) so the controller can refuse a change based on a stale
 state. Sluice brokers are the only clients, so the versions that name topics by id (2+) and carry

@@ -1,5 +1,5 @@
 """AlterPartitionReassignments (key 45, KIP-455), v0 (flexible): an admin asks the controller to
-move a partition's replicas. Seed 002 reuses it for the metadata quorum: on
+move a partition's replicas. Sluice reuses it for the metadata quorum: on
 ``__cluster_metadata``-0, ``replicas`` are the target voters and ``null`` cancels an ongoing
 reassignment (:mod:`broker_core.raft.wire` maps it to the Raft core's request).
 

@@ -1,4 +1,4 @@
-"""ClusterMetadata (Sluice key 1000, seed 001 §7): any broker answers with the id of the consumer
+"""ClusterMetadata (Sluice key 1000): any broker answers with the id of the consumer
 coordinator and the brokers of the cluster. ``coordinator_id`` is -1 (with
 COORDINATOR_NOT_AVAILABLE) while no coordinator is elected."""
 

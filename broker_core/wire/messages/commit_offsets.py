@@ -1,4 +1,4 @@
-"""CommitOffsets (Sluice key 1005, seed 001 §13 "active CommitOffset"): a consumer commits the
+"""CommitOffsets (Sluice key 1005, the coordinator's active commit): a consumer commits the
 offsets of partitions it owns, now, instead of waiting for the next Ping. It is sent on an
 ordinary connection to the coordinator (the coordinator channel carries only coordinator-sent
 requests, so the two directions never interleave on it). The coordinator accepts offsets only for

@@ -1,4 +1,4 @@
-"""DiscoverBrokers (Sluice key 1007, seed 002's "Quorum Bootstrapping"): the metadata
+"""DiscoverBrokers (Sluice key 1007, docs/design.md#bootstrapping): the metadata
 quorum's gossip API. A node sends what it knows and gets what the other knows:
 
 - ``node``: the sender's own endpoint (-1 node id from a tool that is no node) and its boot

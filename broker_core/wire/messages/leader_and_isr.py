@@ -1,5 +1,5 @@
 """LeaderAndIsr (key 4), v5 only (flexible): the controller tells a broker which partitions it
-leads or follows. ``type`` 1 ("full") is the seed's INIT flag: the request names every partition
+leads or follows. ``type`` 1 ("full") is the design's INIT flag: the request names every partition
 the broker hosts. Fields of v0-4 are listed for completeness; Sluice brokers send only v5.
 """
 

@@ -1,4 +1,4 @@
-"""Sluice's metadata-quorum client APIs, served on the quorum listener only (seed-only keys):
+"""Sluice's metadata-quorum client APIs, served on the quorum listener only (Sluice-only keys):
 
 - **MetadataWrite** (1020): a node that does not lead forwards one metadata command (the bytes
   of :mod:`broker_core.raft.metadata_commands`) to the quorum leader. The leader proposes it

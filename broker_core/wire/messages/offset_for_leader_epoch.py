@@ -1,5 +1,5 @@
 """OffsetForLeaderEpoch (key 23), v3 only (not flexible): a follower asks the leader where a
-leader epoch ends (seed 003's leader-generation request), to truncate its log before fetching."""
+leader epoch ends (docs/design.md#leader-epochs), to truncate its log before fetching."""
 
 from __future__ import annotations
 

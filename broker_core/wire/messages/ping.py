@@ -1,7 +1,7 @@
-"""Ping (Sluice key 1002, seed 001 §11; Kafka's later "heartbeat"): coordinator → consumer on the
+"""Ping (Sluice key 1002; Kafka's later "heartbeat"): coordinator → consumer on the
 coordinator channel. The consumer answers with the next offset to consume of every partition it
-owns when it commits automatically; ``offsets`` is null when it does not (the seed's "the last two
-fields should not exist")."""
+owns when it commits automatically; ``offsets`` is null when it does not (the
+design leaves those fields out)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ and DescribeQuorum (55), each at the versions KIP-595 defined, and KIP-630's Fet
 - Vote v0, flexible from v0.
 - BeginQuorumEpoch v0 and EndQuorumEpoch v0, not flexible (Kafka makes them flexible from v1).
 - DescribeQuorum v0-1, flexible from v0 (v1, KIP-836, adds the two fetch timestamps), plus
-  Sluice's tagged ``target_voters`` (seed 002's TargetVoters).
+  Sluice's tagged ``target_voters`` (the design's TargetVoters).
 - FetchSnapshot v0, flexible from v0 (v1, KIP-853, adds directory ids and endpoints).
 
 The later versions (KIP-853's directory ids and leader endpoints, DescribeQuorum v2's nodes and
@@ -155,7 +155,7 @@ DESCRIBE_QUORUM_RESPONSE = Message(
             Field("high_watermark", INT64, default=-1),
             Field("current_voters", Array(REPLICA_STATE)),
             Field("observers", Array(REPLICA_STATE)),
-            # Sluice's extension (seed 002's TargetVoters): where an ongoing reassignment is
+            # Sluice's extension (the design's TargetVoters): where an ongoing reassignment is
             # heading, null when none is. A tagged field, so Kafka's tools skip it; its tag is
             # far above any Kafka may use for this struct.
             Field("target_voters", Array(REPLICA_STATE), nullable="0+", tag=TARGET_VOTERS_TAG,

@@ -1,8 +1,8 @@
-"""RegisterConsumer (Sluice key 1001, seed 001 §7): a consumer joins its group at the coordinator.
+"""RegisterConsumer (Sluice key 1001): a consumer joins its group at the coordinator.
 
-After a successful response the connection is the *coordinator channel* (DESIGN.md §3): from then
+After a successful response the connection is the *coordinator channel* (docs/design.md): from then
 on the coordinator sends Ping / StopFetcher / StartFetcher requests on it and the consumer only
-answers. On an error the coordinator leaves the connection open (the seed: the consumer closes it).
+answers. On an error the coordinator leaves the connection open (the consumer closes it).
 
 ``topic_count`` is the JSON Kafka's ZooKeeper consumer registered, e.g.
 ``{"version": 1, "pattern": "static", "subscription": {"events": 2}}`` (two streams of topic

@@ -1,4 +1,4 @@
-"""StartFetcher (Sluice key 1004, seed 001 §9/§11): coordinator → consumer at the end of a
+"""StartFetcher (Sluice key 1004): coordinator → consumer at the end of a
 rebalance: the partitions each of the consumer's streams ("threads") now owns, with the offset to
 start from, and the brokers of the cluster so the consumer can find partition leaders without
 asking. ``generation_id`` counts the group's completed rebalances (a Sluice addition, so a member's

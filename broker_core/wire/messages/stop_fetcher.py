@@ -1,4 +1,4 @@
-"""StopFetcher (Sluice key 1003, seed 001 §9/§11): coordinator → consumer at the start of a
+"""StopFetcher (Sluice key 1003): coordinator → consumer at the start of a
 rebalance. The consumer stops its fetchers, clears its queues and answers with the next offset to
 consume of every partition it owned (null ``offsets`` when it does not commit automatically)."""
 

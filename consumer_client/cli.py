@@ -361,6 +361,22 @@ def build_parser() -> argparse.ArgumentParser:
                     "how long an unreachable cluster or a missing topic may last before the "
                     "command gives up with exit code 1 (default 60000)")
 
+    pr = sub.add_parser("produce", help="a console producer: each line of standard input is "
+                        "one message (kafka-console-producer)")
+    pr.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    pr.add_argument("--producer.config", "--command-config", dest="command_config",
+                    metavar="FILE", help="a properties file of producer config keys, the "
+                    "security keys included (--producer-property and --acks win over it)")
+    pr.add_argument("--topic", required=True)
+    pr.add_argument("--key-separator", metavar="SEP",
+                    help="each line is KEY SEP VALUE, split at the first SEP (a line without "
+                    "it stops the command, unsent); without it, lines are values with no key")
+    pr.add_argument("--acks", choices=("all", "-1", "0", "1"),
+                    help="acknowledgements each request waits for (default: the producer's, all)")
+    pr.add_argument("--producer-property", type=_key_value("--producer-property"),
+                    action="append", default=[], metavar="KEY=VALUE",
+                    help="a producer config key (repeatable), e.g. linger.ms=5")
+
     zk = sub.add_parser("zookeeper", help="the cluster's znodes (ACLs)")
     zsub = zk.add_subparsers(dest="action", required=True)
     zs = zsub.add_parser("secure", help="give every znode the ACL of zookeeper.set.acl=true "
@@ -775,6 +791,25 @@ def run_delete_records(args: argparse.Namespace, out=sys.stdout) -> None:
         raise AdminError(None, f"{failed} partition(s) could not be deleted from")
 
 
+def run_produce(args: argparse.Namespace, stdin: Any = None, err: Any = None) -> None:
+    """``sluice produce``: standard input's lines to a topic (consumer_client.console_producer);
+    a bad key or value of the producer's config is bad usage (exit 2) before anything is read."""
+    from consumer_client import console_producer
+    from consumer_client.producer_config import ProducerConfig
+
+    config: dict[str, object] = {**_command_properties(args), **dict(args.producer_property),
+                                 "bootstrap.servers": args.bootstrap_server}
+    if args.acks is not None:
+        config["acks"] = args.acks
+    ProducerConfig.from_mapping(config)
+    code = console_producer.run(topic=args.topic, config=config,
+                                key_separator=args.key_separator,
+                                stdin=stdin if stdin is not None else sys.stdin.buffer,
+                                err=err if err is not None else sys.stderr)
+    if code:
+        raise _Stopped(code)  # what went wrong is already on standard error
+
+
 def run_quorum(args: argparse.Namespace, out=sys.stdout) -> None:
     from consumer_client import quorum_admin
 
@@ -986,6 +1021,9 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         return
     if args.area == "loadtest":
         run_loadtest(args, out)
+        return
+    if args.area == "produce":
+        run_produce(args)
         return
     if args.area == "consume":
         from consumer_client import console_consumer

@@ -666,8 +666,9 @@ async def elect_unclean_leaders(store: Any, partitions: Sequence[TopicPartition]
                                 ) -> dict[TopicPartition, str]:
     """ElectLeaders' UNCLEAN type, as far as Sluice serves it: a partition whose leader is a
     live broker needs no election (``ELECTION_NOT_NEEDED``, Kafka's answer); one without a
-    live leader is refused with ``ELIGIBLE_LEADERS_NOT_AVAILABLE``, because the controller never
-    elects a replica from outside the ISR (it has no unclean election). Nothing is written."""
+    live leader is refused with ``ELIGIBLE_LEADERS_NOT_AVAILABLE``: an election on request is
+    not served. The controller elects an out-of-sync replica by itself only for a topic with
+    ``unclean.leader.election.enable=true`` (set it, live, to get one). Nothing is written."""
     brokers = await live_brokers(store)
     out: dict[TopicPartition, str] = {}
     for tp in partitions:
@@ -683,7 +684,8 @@ async def elect_unclean_leaders(store: Any, partitions: Sequence[TopicPartition]
         if state is not None and state.leader in brokers:
             out[tp] = ELECTION_NOT_NEEDED
         else:
-            out[tp] = ("ELIGIBLE_LEADERS_NOT_AVAILABLE: Sluice's controller never elects a "
-                       "leader from outside the ISR (unclean election is not served); the "
-                       "partition gets a leader when an in-sync replica comes back")
+            out[tp] = ("ELIGIBLE_LEADERS_NOT_AVAILABLE: an unclean election on request is not "
+                       "served; the partition gets a leader when an in-sync replica comes back, "
+                       "or from the controller at once with the topic's "
+                       "unclean.leader.election.enable=true")
     return out

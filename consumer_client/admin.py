@@ -635,6 +635,8 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return str(code)
+
+
 @dataclass(frozen=True)
 class ConfigDescription:
     """One config of a resource as DescribeConfigs reports it; ``synonyms`` are
@@ -650,7 +652,9 @@ class ConfigDescription:
 
 
 def _source_name(source: int) -> str:
+    try:
         return ConfigSource(source).name
+    except ValueError:
         return str(source)
 
 

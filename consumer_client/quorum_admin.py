@@ -326,6 +326,7 @@ class QuorumAdminClient:
         """One request on the connection to ``address`` (opened if needed); ``None``, with
         the reason in ``failures``, when it could not be reached or answered."""
         read_timeout = self.timeout_s + 5.0  # the leader answers a reassignment before this
+        connecting = address not in self._conns
         try:
             conn = self._conns.get(address)
             if conn is None:
@@ -340,10 +341,14 @@ class QuorumAdminClient:
                 self._conns[address] = conn
             answer = conn.request(key, body, version=version)
         except (*AUTHENTICATION_ERRORS, ssl.SSLError) as e:
-            if isinstance(e, ssl.SSLEOFError | ssl.SSLZeroReturnError | ssl.SSLSyscallError):
-                # Closed mid-handshake (a node stopping, say): as any lost connection.
+            if (isinstance(e, ssl.SSLEOFError | ssl.SSLZeroReturnError | ssl.SSLSyscallError)
+                    or (isinstance(e, ssl.SSLError) and not connecting)):
+                # Closed mid-handshake (a node stopping, say), or a TLS error on a connection
+                # that was already up: as any lost connection.
                 failures[_name(address)] = str(e) or type(e).__name__
-                self._conns.pop(address, None)
+                dropped = self._conns.pop(address, None)
+                if dropped is not None:
+                    dropped.close()
                 return None
             # The node's certificate was refused, or ours, or it speaks no TLS: the same
             # settings would be refused again.

@@ -114,7 +114,6 @@ RULES: dict[ApiKey, Rule] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Rule(Op.ALTER, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
-    ApiKey.DESCRIBE_CLUSTER: Rule(Op.DESCRIBE, RT.CLUSTER, _CLUSTER, Scope.CLUSTER),
     # Sluice's coordinator APIs, as Kafka's group APIs: JoinGroup / LeaveGroup need READ on the
     # group; OffsetCommit READ on the group and on each topic; DescribeGroups DESCRIBE.
     ApiKey.REGISTER_CONSUMER: Rule(Op.READ, RT.GROUP, _GROUP, Scope.GROUP),
@@ -124,9 +123,12 @@ RULES: dict[ApiKey, Rule] = {
 }
 
 #: Served without any check: version negotiation, the coordinator's address (Kafka's
-#: FindCoordinator answers anyone too), the coordinator-to-consumer requests a broker only
-#: refuses, and SASL's own APIs.
-UNCHECKED = frozenset({ApiKey.API_VERSIONS, ApiKey.CLUSTER_METADATA, ApiKey.PING,
+#: FindCoordinator answers anyone too), DescribeCluster (as Kafka: the brokers, controller and
+#: cluster id anyone learns from Metadata anyway; clients such as Java's AdminClient ask it
+#: for the cluster id), the coordinator-to-consumer requests a broker only refuses, and SASL's
+#: own APIs.
+UNCHECKED = frozenset({ApiKey.API_VERSIONS, ApiKey.CLUSTER_METADATA, ApiKey.DESCRIBE_CLUSTER,
+                       ApiKey.PING,
                        ApiKey.STOP_FETCHER, ApiKey.START_FETCHER,
                        # Answered by the connection's authentication gate, before any handler
                        # (broker_core.server.authentication): how a principal comes to be.

@@ -31,6 +31,7 @@ from broker_core.server.authorization import RULES, Access
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages import elect_leaders
+from broker_core.wire.topic_partition import TopicPartition
 
 #: Most partitions one request may name (beyond it: INVALID_REQUEST for all of them).
 MAX_PARTITIONS = 10_000
@@ -38,7 +39,6 @@ MAX_PARTITIONS = 10_000
 #: (the wait polls the metadata store; a peer must not keep that going for days).
 MAX_ELECTION_WAIT_S = 300.0
 
-TopicPartition = tuple[str, int]
 
 
 def _count(topics: Iterable[Any] | None, partitions_of: Callable[[Any], Any]) -> int:

@@ -18,8 +18,7 @@ These functions only record intent; the controller carries it out (docs/design.m
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -612,16 +611,10 @@ async def elect_preferred_leaders(store: Any, partitions: Sequence[TopicPartitio
     brokers = await live_brokers(store)
     out: dict[TopicPartition, str] = {}
     ask: dict[TopicPartition, int] = {}
-    for tp in partitions:
-        topic, p = tp
-        try:
-            replicas = (await _assignment(store, topic)).get(p)
-        except UnknownTopic:
-            replicas = None
+    async for tp, replicas, state in _partition_states(store, partitions):
         if not replicas:
-            out[tp] = f"UNKNOWN_TOPIC_OR_PARTITION: {topic}-{p} does not exist"
+            out[tp] = f"UNKNOWN_TOPIC_OR_PARTITION: {tp[0]}-{tp[1]} does not exist"
             continue
-        state = await _leader_state(store, tp)
         preferred = replicas[0]
         if state is not None and state.leader == preferred:
             out[tp] = ELECTION_NOT_NEEDED
@@ -638,9 +631,9 @@ async def elect_preferred_leaders(store: Any, partitions: Sequence[TopicPartitio
     except NodeExists:
         raise AdminRequestPending("a preferred replica election is already in progress "
                                   f"({paths.PREFERRED_REPLICA_ELECTION} exists)") from None
-    deadline = time.monotonic() + timeout_s
+    deadline = clock.seconds() + timeout_s
     while await store.exists(paths.PREFERRED_REPLICA_ELECTION) is not None:
-        if time.monotonic() > deadline or getattr(store, "state",
+        if clock.seconds() > deadline or getattr(store, "state",
                                                   SessionState.CONNECTED) is SessionState.LOST:
             raise TopicAdminError(f"the controller did not act on the election within "
                                   f"{timeout_s:g}s; is a controller running? "
@@ -652,6 +645,24 @@ async def elect_preferred_leaders(store: Any, partitions: Sequence[TopicPartitio
             f"PREFERRED_LEADER_NOT_AVAILABLE: preferred replica {preferred} could not take "
             "over (not alive or not in the ISR when the controller acted)")
     return out
+
+
+async def _partition_states(store: Any, partitions: Sequence[TopicPartition]
+                            ) -> AsyncIterator[tuple[TopicPartition, list[int] | None,
+                                                     paths.LeaderAndIsr | None]]:
+    """Each partition with its replicas (``None`` when the topic or partition does not exist)
+    and its leader state, reading each topic's assignment once however many of its
+    partitions are asked about."""
+    assignments: dict[str, dict[int, list[int]] | None] = {}
+    for tp in partitions:
+        topic, p = tp
+        if topic not in assignments:
+            try:
+                assignments[topic] = await _assignment(store, topic)
+            except UnknownTopic:
+                assignments[topic] = None
+        replicas = (assignments[topic] or {}).get(p)
+        yield tp, replicas, (await _leader_state(store, tp) if replicas else None)
 
 
 async def _leader_state(store: Any, tp: TopicPartition) -> paths.LeaderAndIsr | None:
@@ -671,16 +682,10 @@ async def elect_unclean_leaders(store: Any, partitions: Sequence[TopicPartition]
     ``unclean.leader.election.enable=true`` (set it, live, to get one). Nothing is written."""
     brokers = await live_brokers(store)
     out: dict[TopicPartition, str] = {}
-    for tp in partitions:
-        topic, p = tp
-        try:
-            replicas = (await _assignment(store, topic)).get(p)
-        except UnknownTopic:
-            replicas = None
+    async for tp, replicas, state in _partition_states(store, partitions):
         if not replicas:
-            out[tp] = f"UNKNOWN_TOPIC_OR_PARTITION: {topic}-{p} does not exist"
+            out[tp] = f"UNKNOWN_TOPIC_OR_PARTITION: {tp[0]}-{tp[1]} does not exist"
             continue
-        state = await _leader_state(store, tp)
         if state is not None and state.leader in brokers:
             out[tp] = ELECTION_NOT_NEEDED
         else:

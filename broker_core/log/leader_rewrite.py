@@ -20,11 +20,13 @@ store:
 
 Bounds (a hostile batch must not make the leader allocate without limit): every batch
 decompresses through :func:`broker_core.wire.compression.decompress` bounded by
-``max_batch_bytes`` (``max.message.bytes``), as the validator already did; the decompressed
-bytes of the whole record set share one budget of ``len(records) + max_batch_bytes`` (so a set
-of many small compressed batches cannot expand without limit); a rewritten batch larger than
-``max_batch_bytes`` is refused with :class:`BatchTooLargeAfterRewrite`. A refusal changes
-nothing. Pure functions on bytes: no I/O, no clock (``now_ms`` is given).
+``max_batch_bytes`` (``max.message.bytes``), exactly the bound the validator applies, and
+each decompressed copy is dropped before the next batch is read, so the extra memory is about
+one batch whatever the set holds; a rewritten batch larger than ``max_batch_bytes`` is refused
+with :class:`BatchTooLargeAfterRewrite`. The bound is per batch, never shared across the set:
+whether a record set is accepted must not depend on the topic's ``compression.type`` (a set the
+validator accepts decompresses here within the same bound). A refusal changes nothing. Pure
+functions on bytes: no I/O, no clock (``now_ms`` is given).
 """
 
 from __future__ import annotations
@@ -110,23 +112,22 @@ def rewrite_for_topic(data: bytes | bytearray, infos: list[BatchInfo], *, compre
                       ) -> tuple[bytes | bytearray, list[BatchInfo]]:
     """The record set to store and its batches' infos; ``data`` itself when nothing changes.
 
-    Raises :class:`~broker_core.wire.compression.DecompressedTooLarge` (the record set's
-    decompression budget is spent) or :class:`BatchTooLargeAfterRewrite`; ``data`` is not
+    Raises :class:`~broker_core.wire.compression.DecompressedTooLarge` (a batch decompresses
+    to more than ``max_batch_bytes``) or :class:`BatchTooLargeAfterRewrite`; ``data`` is not
     modified either way.
     """
     if not needs_rewrite(infos, compression_type=compression_type,
                          timestamp_type=timestamp_type):
         return data, infos
     append_time = now_ms if timestamp_type == "LogAppendTime" else None
-    budget = len(data) + max_batch_bytes
     out = bytearray()
     for info in infos:
         batch = bytes(data[info.position:info.end])
         codec = target_codec(compression_type, info.compression)
         if codec is not info.compression:
             payload = batch[HEADER_SIZE:]
-            raw = decompress(info.compression, payload, max_bytes=min(max_batch_bytes, budget))
-            budget -= len(raw)
+            # Per batch, as the validator: the copy is dropped before the next batch.
+            raw = decompress(info.compression, payload, max_bytes=max_batch_bytes)
             batch = _with_payload(batch, codec, compress(codec, raw))
             if len(batch) > max_batch_bytes:
                 raise BatchTooLargeAfterRewrite(

@@ -21,9 +21,11 @@ store:
 Bounds (a hostile batch must not make the leader allocate without limit): every batch
 decompresses through :func:`broker_core.wire.compression.decompress` bounded by
 ``max_batch_bytes`` (``max.message.bytes``), exactly the bound the validator applies, and
-each decompressed copy is dropped before the next batch is read, so the extra memory is about
-one batch whatever the set holds; a rewritten batch larger than ``max_batch_bytes`` is refused
-with :class:`BatchTooLargeAfterRewrite`. The bound is per batch, never shared across the set:
+each decompressed copy is dropped before the next batch is read (at most one batch's
+decompressed records are held at a time); a rewritten batch larger than ``max_batch_bytes`` is
+refused with :class:`BatchTooLargeAfterRewrite`. The rewritten set itself is as large as what
+will be stored: each of its batches is at most ``max_batch_bytes``, the set as a whole has no
+bound of its own here. The bound is per batch, never shared across the set:
 whether a record set is accepted must not depend on the topic's ``compression.type`` (a set the
 validator accepts decompresses here within the same bound). A refusal changes nothing. Pure
 functions on bytes: no I/O, no clock (``now_ms`` is given).

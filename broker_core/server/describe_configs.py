@@ -17,7 +17,8 @@ What it reports, Kafka's way (every value the store holds is read at the time of
   :data:`broker_core.config.BROKER_KEYS` with the same precedence (dynamic keys are
   :data:`broker_core.config_changes.DYNAMIC_BROKER_KEYS`; every other key is read-only). A key
   is ``STATIC_BROKER_CONFIG`` when its value differs from what a configuration setting only the
-  required keys would give; an unset key has a null value. An empty name is Kafka's
+  required keys would give; an unset key has a null value. The per-listener overrides the
+  configuration sets (``listener.name.<name>.ssl.*``) follow, read-only. An empty name is Kafka's
   "cluster-wide dynamic defaults" resource: the keys set in ``/config/brokers/<default>``.
   The dynamic levels report only what a broker applies: stored values
   :func:`broker_core.dynamic_config.effective_broker_config` ignores (not a dynamic key, or a
@@ -240,6 +241,13 @@ def _broker_entries(resource_name: str, broker_id: int, levels: _BrokerLevels) -
         value, source, synonyms = _effective(levels.of(key))
         entries.append(_Entry(key, value, key not in DYNAMIC_BROKER_KEYS, source, synonyms,
                               config_type_of(spec.parse)))
+    # The per-listener overrides (listener.name.<name>.ssl.*) are not in the keys table: set
+    # in the configuration only, read-only.
+    for key in sorted(set(levels.static) - set(BROKER_KEYS)):
+        value = levels.static[key]
+        entries.append(_Entry(key, value, True, ConfigSource.STATIC_BROKER_CONFIG,
+                              [_synonym(key, value, ConfigSource.STATIC_BROKER_CONFIG)],
+                              ConfigType.STRING))
     return entries
 
 

@@ -23,10 +23,13 @@ decompresses through :func:`broker_core.wire.compression.decompress` bounded by
 ``max_batch_bytes`` (``max.message.bytes``), exactly the bound the validator applies, and
 each decompressed copy is dropped before the next batch is read (at most one batch's
 decompressed records are held at a time); a rewritten batch larger than ``max_batch_bytes`` is
-refused with :class:`BatchTooLargeAfterRewrite`. The rewritten set itself is as large as what
-will be stored: each of its batches is at most ``max_batch_bytes``, the set as a whole has no
-bound of its own here. The bound is per batch, never shared across the set:
-whether a record set is accepted must not depend on the topic's ``compression.type`` (a set the
+refused with :class:`BatchTooLargeAfterRewrite`, and so is a rewritten set larger than
+``len(records) + max_batch_bytes``: without it many tiny compressed batches stored
+``uncompressed`` (or with a codec of a poorer ratio) would make the leader build a record set
+thousands of times the request (Kafka, which rewrites a set into one batch, allows only
+``max_batch_bytes``). These two depend on the stored size, which is the topic codec's to
+decide. The decompression bound is per batch, never shared across the set: whether a record
+set decompresses within bounds must not depend on the topic's ``compression.type`` (a set the
 validator accepts decompresses here within the same bound). A refusal changes nothing. Pure
 functions on bytes: no I/O, no clock (``now_ms`` is given).
 """
@@ -63,7 +66,8 @@ _int64 = struct.Struct(">q")
 
 
 class BatchTooLargeAfterRewrite(InvalidRecordBatch):
-    """A batch the topic's codec makes larger than ``max.message.bytes`` -> MESSAGE_TOO_LARGE."""
+    """A batch the topic's codec makes larger than ``max.message.bytes``, or a record set larger
+    than its own size plus ``max.message.bytes`` -> MESSAGE_TOO_LARGE."""
 
     error_code_name = "MESSAGE_TOO_LARGE"
 
@@ -115,14 +119,15 @@ def rewrite_for_topic(data: bytes | bytearray, infos: list[BatchInfo], *, compre
     """The record set to store and its batches' infos; ``data`` itself when nothing changes.
 
     Raises :class:`~broker_core.wire.compression.DecompressedTooLarge` (a batch decompresses
-    to more than ``max_batch_bytes``) or :class:`BatchTooLargeAfterRewrite`; ``data`` is not
-    modified either way.
+    to more than ``max_batch_bytes``) or :class:`BatchTooLargeAfterRewrite` (a batch or the
+    set too large once rewritten); ``data`` is not modified either way.
     """
     if not needs_rewrite(infos, compression_type=compression_type,
                          timestamp_type=timestamp_type):
         return data, infos
     append_time = now_ms if timestamp_type == "LogAppendTime" else None
     out = bytearray()
+    max_out = len(data) + max_batch_bytes
     for info in infos:
         batch = bytes(data[info.position:info.end])
         codec = target_codec(compression_type, info.compression)
@@ -138,6 +143,11 @@ def rewrite_for_topic(data: bytes | bytearray, infos: list[BatchInfo], *, compre
                     f"max.message.bytes is {max_batch_bytes}")
         if append_time is not None:
             batch = _stamped(batch, append_time)
+        if len(out) + len(batch) > max_out:
+            raise BatchTooLargeAfterRewrite(
+                f"the record set would be more than {max_out} bytes once stored with "
+                f"compression.type={compression_type} (its size, {len(data)} bytes, plus the "
+                f"topic's max.message.bytes); send fewer batches per request")
         out += batch
     return out, list(iter_batches(out))
 

@@ -124,13 +124,25 @@ def test_acceptance_does_not_depend_on_the_topic_codec(tmp_path):
     one = build_batch([Record(None, bytes(600_000), [], TS)], compression=Compression.GZIP)
     data = one + one
     assert len(data) < 4_000
-    for codec in ("producer", "lz4", "uncompressed"):
+    for codec in ("producer", "lz4", "gzip", "snappy", "zstd"):
         log = Log.open(tmp_path / f"{codec}-0", LogConfig(compression_type=codec), time_ms=ManualTime())
         result = log.append_as_leader(data, 0)
         assert (result.first_offset, result.last_offset) == (0, 1)
         stored = log.read(0, 4 << 20).records
         assert [r.value for r in decode_records(stored)] == [bytes(600_000)] * 2
         log.close()
+
+
+def test_a_rewritten_set_is_bounded_by_its_size_plus_max_message_bytes():
+    """Many tiny bombs, each within max.message.bytes, stored uncompressed would make a set
+    thousands of times the request: refused; a set within the bound passes."""
+    one = produced(Compression.ZSTD, n=1, size=40_000)
+    data = one * 40
+    assert len(data) < 40 * 200
+    with pytest.raises(BatchTooLargeAfterRewrite, match="once stored with compression.type=uncompressed"):
+        rewrite(data, compression_type="uncompressed", max_batch_bytes=100_000)
+    out, infos = rewrite(one * 2, compression_type="uncompressed", max_batch_bytes=100_000)
+    assert [i.compression for i in infos] == [Compression.NONE] * 2
 
 
 def test_log_append_applies_the_topic_settings(tmp_path):

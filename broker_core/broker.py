@@ -44,7 +44,8 @@ from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
 from broker_core.acl_store import AclCache
-from broker_core.config import BrokerConfig, ConfigError
+from broker_core.config import TOPIC_CONFIG_KEYS, BrokerConfig, ConfigError
+from broker_core.config_changes import read_entity
 from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerHeartbeatSender
 from broker_core.controller.shutdown import controlled_shutdown
@@ -355,9 +356,15 @@ class BrokerService(service.Service):
             return LogConfig.from_topic_config(self.default_log_config, good)
 
     def _min_insync_replicas(self, topic: str) -> int:
-        value = self.topic_configs.get(topic, {}).get("min.insync.replicas")
-        if value is not None and value.strip().isdigit() and int(value) >= 1:
-            return int(value)
+        """The topic's stored min.insync.replicas when it parses as the topic key does (the
+        store is not trusted: anything else falls back to the broker's value)."""
+        key = "min.insync.replicas"
+        value = self.topic_configs.get(topic, {}).get(key)
+        if value is not None:
+            try:
+                return int(TOPIC_CONFIG_KEYS[key].parse(key, value))
+            except ConfigError:
+                pass
         return self.effective_config.min_insync_replicas
 
     def _unclean_allowed(self, topic: str) -> bool:
@@ -385,11 +392,8 @@ class BrokerService(service.Service):
             self.replicas.update_topic_config(topic)
 
     async def _load_topic_config(self, topic: str) -> None:
-        try:
-            data, _ = await self.store.get(paths.topic_config(topic))
-            self.topic_configs[topic] = dict(paths.TopicConfig.from_bytes(data).config)
-        except NoNode:
-            self.topic_configs[topic] = {}
+        # No node, or an unreadable one (logged): no overrides, the broker defaults apply.
+        self.topic_configs[topic], _ = await read_entity(self.store, paths.topic_config(topic))
 
     async def _ensure_topic_configs(self, topics: set[str]) -> None:
         """Reads the overrides of every topic not known yet. LeaderAndIsr waits for this

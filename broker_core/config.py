@@ -39,7 +39,17 @@ class ConfigError(ValueError):
 # -- value parsers: (key, raw text) -> typed value, or ConfigError -------------------------------
 
 Parser = Callable[[str, str], Any]
-_DECIMAL = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[0-9]+")
+_SIGNED_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_decimal(text: str, *, signed: bool = False) -> int | None:
+    """The integer ``text`` spells in plain ASCII decimal digits (a leading ``+``/``-`` only
+    when ``signed``), else None. Use it instead of ``str.isdigit()`` + ``int()``: ``isdigit``
+    is true for ``"²"``, on which ``int`` raises, and ``int`` also takes ``"1_000"`` and
+    non-ASCII digits. No whitespace is stripped."""
+    pattern = _SIGNED_DECIMAL if signed else _DECIMAL
+    return int(text) if pattern.fullmatch(text) else None
 
 
 def _bad(key: str, raw: str, expected: str) -> ConfigError:
@@ -62,12 +72,8 @@ def integer(lo: int, hi: int = LONG_MAX, *, what: str | None = None) -> Parser:
     expected = what or f"an integer ≥ {lo}"
 
     def parse(key: str, raw: str) -> int:
-        text = raw.strip()
-        # Plain ASCII decimal only: int() would also take "1_000" and non-ASCII digits.
-        if not _DECIMAL.fullmatch(text):
-            raise _bad(key, raw, expected)
-        value = int(text)
-        if value < lo:
+        value = parse_decimal(raw.strip(), signed=True)
+        if value is None or value < lo:
             raise _bad(key, raw, expected)
         if value > hi:
             raise _bad(key, raw, f"an integer ≤ {hi}")

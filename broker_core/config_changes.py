@@ -23,6 +23,11 @@ What may change:
 :class:`ConfigChangeError` with the error code and a message naming the key.
 :func:`alter_entity` does the conditional read-modify-write. Invariant: a refused change writes
 nothing; a change is written whole or not at all.
+
+The nodes are not trusted (another tool may write them): :func:`read_entity` reads an
+unreadable node as no configs, keeping its version, so AlterConfigs replaces it,
+IncrementalAlterConfigs starts from nothing, and DescribeConfigs still answers; the operator can
+always repair a node through the API.
 """
 
 from __future__ import annotations
@@ -31,12 +36,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from twisted.logger import Logger
+
 from broker_core.config import (
     BROKER_KEYS,
+    INT_MAX,
     TOPIC_CONFIG_KEYS,
     ConfigError,
     check_topic_value,
     config_type_of,
+    parse_decimal,
     unknown_key_message,
 )
 from broker_core.metadata import BadVersion, NodeExists, NoNode
@@ -44,6 +53,8 @@ from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages.describe_configs import ConfigType, ResourceType
 from broker_core.wire.messages.incremental_alter_configs import OpType
 from broker_core.zk import paths
+
+log = Logger(namespace="sluice.config")
 
 #: Broker keys AlterConfigs may change, per broker or cluster-wide: each is the broker-level
 #: default of a topic key, applied by a running broker to the logs of topics without their own
@@ -205,23 +216,30 @@ def entity_path(resource_type: int, name: str) -> str:
     if resource_type == ResourceType.BROKER:
         if name in ("", DEFAULT_BROKER):
             return paths.broker_config(DEFAULT_BROKER)
-        if not name.isdigit() or int(name) > (1 << 31) - 1:
+        broker_id = parse_decimal(name)
+        if broker_id is None or broker_id > INT_MAX:
             raise ConfigChangeError(ErrorCode.INVALID_REQUEST,
                                     f"broker resource name {name!r} is not a broker id (or "
                                     "empty, for the cluster-wide defaults)")
-        return paths.broker_config(str(int(name)))
+        return paths.broker_config(str(broker_id))
     raise ConfigChangeError(ErrorCode.INVALID_REQUEST,
                             f"resource type {resource_type} cannot be altered here; use TOPIC "
                             f"({int(ResourceType.TOPIC)}) or BROKER ({int(ResourceType.BROKER)})")
 
 
 async def read_entity(store: Any, path: str) -> tuple[dict[str, str], int | None]:
-    """A node's configs and version (None: no node)."""
+    """A node's configs and version (None: no node). An unreadable node (not the JSON of
+    :class:`~broker_core.zk.paths.TopicConfig`) is logged and read as ``{}`` with its version,
+    so a conditional write replaces it rather than failing on it."""
     try:
         data, stat = await store.get(path)
     except NoNode:
         return {}, None
-    return dict(paths.TopicConfig.from_bytes(data).config), stat.version
+    try:
+        return dict(paths.TopicConfig.from_bytes(data).config), stat.version
+    except ValueError as e:
+        log.warn("{path} is unreadable; taken as no configs: {e}", path=path, e=e)
+        return {}, stat.version
 
 
 async def alter_entity(store: Any, resource_type: int, name: str,

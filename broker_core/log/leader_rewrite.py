@@ -20,11 +20,18 @@ store:
 
 Bounds (a hostile batch must not make the leader allocate without limit): every batch
 decompresses through :func:`broker_core.wire.compression.decompress` bounded by
-``max_batch_bytes`` (``max.message.bytes``), as the validator already did; the decompressed
-bytes of the whole record set share one budget of ``len(records) + max_batch_bytes`` (so a set
-of many small compressed batches cannot expand without limit); a rewritten batch larger than
-``max_batch_bytes`` is refused with :class:`BatchTooLargeAfterRewrite`. A refusal changes
-nothing. Pure functions on bytes: no I/O, no clock (``now_ms`` is given).
+``max_batch_bytes`` (``max.message.bytes``), exactly the bound the validator applies, and
+each decompressed copy is dropped before the next batch is read (at most one batch's
+decompressed records are held at a time); a rewritten batch larger than ``max_batch_bytes`` is
+refused with :class:`BatchTooLargeAfterRewrite`, and so is a rewritten set larger than
+``len(records) + max_batch_bytes``: without it many tiny compressed batches stored
+``uncompressed`` (or with a codec of a poorer ratio) would make the leader build a record set
+thousands of times the request (Kafka, which rewrites a set into one batch, allows only
+``max_batch_bytes``). These two depend on the stored size, which is the topic codec's to
+decide. The decompression bound is per batch, never shared across the set: whether a record
+set decompresses within bounds must not depend on the topic's ``compression.type`` (a set the
+validator accepts decompresses here within the same bound). A refusal changes nothing. Pure
+functions on bytes: no I/O, no clock (``now_ms`` is given).
 """
 
 from __future__ import annotations
@@ -59,7 +66,8 @@ _int64 = struct.Struct(">q")
 
 
 class BatchTooLargeAfterRewrite(InvalidRecordBatch):
-    """A batch the topic's codec makes larger than ``max.message.bytes`` -> MESSAGE_TOO_LARGE."""
+    """A batch the topic's codec makes larger than ``max.message.bytes``, or a record set larger
+    than its own size plus ``max.message.bytes`` -> MESSAGE_TOO_LARGE."""
 
     error_code_name = "MESSAGE_TOO_LARGE"
 
@@ -110,23 +118,23 @@ def rewrite_for_topic(data: bytes | bytearray, infos: list[BatchInfo], *, compre
                       ) -> tuple[bytes | bytearray, list[BatchInfo]]:
     """The record set to store and its batches' infos; ``data`` itself when nothing changes.
 
-    Raises :class:`~broker_core.wire.compression.DecompressedTooLarge` (the record set's
-    decompression budget is spent) or :class:`BatchTooLargeAfterRewrite`; ``data`` is not
-    modified either way.
+    Raises :class:`~broker_core.wire.compression.DecompressedTooLarge` (a batch decompresses
+    to more than ``max_batch_bytes``) or :class:`BatchTooLargeAfterRewrite` (a batch or the
+    set too large once rewritten); ``data`` is not modified either way.
     """
     if not needs_rewrite(infos, compression_type=compression_type,
                          timestamp_type=timestamp_type):
         return data, infos
     append_time = now_ms if timestamp_type == "LogAppendTime" else None
-    budget = len(data) + max_batch_bytes
     out = bytearray()
+    max_out = len(data) + max_batch_bytes
     for info in infos:
         batch = bytes(data[info.position:info.end])
         codec = target_codec(compression_type, info.compression)
         if codec is not info.compression:
             payload = batch[HEADER_SIZE:]
-            raw = decompress(info.compression, payload, max_bytes=min(max_batch_bytes, budget))
-            budget -= len(raw)
+            # Per batch, as the validator: the copy is dropped before the next batch.
+            raw = decompress(info.compression, payload, max_bytes=max_batch_bytes)
             batch = _with_payload(batch, codec, compress(codec, raw))
             if len(batch) > max_batch_bytes:
                 raise BatchTooLargeAfterRewrite(
@@ -135,6 +143,11 @@ def rewrite_for_topic(data: bytes | bytearray, infos: list[BatchInfo], *, compre
                     f"max.message.bytes is {max_batch_bytes}")
         if append_time is not None:
             batch = _stamped(batch, append_time)
+        if len(out) + len(batch) > max_out:
+            raise BatchTooLargeAfterRewrite(
+                f"the record set would be more than {max_out} bytes once stored with "
+                f"compression.type={compression_type} (its size, {len(data)} bytes, plus the "
+                f"topic's max.message.bytes); send fewer batches per request")
         out += batch
     return out, list(iter_batches(out))
 

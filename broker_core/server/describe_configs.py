@@ -17,8 +17,15 @@ What it reports, Kafka's way (every value the store holds is read at the time of
   :data:`broker_core.config.BROKER_KEYS` with the same precedence (dynamic keys are
   :data:`broker_core.config_changes.DYNAMIC_BROKER_KEYS`; every other key is read-only). A key
   is ``STATIC_BROKER_CONFIG`` when its value differs from what a configuration setting only the
-  required keys would give; an unset key has a null value. An empty name is Kafka's
+  required keys would give; an unset key has a null value. The per-listener overrides the
+  configuration sets (``listener.name.<name>.ssl.*``) follow, read-only. An empty name is Kafka's
   "cluster-wide dynamic defaults" resource: the keys set in ``/config/brokers/<default>``.
+  The dynamic levels report only what a broker applies: stored values
+  :func:`broker_core.dynamic_config.effective_broker_config` ignores (not a dynamic key, or a
+  value its parser refuses) are logged and left out, so a stored invalid value is never
+  reported as in effect.
+- The store is not trusted: an unreadable dynamic-config node (topic or broker) is logged and
+  read as no configs (:func:`broker_core.config_changes.read_entity`), so the request answers.
 - ``configuration_keys`` (null: all) filters the keys; requested keys that do not exist are left
   out, as Kafka does. Synonyms (v1+, when ``include_synonyms`` is set) list every level that has
   a value, most specific first, in Kafka's order: topic override, dynamic broker, dynamic
@@ -45,7 +52,7 @@ from broker_core.config import (
     required_keys,
 )
 from broker_core.config_changes import DEFAULT_BROKER, DYNAMIC_BROKER_KEYS, read_entity
-from broker_core.metadata import NoNode
+from broker_core.dynamic_config import effective_broker_config
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages.describe_configs import ConfigSource, ConfigType, ResourceType
 from broker_core.zk import paths
@@ -175,6 +182,19 @@ def _broker_values(cfg: BrokerConfig) -> dict[str, str | None]:
     return out
 
 
+def _in_effect(cfg: BrokerConfig, read: tuple[dict[str, str], int | None]) -> dict[str, str]:
+    """The stored dynamic broker values a broker applies: those
+    :func:`~broker_core.dynamic_config.effective_broker_config` keeps (a dynamic key whose value
+    its parser accepts), so an invalid stored value is not reported as in effect; the rest is
+    logged."""
+    stored, _ = read
+    _, ignored = effective_broker_config(cfg, stored)
+    for key, why in ignored.items():
+        log.warn("DescribeConfigs: stored dynamic broker config {key}={value!r} is not in "
+                 "effect ({why})", key=key, value=stored[key], why=why)
+    return {k: v for k, v in stored.items() if k not in ignored}
+
+
 @dataclass(frozen=True)
 class _BrokerLevels:
     """What each level gives a broker key: this broker's dynamic configs, the cluster-wide
@@ -187,8 +207,8 @@ class _BrokerLevels:
 
     @classmethod
     async def read(cls, store: Any, cfg: BrokerConfig, broker_id: int) -> _BrokerLevels:
-        own, _ = await read_entity(store, paths.broker_config(str(broker_id)))
-        default, _ = await read_entity(store, paths.broker_config(DEFAULT_BROKER))
+        own = _in_effect(cfg, await read_entity(store, paths.broker_config(str(broker_id))))
+        default = _in_effect(cfg, await read_entity(store, paths.broker_config(DEFAULT_BROKER)))
         props = cfg.as_properties()
         builtin = _broker_values(BrokerConfig.from_mapping(
             {k: props[k] for k in required_keys(cfg)}))
@@ -196,10 +216,7 @@ class _BrokerLevels:
         # The required keys, and every key whose value differs from its built-in default (so a
         # derived value such as log.retention.ms counts as set when log.retention.hours is).
         static = set(required_keys(cfg)) | {k for k in ours if ours[k] != builtin.get(k)}
-        dynamic = set(DYNAMIC_BROKER_KEYS)  # anything else in the nodes is ignored by brokers
-        return cls({k: v for k, v in own.items() if k in dynamic},
-                   {k: v for k, v in default.items() if k in dynamic},
-                   {k: ours[k] for k in static}, builtin)
+        return cls(own, default, {k: ours[k] for k in static}, builtin)
 
     def of(self, key: str) -> list[tuple[ConfigSource, str, str | None]]:
         return [(ConfigSource.DYNAMIC_BROKER_CONFIG, key, self.own.get(key)),
@@ -224,6 +241,13 @@ def _broker_entries(resource_name: str, broker_id: int, levels: _BrokerLevels) -
         value, source, synonyms = _effective(levels.of(key))
         entries.append(_Entry(key, value, key not in DYNAMIC_BROKER_KEYS, source, synonyms,
                               config_type_of(spec.parse)))
+    # The per-listener overrides (listener.name.<name>.ssl.*) are not in the keys table: set
+    # in the configuration only, read-only.
+    for key in sorted(set(levels.static) - set(BROKER_KEYS)):
+        value = levels.static[key]
+        entries.append(_Entry(key, value, True, ConfigSource.STATIC_BROKER_CONFIG,
+                              [_synonym(key, value, ConfigSource.STATIC_BROKER_CONFIG)],
+                              ConfigType.STRING))
     return entries
 
 
@@ -238,11 +262,9 @@ async def _topic_overrides(store: Any, name: str) -> Mapping[str, str]:
     if await store.exists(paths.topic(name)) is None:
         raise _ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"topic {name!r} does not exist")
-    try:
-        data, _ = await store.get(paths.topic_config(name))
-    except NoNode:
-        return {}  # a topic created without a config node has no overrides
-    return paths.TopicConfig.from_bytes(data).config
+    # No node: no overrides; an unreadable one is logged and read as none (as brokers do).
+    overrides, _ = await read_entity(store, paths.topic_config(name))
+    return overrides
 
 
 async def _topic_entries(store: Any, name: str, levels: _BrokerLevels) -> list[_Entry]:

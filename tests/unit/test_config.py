@@ -16,6 +16,7 @@ from broker_core.config import (
     BrokerConfig,
     ConfigError,
     config_type_of,
+    parse_decimal,
     parse_properties,
     read_properties,
     topic_defaults,
@@ -577,3 +578,18 @@ def test_the_required_keys_of_each_mode_make_a_config(values):
     minimal = BrokerConfig.from_mapping({k: props[k] for k in required_keys(cfg)})
     assert minimal.metadata_store == cfg.metadata_store
     assert set(required_keys(cfg)) <= set(values)
+
+
+@pytest.mark.parametrize("text, signed, want", [
+    ("0", False, 0), ("0042", False, 42), ("7", True, 7), ("-7", True, -7), ("+7", True, 7),
+    ("-7", False, None), ("+7", False, None), ("²", False, None), ("²", True, None),
+    ("١", False, None), ("1_000", False, None), (" 1", False, None), ("1 ", True, None),
+    ("", False, None), ("-", True, None), ("1.0", False, None),
+])
+def test_parse_decimal_takes_only_ascii_digits(text, signed, want):
+    assert parse_decimal(text, signed=signed) == want
+
+
+def test_integer_parser_refuses_digits_int_would_crash_on():
+    with pytest.raises(ConfigError, match="expected an integer"):
+        TOPIC_CONFIG_KEYS["min.insync.replicas"].parse("min.insync.replicas", "²")

@@ -120,5 +120,9 @@ def test_entity_paths():
     assert entity_path(4, "") == entity_path(4, DEFAULT_BROKER) == "/config/brokers/<default>"
     assert refused(ErrorCode.INVALID_TOPIC_EXCEPTION, entity_path, 2, "../x")
     assert refused(ErrorCode.INVALID_REQUEST, entity_path, 4, "-1")
+    # Characters str.isdigit() accepts but int() does not, or not ASCII: refused, not a crash.
+    for name in ("²", "١", "1_0", "+1", " 1", "2147483648"):
+        assert "is not a broker id" in refused(ErrorCode.INVALID_REQUEST, entity_path, 4, name)
+    assert entity_path(4, "0042") == "/config/brokers/42"
     assert "use TOPIC (2) or BROKER (4)" in refused(ErrorCode.INVALID_REQUEST, entity_path,
                                                      8, "x")

@@ -4,9 +4,13 @@ broker_core.dynamic_config that hand every change to the broker, untrusted value
 
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
+
 import pytest
 from twisted.internet import defer, task
 
+from broker_core.broker import BrokerService
 from broker_core.config import BrokerConfig
 from broker_core.config_changes import (
     BROKER,
@@ -18,7 +22,9 @@ from broker_core.config_changes import (
 )
 from broker_core.dynamic_config import DynamicConfigWatcher, effective_broker_config
 from broker_core.raft.metadata_store import QuorumMetadataStore
+from broker_core.server.describe_configs import describe_configs
 from broker_core.wire.errors import ErrorCode
+from broker_core.wire.messages import describe_configs as dc
 from broker_core.zk import paths
 from tests.support.local_quorum import LocalQuorum, run
 
@@ -124,3 +130,78 @@ def test_effective_broker_config_keeps_only_dynamic_keys_with_good_values():
     assert effective.listeners == static.listeners
     assert set(ignored) == {"log.retention.ms", "listeners"}
     assert "not a key that can change" in ignored["listeners"]
+
+
+# -- an untrusted store: unreadable nodes and invalid stored values -------------------------------
+
+
+def static_config() -> BrokerConfig:
+    return BrokerConfig.from_mapping({"broker.id": "3", "zookeeper.connect": "z:1",
+                                      "log.dirs": "/d", "min.insync.replicas": "1"})
+
+
+def describe(clock, store, *resources: tuple[int, str]) -> list[dict]:
+    request = dc.REQUEST.build({
+        "resources": [{"resource_type": t, "resource_name": n, "configuration_keys": None}
+                      for t, n in resources], "include_synonyms": True})
+    body = run(clock, d(describe_configs(request, version=4, store=store,
+                                         broker_config=static_config(), broker_id=3)))
+    return body["results"]
+
+
+@pytest.mark.parametrize("path, resource_type, name", [
+    (paths.broker_config("<default>"), 4, ""),
+    (paths.broker_config("3"), 4, "3"),
+    (paths.topic_config("t"), 2, "t"),
+])
+def test_an_unreadable_node_is_no_configs_so_the_api_can_repair_it(clock, store, path,
+                                                                    resource_type, name):
+    """Another tool wrote garbage: AlterConfigs replaces it, IncrementalAlterConfigs starts
+    from nothing, and DescribeConfigs answers meanwhile."""
+    run(clock, store.create(path, b"garbage", makepath=True))
+    kind = TOPIC if resource_type == 2 else BROKER
+    key, value = ("retention.ms", "60000") if kind is TOPIC else ("log.retention.ms", "60000")
+    results = describe(clock, store, (2, "t"), (4, "3"), (4, ""))
+    assert [r["error_code"] for r in results] == [0, 0, 0]
+    # IncrementalAlterConfigs (validate only) sees an empty set.
+    got = run(clock, d(alter_entity(store, resource_type, name, lambda cur: {**cur, key: value},
+                                    validate_only=True)))
+    assert got == {key: value}
+    assert run(clock, store.get(path))[0] == b"garbage"
+    # AlterConfigs replaces the node, conditionally on the version read.
+    run(clock, d(alter_entity(store, resource_type, name, lambda cur: apply_full(
+        kind, [Change(key, value)]))))
+    assert stored(clock, store, path) == {key: value}
+
+
+def test_describe_reports_only_the_dynamic_broker_values_in_effect(clock, store):
+    """A stored invalid value is ignored by every broker (effective_broker_config), so
+    DescribeConfigs does not report it as the value in use."""
+    run(clock, store.create(paths.broker_config("<default>"), paths.TopicConfig(
+        {"min.insync.replicas": "²", "log.retention.ms": "60000", "listeners": "x"}).to_bytes(),
+        makepath=True))
+    run(clock, store.create(paths.broker_config("3"), paths.TopicConfig(
+        {"log.retention.ms": "soon", "log.segment.bytes": "1048576"}).to_bytes()))
+    own, defaults = describe(clock, store, (4, "3"), (4, ""))
+    configs = {c["name"]: c for c in own["configs"]}
+    mir = configs["min.insync.replicas"]
+    assert (mir["value"], mir["config_source"]) == ("1", dc.ConfigSource.DEFAULT_CONFIG)
+    assert [s["source"] for s in mir["synonyms"]] == [dc.ConfigSource.DEFAULT_CONFIG]
+    ret = configs["log.retention.ms"]
+    assert (ret["value"], ret["config_source"]) == (
+        "60000", dc.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert configs["log.segment.bytes"]["value"] == "1048576"
+    assert [(c["name"], c["value"]) for c in defaults["configs"]] == [
+        ("log.retention.ms", "60000")]
+
+
+def test_a_stored_min_insync_replicas_that_is_not_ascii_digits_falls_back(clock, store):
+    """"²".isdigit() is true but int("²") raises: such a stored value must not break acks=all
+    produces; the broker-level value applies, as for any value the topic key refuses."""
+    broker = SimpleNamespace(effective_config=dataclasses.replace(static_config(),
+                                                                  min_insync_replicas=2),
+                             topic_configs={})
+    for value, want in (("²", 2), ("١", 2), ("0", 2), (" 3 ", 3), ("3", 3)):
+        broker.topic_configs["t"] = {"min.insync.replicas": value}
+        assert BrokerService._min_insync_replicas(broker, "t") == want, value
+    assert BrokerService._min_insync_replicas(broker, "other") == 2

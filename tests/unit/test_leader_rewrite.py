@@ -105,17 +105,44 @@ def test_a_batch_the_topic_codec_makes_too_large_is_refused():
         rewrite(data, compression_type="gzip", max_batch_bytes=len(data))
 
 
-def test_many_small_bombs_share_one_decompression_budget():
-    """Each batch alone decompresses within max.message.bytes, but the set together would
-    expand far beyond what it was: refused once the set's budget is spent."""
+def test_each_batch_has_its_own_decompression_bound():
+    """Every batch decompresses within max.message.bytes, as the validator checks; the set is
+    not given a shared budget (acceptance must not depend on the topic's codec)."""
+    one = produced(Compression.ZSTD, n=1, size=40_000)
+    out, infos = rewrite(one * 40, compression_type="gzip", max_batch_bytes=100_000)
+    assert [i.compression for i in infos] == [Compression.GZIP] * 40
+    assert [r.value for r in decode_records(out)] == [b"v" * 40_000] * 40
+    # A batch above the bound is still refused, wherever it lies in the set.
+    bomb = produced(Compression.ZSTD, n=1, size=200_000)
+    with pytest.raises(DecompressedTooLarge):
+        rewrite(one + bomb, compression_type="gzip", max_batch_bytes=100_000)
+
+
+def test_acceptance_does_not_depend_on_the_topic_codec(tmp_path):
+    """Two small gzip batches that each decompress to ~600 KB, with the default
+    max.message.bytes: stored under compression.type=producer, so under lz4 too."""
+    one = build_batch([Record(None, bytes(600_000), [], TS)], compression=Compression.GZIP)
+    data = one + one
+    assert len(data) < 4_000
+    for codec in ("producer", "lz4", "gzip", "snappy", "zstd"):
+        log = Log.open(tmp_path / f"{codec}-0", LogConfig(compression_type=codec), time_ms=ManualTime())
+        result = log.append_as_leader(data, 0)
+        assert (result.first_offset, result.last_offset) == (0, 1)
+        stored = log.read(0, 4 << 20).records
+        assert [r.value for r in decode_records(stored)] == [bytes(600_000)] * 2
+        log.close()
+
+
+def test_a_rewritten_set_is_bounded_by_its_size_plus_max_message_bytes():
+    """Many tiny bombs, each within max.message.bytes, stored uncompressed would make a set
+    thousands of times the request: refused; a set within the bound passes."""
     one = produced(Compression.ZSTD, n=1, size=40_000)
     data = one * 40
     assert len(data) < 40 * 200
-    with pytest.raises(DecompressedTooLarge):
-        rewrite(data, compression_type="gzip", max_batch_bytes=100_000)
-    # Under the budget the same kind of set passes.
-    out, infos = rewrite(one * 2, compression_type="gzip", max_batch_bytes=100_000)
-    assert [i.compression for i in infos] == [Compression.GZIP] * 2
+    with pytest.raises(BatchTooLargeAfterRewrite, match="once stored with compression.type=uncompressed"):
+        rewrite(data, compression_type="uncompressed", max_batch_bytes=100_000)
+    out, infos = rewrite(one * 2, compression_type="uncompressed", max_batch_bytes=100_000)
+    assert [i.compression for i in infos] == [Compression.NONE] * 2
 
 
 def test_log_append_applies_the_topic_settings(tmp_path):

@@ -117,7 +117,7 @@ async def _children(store: Any, path: str) -> list[str]:
 async def live_brokers(store: Any) -> dict[int, paths.BrokerRegistration]:
     out = {}
     for bid in await _children(store, paths.BROKER_IDS):
-        if not bid.isdigit():
+        if not (bid.isdigit() and bid.isascii()):
             continue
         try:
             data, _ = await store.get(paths.broker(int(bid)))

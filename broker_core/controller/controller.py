@@ -497,7 +497,7 @@ class Controller:
             return LiveBroker(reg.id, reg.host, reg.port, reg.rack, stat.czxid,
                               _live_endpoints(reg))
 
-        found = await _gather([one(b) for b in ids if b.isdigit()])
+        found = await _gather([one(b) for b in ids if b.isdigit() and b.isascii()])
         return {b.id: b for b in found if b is not None}
 
     async def _read_assignment(self, topic: str) -> tuple[paths.TopicAssignment, int] | None:
@@ -1241,7 +1241,7 @@ class Controller:
         for topic in await self._children(root):
             parts: dict[int, bytes] = {}
             for child in await self._children(f"{root}/{topic}"):
-                if not child.isdigit():
+                if not (child.isdigit() and child.isascii()):
                     continue
                 try:
                     data, _ = await self.store.get(f"{root}/{topic}/{child}")

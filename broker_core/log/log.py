@@ -310,10 +310,11 @@ class Log:
         for p in self.directory.iterdir():
             if p.name.endswith(TMP_SUFFIX):
                 p.unlink()
-            elif p.suffix == LOG_SUFFIX and p.stem.isdigit():
+            elif p.suffix == LOG_SUFFIX and p.stem.isdigit() and p.stem.isascii():
                 bases.append(int(p.stem))
         for p in self.directory.iterdir():
             if p.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and p.stem.isdigit() and \
+                    p.stem.isascii() and \
                     int(p.stem) not in bases:
                 p.unlink()
         return sorted(bases)

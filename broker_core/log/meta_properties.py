@@ -65,7 +65,8 @@ def parse(text: str, where: str) -> MetaProperties:
         raise MetaPropertiesError(f"{where}: unsupported version {version!r} "
                                   f"(this broker writes version {VERSION})")
     broker_id = values.get("broker.id", "")
-    if not broker_id.lstrip("-").isdigit():
+    digits = broker_id.removeprefix("-")
+    if not (digits.isdigit() and digits.isascii()):
         raise MetaPropertiesError(f"{where}: broker.id {broker_id!r} is not an integer")
     return MetaProperties(int(broker_id), values.get("cluster.id") or None)
 

@@ -319,7 +319,7 @@ class ListenerEndpoint:
     def parse(cls, text: str) -> ListenerEndpoint:
         name, sep, hostport = text.partition("://")
         host, colon, port = hostport.rpartition(":")
-        if not sep or not name or not colon or not port.isdigit() or \
+        if not sep or not name or not colon or not (port.isdigit() and port.isascii()) or \
                 not 0 < int(port) <= 65535:
             raise ValueError(f"endpoint {text!r:.100} is not NAME://host:port")
         return cls(name, host.strip("[]"), int(port))

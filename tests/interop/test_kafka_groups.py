@@ -1,12 +1,14 @@
 """Standard Kafka consumer groups (Kafka's classic group protocol) against three Sluice broker
-processes, in both metadata modes: groups of three confluent-kafka and of three kafka-python
-consumers (``subscribe()``) share a 12-partition topic, consume it completely and commit; a
+processes, in both metadata modes: groups of three confluent-kafka, of three kafka-python and of
+three aiokafka consumers (``subscribe()``) share a 12-partition topic (the aiokafka group's
+messages written by an aiokafka producer), consume it completely and commit; a
 consumer started later in the same group resumes from the committed offsets; a member that
 closes leaves, and the others take its partitions; when the coordinator's broker stops, the
 group rejoins at the newly elected coordinator and goes on from its committed offsets."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
@@ -69,8 +71,12 @@ def create_topic(cluster) -> str:
     return name
 
 
-def produce(cluster, topic: str, round_: int) -> set[tuple[int, bytes]]:
-    """PER_PARTITION messages into every partition; returns {(partition, value)}."""
+def produce(cluster, topic: str, round_: int, client: str = "confluent"
+            ) -> set[tuple[int, bytes]]:
+    """PER_PARTITION messages into every partition; returns {(partition, value)}. With
+    ``client`` "aiokafka" an aiokafka producer (acks=all, idempotent) writes them."""
+    if client == "aiokafka":
+        return asyncio.run(aio_produce(cluster, topic, round_))
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
@@ -83,6 +89,26 @@ def produce(cluster, topic: str, round_: int) -> set[tuple[int, bytes]]:
                              on_delivery=lambda err, msg: err and errors.append(err))
             sent.add((p, value))
     assert producer.flush(30) == 0 and not errors
+    return sent
+
+
+async def aio_produce(cluster, topic: str, round_: int) -> set[tuple[int, bytes]]:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all",
+                                enable_idempotence=True)
+    await producer.start()
+    sent = set()
+    try:
+        sends = []
+        for p in range(PARTITIONS):
+            for i in range(PER_PARTITION):
+                value = b"r%d-p%d-%d" % (round_, p, i)
+                sends.append(await producer.send(topic, value=value, partition=p))
+                sent.add((p, value))
+        await asyncio.gather(*sends)  # raises if any was not delivered
+    finally:
+        await producer.stop()
     return sent
 
 
@@ -193,7 +219,50 @@ def kafka_python_member(cluster, topic: str, group: str) -> Member:
     return Member(make, "kafka-python")
 
 
-FACTORIES = {"confluent": confluent_member, "kafka-python": kafka_python_member}
+class AioMember(Member):
+    """An aiokafka consumer: its own event loop in the member's thread, committing after each
+    ``getmany``."""
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._arun())
+        except BaseException as e:  # reported by the test through .error
+            self.error = e
+
+    async def _arun(self) -> None:
+        from aiokafka.errors import CommitFailedError, RebalanceInProgressError
+
+        self.consumer = c = self._make()
+        await c.start()
+        try:
+            while not self._stop.is_set():
+                batches = await c.getmany(timeout_ms=200)
+                got = [(tp.partition, r.offset, r.value)
+                       for tp, records in batches.items() for r in records]
+                if batches:
+                    try:
+                        await c.commit()
+                    except (CommitFailedError, RebalanceInProgressError):
+                        pass  # as for the others: the client rejoins
+                with self._lock:
+                    self.consumed.extend(got)
+                    self.assigned = {tp.partition for tp in c.assignment()}
+        finally:
+            await c.stop()
+
+
+def aiokafka_member(cluster, topic: str, group: str) -> Member:
+    def make():
+        from aiokafka import AIOKafkaConsumer
+
+        return AIOKafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group,
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                session_timeout_ms=6000, heartbeat_interval_ms=500)
+    return AioMember(make, "aiokafka")
+
+
+FACTORIES = {"confluent": confluent_member, "kafka-python": kafka_python_member,
+             "aiokafka": aiokafka_member}
 
 
 def union(members: list[Member]) -> set[tuple[int, bytes]]:
@@ -230,11 +299,11 @@ def check_admin_view(cluster, group: str) -> None:
                   for tp in m.assignment.topic_partitions) == list(range(PARTITIONS))
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
 def test_a_group_of_three_consumes_everything_commits_and_a_restart_resumes(cluster, client):
     topic = create_topic(cluster)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    first = produce(cluster, topic, 1)
+    first = produce(cluster, topic, 1, client)
     members = [FACTORIES[client](cluster, topic, group) for _ in range(3)]
     try:
         wait_for(lambda: union(members) >= first, "the group to consume the whole topic")
@@ -248,7 +317,7 @@ def test_a_group_of_three_consumes_everything_commits_and_a_restart_resumes(clus
     finally:
         for m in members:
             m.close()
-    second = produce(cluster, topic, 2)
+    second = produce(cluster, topic, 2, client)
     late = FACTORIES[client](cluster, topic, group)
     try:
         wait_for(lambda: late.values() >= second, "the restarted member to consume round 2")
@@ -259,7 +328,7 @@ def test_a_group_of_three_consumes_everything_commits_and_a_restart_resumes(clus
     assert not late.values() & first
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
 def test_a_member_that_closes_leaves_and_the_others_take_its_partitions(cluster, client):
     topic = create_topic(cluster)
     group = f"g-{uuid.uuid4().hex[:8]}"
@@ -276,7 +345,7 @@ def test_a_member_that_closes_leaves_and_the_others_take_its_partitions(cluster,
         logs = "".join(b.log_text() for b in cluster.brokers.values())
         assert re.search(rf"classic group {group}: member \S+ left", logs)
         assert not re.search(rf"classic group {group}: member \S+ expired", logs)
-        sent = produce(cluster, topic, 1)
+        sent = produce(cluster, topic, 1, client)
         wait_for(lambda: union(members) >= sent, "the two members to consume everything")
     finally:
         for m in members:

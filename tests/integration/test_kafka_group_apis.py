@@ -98,8 +98,10 @@ async def test_join_refusals_change_nothing(brokers):
             ("g", {"protocol_type": ""}, E.INCONSISTENT_GROUP_PROTOCOL),
             ("g", {"protocols": []}, E.INCONSISTENT_GROUP_PROTOCOL),
             ("g", {"member_id": "ghost"}, E.UNKNOWN_MEMBER_ID),
-            # Static membership (KIP-345) is not served.
-            ("g", {"group_instance_id": "instance-1"}, E.INVALID_REQUEST),
+            # A group instance id (KIP-345) follows Kafka's rules for it.
+            ("g", {"group_instance_id": ""}, E.INVALID_REQUEST),
+            ("g", {"group_instance_id": "a/b"}, E.INVALID_REQUEST),
+            ("g", {"group_instance_id": "i" * 250}, E.INVALID_REQUEST),
             # More protocol metadata than a member may have kept.
             ("g", {"protocols": [{"name": "range", "metadata": b"x" * (1 << 20)}]},
              E.INVALID_REQUEST)]:

@@ -41,6 +41,17 @@ Invariants:
 - every join or sync callback is called exactly once (with a result or an error);
 - at most ``max_group_size`` members and pending members.
 
+Static membership (KIP-345): a member that joins with a ``group.instance.id`` is *static*.
+``static_members`` maps each instance id to the one member id that holds it now. A JoinGroup
+with that instance id and no member id (the client restarted) takes the member over under a new
+member id: the old member id is fenced (its waiting join or sync, and every later request with
+it, gets FENCED_INSTANCE_ID), and in a Stable group whose protocol choice does not change the
+member gets its old assignment back without a rebalance. A static member leaves only on its
+session timeout or a LeaveGroup naming its instance id (clients do not send one on close).
+
+- ``static_members`` maps instance ids to members of the group, and each static member's
+  ``group_instance_id`` maps back to it.
+
 Everything runs on the reactor thread; callbacks are called synchronously.
 """
 
@@ -110,6 +121,7 @@ class SyncResult:
 @dataclass(frozen=True)
 class MemberSummary:
     member_id: str
+    group_instance_id: str | None
     client_id: str
     client_host: str
     metadata: bytes
@@ -141,6 +153,8 @@ class ClassicMember:
     session_timeout_ms: int
     protocol_type: str
     protocols: Protocols
+    #: KIP-345's ``group.instance.id`` of a static member; None for a dynamic one.
+    group_instance_id: str | None = None
     assignment: bytes = b""
     awaiting_join: JoinCallback | None = None
     awaiting_sync: SyncCallback | None = None
@@ -187,6 +201,8 @@ class ClassicGroup:
     members: dict[str, ClassicMember] = field(default_factory=dict)
     #: Member ids handed out with MEMBER_ID_REQUIRED, with their expiry watch.
     pending_members: dict[str, DelayedOperation] = field(default_factory=dict)
+    #: KIP-345: instance id -> the member id holding it now.
+    static_members: dict[str, str] = field(default_factory=dict)
     #: Members of the current generation that have not sent SyncGroup yet.
     pending_sync: set[str] = field(default_factory=set)
     #: KIP-134: a member joined during the initial delay, so the delay is extended once more.
@@ -238,6 +254,8 @@ class ClassicGroup:
         if self.leader_id is None:
             self.leader_id = member.member_id
         self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
         self.supported_protocols.update(set(member.protocol_names()))
 
     def update_protocols(self, member: ClassicMember, protocols: Protocols) -> None:
@@ -251,12 +269,45 @@ class ClassicGroup:
         if member is not None:
             self.supported_protocols.subtract(set(member.protocol_names()))
             self.supported_protocols = +self.supported_protocols
+            if (member.group_instance_id is not None
+                    and self.static_members.get(member.group_instance_id) == member_id):
+                del self.static_members[member.group_instance_id]
         self.pending_sync.discard(member_id)
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         if not self.members:
             self.protocol_type = None
         return member
+
+    def replace_static(self, instance_id: str, new_member_id: str) -> ClassicMember:
+        """Kafka's ``replaceStaticMember``: the member holding ``instance_id`` goes on under
+        ``new_member_id`` (its protocols, assignment and leadership kept). The caller fences
+        the old member id's waiting requests first."""
+        old_id = self.static_members[instance_id]
+        member = self.members.pop(old_id)
+        member.member_id = new_member_id
+        self.members[new_member_id] = member
+        self.static_members[instance_id] = new_member_id
+        if self.leader_id == old_id:
+            self.leader_id = new_member_id
+        if old_id in self.pending_sync:
+            self.pending_sync.discard(old_id)
+            self.pending_sync.add(new_member_id)
+        return member
+
+    def validate_member(self, member_id: str, instance_id: str | None) -> ErrorCode:
+        """Kafka's ``validateCurrentMember``: a request naming ``instance_id`` must come from
+        the member id holding it (else FENCED_INSTANCE_ID: a newer instance took it over);
+        either way ``member_id`` must be a member."""
+        if instance_id is not None:
+            current = self.static_members.get(instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return ErrorCode.NONE
 
 
 class _Expiry(DelayedOperation):
@@ -327,9 +378,10 @@ class ClassicGroups:
     def join(self, group_id: str, member_id: str, *, client_id: str, client_host: str,
              session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
              protocols: Iterable[tuple[str, bytes]], require_known_member_id: bool,
-             respond: JoinCallback) -> None:
+             respond: JoinCallback, group_instance_id: str | None = None) -> None:
         """A JoinGroup (``member_id`` "" for a new member; ``require_known_member_id`` for
-        v4+, KIP-394). ``respond`` is called exactly once, now or when the generation forms."""
+        v4+, KIP-394; ``group_instance_id`` for a static member, KIP-345). ``respond`` is
+        called exactly once, now or when the generation forms."""
         protocols = tuple((str(n), bytes(m)) for n, m in protocols)
         cfg = self.config
         if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
@@ -345,7 +397,8 @@ class ClassicGroups:
                 return
             group = self.groups[group_id] = ClassicGroup(group_id)
         refusal = None
-        known = member_id in group.members or member_id in group.pending_members
+        known = (member_id in group.members or member_id in group.pending_members
+                 or group_instance_id in group.static_members)
         if group.is_(GroupState.DEAD):
             refusal = ErrorCode.COORDINATOR_NOT_AVAILABLE
         elif not group.supports(protocol_type, [n for n, _ in protocols]):
@@ -357,8 +410,10 @@ class ClassicGroups:
             respond(JoinResult(refusal, member_id))
             return
         member = ClassicMember(member_id, client_id, client_host, rebalance_timeout_ms,
-                               session_timeout_ms, protocol_type, protocols)
-        if not member_id:
+                               session_timeout_ms, protocol_type, protocols, group_instance_id)
+        if not member_id and group_instance_id in group.static_members:
+            self._join_static_again(group, member, respond)
+        elif not member_id:
             self._join_new(group, member, require_known_member_id, respond)
         else:
             self._join_current(group, member, respond)
@@ -369,7 +424,8 @@ class ClassicGroups:
     def _join_new(self, group: ClassicGroup, member: ClassicMember,
                   require_known_member_id: bool, respond: JoinCallback) -> None:
         member.member_id = self.new_member_id(member.client_id)
-        if require_known_member_id:
+        # KIP-394 is for dynamic members only: a static one is known by its instance id.
+        if require_known_member_id and member.group_instance_id is None:
             # KIP-394: the id is handed out first, so a client that times out in its JoinGroup
             # rejoins as the same member instead of leaving a ghost behind.
             gid, mid = group.group_id, member.member_id
@@ -381,6 +437,41 @@ class ClassicGroups:
             return
         self._add_and_rebalance(group, member, respond)
 
+    def _join_static_again(self, group: ClassicGroup, joining: ClassicMember,
+                           respond: JoinCallback) -> None:
+        """Kafka's ``updateStaticMemberAndRebalance``: a static member's instance joins again
+        without a member id (it restarted). It takes over the member under a new id; the old
+        id's waiting requests are fenced. A Stable group whose protocol choice stays the same
+        does not rebalance: the member syncs and gets its old assignment back."""
+        instance_id = joining.group_instance_id
+        assert instance_id is not None
+        old = group.members[group.static_members[instance_id]]
+        old_id, old_leader = old.member_id, group.leader_id or ""
+        log.info("classic group {g}: static member {i} joined again; member {old} is fenced",
+                 g=group.group_id, i=instance_id, old=old_id)
+        fenced_join, old.awaiting_join = old.awaiting_join, None
+        fenced_sync, old.awaiting_sync = old.awaiting_sync, None
+        if fenced_join is not None:
+            fenced_join(JoinResult(ErrorCode.FENCED_INSTANCE_ID, old_id))
+        if fenced_sync is not None:
+            fenced_sync(SyncResult(ErrorCode.FENCED_INSTANCE_ID))
+        member = group.replace_static(instance_id, self.new_member_id(joining.client_id))
+        self._expect_heartbeat(group, member)
+        self._update_member(group, member, joining, respond)
+        if group.is_(GroupState.STABLE):
+            if group.select_protocol() == group.protocol_name:
+                # The old leader id is answered, so the member (even the leader) does not
+                # compute an assignment a Stable group would not hand out.
+                respond, member.awaiting_join = member.awaiting_join, None
+                assert respond is not None
+                respond(JoinResult(ErrorCode.NONE, member.member_id, group.generation_id,
+                                   group.protocol_type, group.protocol_name, old_leader))
+            else:
+                self._prepare_rebalance(group, f"static member {instance_id} joined again "
+                                               "with other protocols")
+        elif group.is_(GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, f"static member {instance_id} joined again")
+
     def _join_current(self, group: ClassicGroup, joining: ClassicMember,
                       respond: JoinCallback) -> None:
         mid = joining.member_id
@@ -389,10 +480,11 @@ class ClassicGroups:
             pending.cancel()
             self._add_and_rebalance(group, joining, respond)
             return
-        member = group.members.get(mid)
-        if member is None:
-            respond(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, mid))
+        error = group.validate_member(mid, joining.group_instance_id)
+        if error is not ErrorCode.NONE:
+            respond(JoinResult(error, mid))
             return
+        member = group.members[mid]
         state = group.state
         if state is GroupState.PREPARING_REBALANCE:
             self._update_and_rebalance(group, member, joining, respond)
@@ -424,6 +516,14 @@ class ClassicGroups:
 
     def _update_and_rebalance(self, group: ClassicGroup, member: ClassicMember,
                               joining: ClassicMember, respond: JoinCallback) -> None:
+        self._update_member(group, member, joining, respond)
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
+
+    @staticmethod
+    def _update_member(group: ClassicGroup, member: ClassicMember, joining: ClassicMember,
+                       respond: JoinCallback) -> None:
+        """Kafka's ``updateMember``: the member's protocols and timeouts from its JoinGroup,
+        which now waits for the next generation."""
         group.update_protocols(member, joining.protocols)
         member.rebalance_timeout_ms = joining.rebalance_timeout_ms
         member.session_timeout_ms = joining.session_timeout_ms
@@ -433,13 +533,13 @@ class ClassicGroups:
             # is answered once.
             member.awaiting_join(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
         member.awaiting_join = respond
-        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
 
     def _join_result(self, group: ClassicGroup, member: ClassicMember, *,
                      with_members: bool = True) -> JoinResult:
         members: tuple[tuple[str, str | None, bytes], ...] = ()
         if with_members and member.member_id == group.leader_id:
-            members = tuple((m.member_id, None, m.metadata(group.protocol_name or ""))
+            members = tuple((m.member_id, m.group_instance_id,
+                             m.metadata(group.protocol_name or ""))
                             for m in group.members.values())
         return JoinResult(ErrorCode.NONE, member.member_id, group.generation_id,
                           group.protocol_type, group.protocol_name, group.leader_id or "",
@@ -570,7 +670,8 @@ class ClassicGroups:
 
     def sync(self, group_id: str, member_id: str, generation_id: int, *,
              protocol_type: str | None, protocol_name: str | None,
-             assignments: Iterable[tuple[str, bytes]], respond: SyncCallback) -> None:
+             assignments: Iterable[tuple[str, bytes]], respond: SyncCallback,
+             group_instance_id: str | None = None) -> None:
         """A SyncGroup. The leader's ``assignments`` (member id, bytes) are handed to every
         member of the generation (members it left out get an empty assignment); ``respond``
         is called exactly once, now or when the leader's SyncGroup arrives."""
@@ -578,7 +679,7 @@ class ClassicGroups:
         if group is None:
             respond(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
             return
-        error = self._check_generation(group, member_id, generation_id)
+        error = self._check_generation(group, member_id, generation_id, group_instance_id)
         if error is ErrorCode.NONE and (
                 (protocol_type is not None and protocol_type != group.protocol_type)
                 or (protocol_name is not None and protocol_name != group.protocol_name)):
@@ -625,11 +726,12 @@ class ClassicGroups:
 
     # -- Heartbeat ---------------------------------------------------------------------------------
 
-    def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+    def heartbeat(self, group_id: str, member_id: str, generation_id: int,
+                  group_instance_id: str | None = None) -> ErrorCode:
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        error = self._check_generation(group, member_id, generation_id)
+        error = self._check_generation(group, member_id, generation_id, group_instance_id)
         if error is not ErrorCode.NONE:
             return error
         self._expect_heartbeat(group, group.members[member_id])
@@ -637,13 +739,14 @@ class ClassicGroups:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def _check_generation(self, group: ClassicGroup, member_id: str,
-                          generation_id: int) -> ErrorCode:
+    def _check_generation(self, group: ClassicGroup, member_id: str, generation_id: int,
+                          group_instance_id: str | None = None) -> ErrorCode:
         """The checks shared by SyncGroup, Heartbeat and offset commits of members."""
         if group.is_(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if member_id not in group.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID
+        error = group.validate_member(member_id, group_instance_id)
+        if error is not ErrorCode.NONE:
+            return error
         if generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         if group.is_(GroupState.EMPTY):
@@ -685,29 +788,37 @@ class ClassicGroups:
 
     # -- LeaveGroup --------------------------------------------------------------------------------
 
-    def leave(self, group_id: str, member_ids: Sequence[str]) -> tuple[ErrorCode,
-                                                                         list[ErrorCode]]:
-        """A LeaveGroup of one (v0–v2) or several (v3+) members: the group's error and one
-        per member (UNKNOWN_MEMBER_ID for an id the group does not know; the others leave)."""
+    def leave(self, group_id: str, members: Sequence[tuple[str, str | None]]
+              ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """A LeaveGroup of one (v0–v2) or several (v3+) members, each (member id, instance
+        id): the group's error and one per member. A static member may be named by its
+        instance id alone (member id ""; an administrator removing it); a member id with an
+        instance id must be the one holding it (else FENCED_INSTANCE_ID). UNKNOWN_MEMBER_ID
+        for a member the group does not know; the others leave."""
         group = self.groups.get(group_id)
         if group is None:
-            return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(member_ids)
+            return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(members)
         if group.is_(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
         errors = []
-        for mid in member_ids:
-            pending = group.pending_members.pop(mid, None)
+        for mid, instance_id in members:
+            if not mid and instance_id is not None:
+                mid = group.static_members.get(instance_id, "")
+                if not mid:
+                    errors.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                    continue
+            pending = group.pending_members.pop(mid, None) if instance_id is None else None
             if pending is not None:
                 pending.cancel()
                 if group.is_(GroupState.PREPARING_REBALANCE):
                     self.rebalances.check_and_complete(("join", group_id))
                 errors.append(ErrorCode.NONE)
-            elif mid in group.members:
+            elif (error := group.validate_member(mid, instance_id)) is ErrorCode.NONE:
                 log.info("classic group {g}: member {m} left", g=group_id, m=mid)
                 self._remove_member(group, group.members[mid], f"member {mid} left")
                 errors.append(ErrorCode.NONE)
             else:
-                errors.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                errors.append(error)
         self._forget_if_unused(group)
         return ErrorCode.NONE, errors
 
@@ -794,7 +905,7 @@ class ClassicGroups:
         stable = group.is_(GroupState.STABLE)
         protocol = (group.protocol_name or "") if stable else ""
         members = tuple(
-            MemberSummary(m.member_id, m.client_id, m.client_host,
+            MemberSummary(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                           m.metadata(protocol) if stable else b"",
                           m.assignment if stable else b"")
             for m in group.members.values())
@@ -802,7 +913,8 @@ class ClassicGroups:
 
     # -- offsets -----------------------------------------------------------------------------------
 
-    def check_commit(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+    def check_commit(self, group_id: str, member_id: str, generation_id: int,
+                     group_instance_id: str | None = None) -> ErrorCode:
         """Whether an OffsetCommit for ``group_id`` may be written: from a member of the current
         generation (not while its assignment is being handed out), or with generation -1 and
         no member id while the group has no members (a client that manages partitions itself;
@@ -815,8 +927,9 @@ class ClassicGroups:
         if generation_id < 0 and group.is_(GroupState.EMPTY):
             return ErrorCode.NONE
         if generation_id >= 0 or member_id:
-            if member_id not in group.members:
-                return ErrorCode.UNKNOWN_MEMBER_ID
+            error = group.validate_member(member_id, group_instance_id)
+            if error is not ErrorCode.NONE:
+                return error
             if generation_id != group.generation_id:
                 return ErrorCode.ILLEGAL_GENERATION
         else:

@@ -130,12 +130,19 @@ class KafkaGroupApis:
         return None
 
     @staticmethod
-    def _static_member(instance_id: str | None, api: str, group_id: str) -> bool:
+    def _bad_instance_id(instance_id: str | None, api: str, group_id: str) -> bool:
+        """Whether a ``group.instance.id`` breaks Kafka's rules for it (those of a topic name:
+        non-empty, at most 249 ASCII letters, digits, '.', '_', '-'); it is kept for the
+        member's life, so a hostile one is refused before anything is stored."""
         if instance_id is None:
             return False
-        log.info("refused {api} for group {g}: static membership (group.instance.id) is not "
-                 "served", api=api, g=group_id)
-        return True
+        try:
+            paths.validate_topic_name(instance_id)
+        except ValueError:
+            log.info("refused {api} for group {g}: group instance id {i!r} is not valid",
+                     api=api, g=group_id, i=instance_id[:300])
+            return True
+        return False
 
     # -- FindCoordinator ----------------------------------------------------------------------------
 
@@ -191,7 +198,7 @@ class KafkaGroupApis:
                             for m, i, meta in r.members]})
 
         refused = self._refusal(body.group_id, joining=True)
-        if refused is None and self._static_member(body.group_instance_id, "JoinGroup",
+        if refused is None and self._bad_instance_id(body.group_instance_id, "JoinGroup",
                                                    body.group_id):
             refused = ErrorCode.INVALID_REQUEST
         size = sum(len(p.name) + len(p.metadata) for p in body.protocols or [])
@@ -211,7 +218,8 @@ class KafkaGroupApis:
                          rebalance_timeout_ms=rebalance_ms,
                          protocol_type=body.protocol_type,
                          protocols=[(p.name, p.metadata) for p in body.protocols or []],
-                         require_known_member_id=version >= 4, respond=respond)
+                         require_known_member_id=version >= 4, respond=respond,
+                         group_instance_id=body.group_instance_id)
         return d
 
     def sync_group(self, version: int, body: Any) -> defer.Deferred:
@@ -224,7 +232,7 @@ class KafkaGroupApis:
                         "assignment": r.assignment})
 
         refused = self._refusal(body.group_id)
-        if refused is None and self._static_member(body.group_instance_id, "SyncGroup",
+        if refused is None and self._bad_instance_id(body.group_instance_id, "SyncGroup",
                                                    body.group_id):
             refused = ErrorCode.INVALID_REQUEST
         if refused is not None:
@@ -234,27 +242,27 @@ class KafkaGroupApis:
                          protocol_type=body.protocol_type, protocol_name=body.protocol_name,
                          assignments=[(a.member_id, a.assignment)
                                       for a in body.assignments or []],
-                         respond=respond)
+                         respond=respond, group_instance_id=body.group_instance_id)
         return d
 
     def heartbeat(self, version: int, body: Any) -> dict:
         refused = self._refusal(body.group_id)
-        if refused is None and self._static_member(body.group_instance_id, "Heartbeat",
+        if refused is None and self._bad_instance_id(body.group_instance_id, "Heartbeat",
                                                    body.group_id):
             refused = ErrorCode.INVALID_REQUEST
         code = refused if refused is not None else self.groups.heartbeat(
-            body.group_id, body.member_id, body.generation_id)
+            body.group_id, body.member_id, body.generation_id, body.group_instance_id)
         return {"throttle_time_ms": 0, "error_code": int(code)}
 
     def leave_group(self, version: int, body: Any) -> dict:
         members = leave_group.members_of(version, body)
         refused = self._refusal(body.group_id)
-        if refused is None and any(self._static_member(i, "LeaveGroup", body.group_id)
+        if refused is None and any(self._bad_instance_id(i, "LeaveGroup", body.group_id)
                                    for _, i in members):
             refused = ErrorCode.INVALID_REQUEST
         if refused is not None:
             return {"throttle_time_ms": 0, "error_code": int(refused), "members": []}
-        error, per_member = self.groups.leave(body.group_id, [m for m, _ in members])
+        error, per_member = self.groups.leave(body.group_id, members)
         if version < 3:
             # One member: its own error is the answer's.
             code = error if error is not ErrorCode.NONE or not per_member else per_member[0]
@@ -272,7 +280,7 @@ class KafkaGroupApis:
         metadata within :data:`MAX_OFFSET_METADATA`), write the accepted offsets (fenced) and
         answer. A commit may move an offset backwards (a client that seeked)."""
         refused = self._refusal(body.group_id)
-        if refused is None and self._static_member(body.group_instance_id, "OffsetCommit",
+        if refused is None and self._bad_instance_id(body.group_instance_id, "OffsetCommit",
                                                    body.group_id):
             refused = ErrorCode.INVALID_REQUEST
         if refused is None:
@@ -281,7 +289,8 @@ class KafkaGroupApis:
                 refused = ErrorCode.UNKNOWN_MEMBER_ID  # a thin-client group: not its member
         if refused is None:
             refused = self.groups.check_commit(body.group_id, body.member_id or "",
-                                               body.generation_id_or_member_epoch)
+                                               body.generation_id_or_member_epoch,
+                                               body.group_instance_id)
             if refused is ErrorCode.NONE:
                 refused = None
         if refused is not None:
@@ -458,7 +467,8 @@ class KafkaGroupApis:
             s = self.groups.summary(g)
             out.append({"error_code": 0, "group_id": gid, "group_state": s.state,
                         "protocol_type": s.protocol_type, "protocol_data": s.protocol_name,
-                        "members": [{"member_id": m.member_id, "group_instance_id": None,
+                        "members": [{"member_id": m.member_id,
+                                     "group_instance_id": m.group_instance_id,
                                      "client_id": m.client_id, "client_host": m.client_host,
                                      "member_metadata": m.metadata,
                                      "member_assignment": m.assignment} for m in s.members],

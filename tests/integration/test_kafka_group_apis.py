@@ -98,8 +98,10 @@ async def test_join_refusals_change_nothing(brokers):
             ("g", {"protocol_type": ""}, E.INCONSISTENT_GROUP_PROTOCOL),
             ("g", {"protocols": []}, E.INCONSISTENT_GROUP_PROTOCOL),
             ("g", {"member_id": "ghost"}, E.UNKNOWN_MEMBER_ID),
-            # Static membership (KIP-345) is not served.
-            ("g", {"group_instance_id": "instance-1"}, E.INVALID_REQUEST),
+            # A group instance id (KIP-345) follows Kafka's rules for it.
+            ("g", {"group_instance_id": ""}, E.INVALID_REQUEST),
+            ("g", {"group_instance_id": "a/b"}, E.INVALID_REQUEST),
+            ("g", {"group_instance_id": "i" * 250}, E.INVALID_REQUEST),
             # More protocol metadata than a member may have kept.
             ("g", {"protocols": [{"name": "range", "metadata": b"x" * (1 << 20)}]},
              E.INVALID_REQUEST)]:
@@ -204,3 +206,42 @@ async def test_member_commits_need_the_current_generation(brokers):
     resp = await call(coordinator, ApiKey.LEAVE_GROUP, 1, {"group_id": "g", "member_id": mid})
     assert resp.error_code == 0
     assert coordinator.coordinator.kafka.groups.get("g").state.value == "Empty"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_static_member_over_the_wire(brokers):
+    """KIP-345 through the request handlers: a static member joins without MEMBER_ID_REQUIRED,
+    its instance joining again takes it over without a new generation, the old member id is
+    fenced, DescribeGroups shows the instance id, and a LeaveGroup by instance id alone
+    removes it."""
+    coordinator, _ = await roles(brokers)
+    first = await call(coordinator, ApiKey.JOIN_GROUP, 5,
+                       join_body("s", group_instance_id="i1"))
+    assert first.error_code == 0 and first.generation_id == 1
+    assert [(m.member_id, m.group_instance_id) for m in first.members] == [
+        (first.member_id, "i1")]
+    sync = {"group_id": "s", "generation_id": 1, "group_instance_id": "i1",
+            "assignments": [{"member_id": first.member_id, "assignment": b"mine"}]}
+    resp = await call(coordinator, ApiKey.SYNC_GROUP, 3, {**sync, "member_id": first.member_id})
+    assert (resp.error_code, resp.assignment) == (0, b"mine")
+    again = await call(coordinator, ApiKey.JOIN_GROUP, 5, join_body("s", group_instance_id="i1"))
+    assert again.error_code == 0 and again.member_id != first.member_id
+    assert (again.generation_id, again.leader, again.members) == (1, first.member_id, [])
+    resp = await call(coordinator, ApiKey.SYNC_GROUP, 3,
+                      {**sync, "member_id": again.member_id, "assignments": []})
+    assert (resp.error_code, resp.assignment) == (0, b"mine")
+    for member, code in [(first.member_id, E.FENCED_INSTANCE_ID), (again.member_id, 0)]:
+        resp = await call(coordinator, ApiKey.HEARTBEAT, 3,
+                          {"group_id": "s", "generation_id": 1, "member_id": member,
+                           "group_instance_id": "i1"})
+        assert resp.error_code == code
+    resp = await call(coordinator, ApiKey.DESCRIBE_GROUPS, 4, {"groups": ["s"]})
+    (group,) = resp.groups
+    assert group.group_state == "Stable"
+    assert [(m.member_id, m.group_instance_id) for m in group.members] == [
+        (again.member_id, "i1")]
+    resp = await call(coordinator, ApiKey.LEAVE_GROUP, 3, {"group_id": "s", "members": [
+        {"member_id": "", "group_instance_id": "nobody"},
+        {"member_id": "", "group_instance_id": "i1"}]})
+    assert [m.error_code for m in resp.members] == [E.UNKNOWN_MEMBER_ID, 0]
+    assert coordinator.coordinator.kafka.groups.get("s").state.value == "Empty"

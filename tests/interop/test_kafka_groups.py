@@ -1,12 +1,16 @@
 """Standard Kafka consumer groups (Kafka's classic group protocol) against three Sluice broker
-processes, in both metadata modes: groups of three confluent-kafka and of three kafka-python
-consumers (``subscribe()``) share a 12-partition topic, consume it completely and commit; a
+processes, in both metadata modes: groups of three confluent-kafka, of three kafka-python and of
+three aiokafka consumers (``subscribe()``) share a 12-partition topic (the aiokafka group's
+messages written by an aiokafka producer), consume it completely and commit; a
 consumer started later in the same group resumes from the committed offsets; a member that
 closes leaves, and the others take its partitions; when the coordinator's broker stops, the
-group rejoins at the newly elected coordinator and goes on from its committed offsets."""
+group rejoins at the newly elected coordinator and goes on from its committed offsets. A static
+member (KIP-345) restarted quickly gets its partitions back without the others rebalancing;
+cooperative-sticky members (KIP-429) give up only the partitions that move."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
@@ -69,8 +73,12 @@ def create_topic(cluster) -> str:
     return name
 
 
-def produce(cluster, topic: str, round_: int) -> set[tuple[int, bytes]]:
-    """PER_PARTITION messages into every partition; returns {(partition, value)}."""
+def produce(cluster, topic: str, round_: int, client: str = "confluent"
+            ) -> set[tuple[int, bytes]]:
+    """PER_PARTITION messages into every partition; returns {(partition, value)}. With
+    ``client`` "aiokafka" an aiokafka producer (acks=all, idempotent) writes them."""
+    if client == "aiokafka":
+        return asyncio.run(aio_produce(cluster, topic, round_))
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
@@ -86,6 +94,26 @@ def produce(cluster, topic: str, round_: int) -> set[tuple[int, bytes]]:
     return sent
 
 
+async def aio_produce(cluster, topic: str, round_: int) -> set[tuple[int, bytes]]:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all",
+                                enable_idempotence=True)
+    await producer.start()
+    sent = set()
+    try:
+        sends = []
+        for p in range(PARTITIONS):
+            for i in range(PER_PARTITION):
+                value = b"r%d-p%d-%d" % (round_, p, i)
+                sends.append(await producer.send(topic, value=value, partition=p))
+                sent.add((p, value))
+        await asyncio.gather(*sends)  # raises if any was not delivered
+    finally:
+        await producer.stop()
+    return sent
+
+
 class Member:
     """One consumer polling in its own thread; what it consumed, committed after each poll."""
 
@@ -95,6 +123,9 @@ class Member:
         self._make = make
         self.consumed: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
         self.assigned: set[int] = set()
+        #: ("assign" | "revoke", partitions) per rebalance callback, for the members made with
+        #: callbacks (confluent-kafka's on_assign / on_revoke).
+        self.events: list[tuple[str, frozenset[int]]] = []
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -170,16 +201,25 @@ class Member:
             raise self.error
 
 
-def confluent_member(cluster, topic: str, group: str) -> Member:
+def confluent_member(cluster, topic: str, group: str, **conf: object) -> Member:
+    """A confluent-kafka member; ``conf`` adds to (or overrides) its configuration. Its
+    rebalance callbacks are recorded in ``events``."""
     def make():
         from confluent_kafka import Consumer
 
         c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
                       "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                      "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
-        c.subscribe([topic])
+                      "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, **conf})
+
+        def record(kind: str):
+            def callback(_consumer, partitions) -> None:
+                with member._lock:
+                    member.events.append((kind, frozenset(tp.partition for tp in partitions)))
+            return callback
+        c.subscribe([topic], on_assign=record("assign"), on_revoke=record("revoke"))
         return c
-    return Member(make, "confluent")
+    member = Member(make, "confluent")
+    return member
 
 
 def kafka_python_member(cluster, topic: str, group: str) -> Member:
@@ -193,7 +233,50 @@ def kafka_python_member(cluster, topic: str, group: str) -> Member:
     return Member(make, "kafka-python")
 
 
-FACTORIES = {"confluent": confluent_member, "kafka-python": kafka_python_member}
+class AioMember(Member):
+    """An aiokafka consumer: its own event loop in the member's thread, committing after each
+    ``getmany``."""
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._arun())
+        except BaseException as e:  # reported by the test through .error
+            self.error = e
+
+    async def _arun(self) -> None:
+        from aiokafka.errors import CommitFailedError, RebalanceInProgressError
+
+        self.consumer = c = self._make()
+        await c.start()
+        try:
+            while not self._stop.is_set():
+                batches = await c.getmany(timeout_ms=200)
+                got = [(tp.partition, r.offset, r.value)
+                       for tp, records in batches.items() for r in records]
+                if batches:
+                    try:
+                        await c.commit()
+                    except (CommitFailedError, RebalanceInProgressError):
+                        pass  # as for the others: the client rejoins
+                with self._lock:
+                    self.consumed.extend(got)
+                    self.assigned = {tp.partition for tp in c.assignment()}
+        finally:
+            await c.stop()
+
+
+def aiokafka_member(cluster, topic: str, group: str) -> Member:
+    def make():
+        from aiokafka import AIOKafkaConsumer
+
+        return AIOKafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group,
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                session_timeout_ms=6000, heartbeat_interval_ms=500)
+    return AioMember(make, "aiokafka")
+
+
+FACTORIES = {"confluent": confluent_member, "kafka-python": kafka_python_member,
+             "aiokafka": aiokafka_member}
 
 
 def union(members: list[Member]) -> set[tuple[int, bytes]]:
@@ -230,11 +313,11 @@ def check_admin_view(cluster, group: str) -> None:
                   for tp in m.assignment.topic_partitions) == list(range(PARTITIONS))
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
 def test_a_group_of_three_consumes_everything_commits_and_a_restart_resumes(cluster, client):
     topic = create_topic(cluster)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    first = produce(cluster, topic, 1)
+    first = produce(cluster, topic, 1, client)
     members = [FACTORIES[client](cluster, topic, group) for _ in range(3)]
     try:
         wait_for(lambda: union(members) >= first, "the group to consume the whole topic")
@@ -248,7 +331,7 @@ def test_a_group_of_three_consumes_everything_commits_and_a_restart_resumes(clus
     finally:
         for m in members:
             m.close()
-    second = produce(cluster, topic, 2)
+    second = produce(cluster, topic, 2, client)
     late = FACTORIES[client](cluster, topic, group)
     try:
         wait_for(lambda: late.values() >= second, "the restarted member to consume round 2")
@@ -259,7 +342,7 @@ def test_a_group_of_three_consumes_everything_commits_and_a_restart_resumes(clus
     assert not late.values() & first
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
 def test_a_member_that_closes_leaves_and_the_others_take_its_partitions(cluster, client):
     topic = create_topic(cluster)
     group = f"g-{uuid.uuid4().hex[:8]}"
@@ -276,7 +359,7 @@ def test_a_member_that_closes_leaves_and_the_others_take_its_partitions(cluster,
         logs = "".join(b.log_text() for b in cluster.brokers.values())
         assert re.search(rf"classic group {group}: member \S+ left", logs)
         assert not re.search(rf"classic group {group}: member \S+ expired", logs)
-        sent = produce(cluster, topic, 1)
+        sent = produce(cluster, topic, 1, client)
         wait_for(lambda: union(members) >= sent, "the two members to consume everything")
     finally:
         for m in members:
@@ -337,3 +420,83 @@ def test_the_group_moves_to_a_new_coordinator_and_resumes_from_its_offsets(clust
         cluster.brokers[old].start()
         cluster.brokers[old].wait_listening()
         cluster.wait_registered(timeout=60)
+
+
+def sharing(members: list[Member]) -> Callable[[], bool]:
+    """Whether every member has partitions and together they hold each of the 12 once."""
+    def done() -> bool:
+        with_parts = [m.assigned for m in members]
+        return all(with_parts) and sorted(p for a in with_parts for p in a) == list(
+            range(PARTITIONS))
+    return done
+
+
+def generations_formed(cluster, group: str) -> int:
+    """How many generations of ``group`` the coordinators' logs show formed."""
+    logs = "".join(b.log_text() for b in cluster.brokers.values())
+    return len(re.findall(rf"classic group {group} generation \d+:", logs))
+
+
+def events_of(member: Member) -> list[tuple[str, frozenset[int]]]:
+    with member._lock:
+        return list(member.events)
+
+
+def test_a_static_member_restarted_quickly_gets_its_partitions_back_without_a_rebalance(
+        cluster):
+    """KIP-345: three consumers with ``group.instance.id``; one closes (a static member sends
+    no LeaveGroup) and a new process with the same instance id starts: it gets the same
+    partitions, and the other two see no rebalance (no revoke or assign callback)."""
+    topic = create_topic(cluster)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    static = {"session.timeout.ms": 30000}
+    members = [confluent_member(cluster, topic, group, **static, **{"group.instance.id": f"i{n}"})
+               for n in range(3)]
+    try:
+        wait_for(sharing(members), "three static members sharing the 12 partitions")
+        restarted = members.pop()
+        others_before = [events_of(m) for m in members]
+        generations = generations_formed(cluster, group)
+        partitions = set(restarted.assigned)
+        restarted.close()
+        members.append(confluent_member(cluster, topic, group, **static,
+                                        **{"group.instance.id": "i2"}))
+        wait_for(lambda: members[-1].assigned == partitions,
+                 "the restarted instance to get its partitions back")
+        sent = produce(cluster, topic, 1)
+        wait_for(lambda: union(members) >= sent, "the group to consume everything")
+        assert [events_of(m) for m in members[:2]] == others_before
+        logs = "".join(b.log_text() for b in cluster.brokers.values())
+        assert re.search(rf"classic group {group}: static member i2 joined again", logs)
+        assert generations_formed(cluster, group) == generations
+    finally:
+        for m in members:
+            m.close()
+
+
+def test_cooperative_sticky_members_rebalance_incrementally(cluster):
+    """KIP-429 as the clients drive it: two confluent-kafka members with the cooperative-sticky
+    assignor share the topic; a third joins. Each of the first two has only the partitions
+    that move to the newcomer revoked (incremental callbacks), and keeps the rest throughout."""
+    topic = create_topic(cluster)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    coop = {"partition.assignment.strategy": "cooperative-sticky"}
+    members = [confluent_member(cluster, topic, group, **coop) for _ in range(2)]
+    try:
+        wait_for(sharing(members), "two members sharing the 12 partitions")
+        before = [set(m.assigned) for m in members]
+        members.append(confluent_member(cluster, topic, group, **coop))
+        wait_for(lambda: sharing(members)() and len(members[2].assigned) == 4,
+                 "three members sharing the 12 partitions")
+        for member, held in zip(members[:2], before, strict=True):
+            revoked = {p for kind, ps in events_of(member) if kind == "revoke" for p in ps}
+            # Only what moved was revoked; what stayed was never taken away.
+            assert revoked == held - member.assigned
+            assert revoked <= members[2].assigned
+            assert member.assigned <= held
+        sent = produce(cluster, topic, 1)
+        wait_for(lambda: union(members) >= sent, "the group to consume everything")
+        check_admin_view(cluster, group)
+    finally:
+        for m in members:
+            m.close()

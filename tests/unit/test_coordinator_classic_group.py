@@ -6,80 +6,17 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from twisted.internet import task
 
-from broker_core.purgatory import Purgatory
 from broker_core.wire.errors import ErrorCode
 from coordinator.classic_group import (
     NEW_MEMBER_JOIN_TIMEOUT_S,
-    ClassicGroupConfig,
-    ClassicGroups,
     GroupState,
     JoinResult,
     SyncResult,
 )
+from tests.support.classic_groups import DELAY_MS, REBALANCE_MS, SESSION_MS, G, Harness
 
 E = ErrorCode
-G = "g"
-SESSION_MS = 10_000
-REBALANCE_MS = 30_000
-DELAY_MS = 3_000
-
-
-class Harness:
-    def __init__(self, **config: int) -> None:
-        self.clock = task.Clock()
-        ids = itertools.count(1)
-        self.groups = ClassicGroups(
-            ClassicGroupConfig(**{"initial_rebalance_delay_ms": DELAY_MS, **config}),
-            heartbeat_purgatory=Purgatory("classic_heartbeat", self.clock),
-            rebalance_purgatory=Purgatory("classic_rebalance", self.clock),
-            new_member_id=lambda client: f"{client}-{next(ids)}")
-
-    def join(self, member_id: str = "", *, client: str = "c", session_ms: int = SESSION_MS,
-             rebalance_ms: int = REBALANCE_MS, protocol_type: str = "consumer",
-             protocols=(("range", b"R"),), v4: bool = False, group: str = G) -> list:
-        answers: list[JoinResult] = []
-        self.groups.join(group, member_id, client_id=client, client_host="/127.0.0.1",
-                         session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
-                         protocol_type=protocol_type, protocols=protocols,
-                         require_known_member_id=v4, respond=answers.append)
-        return answers
-
-    def sync(self, member_id: str, generation: int, assignments=(), *, protocol_type=None,
-             protocol_name=None, group: str = G) -> list:
-        answers: list[SyncResult] = []
-        self.groups.sync(group, member_id, generation, protocol_type=protocol_type,
-                         protocol_name=protocol_name, assignments=assignments,
-                         respond=answers.append)
-        return answers
-
-    def tick(self, seconds: float) -> None:
-        """Let ``seconds`` pass in 0.1 s steps, as a running reactor would (one jump would run
-        a timer late, and a timer re-armed from it later still)."""
-        self.clock.pump([0.1] * round(seconds * 10))
-
-    def settle(self) -> None:
-        """Past the initial delay of members that joined together: it runs twice (they
-        arrived during the first)."""
-        self.tick(2 * DELAY_MS / 1000 + 0.1)
-
-    def group(self):
-        return self.groups.get(G)
-
-    def stable_group(self, n: int = 3) -> list[str]:
-        """n members joined at once and synced: generation 1, Stable (the initial delay runs
-        twice: members arrived during the first)."""
-        joins = [self.join(client=f"c{i}") for i in range(n)]
-        self.settle()
-        ids = [j[0].member_id for j in joins]
-        leader = self.group().leader_id
-        for mid in ids:
-            if mid != leader:
-                self.sync(mid, 1)
-        self.sync(leader, 1, [(m, m.encode()) for m in ids])
-        assert self.group().state is GroupState.STABLE
-        return ids
 
 
 def test_kip394_a_new_member_gets_member_id_required_then_joins_with_it():
@@ -300,18 +237,19 @@ def test_a_new_member_whose_join_never_completes_expires_after_the_new_member_ti
 def test_leave_removes_members_one_or_several_and_unknown_ones_are_named():
     h = Harness()
     a, b, c = h.stable_group(3)
-    assert h.groups.leave(G, [b, "nobody"]) == (E.NONE, [E.NONE, E.UNKNOWN_MEMBER_ID])
+    assert h.groups.leave(G, [(b, None), ("nobody", None)]) == (
+        E.NONE, [E.NONE, E.UNKNOWN_MEMBER_ID])
     assert b not in h.group().members
     assert h.group().state is GroupState.PREPARING_REBALANCE
     ja, jc = h.join(a), h.join(c)
     assert ja[0].generation_id == 2 and jc[0].generation_id == 2
     h.sync(c, 2)
     h.sync(a, 2, [(a, b"x"), (c, b"y")])
-    assert h.groups.leave(G, [a, c]) == (E.NONE, [E.NONE, E.NONE])
+    assert h.groups.leave(G, [(a, None), (c, None)]) == (E.NONE, [E.NONE, E.NONE])
     # Everyone left: the rebalance completes at once into an empty group, generation 3.
     assert h.group().state is GroupState.EMPTY and h.group().generation_id == 3
     assert h.group().leader_id is None and h.group().protocol_name is None
-    assert h.groups.leave("other", ["x"]) == (E.NONE, [E.UNKNOWN_MEMBER_ID])
+    assert h.groups.leave("other", [("x", None)]) == (E.NONE, [E.UNKNOWN_MEMBER_ID])
 
 
 def test_leave_of_a_pending_member_id_lets_the_rebalance_finish():
@@ -320,7 +258,7 @@ def test_leave_of_a_pending_member_id_lets_the_rebalance_finish():
     pending = h.join(v4=True)[0].member_id
     ja = h.join(a)
     assert ja == []
-    assert h.groups.leave(G, [pending]) == (E.NONE, [E.NONE])
+    assert h.groups.leave(G, [(pending, None)]) == (E.NONE, [E.NONE])
     assert ja[0].error is E.NONE and ja[0].generation_id == 2
 
 
@@ -328,7 +266,7 @@ def test_the_last_member_leaving_during_the_join_phase_empties_the_group():
     h = Harness()
     j = h.join()
     mid = h.group().members and next(iter(h.group().members))
-    assert h.groups.leave(G, [mid]) == (E.NONE, [E.NONE])
+    assert h.groups.leave(G, [(mid, None)]) == (E.NONE, [E.NONE])
     assert j == [JoinResult(E.UNKNOWN_MEMBER_ID, mid)]
     h.settle()
     assert h.group().state is GroupState.EMPTY and h.group().generation_id == 1
@@ -439,7 +377,7 @@ def test_the_leader_leaving_passes_leadership_to_a_member_that_rejoins():
     h = Harness()
     a, b, c = h.stable_group(3)
     assert h.group().leader_id == a
-    h.groups.leave(G, [a])
+    h.groups.leave(G, [(a, None)])
     jb, jc = h.join(b), h.join(c)
     assert jb[0].leader_id == jc[0].leader_id == b and len(jb[0].members) == 2
 
@@ -474,7 +412,7 @@ def test_offset_commit_checks():
     assert h.group().state is GroupState.COMPLETING_REBALANCE
     assert h.groups.check_commit(G, a, 1) is E.ILLEGAL_GENERATION
     assert h.groups.check_commit(G, a, 2) is E.REBALANCE_IN_PROGRESS
-    h.groups.leave(G, list(h.group().members))
+    h.groups.leave(G, [(m, None) for m in h.group().members])
     h.settle()
     assert h.group().state is GroupState.EMPTY
     assert h.groups.check_commit(G, "", -1) is E.NONE
@@ -509,7 +447,7 @@ def test_an_empty_group_can_be_removed_but_not_one_with_members():
     h = Harness()
     (a,) = h.stable_group(1)
     assert not h.groups.remove_group(G)
-    h.groups.leave(G, [a])
+    h.groups.leave(G, [(a, None)])
     assert h.group().state is GroupState.EMPTY
     assert h.groups.remove_group(G) and h.group() is None
     assert [x.error for x in h.join(v4=True)] == [E.MEMBER_ID_REQUIRED]
@@ -537,7 +475,7 @@ def test_every_callback_is_answered_exactly_once_under_churn():
         g = h.group()
         members = list(g.members) if g else []
         if round_ % 3 == 0 and members:
-            h.groups.leave(G, members[:1])
+            h.groups.leave(G, [(members[0], None)])
         if round_ % 4 == 0 and g and g.members:
             m = next(iter(g.members))
             h.groups.sync(G, m, g.generation_id, protocol_type=None, protocol_name=None,

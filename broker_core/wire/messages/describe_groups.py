@@ -2,8 +2,8 @@
 
 Members' metadata and assignments are shown while the group is Stable (mid-rebalance they are
 not settled, as in Kafka). v3 adds ``include_authorized_operations`` (not computed: the answer
-carries Kafka's "not provided", INT32_MIN); v4 each member's ``group_instance_id`` (always
-null: static membership is not served)."""
+carries Kafka's "not provided", INT32_MIN); v4 each member's ``group_instance_id`` (null for a
+dynamic member)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Heartbeat (key 12), v0-4 (v4 flexible): a member of a classic group proves it is alive
 and learns whether the group is rebalancing (REBALANCE_IN_PROGRESS: rejoin).
 
-v3 adds ``group_instance_id`` (static membership: not served)."""
+v3 adds ``group_instance_id`` (static membership, KIP-345)."""
 
 from __future__ import annotations
 

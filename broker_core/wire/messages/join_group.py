@@ -3,7 +3,7 @@ protocol; docs/coordinator.md, "Kafka consumer groups").
 
 v1 adds ``rebalance_timeout_ms`` (v0: the session timeout is the rebalance timeout); v4 lets
 the coordinator answer MEMBER_ID_REQUIRED with a member id to rejoin with (KIP-394); v5 adds
-``group_instance_id`` (static membership, KIP-345: not served); v7 adds ``protocol_type`` to
+``group_instance_id`` (static membership, KIP-345); v7 adds ``protocol_type`` to
 the answer; v8 a ``reason``; v9 ``skip_assignment`` (always false here)."""
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 of waiting for their session to expire.
 
 v0-2 name one ``member_id``; v3 a list of ``members`` (each with a ``group_instance_id``,
-static membership: not served) answered one by one; v5 adds a ``reason`` per member."""
+static membership, KIP-345: a member may be named by its instance id alone) answered one by
+one; v5 adds a ``reason`` per member."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """SyncGroup (key 14), v0-5 (v4+ flexible): a member of a classic group asks for its
 assignment; the leader's request carries everyone's (opaque bytes).
 
-v3 adds ``group_instance_id`` (static membership: not served); v5 ``protocol_type`` and
+v3 adds ``group_instance_id`` (static membership, KIP-345); v5 ``protocol_type`` and
 ``protocol_name`` on both sides (checked against the group's when given)."""
 
 from __future__ import annotations

@@ -70,7 +70,25 @@ def create_topic(cluster) -> str:
         return (t is not None and t.error is None and len(t.partitions) == PARTITIONS
                 and all(p.leader >= 0 for p in t.partitions.values()))
     wait_for(led, f"leaders for {name}")
+    wait_for(lambda: served_by_leaders(cluster, name), f"every leader of {name} serving it")
     return name
+
+
+def served_by_leaders(cluster, topic: str) -> bool:
+    """Whether each partition's leader answers for it (ListOffsets), not only the metadata
+    names one: a broker restarted by an earlier test may still be applying its LeaderAndIsr."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    probe = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "probe",
+                      "enable.auto.commit": False})
+    try:
+        for p in range(PARTITIONS):
+            probe.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+        return True
+    except KafkaException:
+        return False
+    finally:
+        probe.close()
 
 
 def produce(cluster, topic: str, round_: int, client: str = "confluent"

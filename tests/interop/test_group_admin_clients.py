@@ -2,7 +2,8 @@
 Sluice broker processes, in both metadata modes: confluent-kafka's AdminClient lists,
 describes and deletes a group (refused while it has a member, GROUP_ID_NOT_FOUND once gone);
 kafka-python's KafkaAdminClient commits a memberless group's offsets, deletes the offsets of a
-topic the group does not consume (refused for the one it does) and deletes the group."""
+topic the group does not consume (refused for the one it does) and deletes the group; and
+``sluice groups`` shows, resets and deletes a confluent-kafka consumer's group."""
 
 from __future__ import annotations
 
@@ -163,3 +164,74 @@ def test_kafka_python_admin_deletes_offsets_and_groups(cluster):
         assert admin.list_group_offsets(group) == {group: {}}
     finally:
         admin.close()
+
+
+def sluice(*argv: str) -> tuple[int, str, str]:
+    """``sluice ARGV`` in this process: (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from consumer_client import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_sluice_groups_shows_resets_and_deletes_a_kafka_group(cluster):
+    """A confluent-kafka consumer's group in ``sluice groups``: listed as kafka, described
+    with its member, client id and the partitions decoded from its assignment, committed
+    offsets and lag; reset refused while it has the member, then (dry run, then written)
+    once it left; then deleted."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic, group = f"gs-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topics(cluster, topic)
+    produce(cluster, topic, 6)  # 3 per partition
+    b = cluster.bootstrap
+    consumer = Consumer({"bootstrap.servers": b, "group.id": group, "client.id": "cli-app",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000})
+    try:
+        consumer.subscribe([topic])
+        got: list = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(got) < 6:
+            assert time.monotonic() < deadline, "timed out consuming"
+            got.extend(m for m in consumer.consume(num_messages=10, timeout=0.2)
+                       if m.error() is None)
+        # Partition 0 fully committed, partition 1 one message short: lag 0 and 1.
+        consumer.commit(offsets=[TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 2)],
+                        asynchronous=False)
+        code, out, _ = sluice("groups", "list", "--bootstrap-server", b)
+        assert code == 0 and [group, "kafka", "Stable", "1"] in [
+            line.split() for line in out.splitlines()]
+        code, out, err = sluice("groups", "describe", "--bootstrap-server", b, "--group", group)
+        assert code == 0, err
+        assert f"Group: {group}\tKind: kafka\tState: Stable\tProtocol: consumer/" in out
+        rows = [line.split("\t") for line in out.splitlines() if line.startswith(topic)]
+        assert [r[:5] for r in rows] == [[topic, "0", "3", "3", "0"], [topic, "1", "2", "3", "1"]]
+        assert all(r[5].startswith("cli-app") and r[7] == "cli-app" for r in rows)
+        assert f"partitions {topic}-0,{topic}-1" in out
+        code, _, err = sluice("groups", "reset-offsets", "--bootstrap-server", b, "--group",
+                              group, "--topic", topic, "--to-earliest", "--execute")
+        assert code == 1 and "(kafka) has 1 active member" in err
+    finally:
+        consumer.close()
+    code, out, _ = sluice("groups", "reset-offsets", "--bootstrap-server", b, "--group", group,
+                          "--topic", f"{topic}:0", "--to-offset", "1")
+    assert code == 0 and [group, topic, "0", "3", "1"] in [line.split() for line in
+                                                           out.splitlines()]
+    assert "Dry run" in out
+    code, out, err = sluice("groups", "reset-offsets", "--bootstrap-server", b, "--group",
+                            group, "--topic", topic, "--to-earliest", "--execute")
+    assert code == 0, err
+    code, out, _ = sluice("groups", "describe", "--bootstrap-server", b, "--group", group)
+    rows = [line.split("\t")[:5] for line in out.splitlines() if line.startswith(topic)]
+    assert rows == [[topic, "0", "0", "3", "3"], [topic, "1", "0", "3", "3"]]
+    assert "State: Empty" in out
+    code, out, _ = sluice("groups", "delete", "--bootstrap-server", b, "--group", group)
+    assert (code, out) == (0, f"Deleted group {group}\n")
+    code, _, err = sluice("groups", "describe", "--bootstrap-server", b, "--group", group)
+    assert code == 1 and "GROUP_ID_NOT_FOUND" in err

@@ -260,3 +260,28 @@ def test_consumer_protocol_decoding():
             consumer_protocol.subscribed_topics(bad)
         with pytest.raises(MalformedFrame):
             consumer_protocol.assigned_partitions(bad)
+
+
+def test_a_commit_that_waited_for_the_delete_goes_with_it_and_a_later_one_starts_afresh():
+    clock, store, svc = make()
+    commit(svc, "g", {("t", 0): 5})
+    svc._commit_lock.acquire()  # another offset write of the coordinator in progress
+    deleting = defer.ensureDeferred(svc.deletion.delete_groups(
+        2, SimpleNamespace(groups_names=["g"]), lambda _: True))
+    body = SimpleNamespace(group_id="g", generation_id_or_member_epoch=-1, member_id="",
+                           group_instance_id=None, topics=[SimpleNamespace(
+                               name="t", partitions=[SimpleNamespace(
+                                   partition_index=0, committed_offset=9,
+                                   committed_metadata=None)])])
+    committing = defer.ensureDeferred(svc.kafka.offset_commit(
+        8, body, topic_allowed=lambda _: True, partition_exists=lambda t, p: True))
+    assert not deleting.called and not committing.called
+    svc._commit_lock.release()
+    # Both answered; the delete went first (the lock is first come, first served), and the
+    # commit queued behind it had nothing left to write: neither had answered, so the commit
+    # is ordered before the delete.
+    assert deleting.result["results"] == [{"group_id": "g", "error_code": 0}]
+    assert committing.result["topics"][0]["partitions"][0]["error_code"] == 0
+    assert subtree(store, "g") == []
+    commit(svc, "g", {("t", 0): 11})
+    assert paths.parse_offset_value(store.nodes[paths.consumer_offset("g", "t", 0)][0]) == 11

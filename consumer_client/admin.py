@@ -776,6 +776,20 @@ def _describe_groups_at_coordinator(servers: str, names: Sequence[str] | None,
 def _high_watermarks(servers: str, tps: set[tuple[str, int]], timeout: float,
                      security: ClientSecurity | None) -> dict[tuple[str, int], int]:
     """The high watermark of each partition, asked of its leader (what a consumer can reach)."""
+    return partition_offsets(servers, tps, LATEST_TIMESTAMP, timeout, security)
+
+
+#: ListOffsets' special timestamps: the high watermark, the log start offset.
+LATEST_TIMESTAMP, EARLIEST_TIMESTAMP = -1, -2
+
+
+def partition_offsets(servers: str, tps: set[tuple[str, int]], timestamp: int,
+                      timeout: float = 30.0, security: ClientSecurity | None = None
+                      ) -> dict[tuple[str, int], int]:
+    """ListOffsets of each partition at ``timestamp`` (:data:`LATEST_TIMESTAMP`,
+    :data:`EARLIEST_TIMESTAMP`, or milliseconds: the first offset at or after it, -1 when
+    none), asked of its leader; a partition without a leader or that answered an error is
+    left out."""
     if not tps:
         return {}
     out: dict[tuple[str, int], int] = {}
@@ -795,7 +809,8 @@ def _high_watermarks(servers: str, tps: set[tuple[str, int]], timeout: float,
             topics.setdefault(t, []).append(p)
         with BrokerConnection(*addresses[leader], timeout=timeout, security=security) as c:
             resp = c.request(ApiKey.LIST_OFFSETS, {"replica_id": -1, "topics": [
-                {"name": t, "partitions": [{"partition_index": p, "timestamp": -1} for p in ps]}
+                {"name": t, "partitions": [{"partition_index": p, "timestamp": timestamp}
+                                           for p in ps]}
                 for t, ps in topics.items()]})
         for t in resp.topics:
             for p in t.partitions:
@@ -818,15 +833,26 @@ def describe_groups(servers: str, names: Sequence[str] | None, timeout: float = 
     for g in resp.groups:
         if g.error_code:
             raise AdminError(g.error_code, f"group {g.group_id!r}")
+    hws = _high_watermarks(servers, thin_group_partitions(resp.groups), timeout, security)
+    return thin_group_descriptions(coordinator_id, resp.groups, hws)
+
+
+def thin_group_partitions(groups: Sequence[Any]) -> set[tuple[str, int]]:
+    """Every partition DescribeConsumerGroups ``groups`` hold an offset for or assign."""
     tps: set[tuple[str, int]] = set()
-    for g in resp.groups:
+    for g in groups:
         tps.update((o.topic, o.partition) for o in g.offsets)
         for m in g.members:
             for th in m.ownership:
                 tps.update((o.topic, o.partition) for o in th.partitions)
-    hws = _high_watermarks(servers, tps, timeout, security)
+    return tps
+
+
+def thin_group_descriptions(coordinator_id: int, groups: Sequence[Any],
+                            hws: Mapping[tuple[str, int], int]) -> list[GroupDescription]:
+    """DescribeConsumerGroups ``groups`` (found ones) with the partitions' high watermarks."""
     out = []
-    for g in resp.groups:
+    for g in groups:
         owner: dict[tuple[str, int], tuple[str, str, str]] = {}
         members = []
         for m in g.members:

@@ -7,7 +7,9 @@
     sluice elect-leaders [--election-type preferred]
                          (--topic T --partition P | --all-topic-partitions | --path-to-json-file F)
     sluice delete-records --bootstrap-server B --offset-json-file FILE
-    sluice groups list | describe [--group G ...]
+    sluice groups list | describe [--group G ...] | delete --group G [--group G ...]
+    sluice groups reset-offsets --group G --topic T[:P,...] (--to-earliest | --to-latest |
+                   --to-offset N | --shift-by N | --to-datetime ISO) [--execute]
     sluice loadtest --topic T --consumers N [--processes M] [--groups G] [--duration S] ...
     sluice consume --topic T --group G [--members N] [--from-beginning] [--max-messages N]
                    [--consumer-property KEY=VALUE ...]
@@ -296,16 +298,39 @@ def build_parser() -> argparse.ArgumentParser:
                     help='{"partitions":[{"topic":T,"partition":P,"offset":O}],"version":1} '
                          "(offset -1: the high watermark)")
 
-    groups = sub.add_parser("groups", help="consumer groups (kafka-consumer-groups)")
+    groups = sub.add_parser("groups", help="consumer groups, Sluice's and Kafka's "
+                            "(kafka-consumer-groups)")
     gsub = groups.add_subparsers(dest="action", required=True)
-    gl = gsub.add_parser("list", help="groups the coordinator knows, with state and size")
+    gl = gsub.add_parser("list", help="groups the coordinator knows, with kind, state and size")
     gl.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
     _command_config(gl)
-    gd = gsub.add_parser("describe", help="members, ownership, offsets and lag")
+    gd = gsub.add_parser("describe", help="members, assignments, offsets and lag")
     gd.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
     _command_config(gd)
     gd.add_argument("--group", action="append", help="group to describe (repeatable; "
                     "default all)")
+    gx = gsub.add_parser("delete", help="delete groups without members, with their offsets")
+    gx.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    _command_config(gx)
+    gx.add_argument("--group", action="append", required=True,
+                    help="group to delete (repeatable)")
+    gr = gsub.add_parser("reset-offsets", help="move a group's committed offsets (a dry run "
+                         "printing the plan unless --execute); the group must have no members")
+    gr.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    _command_config(gr)
+    gr.add_argument("--group", required=True)
+    gr.add_argument("--topic", action="append", required=True, metavar="T[:P,...]",
+                    help="a topic (every partition) or some of its partitions (repeatable)")
+    to = gr.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    to.add_argument("--to-latest", action="store_true", help="the high watermark")
+    to.add_argument("--to-offset", type=int, metavar="N")
+    to.add_argument("--shift-by", type=int, metavar="N",
+                    help="the committed offset plus N (negative: back)")
+    to.add_argument("--to-datetime", metavar="ISO",
+                    help="the first message at or after this time (no zone: UTC)")
+    gr.add_argument("--execute", action="store_true",
+                    help="write the new offsets (default: print the plan only)")
 
     acls = sub.add_parser("acls", help="access control lists (kafka-acls)")
     asub = acls.add_subparsers(dest="action", required=True)
@@ -626,29 +651,85 @@ def loadtest_summary(result: dict, consumers: int, out_dir: Path) -> list[str]:
 
 
 def run_groups(args: argparse.Namespace, out=sys.stdout) -> None:
-    from consumer_client import admin
+    from consumer_client import group_admin
 
     security = _security(args)
     if args.action == "list":
-        rows = admin.list_groups(args.bootstrap_server, security=security)
-        print(f"{'GROUP':<30} {'STATE':<12} MEMBERS", file=out)
-        for name, state, members in rows:
-            print(f"{name:<30} {state:<12} {members}", file=out)
+        rows = group_admin.list_groups(args.bootstrap_server, security=security)
+        print(f"{'GROUP':<30} {'KIND':<7} {'STATE':<20} MEMBERS", file=out)
+        for r in rows:
+            print(f"{r.group_id:<30} {r.kind:<7} {r.state:<20} {r.members}", file=out)
         return
-    for g in admin.describe_groups(args.bootstrap_server, args.group, security=security):
-        print(f"\nGroup: {g.group_id}\tState: {g.state}\tGeneration: {g.generation_id}\t"
-              f"Coordinator: {g.coordinator_id}\tMembers: {len(g.members)}", file=out)
-        header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER",
-                  "HOST")
+    if args.action == "delete":
+        _delete_groups(group_admin.delete_groups(args.bootstrap_server, args.group,
+                                                 security=security), out)
+        return
+    if args.action == "reset-offsets":
+        _reset_offsets(args, security, out)
+        return
+
+    def show(v: object) -> str:
+        return "-" if v is None else str(v)
+
+    for g in group_admin.describe_groups(args.bootstrap_server, args.group, security=security):
+        if isinstance(g, group_admin.KafkaGroupDescription):
+            print(f"\nGroup: {g.group_id}\tKind: kafka\tState: {g.state}\t"
+                  f"Protocol: {g.protocol_type or '-'}/{g.protocol or '-'}\t"
+                  f"Coordinator: {g.coordinator_id}\tMembers: {len(g.members)}", file=out)
+            header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                      "CONSUMER-ID", "HOST", "CLIENT-ID")
+        else:
+            print(f"\nGroup: {g.group_id}\tKind: sluice\tState: {g.state}\t"
+                  f"Generation: {g.generation_id}\tCoordinator: {g.coordinator_id}\t"
+                  f"Members: {len(g.members)}", file=out)
+            header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER",
+                      "HOST")
         print("\t".join(header), file=out)
-
-        def show(v: object) -> str:
-            return "-" if v is None else str(v)
-
         for p in g.partitions:
-            print("\t".join(show(v) for v in (p.topic, p.partition, p.current_offset,
-                                              p.log_end_offset, p.lag, p.owner, p.host)),
-                  file=out)
+            cells = [p.topic, p.partition, p.current_offset, p.log_end_offset, p.lag, p.owner,
+                     p.host]
+            if isinstance(g, group_admin.KafkaGroupDescription):
+                cells.append(p.consumer_id)
+            print("\t".join(show(v) for v in cells), file=out)
+        if isinstance(g, group_admin.KafkaGroupDescription):
+            # Members without partitions (or of another protocol type) show here too.
+            for m in g.members:
+                parts = ("-" if m.partitions is None else
+                         ",".join(f"{t}-{p}" for t, p in sorted(m.partitions)) or "none")
+                print(f"member {m.member_id}\tclient {m.client_id}\thost {m.host}\t"
+                      f"partitions {parts}", file=out)
+
+
+def _delete_groups(results: list[tuple[str, int]], out) -> None:
+    failed = []
+    for group, code in results:
+        if code == 0:
+            print(f"Deleted group {group}", file=out)
+        else:
+            failed.append(f"{group}: {error_name(code)}")
+    if failed:
+        raise AdminError(None, "not deleted: " + "; ".join(failed))
+
+
+def _reset_offsets(args: argparse.Namespace, security: Any, out) -> None:
+    from consumer_client import group_admin
+
+    spec = group_admin.ResetSpec(to_earliest=args.to_earliest, to_latest=args.to_latest,
+                                 to_offset=args.to_offset, shift_by=args.shift_by,
+                                 to_datetime=args.to_datetime)
+    if args.to_datetime is not None:
+        group_admin.parse_datetime_ms(args.to_datetime)  # a bad date is bad usage, up front
+    plan = group_admin.reset_offsets(
+        args.bootstrap_server, args.group, group_admin.parse_topic_partitions(args.topic),
+        spec, execute=args.execute, security=security)
+    print(f"{'GROUP':<30} {'TOPIC':<30} {'PARTITION':<10} {'CURRENT-OFFSET':<15} NEW-OFFSET",
+          file=out)
+    for r in plan:
+        current = "-" if r.current_offset is None else str(r.current_offset)
+        print(f"{args.group:<30} {r.topic:<30} {r.partition:<10} {current:<15} {r.new_offset}",
+              file=out)
+    if not args.execute:
+        print("Dry run: nothing written (add --execute to write these offsets)", file=out)
 
 
 def _command_properties(args: argparse.Namespace) -> dict[str, str]:

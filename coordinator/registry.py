@@ -278,6 +278,15 @@ class Registries:
                 gone.append(gid)
         return gone
 
+    def forget(self, group_id: str) -> None:
+        """Drop a group without members (its offsets were deleted: DeleteGroups)."""
+        g = self.groups.get(group_id)
+        if g is None or g.members:
+            return
+        if g.delayed_call is not None and g.delayed_call.active():
+            g.delayed_call.cancel()
+        del self.groups[group_id]
+
     def clear(self) -> None:
         for g in self.groups.values():
             if g.delayed_call is not None and g.delayed_call.active():

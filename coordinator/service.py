@@ -56,6 +56,7 @@ from coordinator import purgatories, rebalance, topic_count
 from coordinator.assignor import IPartitionAssignor, RangeAssignor, TopicPartition
 from coordinator.committer import MULTI_BATCH, OffsetCommitter
 from coordinator.elector import CoordinatorElector
+from coordinator.group_deletion import GroupDeletion
 from coordinator.heartbeat import HeartbeatScheduler
 from coordinator.kafka_groups import KafkaGroupApis
 from coordinator.listeners import TopicListeners
@@ -147,6 +148,8 @@ class CoordinatorService:
         self._ensured: set[str] = set()
         #: Kafka's group protocol (JoinGroup ... DescribeGroups) for standard Kafka clients.
         self.kafka = KafkaGroupApis(self)
+        #: DeleteGroups and OffsetDelete, for both kinds of group.
+        self.deletion = GroupDeletion(self)
         self.term = 0
         if metrics is not None:
             metrics.coordinator_members.set_function(

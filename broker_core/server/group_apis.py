@@ -1,14 +1,16 @@
 """The broker's side of Kafka's group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups): the per-resource ACL
+LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups,
+OffsetDelete): the per-resource ACL
 questions Kafka's ``KafkaApis`` asks, then the coordinator
 (:class:`coordinator.kafka_groups.KafkaGroupApis`).
 
 Whole-request checks (READ on the request's group for JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup and OffsetCommit) are made by the handler before dispatch
-(:mod:`broker_core.server.authorization`); here are the ones per named resource:
-FindCoordinator DESCRIBE on each group key, OffsetCommit READ on each topic, OffsetFetch
-DESCRIBE on each group and topic, ListGroups DESCRIBE on the cluster (every group) or else on
-each group, DescribeGroups DESCRIBE on each group.
+LeaveGroup and OffsetCommit; DELETE on the request's group for OffsetDelete) are made by the
+handler before dispatch (:mod:`broker_core.server.authorization`); here are the ones per named
+resource: FindCoordinator DESCRIBE on each group key, OffsetCommit and OffsetDelete READ on
+each topic, OffsetFetch DESCRIBE on each group and topic, ListGroups DESCRIBE on the cluster
+(every group) or else on each group, DescribeGroups DESCRIBE on each group, DeleteGroups
+DELETE on each group.
 
 A broker without a coordinator (handlers built alone in tests) answers each API's error with
 COORDINATOR_NOT_AVAILABLE.
@@ -29,7 +31,7 @@ Op, RT = AclOperation, ResourceType
 GROUP_APIS = frozenset({
     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP,
     ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
-    ApiKey.LIST_GROUPS})
+    ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE})
 
 
 class GroupApis:
@@ -112,3 +114,20 @@ class GroupApis:
         return self.coordinator.kafka.describe_groups(
             header.api_version, body,
             allowed=lambda g: access.allows(Op.DESCRIBE, RT.GROUP, g))
+
+    def delete_groups(self, header: Any, body: Any, access: Access) -> Any:
+        none = self._none(ApiKey.DELETE_GROUPS, header, body)
+        if none is not None:
+            return none
+        return self.coordinator.deletion.delete_groups(
+            header.api_version, body,
+            allowed=lambda g: access.allows(Op.DELETE, RT.GROUP, g))
+
+    def offset_delete(self, header: Any, body: Any, access: Access) -> Any:
+        none = self._none(ApiKey.OFFSET_DELETE, header, body)
+        if none is not None:
+            return none
+        return self.coordinator.deletion.offset_delete(
+            header.api_version, body,
+            topic_allowed=lambda t: access.allows(Op.READ, RT.TOPIC, t),
+            partition_exists=lambda t, p: self.cache.partition(t, p) is not None)

@@ -168,6 +168,11 @@ def partition_remove(name: str, index: int) -> str:
     return f"{PARTITIONS_REMOVE}/{name}/{index}"
 
 
+def consumer_group(group: str) -> str:
+    """The group's own znode: its offsets and owners are below it."""
+    return f"{CONSUMERS}/{group}"
+
+
 def consumer_offset(group: str, name: str, index: int) -> str:
     return f"{CONSUMERS}/{group}/offsets/{name}/{index}"
 

@@ -533,6 +533,42 @@ async def test_kafka_group_apis_need_group_acls(broker):
 
 
 @pytest_twisted.ensureDeferred
+async def test_group_deletion_apis_need_delete_on_the_group(broker):
+    """DeleteGroups needs DELETE on each group; OffsetDelete DELETE on its group and READ on
+    each topic. Refusals change nothing."""
+    await eventually(lambda: broker.coordinator.active, what="the coordinator elected")
+    await create_topic(broker, "t")
+    await grant(broker, "User:deleter", (RT.GROUP, "dg", Op.DELETE), (RT.TOPIC, "t", Op.READ))
+    await grant(broker, "User:halfway", (RT.GROUP, "dg", Op.DELETE))
+    mallory, store = "User:mallory", broker.coordinator.store
+    commit = {"group_id": "dg", "generation_id_or_member_epoch": -1, "member_id": "",
+              "topics": [{"name": "t", "partitions": [
+                  {"partition_index": 0, "committed_offset": 3, "committed_metadata": None}]}]}
+    resp = await call_as(broker, "User:admin", ApiKey.OFFSET_COMMIT, 8, commit)
+    assert resp.topics[0].partitions[0].error_code == 0
+    offset = paths.consumer_offset("dg", "t", 0)
+
+    delete_offsets = {"group_id": "dg", "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0}]}]}
+    resp = await call_as(broker, mallory, ApiKey.OFFSET_DELETE, 0, delete_offsets)
+    assert (resp.error_code, resp.topics) == (GROUP_DENIED, [])
+    resp = await call_as(broker, "User:halfway", ApiKey.OFFSET_DELETE, 0, delete_offsets)
+    assert (resp.error_code, resp.topics[0].partitions[0].error_code) == (0, TOPIC_DENIED)
+    assert await store.exists(offset) is not None
+    resp = await call_as(broker, "User:deleter", ApiKey.OFFSET_DELETE, 0, delete_offsets)
+    assert (resp.error_code, resp.topics[0].partitions[0].error_code) == (0, 0)
+    assert await store.exists(offset) is None
+
+    resp = await call_as(broker, mallory, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["dg"]})
+    assert [(r.group_id, r.error_code) for r in resp.results] == [("dg", GROUP_DENIED)]
+    assert await store.exists(paths.consumer_group("dg")) is not None
+    resp = await call_as(broker, "User:deleter", ApiKey.DELETE_GROUPS, 2,
+                         {"groups_names": ["dg"]})
+    assert [(r.group_id, r.error_code) for r in resp.results] == [("dg", 0)]
+    assert await store.exists(paths.consumer_group("dg")) is None
+
+
+@pytest_twisted.ensureDeferred
 async def test_unchecked_apis_answer_anyone(broker):
     await eventually(lambda: broker.coordinator.active, what="the coordinator elected")
     resp = await call_as(broker, "User:mallory", ApiKey.API_VERSIONS, 3,

@@ -1,5 +1,6 @@
-"""``sluice groups list|describe`` against real brokers and a real group: members, ownership,
-current offsets and lag as the partitions' leaders report them."""
+"""``sluice groups list|describe|reset-offsets|delete`` against real brokers and a real Sluice
+group: members, ownership, current offsets and lag as the partitions' leaders report them; a
+reset (dry run, then written) and a delete once the group has no member, refused before."""
 
 from __future__ import annotations
 
@@ -54,19 +55,61 @@ async def test_groups_list_and_describe_show_members_offsets_and_lag(brokers, ca
         code, out = await threads.deferToThread(_run, "groups", "list", "--bootstrap-server",
                                                 bootstrap)
         assert code == 0
-        assert [line.split() for line in out.splitlines()[1:]] == [["billing", "stable", "1"]]
+        assert [line.split() for line in out.splitlines()[1:]] == [
+            ["billing", "sluice", "stable", "1"]]
         code, out = await threads.deferToThread(_run, "groups", "describe",
                                                 "--bootstrap-server", bootstrap,
                                                 "--group", "billing")
         assert code == 0, out
-        assert "Group: billing\tState: stable" in out and "Members: 1" in out
+        assert "Group: billing\tKind: sluice\tState: stable" in out and "Members: 1" in out
         rows = [line.split("\t") for line in out.splitlines() if line.startswith("t\t")]
         assert [r[1] for r in rows] == ["0", "1"]
         assert all(r[5] == "c1-0" for r in rows)  # the owning stream
         assert all(int(r[3]) == 15 for r in rows)  # log end offset after the refill
         assert all(int(r[4]) == int(r[3]) - int(r[2]) for r in rows)  # lag = end - current
+        # Neither reset nor deleted while it has a member; nothing changes.
+        code, _ = await threads.deferToThread(_run, "groups", "reset-offsets",
+                                              "--bootstrap-server", bootstrap, "--group",
+                                              "billing", "--topic", "t", "--to-earliest",
+                                              "--execute")
+        assert code == 1 and "has 1 active member" in capsys.readouterr().err
+        code, _ = await threads.deferToThread(_run, "groups", "delete", "--bootstrap-server",
+                                              bootstrap, "--group", "billing")
+        assert code == 1 and "billing: NON_EMPTY_GROUP" in capsys.readouterr().err
     finally:
         await consumer.close()
+
+    # The member gone (and the rebalance that follows done), the offsets can be reset:
+    # a dry run first, then the same plan written.
+    coordinator = next(b.coordinator for b in brokers if b.coordinator.active)
+    await eventually(lambda: (g := coordinator.registries.groups.get("billing")) is not None
+                     and not g.members and g.curr_rebalancer is None
+                     and not g.rebalance_initiated, timeout=15, what="billing empty and idle")
+    reset = ("groups", "reset-offsets", "--bootstrap-server", bootstrap, "--group", "billing",
+             "--topic", "t:1", "--shift-by", "-4")
+    code, out = await threads.deferToThread(_run, *reset)
+    assert code == 0, out
+    assert [line.split() for line in out.splitlines()[1:]] == [
+        ["billing", "t", "1", "10", "6"],
+        ["Dry", "run:", "nothing", "written", "(add", "--execute", "to", "write", "these",
+         "offsets)"]]
+    assert await _rows_are(bootstrap, [["t", "0", "10", "15", "5"], ["t", "1", "10", "15", "5"]])
+    code, out = await threads.deferToThread(_run, *reset, "--execute")
+    assert code == 0 and "Dry run" not in out
+    assert await _rows_are(bootstrap, [["t", "0", "10", "15", "5"], ["t", "1", "6", "15", "9"]])
+    code, out = await threads.deferToThread(_run, "groups", "reset-offsets",
+                                            "--bootstrap-server", bootstrap, "--group",
+                                            "billing", "--topic", "t", "--to-latest",
+                                            "--execute")
+    assert code == 0
+    assert await _rows_are(bootstrap, [["t", "0", "15", "15", "0"], ["t", "1", "15", "15", "0"]])
+    # Deleted: gone from the list, its offsets with it.
+    code, out = await threads.deferToThread(_run, "groups", "delete", "--bootstrap-server",
+                                            bootstrap, "--group", "billing")
+    assert (code, out) == (0, "Deleted group billing\n")
+    code, out = await threads.deferToThread(_run, "groups", "list", "--bootstrap-server",
+                                            bootstrap)
+    assert code == 0 and "billing" not in out
 
     code, _ = await threads.deferToThread(_run, "groups", "describe", "--bootstrap-server",
                                           bootstrap, "--group", "no-such-group")

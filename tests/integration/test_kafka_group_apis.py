@@ -1,5 +1,5 @@
-"""Kafka's group APIs on two in-process brokers (ZooKeeper mode): who answers, and every
-refusal — each with Kafka's error code, each changing nothing."""
+"""Kafka's group APIs (and DeleteGroups / OffsetDelete) on two in-process brokers (ZooKeeper
+mode): who answers, and every refusal — each with Kafka's error code, each changing nothing."""
 
 from __future__ import annotations
 
@@ -80,6 +80,10 @@ async def test_only_the_coordinator_serves_group_requests(brokers):
     assert resp.error_code == E.NOT_COORDINATOR
     resp = await call(other, ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["g"]})
     assert resp.groups[0].error_code == E.NOT_COORDINATOR
+    resp = await call(other, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["g"]})
+    assert [r.error_code for r in resp.results] == [E.NOT_COORDINATOR]
+    resp = await call(other, ApiKey.OFFSET_DELETE, 0, {"group_id": "g", "topics": []})
+    assert resp.error_code == E.NOT_COORDINATOR
     # ListGroups: a broker that coordinates nothing lists nothing (admin clients ask all).
     resp = await call(other, ApiKey.LIST_GROUPS, 4, {"states_filter": []})
     assert (resp.error_code, resp.groups) == (0, [])
@@ -125,6 +129,13 @@ async def test_a_group_id_is_of_one_kind(brokers):
         assert coordinator.coordinator.kafka.groups.get("thin") is None
         resp = await call(coordinator, ApiKey.OFFSET_COMMIT, 8, commit_body("thin"))
         assert codes(resp) == [E.UNKNOWN_MEMBER_ID]
+        # Nor delete it, nor the offsets of a topic its members consume.
+        resp = await call(coordinator, ApiKey.DELETE_GROUPS, 0, {"groups_names": ["thin"]})
+        assert [r.error_code for r in resp.results] == [E.NON_EMPTY_GROUP]
+        resp = await call(coordinator, ApiKey.OFFSET_DELETE, 0, {"group_id": "thin", "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0}]}]})
+        assert (resp.error_code, codes(resp)) == (0, [E.GROUP_SUBSCRIBED_TO_TOPIC])
+        assert "thin" in coordinator.coordinator.registries.groups
     finally:
         thin.transport.loseConnection()
     # And a thin client cannot register in a Kafka group with members.

@@ -217,3 +217,33 @@ def test_heartbeat_v0_known_bytes():
     assert (req.body.group_id, req.body.generation_id, req.body.member_id) == ("grp", 7, "m-1")
     out = b"".join(apis.encode_response(12, 0, 5, {"error_code": 25}))
     assert out == struct.pack(">ih", 5, 25)
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.DELETE_GROUPS))
+def test_delete_groups(version):
+    R = kp_admin.DeleteGroupsRequest[version]
+    body = apis.decode_request(kp_frame(R(groups_names=["g", "h"]))).body
+    assert body.groups_names == ["g", "h"]
+    resp = decode_kp(kp_admin.DeleteGroupsResponse, ApiKey.DELETE_GROUPS, version, {
+        "throttle_time_ms": 0, "results": [{"group_id": "g", "error_code": 0},
+                                           {"group_id": "h", "error_code": 68}]})
+    assert [(r.group_id, r.error_code) for r in resp.results] == [("g", 0), ("h", 68)]
+
+
+def test_offset_delete():
+    T = kp_consumer.OffsetDeleteRequest.OffsetDeleteRequestTopic
+    R = kp_consumer.OffsetDeleteRequest[0]
+    frame = kp_frame(R(group_id="g", topics=[T(name="t", partitions=[
+        T.OffsetDeleteRequestPartition(partition_index=1),
+        T.OffsetDeleteRequestPartition(partition_index=3)])]))
+    body = apis.decode_request(frame).body
+    assert body.group_id == "g"
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in body.topics] == [
+        ("t", [1, 3])]
+    resp = decode_kp(kp_consumer.OffsetDeleteResponse, ApiKey.OFFSET_DELETE, 0, {
+        "error_code": 0, "throttle_time_ms": 0, "topics": [{"name": "t", "partitions": [
+            {"partition_index": 1, "error_code": 0},
+            {"partition_index": 3, "error_code": 86}]}]})
+    assert resp.error_code == 0
+    assert [(p.partition_index, p.error_code) for p in resp.topics[0].partitions] == [
+        (1, 0), (3, 86)]

@@ -1,6 +1,6 @@
 """The cluster administration APIs' codec against byte strings built by hand from Kafka's
 documented layouts (struct.pack): DeleteRecords v0, ElectLeaders v0/v1, DescribeCluster v0,
-ListPartitionReassignments v0 and DescribeLogDirs v1."""
+ListPartitionReassignments v0, DescribeLogDirs v1, DeleteGroups v0/v2 and OffsetDelete v0."""
 
 from __future__ import annotations
 
@@ -92,3 +92,29 @@ def test_describe_log_dirs_v1_response():
             {"partition_index": 0, "partition_size": 123, "offset_lag": 0,
              "is_future_key": False}]}], "total_bytes": 10, "usable_bytes": 5}]}
     assert joined(apis.encode_response(ApiKey.DESCRIBE_LOG_DIRS, 1, 4, answer)) == expected
+
+
+def test_delete_groups_v0_and_v2():
+    v0 = request_header_v1(ApiKey.DELETE_GROUPS, 0, 3, "adm") + i32(2) + string("a") + string("b")
+    assert apis.decode_request(v0).body.groups_names == ["a", "b"]
+    v2 = (request_header_v2(ApiKey.DELETE_GROUPS, 2, 4, "adm")
+          + b"\x02" + compact_string("a") + NO_TAGS)     # compact array of one, body tags
+    assert apis.decode_request(v2).body.groups_names == ["a"]
+    answer = {"throttle_time_ms": 0, "results": [{"group_id": "a", "error_code": 68}]}
+    assert joined(apis.encode_response(ApiKey.DELETE_GROUPS, 0, 3, answer)) == (
+        i32(3) + i32(0) + i32(1) + string("a") + i16(68))
+    assert joined(apis.encode_response(ApiKey.DELETE_GROUPS, 2, 4, answer)) == (
+        i32(4) + NO_TAGS + i32(0) + b"\x02" + compact_string("a") + i16(68) + NO_TAGS
+        + NO_TAGS)
+
+
+def test_offset_delete_v0():
+    frame = (request_header_v1(ApiKey.OFFSET_DELETE, 0, 6, "adm")
+             + string("g") + i32(1) + string("t") + i32(2) + i32(0) + i32(5))
+    body = apis.decode_request(frame).body
+    assert (body.group_id, body.topics[0].name,
+            [p.partition_index for p in body.topics[0].partitions]) == ("g", "t", [0, 5])
+    answer = {"error_code": 0, "throttle_time_ms": 0, "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "error_code": 86}]}]}
+    assert joined(apis.encode_response(ApiKey.OFFSET_DELETE, 0, 6, answer)) == (
+        i32(6) + i16(0) + i32(0) + i32(1) + string("t") + i32(1) + i32(0) + i16(86))

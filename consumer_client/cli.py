@@ -756,11 +756,16 @@ def _security(args: argparse.Namespace) -> ClientSecurity | None:
 
 
 def _client(args: argparse.Namespace) -> AdminClient:
-    if args.zookeeper_auth_file and not args.zookeeper:
+    """The admin client a command's arguments name. Commands that reach the cluster through
+    the brokers only have no ZooKeeper flags: their defaults stand in."""
+    zookeeper = getattr(args, "zookeeper", None)
+    auth_file = getattr(args, "zookeeper_auth_file", None)
+    if auth_file and not zookeeper:
         raise ValueError("--zookeeper-auth-file goes with --zookeeper")
-    return AdminClient(bootstrap_servers=args.bootstrap_server, zookeeper=args.zookeeper,
-                       zookeeper_auth_file=args.zookeeper_auth_file, security=_security(args),
-                       zookeeper_auth_mechanism=args.zookeeper_auth_mechanism)
+    return AdminClient(bootstrap_servers=args.bootstrap_server, zookeeper=zookeeper,
+                       zookeeper_auth_file=auth_file, security=_security(args),
+                       zookeeper_auth_mechanism=getattr(args, "zookeeper_auth_mechanism",
+                                                        SASL_DIGEST_MD5))
 
 
 def _read_json_file(path: str) -> bytes:

@@ -6,12 +6,12 @@ confluent-kafka's ``AdminClient`` (which has no reassignment calls) and kafka-py
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 
 from broker_core.wire.apis import ApiKey
+from tests.support.cli_runs import eventually
 from tests.support.procs import ProcessCluster
 
 
@@ -46,18 +46,6 @@ def ck_admin(admin_cluster):
     return AdminClient({"bootstrap.servers": admin_cluster.bootstrap})
 
 
-def wait_for(condition, what: str, timeout: float = 60.0):
-    """Poll ``condition`` until it returns something truthy (the cluster acts on its own time)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
-
-
 def new_topic(admin_cluster, ck_admin, assignment: list[list[int]]) -> str:
     """A fresh topic with the given replicas per partition; waits for every leader."""
     name = f"t-{uuid.uuid4().hex[:8]}"
@@ -67,8 +55,8 @@ def new_topic(admin_cluster, ck_admin, assignment: list[list[int]]) -> str:
                          for i, r in enumerate(assignment)]}],
         "timeout_ms": 30000, "validate_only": False})
     assert resp.topics[0].error_code == 0, resp
-    wait_for(lambda: all(p.leader >= 0 for p in partitions(ck_admin, name).values())
-             and len(partitions(ck_admin, name)) == len(assignment), f"leaders of {name}")
+    eventually(lambda: all(p.leader >= 0 for p in partitions(ck_admin, name).values())
+               and len(partitions(ck_admin, name)) == len(assignment), 60.0, f"leaders of {name}")
     return name
 
 
@@ -116,10 +104,10 @@ def test_reassignment_moves_a_partition_and_refuses_bad_targets(admin_cluster, c
     produce(admin_cluster, topic, 5)
     tp = TopicPartition(topic, 0)
     assert kp_admin.alter_partition_reassignments({tp: [2, 3]}) == {tp: None}
-    wait_for(lambda: sorted(partitions(ck_admin, topic)[0].replicas) == [2, 3]
-             and sorted(partitions(ck_admin, topic)[0].isrs) == [2, 3],
-             "the partition on brokers 2 and 3")
-    wait_for(lambda: kp_admin.list_partition_reassignments() == {}, "the reassignment done")
+    eventually(lambda: sorted(partitions(ck_admin, topic)[0].replicas) == [2, 3]
+               and sorted(partitions(ck_admin, topic)[0].isrs) == [2, 3],
+               60.0, "the partition on brokers 2 and 3")
+    eventually(lambda: kp_admin.list_partition_reassignments() == {}, 60.0, "the reassignment done")
 
     # Refusals, per partition as Kafka gives them; none of them changes anything.
     gone = TopicPartition(topic, 7)
@@ -168,12 +156,13 @@ def test_preferred_election_after_reordering_the_replicas(admin_cluster, ck_admi
 
     topic = new_topic(admin_cluster, ck_admin, [[1, 2]])
     produce(admin_cluster, topic, 3)
-    wait_for(lambda: sorted(partitions(ck_admin, topic)[0].isrs) == [1, 2], "both in the ISR")
+    eventually(lambda: sorted(partitions(ck_admin, topic)[0].isrs) == [1, 2],
+               60.0, "both in the ISR")
     assert partitions(ck_admin, topic)[0].leader == 1
     # The same replicas in another order: broker 2 becomes the preferred leader, while 1 leads.
     tp = TopicPartition(topic, 0)
     assert kp_admin.alter_partition_reassignments({tp: [2, 1]}) == {tp: None}
-    wait_for(lambda: partitions(ck_admin, topic)[0].replicas == [2, 1], "the new order")
+    eventually(lambda: partitions(ck_admin, topic)[0].replicas == [2, 1], 60.0, "the new order")
     assert partitions(ck_admin, topic)[0].leader == 1
 
     ck_tp = CkTopicPartition(topic, 0)
@@ -181,7 +170,7 @@ def test_preferred_election_after_reordering_the_replicas(admin_cluster, ck_admi
     # from its argument parsing); its default is socket.timeout.ms.
     result = ck_admin.elect_leaders(ElectionType.PREFERRED, [ck_tp]).result(timeout=90)
     assert result == {ck_tp: None}
-    wait_for(lambda: partitions(ck_admin, topic)[0].leader == 2, "broker 2 leading")
+    eventually(lambda: partitions(ck_admin, topic)[0].leader == 2, 60.0, "broker 2 leading")
     # Again: nothing to do, which Kafka answers ELECTION_NOT_NEEDED.
     result = ck_admin.elect_leaders(ElectionType.PREFERRED, [ck_tp]).result(timeout=90)
     assert result[ck_tp] is not None and result[ck_tp].name() == "ELECTION_NOT_NEEDED"
@@ -218,8 +207,8 @@ def test_delete_records_moves_the_log_start_on_every_replica(admin_cluster, ck_a
 
     # The followers followed: each replica's log-start-offset checkpoint (written every few
     # seconds) says 7 on every broker.
-    wait_for(lambda: all(_log_start(admin_cluster, b, topic) == 7 for b in (1, 2, 3)),
-             "every replica's log start at 7")
+    eventually(lambda: all(_log_start(admin_cluster, b, topic) == 7 for b in (1, 2, 3)),
+               60.0, "every replica's log start at 7")
 
 
 def _log_start(admin_cluster, broker_id: int, topic: str) -> int:

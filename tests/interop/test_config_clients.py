@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli_runs import eventually
+
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 TIMEOUT = 30
@@ -51,14 +53,6 @@ def describe_topic(cluster, name: str) -> dict:
     res = ConfigResource(ResourceType.TOPIC, name)
     a = admin(cluster)  # kept until the result is in: a destroyed client fails its futures
     return a.describe_configs([res], request_timeout=TIMEOUT)[res].result(timeout=TIMEOUT)
-
-
-def wait_for(condition, what: str):
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 # -- confluent-kafka ---------------------------------------------------------------------------
@@ -196,8 +190,8 @@ def test_kafka_python_alter_and_describe(cluster):
         client.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
                                              configs={"retention.ms": "7300000"})],
                              raise_on_unknown=False, incremental=False)
-        wait_for(lambda: describe_topic(cluster, topic)["retention.ms"].value == "7300000",
-                 "the full AlterConfigs")
+        eventually(lambda: describe_topic(cluster, topic)["retention.ms"].value == "7300000",
+                   TIMEOUT, "the full AlterConfigs")
     finally:
         client.close()
 

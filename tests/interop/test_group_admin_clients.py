@@ -7,12 +7,11 @@ topic the group does not consume (refused for the one it does) and deletes the g
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 
+from tests.support.cli_runs import eventually
 from tests.support.procs import ProcessCluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
@@ -40,14 +39,6 @@ def cluster(request, zookeeper_server, tmp_path_factory):
         c.stop()
 
 
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def create_topics(cluster, *names: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -62,7 +53,7 @@ def create_topics(cluster, *names: str) -> None:
         return all(n in topics and topics[n].error is None and len(topics[n].partitions) == 2
                    and all(p.leader >= 0 for p in topics[n].partitions.values())
                    for n in names)
-    wait_for(led, f"leaders for {names}")
+    eventually(led, DEADLINE_S, f"leaders for {names}")
 
 
 def produce(cluster, topic: str, n: int) -> None:
@@ -99,11 +90,12 @@ def test_confluent_admin_lists_describes_and_deletes_a_group(cluster):
     try:
         consumer.subscribe([topic])
         got: list = []
-        deadline = time.monotonic() + DEADLINE_S
-        while len(got) < 4:
-            assert time.monotonic() < deadline, "timed out consuming"
+
+        def consumed_4() -> bool:
             got.extend(m for m in consumer.consume(num_messages=10, timeout=0.2)
                        if m.error() is None)
+            return len(got) >= 4
+        eventually(consumed_4, DEADLINE_S, "consuming")
         consumer.commit(asynchronous=False)
         # A group with a member is not deleted.
         with pytest.raises(KafkaException) as refused:
@@ -149,10 +141,10 @@ def test_kafka_python_admin_deletes_offsets_and_groups(cluster):
                                group_id=group, enable_auto_commit=False,
                                session_timeout_ms=6000, heartbeat_interval_ms=500)
         try:
-            deadline = time.monotonic() + DEADLINE_S
-            while not member.assignment():
-                assert time.monotonic() < deadline, "timed out joining"
+            def joined() -> set:
                 member.poll(timeout_ms=200)
+                return member.assignment()
+            eventually(joined, DEADLINE_S, "joining")
             result = admin.delete_group_offsets(group, tps)
             assert result == {tps[0]: GroupSubscribedToTopicError, tps[1]: NoError}
             assert admin.delete_groups([group]) == {group: "NonEmptyGroupError"}
@@ -196,11 +188,12 @@ def test_sluice_groups_shows_resets_and_deletes_a_kafka_group(cluster):
     try:
         consumer.subscribe([topic])
         got: list = []
-        deadline = time.monotonic() + DEADLINE_S
-        while len(got) < 6:
-            assert time.monotonic() < deadline, "timed out consuming"
+
+        def consumed_6() -> bool:
             got.extend(m for m in consumer.consume(num_messages=10, timeout=0.2)
                        if m.error() is None)
+            return len(got) >= 6
+        eventually(consumed_6, DEADLINE_S, "consuming")
         # Partition 0 fully committed, partition 1 one message short: lag 0 and 1.
         consumer.commit(offsets=[TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 2)],
                         asynchronous=False)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-import time
 import uuid
 from collections.abc import Callable
 
 import pytest
 
+from tests.support.cli_runs import eventually
 from tests.support.procs import ProcessCluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
@@ -49,14 +49,6 @@ def cluster(request, zookeeper_server, tmp_path_factory):
         c.stop()
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def create_topic(cluster) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -69,8 +61,9 @@ def create_topic(cluster) -> str:
         t = admin.list_topics(name, timeout=10).topics.get(name)
         return (t is not None and t.error is None and len(t.partitions) == PARTITIONS
                 and all(p.leader >= 0 for p in t.partitions.values()))
-    wait_for(led, f"leaders for {name}")
-    wait_for(lambda: served_by_leaders(cluster, name), f"every leader of {name} serving it")
+    eventually(led, DEADLINE_S, f"leaders for {name}")
+    eventually(lambda: served_by_leaders(cluster, name),
+               DEADLINE_S, f"every leader of {name} serving it")
     return name
 
 
@@ -338,13 +331,15 @@ def test_a_group_of_three_consumes_everything_commits_and_a_restart_resumes(clus
     first = produce(cluster, topic, 1, client)
     members = [FACTORIES[client](cluster, topic, group) for _ in range(3)]
     try:
-        wait_for(lambda: union(members) >= first, "the group to consume the whole topic")
+        eventually(lambda: union(members) >= first,
+                   DEADLINE_S, "the group to consume the whole topic")
         # Every member took part: the partitions were split three ways.
-        wait_for(lambda: all(m.assigned for m in members)
-                 and sorted(p for m in members for p in m.assigned) == list(range(PARTITIONS)),
-                 "three members sharing the 12 partitions")
-        wait_for(lambda: committed(cluster, topic, group)
-                 == dict.fromkeys(range(PARTITIONS), PER_PARTITION), "every offset committed")
+        eventually(lambda: all(m.assigned for m in members)
+                   and sorted(p for m in members for p in m.assigned) == list(range(PARTITIONS)),
+                   DEADLINE_S, "three members sharing the 12 partitions")
+        eventually(lambda: committed(cluster, topic, group)
+                   == dict.fromkeys(range(PARTITIONS), PER_PARTITION),
+                   DEADLINE_S, "every offset committed")
         check_admin_view(cluster, group)
     finally:
         for m in members:
@@ -352,7 +347,8 @@ def test_a_group_of_three_consumes_everything_commits_and_a_restart_resumes(clus
     second = produce(cluster, topic, 2, client)
     late = FACTORIES[client](cluster, topic, group)
     try:
-        wait_for(lambda: late.values() >= second, "the restarted member to consume round 2")
+        eventually(lambda: late.values() >= second,
+                   DEADLINE_S, "the restarted member to consume round 2")
     finally:
         late.close()
     # It resumed from the committed offsets: nothing of round 1 was read again.
@@ -366,19 +362,20 @@ def test_a_member_that_closes_leaves_and_the_others_take_its_partitions(cluster,
     group = f"g-{uuid.uuid4().hex[:8]}"
     members = [FACTORIES[client](cluster, topic, group) for _ in range(3)]
     try:
-        wait_for(lambda: sorted(p for m in members for p in m.assigned)
-                 == list(range(PARTITIONS)) and all(m.assigned for m in members),
-                 "three members sharing the 12 partitions")
+        eventually(lambda: sorted(p for m in members for p in m.assigned)
+                   == list(range(PARTITIONS)) and all(m.assigned for m in members),
+                   DEADLINE_S, "three members sharing the 12 partitions")
         leaving = members.pop()
         leaving.close()
-        wait_for(lambda: sorted(p for m in members for p in m.assigned)
-                 == list(range(PARTITIONS)), "the two others to take every partition")
+        eventually(lambda: sorted(p for m in members for p in m.assigned)
+                   == list(range(PARTITIONS)), DEADLINE_S, "the two others to take every partition")
         # A LeaveGroup, not a session timeout, moved the partitions.
         logs = "".join(b.log_text() for b in cluster.brokers.values())
         assert re.search(rf"classic group {group}: member \S+ left", logs)
         assert not re.search(rf"classic group {group}: member \S+ expired", logs)
         sent = produce(cluster, topic, 1, client)
-        wait_for(lambda: union(members) >= sent, "the two members to consume everything")
+        eventually(lambda: union(members) >= sent,
+                   DEADLINE_S, "the two members to consume everything")
     finally:
         for m in members:
             m.close()
@@ -410,26 +407,28 @@ def test_the_group_moves_to_a_new_coordinator_and_resumes_from_its_offsets(clust
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3)],
                         request_timeout=30)[topic].result(timeout=30)
-    wait_for(lambda: (t := admin.list_topics(topic, timeout=10).topics.get(topic)) is not None
-             and len(t.partitions) == PARTITIONS
-             and all(len(p.isrs) == 3 for p in t.partitions.values()), "a replicated topic")
+    eventually(lambda: (t := admin.list_topics(topic, timeout=10).topics.get(topic)) is not None
+               and len(t.partitions) == PARTITIONS
+               and all(len(p.isrs) == 3 for p in t.partitions.values()),
+               DEADLINE_S, "a replicated topic")
     group = f"g-{uuid.uuid4().hex[:8]}"
     first = produce(cluster, topic, 1)
     members = [confluent_member(cluster, topic, group) for _ in range(2)]
     old = coordinator_of(cluster, group)
     assert old > 0
     try:
-        wait_for(lambda: union(members) >= first, "the group to consume round 1")
-        wait_for(lambda: committed(cluster, topic, group)
-                 == dict.fromkeys(range(PARTITIONS), PER_PARTITION), "round 1 committed")
+        eventually(lambda: union(members) >= first, DEADLINE_S, "the group to consume round 1")
+        eventually(lambda: committed(cluster, topic, group)
+                   == dict.fromkeys(range(PARTITIONS), PER_PARTITION),
+                   DEADLINE_S, "round 1 committed")
         for m in members:
             with m._lock:
                 m.consumed.clear()
         cluster.brokers[old].stop()
-        wait_for(lambda: coordinator_of(cluster, group) not in (-1, old),
-                 "another coordinator elected")
+        eventually(lambda: coordinator_of(cluster, group) not in (-1, old),
+                   DEADLINE_S, "another coordinator elected")
         second = produce(cluster, topic, 2)
-        wait_for(lambda: union(members) >= second, "the group to consume round 2")
+        eventually(lambda: union(members) >= second, DEADLINE_S, "the group to consume round 2")
         # Nothing of round 1 was read again: the new coordinator served the old offsets.
         assert not union(members) & first
     finally:
@@ -471,7 +470,7 @@ def test_a_static_member_restarted_quickly_gets_its_partitions_back_without_a_re
     members = [confluent_member(cluster, topic, group, **static, **{"group.instance.id": f"i{n}"})
                for n in range(3)]
     try:
-        wait_for(sharing(members), "three static members sharing the 12 partitions")
+        eventually(sharing(members), DEADLINE_S, "three static members sharing the 12 partitions")
         restarted = members.pop()
         others_before = [events_of(m) for m in members]
         generations = generations_formed(cluster, group)
@@ -479,10 +478,10 @@ def test_a_static_member_restarted_quickly_gets_its_partitions_back_without_a_re
         restarted.close()
         members.append(confluent_member(cluster, topic, group, **static,
                                         **{"group.instance.id": "i2"}))
-        wait_for(lambda: members[-1].assigned == partitions,
-                 "the restarted instance to get its partitions back")
+        eventually(lambda: members[-1].assigned == partitions,
+                   DEADLINE_S, "the restarted instance to get its partitions back")
         sent = produce(cluster, topic, 1)
-        wait_for(lambda: union(members) >= sent, "the group to consume everything")
+        eventually(lambda: union(members) >= sent, DEADLINE_S, "the group to consume everything")
         assert [events_of(m) for m in members[:2]] == others_before
         logs = "".join(b.log_text() for b in cluster.brokers.values())
         assert re.search(rf"classic group {group}: static member i2 joined again", logs)
@@ -501,11 +500,11 @@ def test_cooperative_sticky_members_rebalance_incrementally(cluster):
     coop = {"partition.assignment.strategy": "cooperative-sticky"}
     members = [confluent_member(cluster, topic, group, **coop) for _ in range(2)]
     try:
-        wait_for(sharing(members), "two members sharing the 12 partitions")
+        eventually(sharing(members), DEADLINE_S, "two members sharing the 12 partitions")
         before = [set(m.assigned) for m in members]
         members.append(confluent_member(cluster, topic, group, **coop))
-        wait_for(lambda: sharing(members)() and len(members[2].assigned) == 4,
-                 "three members sharing the 12 partitions")
+        eventually(lambda: sharing(members)() and len(members[2].assigned) == 4,
+                   DEADLINE_S, "three members sharing the 12 partitions")
         for member, held in zip(members[:2], before, strict=True):
             revoked = {p for kind, ps in events_of(member) if kind == "revoke" for p in ps}
             # Only what moved was revoked; what stayed was never taken away.
@@ -513,7 +512,7 @@ def test_cooperative_sticky_members_rebalance_incrementally(cluster):
             assert revoked <= members[2].assigned
             assert member.assigned <= held
         sent = produce(cluster, topic, 1)
-        wait_for(lambda: union(members) >= sent, "the group to consume everything")
+        eventually(lambda: union(members) >= sent, DEADLINE_S, "the group to consume everything")
         check_admin_view(cluster, group)
     finally:
         for m in members:

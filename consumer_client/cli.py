@@ -226,7 +226,6 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--broker", type=int, metavar="ID", help="a broker's configs")
         g.add_argument("--broker-defaults", action="store_true",
                        help="the cluster-wide dynamic broker defaults")
-        sp.set_defaults(zookeeper=None, zookeeper_auth_file=None)  # through the brokers only
 
     cfd = cfsub.add_parser("describe", help="every key with its value, source and synonyms")
     config_resource(cfd)

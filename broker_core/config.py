@@ -558,6 +558,7 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("rebalance.backoff.ms", "rebalance_backoff_ms", integer(0, INT_MAX), "2000"),
     ("rebalance.max.retries", "rebalance_max_retries", integer(1, INT_MAX), "4"),
     ("offsets.commit.interval.ms", "offsets_commit_interval_ms", integer(1, INT_MAX), "5000"),
+    ("offset.metadata.max.bytes", "offset_metadata_max_bytes", integer(0, 65536), "4096"),
     ("coordinator.rebalance.handlers", "coordinator_rebalance_handlers", integer(1, 1024), "4"),
     ("coordinator.ping.max.failures", "coordinator_ping_max_failures", integer(0, INT_MAX), "1"),
     ("coordinator.empty.group.retention.ms", "coordinator_empty_group_retention_ms",
@@ -720,6 +721,7 @@ class BrokerConfig:
     rebalance_backoff_ms: int
     rebalance_max_retries: int
     offsets_commit_interval_ms: int
+    offset_metadata_max_bytes: int
     coordinator_rebalance_handlers: int
     coordinator_ping_max_failures: int
     coordinator_empty_group_retention_ms: int

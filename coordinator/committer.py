@@ -7,9 +7,12 @@ per partition so only changed offsets are written), and writes them to
 :data:`MULTI_BATCH` operations, each fenced by the coordinator epoch. Many groups share a multi;
 a 1,000-partition group is two multis.
 
+Each value is a :class:`~broker_core.zk.paths.CommittedOffset`: the offset with the leader epoch
+and metadata a Kafka client committed alongside it (a plain decimal when there are none).
+
 Invariants: a partition is marked clean only after the multi that wrote its value succeeded,
-and only if the registry still holds that value (an offset reported while the write was in
-flight stays dirty); an offset is never written below the one ZooKeeper is known to hold
+and only if the registry still holds that value, extras included (an offset reported while
+the write was in flight stays dirty); an offset is never written below the one ZooKeeper is known to hold
 (:meth:`GroupRegistry.note_committed` and ``record_offsets`` only move forward).
 """
 
@@ -24,7 +27,7 @@ from twisted.logger import Logger
 
 from broker_core.metadata import Create, MetadataStoreError, SetData, TransactionFailed
 from broker_core.zk import paths
-from coordinator.registry import GroupRegistry
+from coordinator.registry import NO_EXTRAS, GroupRegistry, OffsetExtras
 
 log = Logger(namespace="sluice.coordinator.committer")
 
@@ -32,7 +35,20 @@ log = Logger(namespace="sluice.coordinator.committer")
 #: (python-zk/kazoo#630), as the controller batches.
 MULTI_BATCH = 500
 
-Entry = tuple[GroupRegistry, tuple[str, int], int]
+
+def read_committed_offset(group_id: str, tp: tuple[str, int], data: bytes | None
+                          ) -> paths.CommittedOffset:
+    """An offsets znode's value; an unreadable one (damaged, or not written by a coordinator)
+    is logged and counts as no offset (-1, no extras), so nothing downstream sees it."""
+    try:
+        return paths.CommittedOffset.from_bytes(data)
+    except ValueError as e:
+        log.warn("ignoring the unreadable committed offset of {t}-{p} of group {g}: {e}",
+                 t=tp[0], p=tp[1], g=group_id, e=e)
+        return paths.CommittedOffset(-1)
+
+
+Entry = tuple[GroupRegistry, tuple[str, int], int, OffsetExtras]
 
 
 class OffsetCommitter:
@@ -95,33 +111,31 @@ class OffsetCommitter:
             for tp in sorted(g.dirty):
                 if want is not None and tp not in want:
                     continue
-                entries.append((g, tp, g.offsets[tp]))
+                entries.append((g, tp, g.offsets[tp], g.extras.get(tp, NO_EXTRAS)))
         written = 0
         for i in range(0, len(entries), MULTI_BATCH):
             batch = entries[i:i + MULTI_BATCH]
-            parents = {paths.consumer_offsets_topic(g.group_id, tp[0]) for g, tp, _ in batch
+            parents = {paths.consumer_offsets_topic(g.group_id, tp[0]) for g, tp, _, _ in batch
                        if tp not in g.committed}
             for parent in sorted(parents):
                 await self.ensure_path(parent)
-            ops = [SetData(paths.consumer_offset(g.group_id, *tp), paths.offset_value(v))
-                   if tp in g.committed else
-                   Create(paths.consumer_offset(g.group_id, *tp), paths.offset_value(v))
-                   for g, tp, v in batch]
+            ops = [(SetData if tp in g.committed else Create)(
+                       paths.consumer_offset(g.group_id, *tp),
+                       paths.CommittedOffset(v, *extras).to_bytes())
+                   for g, tp, v, extras in batch]
             try:
                 await self.fenced(ops)
             except (TransactionFailed, MetadataStoreError):
                 # Our idea of which znodes exist was wrong (another writer, a deleted group):
                 # re-read them so the next round uses the right operation.
                 by_group: dict[int, tuple[GroupRegistry, list[tuple[str, int]]]] = {}
-                for g, tp, _ in batch:
+                for g, tp, _, _ in batch:
                     by_group.setdefault(id(g), (g, []))[1].append(tp)
                 for g, tps in by_group.values():
                     await self.reload(g, tps)
                 raise
-            for g, tp, v in batch:
-                g.committed[tp] = v
-                if g.offsets.get(tp) == v:
-                    g.dirty.discard(tp)
+            for g, tp, v, extras in batch:
+                g.note_written(tp, v, extras)
             written += len(batch)
         if self.metrics is not None and written:
             self.metrics.coordinator_offset_commits_total.inc(written)

@@ -163,9 +163,7 @@ class GroupDeletion:
         g = service.registries.groups.get(group_id)
         if g is None:
             return
-        g.offsets.clear()
-        g.committed.clear()
-        g.dirty.clear()
+        g.forget_offsets()
         g.zk_owners = {}
         if not self.in_use(group_id):
             service.registries.forget(group_id)
@@ -276,8 +274,6 @@ class GroupDeletion:
         g = service.registries.groups.get(group_id)
         if g is not None:
             for tp in tps:
-                g.offsets.pop(tp, None)
-                g.committed.pop(tp, None)
-                g.dirty.discard(tp)
+                g.forget_offset(tp)
         log.info("deleted the offsets of {n} partitions of group {g}", n=len(tps), g=group_id)
         return None

@@ -49,14 +49,14 @@ from coordinator.classic_group import (
     JoinResult,
     SyncResult,
 )
+from coordinator.committer import read_committed_offset
+from coordinator.registry import NO_EXTRAS, OffsetExtras
 
 if TYPE_CHECKING:
     from coordinator.service import CoordinatorService
 
 log = Logger(namespace="sluice.coordinator.kafka")
 
-#: Kafka's ``offset.metadata.max.bytes`` default: longer commit metadata is refused.
-MAX_OFFSET_METADATA = 4096
 #: Most protocol metadata (names and bytes, all protocols) one member may have the coordinator
 #: keep: a consumer's subscription is a few kilobytes even for thousands of topics, and every
 #: member's is held for the whole life of the generation. More is refused (INVALID_REQUEST).
@@ -277,8 +277,9 @@ class KafkaGroupApis:
                             partition_exists: Callable[[str, int], bool]) -> dict:
         """Check the committer (a member of the current generation, or generation -1 for a
         group without members), then each partition (READ on its topic, an existing partition,
-        metadata within :data:`MAX_OFFSET_METADATA`), write the accepted offsets (fenced) and
-        answer. A commit may move an offset backwards (a client that seeked)."""
+        metadata of at most ``offset.metadata.max.bytes`` characters, as Kafka counts it), write
+        the accepted offsets with their leader epoch and metadata (fenced) and answer. A commit
+        may move an offset backwards (a client that seeked)."""
         refused = self._refusal(body.group_id)
         if refused is None and self._bad_instance_id(body.group_instance_id, "OffsetCommit",
                                                    body.group_id):
@@ -299,7 +300,8 @@ class KafkaGroupApis:
         # One answer per entry, in request order (a partition named twice is answered twice;
         # the last accepted entry's offset is the one written).
         codes: list[ErrorCode] = []
-        accepted: dict[tuple[str, int], int] = {}
+        accepted: dict[tuple[str, int], tuple[int, OffsetExtras]] = {}
+        max_metadata = self.service.config.offset_metadata_max_bytes
         for t in body.topics or []:
             allowed = topic_allowed(t.name)
             for p in t.partitions or []:
@@ -308,11 +310,14 @@ class KafkaGroupApis:
                     codes.append(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 elif not partition_exists(*tp):
                     codes.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                elif len(p.committed_metadata or "") > MAX_OFFSET_METADATA:
+                elif len(p.committed_metadata or "") > max_metadata:
                     codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
                 else:
                     codes.append(ErrorCode.NONE)
-                    accepted[tp] = p.committed_offset
+                    # Before v6 there is no epoch (the schema's default, -1); null metadata
+                    # is Kafka's "no metadata", kept and answered as "".
+                    accepted[tp] = (p.committed_offset, (max(-1, p.committed_leader_epoch),
+                                                         p.committed_metadata or ""))
         if accepted:
             failed = await self._write_offsets(body.group_id, accepted)
             if failed is not None:
@@ -323,7 +328,8 @@ class KafkaGroupApis:
                 {"partition_index": p.partition_index, "error_code": int(next(answers))}
                 for p in t.partitions or []]} for t in body.topics or []]}
 
-    async def _write_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]
+    async def _write_offsets(self, group_id: str,
+                             offsets: dict[tuple[str, int], tuple[int, OffsetExtras]]
                              ) -> ErrorCode | None:
         """Write ``offsets`` for ``group_id`` through the coordinator's fenced commit; None,
         or the error every one of them gets."""
@@ -337,8 +343,8 @@ class KafkaGroupApis:
             await service.load_committed(g, [tp for tp in offsets if tp not in g.committed])
         except MetadataStoreError:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        for tp, offset in offsets.items():
-            g.set_offset(tp, offset)
+        for tp, (offset, extras) in offsets.items():
+            g.set_offset(tp, offset, extras)
         failed = await service._commit_accepted(g, set(offsets))
         return None if failed is None else ErrorCode(failed["error_code"])
 
@@ -389,9 +395,10 @@ class KafkaGroupApis:
                                   "committed_leader_epoch": -1, "metadata": "",
                                   "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)})
                 else:
-                    parts.append({"partition_index": p, "committed_offset": offsets[(t, p)],
-                                  "committed_leader_epoch": -1, "metadata": "",
-                                  "error_code": 0})
+                    stored = offsets[(t, p)]
+                    parts.append({"partition_index": p, "committed_offset": stored.offset,
+                                  "committed_leader_epoch": stored.leader_epoch,
+                                  "metadata": stored.metadata, "error_code": 0})
             out.append({"name": t, "partitions": parts})
         return out
 
@@ -413,19 +420,21 @@ class KafkaGroupApis:
         return out
 
     async def _read_offsets(self, group_id: str, tps: Iterable[tuple[str, int]]
-                            ) -> dict[tuple[str, int], int]:
-        """The committed offset of each partition (-1: none): what the coordinator wrote or
-        read, else read from the store (one batched read)."""
+                            ) -> dict[tuple[str, int], paths.CommittedOffset]:
+        """The committed offset of each partition with its extras (offset -1: none): what the
+        coordinator wrote or read, else read from the store (one batched read)."""
         tps = list(dict.fromkeys(tps))
         g = self.service.registries.groups.get(group_id)
-        known = {tp: g.committed[tp] for tp in tps if g is not None and tp in g.committed}
+        known = {tp: paths.CommittedOffset(g.committed[tp],
+                                           *g.committed_extras.get(tp, NO_EXTRAS))
+                 for tp in tps if g is not None and tp in g.committed}
         missing = [tp for tp in tps if tp not in known]
         if missing:
             raw = await self.service.store.get_many(
                 [paths.consumer_offset(group_id, *tp) for tp in missing])
             for tp, r in zip(missing, raw, strict=True):
-                v = None if r is None else paths.parse_offset_value(r[0])
-                known[tp] = -1 if v is None else v
+                known[tp] = paths.CommittedOffset(-1) if r is None else \
+                    read_committed_offset(group_id, tp, r[0])
         return known
 
     # -- ListGroups / DescribeGroups ---------------------------------------------------------------

@@ -4,8 +4,8 @@
   channel, its ping bookkeeping and the partitions it owns per the last StartFetcher it
   acknowledged.
 - :class:`GroupRegistry`: one group: members, offsets per partition (``offset_updated`` is
-  "some are not in ZooKeeper yet"), and the rebalance bits ``rebalance_initiated``,
-  ``curr_rebalancer`` and ``rebalance_failed``.
+  "some are not in ZooKeeper yet") with what a Kafka client committed alongside them, and
+  the rebalance bits ``rebalance_initiated``, ``curr_rebalancer`` and ``rebalance_failed``.
 - :class:`Registries`: every group, the groups per (statically subscribed) topic, the groups
   with wildcard members, and the removal of empty groups after a grace period (the design leaves
   "when can a group be deleted" open: here, when it has been empty for the grace period and no
@@ -24,6 +24,11 @@ from typing import Any
 
 from broker_core.wire.topic_partition import TopicPartition
 from coordinator.topic_count import TopicCount
+
+#: What a Kafka client commits alongside an offset: (leader epoch, metadata).
+OffsetExtras = tuple[int, str]
+#: None committed (a thin member's offsets, an OffsetCommit without them).
+NO_EXTRAS: OffsetExtras = (-1, "")
 
 
 class DuplicateConsumer(Exception):
@@ -88,7 +93,10 @@ class GroupRegistry:
     takes a reported or committed offset above the one it holds; a Kafka client's explicit
     commit, :meth:`set_offset`, may set it lower); ``dirty`` is the set of partitions whose
     ``offsets`` value is not known to be in ZooKeeper; a partition's reported offset is
-    accepted only from the member that owns it; ``curr_rebalancer`` is set while a rebalance
+    accepted only from the member that owns it; ``extras[tp]`` (absent: :data:`NO_EXTRAS`) goes
+    with ``offsets[tp]`` and ``committed_extras[tp]`` with ``committed[tp]``, and a partition
+    is clean only when both match (a commit of the same offset with new metadata is a change);
+    ``curr_rebalancer`` is set while a rebalance
     of this group is queued or running and names the handler that has it.
     """
 
@@ -97,6 +105,8 @@ class GroupRegistry:
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
     committed: dict[TopicPartition, int] = field(default_factory=dict)
     dirty: set[TopicPartition] = field(default_factory=set)
+    extras: dict[TopicPartition, OffsetExtras] = field(default_factory=dict)
+    committed_extras: dict[TopicPartition, OffsetExtras] = field(default_factory=dict)
     rebalance_initiated: bool = False
     curr_rebalancer: int | None = None
     rebalance_failed: str | None = None
@@ -160,25 +170,64 @@ class GroupRegistry:
                 continue
             if offset > self.offsets.get(tp, -1):
                 self.offsets[tp] = offset
+                self.extras.pop(tp, None)  # a thin member commits no epoch or metadata
                 self.dirty.add(tp)
                 changed += 1
         return changed
 
-    def set_offset(self, tp: TopicPartition, offset: int) -> None:
+    def set_offset(self, tp: TopicPartition, offset: int,
+                   extras: OffsetExtras = NO_EXTRAS) -> None:
         """A Kafka client's explicit OffsetCommit (coordinator.kafka_groups): the group's offset
-        becomes ``offset``, even behind the one held (the client seeked back); the thin
-        members' forward-only rule is for offsets they report, not for commits a Kafka
-        group makes of itself."""
+        becomes ``offset`` with ``extras``, even behind the one held (the client seeked back);
+        the thin members' forward-only rule is for offsets they report, not for commits a
+        Kafka group makes of itself."""
         self.offsets[tp] = offset
+        self._set_extras(self.extras, tp, extras)
         self.dirty.add(tp)
 
-    def note_committed(self, tp: TopicPartition, offset: int) -> None:
-        """ZooKeeper holds ``offset`` for ``tp`` (read or just written; -1: the znode exists
-        but holds no usable offset)."""
+    def note_committed(self, tp: TopicPartition, offset: int,
+                       extras: OffsetExtras = NO_EXTRAS) -> None:
+        """ZooKeeper holds ``offset`` with ``extras`` for ``tp`` (read or just written; -1: the
+        znode exists but holds no usable offset). The registry takes it unless it holds a
+        later offset, or the same one with other extras still to be written."""
         self.committed[tp] = offset
-        if offset >= 0 and offset >= self.offsets.get(tp, -1):
-            self.offsets[tp] = offset
+        self._set_extras(self.committed_extras, tp, extras)
+        held = self.offsets.get(tp, -1)
+        if offset < 0 or offset < held:
+            return
+        if offset == held and tp in self.dirty and self.extras.get(tp, NO_EXTRAS) != extras:
+            return
+        self.offsets[tp] = offset
+        self._set_extras(self.extras, tp, extras)
+        self.dirty.discard(tp)
+
+    def note_written(self, tp: TopicPartition, offset: int, extras: OffsetExtras) -> None:
+        """The committer wrote ``offset`` with ``extras``: clean unless the registry took
+        another value while the write was in flight."""
+        self.committed[tp] = offset
+        self._set_extras(self.committed_extras, tp, extras)
+        if self.offsets.get(tp) == offset and self.extras.get(tp, NO_EXTRAS) == extras:
             self.dirty.discard(tp)
+
+    def forget_offset(self, tp: TopicPartition) -> None:
+        """The partition's offset was deleted (DeleteGroups, OffsetDelete)."""
+        for d in (self.offsets, self.committed, self.extras, self.committed_extras):
+            d.pop(tp, None)
+        self.dirty.discard(tp)
+
+    def forget_offsets(self) -> None:
+        """Every offset of the group was deleted."""
+        for d in (self.offsets, self.committed, self.extras, self.committed_extras):
+            d.clear()
+        self.dirty.clear()
+
+    @staticmethod
+    def _set_extras(into: dict[TopicPartition, OffsetExtras], tp: TopicPartition,
+                    extras: OffsetExtras) -> None:
+        if extras == NO_EXTRAS:
+            into.pop(tp, None)
+        else:
+            into[tp] = extras
 
     def start_offset(self, tp: TopicPartition) -> int:
         """Where the new owner starts: the registry's offset, else -1 (the

@@ -54,7 +54,7 @@ from broker_core.wire.errors import ErrorCode
 from broker_core.zk import paths
 from coordinator import purgatories, rebalance, topic_count
 from coordinator.assignor import IPartitionAssignor, RangeAssignor, TopicPartition
-from coordinator.committer import MULTI_BATCH, OffsetCommitter
+from coordinator.committer import MULTI_BATCH, OffsetCommitter, read_committed_offset
 from coordinator.elector import CoordinatorElector
 from coordinator.group_deletion import GroupDeletion
 from coordinator.heartbeat import HeartbeatScheduler
@@ -78,6 +78,7 @@ class CoordinatorConfig:
     rebalance_backoff_ms: int = 2000
     rebalance_max_retries: int = 4
     offsets_commit_interval_ms: int = 5000
+    offset_metadata_max_bytes: int = 4096
     rebalance_handlers: int = 4
     ping_max_failures: int = 1
     empty_group_retention_ms: int = 600000
@@ -92,6 +93,7 @@ class CoordinatorConfig:
             rebalance_backoff_ms=cfg.rebalance_backoff_ms,
             rebalance_max_retries=cfg.rebalance_max_retries,
             offsets_commit_interval_ms=cfg.offsets_commit_interval_ms,
+            offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
             rebalance_handlers=cfg.coordinator_rebalance_handlers,
             ping_max_failures=cfg.coordinator_ping_max_failures,
             empty_group_retention_ms=cfg.coordinator_empty_group_retention_ms,
@@ -578,6 +580,8 @@ class CoordinatorService:
                 if r is not None}
 
     async def load_committed(self, group: GroupRegistry, tps: Sequence[TopicPartition]) -> None:
+        """Learn what the store holds for ``tps`` of ``group`` (whether each znode exists
+        decides create or set when writing)."""
         tps = list(tps)
         if not tps:
             return
@@ -586,9 +590,10 @@ class CoordinatorService:
         for tp, r in zip(tps, raw, strict=True):
             if r is None:
                 group.committed.pop(tp, None)
+                group.committed_extras.pop(tp, None)
             else:
-                v = paths.parse_offset_value(r[0])
-                group.note_committed(tp, -1 if v is None else v)
+                stored = read_committed_offset(group.group_id, tp, r[0])
+                group.note_committed(tp, stored.offset, (stored.leader_epoch, stored.metadata))
 
     async def _commit(self, groups: list[GroupRegistry],
                       only: dict[str, set[TopicPartition]] | None = None) -> int:

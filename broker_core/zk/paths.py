@@ -450,17 +450,72 @@ class CoordinatorRegistration:
             raise ValueError(f"consumer coordinator: bad value ({e})") from None
 
 
-def offset_value(offset: int) -> bytes:
-    """``/consumers/[group]/offsets/[topic]/[partition]``: the next offset to consume as ASCII
-    decimal, Kafka's ZooKeeper-consumer format."""
-    return str(int(offset)).encode()
+_INT64_MAX = (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
+
+
+def _is_int(v: Any, low: int, high: int) -> bool:
+    return type(v) is int and low <= v <= high
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    """``/consumers/[group]/offsets/[topic]/[partition]``: the next offset to consume, with
+    what a Kafka client committed alongside it (OffsetCommit's ``committed_leader_epoch``,
+    -1 when unknown, and ``committed_metadata``).
+
+    An offset without either is written as ASCII decimal, Kafka's ZooKeeper-consumer format
+    (byte for byte what was written before the extras were kept, so old entries read as
+    epoch -1 and metadata ""); one with either as JSON
+    ``{"version":1,"offset":..,"leader_epoch":..,"metadata":..}``. :meth:`from_bytes`
+    refuses (ValueError) anything else, an out-of-range number or a wrong type: the store is
+    not trusted to hold what this module wrote.
+    """
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+
+    @property
+    def plain(self) -> bool:
+        """Whether there is nothing but the offset."""
+        return self.leader_epoch == -1 and self.metadata == ""
+
+    def to_bytes(self) -> bytes:
+        if self.plain:
+            return str(int(self.offset)).encode()
+        return _dump({"version": 1, "offset": int(self.offset),
+                      "leader_epoch": int(self.leader_epoch), "metadata": self.metadata})
+
+    @classmethod
+    def from_bytes(cls, data: bytes | None) -> CommittedOffset:
+        text = (data or b"").strip()
+        if not text.startswith(b"{"):
+            try:
+                offset = int(text.decode("ascii"))
+            except (UnicodeDecodeError, ValueError):
+                raise ValueError("committed offset: neither a decimal nor JSON") from None
+            if not _is_int(offset, -1, _INT64_MAX):
+                raise ValueError(f"committed offset: {offset} is out of range")
+            return cls(offset)
+        v = _load(text, "committed offset")
+        if not isinstance(v, dict) or v.get("version") != 1:
+            raise ValueError("committed offset: not a version-1 object")
+        offset, epoch, metadata = v.get("offset"), v.get("leader_epoch", -1), v.get("metadata", "")
+        if not _is_int(offset, -1, _INT64_MAX):
+            raise ValueError(f"committed offset: bad offset {offset!r}")
+        if not _is_int(epoch, -1, _INT32_MAX):
+            raise ValueError(f"committed offset: bad leader epoch {epoch!r}")
+        if not isinstance(metadata, str):
+            raise ValueError("committed offset: metadata is not a string")
+        return cls(offset, epoch, metadata)
 
 
 def parse_offset_value(data: bytes | None) -> int | None:
     """The offset in an offsets znode, or None when it is empty or unreadable."""
     try:
-        return int((data or b"").decode().strip())
-    except (UnicodeDecodeError, ValueError):
+        return CommittedOffset.from_bytes(data).offset
+    except ValueError:
         return None
 
 

@@ -39,10 +39,12 @@ def join_body(group: str, member_id: str = "", **extra) -> dict:
 
 def commit_body(group: str, *, generation: int = -1, member: str = "",
                 partitions=((0, 5, None),), topic: str = "t") -> dict:
+    """``partitions``: (index, offset, metadata) or (index, offset, metadata, leader epoch)."""
     return {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
             "topics": [{"name": topic, "partitions": [
-                {"partition_index": p, "committed_offset": o, "committed_metadata": meta}
-                for p, o, meta in partitions]}]}
+                {"partition_index": p[0], "committed_offset": p[1], "committed_metadata": p[2],
+                 "committed_leader_epoch": p[3] if len(p) > 3 else -1}
+                for p in partitions]}]}
 
 
 def codes(resp) -> list[int]:
@@ -178,6 +180,77 @@ async def test_offsets_commit_and_fetch(brokers):
         {"group_id": "empty", "topics": None}]})
     assert [(g.group_id, g.error_code, len(g.topics)) for g in resp.groups] == [
         ("solo", 0, 1), ("a/b", E.INVALID_GROUP_ID, 0), ("empty", 0, 0)]
+
+
+def fetched(resp) -> list[tuple]:
+    return [(t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+             p.metadata) for t in resp.topics for p in t.partitions]
+
+
+@pytest_twisted.ensureDeferred
+async def test_commit_metadata_and_leader_epoch_are_kept_across_failover(brokers):
+    coordinator, other = await roles(brokers)
+    await create_topic(coordinator, "t", partitions=3)
+    store = coordinator.coordinator.store
+    resp = await call(coordinator, ApiKey.OFFSET_COMMIT, 8, commit_body(
+        "meta", partitions=[(0, 5, "state-0", 4), (1, 7, None, 2), (2, 9, "")]))
+    assert codes(resp) == [0, 0, 0]
+    # v2-v5 carry no epoch: kept as -1; metadata in every version.
+    resp = await call(coordinator, ApiKey.OFFSET_COMMIT, 2, commit_body(
+        "meta", partitions=[(2, 9, "v2")]))
+    assert codes(resp) == [0]
+    # A refused commit (metadata too long) leaves the stored value as it was.
+    resp = await call(coordinator, ApiKey.OFFSET_COMMIT, 8, commit_body(
+        "meta", partitions=[(0, 6, "x" * 4097, 5)]))
+    assert codes(resp) == [E.OFFSET_METADATA_TOO_LARGE]
+    want = [("t", 0, 5, 4, "state-0"), ("t", 1, 7, 2, ""), ("t", 2, 9, -1, "v2")]
+    resp = await call(coordinator, ApiKey.OFFSET_FETCH, 7, {"group_id": "meta", "topics": None})
+    assert fetched(resp) == want
+    # An offset without extras stays a plain decimal; one with them is JSON.
+    raw = [(await store.get(paths.consumer_offset("meta", "t", p)))[0] for p in range(3)]
+    assert [paths.CommittedOffset.from_bytes(r) for r in raw] == [
+        paths.CommittedOffset(5, 4, "state-0"), paths.CommittedOffset(7, 2),
+        paths.CommittedOffset(9, -1, "v2")]
+    # Before v5 OffsetFetch has no epoch; the metadata is there.
+    resp = await call(coordinator, ApiKey.OFFSET_FETCH, 1, {"group_id": "meta", "topics": [
+        {"name": "t", "partition_indexes": [0]}]})
+    assert [(p.committed_offset, p.metadata) for t in resp.topics for p in t.partitions] == [
+        (5, "state-0")]
+    # The next coordinator reads them from the store.
+    await coordinator.stopService()
+    await eventually(lambda: other.coordinator.active, what="the other broker elected")
+    resp = await call(other, ApiKey.OFFSET_FETCH, 8, {"groups": [
+        {"group_id": "meta", "topics": None}]})
+    assert [fetched(g) for g in resp.groups] == [want]
+    # Committing the same offset with other metadata is a change, written at once.
+    resp = await call(other, ApiKey.OFFSET_COMMIT, 8, commit_body(
+        "meta", partitions=[(0, 5, "state-1", 4)]))
+    assert codes(resp) == [0]
+    data, _ = await other.coordinator.store.get(paths.consumer_offset("meta", "t", 0))
+    assert paths.CommittedOffset.from_bytes(data) == paths.CommittedOffset(5, 4, "state-1")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_damaged_stored_offset_reads_as_none(brokers):
+    coordinator, _ = await roles(brokers)
+    await create_topic(coordinator, "t", partitions=2)
+    store = coordinator.coordinator.store
+    resp = await call(coordinator, ApiKey.OFFSET_COMMIT, 8, commit_body(
+        "hurt", partitions=[(0, 5, "m", 1), (1, 6, None)]))
+    assert codes(resp) == [0, 0]
+    # Another writer damages partition 0's value behind the coordinator's back; a new
+    # coordinator (this one forgets what it held) must not trust it.
+    await store.set(paths.consumer_offset("hurt", "t", 0),
+                    b'{"version":1,"offset":"5","leader_epoch":1,"metadata":"m"}')
+    coordinator.coordinator.registries.groups.pop("hurt")
+    resp = await call(coordinator, ApiKey.OFFSET_FETCH, 7, {"group_id": "hurt", "topics": None})
+    assert fetched(resp) == [("t", 0, -1, -1, ""), ("t", 1, 6, -1, "")]
+    # A commit replaces the damaged value.
+    resp = await call(coordinator, ApiKey.OFFSET_COMMIT, 8, commit_body(
+        "hurt", partitions=[(0, 8, "ok", 2)]))
+    assert codes(resp) == [0]
+    resp = await call(coordinator, ApiKey.OFFSET_FETCH, 7, {"group_id": "hurt", "topics": None})
+    assert fetched(resp)[0] == ("t", 0, 8, 2, "ok")
 
 
 @pytest_twisted.ensureDeferred

@@ -73,7 +73,7 @@ def commit(svc, group, offsets):
                            group_instance_id=None, topics=[
                                SimpleNamespace(name=t, partitions=[SimpleNamespace(
                                    partition_index=p, committed_offset=o,
-                                   committed_metadata=None)])
+                                   committed_leader_epoch=-1, committed_metadata=None)])
                                for (t, p), o in offsets.items()])
     resp = run(svc.kafka.offset_commit(8, body, topic_allowed=lambda _: True,
                                        partition_exists=lambda t, p: p < 2))
@@ -272,7 +272,7 @@ def test_a_commit_that_waited_for_the_delete_goes_with_it_and_a_later_one_starts
                            group_instance_id=None, topics=[SimpleNamespace(
                                name="t", partitions=[SimpleNamespace(
                                    partition_index=0, committed_offset=9,
-                                   committed_metadata=None)])])
+                                   committed_leader_epoch=-1, committed_metadata=None)])])
     committing = defer.ensureDeferred(svc.kafka.offset_commit(
         8, body, topic_allowed=lambda _: True, partition_exists=lambda t, p: True))
     assert not deleting.called and not committing.called

@@ -1,5 +1,5 @@
 """Group and consumer registries: membership indexes, forward-only offsets owned by the
-reporting member, empty-group removal after a grace period."""
+reporting member, a Kafka client's commit extras, empty-group removal after a grace period."""
 
 from __future__ import annotations
 
@@ -69,6 +69,46 @@ def test_offsets_are_taken_only_for_owned_partitions_and_only_forward():
     assert g.start_offset(("t", 1)) == 30 and g.start_offset(("t", 2)) == -1
     g.note_committed(("t", 2), -1)  # znode exists but unreadable
     assert g.start_offset(("t", 2)) == -1 and g.committed[("t", 2)] == -1
+
+
+def test_commit_extras_travel_with_their_offset():
+    r = Registries()
+    g = r.group("k")
+    tp = ("t", 0)
+    g.set_offset(tp, 5, (3, "m"))
+    assert g.extras == {tp: (3, "m")} and g.dirty == {tp}
+    g.note_written(tp, 5, (3, "m"))
+    assert not g.dirty and g.committed_extras == {tp: (3, "m")}
+    # The same offset with other metadata is a change to write.
+    g.set_offset(tp, 5, (3, "n"))
+    assert g.dirty == {tp}
+    # A write of the old value finishing meanwhile does not make it clean, nor does reading
+    # the old value back.
+    g.note_written(tp, 5, (3, "m"))
+    g.note_committed(tp, 5, (3, "m"))
+    assert g.dirty == {tp} and g.extras[tp] == (3, "n")
+    # No extras: nothing held for them.
+    g.set_offset(tp, 6)
+    assert tp not in g.extras
+    g.note_written(tp, 6, (-1, ""))
+    assert not g.dirty and tp not in g.committed_extras
+    # Read from the store when nothing is pending: taken with its extras.
+    g.note_committed(("t", 1), 9, (1, "s"))
+    assert (g.offsets[("t", 1)], g.extras[("t", 1)]) == (9, (1, "s"))
+    g.forget_offset(("t", 1))
+    assert ("t", 1) not in g.extras and ("t", 1) not in g.committed_extras
+    g.forget_offsets()
+    assert not (g.offsets or g.committed or g.extras or g.committed_extras or g.dirty)
+
+
+def test_a_thin_members_offset_drops_the_extras_of_the_one_before():
+    r = Registries()
+    a = member("g", "a", {"t": 1})
+    g = r.add_member(a, 0.0)
+    a.owned = {("t", 0): "a-0"}
+    g.set_offset(("t", 0), 5, (2, "kafka"))
+    g.record_offsets(a, [("t", 0, 8)])
+    assert g.offsets[("t", 0)] == 8 and ("t", 0) not in g.extras
 
 
 def test_group_state():

@@ -21,6 +21,7 @@ from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.zk import paths
 from coordinator import rebalance
+from coordinator.registry import GroupRegistry
 from coordinator.service import CoordinatorConfig, CoordinatorService
 from tests.support.memory_store import MemoryStore
 
@@ -264,6 +265,29 @@ def test_the_committer_writes_only_changed_offsets_in_batches():
     clock.advance(1.0)
     assert store.nodes[paths.consumer_offset("g", "t", 1)][0] == b"8"
     assert store.multis == before + 1
+
+
+def test_the_committer_writes_commit_extras_and_reads_them_back():
+    clock, store, svc = make(offsets_commit_interval_ms=1000)
+    g = svc.registries.group("k")
+    g.set_offset(("t", 0), 5, (4, "state"))
+    g.set_offset(("t", 1), 6)
+    clock.advance(1.0)
+    assert store.nodes[paths.consumer_offset("k", "t", 1)][0] == b"6"
+    assert paths.CommittedOffset.from_bytes(store.nodes[paths.consumer_offset("k", "t", 0)][0]) \
+        == paths.CommittedOffset(5, 4, "state")
+    assert not g.dirty
+    # Same offset, new metadata: rewritten (SetData: the znode is known to exist).
+    g.set_offset(("t", 0), 5, (4, "state-2"))
+    clock.advance(1.0)
+    assert paths.CommittedOffset.from_bytes(store.nodes[paths.consumer_offset("k", "t", 0)][0]) \
+        == paths.CommittedOffset(5, 4, "state-2")
+    # A new coordinator's registry learns them from the store; a damaged value is no offset.
+    store.nodes[paths.consumer_offset("k", "t", 1)] = (b'{"version":1,"offset":[]}', 0)
+    fresh = GroupRegistry("k")
+    defer.ensureDeferred(svc.load_committed(fresh, [("t", 0), ("t", 1)]))
+    assert (fresh.offsets, fresh.extras) == ({("t", 0): 5}, {("t", 0): (4, "state-2")})
+    assert fresh.committed == {("t", 0): 5, ("t", 1): -1}
 
 
 def test_describe_and_cluster_metadata():

@@ -4,7 +4,7 @@ A member of a classic group commits with its ``generation_id_or_member_epoch`` a
 ``member_id``; a client that assigns partitions itself commits with generation -1 and no
 member id while the group has no members (Kafka allows both). v2-4 carry
 ``retention_time_ms`` (ignored: offsets are kept until the group's are deleted); v6 adds
-``committed_leader_epoch`` (not kept); v7 ``group_instance_id`` (static membership,
+``committed_leader_epoch`` (kept with the offset); v7 ``group_instance_id`` (static membership,
 KIP-345)."""
 
 from __future__ import annotations

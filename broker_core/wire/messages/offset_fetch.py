@@ -1,7 +1,7 @@
 """OffsetFetch (key 9), v1-8 (v6+ flexible): a group's committed offsets.
 
 v2 makes ``topics`` nullable (null: every partition the group has an offset for) and adds a
-top-level ``error_code``; v5 ``committed_leader_epoch`` (always -1: not kept); v7
+top-level ``error_code``; v5 ``committed_leader_epoch`` (the committed one, -1 when none); v7
 ``require_stable`` (there are no transactional offsets, so every offset is stable); v8 asks
 for several groups at once, each answered with its own error code."""
 

@@ -37,6 +37,7 @@ from broker_core.security.acl import CLUSTER_NAME, AclOperation, Authorizer, Res
 from broker_core.security.principal import ConnectionSecurity
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
+from broker_core.wire.messages.describe_groups import OPERATIONS_NOT_PROVIDED
 
 Op, RT = AclOperation, ResourceType
 
@@ -203,6 +204,42 @@ class Access:
     def may_create_topic(self, topic: str) -> bool:
         """CreateTopics and Metadata's auto-creation: CREATE on the cluster or on the topic."""
         return self.allows_cluster(Op.CREATE) or self.allows(Op.CREATE, RT.TOPIC, topic)
+
+
+#: The operations Kafka reports as authorized on a resource of each type (its ACL entries'
+#: supported operations), for the ``*_authorized_operations`` bit fields.
+REPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    RT.TOPIC: (Op.READ, Op.WRITE, Op.CREATE, Op.DELETE, Op.ALTER, Op.DESCRIBE,
+               Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
+    RT.GROUP: (Op.READ, Op.DELETE, Op.DESCRIBE),
+    RT.CLUSTER: (Op.CREATE, Op.ALTER, Op.DESCRIBE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS,
+                 Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE),
+}
+
+def authorized_operations(access: Access, resource_type: ResourceType, name: str,
+                          asked: bool) -> int:
+    """Kafka's ``authorized_operations`` bit field for one resource: bit n set when
+    ``access`` may do the operation of code n, over :data:`REPORTED_OPERATIONS` of the
+    resource's type. Asked of the authorizer as every other check is (so an operation that
+    implies another counts for it, and ``super.users`` for everything); with no authorizer,
+    or for a broker connection, every reported operation. Not ``asked`` (the request's
+    ``include_*_authorized_operations`` false): INT32_MIN, Kafka's "not provided"."""
+    if not asked:
+        return OPERATIONS_NOT_PROVIDED
+    bits = 0
+    for op in REPORTED_OPERATIONS[resource_type]:
+        if access.allows(op, resource_type, name):
+            bits |= 1 << int(op)
+    return bits
+
+
+def cluster_authorized_operations(access: Access, asked: bool) -> int:
+    """The cluster's bit field as DescribeCluster and Metadata answer it: as
+    :func:`authorized_operations`, but 0 to a principal that may not DESCRIBE the cluster
+    (as Kafka answers it)."""
+    if asked and not access.allows_cluster(Op.DESCRIBE):
+        return 0
+    return authorized_operations(access, RT.CLUSTER, CLUSTER_NAME, asked)
 
 
 #: The access of a connection made without any security (in-process tools and tests).

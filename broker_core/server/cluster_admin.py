@@ -27,7 +27,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from broker_core import topic_admin
-from broker_core.server.authorization import RULES, Access
+from broker_core.server.authorization import RULES, Access, cluster_authorized_operations
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages import elect_leaders
@@ -94,7 +94,8 @@ class ClusterAdminApis:
             "cluster_id": self.cluster_id(), "controller_id": self.cache.controller_id,
             "brokers": [{"broker_id": b.id, "host": host, "port": port, "rack": b.rack}
                         for b, (host, port) in self.brokers_on(listener)],
-            "cluster_authorized_operations": -2147483648,
+            "cluster_authorized_operations": cluster_authorized_operations(
+                access, body.include_cluster_authorized_operations),
         }
 
     # -- DescribeLogDirs (35) ----------------------------------------------------------------

@@ -9,8 +9,10 @@ LeaveGroup and OffsetCommit; DELETE on the request's group for OffsetDelete) are
 handler before dispatch (:mod:`broker_core.server.authorization`); here are the ones per named
 resource: FindCoordinator DESCRIBE on each group key, OffsetCommit and OffsetDelete READ on
 each topic, OffsetFetch DESCRIBE on each group and topic, ListGroups DESCRIBE on the cluster
-(every group) or else on each group, DescribeGroups DESCRIBE on each group, DeleteGroups
-DELETE on each group.
+(every group) or else on each group, DescribeGroups DESCRIBE on each group (and, when asked,
+the operations the principal may do on each:
+:func:`~broker_core.server.authorization.authorized_operations`), DeleteGroups DELETE on each
+group.
 
 A broker without a coordinator (handlers built alone in tests) answers each API's error with
 COORDINATOR_NOT_AVAILABLE.
@@ -21,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker_core.security.acl import AclOperation, ResourceType
-from broker_core.server.authorization import Access
+from broker_core.server.authorization import Access, authorized_operations
 from broker_core.wire.apis import SUPPORTED, ApiKey
 from broker_core.wire.errors import ErrorCode
 
@@ -108,12 +110,20 @@ class GroupApis:
             allowed=lambda g: every or access.allows(Op.DESCRIBE, RT.GROUP, g))
 
     def describe_groups(self, header: Any, body: Any, access: Access) -> dict:
+        """v3+ ``include_authorized_operations``: each group answered without error (an
+        unknown one, ``Dead``, included, as Kafka) carries the principal's operations on it."""
         none = self._none(ApiKey.DESCRIBE_GROUPS, header, body)
         if none is not None:
             return none
-        return self.coordinator.kafka.describe_groups(
+        answer = self.coordinator.kafka.describe_groups(
             header.api_version, body,
             allowed=lambda g: access.allows(Op.DESCRIBE, RT.GROUP, g))
+        if header.api_version >= 3 and body.include_authorized_operations:
+            for g in answer["groups"]:
+                if g["error_code"] == 0:
+                    g["authorized_operations"] = authorized_operations(
+                        access, RT.GROUP, g["group_id"], True)
+        return answer
 
     def delete_groups(self, header: Any, body: Any, access: Access) -> Any:
         none = self._none(ApiKey.DELETE_GROUPS, header, body)

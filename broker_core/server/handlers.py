@@ -36,6 +36,8 @@ from broker_core.server.authorization import (
     USER_ADMIN,
     Access,
     Scope,
+    authorized_operations,
+    cluster_authorized_operations,
     is_control_plane,
     may_manage_users,
 )
@@ -372,6 +374,8 @@ class RequestHandler(UserAdminApis):
         auto = (header.api_version < 4 or body.allow_auto_topic_creation) and \
             self.config.auto_create_topics_enable
         version = header.api_version
+        # Only for the topics described (as Kafka: a refused or unknown one is INT32_MIN).
+        topic_operations_asked = version >= 8 and body.include_topic_authorized_operations
         topics = []
         for name in names:
             parts = self.cache.topics.get(name)
@@ -399,7 +403,8 @@ class RequestHandler(UserAdminApis):
                         [self._partition_metadata(i, st, listener)
                          for i, st in sorted(parts.items())],
                         version, metadata_messages.RESPONSE.is_flexible(version))),
-                "topic_authorized_operations": -2147483648,
+                "topic_authorized_operations": authorized_operations(
+                    access, ResourceType.TOPIC, name, topic_operations_asked),
             })
         return {
             "throttle_time_ms": 0,
@@ -408,7 +413,9 @@ class RequestHandler(UserAdminApis):
             "cluster_id": self.cluster_id,
             "controller_id": self.cache.controller_id,
             "topics": topics,
-            "cluster_authorized_operations": -2147483648,
+            # v8-v10 only (later versions ask DescribeCluster).
+            "cluster_authorized_operations": cluster_authorized_operations(
+                access, 8 <= version <= 10 and body.include_cluster_authorized_operations),
         }
 
     def _partition_metadata(self, index: int, st: PartitionState, listener: str | None) -> dict:

@@ -583,6 +583,59 @@ async def test_unchecked_apis_answer_anyone(broker):
     assert resp.error_code == ErrorCode.INVALID_REQUEST
 
 
+def op_bits(*ops: AclOperation) -> int:
+    return sum(1 << int(op) for op in ops)
+
+
+NOT_ASKED = -2**31
+
+
+@pytest_twisted.ensureDeferred
+async def test_authorized_operations_are_exactly_the_granted_ones(broker):
+    """DescribeGroups v3+, DescribeCluster and Metadata v8+ answer, when asked, the
+    operations the principal may do (bit n: operation code n); implied operations count
+    (WRITE implies DESCRIBE); the cluster's are 0 to who may not DESCRIBE it."""
+    await eventually(lambda: broker.coordinator.active, what="the coordinator elected")
+    await create_topic(broker, "ops")
+    await grant(broker, "User:ops", (RT.TOPIC, "ops", Op.WRITE),
+                (RT.TOPIC, "ops", Op.DESCRIBE_CONFIGS), (RT.GROUP, "og", Op.DESCRIBE),
+                (RT.GROUP, "og", Op.DELETE), (RT.CLUSTER, "kafka-cluster", Op.DESCRIBE),
+                (RT.CLUSTER, "kafka-cluster", Op.IDEMPOTENT_WRITE))
+    await grant(broker, "User:little", (RT.TOPIC, "ops", Op.READ), (RT.GROUP, "og", Op.READ),
+                (RT.CLUSTER, "kafka-cluster", Op.IDEMPOTENT_WRITE))
+    topic_ops = op_bits(Op.WRITE, Op.DESCRIBE, Op.DESCRIBE_CONFIGS)
+    group_ops = op_bits(Op.DESCRIBE, Op.DELETE)
+    cluster_ops = op_bits(Op.DESCRIBE, Op.IDEMPOTENT_WRITE)
+    everything = (3576, 328, 8096)  # topic, group, cluster: every reported operation
+
+    async def seen(principal: str, asked: bool) -> tuple:
+        md = await call_as(broker, principal, ApiKey.METADATA, 9, {
+            "topics": [{"name": "ops"}], "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": asked,
+            "include_topic_authorized_operations": asked})
+        groups = await call_as(broker, principal, ApiKey.DESCRIBE_GROUPS, 5, {
+            "groups": ["og"], "include_authorized_operations": asked})
+        cluster = await call_as(broker, principal, ApiKey.DESCRIBE_CLUSTER, 0, {
+            "include_cluster_authorized_operations": asked})
+        (g,) = groups.groups
+        return (md.topics[0].error_code, md.topics[0].topic_authorized_operations,
+                g.error_code, g.authorized_operations, md.cluster_authorized_operations,
+                cluster.cluster_authorized_operations)
+
+    assert await seen("User:ops", True) == (0, topic_ops, 0, group_ops, cluster_ops,
+                                            cluster_ops)
+    # READ implies DESCRIBE; no DESCRIBE on the cluster: its operations are 0.
+    assert await seen("User:little", True) == (0, op_bits(Op.READ, Op.DESCRIBE), 0,
+                                               op_bits(Op.READ, Op.DESCRIBE), 0, 0)
+    assert await seen("User:admin", True) == (0, everything[0], 0, everything[1],
+                                              everything[2], everything[2])
+    # Refused resources carry no operations; not asked: INT32_MIN for everyone.
+    assert await seen("User:mallory", True) == (TOPIC_DENIED, NOT_ASKED, GROUP_DENIED,
+                                                NOT_ASKED, 0, 0)
+    assert await seen("User:ops", False) == (0, NOT_ASKED, 0, NOT_ASKED, NOT_ASKED,
+                                             NOT_ASKED)
+
+
 # -- the control plane -------------------------------------------------------------------------
 
 

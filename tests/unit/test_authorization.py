@@ -1,6 +1,6 @@
 """The request handler's authorization table and per-connection access
 (``broker_core.server.authorization``): which requests are the control plane, who is
-unrestricted, and the CREATE rule of topic creation."""
+unrestricted, the CREATE rule of topic creation, and the authorized-operations bit fields."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from broker_core.server.authorization import (
     UNCHECKED,
     USER_ADMIN,
     Access,
+    authorized_operations,
+    cluster_authorized_operations,
     is_control_plane,
     may_manage_users,
 )
@@ -133,3 +135,67 @@ def test_the_handler_refuses_the_user_apis_to_an_anonymous_client_without_acls(a
         assert answer["error_code"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     # The handler's own guard agrees.
     assert not handler.authorize_cluster(proto, "ALTER")
+
+
+# -- authorized operations ---------------------------------------------------------------------------
+
+def bits(*ops: AclOperation) -> int:
+    return sum(1 << int(op) for op in ops)
+
+
+#: Every operation Kafka reports per resource type, as the bit fields a Kafka broker without an
+#: authorizer answers (READ is code 3: bit 3 is 8).
+ALL_TOPIC, ALL_GROUP, ALL_CLUSTER = 3576, 328, 8096
+
+
+def test_without_an_authorizer_every_reported_operation_is_authorized():
+    access = Access(None, alice_conn())
+    assert authorized_operations(access, RT.TOPIC, "t", True) == ALL_TOPIC == bits(
+        Op.READ, Op.WRITE, Op.CREATE, Op.DELETE, Op.ALTER, Op.DESCRIBE, Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS)
+    assert authorized_operations(access, RT.GROUP, "g", True) == ALL_GROUP == bits(
+        Op.READ, Op.DELETE, Op.DESCRIBE)
+    assert cluster_authorized_operations(access, True) == ALL_CLUSTER == bits(
+        Op.CREATE, Op.ALTER, Op.DESCRIBE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE)
+
+
+def test_not_asked_is_int32_min_whoever_asks():
+    for access in (Access(None, alice_conn()), Access(Authorizer(), alice_conn())):
+        assert authorized_operations(access, RT.TOPIC, "t", False) == -2**31
+        assert authorized_operations(access, RT.GROUP, "g", False) == -2**31
+        assert cluster_authorized_operations(access, False) == -2**31
+
+
+def test_the_bits_are_exactly_the_operations_the_acls_allow():
+    a = Authorizer()
+    access = Access(a, alice_conn())
+    assert authorized_operations(access, RT.TOPIC, "t", True) == 0
+    a.replace_resource(ResourcePattern(RT.TOPIC, PatternType.PREFIXED, "t"), [
+        AccessEntry("User:alice", "*", Op.WRITE, AclPermission.ALLOW),
+        AccessEntry("User:alice", "*", Op.ALTER_CONFIGS, AclPermission.ALLOW)])
+    # WRITE implies DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS (as Kafka's authorizer).
+    assert authorized_operations(access, RT.TOPIC, "t", True) == bits(
+        Op.WRITE, Op.DESCRIBE, Op.ALTER_CONFIGS, Op.DESCRIBE_CONFIGS)
+    a.replace_resource(ResourcePattern(RT.TOPIC, PatternType.LITERAL, "t"), [
+        AccessEntry("User:alice", "*", Op.DESCRIBE_CONFIGS, AclPermission.DENY)])
+    assert authorized_operations(access, RT.TOPIC, "t", True) == bits(
+        Op.WRITE, Op.DESCRIBE, Op.ALTER_CONFIGS)
+    a.replace_resource(ResourcePattern(RT.GROUP, PatternType.LITERAL, "g"), [
+        AccessEntry("User:alice", "*", Op.ALL, AclPermission.ALLOW)])
+    assert authorized_operations(access, RT.GROUP, "g", True) == ALL_GROUP
+    assert authorized_operations(access, RT.GROUP, "other", True) == 0
+    # Operations on the cluster are answered only to who may DESCRIBE it, as Kafka.
+    a.replace_resource(ResourcePattern(RT.CLUSTER, PatternType.LITERAL, "kafka-cluster"), [
+        AccessEntry("User:alice", "*", Op.IDEMPOTENT_WRITE, AclPermission.ALLOW)])
+    assert cluster_authorized_operations(access, True) == 0
+    a.replace_resource(ResourcePattern(RT.CLUSTER, PatternType.LITERAL, "kafka-cluster"), [
+        AccessEntry("User:alice", "*", Op.IDEMPOTENT_WRITE, AclPermission.ALLOW),
+        AccessEntry("User:alice", "*", Op.DESCRIBE, AclPermission.ALLOW)])
+    assert cluster_authorized_operations(access, True) == bits(Op.IDEMPOTENT_WRITE, Op.DESCRIBE)
+    # A super user and a broker connection: everything.
+    assert cluster_authorized_operations(
+        Access(Authorizer(super_users=["User:alice"]), alice_conn()), True) == ALL_CLUSTER
+    broker = plaintext()
+    broker.authenticate(Principal("User", "__sluice_broker"), is_broker=True)
+    assert authorized_operations(Access(a, broker), RT.TOPIC, "x", True) == ALL_TOPIC

@@ -1,7 +1,7 @@
 """DescribeGroups (key 15), v0-5 (v5 flexible): state, protocol and members of groups.
 
 Members' metadata and assignments are shown while the group is Stable (mid-rebalance they are
-not settled, as in Kafka). v3 adds ``include_authorized_operations`` (not computed: the answer
+not settled, as in Kafka). v3 adds ``include_authorized_operations`` (when false the answer
 carries Kafka's "not provided", INT32_MIN); v4 each member's ``group_instance_id`` (null for a
 dynamic member)."""
 

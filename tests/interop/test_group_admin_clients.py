@@ -2,8 +2,12 @@
 Sluice broker processes, in both metadata modes: confluent-kafka's AdminClient lists,
 describes and deletes a group (refused while it has a member, GROUP_ID_NOT_FOUND once gone);
 kafka-python's KafkaAdminClient commits a memberless group's offsets, deletes the offsets of a
-topic the group does not consume (refused for the one it does) and deletes the group; and
-``sluice groups`` shows, resets and deletes a confluent-kafka consumer's group."""
+topic the group does not consume (refused for the one it does) and deletes the group;
+``sluice groups`` shows, resets and deletes a confluent-kafka consumer's group; the metadata
+and leader epoch committed with an offset come back to both clients (and librdkafka resumes
+from them, validating the epoch); and the authorized operations of a group, the cluster and a
+topic, asked through confluent-kafka's AdminClient, are every one Kafka reports (the cluster
+runs without an authorizer)."""
 
 from __future__ import annotations
 
@@ -228,3 +232,119 @@ def test_sluice_groups_shows_resets_and_deletes_a_kafka_group(cluster):
     assert (code, out) == (0, f"Deleted group {group}\n")
     code, _, err = sluice("groups", "describe", "--bootstrap-server", b, "--group", group)
     assert code == 1 and "GROUP_ID_NOT_FOUND" in err
+
+
+def test_confluent_commit_metadata_and_leader_epoch_round_trip(cluster):
+    """librdkafka commits the leader epoch of what it consumed with the offset; a new member
+    resumes from it (validating the epoch with OffsetForLeaderEpoch) and the metadata an
+    application stored is returned by ``committed()``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic, group = f"gm-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topics(cluster, topic)
+    produce(cluster, topic, 4)  # 2 per partition
+
+    def consumer():
+        return Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000})
+
+    first = consumer()
+    try:
+        first.subscribe([topic])
+        got: list = []
+
+        def consumed(n: int) -> bool:
+            got.extend(m for m in first.consume(num_messages=10, timeout=0.2)
+                       if m.error() is None)
+            return len(got) >= n
+        eventually(lambda: consumed(4), DEADLINE_S, "consuming")
+        epochs = {m.partition(): m.leader_epoch() for m in got}
+        assert all(e is not None and e >= 0 for e in epochs.values()), epochs
+        # Partition 0 fully consumed, partition 1 one message short.
+        first.commit(offsets=[
+            TopicPartition(topic, 0, 2, metadata="state-0", leader_epoch=epochs[0]),
+            TopicPartition(topic, 1, 1, metadata="{\"k\": \"\u00e9\"}",
+                           leader_epoch=epochs[1])], asynchronous=False)
+        committed = first.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=30)
+        assert [(tp.offset, tp.metadata, tp.leader_epoch) for tp in committed] == [
+            (2, "state-0", epochs[0]), (1, '{"k": "\u00e9"}', epochs[1])]
+    finally:
+        first.close()
+    second = consumer()
+    try:
+        second.subscribe([topic])
+        resumed: list = []
+
+        def one() -> bool:
+            resumed.extend(m for m in second.consume(num_messages=10, timeout=0.2)
+                           if m.error() is None)
+            return bool(resumed)
+        eventually(one, DEADLINE_S, "resuming from the committed offsets")
+        assert (resumed[0].partition(), resumed[0].offset()) == (1, 1)
+        # Committing the same offset with new metadata replaces it.
+        second.commit(offsets=[TopicPartition(topic, 0, 2, metadata="state-0b",
+                                              leader_epoch=epochs[0])], asynchronous=False)
+        (tp,) = second.committed([TopicPartition(topic, 0)], timeout=30)
+        assert (tp.offset, tp.metadata, tp.leader_epoch) == (2, "state-0b", epochs[0])
+    finally:
+        second.close()
+
+
+def test_kafka_python_offset_metadata_round_trip(cluster):
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+    from kafka.errors import NoError
+    from kafka.structs import OffsetAndMetadata
+
+    topic, group = f"gk-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topics(cluster, topic)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap.split(","))
+    try:
+        tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+        result = admin.alter_group_offsets(group, {
+            tp0: OffsetAndMetadata(3, "checkpoint-3", 0), tp1: OffsetAndMetadata(1, "", None)})
+        assert set(result.values()) == {NoError}
+        offsets = admin.list_group_offsets(group)[group]
+        assert {tp: (o.offset, o.metadata) for tp, o in offsets.items()} == {
+            tp0: (3, "checkpoint-3"), tp1: (1, "")}
+    finally:
+        admin.close()
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap.split(","), group_id=group,
+                             enable_auto_commit=False)
+    try:
+        consumer.commit({tp1: OffsetAndMetadata(0, "from-consumer", -1)})
+        got = consumer.committed(tp1, metadata=True)
+        assert (got.offset, got.metadata) == (0, "from-consumer")
+        assert consumer.committed(tp0, metadata=True).metadata == "checkpoint-3"
+    finally:
+        consumer.close()
+
+
+def test_confluent_admin_reports_authorized_operations(cluster):
+    """Without an authorizer every operation Kafka reports for the resource type."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation, AdminClient
+
+    topic, group = f"gp-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topics(cluster, topic)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    desc = admin.describe_consumer_groups([group], include_authorized_operations=True,
+                                          request_timeout=30)[group].result(timeout=60)
+    assert set(desc.authorized_operations) == {
+        AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE}
+    described = admin.describe_cluster(include_authorized_operations=True,
+                                       request_timeout=30).result(timeout=60)
+    assert set(described.authorized_operations) == {
+        AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE,
+        AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE}
+    (future,) = admin.describe_topics(TopicCollection([topic]),
+                                      include_authorized_operations=True,
+                                      request_timeout=30).values()
+    assert set(future.result(timeout=60).authorized_operations) == {
+        AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE,
+        AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS}
+    # Not asked: none reported.
+    plain = admin.describe_cluster(request_timeout=30).result(timeout=60)
+    assert not plain.authorized_operations

@@ -454,8 +454,8 @@ _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
 
 
-def _is_int(v: Any, low: int, high: int) -> bool:
-    return type(v) is int and low <= v <= high
+def _int_within(v: Any, low: int, high: int) -> bool:
+    return _is_int(v) and low <= v <= high
 
 
 @dataclass(frozen=True)
@@ -495,16 +495,16 @@ class CommittedOffset:
                 offset = int(text.decode("ascii"))
             except (UnicodeDecodeError, ValueError):
                 raise ValueError("committed offset: neither a decimal nor JSON") from None
-            if not _is_int(offset, -1, _INT64_MAX):
+            if not _int_within(offset, -1, _INT64_MAX):
                 raise ValueError(f"committed offset: {offset} is out of range")
             return cls(offset)
         v = _load(text, "committed offset")
         if not isinstance(v, dict) or v.get("version") != 1:
             raise ValueError("committed offset: not a version-1 object")
         offset, epoch, metadata = v.get("offset"), v.get("leader_epoch", -1), v.get("metadata", "")
-        if not _is_int(offset, -1, _INT64_MAX):
+        if not _int_within(offset, -1, _INT64_MAX):
             raise ValueError(f"committed offset: bad offset {offset!r}")
-        if not _is_int(epoch, -1, _INT32_MAX):
+        if not _int_within(epoch, -1, _INT32_MAX):
             raise ValueError(f"committed offset: bad leader epoch {epoch!r}")
         if not isinstance(metadata, str):
             raise ValueError("committed offset: metadata is not a string")

@@ -356,7 +356,9 @@ def metadata_on(handler: RequestHandler, listener: str) -> dict:
     proto = Access(None, ConnectionSecurity(listener, SecurityProtocol.PLAINTEXT))
     d = defer.Deferred.fromCoroutine(handler.metadata(
         SimpleNamespace(api_version=9),
-        SimpleNamespace(topics=None, allow_auto_topic_creation=False), proto))
+        SimpleNamespace(topics=None, allow_auto_topic_creation=False,
+                        include_cluster_authorized_operations=False,
+                        include_topic_authorized_operations=False), proto))
     result: list[dict] = []
     d.addCallback(result.append)
     (answer,) = result

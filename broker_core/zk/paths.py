@@ -450,7 +450,7 @@ class CoordinatorRegistration:
             raise ValueError(f"consumer coordinator: bad value ({e})") from None
 
 
-_INT64_MAX = (1 << 63) - 1
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 _INT32_MAX = (1 << 31) - 1
 
 
@@ -495,14 +495,14 @@ class CommittedOffset:
                 offset = int(text.decode("ascii"))
             except (UnicodeDecodeError, ValueError):
                 raise ValueError("committed offset: neither a decimal nor JSON") from None
-            if not _int_within(offset, -1, _INT64_MAX):
+            if not _int_within(offset, *_INT64):
                 raise ValueError(f"committed offset: {offset} is out of range")
             return cls(offset)
         v = _load(text, "committed offset")
         if not isinstance(v, dict) or v.get("version") != 1:
             raise ValueError("committed offset: not a version-1 object")
         offset, epoch, metadata = v.get("offset"), v.get("leader_epoch", -1), v.get("metadata", "")
-        if not _int_within(offset, -1, _INT64_MAX):
+        if not _int_within(offset, *_INT64):
             raise ValueError(f"committed offset: bad offset {offset!r}")
         if not _int_within(epoch, -1, _INT32_MAX):
             raise ValueError(f"committed offset: bad leader epoch {epoch!r}")

@@ -12,8 +12,8 @@ and metadata a Kafka client committed alongside it (a plain decimal when there a
 
 Invariants: a partition is marked clean only after the multi that wrote its value succeeded,
 and only if the registry still holds that value, extras included (an offset reported while
-the write was in flight stays dirty); an offset is never written below the one ZooKeeper is known to hold
-(:meth:`GroupRegistry.note_committed` and ``record_offsets`` only move forward).
+the write was in flight stays dirty); an offset is never written below the one ZooKeeper is
+known to hold (:meth:`GroupRegistry.note_committed` and ``record_offsets`` only move forward).
 """
 
 from __future__ import annotations

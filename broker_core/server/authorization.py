@@ -216,6 +216,7 @@ REPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
                  Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE),
 }
 
+
 def authorized_operations(access: Access, resource_type: ResourceType, name: str,
                           asked: bool) -> int:
     """Kafka's ``authorized_operations`` bit field for one resource: bit n set when

@@ -508,6 +508,11 @@ class CommittedOffset:
             raise ValueError(f"committed offset: bad leader epoch {epoch!r}")
         if not isinstance(metadata, str):
             raise ValueError("committed offset: metadata is not a string")
+        try:
+            # JSON escapes can spell lone surrogates, which no answer could encode.
+            metadata.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("committed offset: metadata is not valid text") from None
         return cls(offset, epoch, metadata)
 
 

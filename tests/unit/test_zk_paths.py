@@ -58,6 +58,7 @@ def test_an_old_decimal_offset_reads_without_extras():
     b'{"version":1,"offset":1,"leader_epoch":2147483648}',
     b'{"version":1,"offset":1,"leader_epoch":null}',
     b'{"version":1,"offset":1,"metadata":5}', b'{"version":1,"offset":1,"metadata":null}',
+    b'{"version":1,"offset":1,"metadata":"\\ud800"}',  # a lone surrogate: not encodable
 ])
 def test_a_damaged_committed_offset_is_refused(data):
     with pytest.raises(ValueError):

@@ -1,9 +1,10 @@
 """The controller (docs/design.md): one broker at a time, elected through ``/controller``, decides
 partition leadership, publishes each decision in ZooKeeper and pushes it to brokers by RPC.
 
-Event model (Kafka's single controller event thread, KAFKA-5027): ZooKeeper watches only enqueue
-an event; events run one at a time, in order, on the reactor, and each handler re-reads ZooKeeper
-when it runs rather than trusting the watch payload. A handler is an ``async`` method.
+Event model (Kafka's single controller event thread, KAFKA-5027, in
+:mod:`broker_core.controller.event_manager`): ZooKeeper watches only enqueue an event; events run
+one at a time, in order, on the reactor, and each handler re-reads ZooKeeper when it runs rather
+than trusting the watch payload. A handler is an ``async`` method.
 
 Fencing: every ZooKeeper write the controller makes is a ``multi`` that starts with a ``check`` of
 ``/controller_epoch`` at the version this controller set when it was elected (KAFKA-6082), so a
@@ -17,7 +18,6 @@ Session states: on SUSPENDED the controller stops acting (queued events wait); o
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -42,11 +42,15 @@ from broker_core.controller.election import (
     reassignment_replicas,
     shrink_isr,
 )
+from broker_core.controller.event_manager import (
+    CONFLICT_RETRY_S,
+    EventManager,
+    NotController,
+)
 from broker_core.controller.fencing import FencingAgent
 from broker_core.metadata import (
     BadVersion,
     Check,
-    ConnectionLost,
     Create,
     Delete,
     MetadataStoreError,
@@ -54,7 +58,6 @@ from broker_core.metadata import (
     NoNode,
     SessionState,
     SetData,
-    StoreStopping,
     TransactionFailed,
 )
 from broker_core.rpc import BrokerChannel
@@ -71,12 +74,6 @@ AlterIsrResult = tuple[str | None, dict[TopicPartition, tuple[str | None, Partit
 
 #: Rounds of "write, and on a version conflict re-read and judge again" for one AlterIsr request.
 ALTER_ISR_ROUNDS = 3
-
-#: Work stopped by a conflicting write (leader/ISR decisions that conflicted in every round, a
-#: partition removal), or a broker change whose writes the store did not take (no quorum
-#: leader, ZooKeeper unreachable), is taken up again by a new event this many seconds later,
-#: from the state read then.
-CONFLICT_RETRY_S = 1.0
 
 #: Longest a partition removal waits for the replicas to answer StopReplica before it writes the
 #: removal to ZooKeeper (a replica that does not answer deletes the partition when it next gets
@@ -104,10 +101,6 @@ FENCED_PIPELINE = 8
 #: clients wait for; the rest is bookkeeping that would otherwise queue in front of them on
 #: the brokers' reactors. A broker that does not answer in time still gets everything after.
 LEADERS_FIRST_WAIT_S = 1.0
-
-
-class NotController(Exception):
-    """This broker lost the controllership while handling an event."""
 
 
 class Controller:
@@ -144,9 +137,8 @@ class Controller:
         self.active = False
         self.epoch = -1
         self.epoch_zk_version = -1
-        self._suspended = False
-        self._events: deque[tuple[str, Callable[[], Awaitable[None]]]] = deque()
-        self._running = False
+        #: The serial event queue every action of this controller runs through.
+        self.events = EventManager(self, reactor)
         self._watches: list[Any] = []
         self._controller_watch: Any = None
         self._started = False
@@ -154,8 +146,6 @@ class Controller:
         self._alter_waiters: set[defer.Deferred] = set()
         self.reassignment_wakeup_s = REASSIGNMENT_WAKEUP_S
         self._reassign_call: Any = None
-        # Delayed retries of work a conflicting write stopped (cancelled on resigning).
-        self._retries: set[Any] = set()
         #: Fencing of brokers the controller cannot hear from (broker_core.controller.fencing);
         #: None: brokers are judged by their metadata-store registrations only.
         self.fencing: FencingAgent | None = None
@@ -217,59 +207,6 @@ class Controller:
 
     # -- events ---------------------------------------------------------------------------------
 
-    def _enqueue(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:
-        self._events.append((name, fn))
-        if self.metrics is not None:
-            self.metrics.controller_event_queue_size.set(len(self._events))
-        self._drain()
-
-    def _drain(self) -> None:
-        if self._running or self._suspended:
-            return
-        self._running = True
-        d = defer.Deferred.fromCoroutine(self._run_events())
-        d.addErrback(lambda f: self.log.failure("controller event loop failed", f))
-
-    async def _run_events(self) -> None:
-        try:
-            while self._events and not self._suspended:
-                name, fn = self._events.popleft()
-                started = time.monotonic()
-                try:
-                    await fn()
-                except NotController:
-                    self.log.warn("lost the controllership while handling {event}", event=name)
-                    await self._resign()
-                except MetadataStoreError as e:
-                    if not self._started or not self.active:
-                        # Stopping or resigned: the store is going away under queued events.
-                        self.log.debug("controller event {event} dropped: {e}", event=name, e=e)
-                    elif isinstance(e, StoreStopping):
-                        # The broker is stopping and its last writes got their short wait (in
-                        # quorum mode the rest of the quorum may be gone already).
-                        self.log.info("controller event {event} dropped, the broker is "
-                                      "stopping: {e}", event=name, e=e)
-                    elif isinstance(e, ConnectionLost):
-                        # The store took no write (no quorum leader, ZooKeeper unreachable):
-                        # a condition, not a bug. A broker change is judged again (it reads
-                        # the registrations afresh), or dead leaders' partitions would wait
-                        # for the next registration change.
-                        self.log.warn("controller event {event} not completed, the metadata "
-                                      "store did not take its writes: {e}", event=name, e=e)
-                        if name == "broker_change":
-                            self._retry_broker_change()
-                    else:
-                        self.log.failure("controller event {event} failed", event=name)
-                except Exception:
-                    self.log.failure("controller event {event} failed", event=name)
-                finally:
-                    if self.metrics is not None:
-                        self.metrics.controller_event_duration_seconds.observe(
-                            time.monotonic() - started)
-                        self.metrics.controller_event_queue_size.set(len(self._events))
-        finally:
-            self._running = False
-
     def _retry_broker_change(self) -> None:
         """Judge the brokers again :data:`CONFLICT_RETRY_S` from now (once, however many
         events failed meanwhile); cancelled by a resignation."""
@@ -281,21 +218,21 @@ class Controller:
             self._broker_change_retry_due = False
             await self._on_broker_change()
 
-        self._retry_later("broker_change (retry)", again)
+        self.events.later("broker_change (retry)", again)
 
     def _active_only(self, name: str, fn: Callable[[], Awaitable[None]]) -> Callable[..., None]:
         """A watch callback that enqueues ``fn`` while we are the active controller."""
 
         def callback(*_: Any) -> None:
             if self.active:
-                self._enqueue(name, fn)
+                self.events.enqueue(name, fn)
 
         return callback
 
     def _on_controller_node(self, data: bytes | None, stat: Any) -> None:
         if data is None:
             if self._started:
-                self._enqueue("elect", self._elect)
+                self.events.enqueue("elect", self._elect)
             return
         try:
             owner = paths.ControllerRegistration.from_bytes(data).broker_id
@@ -303,23 +240,23 @@ class Controller:
             self.log.error("unreadable /controller value {v!r}", v=data)
             return
         if owner != self.broker_id and self.active:
-            self._enqueue("resign", self._resign)
+            self.events.enqueue("resign", self._resign)
 
     def _on_session_state(self, state: SessionState) -> None:
         if state is SessionState.SUSPENDED:
             self.log.warn("ZooKeeper connection suspended: controller pauses")
-            self._suspended = True
+            self.events.suspend()
         elif state is SessionState.LOST:
             self.log.warn("ZooKeeper session lost: controller resigns")
-            self._suspended = False
-            self._events.clear()
+            self.events.resume()
+            self.events.clear()
             self._answer_waiters_not_controller()  # their events were just dropped
-            self._enqueue("resign", self._resign)
+            self.events.enqueue("resign", self._resign)
         elif state is SessionState.CONNECTED:
-            self._suspended = False
+            self.events.resume()
             if self._started and not self.active:
-                self._enqueue("elect", self._elect)
-            self._drain()
+                self.events.enqueue("elect", self._elect)
+            self.events.drain()
 
     # -- election (docs/design.md#controller-failover) -------------------------------------------
 
@@ -377,10 +314,7 @@ class Controller:
         if self._reassign_call is not None and self._reassign_call.active():
             self._reassign_call.cancel()
         self._reassign_call = None
-        for call in self._retries:
-            if call.active():
-                call.cancel()
-        self._retries.clear()
+        self.events.cancel_delayed()
         self._broker_change_retry_due = False
         self._owed_new, self._owed_bounced = set(), set()
         channels = list(self.channels.values())
@@ -402,7 +336,7 @@ class Controller:
                 await self._elect()
 
         if self._started and not self.active:
-            self._enqueue("elect", maybe)
+            self.events.enqueue("elect", maybe)
 
     async def _on_controller_failover(self) -> None:
         """Failover: load the state, tell every broker everything (INIT), then catch up on what
@@ -754,21 +688,9 @@ class Controller:
                               what=what, t=tp[0], p=tp[1], why=why, s=CONFLICT_RETRY_S)
                 retry.append(tp)
         if retry:
-            self._retry_later(f"{what} (retry)",
+            self.events.later(f"{what} (retry)",
                               lambda: self._retry_decisions(retry, decide, what))
         return written
-
-    def _retry_later(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:
-        """Run ``fn`` as a new event :data:`CONFLICT_RETRY_S` from now (unless we resign)."""
-        call: Any = None
-
-        def fire() -> None:
-            self._retries.discard(call)
-            if self.active:
-                self._enqueue(name, fn)
-
-        call = self.reactor.callLater(CONFLICT_RETRY_S, fire)
-        self._retries.add(call)
 
     async def _retry_decisions(self, tps: list[TopicPartition], decide: Decide,
                                what: str) -> None:
@@ -859,11 +781,11 @@ class Controller:
         self._owed_new, self._owed_bounced = set(), set()
         if self.reassigning and (new or bounced):
             # A new replica that was down can catch up now.
-            self._enqueue("reassignment_wakeup", self._reassignment_wakeup)
+            self.events.enqueue("reassignment_wakeup", self._reassignment_wakeup)
         if new or bounced:
             # Its failure notification may have been handled before this event saw its new
             # registration (and ignored as another epoch's): read its record again.
-            self._enqueue("log_dir_refresh", lambda: log_dir_failure.refresh_brokers(
+            self.events.enqueue("log_dir_refresh", lambda: log_dir_failure.refresh_brokers(
                 self, sorted(new | bounced)))
 
     def _judge_live(self, bounced: Collection[int]) -> Decide:
@@ -1004,7 +926,7 @@ class Controller:
                 result = ("UNKNOWN_SERVER_ERROR", {})
             self._answer(done, result)
 
-        self._enqueue("alter_isr", event)
+        self.events.enqueue("alter_isr", event)
         return await done
 
     def _answer(self, waiter: defer.Deferred, result: Any) -> None:
@@ -1117,7 +1039,7 @@ class Controller:
         self._send(batch)
         if any(tp in self.reassigning for tp in written):
             # Reassignment: a new replica may just have joined the ISR; do not wait for the timer.
-            self._enqueue("reassignment_wakeup", self._reassignment_wakeup)
+            self.events.enqueue("reassignment_wakeup", self._reassignment_wakeup)
         return None, results
 
     # -- topics (docs/design.md#replication-and-the-controller) ------------------------------------
@@ -1339,7 +1261,7 @@ class Controller:
                 await self._load_topics([topic])
                 retry = True
         if retry:
-            self._retry_later("partitions_remove (retry)", self._on_partitions_remove)
+            self.events.later("partitions_remove (retry)", self._on_partitions_remove)
 
     async def _remove_partitions(self, topic: str, remove: Sequence[int],
                                  cleanup: Sequence[Any]) -> None:
@@ -1487,7 +1409,7 @@ class Controller:
         def fire() -> None:
             self._reassign_call = None
             if self.active and self.reassigning:
-                self._enqueue("reassignment_wakeup", self._reassignment_wakeup)
+                self.events.enqueue("reassignment_wakeup", self._reassignment_wakeup)
 
         self._reassign_call = self.reactor.callLater(self.reassignment_wakeup_s, fire)
 
@@ -1715,7 +1637,7 @@ class Controller:
                 result = ("UNKNOWN_SERVER_ERROR", [])
             self._answer(done, result)
 
-        self._enqueue("controlled_shutdown", event)
+        self.events.enqueue("controlled_shutdown", event)
         top, remaining = await done
         if top is None and sent:
             acks = defer.DeferredList(sent, consumeErrors=True)

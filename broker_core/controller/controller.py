@@ -27,6 +27,7 @@ from twisted.logger import Logger
 
 from broker_core.controller import log_dir_failure
 from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch
+from broker_core.controller.context import ControllerContext, gather
 from broker_core.controller.decisions import GONE, Decide, DecisionRounds
 from broker_core.controller.election import (
     NO_LEADER,
@@ -160,26 +161,15 @@ class Controller:
         self._owed_bounced: set[int] = set()
         #: Partitions a removal sent StopReplica for whose removal is not written yet.
         self._stopped_for_removal: dict[str, set[int]] = {}
+        #: What this controller knows of the cluster (loaded when it is elected).
+        self.context = ControllerContext(store)
         self._reset_context()
 
     def _reset_context(self) -> None:
-        self.live: dict[int, LiveBroker] = {}
-        self.assignments: dict[str, dict[int, tuple[int, ...]]] = {}
-        self.topic_versions: dict[str, int] = {}
-        self.states: dict[TopicPartition, PartitionDecision] = {}
+        self.context.reset()
         self.channels: dict[int, Any] = {}
         self._add_watched: dict[str, Any] = {}
         self._remove_watched: dict[str, Any] = {}
-        # Replicas a reassignment adds / will remove, per partition (mirrors the
-        # topic znodes' adding_replicas / removing_replicas), and the reassignment agent's
-        # in-memory map: partition -> RAR.
-        self.adding: dict[TopicPartition, tuple[int, ...]] = {}
-        self.removing: dict[TopicPartition, tuple[int, ...]] = {}
-        self.reassigning: dict[TopicPartition, tuple[int, ...]] = {}
-        # Brokers in a controlled shutdown: no leadership or ISR place is given to them.
-        self.shutting_down: set[int] = set()
-        # Replicas on failed log directories (KIP-112): see controller/log_dir_failure.py.
-        self.offline_replicas = log_dir_failure.OfflineReplicaSet()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -343,7 +333,7 @@ class Controller:
         happened while there was no controller."""
         await self._load_context()
         if self.fencing is not None:
-            self.fencing.start(self.live)
+            self.fencing.start(self.context.live)
             await self.fencing.inherit()
         # Partitions whose leader died with (or while there was no) controller get a leader
         # before the full state goes out: they are what clients wait for, and the INIT below
@@ -364,12 +354,12 @@ class Controller:
         # (they are not written here, and their ISRs are not shrunk now).
         await self._write_decisions(shrinks, judge, "ISR shrinks")
         batch = self._new_batch()
-        for b in self.live:
+        for b in self.context.live:
             batch.full_leader_and_isr(b)
-        for tp, d in self.states.items():
-            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
-            batch.update_metadata(self.live, tp, d)
-        batch.update_metadata(self.live)
+        for tp, d in self.context.states.items():
+            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
+            batch.update_metadata(self.context.live, tp, d)
+        batch.update_metadata(self.context.live)
         self._send(batch)
         self._register_watches()
         # Steps 5-9: broker changes, leaderless partitions, admin requests. Each is idempotent and
@@ -388,8 +378,8 @@ class Controller:
         # A topic created while no controller ran (its creator wrote the assignment, nobody
         # watched) was loaded above with its assignment but no partition state; the topic
         # watch above does not see it as new. Elect its first leaders now.
-        unstarted = [(t, p) for t, parts in sorted(self.assignments.items())
-                     for p in sorted(parts) if (t, p) not in self.states]
+        unstarted = [(t, p) for t, parts in sorted(self.context.assignments.items())
+                     for p in sorted(parts) if (t, p) not in self.context.states]
         if unstarted:
             self.log.info("controller failover: {n} partitions of topics created while no "
                           "controller ran get their first leaders", n=len(unstarted))
@@ -421,83 +411,16 @@ class Controller:
 
     # -- state loading ---------------------------------------------------------------------------
 
-    async def _read_brokers(self, ids: Iterable[str]) -> dict[int, LiveBroker]:
-        async def one(bid: str) -> LiveBroker | None:
-            try:
-                data, stat = await self.store.get(paths.broker(int(bid)))
-            except NoNode:
-                return None
-            reg = paths.BrokerRegistration.from_bytes(data)
-            return LiveBroker(reg.id, reg.host, reg.port, reg.rack, stat.czxid,
-                              _live_endpoints(reg))
-
-        found = await _gather([one(b) for b in ids if b.isdigit() and b.isascii()])
-        return {b.id: b for b in found if b is not None}
-
-    async def _read_assignment(self, topic: str) -> tuple[paths.TopicAssignment, int] | None:
-        try:
-            data, stat = await self.store.get(paths.topic(topic))
-        except NoNode:
-            return None
-        return paths.TopicAssignment.from_bytes(data), stat.version
-
-    async def _read_state(self, tp: TopicPartition) -> PartitionDecision | None:
-        try:
-            data, stat = await self.store.get(paths.leader_and_isr(*tp))
-        except NoNode:
-            return None
-        return self._decision_from(tp, data, stat)
-
-    def _decision_from(self, tp: TopicPartition, data: bytes, stat: Any) -> PartitionDecision:
-        """A leaderAndISR znode's value and stat as this controller's view of the partition."""
-        v = paths.LeaderAndIsr.from_bytes(data)
-        replicas = self.assignments.get(tp[0], {}).get(tp[1], ())
-        return PartitionDecision(v.leader, v.leader_epoch, tuple(v.isr), tuple(replicas),
-                                 stat.version, v.controller_epoch, v.leader_broker_epoch)
-
     async def _load_context(self) -> None:
         self._reset_context()
-        ids = await self._children(paths.BROKER_IDS)
-        self.live = await self._read_brokers(ids)
-        for b in self.live.values():
+        ids = await self.context.children(paths.BROKER_IDS)
+        self.context.live = await self.context.read_brokers(ids)
+        for b in self.context.live.values():
             self._open_channel(b)
-        topics = await self._children(paths.TOPICS)
-        await self._load_topics(topics)
+        topics = await self.context.children(paths.TOPICS)
+        await self.context.load_topics(topics)
         self.log.info("controller loaded {n} brokers, {t} topics, {p} partitions",
-                      n=len(self.live), t=len(self.assignments), p=len(self.states))
-
-    async def _load_topics(self, topics: Iterable[str]) -> list[TopicPartition]:
-        """Read assignments and leader states of ``topics``; return partitions with no state."""
-        topics = list(topics)
-        read = await _gather([self._read_assignment(t) for t in topics])
-        missing: list[TopicPartition] = []
-        tps: list[TopicPartition] = []
-        for t, r in zip(topics, read, strict=True):
-            if r is None:
-                continue
-            value, self.topic_versions[t] = r
-            self.assignments[t] = {int(p): tuple(rs) for p, rs in value.partitions.items()}
-            for tp in [tp for tp in self.adding if tp[0] == t]:
-                self.adding.pop(tp, None)
-                self.removing.pop(tp, None)
-            for p, rs in value.adding.items():
-                self.adding[(t, p)] = tuple(rs)
-            for p, rs in value.removing.items():
-                self.removing[(t, p)] = tuple(rs)
-            tps.extend((t, p) for p in sorted(self.assignments[t]))
-        raw = await self.store.get_many([paths.leader_and_isr(*tp) for tp in tps])
-        for tp, got in zip(tps, raw, strict=True):
-            if got is None:
-                missing.append(tp)
-            else:
-                self.states[tp] = self._decision_from(tp, *got)
-        return missing
-
-    async def _children(self, path: str) -> list[str]:
-        try:
-            return sorted(await self.store.get_children(path))
-        except NoNode:
-            return []
+                      n=len(self.context.live), t=len(self.context.assignments), p=len(self.context.states))
 
     # -- channels and batches --------------------------------------------------------------------
 
@@ -520,7 +443,7 @@ class Controller:
     def _send(self, batch: RequestBatch) -> defer.Deferred:
         if batch.is_empty() or not self.active:
             return defer.succeed(None)
-        return batch.send(self.live, self.channels.__getitem__)
+        return batch.send(self.context.live, self.channels.__getitem__)
 
     async def _send_leaders_first(self, written: dict[TopicPartition, PartitionDecision],
                                   later: Collection[int] = ()) -> None:
@@ -531,10 +454,10 @@ class Controller:
         would leave a broker with an empty cache answering clients with a few partitions."""
         if not written:
             return
-        now = [b for b in self.live if b not in later]
+        now = [b for b in self.context.live if b not in later]
         batch = self._new_batch()
         for tp, d in written.items():
-            batch.leader_and_isr([r for r in d.replicas if r in self.live and r not in later],
+            batch.leader_and_isr([r for r in d.replicas if r in self.context.live and r not in later],
                                  tp, d)
             batch.update_metadata(now, tp, d)
         await _first_of(self._send(batch), LEADERS_FIRST_WAIT_S, self.reactor)
@@ -569,28 +492,18 @@ class Controller:
                     raise NotController() from f.value
             failures[0].raiseException()
 
-    def _topic_value(self, topic: str, assignment: dict[int, tuple[int, ...]]) -> bytes:
-        """The ``/brokers/topics/[topic]`` value for ``assignment``, keeping the reassignment
-        state (adding / removing replicas) the controller holds for the topic's partitions."""
-        return paths.TopicAssignment(
-            {p: list(r) for p, r in assignment.items()},
-            {p: list(self.adding[(topic, p)]) for p in assignment if (topic, p) in self.adding},
-            {p: list(self.removing[(topic, p)]) for p in assignment
-             if (topic, p) in self.removing},
-        ).to_bytes()
-
     def _offline_election(self, tp: TopicPartition, d: PartitionDecision,
                           live: Collection[int]) -> Election:
         """A new leader for a partition whose leader is gone. Brokers in a controlled shutdown
         are passed over (their leaderships are being moved away) unless one of them is the only
         way to keep the partition online: it still serves until it stops."""
         unclean = self.unclean_leader_election(tp[0])
-        live = self.offline_replicas.usable(tp, live)  # not a replica on a failed log dir
+        live = self.context.offline_replicas.usable(tp, live)  # not a replica on a failed log dir
         fenced = self._fenced_brokers()
         live = [b for b in live if b not in fenced]
-        el = offline_leader(d.replicas, d.isr, [b for b in live if b not in self.shutting_down],
+        el = offline_leader(d.replicas, d.isr, [b for b in live if b not in self.context.shutting_down],
                             unclean_allowed=unclean)
-        if el.leader == -1 and self.shutting_down:
+        if el.leader == -1 and self.context.shutting_down:
             el = offline_leader(d.replicas, d.isr, live, unclean_allowed=unclean)
         return el
 
@@ -598,13 +511,13 @@ class Controller:
         """Live brokers that may be given leadership or an ISR place (not shutting down, not
         fenced)."""
         fenced = self._fenced_brokers()
-        return {b for b in self.live if b not in self.shutting_down and b not in fenced}
+        return {b for b in self.context.live if b not in self.context.shutting_down and b not in fenced}
 
     def _usable_live(self) -> dict[int, LiveBroker]:
         """The live brokers that are not fenced: those a broker change judges partitions by (a
         fenced broker counts as dead)."""
         fenced = self._fenced_brokers()
-        return {b: lb for b, lb in self.live.items() if b not in fenced}
+        return {b: lb for b, lb in self.context.live.items() if b not in fenced}
 
     def _fenced_brokers(self) -> Collection[int]:
         """Registered brokers fenced for want of heartbeats: treated as dead for leadership and
@@ -630,7 +543,7 @@ class Controller:
         return self._broker_epoch_of(leader)
 
     def _broker_epoch_of(self, broker: int) -> int:
-        b = self.live.get(broker)
+        b = self.context.live.get(broker)
         return -1 if b is None else b.epoch
 
     def _decision(self, cur: PartitionDecision, el: Election) -> PartitionDecision:
@@ -650,7 +563,7 @@ class Controller:
         :data:`CONFLICT_RETRY_S`, those whose state is gone are not (nothing is left to
         decide)."""
         rounds = DecisionRounds(tps, decide, self._decision)
-        while writes := rounds.next_writes(self.states):
+        while writes := rounds.next_writes(self.context.states):
             ops = [SetData(paths.leader_and_isr(*tp), self._state_value(d),
                            rounds.planned[tp].base.zk_version) for tp, d in writes.items()]
             try:
@@ -658,16 +571,16 @@ class Controller:
             except TransactionFailed:
                 # Someone changed a state under us (or a chunk before the failing one
                 # committed): re-read every partition of the round.
-                fresh = dict(zip(writes, await _gather([self._read_state(tp) for tp in writes]),
+                fresh = dict(zip(writes, await gather([self.context.read_state(tp) for tp in writes]),
                                  strict=True))
                 for tp, st in fresh.items():
                     if st is None:
-                        self.states.pop(tp, None)
+                        self.context.states.pop(tp, None)
                     else:
-                        self.states[tp] = st
+                        self.context.states[tp] = st
                 rounds.conflicted(fresh)
                 continue
-            self.states.update(writes)
+            self.context.states.update(writes)
             rounds.succeeded()
         written: dict[TopicPartition, PartitionDecision] = {}
         for tp, planned in rounds.written.items():
@@ -703,8 +616,8 @@ class Controller:
                           n=len(written))
         batch = self._new_batch()
         for tp, d in written.items():
-            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
-            batch.update_metadata(self.live, tp, d)
+            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
+            batch.update_metadata(self.context.live, tp, d)
         self._send(batch)
 
     # -- broker changes (docs/design.md#replication-and-the-controller) ---------------------------
@@ -712,23 +625,23 @@ class Controller:
     async def _on_broker_change(self, unfenced: Collection[int] = ()) -> None:
         """Registrations changed (or, with ``unfenced``, brokers were fenced or unfenced):
         judge every partition against the registered brokers that are not fenced."""
-        ids = await self._children(paths.BROKER_IDS)
-        now = await self._read_brokers(ids)
+        ids = await self.context.children(paths.BROKER_IDS)
+        now = await self.context.read_brokers(ids)
         if not self.active:
             return
-        dead = set(self.live) - set(now)
-        new = set(now) - set(self.live)
-        bounced = {b for b in set(now) & set(self.live) if now[b].epoch != self.live[b].epoch}
+        dead = set(self.context.live) - set(now)
+        new = set(now) - set(self.context.live)
+        bounced = {b for b in set(now) & set(self.context.live) if now[b].epoch != self.context.live[b].epoch}
         # A broker that finished its controlled shutdown (or came back as a new incarnation) is
         # an ordinary broker again.
-        self.shutting_down -= dead | bounced
+        self.context.shutting_down -= dead | bounced
         # A new incarnation starts with every log directory it has online (it reports again).
-        self.offline_replicas.forget(dead | bounced)
+        self.context.offline_replicas.forget(dead | bounced)
         for b in dead:
             ch = self.channels.pop(b, None)
             if ch is not None:
                 ch.stop()
-        self.live = now
+        self.context.live = now
         for b in new | bounced:
             self._open_channel(now[b])
         if self.fencing is not None:
@@ -737,7 +650,7 @@ class Controller:
         # An unfenced broker (still registered) learns its whole state, as a restarted one does.
         new = new | {b for b in unfenced if b in now and b not in fenced}
         # Brokers an earlier broker change found new or restarted but did not finish announcing
-        # (its writes failed and it is being judged again): ``self.live`` knows them already,
+        # (its writes failed and it is being judged again): ``self.context.live`` knows them already,
         # so only this record says they are still owed their whole state, and that a restarted
         # one's replicas are to leave the ISRs.
         bounced |= {b for b in self._owed_bounced if b in now and b not in new}
@@ -765,21 +678,21 @@ class Controller:
         batch = self._new_batch()
         written = await self._write_decisions(shrinks, judge, "ISR shrinks")
         for tp, d in written.items():
-            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
-            batch.update_metadata(self.live, tp, d)
+            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
+            batch.update_metadata(self.context.live, tp, d)
         # New and restarted brokers learn everything they host (the leaderships moved above
         # included: they were left out of that send), and the full metadata.
         for b in new | bounced:
             batch.full_leader_and_isr(b)
-            for tp, d in self.states.items():
+            for tp, d in self.context.states.items():
                 if b in d.replicas:
                     batch.leader_and_isr([b], tp, d)
                 batch.update_metadata([b], tp, d)
-        batch.update_metadata(self.live)
+        batch.update_metadata(self.context.live)
         await self._elect_offline_partitions(batch, send=False)
         self._send(batch)
         self._owed_new, self._owed_bounced = set(), set()
-        if self.reassigning and (new or bounced):
+        if self.context.reassigning and (new or bounced):
             # A new replica that was down can catch up now.
             self.events.enqueue("reassignment_wakeup", self._reassignment_wakeup)
         if new or bounced:
@@ -816,8 +729,8 @@ class Controller:
                 return self._offline_election(tp, d, live)
             gone = [b for b in d.isr if b not in live or (b in bounced and b != d.leader)]
             if self._leader_restarted(d, bounced):
-                others = [b for b in self.offline_replicas.usable(tp, live)
-                          if b != d.leader and b not in bounced and b not in self.shutting_down]
+                others = [b for b in self.context.offline_replicas.usable(tp, live)
+                          if b != d.leader and b not in bounced and b not in self.context.shutting_down]
                 el = offline_leader(d.replicas, d.isr, others, unclean_allowed=False)
                 if el.leader != NO_LEADER:
                     return el
@@ -836,7 +749,7 @@ class Controller:
         restarted only if the leader is in ``bounced``. Idempotent: once the new generation is
         written it records the current registration, so judging the written state again bumps
         nothing (a decision taken again after a conflict must not bump the epoch twice)."""
-        reg = self.live.get(d.leader)
+        reg = self.context.live.get(d.leader)
         if reg is None:
             return False
         if d.leader_broker_epoch >= 0:
@@ -851,7 +764,7 @@ class Controller:
         restarted: list[TopicPartition] = []
         shrinks: list[TopicPartition] = []
         live = self._usable_live()
-        for tp, d in self.states.items():
+        for tp, d in self.context.states.items():
             el = judge(tp, d)
             if el is None:
                 continue
@@ -869,12 +782,12 @@ class Controller:
         enabled for their topic."""
 
         def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
-            if d.leader != NO_LEADER or not any(r in self.live for r in d.replicas):
+            if d.leader != NO_LEADER or not any(r in self.context.live for r in d.replicas):
                 return None
-            el = self._offline_election(tp, d, self.live)
+            el = self._offline_election(tp, d, self.context.live)
             return None if el.leader == NO_LEADER else el
 
-        changes = [tp for tp, d in self.states.items() if decide(tp, d) is not None]
+        changes = [tp for tp, d in self.context.states.items() if decide(tp, d) is not None]
         if not changes:
             if send:
                 self._send(batch)
@@ -886,8 +799,8 @@ class Controller:
                           ex=", ".join(f"{t}-{p} led by {d.leader} at epoch {d.leader_epoch}"
                                        for (t, p), d in list(written.items())[:3]))
         for tp, d in written.items():
-            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
-            batch.update_metadata(self.live, tp, d)
+            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
+            batch.update_metadata(self.context.live, tp, d)
         if send:
             self._send(batch)
 
@@ -944,7 +857,7 @@ class Controller:
                                  items: Sequence[AlterIsrItem]) -> AlterIsrResult:
         if not self.active:
             return "NOT_CONTROLLER", {}
-        registered = self.live.get(broker_id)
+        registered = self.context.live.get(broker_id)
         if registered is None or registered.epoch != broker_epoch:
             # A dead broker, or a request from a previous incarnation of it (KIP-380).
             return "STALE_BROKER_EPOCH", {}
@@ -969,11 +882,11 @@ class Controller:
             ops: list[Any] = []
             new: dict[TopicPartition, PartitionDecision] = {}
             for tp, (leader_epoch, new_isr, partition_epoch) in pending.items():
-                cur = self.states.get(tp)
+                cur = self.context.states.get(tp)
                 # A broker in controlled shutdown may not (re)join an ISR (Kafka, KIP-841).
                 # Nor may a replica on a failed log directory (KIP-112).
                 verdict = judge_isr_change(broker_id, leader_epoch, partition_epoch, new_isr,
-                                           cur, self.offline_replicas.usable(
+                                           cur, self.context.offline_replicas.usable(
                                                tp, self._eligible()))
                 if verdict.error is not None or cur is None:
                     results[tp] = (verdict.error, None)
@@ -1002,17 +915,17 @@ class Controller:
                 # nothing, but chunks before the failing one committed: re-read every partition
                 # of this round and judge them again. A partition that moved answers
                 # INVALID_UPDATE_VERSION, or succeeds if what it holds is what was asked.
-                fresh = await _gather([self._read_state(tp) for tp in new])
+                fresh = await gather([self.context.read_state(tp) for tp in new])
                 for tp, st in zip(list(new), fresh, strict=True):
                     if st is None:
-                        self.states.pop(tp, None)
+                        self.context.states.pop(tp, None)
                     else:
-                        self.states[tp] = st
+                        self.context.states[tp] = st
                         refreshed.add(tp)
                 pending = {tp: pending[tp] for tp in new}
                 continue
             for tp, d in new.items():
-                self.states[tp] = d
+                self.context.states[tp] = d
                 written[tp] = d
                 results[tp] = (None, d)
             pending = {}
@@ -1025,19 +938,19 @@ class Controller:
                           extra=f", {len(refreshed)} re-read after a conflict" if refreshed else "")
         batch = self._new_batch()
         for tp in sorted(written.keys() | refreshed):
-            d = self.states.get(tp)
+            d = self.context.states.get(tp)
             if d is None:
                 continue
-            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
-            batch.update_metadata(self.live, tp, d)
+            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
+            batch.update_metadata(self.context.live, tp, d)
         # A leader that named an old znode version missed a decision (a lost LeaderAndIsr, or one
         # still on its way): tell it the state again so it stops asking from a stale base.
         for tp, (error, _) in results.items():
-            d = self.states.get(tp)
+            d = self.context.states.get(tp)
             if error == "INVALID_UPDATE_VERSION" and d is not None and d.leader == broker_id:
                 batch.leader_and_isr([broker_id], tp, d)
         self._send(batch)
-        if any(tp in self.reassigning for tp in written):
+        if any(tp in self.context.reassigning for tp in written):
             # Reassignment: a new replica may just have joined the ISR; do not wait for the timer.
             self.events.enqueue("reassignment_wakeup", self._reassignment_wakeup)
         return None, results
@@ -1045,23 +958,23 @@ class Controller:
     # -- topics (docs/design.md#replication-and-the-controller) ------------------------------------
 
     async def _on_topic_change(self) -> None:
-        children = set(await self._children(paths.TOPICS))
-        known = set(self.assignments)
+        children = set(await self.context.children(paths.TOPICS))
+        known = set(self.context.assignments)
         new, gone = children - known, known - children
         if not (new or gone):
             return
         batch = self._new_batch()
         if new:
-            missing = await self._load_topics(sorted(new))
+            missing = await self.context.load_topics(sorted(new))
             for t in sorted(new):
-                if t in self.assignments:
+                if t in self.context.assignments:
                     self.log.info("new topic {t} with {n} partitions", t=t,
-                                  n=len(self.assignments[t]))
+                                  n=len(self.context.assignments[t]))
             # Partitions that already had a state (created by a previous controller) are sent as is.
-            for tp, d in self.states.items():
+            for tp, d in self.context.states.items():
                 if tp[0] in new:
-                    batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
-                    batch.update_metadata(self.live, tp, d)
+                    batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
+                    batch.update_metadata(self.context.live, tp, d)
             await self._init_leaders(missing, batch)
         for t in sorted(gone):
             # The topic's znode vanished without going through /admin/delete_topics.
@@ -1075,10 +988,10 @@ class Controller:
         LeaderAndISR znodes in fenced multis, then queue LeaderAndIsr (is_new) and metadata."""
         decisions: dict[TopicPartition, PartitionDecision] = {}
         ops: list[Any] = []
-        existing = await _gather([self.store.exists(paths.partition(*tp)) for tp in tps])
+        existing = await gather([self.store.exists(paths.partition(*tp)) for tp in tps])
         for tp, st in zip(tps, existing, strict=True):
-            replicas = self.assignments[tp[0]][tp[1]]
-            el = init_leader(replicas, self.live)
+            replicas = self.context.assignments[tp[0]][tp[1]]
+            el = init_leader(replicas, self.context.live)
             d = PartitionDecision(el.leader, 0, el.isr, replicas, 0, self.epoch,
                                   self._broker_epoch_of(el.leader))
             decisions[tp] = d
@@ -1091,7 +1004,7 @@ class Controller:
         except TransactionFailed:
             # A previous controller got part of the way: take what ZooKeeper has.
             for tp in tps:
-                st = await self._read_state(tp)
+                st = await self.context.read_state(tp)
                 if st is not None:
                     decisions[tp] = st
                 else:
@@ -1100,28 +1013,28 @@ class Controller:
             if extra_ops:
                 await self._fenced(list(extra_ops))
         for tp, d in decisions.items():
-            self.states[tp] = d
-            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d, is_new=True)
-            batch.update_metadata(self.live, tp, d)
+            self.context.states[tp] = d
+            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d, is_new=True)
+            batch.update_metadata(self.context.live, tp, d)
 
     def _forget_topic(self, topic: str, batch: RequestBatch) -> None:
-        parts = self.assignments.pop(topic, {})
-        self.topic_versions.pop(topic, None)
+        parts = self.context.assignments.pop(topic, {})
+        self.context.topic_versions.pop(topic, None)
         for p, replicas in parts.items():
             tp = (topic, p)
-            self.adding.pop(tp, None)
-            self.removing.pop(tp, None)
-            self.reassigning.pop(tp, None)
-            d = self.states.pop(tp, None)
-            batch.stop_replica([r for r in replicas if r in self.live], tp,
+            self.context.adding.pop(tp, None)
+            self.context.removing.pop(tp, None)
+            self.context.reassigning.pop(tp, None)
+            d = self.context.states.pop(tp, None)
+            batch.stop_replica([r for r in replicas if r in self.context.live], tp,
                                leader_epoch=-2 if d is None else d.leader_epoch, delete=True)
-            batch.update_metadata(self.live, tp, None)
+            batch.update_metadata(self.context.live, tp, None)
 
     async def _on_delete_topics(self) -> None:
-        marked = await self._children(paths.DELETE_TOPICS)
+        marked = await self.context.children(paths.DELETE_TOPICS)
         for topic in marked:
             batch = self._new_batch()
-            parts = dict(self.assignments.get(topic, {}))
+            parts = dict(self.context.assignments.get(topic, {}))
             self._forget_topic(topic, batch)
             self._send(batch)
             # Children before parents; only what exists (a previous controller may have got
@@ -1129,7 +1042,7 @@ class Controller:
             candidates = []
             for p in sorted(parts):
                 candidates += [paths.leader_and_isr(topic, p), paths.partition(topic, p)]
-            found = await _gather([self.store.exists(c) for c in candidates])
+            found = await gather([self.store.exists(c) for c in candidates])
             ops: list[Any] = [Delete(c) for c, st in zip(candidates, found, strict=True)
                               if st is not None]
             for path in (paths.topic(topic), paths.topic_config(topic)):
@@ -1160,9 +1073,9 @@ class Controller:
 
     async def _admin_requests(self, root: str) -> dict[str, dict[int, bytes]]:
         out: dict[str, dict[int, bytes]] = {}
-        for topic in await self._children(root):
+        for topic in await self.context.children(root):
             parts: dict[int, bytes] = {}
-            for child in await self._children(f"{root}/{topic}"):
+            for child in await self.context.children(f"{root}/{topic}"):
                 if not (child.isdigit() and child.isascii()):
                     continue
                 try:
@@ -1180,7 +1093,7 @@ class Controller:
         for topic, parts in requests.items():
             cleanup = [Delete(paths.partition_add(topic, p)) for p in sorted(parts)]
             cleanup.append(Delete(paths.partitions_add_topic(topic)))
-            current = self.assignments.get(topic)
+            current = self.context.assignments.get(topic)
             new: dict[int, tuple[int, ...]] = {}
             problem = None
             if current is None:
@@ -1209,15 +1122,15 @@ class Controller:
                 await self._fenced(cleanup)
                 continue
             assignment = {**current, **new}
-            version = self.topic_versions[topic]
-            update = SetData(paths.topic(topic), self._topic_value(topic, assignment), version)
-            self.assignments[topic] = assignment
+            version = self.context.topic_versions[topic]
+            update = SetData(paths.topic(topic), self.context.topic_value(topic, assignment), version)
+            self.context.assignments[topic] = assignment
             batch = self._new_batch()
             # Init leaders, remove the admin path, update the topic path; one fenced
             # multi makes the three steps atomic.
             await self._init_leaders([(topic, p) for p in sorted(new)], batch,
                                      extra_ops=[*cleanup, update])
-            self.topic_versions[topic] = version + 1
+            self.context.topic_versions[topic] = version + 1
             self.log.info("added partitions {ps} to topic {t}", ps=sorted(new), t=topic)
             self._send(batch)
 
@@ -1233,7 +1146,7 @@ class Controller:
         for topic, parts in requests.items():
             cleanup = [Delete(paths.partition_remove(topic, p)) for p in sorted(parts)]
             cleanup.append(Delete(paths.partitions_remove_topic(topic)))
-            current = self.assignments.get(topic)
+            current = self.context.assignments.get(topic)
             remove = sorted(p for p in parts if current is not None and p in current)
             problem = None
             if current is None:
@@ -1258,7 +1171,7 @@ class Controller:
                 self.log.warn("partitions_remove for {t}: conflicting write ({e}); nothing "
                               "removed, trying again in {s}s", t=topic, e=e.first_error,
                               s=CONFLICT_RETRY_S)
-                await self._load_topics([topic])
+                await self.context.load_topics([topic])
                 retry = True
         if retry:
             self.events.later("partitions_remove (retry)", self._on_partitions_remove)
@@ -1278,34 +1191,34 @@ class Controller:
 
         A failed write (TransactionFailed) changes no state here; the request stays and is
         carried out again (step 1 is idempotent on the brokers)."""
-        current = self.assignments[topic]
+        current = self.context.assignments[topic]
         batch = self._new_batch()
         self._stopped_for_removal.setdefault(topic, set()).update(remove)
         for p in remove:
             tp = (topic, p)
-            d = self.states.get(tp)
-            batch.stop_replica([r for r in current[p] if r in self.live], tp,
+            d = self.context.states.get(tp)
+            batch.stop_replica([r for r in current[p] if r in self.context.live], tp,
                                leader_epoch=-2 if d is None else d.leader_epoch, delete=True)
-            batch.update_metadata(self.live, tp, None)
+            batch.update_metadata(self.context.live, tp, None)
         await _first_of(self._send(batch), STOP_REPLICA_WAIT_S, self.reactor)
         if not self.active:
             raise NotController()
         candidates = [path for p in remove
                       for path in (paths.leader_and_isr(topic, p), paths.partition(topic, p))]
-        found = await _gather([self.store.exists(c) for c in candidates])
+        found = await gather([self.store.exists(c) for c in candidates])
         ops: list[Any] = [Delete(c) for c, st in zip(candidates, found, strict=True)
                           if st is not None]
         assignment = {p: r for p, r in current.items() if p not in remove}
-        version = self.topic_versions[topic]
-        ops.append(SetData(paths.topic(topic), self._topic_value(topic, assignment), version))
+        version = self.context.topic_versions[topic]
+        ops.append(SetData(paths.topic(topic), self.context.topic_value(topic, assignment), version))
         await self._fenced([*ops, *cleanup])
         for p in remove:
             tp = (topic, p)
-            self.states.pop(tp, None)
-            self.adding.pop(tp, None)
-            self.removing.pop(tp, None)
-        self.assignments[topic] = assignment
-        self.topic_versions[topic] = version + 1
+            self.context.states.pop(tp, None)
+            self.context.adding.pop(tp, None)
+            self.context.removing.pop(tp, None)
+        self.context.assignments[topic] = assignment
+        self.context.topic_versions[topic] = version + 1
         self._stopped_for_removal.pop(topic, None)
         self.log.info("removed partitions {ps} from topic {t}", ps=list(remove), t=topic)
 
@@ -1316,7 +1229,7 @@ class Controller:
         that the replicas serve them (empty: what they held was deleted) rather than leave
         them unavailable."""
         stopped = self._stopped_for_removal.pop(topic, set())
-        tps = [(topic, p) for p in sorted(stopped) if (topic, p) in self.states]
+        tps = [(topic, p) for p in sorted(stopped) if (topic, p) in self.context.states]
         if not tps:
             return
         self.log.error("partitions {ps} of topic {t} were stopped for a removal that was then "
@@ -1324,9 +1237,9 @@ class Controller:
                        ps=[p for _, p in tps], t=topic)
         batch = self._new_batch()
         for tp in tps:
-            d = self.states[tp]
-            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
-            batch.update_metadata(self.live, tp, d)
+            d = self.context.states[tp]
+            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
+            batch.update_metadata(self.context.live, tp, d)
         self._send(batch)
 
     # -- replica reassignment (docs/design.md#replica-reassignment) -------------------------------
@@ -1352,7 +1265,7 @@ class Controller:
     def _reassignment_problem(self, tp: TopicPartition, target: tuple[int, ...]) -> str | None:
         """Why RAR ``target`` for ``tp`` cannot be carried out, or None. A replication factor
         other than the current one is allowed, as in Kafka."""
-        parts = self.assignments.get(tp[0])
+        parts = self.context.assignments.get(tp[0])
         if parts is None:
             return f"topic {tp[0]!r} does not exist"
         if tp[1] not in parts:
@@ -1363,8 +1276,8 @@ class Controller:
             return f"the replica list {list(target)} names a broker twice"
         # Only a reassignment that has not started yet needs every new replica alive; one that
         # is under way (after a failover, say) waits for a replica that died meanwhile.
-        if tp not in self.adding:
-            dead = [b for b in target if b not in self.live]
+        if tp not in self.context.adding:
+            dead = [b for b in target if b not in self.context.live]
             if dead:
                 return f"brokers {dead} are not alive"
         return None
@@ -1378,22 +1291,22 @@ class Controller:
         wanted = wanted or {}
         rejected: dict[TopicPartition, tuple[int, ...]] = {}
         for tp, target in sorted(wanted.items()):
-            if self.reassigning.get(tp) == target:
+            if self.context.reassigning.get(tp) == target:
                 continue
             problem = self._reassignment_problem(tp, target)
             if problem is not None:
                 self.log.error("rejecting reassignment of {t}-{p} to {r}: {why}", t=tp[0],
                                p=tp[1], r=list(target), why=problem)
                 rejected[tp] = target
-                self.reassigning.pop(tp, None)
+                self.context.reassigning.pop(tp, None)
                 continue
             self.log.info("reassignment of {t}-{p} to {r} requested", t=tp[0], p=tp[1],
                           r=list(target))
-            self.reassigning[tp] = target
-        for tp in [tp for tp in self.reassigning if tp not in wanted]:
+            self.context.reassigning[tp] = target
+        for tp in [tp for tp in self.context.reassigning if tp not in wanted]:
             self.log.info("reassignment of {t}-{p} withdrawn from {path}", t=tp[0], p=tp[1],
                           path=paths.REASSIGN_PARTITIONS)
-            del self.reassigning[tp]
+            del self.context.reassigning[tp]
         if rejected:
             await self._remove_reassignments(rejected)
         await self._reassignment_wakeup()
@@ -1403,12 +1316,12 @@ class Controller:
         has work, through the event queue like every other controller action."""
         if self._reassign_call is not None and self._reassign_call.active():
             return
-        if not self.active or not self.reassigning:
+        if not self.active or not self.context.reassigning:
             return
 
         def fire() -> None:
             self._reassign_call = None
-            if self.active and self.reassigning:
+            if self.active and self.context.reassigning:
                 self.events.enqueue("reassignment_wakeup", self._reassignment_wakeup)
 
         self._reassign_call = self.reactor.callLater(self.reassignment_wakeup_s, fire)
@@ -1417,8 +1330,8 @@ class Controller:
         """The agent's ``on_wakeup``: move each partition in the map one step on; finished ones
         leave the map and the admin path."""
         done: dict[TopicPartition, tuple[int, ...]] = {}
-        for tp in sorted(self.reassigning):
-            target = self.reassigning[tp]
+        for tp in sorted(self.context.reassigning):
+            target = self.context.reassigning[tp]
             try:
                 finished = await self._reassign_step(tp, target)
             except TransactionFailed as e:
@@ -1426,12 +1339,12 @@ class Controller:
                 # topic and try again at the next wake-up.
                 self.log.warn("reassignment of {t}-{p}: conflicting write ({e}); will retry",
                               t=tp[0], p=tp[1], e=e.first_error)
-                await self._load_topics([tp[0]])
+                await self.context.load_topics([tp[0]])
                 continue
             if finished:
                 done[tp] = target
         for tp in done:
-            self.reassigning.pop(tp, None)
+            self.context.reassigning.pop(tp, None)
         if done:
             await self._remove_reassignments(done)
         self._arm_reassignment_timer()
@@ -1449,11 +1362,11 @@ class Controller:
         A cancellation is a target equal to OAR: the INIT step then shrinks AR back to OAR.
         """
         topic, index = tp
-        ar = self.assignments.get(topic, {}).get(index)
-        cur = self.states.get(tp)
+        ar = self.context.assignments.get(topic, {}).get(index)
+        cur = self.context.states.get(tp)
         if ar is None or cur is None:
             return True  # the topic or partition went away: nothing left to move
-        adding = self.adding.get(tp, ())
+        adding = self.context.adding.get(tp, ())
         original = tuple(b for b in ar if b not in adding)
         if ar == target and not adding:
             return True
@@ -1468,14 +1381,14 @@ class Controller:
                           rm=list(want_removing))
             if want_ar == target and not want_adding:
                 return True  # nothing to add (a cancellation, or a reorder of the same set)
-        cur = self.states[tp]
+        cur = self.context.states[tp]
         if not reassignment_complete(target, cur.isr):
             return False
         batch = self._new_batch()
         if not await self._move_replicas(tp, target, (), (), batch):
             return False
         self._send(batch)
-        d = self.states[tp]
+        d = self.context.states[tp]
         self.log.info("reassignment of {t}-{p} to {r} completed (leader {l}, epoch {e})",
                       t=topic, p=index, r=list(target), l=d.leader, e=d.leader_epoch)
         return True
@@ -1490,9 +1403,9 @@ class Controller:
         UpdateMetadata to everyone. False (nothing written) when no live ISR member of
         ``new_ar`` could lead. Raises TransactionFailed on a version conflict."""
         topic, index = tp
-        cur = self.states[tp]
+        cur = self.context.states[tp]
         new_ar = tuple(new_ar)
-        dropped = tuple(b for b in self.assignments[topic][index] if b not in new_ar)
+        dropped = tuple(b for b in self.context.assignments[topic][index] if b not in new_ar)
         decision = replace(cur, replicas=new_ar)
         ops: list[Any] = []
         if cur.leader not in new_ar or any(b in dropped for b in cur.isr):
@@ -1507,28 +1420,28 @@ class Controller:
                 self._leader_broker_epoch(cur, el.leader, epoch))
             ops.append(SetData(paths.leader_and_isr(*tp), self._state_value(decision),
                                cur.zk_version))
-        assignment = {**self.assignments[topic], index: new_ar}
-        old_meta = (self.adding.get(tp), self.removing.get(tp))
+        assignment = {**self.context.assignments[topic], index: new_ar}
+        old_meta = (self.context.adding.get(tp), self.context.removing.get(tp))
         self._set_reassignment_meta(tp, adding, removing)
-        version = self.topic_versions[topic]
-        ops.append(SetData(paths.topic(topic), self._topic_value(topic, assignment), version))
+        version = self.context.topic_versions[topic]
+        ops.append(SetData(paths.topic(topic), self.context.topic_value(topic, assignment), version))
         try:
             await self._fenced(ops)
         except BaseException:
             self._set_reassignment_meta(tp, old_meta[0] or (), old_meta[1] or ())
             raise
-        self.assignments[topic] = assignment
-        self.topic_versions[topic] = version + 1
-        self.states[tp] = decision
-        batch.leader_and_isr([b for b in new_ar if b in self.live], tp, decision)
-        batch.stop_replica([b for b in dropped if b in self.live], tp,
+        self.context.assignments[topic] = assignment
+        self.context.topic_versions[topic] = version + 1
+        self.context.states[tp] = decision
+        batch.leader_and_isr([b for b in new_ar if b in self.context.live], tp, decision)
+        batch.stop_replica([b for b in dropped if b in self.context.live], tp,
                            leader_epoch=decision.leader_epoch, delete=True)
-        batch.update_metadata(self.live, tp, decision)
+        batch.update_metadata(self.context.live, tp, decision)
         return True
 
     def _set_reassignment_meta(self, tp: TopicPartition, adding: Sequence[int],
                                removing: Sequence[int]) -> None:
-        for table, value in ((self.adding, tuple(adding)), (self.removing, tuple(removing))):
+        for table, value in ((self.context.adding, tuple(adding)), (self.context.removing, tuple(removing))):
             if value:
                 table[tp] = value
             else:
@@ -1589,7 +1502,7 @@ class Controller:
 
         changes: list[TopicPartition] = []
         for tp in tps:
-            d = self.states.get(tp)
+            d = self.context.states.get(tp)
             if d is None:
                 self.log.info("preferred election: unknown partition {t}-{p}", t=tp[0], p=tp[1])
             elif decide(tp, d) is not None:
@@ -1601,8 +1514,8 @@ class Controller:
         for tp, d in written.items():
             self.log.info("preferred election: {t}-{p} now led by {l} (epoch {e})", t=tp[0],
                           p=tp[1], l=d.leader, e=d.leader_epoch)
-            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
-            batch.update_metadata(self.live, tp, d)
+            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
+            batch.update_metadata(self.context.live, tp, d)
         self._send(batch)
         return written
 
@@ -1653,12 +1566,12 @@ class Controller:
                                ) -> tuple[str | None, list[TopicPartition]]:
         if not self.active:
             return "NOT_CONTROLLER", []
-        registered = self.live.get(broker_id)
+        registered = self.context.live.get(broker_id)
         if registered is None:
             return "BROKER_NOT_AVAILABLE", []
         if broker_epoch >= 0 and registered.epoch != broker_epoch:
             return "STALE_BROKER_EPOCH", []
-        self.shutting_down.add(broker_id)
+        self.context.shutting_down.add(broker_id)
         eligible = self._eligible()
 
         def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
@@ -1667,22 +1580,22 @@ class Controller:
             return controlled_shutdown_election(d.replicas, d.isr, d.leader, broker_id,
                                                 self._eligible())
 
-        changes = [tp for tp, d in self.states.items() if decide(tp, d) is not None]
+        changes = [tp for tp, d in self.context.states.items() if decide(tp, d) is not None]
         written = await self._write_decisions(changes, decide,
                                               f"controlled shutdown of broker {broker_id}")
         batch = self._new_batch()
         for tp, d in written.items():
-            batch.leader_and_isr([r for r in d.replicas if r in self.live], tp, d)
-            batch.update_metadata(self.live, tp, d)
+            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
+            batch.update_metadata(self.context.live, tp, d)
         sent.append(self._send(batch))
         # Kafka reports every replicated partition still led here, and the broker retries. A
         # partition whose other replicas are all dead cannot move however often it retries, so
         # it is logged but not reported (the last broker of a cluster would otherwise spend
         # every retry and back-off on it).
-        stuck = sorted(tp for tp, d in self.states.items()
+        stuck = sorted(tp for tp, d in self.context.states.items()
                        if d.leader == broker_id and len(d.replicas) > 1)
         remaining = [tp for tp in stuck
-                     if any(r in eligible and r != broker_id for r in self.states[tp].replicas)]
+                     if any(r in eligible and r != broker_id for r in self.context.states[tp].replicas)]
         if len(stuck) > len(remaining):
             self.log.warn("controlled shutdown of broker {b}: {n} partitions have no other live "
                           "replica and stay led by it until it stops", b=broker_id,
@@ -1723,21 +1636,3 @@ async def _first_of(d: defer.Deferred, timeout_s: float, clock: Any) -> None:
     finally:
         if call.active():
             call.cancel()
-
-
-async def _gather(aws: Sequence[Awaitable[Any]]) -> list[Any]:
-    """Run awaitables concurrently (pipelined ZooKeeper requests) and return results in order."""
-    ds = [defer.Deferred.fromCoroutine(a) if not isinstance(a, defer.Deferred) else a
-          for a in aws]
-    if not ds:
-        return []
-    return list(await defer.gatherResults(ds, consumeErrors=True))
-
-
-def _live_endpoints(reg: paths.BrokerRegistration) -> tuple[tuple[str, str, int, int], ...]:
-    """A registration's endpoints for UpdateMetadata, the inter-broker one (the one at the
-    registration's ``host:port``) first."""
-    protocols = dict(reg.protocol_map)
-    found = [(e.listener, e.host, e.port, paths.SECURITY_PROTOCOL_IDS[protocols[e.listener]])
-             for e in reg.endpoints]
-    return tuple(sorted(found, key=lambda e: (e[1], e[2]) != (reg.host, reg.port)))

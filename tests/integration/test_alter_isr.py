@@ -43,7 +43,7 @@ def caches_show(brokers, topic: str, p: int, *, isr, leader_epoch: int, zk_versi
 async def settled(brokers, topic: str, parts: int):
     """The active controller once it and every broker's cache know all partitions of topic."""
     ctrl = await eventually(lambda: controller_of(brokers), what="controller")
-    await eventually(lambda: all((topic, p) in ctrl.controller.states for p in range(parts))
+    await eventually(lambda: all((topic, p) in ctrl.controller.context.states for p in range(parts))
                      and all(b.cache.partition(topic, p) is not None
                              for b in brokers for p in range(parts)),
                      what=f"{topic} known everywhere")

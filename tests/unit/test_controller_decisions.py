@@ -112,7 +112,7 @@ def test_a_retried_election_is_decided_from_the_re_read_state():
     st = znode(store, 2)
     # The old decision (leader 1, ISR 1, 2) would have elected an out-of-sync replica.
     assert (st.leader, st.isr, st.leader_epoch) == (2, [2], 2)
-    assert ctl.states[("t", 2)].leader == 2
+    assert ctl.context.states[("t", 2)].leader == 2
 
 
 def test_a_restarted_leaders_epoch_bump_committed_before_a_failed_multi_is_applied_once(
@@ -121,7 +121,7 @@ def test_a_restarted_leaders_epoch_bump_committed_before_a_failed_multi_is_appli
     store, clock, channels, ctl = make()
     # Broker 2 (leader of t-1, t-4, t-7) restarted; t-7's znode was rewritten meanwhile, so its
     # multi fails after those of t-1 and t-4 committed.
-    ctl.live[2] = LiveBroker(2, "h", 9002, None, -7)
+    ctl.context.live[2] = LiveBroker(2, "h", 9002, None, -7)
     path = paths.leader_and_isr("t", 7)
     store.set(path, store.nodes[path][0])
     done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
@@ -169,7 +169,7 @@ def test_a_partition_conflicting_every_round_is_logged_and_decided_again_later(m
     clock.advance(CONFLICT_RETRY_S)
     st = znode(store, 2)
     assert (st.leader, st.isr, st.leader_epoch) == (1, [1, 2], 2)
-    assert ctl.states[("t", 2)].leader == 1
+    assert ctl.context.states[("t", 2)].leader == 1
     assert channels[1].leader_and_isr()[before:] == [{("t", 2)}]  # the retry's decision sent
 
 
@@ -192,7 +192,7 @@ def test_an_unclean_election_is_logged_and_counted_once_when_written(monkeypatch
     path = paths.leader_and_isr("t", 2)
     store.set(path, paths.LeaderAndIsr(3, 1, [3], 5).to_bytes())
     data, version = store.nodes[path]
-    ctl.states[("t", 2)] = ctl._decision_from(("t", 2), data, Stat(version, 0))
+    ctl.context.states[("t", 2)] = ctl.context.decision_from(("t", 2), data, Stat(version, 0))
     store.path, store.times = path, 1
     store.delete(paths.broker(3))
     done = defer.Deferred.fromCoroutine(ctl._on_broker_change())

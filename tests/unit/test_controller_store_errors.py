@@ -56,12 +56,12 @@ def test_a_broker_change_the_store_did_not_take_is_a_warning_and_is_judged_again
     assert LogLevel.critical not in levels(events)
     assert any(e["log_level"] is LogLevel.warn and e.get("event") == "broker_change"
                for e in events)
-    assert all(ctl.states[tp].leader == 3 for tp in led_by_3)  # nothing written
+    assert all(ctl.context.states[tp].leader == 3 for tp in led_by_3)  # nothing written
     failing.clear()  # the quorum is back
     clock.advance(CONFLICT_RETRY_S)
-    assert all(ctl.states[tp].leader != 3 for tp in led_by_3)
+    assert all(ctl.context.states[tp].leader != 3 for tp in led_by_3)
     clock.advance(LEADERS_FIRST_WAIT_S)
-    assert all(3 not in d.isr for d in ctl.states.values())
+    assert all(3 not in d.isr for d in ctl.context.states.values())
     assert LogLevel.critical not in levels(events)
 
 
@@ -74,15 +74,15 @@ def test_a_restart_seen_while_the_store_took_no_writes_is_still_announced_on_the
 
     store, clock, channels, ctl = make()
     started(ctl)
-    ctl.live[3] = controller_module.LiveBroker(3, "h", 9003, None, -7)  # seen as restarted
+    ctl.context.live[3] = controller_module.LiveBroker(3, "h", 9003, None, -7)  # seen as restarted
     failing = failing_writes(store, ConnectionLost("no metadata quorum leader took the write"))
     ctl.events.enqueue("broker_change", ctl._on_broker_change)
     failing.clear()
     clock.advance(CONFLICT_RETRY_S)
     clock.advance(LEADERS_FIRST_WAIT_S)
     clock.advance(LEADERS_FIRST_WAIT_S)
-    assert all(3 not in d.isr for d in ctl.states.values())
-    assert all(d.leader != 3 for d in ctl.states.values())
+    assert all(3 not in d.isr for d in ctl.context.states.values())
+    assert all(d.leader != 3 for d in ctl.context.states.values())
     full = [b for k, b, _ in channels[3].sent if k == ApiKey.LEADER_AND_ISR and b["type"] == 1]
     assert len(full) == 1
 

@@ -90,7 +90,7 @@ def test_replicas_are_stopped_before_the_store_is_written_and_the_state_dropped_
     for b in (1, 2, 3):
         assert stop_replicas(channels[b]) == [("t", 8)]
     assert paths.leader_and_isr("t", 8) in store.nodes and assignment(store) == list(range(9))
-    assert ("t", 8) in ctl.states and 8 in ctl.assignments["t"]
+    assert ("t", 8) in ctl.context.states and 8 in ctl.context.assignments["t"]
     assert paths.partition_remove("t", 8) in store.nodes
     for b in (1, 2, 3):
         channels[b].answer()
@@ -98,8 +98,8 @@ def test_replicas_are_stopped_before_the_store_is_written_and_the_state_dropped_
     assert paths.partition("t", 8) not in store.nodes
     assert assignment(store) == list(range(8))
     assert paths.partitions_remove_topic("t") not in store.nodes
-    assert ("t", 8) not in ctl.states and 8 not in ctl.assignments["t"]
-    assert ctl.topic_versions["t"] == store.nodes[paths.topic("t")][1]
+    assert ("t", 8) not in ctl.context.states and 8 not in ctl.context.assignments["t"]
+    assert ctl.context.topic_versions["t"] == store.nodes[paths.topic("t")][1]
 
 
 def test_without_answers_the_removal_is_written_after_the_wait():
@@ -107,7 +107,7 @@ def test_without_answers_the_removal_is_written_after_the_wait():
     ctl.events.enqueue("partitions_remove", ctl._on_partitions_remove)
     assert assignment(store) == list(range(9))
     clock.advance(STOP_REPLICA_WAIT_S)
-    assert assignment(store) == list(range(8)) and ("t", 8) not in ctl.states
+    assert assignment(store) == list(range(8)) and ("t", 8) not in ctl.context.states
 
 
 def test_a_failed_write_keeps_the_state_and_the_request_is_carried_out_later():
@@ -120,7 +120,7 @@ def test_a_failed_write_keeps_the_state_and_the_request_is_carried_out_later():
         channels[b].answer()
     # Nothing removed, nothing forgotten: the state is what ZooKeeper still says.
     assert assignment(store) == list(range(9))
-    assert {("t", 7), ("t", 8)} <= set(ctl.states) and sorted(ctl.assignments["t"]) == list(
+    assert {("t", 7), ("t", 8)} <= set(ctl.context.states) and sorted(ctl.context.assignments["t"]) == list(
         range(9))
     assert paths.partition_remove("t", 8) in store.nodes
     clock.advance(CONFLICT_RETRY_S)
@@ -128,7 +128,7 @@ def test_a_failed_write_keeps_the_state_and_the_request_is_carried_out_later():
         assert stop_replicas(channels[b]) == [("t", 7), ("t", 8)] * 2  # step 1 again
         channels[b].answer()
     assert assignment(store) == list(range(7))
-    assert not {("t", 7), ("t", 8)} & set(ctl.states)
+    assert not {("t", 7), ("t", 8)} & set(ctl.context.states)
     assert paths.partitions_remove_topic("t") not in store.nodes
 
 
@@ -140,7 +140,7 @@ def test_a_request_the_controller_refuses_is_deleted_and_nothing_is_stopped():
     ctl.events.enqueue("partitions_remove", ctl._on_partitions_remove)
     assert paths.partitions_remove_topic("t") not in store.nodes
     assert all(stop_replicas(channels[b]) == [] for b in (1, 2, 3))
-    assert assignment(store) == list(range(9)) and ("t", 3) in ctl.states
+    assert assignment(store) == list(range(9)) and ("t", 3) in ctl.context.states
 
 
 def test_a_removal_refused_after_its_replicas_were_stopped_serves_them_again():
@@ -157,7 +157,7 @@ def test_a_removal_refused_after_its_replicas_were_stopped_serves_them_again():
     sent_before = {b: len(channels[b].leader_and_isr()) for b in (1, 2, 3)}
     store.delete(paths.partition_remove("t", 8))  # the request is withdrawn
     clock.advance(CONFLICT_RETRY_S)
-    assert assignment(store) == list(range(9)) and ("t", 8) in ctl.states
+    assert assignment(store) == list(range(9)) and ("t", 8) in ctl.context.states
     for b in (1, 2, 3):  # every replica of t-8 is told to serve it again
         again = channels[b].leader_and_isr()[sent_before[b]:]
         assert ("t", 8) in {tp for lai in again for tp in lai}, b

@@ -6,9 +6,9 @@ Event model (Kafka's single controller event thread, KAFKA-5027, in
 one at a time, in order, on the reactor, and each handler re-reads ZooKeeper when it runs rather
 than trusting the watch payload. A handler is an ``async`` method.
 
-Fencing: every ZooKeeper write the controller makes is a ``multi`` that starts with a ``check`` of
-``/controller_epoch`` at the version this controller set when it was elected (KAFKA-6082), so a
-deposed controller's writes fail atomically. LeaderAndISR znodes are also updated conditionally
+Fencing (:mod:`broker_core.controller.writer`): every ZooKeeper write the controller makes is a
+``multi`` that starts with a ``check`` of ``/controller_epoch`` at the version this controller
+set when it was elected (KAFKA-6082), so a deposed controller's writes fail atomically. LeaderAndISR znodes are also updated conditionally
 on their own version. When the epoch check fails the controller resigns.
 
 Session states: on SUSPENDED the controller stops acting (queued events wait); on LOST it resigns
@@ -28,7 +28,7 @@ from twisted.logger import Logger
 from broker_core.controller import log_dir_failure
 from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch
 from broker_core.controller.context import ControllerContext, gather
-from broker_core.controller.decisions import GONE, Decide, DecisionRounds
+from broker_core.controller.decisions import Decide
 from broker_core.controller.election import (
     NO_LEADER,
     Election,
@@ -49,9 +49,9 @@ from broker_core.controller.event_manager import (
     NotController,
 )
 from broker_core.controller.fencing import FencingAgent
+from broker_core.controller.writer import ControllerWriter
 from broker_core.metadata import (
     BadVersion,
-    Check,
     Create,
     Delete,
     MetadataStoreError,
@@ -87,15 +87,6 @@ REASSIGNMENT_WAKEUP_S = 30.0
 #: Longest a ControlledShutdown answer waits for the brokers to acknowledge the moves it sent
 #: (the moves are decided and written already; this only makes the hand-over smoother).
 SHUTDOWN_ACK_WAIT_S = 5.0
-
-#: ZooKeeper caps a whole multi at jute.maxbuffer (~1 MB); our ops are small, so 500 ops per multi
-#: stays far below it (python-zk/kazoo#630: ~3,200 creates already failed).
-MULTI_BATCH = 500
-
-#: Fenced multis sent before waiting for the first answer. ZooKeeper applies one session's
-#: requests in order, so pipelining changes no outcome; it saves a round trip (and a turn of a
-#: busy reactor) per 500 partitions: a failover of 10,000 partitions writes 20 multis.
-FENCED_PIPELINE = 8
 
 #: Longest the controller waits for the brokers to acknowledge new leaderships before it goes on
 #: with the rest of a failover (ISR shrinks, the full state to every broker). Leaders are what
@@ -163,6 +154,8 @@ class Controller:
         self._stopped_for_removal: dict[str, set[int]] = {}
         #: What this controller knows of the cluster (loaded when it is elected).
         self.context = ControllerContext(store)
+        #: Every write this controller makes (fenced multis, leader/ISR decisions).
+        self.writer = ControllerWriter(self, self.context)
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -341,7 +334,7 @@ class Controller:
         judge = self._judge_live(())
         dead_leaders, _, shrinks = self._classify_live(judge)
         if dead_leaders:
-            written = await self._write_decisions(dead_leaders, judge, "dead leaders")
+            written = await self.writer.write_decisions(dead_leaders, judge, "dead leaders")
             self.log.info("controller failover: {n} partitions whose leader is gone re-elected "
                           "first", n=len(written))
             await self._send_leaders_first(written)
@@ -352,7 +345,7 @@ class Controller:
         # partitions, the controller itself) decoded and applied while clients waited on it.
         # The new generations of leaders that restarted unseen are left to the broker change
         # (they are not written here, and their ISRs are not shrunk now).
-        await self._write_decisions(shrinks, judge, "ISR shrinks")
+        await self.writer.write_decisions(shrinks, judge, "ISR shrinks")
         batch = self._new_batch()
         for b in self.context.live:
             batch.full_leader_and_isr(b)
@@ -462,36 +455,6 @@ class Controller:
             batch.update_metadata(now, tp, d)
         await _first_of(self._send(batch), LEADERS_FIRST_WAIT_S, self.reactor)
 
-    # -- fenced writes ---------------------------------------------------------------------------
-
-    async def _fenced(self, ops: Sequence[Any]) -> None:
-        """Apply ``ops`` in multis that each begin with the controller-epoch check.
-
-        Up to :data:`FENCED_PIPELINE` multis are sent before the first answer is awaited. Each
-        multi is atomic, but they are not one transaction: when one fails, the ones before it
-        committed and some after it (already sent) may have too; no further window is sent.
-        Callers re-read what they meant to write on failure.
-
-        A failed epoch check means a newer controller exists: raise :class:`NotController`.
-        Other failures are raised as :class:`TransactionFailed` for the caller to handle.
-        """
-        if not self.active:
-            raise NotController()
-        chunks = [list(ops[i:i + MULTI_BATCH]) for i in range(0, len(ops), MULTI_BATCH)]
-        for w in range(0, len(chunks), FENCED_PIPELINE):
-            check = Check(paths.CONTROLLER_EPOCH, self.epoch_zk_version)
-            results = await defer.DeferredList(
-                [self.store.multi([check, *chunk]) for chunk in chunks[w:w + FENCED_PIPELINE]],
-                consumeErrors=True)
-            failures = [r for ok, r in results if not ok]
-            if not failures:
-                continue
-            for f in failures:
-                # The controller-epoch check itself failed: a newer controller exists.
-                if f.check(TransactionFailed) and f.value.failed_index == 0:
-                    raise NotController() from f.value
-            failures[0].raiseException()
-
     def _offline_election(self, tp: TopicPartition, d: PartitionDecision,
                           live: Collection[int]) -> Election:
         """A new leader for a partition whose leader is gone. Brokers in a controlled shutdown
@@ -529,96 +492,6 @@ class Controller:
         if self.fencing is None:
             return (None, False) if self.active else ("NOT_CONTROLLER", True)
         return self.fencing.heartbeat(broker_id, broker_epoch)
-
-    def _state_value(self, d: PartitionDecision) -> bytes:
-        return paths.LeaderAndIsr(d.leader, d.leader_epoch, list(d.isr),
-                                  d.controller_epoch, d.leader_broker_epoch).to_bytes()
-
-    def _leader_broker_epoch(self, cur: PartitionDecision, leader: int, epoch: int) -> int:
-        """The ``leader_broker_epoch`` to write: the leader's registration when it was made
-        leader at ``epoch``. An ISR-only change keeps the recorded one, so a restart of the
-        leader nobody has seen yet (docs/design.md#leader-epochs) is still detected later."""
-        if leader == cur.leader and epoch == cur.leader_epoch:
-            return cur.leader_broker_epoch
-        return self._broker_epoch_of(leader)
-
-    def _broker_epoch_of(self, broker: int) -> int:
-        b = self.context.live.get(broker)
-        return -1 if b is None else b.epoch
-
-    def _decision(self, cur: PartitionDecision, el: Election) -> PartitionDecision:
-        """The state to write for election ``el`` over the current state ``cur``."""
-        epoch = next_leader_epoch(cur.leader, cur.leader_epoch, el)
-        return PartitionDecision(el.leader, epoch, el.isr, cur.replicas, cur.zk_version + 1,
-                                 self.epoch, self._leader_broker_epoch(cur, el.leader, epoch))
-
-    async def _write_decisions(self, tps: Iterable[TopicPartition], decide: Decide, what: str
-                               ) -> dict[TopicPartition, PartitionDecision]:
-        """Write what ``decide`` makes of each partition of ``tps``, each conditional on its
-        state's version; after a conflict, re-read the round's partitions and
-        decide again from what was read (:mod:`broker_core.controller.decisions`). Returns what
-        was written. Unclean elections are logged and counted once written. Every partition
-        left out is logged with the reason (``what`` names the caller's job); those that
-        conflicted in every round are decided and written again by a new event after
-        :data:`CONFLICT_RETRY_S`, those whose state is gone are not (nothing is left to
-        decide)."""
-        rounds = DecisionRounds(tps, decide, self._decision)
-        while writes := rounds.next_writes(self.context.states):
-            ops = [SetData(paths.leader_and_isr(*tp), self._state_value(d),
-                           rounds.planned[tp].base.zk_version) for tp, d in writes.items()]
-            try:
-                await self._fenced(ops)
-            except TransactionFailed:
-                # Someone changed a state under us (or a chunk before the failing one
-                # committed): re-read every partition of the round.
-                fresh = dict(zip(writes, await gather([self.context.read_state(tp) for tp in writes]),
-                                 strict=True))
-                for tp, st in fresh.items():
-                    if st is None:
-                        self.context.states.pop(tp, None)
-                    else:
-                        self.context.states[tp] = st
-                rounds.conflicted(fresh)
-                continue
-            self.context.states.update(writes)
-            rounds.succeeded()
-        written: dict[TopicPartition, PartitionDecision] = {}
-        for tp, planned in rounds.written.items():
-            written[tp] = planned.decision
-            if planned.election.unclean:
-                self.log.warn("UNCLEAN leader election for {t}-{p}: broker {l} was not in the "
-                              "ISR {isr}; committed messages may be lost", t=tp[0], p=tp[1],
-                              l=planned.election.leader, isr=list(planned.base.isr))
-                if self.metrics is not None:
-                    self.metrics.unclean_leader_elections_total.inc()
-        retry = []
-        for tp, why in rounds.dropped.items():
-            if why == GONE:
-                self.log.info("{what}: {t}-{p} left out: {why}", what=what, t=tp[0], p=tp[1],
-                              why=why)
-            else:
-                self.log.warn("{what}: {t}-{p} not written: {why}; deciding again in {s}s",
-                              what=what, t=tp[0], p=tp[1], why=why, s=CONFLICT_RETRY_S)
-                retry.append(tp)
-        if retry:
-            self.events.later(f"{what} (retry)",
-                              lambda: self._retry_decisions(retry, decide, what))
-        return written
-
-    async def _retry_decisions(self, tps: list[TopicPartition], decide: Decide,
-                               what: str) -> None:
-        """Decide ``tps`` again, by the rule of the job that could not write them, from the
-        state held now, and send what is written (LeaderAndIsr to the live replicas,
-        UpdateMetadata to every live broker)."""
-        written = await self._write_decisions(tps, decide, what)
-        if written:
-            self.log.info("{what}: {n} partitions written on a retry", what=what,
-                          n=len(written))
-        batch = self._new_batch()
-        for tp, d in written.items():
-            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
-            batch.update_metadata(self.context.live, tp, d)
-        self._send(batch)
 
     # -- broker changes (docs/design.md#replication-and-the-controller) ---------------------------
 
@@ -671,12 +544,12 @@ class Controller:
                       s=len(shrinks))
         # New leaderships first, the ISR shrinks once the brokers have taken them (or a moment
         # passed): clients wait for leaders, not for the bookkeeping.
-        moved = await self._write_decisions(leaders, judge, "new leaders")
+        moved = await self.writer.write_decisions(leaders, judge, "new leaders")
         await self._send_leaders_first(moved, later=new | bounced)
         if not self.active:
             return
         batch = self._new_batch()
-        written = await self._write_decisions(shrinks, judge, "ISR shrinks")
+        written = await self.writer.write_decisions(shrinks, judge, "ISR shrinks")
         for tp, d in written.items():
             batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
             batch.update_metadata(self.context.live, tp, d)
@@ -792,7 +665,7 @@ class Controller:
             if send:
                 self._send(batch)
             return
-        written = await self._write_decisions(changes, decide, "offline partitions")
+        written = await self.writer.write_decisions(changes, decide, "offline partitions")
         if written:
             # One line per event, not per partition: a returning broker can bring thousands.
             self.log.info("{n} partitions back online (e.g. {ex})", n=len(written),
@@ -903,13 +776,13 @@ class Controller:
                     d = replace(cur, isr=new_isr, zk_version=cur.zk_version + 1,
                                 controller_epoch=self.epoch)
                     new[tp] = d
-                    ops.append(SetData(paths.leader_and_isr(*tp), self._state_value(d),
+                    ops.append(SetData(paths.leader_and_isr(*tp), self.writer.state_value(d),
                                        cur.zk_version))
             if not ops:
                 pending = {}
                 break
             try:
-                await self._fenced(ops)  # chunked under the multi limit, each chunk fenced
+                await self.writer.fenced(ops)  # chunked under the multi limit, each chunk fenced
             except TransactionFailed:
                 # A znode is not at the version we hold (or vanished). One multi is all or
                 # nothing, but chunks before the failing one committed: re-read every partition
@@ -993,14 +866,14 @@ class Controller:
             replicas = self.context.assignments[tp[0]][tp[1]]
             el = init_leader(replicas, self.context.live)
             d = PartitionDecision(el.leader, 0, el.isr, replicas, 0, self.epoch,
-                                  self._broker_epoch_of(el.leader))
+                                  self.writer.broker_epoch_of(el.leader))
             decisions[tp] = d
             if st is None:
                 ops.append(Create(paths.partition(*tp)))
-            ops.append(Create(paths.leader_and_isr(*tp), self._state_value(d)))
+            ops.append(Create(paths.leader_and_isr(*tp), self.writer.state_value(d)))
         ops.extend(extra_ops)
         try:
-            await self._fenced(ops)
+            await self.writer.fenced(ops)
         except TransactionFailed:
             # A previous controller got part of the way: take what ZooKeeper has.
             for tp in tps:
@@ -1008,10 +881,10 @@ class Controller:
                 if st is not None:
                     decisions[tp] = st
                 else:
-                    await self._fenced([Create(paths.leader_and_isr(*tp),
-                                               self._state_value(decisions[tp]))])
+                    await self.writer.fenced([Create(paths.leader_and_isr(*tp),
+                                               self.writer.state_value(decisions[tp]))])
             if extra_ops:
-                await self._fenced(list(extra_ops))
+                await self.writer.fenced(list(extra_ops))
         for tp, d in decisions.items():
             self.context.states[tp] = d
             batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d, is_new=True)
@@ -1050,13 +923,13 @@ class Controller:
                     ops.append(Delete(path))
             ops.append(Delete(paths.delete_topic(topic)))
             try:
-                await self._fenced(ops)
+                await self.writer.fenced(ops)
             except TransactionFailed as e:
                 self.log.warn("could not delete the znodes of topic {t} in one step ({e}); "
                               "deleting them one by one", t=topic, e=e.first_error)
                 for op in ops:
                     try:
-                        await self._fenced([op])
+                        await self.writer.fenced([op])
                     except TransactionFailed:
                         pass
             self.log.info("deleted topic {t}", t=topic)
@@ -1116,10 +989,10 @@ class Controller:
                     problem = f"new partitions {sorted(new)} are not the next ids {expected}"
             if problem is not None:
                 self.log.error("rejecting partitions_add for {t}: {why}", t=topic, why=problem)
-                await self._fenced(cleanup)
+                await self.writer.fenced(cleanup)
                 continue
             if not new:
-                await self._fenced(cleanup)
+                await self.writer.fenced(cleanup)
                 continue
             assignment = {**current, **new}
             version = self.context.topic_versions[topic]
@@ -1160,7 +1033,7 @@ class Controller:
                     if problem:
                         self.log.error("rejecting partitions_remove for {t}: {why}", t=topic,
                                        why=problem)
-                    await self._fenced(cleanup)
+                    await self.writer.fenced(cleanup)
                     self._restore_stopped(topic)
                     continue
                 await self._remove_partitions(topic, remove, cleanup)
@@ -1211,7 +1084,7 @@ class Controller:
         assignment = {p: r for p, r in current.items() if p not in remove}
         version = self.context.topic_versions[topic]
         ops.append(SetData(paths.topic(topic), self.context.topic_value(topic, assignment), version))
-        await self._fenced([*ops, *cleanup])
+        await self.writer.fenced([*ops, *cleanup])
         for p in remove:
             tp = (topic, p)
             self.context.states.pop(tp, None)
@@ -1256,7 +1129,7 @@ class Controller:
         except ValueError as e:
             self.log.error("rejecting {p}: {e}; deleting it", p=paths.REASSIGN_PARTITIONS, e=e)
             try:
-                await self._fenced([Delete(paths.REASSIGN_PARTITIONS, stat.version)])
+                await self.writer.fenced([Delete(paths.REASSIGN_PARTITIONS, stat.version)])
             except TransactionFailed:
                 pass
             return None, -1
@@ -1417,8 +1290,8 @@ class Controller:
             epoch = next_leader_epoch(cur.leader, cur.leader_epoch, el)
             decision = PartitionDecision(
                 el.leader, epoch, el.isr, new_ar, cur.zk_version + 1, self.epoch,
-                self._leader_broker_epoch(cur, el.leader, epoch))
-            ops.append(SetData(paths.leader_and_isr(*tp), self._state_value(decision),
+                self.writer.leader_broker_epoch(cur, el.leader, epoch))
+            ops.append(SetData(paths.leader_and_isr(*tp), self.writer.state_value(decision),
                                cur.zk_version))
         assignment = {**self.context.assignments[topic], index: new_ar}
         old_meta = (self.context.adding.get(tp), self.context.removing.get(tp))
@@ -1426,7 +1299,7 @@ class Controller:
         version = self.context.topic_versions[topic]
         ops.append(SetData(paths.topic(topic), self.context.topic_value(topic, assignment), version))
         try:
-            await self._fenced(ops)
+            await self.writer.fenced(ops)
         except BaseException:
             self._set_reassignment_meta(tp, old_meta[0] or (), old_meta[1] or ())
             raise
@@ -1464,7 +1337,7 @@ class Controller:
             else:
                 op = Delete(paths.REASSIGN_PARTITIONS, version)
             try:
-                await self._fenced([op])
+                await self.writer.fenced([op])
                 return
             except TransactionFailed:
                 continue  # an admin wrote the znode meanwhile: read it again
@@ -1487,7 +1360,7 @@ class Controller:
             requested = []
         await self.elect_preferred(requested)
         try:
-            await self._fenced([Delete(paths.PREFERRED_REPLICA_ELECTION, stat.version)])
+            await self.writer.fenced([Delete(paths.PREFERRED_REPLICA_ELECTION, stat.version)])
         except TransactionFailed:
             pass  # rewritten meanwhile (its data watch brings us back) or already gone
 
@@ -1509,7 +1382,7 @@ class Controller:
                 changes.append(tp)
         if not changes:
             return {}
-        written = await self._write_decisions(changes, decide, "preferred election")
+        written = await self.writer.write_decisions(changes, decide, "preferred election")
         batch = self._new_batch()
         for tp, d in written.items():
             self.log.info("preferred election: {t}-{p} now led by {l} (epoch {e})", t=tp[0],
@@ -1581,7 +1454,7 @@ class Controller:
                                                 self._eligible())
 
         changes = [tp for tp, d in self.context.states.items() if decide(tp, d) is not None]
-        written = await self._write_decisions(changes, decide,
+        written = await self.writer.write_decisions(changes, decide,
                                               f"controlled shutdown of broker {broker_id}")
         batch = self._new_batch()
         for tp, d in written.items():

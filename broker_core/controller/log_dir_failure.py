@@ -161,11 +161,11 @@ async def on_log_dir_event(c: Controller) -> None:
     await refresh_brokers(c, sorted(brokers))
     deletes = [Delete(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{n}") for n in names]
     try:
-        await c._fenced(deletes)
+        await c.writer.fenced(deletes)
     except TransactionFailed:
         for op in deletes:  # some were gone already (deleted by a previous controller)
             try:
-                await c._fenced([op])
+                await c.writer.fenced([op])
             except TransactionFailed:
                 pass
 
@@ -236,7 +236,7 @@ async def apply_changes(c: Controller, brokers: Iterable[int]) -> None:
            if tp in c.context.states and decide(tp, c.context.states[tp]) is not None]
     if not tps:
         return
-    written = await c._write_decisions(tps, decide, "offline replicas")
+    written = await c.writer.write_decisions(tps, decide, "offline replicas")
     moved = sum(1 for d in written.values() if d.leader != NO_LEADER)
     left = [tp for tp, d in written.items() if d.leader == NO_LEADER]
     log.info("offline replicas: {n} partitions changed ({m} with a leader, {o} left without "

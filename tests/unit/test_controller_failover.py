@@ -10,13 +10,9 @@ import dataclasses
 from twisted.internet import defer, task
 
 from broker_core.controller import controller as controller_module
-from broker_core.controller.controller import (
-    FENCED_PIPELINE,
-    LEADERS_FIRST_WAIT_S,
-    MULTI_BATCH,
-    Controller,
-    NotController,
-)
+from broker_core.controller.controller import LEADERS_FIRST_WAIT_S, Controller
+from broker_core.controller.event_manager import NotController
+from broker_core.controller.writer import FENCED_PIPELINE, MULTI_BATCH
 from broker_core.metadata import Create, SetData
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.messages import leader_and_isr
@@ -119,7 +115,7 @@ def test_fenced_multis_are_pipelined_and_still_fenced():
     ctl.active, ctl.epoch_zk_version = True, 0
     n = MULTI_BATCH * (FENCED_PIPELINE + 2)
     ops = [Create(f"/n{i}", b"") for i in range(n)]
-    done = defer.Deferred.fromCoroutine(ctl._fenced(ops))
+    done = defer.Deferred.fromCoroutine(ctl.writer.fenced(ops))
     assert len(store.held) == FENCED_PIPELINE  # a whole window sent before any answer
     assert all(ops[0].path == paths.CONTROLLER_EPOCH for ops, _ in store.held)
     store.release()
@@ -129,7 +125,7 @@ def test_fenced_multis_are_pipelined_and_still_fenced():
 
     # A newer controller bumped the epoch: the controller learns it is deposed.
     MemoryStore.multi(store, [SetData(paths.CONTROLLER_EPOCH, b"6", 0)])
-    failed = defer.Deferred.fromCoroutine(ctl._fenced([Create("/late", b"")]))
+    failed = defer.Deferred.fromCoroutine(ctl.writer.fenced([Create("/late", b"")]))
     store.release()
     errors: list = []
     failed.addErrback(errors.append)

@@ -8,8 +8,9 @@ than trusting the watch payload. A handler is an ``async`` method.
 
 Fencing (:mod:`broker_core.controller.writer`): every ZooKeeper write the controller makes is a
 ``multi`` that starts with a ``check`` of ``/controller_epoch`` at the version this controller
-set when it was elected (KAFKA-6082), so a deposed controller's writes fail atomically. LeaderAndISR znodes are also updated conditionally
-on their own version. When the epoch check fails the controller resigns.
+set when it was elected (KAFKA-6082), so a deposed controller's writes fail atomically.
+LeaderAndISR znodes are also updated conditionally on their own version. When the epoch check
+fails the controller resigns.
 
 Session states: on SUSPENDED the controller stops acting (queued events wait); on LOST it resigns
 (its ``/controller`` node is gone); when the session is CONNECTED again it stands for election.
@@ -27,10 +28,9 @@ from twisted.logger import Logger
 
 from broker_core.controller import log_dir_failure
 from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch
+from broker_core.controller.broker_failover import BrokerFailover
 from broker_core.controller.context import ControllerContext, gather
-from broker_core.controller.decisions import Decide
 from broker_core.controller.election import (
-    NO_LEADER,
     Election,
     controlled_shutdown_election,
     init_leader,
@@ -41,7 +41,6 @@ from broker_core.controller.election import (
     reassignment_complete,
     reassignment_leader,
     reassignment_replicas,
-    shrink_isr,
 )
 from broker_core.controller.event_manager import (
     CONFLICT_RETRY_S,
@@ -145,17 +144,14 @@ class Controller:
             self.fencing = FencingAgent(
                 self, heartbeat_interval_s=heartbeat_interval_s or session_timeout_s / 3,
                 session_timeout_s=session_timeout_s, clock=reactor)
-        self._broker_change_retry_due = False  # a broker change is to be judged again
-        #: New / restarted brokers a broker change has not finished announcing (see
-        #: _on_broker_change); emptied on resigning (a new controller sends everyone everything).
-        self._owed_new: set[int] = set()
-        self._owed_bounced: set[int] = set()
         #: Partitions a removal sent StopReplica for whose removal is not written yet.
         self._stopped_for_removal: dict[str, set[int]] = {}
         #: What this controller knows of the cluster (loaded when it is elected).
         self.context = ControllerContext(store)
         #: Every write this controller makes (fenced multis, leader/ISR decisions).
         self.writer = ControllerWriter(self, self.context)
+        #: Broker failures, restarts and returns (and leaderless partitions).
+        self.broker_failover = BrokerFailover(self)
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -189,19 +185,6 @@ class Controller:
                 pass
 
     # -- events ---------------------------------------------------------------------------------
-
-    def _retry_broker_change(self) -> None:
-        """Judge the brokers again :data:`CONFLICT_RETRY_S` from now (once, however many
-        events failed meanwhile); cancelled by a resignation."""
-        if self._broker_change_retry_due:
-            return
-        self._broker_change_retry_due = True
-
-        async def again() -> None:
-            self._broker_change_retry_due = False
-            await self._on_broker_change()
-
-        self.events.later("broker_change (retry)", again)
 
     def _active_only(self, name: str, fn: Callable[[], Awaitable[None]]) -> Callable[..., None]:
         """A watch callback that enqueues ``fn`` while we are the active controller."""
@@ -298,8 +281,7 @@ class Controller:
             self._reassign_call.cancel()
         self._reassign_call = None
         self.events.cancel_delayed()
-        self._broker_change_retry_due = False
-        self._owed_new, self._owed_bounced = set(), set()
+        self.broker_failover.forget()
         channels = list(self.channels.values())
         self._reset_context()
         for ch in channels:
@@ -331,8 +313,8 @@ class Controller:
         # Partitions whose leader died with (or while there was no) controller get a leader
         # before the full state goes out: they are what clients wait for, and the INIT below
         # names every partition to every broker.
-        judge = self._judge_live(())
-        dead_leaders, _, shrinks = self._classify_live(judge)
+        judge = self.broker_failover.judge_live(())
+        dead_leaders, _, shrinks = self.broker_failover.classify_live(judge)
         if dead_leaders:
             written = await self.writer.write_decisions(dead_leaders, judge, "dead leaders")
             self.log.info("controller failover: {n} partitions whose leader is gone re-elected "
@@ -357,10 +339,10 @@ class Controller:
         self._register_watches()
         # Steps 5-9: broker changes, leaderless partitions, admin requests. Each is idempotent and
         # re-reads ZooKeeper, so running them now is safe even if their watches also fire.
-        await self._on_broker_change()
+        await self.broker_failover.on_broker_change()
         await log_dir_failure.on_failover(self)
         await self._on_topic_change()
-        await self._elect_offline_partitions(self._new_batch(), send=True)
+        await self.broker_failover.elect_offline_partitions(self._new_batch(), send=True)
         await self._on_partitions_add()
         await self._on_partitions_remove()
         await self._on_delete_topics()
@@ -384,7 +366,7 @@ class Controller:
         s = self.store
         self._watches = [
             s.watch_children(paths.BROKER_IDS,
-                             self._active_only("broker_change", self._on_broker_change)),
+                             self._active_only("broker_change", self.broker_failover.on_broker_change)),
             s.watch_children(paths.TOPICS, self._active_only("topic_change", self._on_topic_change)),
             s.watch_children(paths.DELETE_TOPICS,
                              self._active_only("delete_topics", self._on_delete_topics)),
@@ -494,188 +476,6 @@ class Controller:
         return self.fencing.heartbeat(broker_id, broker_epoch)
 
     # -- broker changes (docs/design.md#replication-and-the-controller) ---------------------------
-
-    async def _on_broker_change(self, unfenced: Collection[int] = ()) -> None:
-        """Registrations changed (or, with ``unfenced``, brokers were fenced or unfenced):
-        judge every partition against the registered brokers that are not fenced."""
-        ids = await self.context.children(paths.BROKER_IDS)
-        now = await self.context.read_brokers(ids)
-        if not self.active:
-            return
-        dead = set(self.context.live) - set(now)
-        new = set(now) - set(self.context.live)
-        bounced = {b for b in set(now) & set(self.context.live) if now[b].epoch != self.context.live[b].epoch}
-        # A broker that finished its controlled shutdown (or came back as a new incarnation) is
-        # an ordinary broker again.
-        self.context.shutting_down -= dead | bounced
-        # A new incarnation starts with every log directory it has online (it reports again).
-        self.context.offline_replicas.forget(dead | bounced)
-        for b in dead:
-            ch = self.channels.pop(b, None)
-            if ch is not None:
-                ch.stop()
-        self.context.live = now
-        for b in new | bounced:
-            self._open_channel(now[b])
-        if self.fencing is not None:
-            self.fencing.liveness.registered(now, bounced)
-        fenced = self._fenced_brokers()
-        # An unfenced broker (still registered) learns its whole state, as a restarted one does.
-        new = new | {b for b in unfenced if b in now and b not in fenced}
-        # Brokers an earlier broker change found new or restarted but did not finish announcing
-        # (its writes failed and it is being judged again): ``self.context.live`` knows them already,
-        # so only this record says they are still owed their whole state, and that a restarted
-        # one's replicas are to leave the ISRs.
-        bounced |= {b for b in self._owed_bounced if b in now and b not in new}
-        new |= {b for b in self._owed_new if b in now and b not in bounced}
-        self._owed_new, self._owed_bounced = set(new), set(bounced)
-
-        # Judge every partition against the live set, not just the brokers that left since the
-        # last event: after a failover the new controller never saw the old live set. A fenced
-        # broker counts as dead here.
-        judge = self._judge_live(bounced)
-        dead_leaders, restarted, shrinks = self._classify_live(judge)
-        leaders = dead_leaders + restarted
-        if not (dead or new or bounced or leaders or shrinks):
-            return
-        self.log.info("broker change: new {new}, dead {dead}, restarted {bounced}; "
-                      "{n} partitions to re-elect, {s} ISRs to shrink", new=sorted(new),
-                      dead=sorted(dead), bounced=sorted(bounced), n=len(leaders),
-                      s=len(shrinks))
-        # New leaderships first, the ISR shrinks once the brokers have taken them (or a moment
-        # passed): clients wait for leaders, not for the bookkeeping.
-        moved = await self.writer.write_decisions(leaders, judge, "new leaders")
-        await self._send_leaders_first(moved, later=new | bounced)
-        if not self.active:
-            return
-        batch = self._new_batch()
-        written = await self.writer.write_decisions(shrinks, judge, "ISR shrinks")
-        for tp, d in written.items():
-            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
-            batch.update_metadata(self.context.live, tp, d)
-        # New and restarted brokers learn everything they host (the leaderships moved above
-        # included: they were left out of that send), and the full metadata.
-        for b in new | bounced:
-            batch.full_leader_and_isr(b)
-            for tp, d in self.context.states.items():
-                if b in d.replicas:
-                    batch.leader_and_isr([b], tp, d)
-                batch.update_metadata([b], tp, d)
-        batch.update_metadata(self.context.live)
-        await self._elect_offline_partitions(batch, send=False)
-        self._send(batch)
-        self._owed_new, self._owed_bounced = set(), set()
-        if self.context.reassigning and (new or bounced):
-            # A new replica that was down can catch up now.
-            self.events.enqueue("reassignment_wakeup", self._reassignment_wakeup)
-        if new or bounced:
-            # Its failure notification may have been handled before this event saw its new
-            # registration (and ignored as another epoch's): read its record again.
-            self.events.enqueue("log_dir_refresh", lambda: log_dir_failure.refresh_brokers(
-                self, sorted(new | bounced)))
-
-    def _judge_live(self, bounced: Collection[int]) -> Decide:
-        """What a broker change means for one partition, against the live brokers at the time it is called (so
-        a decision taken again after a conflict, or on a retry, judges the present):
-
-        - its leader is not live: an offline election (it may come out leaderless: no live ISR
-          member and no unclean election);
-        - its leader restarted (see :meth:`_leader_restarted`): another in-sync replica that
-          did not restart leads if there is one (Kafka's rule: a restart is a failure, then a
-          start); otherwise the same leader in a new generation (a new leader epoch);
-        - an ISR member is not live, or restarted (``bounced``): the ISR without it (same
-          leader, same epoch);
-        - otherwise nothing. A leaderless partition is left to
-          :meth:`_elect_offline_partitions`.
-
-        Why a restarted replica leaves the ISR even when the restart was quick: its recovery may
-        have cut its log (a torn tail, a batch failing its CRC), so it may lack messages it had
-        acknowledged as an ISR member. Kept in the ISR it could be elected and take committed
-        messages away; out of it, it refetches and is asked back once caught up.
-        """
-
-        def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
-            live = self._usable_live()
-            if d.leader == NO_LEADER:
-                return None
-            if d.leader not in live:
-                return self._offline_election(tp, d, live)
-            gone = [b for b in d.isr if b not in live or (b in bounced and b != d.leader)]
-            if self._leader_restarted(d, bounced):
-                others = [b for b in self.context.offline_replicas.usable(tp, live)
-                          if b != d.leader and b not in bounced and b not in self.context.shutting_down]
-                el = offline_leader(d.replicas, d.isr, others, unclean_allowed=False)
-                if el.leader != NO_LEADER:
-                    return el
-                return Election(d.leader, shrink_isr(d.isr, gone), new_generation=True)
-            if gone:
-                return Election(d.leader, shrink_isr(d.isr, gone))
-            return None
-
-        return decide
-
-    def _leader_restarted(self, d: PartitionDecision, bounced: Collection[int]) -> bool:
-        """Does the live leader of ``d`` need a new leader generation? It does when the
-        registration it was made leader under (``leader_broker_epoch``) is not its current one:
-        it restarted, seen by us (``bounced``) or not (while there was no controller, or before
-        this one loaded its state). A state without a recorded registration (-1) counts as
-        restarted only if the leader is in ``bounced``. Idempotent: once the new generation is
-        written it records the current registration, so judging the written state again bumps
-        nothing (a decision taken again after a conflict must not bump the epoch twice)."""
-        reg = self.context.live.get(d.leader)
-        if reg is None:
-            return False
-        if d.leader_broker_epoch >= 0:
-            return d.leader_broker_epoch != reg.epoch
-        return d.leader in bounced
-
-    def _classify_live(self, judge: Decide) -> tuple[list[TopicPartition], list[TopicPartition],
-                                                     list[TopicPartition]]:
-        """The partitions ``judge`` would change, as (dead leaders, restarted leaders, ISR
-        shrinks): new leaderships are written and sent before the shrinks."""
-        dead: list[TopicPartition] = []
-        restarted: list[TopicPartition] = []
-        shrinks: list[TopicPartition] = []
-        live = self._usable_live()
-        for tp, d in self.context.states.items():
-            el = judge(tp, d)
-            if el is None:
-                continue
-            if d.leader not in live:
-                dead.append(tp)
-            elif el.new_generation or el.leader != d.leader:
-                restarted.append(tp)
-            else:
-                shrinks.append(tp)
-        return dead, restarted, shrinks
-
-    async def _elect_offline_partitions(self, batch: RequestBatch, *, send: bool) -> None:
-        """Partitions without a leader whose replicas are back get one (OfflinePartition →
-        OnlinePartition); those with no live ISR member stay offline unless unclean election is
-        enabled for their topic."""
-
-        def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
-            if d.leader != NO_LEADER or not any(r in self.context.live for r in d.replicas):
-                return None
-            el = self._offline_election(tp, d, self.context.live)
-            return None if el.leader == NO_LEADER else el
-
-        changes = [tp for tp, d in self.context.states.items() if decide(tp, d) is not None]
-        if not changes:
-            if send:
-                self._send(batch)
-            return
-        written = await self.writer.write_decisions(changes, decide, "offline partitions")
-        if written:
-            # One line per event, not per partition: a returning broker can bring thousands.
-            self.log.info("{n} partitions back online (e.g. {ex})", n=len(written),
-                          ex=", ".join(f"{t}-{p} led by {d.leader} at epoch {d.leader_epoch}"
-                                       for (t, p), d in list(written.items())[:3]))
-        for tp, d in written.items():
-            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
-            batch.update_metadata(self.context.live, tp, d)
-        if send:
-            self._send(batch)
 
     # -- ISR changes from leaders (docs/design.md#isr-changes-through-the-controller) -------------
 

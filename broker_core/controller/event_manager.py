@@ -41,7 +41,7 @@ class EventManager:
     """The serial event queue of one controller. ``controller`` supplies what the loop needs:
     ``active`` and ``_started`` (whether a failing event still matters), ``log`` and ``metrics``
     (read when used: tests replace the controller's logger), ``_resign()`` (on
-    :class:`NotController`) and ``_retry_broker_change()`` (a broker change the store did not
+    :class:`NotController`) and ``broker_failover.retry_broker_change()`` (a broker change the store did not
     take)."""
 
     def __init__(self, controller: Any, reactor: Any) -> None:
@@ -121,7 +121,7 @@ class EventManager:
             c.log.warn("controller event {event} not completed, the metadata store did not "
                        "take its writes: {e}", event=name, e=e)
             if name == "broker_change":
-                c._retry_broker_change()
+                c.broker_failover.retry_broker_change()
         else:
             c.log.failure("controller event {event} failed", event=name)
 

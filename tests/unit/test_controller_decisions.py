@@ -106,7 +106,7 @@ def test_a_retried_election_is_decided_from_the_re_read_state():
     # broker 1 is no longer in its ISR.
     store.set(paths.leader_and_isr("t", 2), paths.LeaderAndIsr(3, 1, [3, 2], 5).to_bytes())
     store.delete(paths.broker(3))
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     for b in (1, 2):
         channels[b].answer()
     assert done.called
@@ -125,7 +125,7 @@ def test_a_restarted_leaders_epoch_bump_committed_before_a_failed_multi_is_appli
     ctl.context.live[2] = LiveBroker(2, "h", 9002, None, -7)
     path = paths.leader_and_isr("t", 7)
     store.set(path, store.nodes[path][0])
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     clock.advance(controller_module.LEADERS_FIRST_WAIT_S)
     assert done.called
     assert [znode(store, p).leader_epoch for p in (1, 4, 7)] == [2, 2, 2]
@@ -156,7 +156,7 @@ def test_a_partition_conflicting_every_round_is_logged_and_decided_again_later(m
     ctl.log = Logger(namespace="sluice.controller", observer=events.append)
     store.path, store.times = paths.leader_and_isr("t", 2), 3
     store.delete(paths.broker(3))
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     for b in (1, 2):
         channels[b].answer()
     assert done.called
@@ -196,7 +196,7 @@ def test_an_unclean_election_is_logged_and_counted_once_when_written(monkeypatch
     ctl.context.states[("t", 2)] = ctl.context.decision_from(("t", 2), data, Stat(version, 0))
     store.path, store.times = path, 1
     store.delete(paths.broker(3))
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     for b in (1, 2):
         channels[b].answer()
     assert done.called
@@ -212,7 +212,7 @@ def test_a_retry_pending_when_the_controller_resigns_is_cancelled(monkeypatch):
     store, clock, channels, ctl = make(store=InterferingStore())
     store.path, store.times = paths.leader_and_isr("t", 2), 3
     store.delete(paths.broker(3))
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     for b in (1, 2):
         channels[b].answer()
     assert done.called and clock.getDelayedCalls()

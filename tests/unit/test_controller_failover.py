@@ -25,7 +25,7 @@ def test_new_leaders_go_out_before_the_isr_shrinks():
     store, clock, channels, ctl = make()
     led_by_3 = {("t", p) for p in range(9) if 1 + p % 3 == 3}
     store.delete(paths.broker(3))
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
 
     # The leaderships moved and were sent; the shrinks wait for the answers (or the timer).
     for b in (1, 2):
@@ -43,7 +43,7 @@ def test_new_leaders_go_out_before_the_isr_shrinks():
 def test_answers_from_the_brokers_end_the_wait_early():
     store, clock, channels, ctl = make()
     store.delete(paths.broker(3))
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     assert not done.called
     for b in (1, 2):
         channels[b].answer()
@@ -56,7 +56,7 @@ def test_a_restarted_broker_gets_its_leaderships_only_with_its_full_state():
     store.delete(paths.broker(3))
     ctl.context.live[2] = controller_module.LiveBroker(2, "h", 9002, None, -7)
     old = channels[2]
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     assert old.sent == []  # the old channel to the old incarnation got nothing
     assert channels[2] is not old and channels[2].sent == []
     clock.advance(LEADERS_FIRST_WAIT_S)
@@ -196,7 +196,7 @@ def _bounce(ctl, b: int) -> None:
 def test_a_restarted_follower_leaves_the_isrs_until_it_has_caught_up():
     store, clock, channels, ctl = make()
     _bounce(ctl, 3)
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     clock.advance(LEADERS_FIRST_WAIT_S)
     clock.advance(LEADERS_FIRST_WAIT_S)
     assert done.called
@@ -210,7 +210,7 @@ def test_a_restarted_follower_leaves_the_isrs_until_it_has_caught_up():
 def test_a_restarted_leader_hands_over_to_an_in_sync_replica_that_did_not_restart():
     store, clock, channels, ctl = make()
     _bounce(ctl, 3)
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     clock.advance(LEADERS_FIRST_WAIT_S)
     clock.advance(LEADERS_FIRST_WAIT_S)
     assert done.called
@@ -227,7 +227,7 @@ def test_a_restarted_leader_with_no_other_in_sync_replica_leads_a_new_generation
     store.nodes[path] = (paths.LeaderAndIsr(3, 1, [3], 5).to_bytes(), store.nodes[path][1])
     ctl.context.states[("t", 2)] = dataclasses.replace(ctl.context.states[("t", 2)], isr=(3,))
     _bounce(ctl, 3)
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     clock.advance(LEADERS_FIRST_WAIT_S)
     clock.advance(LEADERS_FIRST_WAIT_S)
     assert done.called

@@ -99,12 +99,12 @@ def test_a_partition_with_no_other_in_sync_replica_goes_offline_and_returns_afte
     assert ctl._offline_election(T2, ctl.context.states[T2], ctl.context.live).leader in (1, 2)
     assert ctl._offline_election(T2, ctl.context.states[T2], [3]).leader == -1
     ctl.unclean_leader_election = lambda topic: False
-    run(ctl._elect_offline_partitions(ctl._new_batch(), send=True))
+    run(ctl.broker_failover.elect_offline_partitions(ctl._new_batch(), send=True))
     assert ctl.context.states[T2].leader == -1
     # Broker 3 restarts (a new registration) with the directory repaired: it leads again.
     del store.nodes[paths.offline_replicas(3)]
     ctl.context.live[3] = LiveBroker(3, "h", 9003, None, -5)  # the old epoch: now is a bounce
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     clock.advance(5)  # the leaders-first wait
     assert done.called
     assert not ctl.context.offline_replicas.partitions(3)

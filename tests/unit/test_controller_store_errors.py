@@ -52,7 +52,7 @@ def test_a_broker_change_the_store_did_not_take_is_a_warning_and_is_judged_again
     led_by_3 = [("t", p) for p in range(9) if 1 + p % 3 == 3]
     store.delete(paths.broker(3))
     failing = failing_writes(store, ConnectionLost("no metadata quorum leader took the write"))
-    ctl.events.enqueue("broker_change", ctl._on_broker_change)
+    ctl.events.enqueue("broker_change", ctl.broker_failover.on_broker_change)
     assert LogLevel.critical not in levels(events)
     assert any(e["log_level"] is LogLevel.warn and e.get("event") == "broker_change"
                for e in events)
@@ -76,7 +76,7 @@ def test_a_restart_seen_while_the_store_took_no_writes_is_still_announced_on_the
     started(ctl)
     ctl.context.live[3] = controller_module.LiveBroker(3, "h", 9003, None, -7)  # seen as restarted
     failing = failing_writes(store, ConnectionLost("no metadata quorum leader took the write"))
-    ctl.events.enqueue("broker_change", ctl._on_broker_change)
+    ctl.events.enqueue("broker_change", ctl.broker_failover.on_broker_change)
     failing.clear()
     clock.advance(CONFLICT_RETRY_S)
     clock.advance(LEADERS_FIRST_WAIT_S)
@@ -93,7 +93,7 @@ def test_a_write_abandoned_because_the_broker_stops_ends_quietly():
     store.delete(paths.broker(3))
     failing_writes(store, StoreStopping("the node is stopping and the write did not finish "
                                         "within 2s"))
-    ctl.events.enqueue("broker_change", ctl._on_broker_change)
+    ctl.events.enqueue("broker_change", ctl.broker_failover.on_broker_change)
     assert levels(events) <= {LogLevel.info, LogLevel.debug}
     assert any("stopping" in e["log_format"] for e in events)
     assert not clock.getDelayedCalls()  # nothing judged again
@@ -104,7 +104,7 @@ def test_a_retry_pending_at_a_resignation_is_cancelled():
     started(ctl)
     store.delete(paths.broker(3))
     failing_writes(store, ConnectionLost("ZooKeeper unreachable"))
-    ctl.events.enqueue("broker_change", ctl._on_broker_change)
+    ctl.events.enqueue("broker_change", ctl.broker_failover.on_broker_change)
     assert clock.getDelayedCalls()
     defer.Deferred.fromCoroutine(ctl._resign())
     assert not clock.getDelayedCalls()

@@ -34,7 +34,6 @@ from broker_core.controller.election import (
     Election,
     controlled_shutdown_election,
     init_leader,
-    judge_isr_change,
     next_leader_epoch,
     offline_leader,
     preferred_leader,
@@ -48,6 +47,7 @@ from broker_core.controller.event_manager import (
     NotController,
 )
 from broker_core.controller.fencing import FencingAgent
+from broker_core.controller.isr_changes import AlterIsrItem, AlterIsrResult, IsrChanges
 from broker_core.controller.writer import ControllerWriter
 from broker_core.metadata import (
     BadVersion,
@@ -65,15 +65,6 @@ from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.topic_partition import TopicPartition
 from broker_core.zk import paths
-
-#: One partition of an AlterIsr request: (topic, partition, leader_epoch, new_isr,
-#: partition_epoch), the last being the leaderAndISR znode version the leader holds.
-AlterIsrItem = tuple[str, int, int, tuple[int, ...], int]
-#: A top-level error name (or None) and, per partition, an error name or the state now in force.
-AlterIsrResult = tuple[str | None, dict[TopicPartition, tuple[str | None, PartitionDecision | None]]]
-
-#: Rounds of "write, and on a version conflict re-read and judge again" for one AlterIsr request.
-ALTER_ISR_ROUNDS = 3
 
 #: Longest a partition removal waits for the replicas to answer StopReplica before it writes the
 #: removal to ZooKeeper (a replica that does not answer deletes the partition when it next gets
@@ -152,6 +143,8 @@ class Controller:
         self.writer = ControllerWriter(self, self.context)
         #: Broker failures, restarts and returns (and leaderless partitions).
         self.broker_failover = BrokerFailover(self)
+        #: AlterIsr requests from partition leaders.
+        self.isr_changes = IsrChanges(self)
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -481,39 +474,8 @@ class Controller:
 
     async def alter_isr(self, broker_id: int, broker_epoch: int, items: Sequence[AlterIsrItem]
                         ) -> AlterIsrResult:
-        """AlterIsr: leader ``broker_id`` asks to change the ISR of the partitions in ``items``.
-
-        Returns a top-level error name (NOT_CONTROLLER, STALE_BROKER_EPOCH: ``broker_epoch`` is
-        not the czxid we hold for that broker's registration) and no partitions, or ``None`` and
-        per partition an error name (see :func:`~broker_core.controller.election.judge_isr_change`)
-        or the state now in force: the leader epoch is unchanged and ``zk_version`` is the
-        partition epoch the leader must name next time.
-
-        The change runs as an event on the controller's queue, so it is ordered with broker and
-        topic changes and judged against the state they left. Accepted changes are written in
-        fenced multis, conditional on each znode's version; then UpdateMetadata goes to every
-        live broker and LeaderAndIsr to the partition's live replicas.
-        """
-        if not self.active:
-            return "NOT_CONTROLLER", {}
-        done: defer.Deferred = defer.Deferred()
-        self._alter_waiters.add(done)
-
-        async def event() -> None:
-            if done.called:  # answered NOT_CONTROLLER when we resigned
-                return
-            try:
-                result = await self._apply_isr_changes(broker_id, broker_epoch, items)
-            except NotController:
-                self._answer(done, ("NOT_CONTROLLER", {}))
-                raise  # the event loop resigns
-            except Exception:
-                self.log.failure("AlterIsr from broker {b} failed", b=broker_id)
-                result = ("UNKNOWN_SERVER_ERROR", {})
-            self._answer(done, result)
-
-        self.events.enqueue("alter_isr", event)
-        return await done
+        """AlterIsr from leader ``broker_id``: see :meth:`IsrChanges.alter_isr`."""
+        return await self.isr_changes.alter_isr(broker_id, broker_epoch, items)
 
     def _answer(self, waiter: defer.Deferred, result: Any) -> None:
         """Answer an AlterIsr or ControlledShutdown caller once (a resignation may answer
@@ -525,108 +487,6 @@ class Controller:
     def _answer_waiters_not_controller(self) -> None:
         for waiter in list(self._alter_waiters):
             self._answer(waiter, ("NOT_CONTROLLER", {}))
-
-    async def _apply_isr_changes(self, broker_id: int, broker_epoch: int,
-                                 items: Sequence[AlterIsrItem]) -> AlterIsrResult:
-        if not self.active:
-            return "NOT_CONTROLLER", {}
-        registered = self.context.live.get(broker_id)
-        if registered is None or registered.epoch != broker_epoch:
-            # A dead broker, or a request from a previous incarnation of it (KIP-380).
-            return "STALE_BROKER_EPOCH", {}
-        if broker_id in self._fenced_brokers():
-            # A fenced leader may not shrink its ISR to itself and commit alone: its partitions
-            # are being (or were) given to other replicas. It retries until it is unfenced, by
-            # which time a LeaderAndIsr has told it its new place.
-            return "STALE_BROKER_EPOCH", {}
-        results: dict[TopicPartition, tuple[str | None, PartitionDecision | None]] = {}
-        pending: dict[TopicPartition, tuple[int, tuple[int, ...], int]] = {}
-        for topic, index, leader_epoch, new_isr, partition_epoch in items:
-            tp = (topic, index)
-            if tp in pending or tp in results:
-                # Two answers for one partition cannot both hold: refuse both.
-                pending.pop(tp, None)
-                results[tp] = ("INVALID_REQUEST", None)
-                continue
-            pending[tp] = (leader_epoch, tuple(new_isr), partition_epoch)
-        written: dict[TopicPartition, PartitionDecision] = {}
-        refreshed: set[TopicPartition] = set()
-        for _ in range(ALTER_ISR_ROUNDS):
-            ops: list[Any] = []
-            new: dict[TopicPartition, PartitionDecision] = {}
-            for tp, (leader_epoch, new_isr, partition_epoch) in pending.items():
-                cur = self.context.states.get(tp)
-                # A broker in controlled shutdown may not (re)join an ISR (Kafka, KIP-841).
-                # Nor may a replica on a failed log directory (KIP-112).
-                verdict = judge_isr_change(broker_id, leader_epoch, partition_epoch, new_isr,
-                                           cur, self.context.offline_replicas.usable(
-                                               tp, self._eligible()))
-                if verdict.error is not None or cur is None:
-                    results[tp] = (verdict.error, None)
-                elif not verdict.write:
-                    results[tp] = (None, cur)
-                elif (self.fencing is not None and not self.fencing.may_shrink_isr()
-                      and not set(cur.isr) <= set(new_isr)):
-                    # Isolated: the followers dropped may be fine and this controller cut off
-                    # (broker_core.controller.broker_liveness). The leader asks again later.
-                    results[tp] = ("OPERATION_NOT_ATTEMPTED", None)
-                else:
-                    # Only the ISR and the znode version move: an ISR change is no new leader
-                    # generation (docs/design.md#isr-changes-through-the-controller).
-                    d = replace(cur, isr=new_isr, zk_version=cur.zk_version + 1,
-                                controller_epoch=self.epoch)
-                    new[tp] = d
-                    ops.append(SetData(paths.leader_and_isr(*tp), self.writer.state_value(d),
-                                       cur.zk_version))
-            if not ops:
-                pending = {}
-                break
-            try:
-                await self.writer.fenced(ops)  # chunked under the multi limit, each chunk fenced
-            except TransactionFailed:
-                # A znode is not at the version we hold (or vanished). One multi is all or
-                # nothing, but chunks before the failing one committed: re-read every partition
-                # of this round and judge them again. A partition that moved answers
-                # INVALID_UPDATE_VERSION, or succeeds if what it holds is what was asked.
-                fresh = await gather([self.context.read_state(tp) for tp in new])
-                for tp, st in zip(list(new), fresh, strict=True):
-                    if st is None:
-                        self.context.states.pop(tp, None)
-                    else:
-                        self.context.states[tp] = st
-                        refreshed.add(tp)
-                pending = {tp: pending[tp] for tp in new}
-                continue
-            for tp, d in new.items():
-                self.context.states[tp] = d
-                written[tp] = d
-                results[tp] = (None, d)
-            pending = {}
-            break
-        for tp in pending:  # still conflicting after every round
-            results[tp] = ("INVALID_UPDATE_VERSION", None)
-        if written or refreshed:
-            self.log.info("ISR change from broker {b}: {n} partitions written{extra}",
-                          b=broker_id, n=len(written),
-                          extra=f", {len(refreshed)} re-read after a conflict" if refreshed else "")
-        batch = self._new_batch()
-        for tp in sorted(written.keys() | refreshed):
-            d = self.context.states.get(tp)
-            if d is None:
-                continue
-            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
-            batch.update_metadata(self.context.live, tp, d)
-        # A leader that named an old znode version missed a decision (a lost LeaderAndIsr, or one
-        # still on its way): tell it the state again so it stops asking from a stale base.
-        for tp, (error, _) in results.items():
-            d = self.context.states.get(tp)
-            if error == "INVALID_UPDATE_VERSION" and d is not None and d.leader == broker_id:
-                batch.leader_and_isr([broker_id], tp, d)
-        self._send(batch)
-        if any(tp in self.context.reassigning for tp in written):
-            # Reassignment: a new replica may just have joined the ISR; do not wait for the timer.
-            self.events.enqueue("reassignment_wakeup", self._reassignment_wakeup)
-        return None, results
 
     # -- topics (docs/design.md#replication-and-the-controller) ------------------------------------
 

@@ -48,6 +48,7 @@ from broker_core.controller.event_manager import (
 )
 from broker_core.controller.fencing import FencingAgent
 from broker_core.controller.isr_changes import AlterIsrItem, AlterIsrResult, IsrChanges
+from broker_core.controller.topic_deletion import TopicDeletion
 from broker_core.controller.writer import ControllerWriter
 from broker_core.metadata import (
     BadVersion,
@@ -145,6 +146,8 @@ class Controller:
         self.broker_failover = BrokerFailover(self)
         #: AlterIsr requests from partition leaders.
         self.isr_changes = IsrChanges(self)
+        #: Topic deletion (``/admin/delete_topics``).
+        self.topic_deletion = TopicDeletion(self)
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -338,7 +341,7 @@ class Controller:
         await self.broker_failover.elect_offline_partitions(self._new_batch(), send=True)
         await self._on_partitions_add()
         await self._on_partitions_remove()
-        await self._on_delete_topics()
+        await self.topic_deletion.on_delete_topics()
         # Resume reassignments from ZooKeeper (the topic znodes say which
         # replicas were being added), then any pending preferred-leader election.
         await self._on_partitions_reassigned()
@@ -362,7 +365,7 @@ class Controller:
                              self._active_only("broker_change", self.broker_failover.on_broker_change)),
             s.watch_children(paths.TOPICS, self._active_only("topic_change", self._on_topic_change)),
             s.watch_children(paths.DELETE_TOPICS,
-                             self._active_only("delete_topics", self._on_delete_topics)),
+                             self._active_only("delete_topics", self.topic_deletion.on_delete_topics)),
             s.watch_children(paths.PARTITIONS_ADD,
                              self._active_only("partitions_add", self._on_partitions_add)),
             s.watch_children(paths.PARTITIONS_REMOVE,
@@ -512,7 +515,7 @@ class Controller:
         for t in sorted(gone):
             # The topic's znode vanished without going through /admin/delete_topics.
             self.log.info("topic {t} removed from ZooKeeper", t=t)
-            self._forget_topic(t, batch)
+            self.topic_deletion.forget_topic(t, batch)
         self._send(batch)
 
     async def _init_leaders(self, tps: Sequence[TopicPartition], batch: RequestBatch,
@@ -549,50 +552,6 @@ class Controller:
             self.context.states[tp] = d
             batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d, is_new=True)
             batch.update_metadata(self.context.live, tp, d)
-
-    def _forget_topic(self, topic: str, batch: RequestBatch) -> None:
-        parts = self.context.assignments.pop(topic, {})
-        self.context.topic_versions.pop(topic, None)
-        for p, replicas in parts.items():
-            tp = (topic, p)
-            self.context.adding.pop(tp, None)
-            self.context.removing.pop(tp, None)
-            self.context.reassigning.pop(tp, None)
-            d = self.context.states.pop(tp, None)
-            batch.stop_replica([r for r in replicas if r in self.context.live], tp,
-                               leader_epoch=-2 if d is None else d.leader_epoch, delete=True)
-            batch.update_metadata(self.context.live, tp, None)
-
-    async def _on_delete_topics(self) -> None:
-        marked = await self.context.children(paths.DELETE_TOPICS)
-        for topic in marked:
-            batch = self._new_batch()
-            parts = dict(self.context.assignments.get(topic, {}))
-            self._forget_topic(topic, batch)
-            self._send(batch)
-            # Children before parents; only what exists (a previous controller may have got
-            # part of the way).
-            candidates = []
-            for p in sorted(parts):
-                candidates += [paths.leader_and_isr(topic, p), paths.partition(topic, p)]
-            found = await gather([self.store.exists(c) for c in candidates])
-            ops: list[Any] = [Delete(c) for c, st in zip(candidates, found, strict=True)
-                              if st is not None]
-            for path in (paths.topic(topic), paths.topic_config(topic)):
-                if await self.store.exists(path) is not None:
-                    ops.append(Delete(path))
-            ops.append(Delete(paths.delete_topic(topic)))
-            try:
-                await self.writer.fenced(ops)
-            except TransactionFailed as e:
-                self.log.warn("could not delete the znodes of topic {t} in one step ({e}); "
-                              "deleting them one by one", t=topic, e=e.first_error)
-                for op in ops:
-                    try:
-                        await self.writer.fenced([op])
-                    except TransactionFailed:
-                        pass
-            self.log.info("deleted topic {t}", t=topic)
 
     # -- partitions add/remove (docs/design.md#adding-and-removing-partitions) --------------------
 

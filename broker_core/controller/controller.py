@@ -27,13 +27,12 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from broker_core.controller import log_dir_failure
-from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch
+from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch, first_of
 from broker_core.controller.broker_failover import BrokerFailover
-from broker_core.controller.context import ControllerContext, gather
+from broker_core.controller.context import ControllerContext
 from broker_core.controller.election import (
     Election,
     controlled_shutdown_election,
-    init_leader,
     next_leader_epoch,
     offline_leader,
     preferred_leader,
@@ -42,12 +41,12 @@ from broker_core.controller.election import (
     reassignment_replicas,
 )
 from broker_core.controller.event_manager import (
-    CONFLICT_RETRY_S,
     EventManager,
     NotController,
 )
 from broker_core.controller.fencing import FencingAgent
 from broker_core.controller.isr_changes import AlterIsrItem, AlterIsrResult, IsrChanges
+from broker_core.controller.partition_changes import PartitionChanges
 from broker_core.controller.topic_deletion import TopicDeletion
 from broker_core.controller.writer import ControllerWriter
 from broker_core.metadata import (
@@ -66,11 +65,6 @@ from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.topic_partition import TopicPartition
 from broker_core.zk import paths
-
-#: Longest a partition removal waits for the replicas to answer StopReplica before it writes the
-#: removal to ZooKeeper (a replica that does not answer deletes the partition when it next gets
-#: its full state, which no longer names it).
-STOP_REPLICA_WAIT_S = 5.0
 
 #: The reassignment agent wakes up when notified or after this many seconds.
 REASSIGNMENT_WAKEUP_S = 30.0
@@ -136,8 +130,6 @@ class Controller:
             self.fencing = FencingAgent(
                 self, heartbeat_interval_s=heartbeat_interval_s or session_timeout_s / 3,
                 session_timeout_s=session_timeout_s, clock=reactor)
-        #: Partitions a removal sent StopReplica for whose removal is not written yet.
-        self._stopped_for_removal: dict[str, set[int]] = {}
         #: What this controller knows of the cluster (loaded when it is elected).
         self.context = ControllerContext(store)
         #: Every write this controller makes (fenced multis, leader/ISR decisions).
@@ -148,13 +140,14 @@ class Controller:
         self.isr_changes = IsrChanges(self)
         #: Topic deletion (``/admin/delete_topics``).
         self.topic_deletion = TopicDeletion(self)
+        #: New topics, and partitions added and removed.
+        self.partition_changes = PartitionChanges(self)
         self._reset_context()
 
     def _reset_context(self) -> None:
         self.context.reset()
         self.channels: dict[int, Any] = {}
-        self._add_watched: dict[str, Any] = {}
-        self._remove_watched: dict[str, Any] = {}
+        self.partition_changes.forget_watches()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -271,8 +264,7 @@ class Controller:
         for w in self._watches:
             w.cancel()
         self._watches.clear()
-        for w in list(self._add_watched.values()) + list(self._remove_watched.values()):
-            w.cancel()
+        self.partition_changes.cancel_watches()
         if self._reassign_call is not None and self._reassign_call.active():
             self._reassign_call.cancel()
         self._reassign_call = None
@@ -337,10 +329,10 @@ class Controller:
         # re-reads ZooKeeper, so running them now is safe even if their watches also fire.
         await self.broker_failover.on_broker_change()
         await log_dir_failure.on_failover(self)
-        await self._on_topic_change()
+        await self.partition_changes.on_topic_change()
         await self.broker_failover.elect_offline_partitions(self._new_batch(), send=True)
-        await self._on_partitions_add()
-        await self._on_partitions_remove()
+        await self.partition_changes.on_partitions_add()
+        await self.partition_changes.on_partitions_remove()
         await self.topic_deletion.on_delete_topics()
         # Resume reassignments from ZooKeeper (the topic znodes say which
         # replicas were being added), then any pending preferred-leader election.
@@ -355,29 +347,26 @@ class Controller:
             self.log.info("controller failover: {n} partitions of topics created while no "
                           "controller ran get their first leaders", n=len(unstarted))
             batch = self._new_batch()
-            await self._init_leaders(unstarted, batch)
+            await self.partition_changes.init_leaders(unstarted, batch)
             self._send(batch)
 
     def _register_watches(self) -> None:
-        s = self.store
+        s, on = self.store, self._active_only
+        failover, changes = self.broker_failover, self.partition_changes
         self._watches = [
-            s.watch_children(paths.BROKER_IDS,
-                             self._active_only("broker_change", self.broker_failover.on_broker_change)),
-            s.watch_children(paths.TOPICS, self._active_only("topic_change", self._on_topic_change)),
+            s.watch_children(paths.BROKER_IDS, on("broker_change", failover.on_broker_change)),
+            s.watch_children(paths.TOPICS, on("topic_change", changes.on_topic_change)),
             s.watch_children(paths.DELETE_TOPICS,
-                             self._active_only("delete_topics", self.topic_deletion.on_delete_topics)),
-            s.watch_children(paths.PARTITIONS_ADD,
-                             self._active_only("partitions_add", self._on_partitions_add)),
+                             on("delete_topics", self.topic_deletion.on_delete_topics)),
+            s.watch_children(paths.PARTITIONS_ADD, on("partitions_add", changes.on_partitions_add)),
             s.watch_children(paths.PARTITIONS_REMOVE,
-                             self._active_only("partitions_remove", self._on_partitions_remove)),
+                             on("partitions_remove", changes.on_partitions_remove)),
             s.watch_data(paths.REASSIGN_PARTITIONS,
-                         self._active_only("partitions_reassigned",
-                                           self._on_partitions_reassigned)),
+                         on("partitions_reassigned", self._on_partitions_reassigned)),
             s.watch_data(paths.PREFERRED_REPLICA_ELECTION,
-                         self._active_only("preferred_election", self._on_preferred_election)),
+                         on("preferred_election", self._on_preferred_election)),
             s.watch_children(paths.LOG_DIR_EVENT_NOTIFICATION,
-                             self._active_only("log_dir_event",
-                                               lambda: log_dir_failure.on_log_dir_event(self))),
+                             on("log_dir_event", lambda: log_dir_failure.on_log_dir_event(self))),
         ]
 
     # -- state loading ---------------------------------------------------------------------------
@@ -431,7 +420,7 @@ class Controller:
             batch.leader_and_isr([r for r in d.replicas if r in self.context.live and r not in later],
                                  tp, d)
             batch.update_metadata(now, tp, d)
-        await _first_of(self._send(batch), LEADERS_FIRST_WAIT_S, self.reactor)
+        await first_of(self._send(batch), LEADERS_FIRST_WAIT_S, self.reactor)
 
     def _offline_election(self, tp: TopicPartition, d: PartitionDecision,
                           live: Collection[int]) -> Election:
@@ -493,246 +482,7 @@ class Controller:
 
     # -- topics (docs/design.md#replication-and-the-controller) ------------------------------------
 
-    async def _on_topic_change(self) -> None:
-        children = set(await self.context.children(paths.TOPICS))
-        known = set(self.context.assignments)
-        new, gone = children - known, known - children
-        if not (new or gone):
-            return
-        batch = self._new_batch()
-        if new:
-            missing = await self.context.load_topics(sorted(new))
-            for t in sorted(new):
-                if t in self.context.assignments:
-                    self.log.info("new topic {t} with {n} partitions", t=t,
-                                  n=len(self.context.assignments[t]))
-            # Partitions that already had a state (created by a previous controller) are sent as is.
-            for tp, d in self.context.states.items():
-                if tp[0] in new:
-                    batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
-                    batch.update_metadata(self.context.live, tp, d)
-            await self._init_leaders(missing, batch)
-        for t in sorted(gone):
-            # The topic's znode vanished without going through /admin/delete_topics.
-            self.log.info("topic {t} removed from ZooKeeper", t=t)
-            self.topic_deletion.forget_topic(t, batch)
-        self._send(batch)
-
-    async def _init_leaders(self, tps: Sequence[TopicPartition], batch: RequestBatch,
-                            extra_ops: Sequence[Any] = ()) -> None:
-        """``init_leaders``: elect among live AR, create the partition and
-        LeaderAndISR znodes in fenced multis, then queue LeaderAndIsr (is_new) and metadata."""
-        decisions: dict[TopicPartition, PartitionDecision] = {}
-        ops: list[Any] = []
-        existing = await gather([self.store.exists(paths.partition(*tp)) for tp in tps])
-        for tp, st in zip(tps, existing, strict=True):
-            replicas = self.context.assignments[tp[0]][tp[1]]
-            el = init_leader(replicas, self.context.live)
-            d = PartitionDecision(el.leader, 0, el.isr, replicas, 0, self.epoch,
-                                  self.writer.broker_epoch_of(el.leader))
-            decisions[tp] = d
-            if st is None:
-                ops.append(Create(paths.partition(*tp)))
-            ops.append(Create(paths.leader_and_isr(*tp), self.writer.state_value(d)))
-        ops.extend(extra_ops)
-        try:
-            await self.writer.fenced(ops)
-        except TransactionFailed:
-            # A previous controller got part of the way: take what ZooKeeper has.
-            for tp in tps:
-                st = await self.context.read_state(tp)
-                if st is not None:
-                    decisions[tp] = st
-                else:
-                    await self.writer.fenced([Create(paths.leader_and_isr(*tp),
-                                               self.writer.state_value(decisions[tp]))])
-            if extra_ops:
-                await self.writer.fenced(list(extra_ops))
-        for tp, d in decisions.items():
-            self.context.states[tp] = d
-            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d, is_new=True)
-            batch.update_metadata(self.context.live, tp, d)
-
     # -- partitions add/remove (docs/design.md#adding-and-removing-partitions) --------------------
-
-    def _watch_admin_topics(self, root: str, watched: dict[str, Any], topics: Iterable[str],
-                            name: str, fn: Callable[[], Awaitable[None]]) -> None:
-        # New children under an already-existing /admin/partitions_*/[topic] do not fire the
-        # root's child watch, so each topic node gets a watch of its own.
-        for t in topics:
-            if t not in watched:
-                watched[t] = self.store.watch_children(f"{root}/{t}", self._active_only(name, fn))
-
-    async def _admin_requests(self, root: str) -> dict[str, dict[int, bytes]]:
-        out: dict[str, dict[int, bytes]] = {}
-        for topic in await self.context.children(root):
-            parts: dict[int, bytes] = {}
-            for child in await self.context.children(f"{root}/{topic}"):
-                if not (child.isdigit() and child.isascii()):
-                    continue
-                try:
-                    data, _ = await self.store.get(f"{root}/{topic}/{child}")
-                except NoNode:
-                    continue
-                parts[int(child)] = data
-            out[topic] = parts
-        return out
-
-    async def _on_partitions_add(self) -> None:
-        requests = await self._admin_requests(paths.PARTITIONS_ADD)
-        self._watch_admin_topics(paths.PARTITIONS_ADD, self._add_watched, requests,
-                                 "partitions_add", self._on_partitions_add)
-        for topic, parts in requests.items():
-            cleanup = [Delete(paths.partition_add(topic, p)) for p in sorted(parts)]
-            cleanup.append(Delete(paths.partitions_add_topic(topic)))
-            current = self.context.assignments.get(topic)
-            new: dict[int, tuple[int, ...]] = {}
-            problem = None
-            if current is None:
-                problem = "unknown topic"
-            else:
-                for p, data in sorted(parts.items()):
-                    if p in current:
-                        continue
-                    try:
-                        replicas = tuple(int(b) for b in _json_list(data))
-                    except ValueError:
-                        problem = f"partition {p}: replicas are not a JSON list of broker ids"
-                        break
-                    if not replicas or len(set(replicas)) != len(replicas):
-                        problem = f"partition {p}: bad replica list {list(replicas)}"
-                        break
-                    new[p] = replicas
-                expected = list(range(len(current), len(current) + len(new)))
-                if problem is None and sorted(new) != expected:
-                    problem = f"new partitions {sorted(new)} are not the next ids {expected}"
-            if problem is not None:
-                self.log.error("rejecting partitions_add for {t}: {why}", t=topic, why=problem)
-                await self.writer.fenced(cleanup)
-                continue
-            if not new:
-                await self.writer.fenced(cleanup)
-                continue
-            assignment = {**current, **new}
-            version = self.context.topic_versions[topic]
-            update = SetData(paths.topic(topic), self.context.topic_value(topic, assignment), version)
-            self.context.assignments[topic] = assignment
-            batch = self._new_batch()
-            # Init leaders, remove the admin path, update the topic path; one fenced
-            # multi makes the three steps atomic.
-            await self._init_leaders([(topic, p) for p in sorted(new)], batch,
-                                     extra_ops=[*cleanup, update])
-            self.context.topic_versions[topic] = version + 1
-            self.log.info("added partitions {ps} to topic {t}", ps=sorted(new), t=topic)
-            self._send(batch)
-
-    async def _on_partitions_remove(self) -> None:
-        """Partition removal requests: for each requested topic, validate, then
-        :meth:`_remove_partitions`. A request whose write conflicts is logged and taken up again
-        (re-read, re-validated) by a new event after :data:`CONFLICT_RETRY_S`: its request
-        znodes are deleted only in the write that carries it out."""
-        requests = await self._admin_requests(paths.PARTITIONS_REMOVE)
-        self._watch_admin_topics(paths.PARTITIONS_REMOVE, self._remove_watched, requests,
-                                 "partitions_remove", self._on_partitions_remove)
-        retry = False
-        for topic, parts in requests.items():
-            cleanup = [Delete(paths.partition_remove(topic, p)) for p in sorted(parts)]
-            cleanup.append(Delete(paths.partitions_remove_topic(topic)))
-            current = self.context.assignments.get(topic)
-            remove = sorted(p for p in parts if current is not None and p in current)
-            problem = None
-            if current is None:
-                problem = "unknown topic"
-            elif remove and remove != list(range(len(current) - len(remove), len(current))):
-                problem = f"only the highest-numbered partitions can be removed, not {remove}"
-            elif len(remove) >= len(current):
-                problem = "a topic must keep at least one partition (delete the topic instead)"
-            try:
-                if problem is not None or not remove:
-                    if problem:
-                        self.log.error("rejecting partitions_remove for {t}: {why}", t=topic,
-                                       why=problem)
-                    await self.writer.fenced(cleanup)
-                    self._restore_stopped(topic)
-                    continue
-                await self._remove_partitions(topic, remove, cleanup)
-            except TransactionFailed as e:
-                # The topic znode is not at the version we hold, or a request znode changed:
-                # nothing was written. Reload the topic (its assignment, version and states)
-                # and carry the request out again from there.
-                self.log.warn("partitions_remove for {t}: conflicting write ({e}); nothing "
-                              "removed, trying again in {s}s", t=topic, e=e.first_error,
-                              s=CONFLICT_RETRY_S)
-                await self.context.load_topics([topic])
-                retry = True
-        if retry:
-            self.events.later("partitions_remove (retry)", self._on_partitions_remove)
-
-    async def _remove_partitions(self, topic: str, remove: Sequence[int],
-                                 cleanup: Sequence[Any]) -> None:
-        """Remove partitions ``remove`` (the highest-numbered ones) of ``topic``, in the order
-        that leaves nothing behind if the controller stops at any point:
-
-        1. StopReplica (delete) to their live replicas and UpdateMetadata marking them deleted,
-           waiting for the answers (at most :data:`STOP_REPLICA_WAIT_S`): no replica serves or
-           keeps them once ZooKeeper no longer names them;
-        2. one fenced multi deletes their ``leaderAndISR`` and partition znodes (those that
-           exist), replaces the topic znode at its known version and deletes the request
-           (``cleanup``);
-        3. only then is the controller's state of them dropped.
-
-        A failed write (TransactionFailed) changes no state here; the request stays and is
-        carried out again (step 1 is idempotent on the brokers)."""
-        current = self.context.assignments[topic]
-        batch = self._new_batch()
-        self._stopped_for_removal.setdefault(topic, set()).update(remove)
-        for p in remove:
-            tp = (topic, p)
-            d = self.context.states.get(tp)
-            batch.stop_replica([r for r in current[p] if r in self.context.live], tp,
-                               leader_epoch=-2 if d is None else d.leader_epoch, delete=True)
-            batch.update_metadata(self.context.live, tp, None)
-        await _first_of(self._send(batch), STOP_REPLICA_WAIT_S, self.reactor)
-        if not self.active:
-            raise NotController()
-        candidates = [path for p in remove
-                      for path in (paths.leader_and_isr(topic, p), paths.partition(topic, p))]
-        found = await gather([self.store.exists(c) for c in candidates])
-        ops: list[Any] = [Delete(c) for c, st in zip(candidates, found, strict=True)
-                          if st is not None]
-        assignment = {p: r for p, r in current.items() if p not in remove}
-        version = self.context.topic_versions[topic]
-        ops.append(SetData(paths.topic(topic), self.context.topic_value(topic, assignment), version))
-        await self.writer.fenced([*ops, *cleanup])
-        for p in remove:
-            tp = (topic, p)
-            self.context.states.pop(tp, None)
-            self.context.adding.pop(tp, None)
-            self.context.removing.pop(tp, None)
-        self.context.assignments[topic] = assignment
-        self.context.topic_versions[topic] = version + 1
-        self._stopped_for_removal.pop(topic, None)
-        self.log.info("removed partitions {ps} from topic {t}", ps=list(remove), t=topic)
-
-    def _restore_stopped(self, topic: str) -> None:
-        """A removal whose StopReplica went out but whose write then conflicted, and that is
-        now refused (the topic changed under it, or the request was withdrawn): its partitions
-        are still in the metadata but no replica holds them any more. Send their state again so
-        that the replicas serve them (empty: what they held was deleted) rather than leave
-        them unavailable."""
-        stopped = self._stopped_for_removal.pop(topic, set())
-        tps = [(topic, p) for p in sorted(stopped) if (topic, p) in self.context.states]
-        if not tps:
-            return
-        self.log.error("partitions {ps} of topic {t} were stopped for a removal that was then "
-                       "refused: serving them again, empty (their data was deleted)",
-                       ps=[p for _, p in tps], t=topic)
-        batch = self._new_batch()
-        for tp in tps:
-            d = self.context.states[tp]
-            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
-            batch.update_metadata(self.context.live, tp, d)
-        self._send(batch)
 
     # -- replica reassignment (docs/design.md#replica-reassignment) -------------------------------
 
@@ -1097,34 +847,3 @@ class Controller:
                       "changes, {r} partitions still led by it", b=broker_id, m=moved,
                       n=len(written), r=len(remaining))
         return None, remaining
-
-
-def _json_list(data: bytes) -> list[Any]:
-    import json
-
-    try:
-        value = json.loads(data.decode() or "[]")
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(str(e)) from e
-    if not isinstance(value, list):
-        raise ValueError("not a list")
-    return value
-
-
-async def _first_of(d: defer.Deferred, timeout_s: float, clock: Any) -> None:
-    """Wait until ``d`` fires or ``timeout_s`` passes, whichever is first; ``d`` itself is left
-    alone (not cancelled, its result untouched)."""
-    done: defer.Deferred = defer.Deferred()
-
-    def fire(result: Any = None) -> Any:
-        if not done.called:
-            done.callback(None)
-        return result
-
-    call = clock.callLater(timeout_s, fire)
-    d.addBoth(fire)
-    try:
-        await done
-    finally:
-        if call.active():
-            call.cancel()

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from broker_core import topic_admin
-from broker_core.controller.controller import STOP_REPLICA_WAIT_S
 from broker_core.controller.event_manager import CONFLICT_RETRY_S
+from broker_core.controller.partition_changes import STOP_REPLICA_WAIT_S
 from broker_core.wire.apis import ApiKey
 from broker_core.zk import paths
 from tests.support.controller_harness import make, run
@@ -79,13 +79,13 @@ def removal(partitions: int = 9, remove=(8,)):
     run(topic_admin.remove_partitions(store, "t", list(remove)))
     # The in-memory store calls a watch when it is set, which would queue the handler a second
     # time; ZooKeeper's watches here fire only when the request znodes change.
-    ctl._watch_admin_topics = lambda *args: None
+    ctl.partition_changes.watch_admin_topics = lambda *args: None
     return store, clock, channels, ctl
 
 
 def test_replicas_are_stopped_before_the_store_is_written_and_the_state_dropped_after():
     store, clock, channels, ctl = removal()
-    ctl.events.enqueue("partitions_remove", ctl._on_partitions_remove)
+    ctl.events.enqueue("partitions_remove", ctl.partition_changes.on_partitions_remove)
     # StopReplica (delete) went to every replica; nothing is written or forgotten yet.
     for b in (1, 2, 3):
         assert stop_replicas(channels[b]) == [("t", 8)]
@@ -104,7 +104,7 @@ def test_replicas_are_stopped_before_the_store_is_written_and_the_state_dropped_
 
 def test_without_answers_the_removal_is_written_after_the_wait():
     store, clock, channels, ctl = removal()
-    ctl.events.enqueue("partitions_remove", ctl._on_partitions_remove)
+    ctl.events.enqueue("partitions_remove", ctl.partition_changes.on_partitions_remove)
     assert assignment(store) == list(range(9))
     clock.advance(STOP_REPLICA_WAIT_S)
     assert assignment(store) == list(range(8)) and ("t", 8) not in ctl.context.states
@@ -115,7 +115,7 @@ def test_a_failed_write_keeps_the_state_and_the_request_is_carried_out_later():
     # Another writer rewrote the topic znode: the controller's version of it is stale.
     data, _ = store.nodes[paths.topic("t")]
     store.set(paths.topic("t"), data)
-    ctl.events.enqueue("partitions_remove", ctl._on_partitions_remove)
+    ctl.events.enqueue("partitions_remove", ctl.partition_changes.on_partitions_remove)
     for b in (1, 2, 3):
         channels[b].answer()
     # Nothing removed, nothing forgotten: the state is what ZooKeeper still says.
@@ -137,7 +137,7 @@ def test_a_request_the_controller_refuses_is_deleted_and_nothing_is_stopped():
     # Written by hand (topic_admin refuses it): partition 3 is not among the highest.
     store.delete(paths.partition_remove("t", 8))
     store.create(paths.partition_remove("t", 3))
-    ctl.events.enqueue("partitions_remove", ctl._on_partitions_remove)
+    ctl.events.enqueue("partitions_remove", ctl.partition_changes.on_partitions_remove)
     assert paths.partitions_remove_topic("t") not in store.nodes
     assert all(stop_replicas(channels[b]) == [] for b in (1, 2, 3))
     assert assignment(store) == list(range(9)) and ("t", 3) in ctl.context.states
@@ -150,7 +150,7 @@ def test_a_removal_refused_after_its_replicas_were_stopped_serves_them_again():
     store, clock, channels, ctl = removal()
     data, _ = store.nodes[paths.topic("t")]
     store.set(paths.topic("t"), data)  # the controller's version of the topic is stale
-    ctl.events.enqueue("partitions_remove", ctl._on_partitions_remove)
+    ctl.events.enqueue("partitions_remove", ctl.partition_changes.on_partitions_remove)
     for b in (1, 2, 3):
         channels[b].answer()
     assert assignment(store) == list(range(9))

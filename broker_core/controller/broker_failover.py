@@ -136,7 +136,7 @@ class BrokerFailover:
         self.owed_new, self.owed_bounced = set(), set()
         if self.ctx.reassigning and (new or bounced):
             # A new replica that was down can catch up now.
-            self.controller.events.enqueue("reassignment_wakeup", self.controller._reassignment_wakeup)
+            self.controller.events.enqueue("reassignment_wakeup", self.controller.reassignment.wakeup)
         if new or bounced:
             # Its failure notification may have been handled before this event saw its new
             # registration (and ignored as another epoch's): read its record again.

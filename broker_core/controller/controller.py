@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from twisted.internet import defer
@@ -33,12 +32,8 @@ from broker_core.controller.context import ControllerContext
 from broker_core.controller.election import (
     Election,
     controlled_shutdown_election,
-    next_leader_epoch,
     offline_leader,
     preferred_leader,
-    reassignment_complete,
-    reassignment_leader,
-    reassignment_replicas,
 )
 from broker_core.controller.event_manager import (
     EventManager,
@@ -47,6 +42,7 @@ from broker_core.controller.event_manager import (
 from broker_core.controller.fencing import FencingAgent
 from broker_core.controller.isr_changes import AlterIsrItem, AlterIsrResult, IsrChanges
 from broker_core.controller.partition_changes import PartitionChanges
+from broker_core.controller.reassignment import Reassignment
 from broker_core.controller.topic_deletion import TopicDeletion
 from broker_core.controller.writer import ControllerWriter
 from broker_core.metadata import (
@@ -65,9 +61,6 @@ from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.topic_partition import TopicPartition
 from broker_core.zk import paths
-
-#: The reassignment agent wakes up when notified or after this many seconds.
-REASSIGNMENT_WAKEUP_S = 30.0
 
 #: Longest a ControlledShutdown answer waits for the brokers to acknowledge the moves it sent
 #: (the moves are decided and written already; this only makes the hand-over smoother).
@@ -121,8 +114,6 @@ class Controller:
         self._started = False
         # AlterIsr callers waiting for their event; answered NOT_CONTROLLER if we resign first.
         self._alter_waiters: set[defer.Deferred] = set()
-        self.reassignment_wakeup_s = REASSIGNMENT_WAKEUP_S
-        self._reassign_call: Any = None
         #: Fencing of brokers the controller cannot hear from (broker_core.controller.fencing);
         #: None: brokers are judged by their metadata-store registrations only.
         self.fencing: FencingAgent | None = None
@@ -142,6 +133,8 @@ class Controller:
         self.topic_deletion = TopicDeletion(self)
         #: New topics, and partitions added and removed.
         self.partition_changes = PartitionChanges(self)
+        #: The reassignment agent (``/admin/reassign_partitions``).
+        self.reassignment = Reassignment(self)
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -265,9 +258,7 @@ class Controller:
             w.cancel()
         self._watches.clear()
         self.partition_changes.cancel_watches()
-        if self._reassign_call is not None and self._reassign_call.active():
-            self._reassign_call.cancel()
-        self._reassign_call = None
+        self.reassignment.cancel_timer()
         self.events.cancel_delayed()
         self.broker_failover.forget()
         channels = list(self.channels.values())
@@ -336,7 +327,7 @@ class Controller:
         await self.topic_deletion.on_delete_topics()
         # Resume reassignments from ZooKeeper (the topic znodes say which
         # replicas were being added), then any pending preferred-leader election.
-        await self._on_partitions_reassigned()
+        await self.reassignment.on_partitions_reassigned()
         await self._on_preferred_election()
         # A topic created while no controller ran (its creator wrote the assignment, nobody
         # watched) was loaded above with its assignment but no partition state; the topic
@@ -362,7 +353,7 @@ class Controller:
             s.watch_children(paths.PARTITIONS_REMOVE,
                              on("partitions_remove", changes.on_partitions_remove)),
             s.watch_data(paths.REASSIGN_PARTITIONS,
-                         on("partitions_reassigned", self._on_partitions_reassigned)),
+                         on("partitions_reassigned", self.reassignment.on_partitions_reassigned)),
             s.watch_data(paths.PREFERRED_REPLICA_ELECTION,
                          on("preferred_election", self._on_preferred_election)),
             s.watch_children(paths.LOG_DIR_EVENT_NOTIFICATION,
@@ -485,231 +476,6 @@ class Controller:
     # -- partitions add/remove (docs/design.md#adding-and-removing-partitions) --------------------
 
     # -- replica reassignment (docs/design.md#replica-reassignment) -------------------------------
-
-    async def _read_reassignment(self) -> tuple[dict[TopicPartition, tuple[int, ...]] | None, int]:
-        """``/admin/reassign_partitions`` and its version; ``(None, -1)`` when absent. An
-        unreadable value is logged and deleted (nothing in it can be acted on)."""
-        try:
-            data, stat = await self.store.get(paths.REASSIGN_PARTITIONS)
-        except NoNode:
-            return None, -1
-        try:
-            value = paths.PartitionReassignment.from_bytes(data)
-        except ValueError as e:
-            self.log.error("rejecting {p}: {e}; deleting it", p=paths.REASSIGN_PARTITIONS, e=e)
-            try:
-                await self.writer.fenced([Delete(paths.REASSIGN_PARTITIONS, stat.version)])
-            except TransactionFailed:
-                pass
-            return None, -1
-        return {tp: tuple(r) for tp, r in value.partitions.items()}, stat.version
-
-    def _reassignment_problem(self, tp: TopicPartition, target: tuple[int, ...]) -> str | None:
-        """Why RAR ``target`` for ``tp`` cannot be carried out, or None. A replication factor
-        other than the current one is allowed, as in Kafka."""
-        parts = self.context.assignments.get(tp[0])
-        if parts is None:
-            return f"topic {tp[0]!r} does not exist"
-        if tp[1] not in parts:
-            return f"topic {tp[0]!r} has no partition {tp[1]}"
-        if not target:
-            return "the replica list is empty"
-        if len(set(target)) != len(target):
-            return f"the replica list {list(target)} names a broker twice"
-        # Only a reassignment that has not started yet needs every new replica alive; one that
-        # is under way (after a failover, say) waits for a replica that died meanwhile.
-        if tp not in self.context.adding:
-            dead = [b for b in target if b not in self.context.live]
-            if dead:
-                return f"brokers {dead} are not alive"
-        return None
-
-    async def _on_partitions_reassigned(self) -> None:
-        """``on_partitions_reassigned`` and ``add_reassigned_partitions``: take the
-        requested partitions into the agent's map (new ones in INIT), drop those the admin path
-        no longer names, reject bad entries (removed from the path, with an error in the log),
-        and wake the agent."""
-        wanted, _ = await self._read_reassignment()
-        wanted = wanted or {}
-        rejected: dict[TopicPartition, tuple[int, ...]] = {}
-        for tp, target in sorted(wanted.items()):
-            if self.context.reassigning.get(tp) == target:
-                continue
-            problem = self._reassignment_problem(tp, target)
-            if problem is not None:
-                self.log.error("rejecting reassignment of {t}-{p} to {r}: {why}", t=tp[0],
-                               p=tp[1], r=list(target), why=problem)
-                rejected[tp] = target
-                self.context.reassigning.pop(tp, None)
-                continue
-            self.log.info("reassignment of {t}-{p} to {r} requested", t=tp[0], p=tp[1],
-                          r=list(target))
-            self.context.reassigning[tp] = target
-        for tp in [tp for tp in self.context.reassigning if tp not in wanted]:
-            self.log.info("reassignment of {t}-{p} withdrawn from {path}", t=tp[0], p=tp[1],
-                          path=paths.REASSIGN_PARTITIONS)
-            del self.context.reassigning[tp]
-        if rejected:
-            await self._remove_reassignments(rejected)
-        await self._reassignment_wakeup()
-
-    def _arm_reassignment_timer(self) -> None:
-        """The reassignment agent also wakes up every ``reassignment_wakeup_s`` seconds while it
-        has work, through the event queue like every other controller action."""
-        if self._reassign_call is not None and self._reassign_call.active():
-            return
-        if not self.active or not self.context.reassigning:
-            return
-
-        def fire() -> None:
-            self._reassign_call = None
-            if self.active and self.context.reassigning:
-                self.events.enqueue("reassignment_wakeup", self._reassignment_wakeup)
-
-        self._reassign_call = self.reactor.callLater(self.reassignment_wakeup_s, fire)
-
-    async def _reassignment_wakeup(self) -> None:
-        """The agent's ``on_wakeup``: move each partition in the map one step on; finished ones
-        leave the map and the admin path."""
-        done: dict[TopicPartition, tuple[int, ...]] = {}
-        for tp in sorted(self.context.reassigning):
-            target = self.context.reassigning[tp]
-            try:
-                finished = await self._reassign_step(tp, target)
-            except TransactionFailed as e:
-                # A znode moved under us (its version is not the one we hold): reload the
-                # topic and try again at the next wake-up.
-                self.log.warn("reassignment of {t}-{p}: conflicting write ({e}); will retry",
-                              t=tp[0], p=tp[1], e=e.first_error)
-                await self.context.load_topics([tp[0]])
-                continue
-            if finished:
-                done[tp] = target
-        for tp in done:
-            self.context.reassigning.pop(tp, None)
-        if done:
-            await self._remove_reassignments(done)
-        self._arm_reassignment_timer()
-
-    async def _reassign_step(self, tp: TopicPartition, target: tuple[int, ...]) -> bool:
-        """One step of the INIT → IN_PROGRESS → done machine of one partition; True when done.
-
-        The state is not kept in memory but read off what ZooKeeper holds, so a new controller
-        resumes where the old one stopped: OAR is AR minus the replicas being added. INIT: AR is
-        not yet OAR ∪ RAR: write it (with adding/removing) and send LeaderAndIsr to every replica,
-        so the new ones start following. IN_PROGRESS: wait until every RAR member is in the ISR
-        (the leader's AlterIsr puts them there), then AR = RAR, ISR = ISR ∩ RAR, a new leader
-        from RAR ∩ ISR if the old one is not in RAR, StopReplica (delete) to the rest.
-
-        A cancellation is a target equal to OAR: the INIT step then shrinks AR back to OAR.
-        """
-        topic, index = tp
-        ar = self.context.assignments.get(topic, {}).get(index)
-        cur = self.context.states.get(tp)
-        if ar is None or cur is None:
-            return True  # the topic or partition went away: nothing left to move
-        adding = self.context.adding.get(tp, ())
-        original = tuple(b for b in ar if b not in adding)
-        if ar == target and not adding:
-            return True
-        want_ar, want_adding, want_removing = reassignment_replicas(original, target)
-        if ar != want_ar or adding != want_adding:
-            batch = self._new_batch()
-            if not await self._move_replicas(tp, want_ar, want_adding, want_removing, batch):
-                return False
-            self._send(batch)
-            self.log.info("reassignment of {t}-{p}: replicas {ar} (adding {add}, removing "
-                          "{rm})", t=topic, p=index, ar=list(want_ar), add=list(want_adding),
-                          rm=list(want_removing))
-            if want_ar == target and not want_adding:
-                return True  # nothing to add (a cancellation, or a reorder of the same set)
-        cur = self.context.states[tp]
-        if not reassignment_complete(target, cur.isr):
-            return False
-        batch = self._new_batch()
-        if not await self._move_replicas(tp, target, (), (), batch):
-            return False
-        self._send(batch)
-        d = self.context.states[tp]
-        self.log.info("reassignment of {t}-{p} to {r} completed (leader {l}, epoch {e})",
-                      t=topic, p=index, r=list(target), l=d.leader, e=d.leader_epoch)
-        return True
-
-    async def _move_replicas(self, tp: TopicPartition, new_ar: Sequence[int],
-                             adding: Sequence[int], removing: Sequence[int],
-                             batch: RequestBatch) -> bool:
-        """Make ``new_ar`` the partition's AR: one fenced multi writes the topic znode
-        (conditional on its version) and, when a replica leaves that leads or is in the ISR,
-        the new leader/ISR (conditional on the state's version). Queues LeaderAndIsr to the
-        live replicas of ``new_ar``, StopReplica (delete) to the live ones that leave, and
-        UpdateMetadata to everyone. False (nothing written) when no live ISR member of
-        ``new_ar`` could lead. Raises TransactionFailed on a version conflict."""
-        topic, index = tp
-        cur = self.context.states[tp]
-        new_ar = tuple(new_ar)
-        dropped = tuple(b for b in self.context.assignments[topic][index] if b not in new_ar)
-        decision = replace(cur, replicas=new_ar)
-        ops: list[Any] = []
-        if cur.leader not in new_ar or any(b in dropped for b in cur.isr):
-            el = reassignment_leader(new_ar, cur.isr, cur.leader, self._eligible())
-            if el is None:
-                self.log.warn("reassignment of {t}-{p}: no live in-sync replica among {r} to "
-                              "lead yet; waiting", t=topic, p=index, r=list(new_ar))
-                return False
-            epoch = next_leader_epoch(cur.leader, cur.leader_epoch, el)
-            decision = PartitionDecision(
-                el.leader, epoch, el.isr, new_ar, cur.zk_version + 1, self.epoch,
-                self.writer.leader_broker_epoch(cur, el.leader, epoch))
-            ops.append(SetData(paths.leader_and_isr(*tp), self.writer.state_value(decision),
-                               cur.zk_version))
-        assignment = {**self.context.assignments[topic], index: new_ar}
-        old_meta = (self.context.adding.get(tp), self.context.removing.get(tp))
-        self._set_reassignment_meta(tp, adding, removing)
-        version = self.context.topic_versions[topic]
-        ops.append(SetData(paths.topic(topic), self.context.topic_value(topic, assignment), version))
-        try:
-            await self.writer.fenced(ops)
-        except BaseException:
-            self._set_reassignment_meta(tp, old_meta[0] or (), old_meta[1] or ())
-            raise
-        self.context.assignments[topic] = assignment
-        self.context.topic_versions[topic] = version + 1
-        self.context.states[tp] = decision
-        batch.leader_and_isr([b for b in new_ar if b in self.context.live], tp, decision)
-        batch.stop_replica([b for b in dropped if b in self.context.live], tp,
-                           leader_epoch=decision.leader_epoch, delete=True)
-        batch.update_metadata(self.context.live, tp, decision)
-        return True
-
-    def _set_reassignment_meta(self, tp: TopicPartition, adding: Sequence[int],
-                               removing: Sequence[int]) -> None:
-        for table, value in ((self.context.adding, tuple(adding)), (self.context.removing, tuple(removing))):
-            if value:
-                table[tp] = value
-            else:
-                table.pop(tp, None)
-
-    async def _remove_reassignments(self, done: dict[TopicPartition, tuple[int, ...]]) -> None:
-        """Take finished (or rejected) partitions out of ``/admin/reassign_partitions``, deleting
-        it when none remain. Conditional on the znode's version; an entry an admin has changed
-        since (a cancellation, a new target) stays for the agent to act on."""
-        for _ in range(5):
-            wanted, version = await self._read_reassignment()
-            if wanted is None:
-                return
-            remaining = {tp: r for tp, r in wanted.items() if done.get(tp) != r}
-            if len(remaining) == len(wanted):
-                return
-            if remaining:
-                op: Any = SetData(paths.REASSIGN_PARTITIONS, paths.PartitionReassignment(
-                    {tp: list(r) for tp, r in remaining.items()}).to_bytes(), version)
-            else:
-                op = Delete(paths.REASSIGN_PARTITIONS, version)
-            try:
-                await self.writer.fenced([op])
-                return
-            except TransactionFailed:
-                continue  # an admin wrote the znode meanwhile: read it again
 
     # -- preferred-leader election ---------------------------------------------------------------
 

@@ -185,5 +185,5 @@ class IsrChanges:
         self.controller._send(batch)
         if any(tp in self.ctx.reassigning for tp in written):
             # Reassignment: a new replica may just have joined the ISR; do not wait for the timer.
-            self.controller.events.enqueue("reassignment_wakeup", self.controller._reassignment_wakeup)
+            self.controller.events.enqueue("reassignment_wakeup", self.controller.reassignment.wakeup)
         return None, results

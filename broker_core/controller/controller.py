@@ -19,7 +19,7 @@ Session states: on SUSPENDED the controller stops acting (queued events wait); o
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 from twisted.internet import defer
@@ -33,7 +33,6 @@ from broker_core.controller.election import (
     Election,
     controlled_shutdown_election,
     offline_leader,
-    preferred_leader,
 )
 from broker_core.controller.event_manager import (
     EventManager,
@@ -42,13 +41,13 @@ from broker_core.controller.event_manager import (
 from broker_core.controller.fencing import FencingAgent
 from broker_core.controller.isr_changes import AlterIsrItem, AlterIsrResult, IsrChanges
 from broker_core.controller.partition_changes import PartitionChanges
+from broker_core.controller.preferred_election import PreferredElection
 from broker_core.controller.reassignment import Reassignment
 from broker_core.controller.topic_deletion import TopicDeletion
 from broker_core.controller.writer import ControllerWriter
 from broker_core.metadata import (
     BadVersion,
     Create,
-    Delete,
     MetadataStoreError,
     NodeExists,
     NoNode,
@@ -135,6 +134,8 @@ class Controller:
         self.partition_changes = PartitionChanges(self)
         #: The reassignment agent (``/admin/reassign_partitions``).
         self.reassignment = Reassignment(self)
+        #: Preferred-leader elections (``/admin/preferred_replica_election``).
+        self.preferred_election = PreferredElection(self)
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -328,7 +329,7 @@ class Controller:
         # Resume reassignments from ZooKeeper (the topic znodes say which
         # replicas were being added), then any pending preferred-leader election.
         await self.reassignment.on_partitions_reassigned()
-        await self._on_preferred_election()
+        await self.preferred_election.on_preferred_election()
         # A topic created while no controller ran (its creator wrote the assignment, nobody
         # watched) was loaded above with its assignment but no partition state; the topic
         # watch above does not see it as new. Elect its first leaders now.
@@ -355,7 +356,7 @@ class Controller:
             s.watch_data(paths.REASSIGN_PARTITIONS,
                          on("partitions_reassigned", self.reassignment.on_partitions_reassigned)),
             s.watch_data(paths.PREFERRED_REPLICA_ELECTION,
-                         on("preferred_election", self._on_preferred_election)),
+                         on("preferred_election", self.preferred_election.on_preferred_election)),
             s.watch_children(paths.LOG_DIR_EVENT_NOTIFICATION,
                              on("log_dir_event", lambda: log_dir_failure.on_log_dir_event(self))),
         ]
@@ -478,54 +479,6 @@ class Controller:
     # -- replica reassignment (docs/design.md#replica-reassignment) -------------------------------
 
     # -- preferred-leader election ---------------------------------------------------------------
-
-    async def _on_preferred_election(self) -> None:
-        """Kafka's ``/admin/preferred_replica_election``: give each named partition to its
-        preferred replica (first in AR) when that replica is alive and in the ISR, with a new
-        leader epoch; then delete the znode. Partitions that are unknown, already led by their
-        preferred replica, or whose preferred replica cannot lead are left as they are."""
-        try:
-            data, stat = await self.store.get(paths.PREFERRED_REPLICA_ELECTION)
-        except NoNode:
-            return
-        try:
-            requested = paths.PreferredReplicaElection.from_bytes(data).partitions
-        except ValueError as e:
-            self.log.error("rejecting {p}: {e}", p=paths.PREFERRED_REPLICA_ELECTION, e=e)
-            requested = []
-        await self.elect_preferred(requested)
-        try:
-            await self.writer.fenced([Delete(paths.PREFERRED_REPLICA_ELECTION, stat.version)])
-        except TransactionFailed:
-            pass  # rewritten meanwhile (its data watch brings us back) or already gone
-
-    async def elect_preferred(self, tps: Iterable[TopicPartition]
-                              ) -> dict[TopicPartition, PartitionDecision]:
-        """Move leadership of ``tps`` to their preferred replicas where it is possible (see
-        :func:`~broker_core.controller.election.preferred_leader`); returns what was written.
-        Runs inside a controller event."""
-
-        def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
-            return preferred_leader(d.replicas, d.isr, d.leader, self._eligible())
-
-        changes: list[TopicPartition] = []
-        for tp in tps:
-            d = self.context.states.get(tp)
-            if d is None:
-                self.log.info("preferred election: unknown partition {t}-{p}", t=tp[0], p=tp[1])
-            elif decide(tp, d) is not None:
-                changes.append(tp)
-        if not changes:
-            return {}
-        written = await self.writer.write_decisions(changes, decide, "preferred election")
-        batch = self._new_batch()
-        for tp, d in written.items():
-            self.log.info("preferred election: {t}-{p} now led by {l} (epoch {e})", t=tp[0],
-                          p=tp[1], l=d.leader, e=d.leader_epoch)
-            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
-            batch.update_metadata(self.context.live, tp, d)
-        self._send(batch)
-        return written
 
     # -- controlled shutdown ---------------------------------------------------------------------
 

@@ -31,18 +31,17 @@ from broker_core.controller.broker_failover import BrokerFailover
 from broker_core.controller.context import ControllerContext
 from broker_core.controller.election import (
     Election,
-    controlled_shutdown_election,
     offline_leader,
 )
 from broker_core.controller.event_manager import (
     EventManager,
-    NotController,
 )
 from broker_core.controller.fencing import FencingAgent
 from broker_core.controller.isr_changes import AlterIsrItem, AlterIsrResult, IsrChanges
 from broker_core.controller.partition_changes import PartitionChanges
 from broker_core.controller.preferred_election import PreferredElection
 from broker_core.controller.reassignment import Reassignment
+from broker_core.controller.shutdown import ControlledShutdownHandler
 from broker_core.controller.topic_deletion import TopicDeletion
 from broker_core.controller.writer import ControllerWriter
 from broker_core.metadata import (
@@ -60,10 +59,6 @@ from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.topic_partition import TopicPartition
 from broker_core.zk import paths
-
-#: Longest a ControlledShutdown answer waits for the brokers to acknowledge the moves it sent
-#: (the moves are decided and written already; this only makes the hand-over smoother).
-SHUTDOWN_ACK_WAIT_S = 5.0
 
 #: Longest the controller waits for the brokers to acknowledge new leaderships before it goes on
 #: with the rest of a failover (ISR shrinks, the full state to every broker). Leaders are what
@@ -136,6 +131,8 @@ class Controller:
         self.reassignment = Reassignment(self)
         #: Preferred-leader elections (``/admin/preferred_replica_election``).
         self.preferred_election = PreferredElection(self)
+        #: ControlledShutdown requests from brokers about to stop.
+        self.controlled_shutdown_handler = ControlledShutdownHandler(self)
         self._reset_context()
 
     def _reset_context(self) -> None:
@@ -484,85 +481,7 @@ class Controller:
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int
                                   ) -> tuple[str | None, list[TopicPartition]]:
-        """Broker ``broker_id`` is about to stop: move leadership of every partition it leads to
-        another live ISR member (new leader epoch), take it out of every ISR, and return an
-        error name (NOT_CONTROLLER, STALE_BROKER_EPOCH, BROKER_NOT_AVAILABLE) or None with the
-        replicated partitions (replication factor > 1, as Kafka) it still leads. From now until
-        it leaves, no leadership or ISR place is given to it.
+        """ControlledShutdown from broker ``broker_id``: see
+        :meth:`~broker_core.controller.shutdown.ControlledShutdownHandler.controlled_shutdown`."""
+        return await self.controlled_shutdown_handler.controlled_shutdown(broker_id, broker_epoch)
 
-        Runs as a controller event; the answer comes once the decisions are written and the
-        brokers have acknowledged them (or ``SHUTDOWN_ACK_WAIT_S`` passed)."""
-        if not self.active:
-            return "NOT_CONTROLLER", []
-        done: defer.Deferred = defer.Deferred()
-        self._alter_waiters.add(done)
-        sent: list[defer.Deferred] = []
-
-        async def event() -> None:
-            if done.called:
-                return
-            try:
-                result = await self._shutdown_broker(broker_id, broker_epoch, sent)
-            except NotController:
-                self._answer(done, ("NOT_CONTROLLER", []))
-                raise
-            except Exception:
-                self.log.failure("ControlledShutdown of broker {b} failed", b=broker_id)
-                result = ("UNKNOWN_SERVER_ERROR", [])
-            self._answer(done, result)
-
-        self.events.enqueue("controlled_shutdown", event)
-        top, remaining = await done
-        if top is None and sent:
-            acks = defer.DeferredList(sent, consumeErrors=True)
-            acks.addTimeout(SHUTDOWN_ACK_WAIT_S, self.reactor)
-            try:
-                await acks
-            except defer.TimeoutError:
-                pass
-        return top, list(remaining)
-
-    async def _shutdown_broker(self, broker_id: int, broker_epoch: int,
-                               sent: list[defer.Deferred]
-                               ) -> tuple[str | None, list[TopicPartition]]:
-        if not self.active:
-            return "NOT_CONTROLLER", []
-        registered = self.context.live.get(broker_id)
-        if registered is None:
-            return "BROKER_NOT_AVAILABLE", []
-        if broker_epoch >= 0 and registered.epoch != broker_epoch:
-            return "STALE_BROKER_EPOCH", []
-        self.context.shutting_down.add(broker_id)
-        eligible = self._eligible()
-
-        def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
-            if broker_id not in d.replicas or len(d.replicas) < 2:
-                return None
-            return controlled_shutdown_election(d.replicas, d.isr, d.leader, broker_id,
-                                                self._eligible())
-
-        changes = [tp for tp, d in self.context.states.items() if decide(tp, d) is not None]
-        written = await self.writer.write_decisions(changes, decide,
-                                              f"controlled shutdown of broker {broker_id}")
-        batch = self._new_batch()
-        for tp, d in written.items():
-            batch.leader_and_isr([r for r in d.replicas if r in self.context.live], tp, d)
-            batch.update_metadata(self.context.live, tp, d)
-        sent.append(self._send(batch))
-        # Kafka reports every replicated partition still led here, and the broker retries. A
-        # partition whose other replicas are all dead cannot move however often it retries, so
-        # it is logged but not reported (the last broker of a cluster would otherwise spend
-        # every retry and back-off on it).
-        stuck = sorted(tp for tp, d in self.context.states.items()
-                       if d.leader == broker_id and len(d.replicas) > 1)
-        remaining = [tp for tp in stuck
-                     if any(r in eligible and r != broker_id for r in self.context.states[tp].replicas)]
-        if len(stuck) > len(remaining):
-            self.log.warn("controlled shutdown of broker {b}: {n} partitions have no other live "
-                          "replica and stay led by it until it stops", b=broker_id,
-                          n=len(stuck) - len(remaining))
-        moved = sum(1 for tp in written if written[tp].leader != broker_id)
-        self.log.info("controlled shutdown of broker {b}: {m} leaderships moved, {n} ISR "
-                      "changes, {r} partitions still led by it", b=broker_id, m=moved,
-                      n=len(written), r=len(remaining))
-        return None, remaining

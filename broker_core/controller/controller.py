@@ -12,6 +12,15 @@ set when it was elected (KAFKA-6082), so a deposed controller's writes fail atom
 LeaderAndISR znodes are also updated conditionally on their own version. When the epoch check
 fails the controller resigns.
 
+The Controller itself is the coordinator: it stands for election, follows the session, loads
+the :class:`~broker_core.controller.context.ControllerContext` on a failover, owns the channels
+to the brokers and the leadership rules the procedures share, and dispatches watches and broker
+requests to one module per procedure family: :mod:`~broker_core.controller.broker_failover`,
+:mod:`~broker_core.controller.isr_changes`, :mod:`~broker_core.controller.topic_deletion`,
+:mod:`~broker_core.controller.partition_changes`, :mod:`~broker_core.controller.reassignment`,
+:mod:`~broker_core.controller.preferred_election`, :mod:`~broker_core.controller.shutdown`
+(controlled shutdown) and :mod:`~broker_core.controller.log_dir_failure`.
+
 Session states: on SUSPENDED the controller stops acting (queued events wait); on LOST it resigns
 (its ``/controller`` node is gone); when the session is CONNECTED again it stands for election.
 """
@@ -29,13 +38,8 @@ from broker_core.controller import log_dir_failure
 from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch, first_of
 from broker_core.controller.broker_failover import BrokerFailover
 from broker_core.controller.context import ControllerContext
-from broker_core.controller.election import (
-    Election,
-    offline_leader,
-)
-from broker_core.controller.event_manager import (
-    EventManager,
-)
+from broker_core.controller.election import Election, offline_leader
+from broker_core.controller.event_manager import EventManager
 from broker_core.controller.fencing import FencingAgent
 from broker_core.controller.isr_changes import AlterIsrItem, AlterIsrResult, IsrChanges
 from broker_core.controller.partition_changes import PartitionChanges
@@ -369,7 +373,8 @@ class Controller:
         topics = await self.context.children(paths.TOPICS)
         await self.context.load_topics(topics)
         self.log.info("controller loaded {n} brokers, {t} topics, {p} partitions",
-                      n=len(self.context.live), t=len(self.context.assignments), p=len(self.context.states))
+                      n=len(self.context.live), t=len(self.context.assignments),
+                      p=len(self.context.states))
 
     # -- channels and batches --------------------------------------------------------------------
 
@@ -406,10 +411,12 @@ class Controller:
         now = [b for b in self.context.live if b not in later]
         batch = self._new_batch()
         for tp, d in written.items():
-            batch.leader_and_isr([r for r in d.replicas if r in self.context.live and r not in later],
-                                 tp, d)
+            batch.leader_and_isr(
+                [r for r in d.replicas if r in self.context.live and r not in later], tp, d)
             batch.update_metadata(now, tp, d)
         await first_of(self._send(batch), LEADERS_FIRST_WAIT_S, self.reactor)
+
+    # -- leadership rules shared by the procedures --------------------------------------------
 
     def _offline_election(self, tp: TopicPartition, d: PartitionDecision,
                           live: Collection[int]) -> Election:
@@ -420,7 +427,8 @@ class Controller:
         live = self.context.offline_replicas.usable(tp, live)  # not a replica on a failed log dir
         fenced = self._fenced_brokers()
         live = [b for b in live if b not in fenced]
-        el = offline_leader(d.replicas, d.isr, [b for b in live if b not in self.context.shutting_down],
+        el = offline_leader(d.replicas, d.isr,
+                            [b for b in live if b not in self.context.shutting_down],
                             unclean_allowed=unclean)
         if el.leader == -1 and self.context.shutting_down:
             el = offline_leader(d.replicas, d.isr, live, unclean_allowed=unclean)
@@ -430,7 +438,8 @@ class Controller:
         """Live brokers that may be given leadership or an ISR place (not shutting down, not
         fenced)."""
         fenced = self._fenced_brokers()
-        return {b for b in self.context.live if b not in self.context.shutting_down and b not in fenced}
+        ctx = self.context
+        return {b for b in ctx.live if b not in ctx.shutting_down and b not in fenced}
 
     def _usable_live(self) -> dict[int, LiveBroker]:
         """The live brokers that are not fenced: those a broker change judges partitions by (a
@@ -443,15 +452,13 @@ class Controller:
         ISR places until they are heard from again."""
         return () if self.fencing is None else self.fencing.liveness.fenced
 
+    # -- requests from brokers (each answered from a controller event) ---------------------------
+
     def broker_heartbeat(self, broker_id: int, broker_epoch: int) -> tuple[str | None, bool]:
         """BrokerHeartbeat: an error name or None, and whether the broker is fenced."""
         if self.fencing is None:
             return (None, False) if self.active else ("NOT_CONTROLLER", True)
         return self.fencing.heartbeat(broker_id, broker_epoch)
-
-    # -- broker changes (docs/design.md#replication-and-the-controller) ---------------------------
-
-    # -- ISR changes from leaders (docs/design.md#isr-changes-through-the-controller) -------------
 
     async def alter_isr(self, broker_id: int, broker_epoch: int, items: Sequence[AlterIsrItem]
                         ) -> AlterIsrResult:
@@ -468,16 +475,6 @@ class Controller:
     def _answer_waiters_not_controller(self) -> None:
         for waiter in list(self._alter_waiters):
             self._answer(waiter, ("NOT_CONTROLLER", {}))
-
-    # -- topics (docs/design.md#replication-and-the-controller) ------------------------------------
-
-    # -- partitions add/remove (docs/design.md#adding-and-removing-partitions) --------------------
-
-    # -- replica reassignment (docs/design.md#replica-reassignment) -------------------------------
-
-    # -- preferred-leader election ---------------------------------------------------------------
-
-    # -- controlled shutdown ---------------------------------------------------------------------
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int
                                   ) -> tuple[str | None, list[TopicPartition]]:

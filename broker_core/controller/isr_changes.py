@@ -32,8 +32,10 @@ from broker_core.zk import paths
 #: One partition of an AlterIsr request: (topic, partition, leader_epoch, new_isr,
 #: partition_epoch), the last being the leaderAndISR znode version the leader holds.
 AlterIsrItem = tuple[str, int, int, tuple[int, ...], int]
+#: One partition's answer: an error name, or None and the state now in force.
+Answer = tuple[str | None, PartitionDecision | None]
 #: A top-level error name (or None) and, per partition, an error name or the state now in force.
-AlterIsrResult = tuple[str | None, dict[TopicPartition, tuple[str | None, PartitionDecision | None]]]
+AlterIsrResult = tuple[str | None, dict[TopicPartition, Answer]]
 
 #: Rounds of "write, and on a version conflict re-read and judge again" for one AlterIsr request.
 ALTER_ISR_ROUNDS = 3
@@ -99,16 +101,8 @@ class IsrChanges:
             # are being (or were) given to other replicas. It retries until it is unfenced, by
             # which time a LeaderAndIsr has told it its new place.
             return "STALE_BROKER_EPOCH", {}
-        results: dict[TopicPartition, tuple[str | None, PartitionDecision | None]] = {}
-        pending: dict[TopicPartition, tuple[int, tuple[int, ...], int]] = {}
-        for topic, index, leader_epoch, new_isr, partition_epoch in items:
-            tp = (topic, index)
-            if tp in pending or tp in results:
-                # Two answers for one partition cannot both hold: refuse both.
-                pending.pop(tp, None)
-                results[tp] = ("INVALID_REQUEST", None)
-                continue
-            pending[tp] = (leader_epoch, tuple(new_isr), partition_epoch)
+        pending, results = requested(items)
+        fencing = self.controller.fencing
         written: dict[TopicPartition, PartitionDecision] = {}
         refreshed: set[TopicPartition] = set()
         for _ in range(ALTER_ISR_ROUNDS):
@@ -125,7 +119,7 @@ class IsrChanges:
                     results[tp] = (verdict.error, None)
                 elif not verdict.write:
                     results[tp] = (None, cur)
-                elif (self.controller.fencing is not None and not self.controller.fencing.may_shrink_isr()
+                elif (fencing is not None and not fencing.may_shrink_isr()
                       and not set(cur.isr) <= set(new_isr)):
                     # Isolated: the followers dropped may be fine and this controller cut off
                     # (broker_core.controller.broker_liveness). The leader asks again later.
@@ -165,10 +159,19 @@ class IsrChanges:
             break
         for tp in pending:  # still conflicting after every round
             results[tp] = ("INVALID_UPDATE_VERSION", None)
+        self.announce(broker_id, written, refreshed, results)
+        return None, results
+
+    def announce(self, broker_id: int, written: dict[TopicPartition, PartitionDecision],
+                 refreshed: set[TopicPartition], results: dict[TopicPartition, Answer]) -> None:
+        """Send what an AlterIsr request wrote (or re-read after a conflict), tell a leader
+        that named an old znode version the state again, and wake the reassignment agent when a
+        partition it moves changed."""
         if written or refreshed:
-            self.controller.log.info("ISR change from broker {b}: {n} partitions written{extra}",
-                          b=broker_id, n=len(written),
-                          extra=f", {len(refreshed)} re-read after a conflict" if refreshed else "")
+            self.controller.log.info(
+                "ISR change from broker {b}: {n} partitions written{extra}", b=broker_id,
+                n=len(written),
+                extra=f", {len(refreshed)} re-read after a conflict" if refreshed else "")
         batch = self.controller._new_batch()
         for tp in sorted(written.keys() | refreshed):
             d = self.ctx.states.get(tp)
@@ -185,5 +188,25 @@ class IsrChanges:
         self.controller._send(batch)
         if any(tp in self.ctx.reassigning for tp in written):
             # Reassignment: a new replica may just have joined the ISR; do not wait for the timer.
-            self.controller.events.enqueue("reassignment_wakeup", self.controller.reassignment.wakeup)
-        return None, results
+            self.controller.events.enqueue("reassignment_wakeup",
+                                           self.controller.reassignment.wakeup)
+
+
+#: Per partition of an AlterIsr request: (leader_epoch, new_isr, partition_epoch).
+Pending = dict[TopicPartition, tuple[int, tuple[int, ...], int]]
+
+
+def requested(items: Sequence[AlterIsrItem]) -> tuple[Pending, dict[TopicPartition, Answer]]:
+    """The partitions of an AlterIsr request to judge, and the answers already known: a
+    partition named twice is refused (INVALID_REQUEST)."""
+    results: dict[TopicPartition, Answer] = {}
+    pending: Pending = {}
+    for topic, index, leader_epoch, new_isr, partition_epoch in items:
+        tp = (topic, index)
+        if tp in pending or tp in results:
+            # Two answers for one partition cannot both hold: refuse both.
+            pending.pop(tp, None)
+            results[tp] = ("INVALID_REQUEST", None)
+            continue
+        pending[tp] = (leader_epoch, tuple(new_isr), partition_epoch)
+    return pending, results

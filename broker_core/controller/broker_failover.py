@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from twisted.logger import Logger
+
 from broker_core.controller import log_dir_failure
 from broker_core.controller.batch import PartitionDecision, RequestBatch
 from broker_core.controller.decisions import Decide
@@ -44,6 +46,11 @@ class BrokerFailover:
         #: on_broker_change); emptied on resigning (a new controller sends everyone everything).
         self.owed_new: set[int] = set()
         self.owed_bounced: set[int] = set()
+
+    @property
+    def log(self) -> Logger:
+        """The controller's logger (read when used: tests replace it)."""
+        return self.controller.log
 
     def forget(self) -> None:
         """The controller resigned: nothing is owed, nothing is to be judged again."""
@@ -107,7 +114,7 @@ class BrokerFailover:
         leaders = dead_leaders + restarted
         if not (dead or new or bounced or leaders or shrinks):
             return
-        self.controller.log.info("broker change: new {new}, dead {dead}, restarted {bounced}; "
+        self.log.info("broker change: new {new}, dead {dead}, restarted {bounced}; "
                       "{n} partitions to re-elect, {s} ISRs to shrink", new=sorted(new),
                       dead=sorted(dead), bounced=sorted(bounced), n=len(leaders),
                       s=len(shrinks))
@@ -199,7 +206,7 @@ class BrokerFailover:
         return d.leader in bounced
 
     def classify_live(self, judge: Decide) -> tuple[list[TopicPartition], list[TopicPartition],
-                                                     list[TopicPartition]]:
+                                                    list[TopicPartition]]:
         """The partitions ``judge`` would change, as (dead leaders, restarted leaders, ISR
         shrinks): new leaderships are written and sent before the shrinks."""
         dead: list[TopicPartition] = []
@@ -237,7 +244,7 @@ class BrokerFailover:
         written = await self.writer.write_decisions(changes, decide, "offline partitions")
         if written:
             # One line per event, not per partition: a returning broker can bring thousands.
-            self.controller.log.info("{n} partitions back online (e.g. {ex})", n=len(written),
+            self.log.info("{n} partitions back online (e.g. {ex})", n=len(written),
                           ex=", ".join(f"{t}-{p} led by {d.leader} at epoch {d.leader_epoch}"
                                        for (t, p), d in list(written.items())[:3]))
         for tp, d in written.items():

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from twisted.internet import defer
+from twisted.logger import Logger
 
 from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.context import gather
@@ -52,6 +53,11 @@ class IsrChanges:
         self.ctx = controller.context
         self.writer = controller.writer
 
+    @property
+    def log(self) -> Logger:
+        """The controller's logger (read when used: tests replace it)."""
+        return self.controller.log
+
     async def alter_isr(self, broker_id: int, broker_epoch: int, items: Sequence[AlterIsrItem]
                         ) -> AlterIsrResult:
         """AlterIsr: leader ``broker_id`` asks to change the ISR of the partitions in ``items``.
@@ -81,7 +87,7 @@ class IsrChanges:
                 self.controller._answer(done, ("NOT_CONTROLLER", {}))
                 raise  # the event loop resigns
             except Exception:
-                self.controller.log.failure("AlterIsr from broker {b} failed", b=broker_id)
+                self.log.failure("AlterIsr from broker {b} failed", b=broker_id)
                 result = ("UNKNOWN_SERVER_ERROR", {})
             self.controller._answer(done, result)
 
@@ -89,7 +95,7 @@ class IsrChanges:
         return await done
 
     async def apply_isr_changes(self, broker_id: int, broker_epoch: int,
-                                 items: Sequence[AlterIsrItem]) -> AlterIsrResult:
+                                items: Sequence[AlterIsrItem]) -> AlterIsrResult:
         if not self.controller.active:
             return "NOT_CONTROLLER", {}
         registered = self.ctx.live.get(broker_id)
@@ -168,7 +174,7 @@ class IsrChanges:
         that named an old znode version the state again, and wake the reassignment agent when a
         partition it moves changed."""
         if written or refreshed:
-            self.controller.log.info(
+            self.log.info(
                 "ISR change from broker {b}: {n} partitions written{extra}", b=broker_id,
                 n=len(written),
                 extra=f", {len(refreshed)} re-read after a conflict" if refreshed else "")

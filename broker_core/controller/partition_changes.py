@@ -22,6 +22,8 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+from twisted.logger import Logger
+
 from broker_core.controller.batch import PartitionDecision, RequestBatch, first_of
 from broker_core.controller.context import gather
 from broker_core.controller.election import init_leader
@@ -50,6 +52,11 @@ class PartitionChanges:
         self.stopped_for_removal: dict[str, set[int]] = {}
         self.forget_watches()
 
+    @property
+    def log(self) -> Logger:
+        """The controller's logger (read when used: tests replace it)."""
+        return self.controller.log
+
     def forget_watches(self) -> None:
         """Start a new record of the per-topic request watches (the context is reset)."""
         self.add_watched: dict[str, Any] = {}
@@ -71,7 +78,7 @@ class PartitionChanges:
             missing = await self.ctx.load_topics(sorted(new))
             for t in sorted(new):
                 if t in self.ctx.assignments:
-                    self.controller.log.info("new topic {t} with {n} partitions", t=t,
+                    self.log.info("new topic {t} with {n} partitions", t=t,
                                   n=len(self.ctx.assignments[t]))
             # Partitions that already had a state (created by a previous controller) are sent as is.
             for tp, d in self.ctx.states.items():
@@ -81,12 +88,12 @@ class PartitionChanges:
             await self.init_leaders(missing, batch)
         for t in sorted(gone):
             # The topic's znode vanished without going through /admin/delete_topics.
-            self.controller.log.info("topic {t} removed from ZooKeeper", t=t)
+            self.log.info("topic {t} removed from ZooKeeper", t=t)
             self.controller.topic_deletion.forget_topic(t, batch)
         self.controller._send(batch)
 
     async def init_leaders(self, tps: Sequence[TopicPartition], batch: RequestBatch,
-                            extra_ops: Sequence[Any] = ()) -> None:
+                           extra_ops: Sequence[Any] = ()) -> None:
         """``init_leaders``: elect among live AR, create the partition and
         LeaderAndISR znodes in fenced multis, then queue LeaderAndIsr (is_new) and metadata."""
         decisions: dict[TopicPartition, PartitionDecision] = {}
@@ -112,7 +119,7 @@ class PartitionChanges:
                     decisions[tp] = st
                 else:
                     await self.writer.fenced([Create(paths.leader_and_isr(*tp),
-                                               self.writer.state_value(decisions[tp]))])
+                                                     self.writer.state_value(decisions[tp]))])
             if extra_ops:
                 await self.writer.fenced(list(extra_ops))
         for tp, d in decisions.items():
@@ -121,7 +128,7 @@ class PartitionChanges:
             batch.update_metadata(self.ctx.live, tp, d)
 
     def watch_admin_topics(self, root: str, watched: dict[str, Any], topics: Iterable[str],
-                            name: str, fn: Callable[[], Awaitable[None]]) -> None:
+                           name: str, fn: Callable[[], Awaitable[None]]) -> None:
         # New children under an already-existing /admin/partitions_*/[topic] do not fire the
         # root's child watch, so each topic node gets a watch of its own.
         for t in topics:
@@ -147,7 +154,7 @@ class PartitionChanges:
     async def on_partitions_add(self) -> None:
         requests = await self.admin_requests(paths.PARTITIONS_ADD)
         self.watch_admin_topics(paths.PARTITIONS_ADD, self.add_watched, requests,
-                                 "partitions_add", self.on_partitions_add)
+                                "partitions_add", self.on_partitions_add)
         for topic, parts in requests.items():
             cleanup = [Delete(paths.partition_add(topic, p)) for p in sorted(parts)]
             cleanup.append(Delete(paths.partitions_add_topic(topic)))
@@ -173,7 +180,7 @@ class PartitionChanges:
                 if problem is None and sorted(new) != expected:
                     problem = f"new partitions {sorted(new)} are not the next ids {expected}"
             if problem is not None:
-                self.controller.log.error("rejecting partitions_add for {t}: {why}", t=topic, why=problem)
+                self.log.error("rejecting partitions_add for {t}: {why}", t=topic, why=problem)
                 await self.writer.fenced(cleanup)
                 continue
             if not new:
@@ -187,9 +194,9 @@ class PartitionChanges:
             # Init leaders, remove the admin path, update the topic path; one fenced
             # multi makes the three steps atomic.
             await self.init_leaders([(topic, p) for p in sorted(new)], batch,
-                                     extra_ops=[*cleanup, update])
+                                    extra_ops=[*cleanup, update])
             self.ctx.topic_versions[topic] = version + 1
-            self.controller.log.info("added partitions {ps} to topic {t}", ps=sorted(new), t=topic)
+            self.log.info("added partitions {ps} to topic {t}", ps=sorted(new), t=topic)
             self.controller._send(batch)
 
     async def on_partitions_remove(self) -> None:
@@ -200,7 +207,7 @@ class PartitionChanges:
         deleted only in the write that carries it out."""
         requests = await self.admin_requests(paths.PARTITIONS_REMOVE)
         self.watch_admin_topics(paths.PARTITIONS_REMOVE, self.remove_watched, requests,
-                                 "partitions_remove", self.on_partitions_remove)
+                                "partitions_remove", self.on_partitions_remove)
         retry = False
         for topic, parts in requests.items():
             cleanup = [Delete(paths.partition_remove(topic, p)) for p in sorted(parts)]
@@ -217,7 +224,7 @@ class PartitionChanges:
             try:
                 if problem is not None or not remove:
                     if problem:
-                        self.controller.log.error("rejecting partitions_remove for {t}: {why}", t=topic,
+                        self.log.error("rejecting partitions_remove for {t}: {why}", t=topic,
                                        why=problem)
                     await self.writer.fenced(cleanup)
                     self.restore_stopped(topic)
@@ -227,7 +234,7 @@ class PartitionChanges:
                 # The topic znode is not at the version we hold, or a request znode changed:
                 # nothing was written. Reload the topic (its assignment, version and states)
                 # and carry the request out again from there.
-                self.controller.log.warn("partitions_remove for {t}: conflicting write ({e}); nothing "
+                self.log.warn("partitions_remove for {t}: conflicting write ({e}); nothing "
                               "removed, trying again in {s}s", t=topic, e=e.first_error,
                               s=CONFLICT_RETRY_S)
                 await self.ctx.load_topics([topic])
@@ -236,7 +243,7 @@ class PartitionChanges:
             self.controller.events.later("partitions_remove (retry)", self.on_partitions_remove)
 
     async def remove_partitions(self, topic: str, remove: Sequence[int],
-                                 cleanup: Sequence[Any]) -> None:
+                                cleanup: Sequence[Any]) -> None:
         """Remove partitions ``remove`` (the highest-numbered ones) of ``topic``, in the order
         that leaves nothing behind if the controller stops at any point:
 
@@ -279,7 +286,7 @@ class PartitionChanges:
         self.ctx.assignments[topic] = assignment
         self.ctx.topic_versions[topic] = version + 1
         self.stopped_for_removal.pop(topic, None)
-        self.controller.log.info("removed partitions {ps} from topic {t}", ps=list(remove), t=topic)
+        self.log.info("removed partitions {ps} from topic {t}", ps=list(remove), t=topic)
 
     def restore_stopped(self, topic: str) -> None:
         """A removal whose StopReplica went out but whose write then conflicted, and that is
@@ -291,7 +298,7 @@ class PartitionChanges:
         tps = [(topic, p) for p in sorted(stopped) if (topic, p) in self.ctx.states]
         if not tps:
             return
-        self.controller.log.error("partitions {ps} of topic {t} were stopped for a removal that was then "
+        self.log.error("partitions {ps} of topic {t} were stopped for a removal that was then "
                        "refused: serving them again, empty (their data was deleted)",
                        ps=[p for _, p in tps], t=topic)
         batch = self.controller._new_batch()

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from twisted.logger import Logger
+
 from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.election import Election, preferred_leader
 from broker_core.metadata import Delete, NoNode, TransactionFailed
@@ -29,6 +31,11 @@ class PreferredElection:
         self.ctx = controller.context
         self.writer = controller.writer
 
+    @property
+    def log(self) -> Logger:
+        """The controller's logger (read when used: tests replace it)."""
+        return self.controller.log
+
     async def on_preferred_election(self) -> None:
         """Kafka's ``/admin/preferred_replica_election``: give each named partition to its
         preferred replica (first in AR) when that replica is alive and in the ISR, with a new
@@ -41,7 +48,7 @@ class PreferredElection:
         try:
             requested = paths.PreferredReplicaElection.from_bytes(data).partitions
         except ValueError as e:
-            self.controller.log.error("rejecting {p}: {e}", p=paths.PREFERRED_REPLICA_ELECTION, e=e)
+            self.log.error("rejecting {p}: {e}", p=paths.PREFERRED_REPLICA_ELECTION, e=e)
             requested = []
         await self.elect_preferred(requested)
         try:
@@ -62,7 +69,7 @@ class PreferredElection:
         for tp in tps:
             d = self.ctx.states.get(tp)
             if d is None:
-                self.controller.log.info("preferred election: unknown partition {t}-{p}", t=tp[0], p=tp[1])
+                self.log.info("preferred election: unknown partition {t}-{p}", t=tp[0], p=tp[1])
             elif decide(tp, d) is not None:
                 changes.append(tp)
         if not changes:
@@ -70,7 +77,7 @@ class PreferredElection:
         written = await self.writer.write_decisions(changes, decide, "preferred election")
         batch = self.controller._new_batch()
         for tp, d in written.items():
-            self.controller.log.info("preferred election: {t}-{p} now led by {l} (epoch {e})", t=tp[0],
+            self.log.info("preferred election: {t}-{p} now led by {l} (epoch {e})", t=tp[0],
                           p=tp[1], l=d.leader, e=d.leader_epoch)
             batch.leader_and_isr([r for r in d.replicas if r in self.ctx.live], tp, d)
             batch.update_metadata(self.ctx.live, tp, d)

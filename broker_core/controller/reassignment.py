@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from twisted.logger import Logger
+
 from broker_core.controller.batch import PartitionDecision, RequestBatch
 from broker_core.controller.election import (
     next_leader_epoch,
@@ -49,6 +51,11 @@ class Reassignment:
         self.wakeup_s = REASSIGNMENT_WAKEUP_S
         self.timer: Any = None  # the next timed wake-up, while there is work
 
+    @property
+    def log(self) -> Logger:
+        """The controller's logger (read when used: tests replace it)."""
+        return self.controller.log
+
     def cancel_timer(self) -> None:
         """No timed wake-up any more (the controller resigns)."""
         if self.timer is not None and self.timer.active():
@@ -65,7 +72,7 @@ class Reassignment:
         try:
             value = paths.PartitionReassignment.from_bytes(data)
         except ValueError as e:
-            self.controller.log.error("rejecting {p}: {e}; deleting it", p=paths.REASSIGN_PARTITIONS, e=e)
+            self.log.error("rejecting {p}: {e}; deleting it", p=paths.REASSIGN_PARTITIONS, e=e)
             try:
                 await self.writer.fenced([Delete(paths.REASSIGN_PARTITIONS, stat.version)])
             except TransactionFailed:
@@ -106,16 +113,16 @@ class Reassignment:
                 continue
             problem = self.reassignment_problem(tp, target)
             if problem is not None:
-                self.controller.log.error("rejecting reassignment of {t}-{p} to {r}: {why}", t=tp[0],
+                self.log.error("rejecting reassignment of {t}-{p} to {r}: {why}", t=tp[0],
                                p=tp[1], r=list(target), why=problem)
                 rejected[tp] = target
                 self.ctx.reassigning.pop(tp, None)
                 continue
-            self.controller.log.info("reassignment of {t}-{p} to {r} requested", t=tp[0], p=tp[1],
+            self.log.info("reassignment of {t}-{p} to {r} requested", t=tp[0], p=tp[1],
                           r=list(target))
             self.ctx.reassigning[tp] = target
         for tp in [tp for tp in self.ctx.reassigning if tp not in wanted]:
-            self.controller.log.info("reassignment of {t}-{p} withdrawn from {path}", t=tp[0], p=tp[1],
+            self.log.info("reassignment of {t}-{p} withdrawn from {path}", t=tp[0], p=tp[1],
                           path=paths.REASSIGN_PARTITIONS)
             del self.ctx.reassigning[tp]
         if rejected:
@@ -148,7 +155,7 @@ class Reassignment:
             except TransactionFailed as e:
                 # A znode moved under us (its version is not the one we hold): reload the
                 # topic and try again at the next wake-up.
-                self.controller.log.warn("reassignment of {t}-{p}: conflicting write ({e}); will retry",
+                self.log.warn("reassignment of {t}-{p}: conflicting write ({e}); will retry",
                               t=tp[0], p=tp[1], e=e.first_error)
                 await self.ctx.load_topics([tp[0]])
                 continue
@@ -187,7 +194,7 @@ class Reassignment:
             if not await self.move_replicas(tp, want_ar, want_adding, want_removing, batch):
                 return False
             self.controller._send(batch)
-            self.controller.log.info("reassignment of {t}-{p}: replicas {ar} (adding {add}, removing "
+            self.log.info("reassignment of {t}-{p}: replicas {ar} (adding {add}, removing "
                           "{rm})", t=topic, p=index, ar=list(want_ar), add=list(want_adding),
                           rm=list(want_removing))
             if want_ar == target and not want_adding:
@@ -200,13 +207,13 @@ class Reassignment:
             return False
         self.controller._send(batch)
         d = self.ctx.states[tp]
-        self.controller.log.info("reassignment of {t}-{p} to {r} completed (leader {l}, epoch {e})",
+        self.log.info("reassignment of {t}-{p} to {r} completed (leader {l}, epoch {e})",
                       t=topic, p=index, r=list(target), l=d.leader, e=d.leader_epoch)
         return True
 
     async def move_replicas(self, tp: TopicPartition, new_ar: Sequence[int],
-                             adding: Sequence[int], removing: Sequence[int],
-                             batch: RequestBatch) -> bool:
+                            adding: Sequence[int], removing: Sequence[int],
+                            batch: RequestBatch) -> bool:
         """Make ``new_ar`` the partition's AR: one fenced multi writes the topic znode
         (conditional on its version) and, when a replica leaves that leads or is in the ISR,
         the new leader/ISR (conditional on the state's version). Queues LeaderAndIsr to the
@@ -222,7 +229,7 @@ class Reassignment:
         if cur.leader not in new_ar or any(b in dropped for b in cur.isr):
             el = reassignment_leader(new_ar, cur.isr, cur.leader, self.controller._eligible())
             if el is None:
-                self.controller.log.warn("reassignment of {t}-{p}: no live in-sync replica among {r} to "
+                self.log.warn("reassignment of {t}-{p}: no live in-sync replica among {r} to "
                               "lead yet; waiting", t=topic, p=index, r=list(new_ar))
                 return False
             epoch = next_leader_epoch(cur.leader, cur.leader_epoch, el)
@@ -251,7 +258,7 @@ class Reassignment:
         return True
 
     def set_reassignment_meta(self, tp: TopicPartition, adding: Sequence[int],
-                               removing: Sequence[int]) -> None:
+                              removing: Sequence[int]) -> None:
         for table, value in ((self.ctx.adding, tuple(adding)), (self.ctx.removing, tuple(removing))):
             if value:
                 table[tp] = value

@@ -127,6 +127,11 @@ class ControlledShutdownHandler:
         self.ctx = controller.context
         self.writer = controller.writer
 
+    @property
+    def log(self) -> Logger:
+        """The controller's logger (read when used: tests replace it)."""
+        return self.controller.log
+
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int
                                   ) -> tuple[str | None, list[TopicPartition]]:
         """Broker ``broker_id`` is about to stop: move leadership of every partition it leads to
@@ -152,7 +157,7 @@ class ControlledShutdownHandler:
                 self.controller._answer(done, ("NOT_CONTROLLER", []))
                 raise
             except Exception:
-                self.controller.log.failure("ControlledShutdown of broker {b} failed", b=broker_id)
+                self.log.failure("ControlledShutdown of broker {b} failed", b=broker_id)
                 result = ("UNKNOWN_SERVER_ERROR", [])
             self.controller._answer(done, result)
 
@@ -168,7 +173,7 @@ class ControlledShutdownHandler:
         return top, list(remaining)
 
     async def shutdown_broker(self, broker_id: int, broker_epoch: int,
-                               sent: list[defer.Deferred]
+                              sent: list[defer.Deferred]
                                ) -> tuple[str | None, list[TopicPartition]]:
         if not self.controller.active:
             return "NOT_CONTROLLER", []
@@ -188,7 +193,7 @@ class ControlledShutdownHandler:
 
         changes = [tp for tp, d in self.ctx.states.items() if decide(tp, d) is not None]
         written = await self.writer.write_decisions(changes, decide,
-                                              f"controlled shutdown of broker {broker_id}")
+                                                    f"controlled shutdown of broker {broker_id}")
         batch = self.controller._new_batch()
         for tp, d in written.items():
             batch.leader_and_isr([r for r in d.replicas if r in self.ctx.live], tp, d)
@@ -203,11 +208,11 @@ class ControlledShutdownHandler:
         remaining = [tp for tp in stuck
                      if any(r in eligible and r != broker_id for r in self.ctx.states[tp].replicas)]
         if len(stuck) > len(remaining):
-            self.controller.log.warn("controlled shutdown of broker {b}: {n} partitions have no other live "
+            self.log.warn("controlled shutdown of broker {b}: {n} partitions have no other live "
                           "replica and stay led by it until it stops", b=broker_id,
                           n=len(stuck) - len(remaining))
         moved = sum(1 for tp in written if written[tp].leader != broker_id)
-        self.controller.log.info("controlled shutdown of broker {b}: {m} leaderships moved, {n} ISR "
+        self.log.info("controlled shutdown of broker {b}: {m} leaderships moved, {n} ISR "
                       "changes, {r} partitions still led by it", b=broker_id, m=moved,
                       n=len(written), r=len(remaining))
         return None, remaining

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.logger import Logger
+
 from broker_core.controller.batch import RequestBatch
 from broker_core.controller.context import gather
 from broker_core.metadata import Delete, TransactionFailed
@@ -27,6 +29,11 @@ class TopicDeletion:
         self.controller = controller
         self.ctx = controller.context
         self.writer = controller.writer
+
+    @property
+    def log(self) -> Logger:
+        """The controller's logger (read when used: tests replace it)."""
+        return self.controller.log
 
     def forget_topic(self, topic: str, batch: RequestBatch) -> None:
         parts = self.ctx.assignments.pop(topic, {})
@@ -63,11 +70,11 @@ class TopicDeletion:
             try:
                 await self.writer.fenced(ops)
             except TransactionFailed as e:
-                self.controller.log.warn("could not delete the znodes of topic {t} in one step ({e}); "
+                self.log.warn("could not delete the znodes of topic {t} in one step ({e}); "
                               "deleting them one by one", t=topic, e=e.first_error)
                 for op in ops:
                     try:
                         await self.writer.fenced([op])
                     except TransactionFailed:
                         pass
-            self.controller.log.info("deleted topic {t}", t=topic)
+            self.log.info("deleted topic {t}", t=topic)

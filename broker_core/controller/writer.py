@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from twisted.internet import defer
+from twisted.logger import Logger
 
 from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.context import ControllerContext, gather
@@ -45,6 +46,11 @@ class ControllerWriter:
     def __init__(self, controller: Any, ctx: ControllerContext) -> None:
         self.controller = controller
         self.ctx = ctx
+
+    @property
+    def log(self) -> Logger:
+        """The controller's logger (read when used: tests replace it)."""
+        return self.controller.log
 
     async def fenced(self, ops: Sequence[Any]) -> None:
         """Apply ``ops`` in multis that each begin with the controller-epoch check.
@@ -130,7 +136,7 @@ class ControllerWriter:
         for tp, planned in rounds.written.items():
             written[tp] = planned.decision
             if planned.election.unclean:
-                self.controller.log.warn("UNCLEAN leader election for {t}-{p}: broker {l} was not in the "
+                self.log.warn("UNCLEAN leader election for {t}-{p}: broker {l} was not in the "
                               "ISR {isr}; committed messages may be lost", t=tp[0], p=tp[1],
                               l=planned.election.leader, isr=list(planned.base.isr))
                 if self.controller.metrics is not None:
@@ -138,25 +144,25 @@ class ControllerWriter:
         retry = []
         for tp, why in rounds.dropped.items():
             if why == GONE:
-                self.controller.log.info("{what}: {t}-{p} left out: {why}", what=what, t=tp[0], p=tp[1],
+                self.log.info("{what}: {t}-{p} left out: {why}", what=what, t=tp[0], p=tp[1],
                               why=why)
             else:
-                self.controller.log.warn("{what}: {t}-{p} not written: {why}; deciding again in {s}s",
+                self.log.warn("{what}: {t}-{p} not written: {why}; deciding again in {s}s",
                               what=what, t=tp[0], p=tp[1], why=why, s=CONFLICT_RETRY_S)
                 retry.append(tp)
         if retry:
             self.controller.events.later(f"{what} (retry)",
-                              lambda: self.retry_decisions(retry, decide, what))
+                                         lambda: self.retry_decisions(retry, decide, what))
         return written
 
     async def retry_decisions(self, tps: list[TopicPartition], decide: Decide,
-                               what: str) -> None:
+                              what: str) -> None:
         """Decide ``tps`` again, by the rule of the job that could not write them, from the
         state held now, and send what is written (LeaderAndIsr to the live replicas,
         UpdateMetadata to every live broker)."""
         written = await self.write_decisions(tps, decide, what)
         if written:
-            self.controller.log.info("{what}: {n} partitions written on a retry", what=what,
+            self.log.info("{what}: {n} partitions written on a retry", what=what,
                           n=len(written))
         batch = self.controller._new_batch()
         for tp, d in written.items():

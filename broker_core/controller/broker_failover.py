@@ -80,7 +80,8 @@ class BrokerFailover:
             return
         dead = set(self.ctx.live) - set(now)
         new = set(now) - set(self.ctx.live)
-        bounced = {b for b in set(now) & set(self.ctx.live) if now[b].epoch != self.ctx.live[b].epoch}
+        bounced = {b for b in set(now) & set(self.ctx.live)
+                   if now[b].epoch != self.ctx.live[b].epoch}
         # A broker that finished its controlled shutdown (or came back as a new incarnation) is
         # an ordinary broker again.
         self.ctx.shutting_down -= dead | bounced
@@ -151,8 +152,9 @@ class BrokerFailover:
                 self.controller, sorted(new | bounced)))
 
     def judge_live(self, bounced: Collection[int]) -> Decide:
-        """What a broker change means for one partition, against the live brokers at the time it is called (so
-        a decision taken again after a conflict, or on a retry, judges the present):
+        """What a broker change means for one partition, against the live brokers at the time
+        it is called (so a decision taken again after a conflict, or on a retry, judges the
+        present):
 
         - its leader is not live: an offline election (it may come out leaderless: no live ISR
           member and no unclean election);

@@ -41,8 +41,8 @@ class EventManager:
     """The serial event queue of one controller. ``controller`` supplies what the loop needs:
     ``active`` and ``_started`` (whether a failing event still matters), ``log`` and ``metrics``
     (read when used: tests replace the controller's logger), ``_resign()`` (on
-    :class:`NotController`) and ``broker_failover.retry_broker_change()`` (a broker change the store did not
-    take)."""
+    :class:`NotController`) and ``broker_failover.retry_broker_change()`` (a broker change the
+    store did not take)."""
 
     def __init__(self, controller: Any, reactor: Any) -> None:
         self.controller = controller

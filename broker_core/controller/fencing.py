@@ -131,7 +131,8 @@ class FencingAgent:
             c.metrics.fenced_brokers.set(len(self.liveness.fenced))
         if verdict.changed:
             unfenced = set(verdict.unfence)
-            c.events.enqueue("broker_fencing", lambda: c.broker_failover.on_broker_change(unfenced=unfenced))
+            c.events.enqueue("broker_fencing",
+                             lambda: c.broker_failover.on_broker_change(unfenced=unfenced))
         if verdict.isolated and not self._checking_isolation:
             self._checking_isolation = True
             c.events.enqueue("controller_isolation", self._check_isolation)

@@ -68,8 +68,9 @@ class ControllerWriter:
         chunks = [list(ops[i:i + MULTI_BATCH]) for i in range(0, len(ops), MULTI_BATCH)]
         for w in range(0, len(chunks), FENCED_PIPELINE):
             check = Check(paths.CONTROLLER_EPOCH, self.controller.epoch_zk_version)
+            store = self.controller.store
             results = await defer.DeferredList(
-                [self.controller.store.multi([check, *chunk]) for chunk in chunks[w:w + FENCED_PIPELINE]],
+                [store.multi([check, *chunk]) for chunk in chunks[w:w + FENCED_PIPELINE]],
                 consumeErrors=True)
             failures = [r for ok, r in results if not ok]
             if not failures:

@@ -168,7 +168,7 @@ class Controller:
             except (MetadataStoreError, ValueError):
                 pass
 
-    # -- events ---------------------------------------------------------------------------------
+    # -- watches and session (they only enqueue events) ----------------------------------------
 
     def _active_only(self, name: str, fn: Callable[[], Awaitable[None]]) -> Callable[..., None]:
         """A watch callback that enqueues ``fn`` while we are the active controller."""

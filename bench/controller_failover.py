@@ -106,7 +106,7 @@ def one_failover(partitions: int, topics: int, profile: cProfile.Profile | None 
         profile.disable()
     if not done.called:
         raise RuntimeError("the failover waited for something: the bench's channels answer at once")
-    moved = sum(1 for d in ctl.states.values() if d.leader == 3)
+    moved = sum(1 for d in ctl.context.states.values() if d.leader == 3)
     if moved:
         raise RuntimeError(f"{moved} partitions still led by the dead broker")
     return cpu, sum(c.sent_bytes for c in channels.values())

@@ -270,7 +270,7 @@ class BrokerService(service.Service):
             self.metrics.log_directory_online.labels(log_dir=str(d)).set_function(
                 lambda d=d: int(self.log_manager.dir_states.is_online(d)))
         self.metrics.offline_partitions.set_function(
-            lambda: sum(1 for d in self.controller.states.values() if d.leader < 0)
+            lambda: sum(1 for d in self.controller.context.states.values() if d.leader < 0)
             if self.controller.active else 0)
 
     async def _load_acls(self, loaded: defer.Deferred) -> None:

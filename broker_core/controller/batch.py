@@ -299,3 +299,22 @@ class _SharedBodies:
         body = build(parts)
         self._built.append((parts, body))
         return body
+
+
+async def first_of(d: defer.Deferred, timeout_s: float, clock: Any) -> None:
+    """Wait until ``d`` fires or ``timeout_s`` passes, whichever is first; ``d`` itself is left
+    alone (not cancelled, its result untouched)."""
+    done: defer.Deferred = defer.Deferred()
+
+    def fire(result: Any = None) -> Any:
+        if not done.called:
+            done.callback(None)
+        return result
+
+    call = clock.callLater(timeout_s, fire)
+    d.addBoth(fire)
+    try:
+        await done
+    finally:
+        if call.active():
+            call.cancel()

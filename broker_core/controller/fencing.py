@@ -74,7 +74,7 @@ class FencingAgent:
         if not c.active:
             return
         votes = await self._read_votes()
-        for b in unreachable_predecessor(c.broker_id, c.epoch, c.live, votes):
+        for b in unreachable_predecessor(c.broker_id, c.epoch, c.context.live, votes):
             self.log.warn("broker {b}, the previous controller, could not be reached by most "
                           "brokers: counted as silent for a session already", b=b)
             self.liveness.presume_silent(b)
@@ -101,7 +101,7 @@ class FencingAgent:
         c = self.controller
         if not c.active:
             return "NOT_CONTROLLER", True
-        registered = c.live.get(broker_id)
+        registered = c.context.live.get(broker_id)
         if registered is None or registered.epoch != broker_epoch:
             return "STALE_BROKER_EPOCH", True
         if self.liveness.heartbeat(broker_id):
@@ -131,10 +131,11 @@ class FencingAgent:
             c.metrics.fenced_brokers.set(len(self.liveness.fenced))
         if verdict.changed:
             unfenced = set(verdict.unfence)
-            c._enqueue("broker_fencing", lambda: c._on_broker_change(unfenced=unfenced))
+            c.events.enqueue("broker_fencing",
+                             lambda: c.broker_failover.on_broker_change(unfenced=unfenced))
         if verdict.isolated and not self._checking_isolation:
             self._checking_isolation = True
-            c._enqueue("controller_isolation", self._check_isolation)
+            c.events.enqueue("controller_isolation", self._check_isolation)
 
     # -- an isolated controller ------------------------------------------------------------------
 
@@ -144,7 +145,7 @@ class FencingAgent:
         if not c.active or self.liveness.hears_majority():
             return
         votes = await self._read_votes()
-        if not c.active or not should_resign(c.broker_id, c.epoch, c.live, votes,
+        if not c.active or not should_resign(c.broker_id, c.epoch, c.context.live, votes,
                                              isolated=not self.liveness.hears_majority()):
             return
         self.log.warn("controller {b} (epoch {e}) resigns: it has heard from too few brokers "

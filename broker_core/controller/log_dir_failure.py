@@ -143,7 +143,7 @@ def offline_replica_changes(
 async def on_log_dir_event(c: Controller) -> None:
     """The notification znode's children changed: act on every broker they name, then delete
     them (after acting: a controller that dies half-way leaves them for its successor)."""
-    names = [n for n in await c._children(paths.LOG_DIR_EVENT_NOTIFICATION)
+    names = [n for n in await c.context.children(paths.LOG_DIR_EVENT_NOTIFICATION)
              if n.startswith("log_dir_event_")]
     if not names:
         return
@@ -161,11 +161,11 @@ async def on_log_dir_event(c: Controller) -> None:
     await refresh_brokers(c, sorted(brokers))
     deletes = [Delete(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{n}") for n in names]
     try:
-        await c._fenced(deletes)
+        await c.writer.fenced(deletes)
     except TransactionFailed:
         for op in deletes:  # some were gone already (deleted by a previous controller)
             try:
-                await c._fenced([op])
+                await c.writer.fenced([op])
             except TransactionFailed:
                 pass
 
@@ -173,7 +173,7 @@ async def on_log_dir_event(c: Controller) -> None:
 async def refresh_brokers(c: Controller, brokers: Iterable[int]) -> None:
     """Read the offline records of the live ``brokers`` and take their offline replicas out
     of service."""
-    brokers = [b for b in brokers if b in c.live]
+    brokers = [b for b in brokers if b in c.context.live]
     if not brokers:
         return
     found = await c.store.get_many([paths.offline_replicas(b) for b in brokers])
@@ -186,12 +186,12 @@ async def refresh_brokers(c: Controller, brokers: Iterable[int]) -> None:
         except ValueError as e:
             log.error("ignoring the offline-replica record of broker {b}: {e}", b=b, e=e)
             continue
-        epoch = c.live[b].epoch
+        epoch = c.context.live[b].epoch
         if rec.broker_id != b or rec.broker_epoch != epoch:
             log.debug("offline-replica record of broker {b} is for epoch {r}, not {e}",
                       b=b, r=rec.broker_epoch, e=epoch)
             continue
-        new = c.offline_replicas.record(b, epoch, rec.partitions)
+        new = c.context.offline_replicas.record(b, epoch, rec.partitions)
         if new:
             log.warn("broker {b}: log directories {d} offline; {n} replicas newly offline "
                      "(e.g. {ex})", b=b, d=list(rec.log_dirs), n=len(new),
@@ -208,7 +208,7 @@ async def apply_changes(c: Controller, brokers: Iterable[int]) -> None:
     writer, once written."""
     offline: dict[TopicPartition, list[int]] = {}
     for b in brokers:
-        for tp in c.offline_replicas.partitions(b):
+        for tp in c.context.offline_replicas.partitions(b):
             offline.setdefault(tp, []).append(b)
 
     def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
@@ -219,24 +219,24 @@ async def apply_changes(c: Controller, brokers: Iterable[int]) -> None:
         # reporting broker whose replica needs something decides (a partition with offline
         # replicas on two brokers is settled for the second on the next report or failover).
         usable = list(c._usable_live())
-        preferred = [b for b in usable if b not in c.shutting_down]
+        preferred = [b for b in usable if b not in c.context.shutting_down]
         for b in sorted(offline.get(tp, ())):
-            if b not in c.live or not c.offline_replicas.is_offline(b, tp):
+            if b not in c.context.live or not c.context.offline_replicas.is_offline(b, tp):
                 continue
-            el = offline_replica_election(tp, d, b, preferred, c.offline_replicas.usable,
+            el = offline_replica_election(tp, d, b, preferred, c.context.offline_replicas.usable,
                                           c.unclean_leader_election)
             if el is not None and el.leader == NO_LEADER and len(preferred) < len(usable):
-                el = offline_replica_election(tp, d, b, usable, c.offline_replicas.usable,
+                el = offline_replica_election(tp, d, b, usable, c.context.offline_replicas.usable,
                                               c.unclean_leader_election)
             if el is not None:
                 return el
         return None
 
     tps = [tp for tp in sorted(offline)
-           if tp in c.states and decide(tp, c.states[tp]) is not None]
+           if tp in c.context.states and decide(tp, c.context.states[tp]) is not None]
     if not tps:
         return
-    written = await c._write_decisions(tps, decide, "offline replicas")
+    written = await c.writer.write_decisions(tps, decide, "offline replicas")
     moved = sum(1 for d in written.values() if d.leader != NO_LEADER)
     left = [tp for tp, d in written.items() if d.leader == NO_LEADER]
     log.info("offline replicas: {n} partitions changed ({m} with a leader, {o} left without "
@@ -244,13 +244,13 @@ async def apply_changes(c: Controller, brokers: Iterable[int]) -> None:
              ex=(": " + ", ".join(f"{t}-{p}" for t, p in left[:3])) if left else "")
     batch = c._new_batch()
     for tp, d in written.items():
-        batch.leader_and_isr([r for r in d.replicas if r in c.live], tp, d)
-        batch.update_metadata(c.live, tp, d)
+        batch.leader_and_isr([r for r in d.replicas if r in c.context.live], tp, d)
+        batch.update_metadata(c.context.live, tp, d)
     c._send(batch)
 
 
 async def on_failover(c: Controller) -> None:
     """A new controller: learn every live broker's offline replicas (records survive a
     controller change; notifications not yet handled are handled and deleted too)."""
-    await refresh_brokers(c, sorted(c.live))
+    await refresh_brokers(c, sorted(c.context.live))
     await on_log_dir_event(c)

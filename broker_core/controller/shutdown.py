@@ -1,4 +1,6 @@
-"""The broker's side of a controlled shutdown (Kafka's ``KafkaServer.controlledShutdown``).
+"""Controlled shutdown, both sides: the broker's request (Kafka's
+``KafkaServer.controlledShutdown``) and the controller's answer
+(:class:`ControlledShutdownHandler`).
 
 Before a broker stops it asks the active controller, with ControlledShutdown (key 7, v3), to move
 leadership of its partitions to other in-sync replicas and to take it out of the ISRs, so clients
@@ -10,6 +12,14 @@ apart, and stops normally whatever the outcome (as Kafka does).
 The controller is found through ``/controller`` and its ``/brokers/ids/[id]`` registration each
 attempt (it may move between attempts). When this broker is the controller itself the request is
 a direct call: going through its own listener would gain nothing.
+
+The controller's side runs as a controller event: it marks the broker as shutting down (from
+then until it leaves, no leadership or ISR place is given to it), moves leadership of every
+partition it leads to another eligible ISR member with a new leader epoch, takes it out of every
+ISR, and answers once the decisions are written and the brokers have acknowledged them (or
+:data:`SHUTDOWN_ACK_WAIT_S` passed). Invariants: a request from a previous incarnation of the
+broker (STALE_BROKER_EPOCH) or an unregistered one (BROKER_NOT_AVAILABLE) changes nothing; every
+caller is answered once, NOT_CONTROLLER if the controller resigns first.
 """
 
 from __future__ import annotations
@@ -19,6 +29,9 @@ from typing import Any
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
+from broker_core.controller.batch import PartitionDecision
+from broker_core.controller.election import Election, controlled_shutdown_election
+from broker_core.controller.event_manager import NotController
 from broker_core.metadata import NoNode, SessionState
 from broker_core.rpc import connect_client
 from broker_core.security.peer_tls import PeerTls
@@ -29,6 +42,10 @@ from broker_core.wire.topic_partition import TopicPartition
 from broker_core.zk import paths
 
 CONTROLLED_SHUTDOWN_VERSION = 3
+
+#: Longest a ControlledShutdown answer waits for the brokers to acknowledge the moves it sent
+#: (the moves are decided and written already; this only makes the hand-over smoother).
+SHUTDOWN_ACK_WAIT_S = 5.0
 
 log = Logger(namespace="sluice.broker")
 
@@ -98,3 +115,104 @@ async def controlled_shutdown(broker_id: int, broker_epoch: int, *, store: Any,
     log.warn("controlled shutdown of broker {b} did not complete; stopping anyway",
              b=broker_id)
     return False
+
+
+class ControlledShutdownHandler:
+    """The controller's side of ControlledShutdown. ``controller`` supplies ``active``,
+    ``reactor``, ``events``, ``log``, the waiting callers (``_alter_waiters``, ``_answer``),
+    ``_eligible``, ``_new_batch`` / ``_send``, and its ``context`` and ``writer``."""
+
+    def __init__(self, controller: Any) -> None:
+        self.controller = controller
+        self.ctx = controller.context
+        self.writer = controller.writer
+
+    @property
+    def log(self) -> Logger:
+        """The controller's logger (read when used: tests replace it)."""
+        return self.controller.log
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int
+                                  ) -> tuple[str | None, list[TopicPartition]]:
+        """Broker ``broker_id`` is about to stop: move leadership of every partition it leads to
+        another live ISR member (new leader epoch), take it out of every ISR, and return an
+        error name (NOT_CONTROLLER, STALE_BROKER_EPOCH, BROKER_NOT_AVAILABLE) or None with the
+        replicated partitions (replication factor > 1, as Kafka) it still leads. From now until
+        it leaves, no leadership or ISR place is given to it.
+
+        Runs as a controller event; the answer comes once the decisions are written and the
+        brokers have acknowledged them (or ``SHUTDOWN_ACK_WAIT_S`` passed)."""
+        if not self.controller.active:
+            return "NOT_CONTROLLER", []
+        done: defer.Deferred = defer.Deferred()
+        self.controller._alter_waiters.add(done)
+        sent: list[defer.Deferred] = []
+
+        async def event() -> None:
+            if done.called:
+                return
+            try:
+                result = await self.shutdown_broker(broker_id, broker_epoch, sent)
+            except NotController:
+                self.controller._answer(done, ("NOT_CONTROLLER", []))
+                raise
+            except Exception:
+                self.log.failure("ControlledShutdown of broker {b} failed", b=broker_id)
+                result = ("UNKNOWN_SERVER_ERROR", [])
+            self.controller._answer(done, result)
+
+        self.controller.events.enqueue("controlled_shutdown", event)
+        top, remaining = await done
+        if top is None and sent:
+            acks = defer.DeferredList(sent, consumeErrors=True)
+            acks.addTimeout(SHUTDOWN_ACK_WAIT_S, self.controller.reactor)
+            try:
+                await acks
+            except defer.TimeoutError:
+                pass
+        return top, list(remaining)
+
+    async def shutdown_broker(self, broker_id: int, broker_epoch: int,
+                              sent: list[defer.Deferred]
+                               ) -> tuple[str | None, list[TopicPartition]]:
+        if not self.controller.active:
+            return "NOT_CONTROLLER", []
+        registered = self.ctx.live.get(broker_id)
+        if registered is None:
+            return "BROKER_NOT_AVAILABLE", []
+        if broker_epoch >= 0 and registered.epoch != broker_epoch:
+            return "STALE_BROKER_EPOCH", []
+        self.ctx.shutting_down.add(broker_id)
+        eligible = self.controller._eligible()
+
+        def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
+            if broker_id not in d.replicas or len(d.replicas) < 2:
+                return None
+            return controlled_shutdown_election(d.replicas, d.isr, d.leader, broker_id,
+                                                self.controller._eligible())
+
+        changes = [tp for tp, d in self.ctx.states.items() if decide(tp, d) is not None]
+        written = await self.writer.write_decisions(changes, decide,
+                                                    f"controlled shutdown of broker {broker_id}")
+        batch = self.controller._new_batch()
+        for tp, d in written.items():
+            batch.leader_and_isr([r for r in d.replicas if r in self.ctx.live], tp, d)
+            batch.update_metadata(self.ctx.live, tp, d)
+        sent.append(self.controller._send(batch))
+        # Kafka reports every replicated partition still led here, and the broker retries. A
+        # partition whose other replicas are all dead cannot move however often it retries, so
+        # it is logged but not reported (the last broker of a cluster would otherwise spend
+        # every retry and back-off on it).
+        stuck = sorted(tp for tp, d in self.ctx.states.items()
+                       if d.leader == broker_id and len(d.replicas) > 1)
+        remaining = [tp for tp in stuck
+                     if any(r in eligible and r != broker_id for r in self.ctx.states[tp].replicas)]
+        if len(stuck) > len(remaining):
+            self.log.warn("controlled shutdown of broker {b}: {n} partitions have no other live "
+                          "replica and stay led by it until it stops", b=broker_id,
+                          n=len(stuck) - len(remaining))
+        moved = sum(1 for tp in written if written[tp].leader != broker_id)
+        self.log.info("controlled shutdown of broker {b}: {m} leaderships moved, {n} ISR "
+                      "changes, {r} partitions still led by it", b=broker_id, m=moved,
+                      n=len(written), r=len(remaining))
+        return None, remaining

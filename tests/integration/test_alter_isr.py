@@ -43,7 +43,7 @@ def caches_show(brokers, topic: str, p: int, *, isr, leader_epoch: int, zk_versi
 async def settled(brokers, topic: str, parts: int):
     """The active controller once it and every broker's cache know all partitions of topic."""
     ctrl = await eventually(lambda: controller_of(brokers), what="controller")
-    await eventually(lambda: all((topic, p) in ctrl.controller.states for p in range(parts))
+    await eventually(lambda: all((topic, p) in ctrl.controller.context.states for p in range(parts))
                      and all(b.cache.partition(topic, p) is not None
                              for b in brokers for p in range(parts)),
                      what=f"{topic} known everywhere")
@@ -67,7 +67,7 @@ async def test_alter_isr_shrinks_expands_and_refuses(brokers, monkeypatch):
     st, version = await znode(store, "isr", 0)
     assert (st.leader, sorted(st.isr)) == (L, sorted([L, *others]))
     epoch = st.leader_epoch
-    broker_epoch = ctrl.live[L].epoch
+    broker_epoch = ctrl.context.live[L].epoch
     assert broker_epoch == leader_b.registration_epoch  # the czxid both sides know
 
     # Shrink: the znode, every cache and the leader's replica show the new ISR at the next
@@ -117,7 +117,7 @@ async def test_alter_isr_shrinks_expands_and_refuses(brokers, monkeypatch):
         err, res = await answer([item])
         assert (err, res[item[:2]]) == (None, (expected, None)), expected
     err, res = await answer([("isr", 0, epoch, small, current)], requester=others[0],
-                            b_epoch=ctrl.live[others[0]].epoch)
+                            b_epoch=ctrl.context.live[others[0]].epoch)
     assert res[("isr", 0)] == ("NOT_LEADER_OR_FOLLOWER", None)
     assert await answer([("isr", 0, epoch, small, current)], b_epoch=broker_epoch - 1) == (
         "STALE_BROKER_EPOCH", {})
@@ -149,11 +149,11 @@ async def test_alter_isr_answers_invalid_update_version_after_a_concurrent_chang
     # last write would): the controller's cached version is now stale.
     await ctrl_b.store.set(paths.leader_and_isr("race", 0), paths.LeaderAndIsr(
         L, st.leader_epoch, [L, others[1]], st.controller_epoch).to_bytes(), version=version)
-    err, res = await ctrl.alter_isr(L, ctrl.live[L].epoch,
+    err, res = await ctrl.alter_isr(L, ctrl.context.live[L].epoch,
                                     [("race", 0, st.leader_epoch, (L, others[0]), version)])
     assert (err, res[("race", 0)]) == (None, ("INVALID_UPDATE_VERSION", None))
     # The controller re-read the znode and told everyone what it holds.
-    assert ctrl.states[("race", 0)].zk_version == version + 1
+    assert ctrl.context.states[("race", 0)].zk_version == version + 1
     await eventually(lambda: caches_show(brokers, "race", 0, isr=(L, others[1]),
                                          leader_epoch=st.leader_epoch, zk_version=version + 1),
                      what="caches show the znode's state")
@@ -173,7 +173,7 @@ async def test_returning_leader_gets_a_new_leader_epoch(brokers, zk_hosts):
     ctrl = ctrl_b.controller
     before = {t: await znode(ctrl_b.store, t, 0) for t in ("back", "solo")}
     assert all(st.leader == L for st, _ in before.values())
-    old_czxid = ctrl.live[L].epoch
+    old_czxid = ctrl.context.live[L].epoch
 
     # The controller must see the broker come back with a new registration, not see it die
     # first (then leadership would move, or the partition go offline, for other reasons). Hold
@@ -195,9 +195,9 @@ async def test_returning_leader_gets_a_new_leader_epoch(brokers, zk_hosts):
     finally:
         ctrl._on_session_state(SessionState.CONNECTED)
 
-    await eventually(lambda: ctrl.live[L].epoch != old_czxid, timeout=15,
+    await eventually(lambda: ctrl.context.live[L].epoch != old_czxid, timeout=15,
                      what="the controller caches the new czxid")
-    assert ctrl.live[L].epoch == leader_b.registration_epoch
+    assert ctrl.context.live[L].epoch == leader_b.registration_epoch
     # The single copy: nobody else has its messages, so the returning broker leads again, in a
     # new generation (docs/design.md#leader-epochs).
     st, version = before["solo"]
@@ -215,7 +215,7 @@ async def test_returning_leader_gets_a_new_leader_epoch(brokers, zk_hosts):
         (c := b.cache.partition("back", 0)) is not None and c.leader == others[0]
         and c.leader_epoch == st.leader_epoch + 1 for b in brokers),
         what="back-0: another in-sync replica leads, new leader epoch in every cache")
-    await eventually(lambda: L in ctrl.states[("back", 0)].isr, timeout=30,
+    await eventually(lambda: L in ctrl.context.states[("back", 0)].isr, timeout=30,
                      what="back-0: the returning broker back in the ISR")
     for t in ("solo", "back"):
         st, _ = before[t]

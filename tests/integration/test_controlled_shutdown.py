@@ -101,4 +101,4 @@ async def test_controlled_shutdown_api(brokers):
     # While it is shutting down it may not rejoin an ISR, even though it keeps fetching.
     await task.deferLater(reactor, 1.0, lambda: None)
     assert other.broker_id not in (await zk_state(ctrl.store, TOPIC, 0)).isr
-    assert ctrl.controller.shutting_down == {other.broker_id}
+    assert ctrl.controller.context.shutting_down == {other.broker_id}

@@ -59,7 +59,7 @@ async def test_removed_partitions_are_stopped_deleted_and_forgotten(brokers):
                      what="metadata without the removed partitions")
     assert all(b.replicas.get_partition("shrink", p) is None for b in brokers for p in (2, 3))
     ctl = controller_of(brokers).controller
-    assert ("shrink", 2) not in ctl.states and sorted(ctl.assignments["shrink"]) == [0, 1]
+    assert ("shrink", 2) not in ctl.context.states and sorted(ctl.context.assignments["shrink"]) == [0, 1]
     # The remaining partitions still take writes; a removed one is unknown.
     for p in (0, 1):
         assert (await produce(leader_of(brokers, "shrink", p), "shrink", p, [b"y"])

@@ -178,13 +178,13 @@ def make(partitions: int = 9):
     store, clock, channels, ctl = make_controller(
         partitions, store, heartbeat_interval_s=BEAT, session_timeout_s=SESSION)
     ctl._started = True
-    ctl.fencing.start(ctl.live)
+    ctl.fencing.start(ctl.context.live)
     return store, clock, channels, ctl
 
 
 def beat(ctl: Controller, *brokers: int) -> None:
     for b in brokers:
-        assert ctl.broker_heartbeat(b, ctl.live[b].epoch)[0] is None
+        assert ctl.broker_heartbeat(b, ctl.context.live[b].epoch)[0] is None
 
 
 def alter(ctl: Controller, broker: int, epoch: int, items: list) -> defer.Deferred:
@@ -203,25 +203,25 @@ def run(clock: task.Clock, ctl: Controller, seconds: float, *beating: int) -> No
 def test_a_silent_leader_is_fenced_its_partitions_move_and_it_cannot_shrink_to_itself():
     store, clock, channels, ctl = make()
     led_by_3 = {("t", p) for p in range(9) if 1 + p % 3 == 3}
-    before = {tp: ctl.states[tp].leader_epoch for tp in led_by_3}
+    before = {tp: ctl.context.states[tp].leader_epoch for tp in led_by_3}
     run(clock, ctl, SESSION - BEAT, 2)
-    assert all(ctl.states[tp].leader == 3 for tp in led_by_3)  # not within the session
+    assert all(ctl.context.states[tp].leader == 3 for tp in led_by_3)  # not within the session
     run(clock, ctl, 2 * BEAT, 2)
     assert ctl.fencing.liveness.fenced == {3}
-    for tp, d in ctl.states.items():
+    for tp, d in ctl.context.states.items():
         assert d.leader != 3 and 3 not in d.isr, (tp, d)
     for tp in led_by_3:
         # A new leader generation: the fenced leader's acks=all writes can never commit.
-        assert ctl.states[tp].leader_epoch > before[tp]
+        assert ctl.context.states[tp].leader_epoch > before[tp]
         data, _ = store.nodes[paths.leader_and_isr(*tp)]
         assert paths.LeaderAndIsr.from_bytes(data).leader != 3
     # Its AlterPartition (shrink the ISR to itself, at its old epoch) is refused.
     tp = sorted(led_by_3)[0]
-    result = alter(ctl, 3, ctl.live[3].epoch, [(tp[0], tp[1], before[tp], (3,), 0)])
+    result = alter(ctl, 3, ctl.context.live[3].epoch, [(tp[0], tp[1], before[tp], (3,), 0)])
     clock.advance(0)
     assert result.result == ("STALE_BROKER_EPOCH", {})
     # A heartbeat that reaches the controller again unfences it at once.
-    assert ctl.broker_heartbeat(3, ctl.live[3].epoch) == (None, False)
+    assert ctl.broker_heartbeat(3, ctl.context.live[3].epoch) == (None, False)
     assert ctl.fencing.liveness.fenced == frozenset()
 
 
@@ -238,33 +238,33 @@ def test_an_unfenced_broker_gets_its_whole_state_and_may_rejoin_the_isr():
     assert full, "the unfenced broker was not sent its whole state"
     # Back in an ISR once it catches up: its follower's AlterPartition from the leader passes.
     tp = ("t", 0)
-    d = ctl.states[tp]
+    d = ctl.context.states[tp]
     assert 3 not in d.isr
-    result = alter(ctl, d.leader, ctl.live[d.leader].epoch,
+    result = alter(ctl, d.leader, ctl.context.live[d.leader].epoch,
                            [(tp[0], tp[1], d.leader_epoch, (*d.isr, 3), d.zk_version)])
     clock.advance(0)
     top, parts = result.result
-    assert top is None and parts[tp][0] is None and 3 in ctl.states[tp].isr
+    assert top is None and parts[tp][0] is None and 3 in ctl.context.states[tp].isr
 
 
 def test_a_fenced_broker_cannot_join_an_isr():
     store, clock, channels, ctl = make()
     run(clock, ctl, SESSION + BEAT, 2)
     tp = ("t", 0)
-    d = ctl.states[tp]
-    result = alter(ctl, d.leader, ctl.live[d.leader].epoch,
+    d = ctl.context.states[tp]
+    result = alter(ctl, d.leader, ctl.context.live[d.leader].epoch,
                            [(tp[0], tp[1], d.leader_epoch, (*d.isr, 3), d.zk_version)])
     clock.advance(0)
     top, parts = result.result
-    assert top is None and parts[tp][0] is not None and 3 not in ctl.states[tp].isr
+    assert top is None and parts[tp][0] is not None and 3 not in ctl.context.states[tp].isr
 
 
 def test_an_isolated_controller_fences_nobody_and_resigns_on_the_others_records():
     store, clock, channels, ctl = make()
-    states = dict(ctl.states)
+    states = dict(ctl.context.states)
     run(clock, ctl, 3 * SESSION)  # nobody's heartbeats arrive
     assert ctl.active and ctl.fencing.liveness.fenced == frozenset()
-    assert ctl.states == states  # nothing moved
+    assert ctl.context.states == states  # nothing moved
     # One broker records that it cannot reach the controller: not a majority of the others.
     store.create(paths.controller_unreachable(2), UnreachableVote(2, 1, 5).to_bytes(),
                  makepath=True)
@@ -274,7 +274,7 @@ def test_an_isolated_controller_fences_nobody_and_resigns_on_the_others_records(
     run(clock, ctl, BEAT)
     assert not ctl.active
     assert paths.CONTROLLER not in store.nodes  # given up, so the others elect one of them
-    assert ctl.states == {}  # resigned: its state dropped, nothing written
+    assert ctl.context.states == {}  # resigned: its state dropped, nothing written
     for tp, d in states.items():
         data, _ = store.nodes[paths.leader_and_isr(*tp)]
         assert paths.LeaderAndIsr.from_bytes(data).leader == d.leader
@@ -302,20 +302,20 @@ def test_an_isolated_controller_refuses_isr_shrinks_but_not_expansions():
     store, clock, channels, ctl = make()
     run(clock, ctl, SESSION + BEAT)  # nobody's heartbeats: isolated
     tp = ("t", 0)  # led by broker 1, the controller
-    d = ctl.states[tp]
-    result = alter(ctl, 1, ctl.live[1].epoch, [(tp[0], tp[1], d.leader_epoch, (1,),
+    d = ctl.context.states[tp]
+    result = alter(ctl, 1, ctl.context.live[1].epoch, [(tp[0], tp[1], d.leader_epoch, (1,),
                                                 d.zk_version)])
     clock.advance(0)
     top, parts = result.result
     assert top is None and parts[tp][0] == "OPERATION_NOT_ATTEMPTED"
-    assert ctl.states[tp].isr == d.isr
+    assert ctl.context.states[tp].isr == d.isr
     # Heard from a majority again, the same shrink passes.
     run(clock, ctl, BEAT, 2)
-    result = alter(ctl, 1, ctl.live[1].epoch, [(tp[0], tp[1], d.leader_epoch, (1, 2),
+    result = alter(ctl, 1, ctl.context.live[1].epoch, [(tp[0], tp[1], d.leader_epoch, (1, 2),
                                                 d.zk_version)])
     clock.advance(0)
     top, parts = result.result
-    assert top is None and parts[tp][0] is None and ctl.states[tp].isr == (1, 2)
+    assert top is None and parts[tp][0] is None and ctl.context.states[tp].isr == (1, 2)
 
 
 def test_the_previous_controller_most_brokers_could_not_reach_is_fenced_at_once():
@@ -330,11 +330,11 @@ def test_the_previous_controller_most_brokers_could_not_reach_is_fenced_at_once(
     store.create(paths.controller_unreachable(1), UnreachableVote(1, 3, 4).to_bytes(),
                  makepath=True)
     store.create(paths.controller_unreachable(2), UnreachableVote(2, 3, 4).to_bytes())
-    ctl.fencing.start(ctl.live)
+    ctl.fencing.start(ctl.context.live)
     defer.Deferred.fromCoroutine(ctl.fencing.inherit())
     assert ctl.fencing.liveness.fenced == {3}
     run(clock, ctl, BEAT, 2)
-    assert all(d.leader != 3 and 3 not in d.isr for d in ctl.states.values())
+    assert all(d.leader != 3 and 3 not in d.isr for d in ctl.context.states.values())
 
 
 def test_time_the_controller_did_not_run_is_not_held_against_the_brokers():

@@ -12,10 +12,11 @@ from twisted.internet import defer
 from twisted.logger import Logger, formatEvent
 
 from broker_core.controller import controller as controller_module
+from broker_core.controller import writer as writer_module
 from broker_core.controller.batch import LiveBroker, PartitionDecision
-from broker_core.controller.controller import CONFLICT_RETRY_S
 from broker_core.controller.decisions import GONE, DecisionRounds, conflicting
 from broker_core.controller.election import Election
+from broker_core.controller.event_manager import CONFLICT_RETRY_S
 from broker_core.metadata import SetData, Stat
 from broker_core.zk import paths
 from tests.support.controller_harness import make
@@ -105,26 +106,26 @@ def test_a_retried_election_is_decided_from_the_re_read_state():
     # broker 1 is no longer in its ISR.
     store.set(paths.leader_and_isr("t", 2), paths.LeaderAndIsr(3, 1, [3, 2], 5).to_bytes())
     store.delete(paths.broker(3))
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     for b in (1, 2):
         channels[b].answer()
     assert done.called
     st = znode(store, 2)
     # The old decision (leader 1, ISR 1, 2) would have elected an out-of-sync replica.
     assert (st.leader, st.isr, st.leader_epoch) == (2, [2], 2)
-    assert ctl.states[("t", 2)].leader == 2
+    assert ctl.context.states[("t", 2)].leader == 2
 
 
 def test_a_restarted_leaders_epoch_bump_committed_before_a_failed_multi_is_applied_once(
         monkeypatch):
-    monkeypatch.setattr(controller_module, "MULTI_BATCH", 1)  # one multi per partition
+    monkeypatch.setattr(writer_module, "MULTI_BATCH", 1)  # one multi per partition
     store, clock, channels, ctl = make()
     # Broker 2 (leader of t-1, t-4, t-7) restarted; t-7's znode was rewritten meanwhile, so its
     # multi fails after those of t-1 and t-4 committed.
-    ctl.live[2] = LiveBroker(2, "h", 9002, None, -7)
+    ctl.context.live[2] = LiveBroker(2, "h", 9002, None, -7)
     path = paths.leader_and_isr("t", 7)
     store.set(path, store.nodes[path][0])
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     clock.advance(controller_module.LEADERS_FIRST_WAIT_S)
     assert done.called
     assert [znode(store, p).leader_epoch for p in (1, 4, 7)] == [2, 2, 2]
@@ -149,13 +150,13 @@ class InterferingStore(MemoryStore):
 
 
 def test_a_partition_conflicting_every_round_is_logged_and_decided_again_later(monkeypatch):
-    monkeypatch.setattr(controller_module, "MULTI_BATCH", 1)
+    monkeypatch.setattr(writer_module, "MULTI_BATCH", 1)
     store, clock, channels, ctl = make(store=InterferingStore())
     events: list[dict] = []
     ctl.log = Logger(namespace="sluice.controller", observer=events.append)
     store.path, store.times = paths.leader_and_isr("t", 2), 3
     store.delete(paths.broker(3))
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     for b in (1, 2):
         channels[b].answer()
     assert done.called
@@ -169,7 +170,7 @@ def test_a_partition_conflicting_every_round_is_logged_and_decided_again_later(m
     clock.advance(CONFLICT_RETRY_S)
     st = znode(store, 2)
     assert (st.leader, st.isr, st.leader_epoch) == (1, [1, 2], 2)
-    assert ctl.states[("t", 2)].leader == 1
+    assert ctl.context.states[("t", 2)].leader == 1
     assert channels[1].leader_and_isr()[before:] == [{("t", 2)}]  # the retry's decision sent
 
 
@@ -182,7 +183,7 @@ class Counter:
 
 
 def test_an_unclean_election_is_logged_and_counted_once_when_written(monkeypatch):
-    monkeypatch.setattr(controller_module, "MULTI_BATCH", 1)
+    monkeypatch.setattr(writer_module, "MULTI_BATCH", 1)
     store, clock, channels, ctl = make(store=InterferingStore())
     ctl.unclean_leader_election = lambda topic: True
     ctl.metrics = SimpleNamespace(unclean_leader_elections_total=Counter())
@@ -192,10 +193,10 @@ def test_an_unclean_election_is_logged_and_counted_once_when_written(monkeypatch
     path = paths.leader_and_isr("t", 2)
     store.set(path, paths.LeaderAndIsr(3, 1, [3], 5).to_bytes())
     data, version = store.nodes[path]
-    ctl.states[("t", 2)] = ctl._decision_from(("t", 2), data, Stat(version, 0))
+    ctl.context.states[("t", 2)] = ctl.context.decision_from(("t", 2), data, Stat(version, 0))
     store.path, store.times = path, 1
     store.delete(paths.broker(3))
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     for b in (1, 2):
         channels[b].answer()
     assert done.called
@@ -207,11 +208,11 @@ def test_an_unclean_election_is_logged_and_counted_once_when_written(monkeypatch
 
 
 def test_a_retry_pending_when_the_controller_resigns_is_cancelled(monkeypatch):
-    monkeypatch.setattr(controller_module, "MULTI_BATCH", 1)
+    monkeypatch.setattr(writer_module, "MULTI_BATCH", 1)
     store, clock, channels, ctl = make(store=InterferingStore())
     store.path, store.times = paths.leader_and_isr("t", 2), 3
     store.delete(paths.broker(3))
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     for b in (1, 2):
         channels[b].answer()
     assert done.called and clock.getDelayedCalls()

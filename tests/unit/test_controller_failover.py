@@ -10,13 +10,9 @@ import dataclasses
 from twisted.internet import defer, task
 
 from broker_core.controller import controller as controller_module
-from broker_core.controller.controller import (
-    FENCED_PIPELINE,
-    LEADERS_FIRST_WAIT_S,
-    MULTI_BATCH,
-    Controller,
-    NotController,
-)
+from broker_core.controller.controller import LEADERS_FIRST_WAIT_S, Controller
+from broker_core.controller.event_manager import NotController
+from broker_core.controller.writer import FENCED_PIPELINE, MULTI_BATCH
 from broker_core.metadata import Create, SetData
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.messages import leader_and_isr
@@ -29,17 +25,17 @@ def test_new_leaders_go_out_before_the_isr_shrinks():
     store, clock, channels, ctl = make()
     led_by_3 = {("t", p) for p in range(9) if 1 + p % 3 == 3}
     store.delete(paths.broker(3))
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
 
     # The leaderships moved and were sent; the shrinks wait for the answers (or the timer).
     for b in (1, 2):
         assert channels[b].leader_and_isr() == [led_by_3]
-    assert all(3 not in ctl.states[tp].isr and ctl.states[tp].leader != 3 for tp in led_by_3)
-    assert 3 in ctl.states[("t", 0)].isr  # led by 1: its ISR not shrunk yet
+    assert all(3 not in ctl.context.states[tp].isr and ctl.context.states[tp].leader != 3 for tp in led_by_3)
+    assert 3 in ctl.context.states[("t", 0)].isr  # led by 1: its ISR not shrunk yet
     assert not done.called
     clock.advance(LEADERS_FIRST_WAIT_S)
     assert done.called
-    assert all(3 not in d.isr for d in ctl.states.values())
+    assert all(3 not in d.isr for d in ctl.context.states.values())
     for b in (1, 2):
         assert channels[b].leader_and_isr()[1] == {("t", p) for p in range(9)} - led_by_3
 
@@ -47,7 +43,7 @@ def test_new_leaders_go_out_before_the_isr_shrinks():
 def test_answers_from_the_brokers_end_the_wait_early():
     store, clock, channels, ctl = make()
     store.delete(paths.broker(3))
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     assert not done.called
     for b in (1, 2):
         channels[b].answer()
@@ -58,9 +54,9 @@ def test_a_restarted_broker_gets_its_leaderships_only_with_its_full_state():
     store, clock, channels, ctl = make()
     # Broker 2 came back with a new registration (a new czxid) while 3 died.
     store.delete(paths.broker(3))
-    ctl.live[2] = controller_module.LiveBroker(2, "h", 9002, None, -7)
+    ctl.context.live[2] = controller_module.LiveBroker(2, "h", 9002, None, -7)
     old = channels[2]
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     assert old.sent == []  # the old channel to the old incarnation got nothing
     assert channels[2] is not old and channels[2].sent == []
     clock.advance(LEADERS_FIRST_WAIT_S)
@@ -119,7 +115,7 @@ def test_fenced_multis_are_pipelined_and_still_fenced():
     ctl.active, ctl.epoch_zk_version = True, 0
     n = MULTI_BATCH * (FENCED_PIPELINE + 2)
     ops = [Create(f"/n{i}", b"") for i in range(n)]
-    done = defer.Deferred.fromCoroutine(ctl._fenced(ops))
+    done = defer.Deferred.fromCoroutine(ctl.writer.fenced(ops))
     assert len(store.held) == FENCED_PIPELINE  # a whole window sent before any answer
     assert all(ops[0].path == paths.CONTROLLER_EPOCH for ops, _ in store.held)
     store.release()
@@ -129,7 +125,7 @@ def test_fenced_multis_are_pipelined_and_still_fenced():
 
     # A newer controller bumped the epoch: the controller learns it is deposed.
     MemoryStore.multi(store, [SetData(paths.CONTROLLER_EPOCH, b"6", 0)])
-    failed = defer.Deferred.fromCoroutine(ctl._fenced([Create("/late", b"")]))
+    failed = defer.Deferred.fromCoroutine(ctl.writer.fenced([Create("/late", b"")]))
     store.release()
     errors: list = []
     failed.addErrback(errors.append)
@@ -185,27 +181,27 @@ def test_controller_failover_leaves_an_unseen_leader_restart_to_the_broker_chang
     clock.advance(LEADERS_FIRST_WAIT_S)
     clock.advance(LEADERS_FIRST_WAIT_S)
     assert done.called
-    d = ctl.states[("t", 1)]
+    d = ctl.context.states[("t", 1)]
     # Broker 2 restarted unseen: the other live in-sync replica (1) leads, in a new epoch; 2
     # is out of the ISR until it has caught up (its recovery may have cut its log).
     assert d.leader == 1 and d.leader_epoch == 2 and d.isr == (1,)
-    assert all(3 not in s.isr for s in ctl.states.values())
+    assert all(3 not in s.isr for s in ctl.context.states.values())
 
 
 def _bounce(ctl, b: int) -> None:
     """The controller saw broker ``b`` come back with a new registration (a new czxid)."""
-    ctl.live[b] = controller_module.LiveBroker(b, "h", 9000 + b, None, -7)
+    ctl.context.live[b] = controller_module.LiveBroker(b, "h", 9000 + b, None, -7)
 
 
 def test_a_restarted_follower_leaves_the_isrs_until_it_has_caught_up():
     store, clock, channels, ctl = make()
     _bounce(ctl, 3)
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     clock.advance(LEADERS_FIRST_WAIT_S)
     clock.advance(LEADERS_FIRST_WAIT_S)
     assert done.called
     for p in range(9):
-        d = ctl.states[("t", p)]
+        d = ctl.context.states[("t", p)]
         assert 3 not in d.isr, (p, d)
         if p % 3 != 2:  # led by 1 or 2: same leader, same epoch, ISR without 3
             assert d.leader == 1 + p % 3 and d.leader_epoch == 1
@@ -214,12 +210,12 @@ def test_a_restarted_follower_leaves_the_isrs_until_it_has_caught_up():
 def test_a_restarted_leader_hands_over_to_an_in_sync_replica_that_did_not_restart():
     store, clock, channels, ctl = make()
     _bounce(ctl, 3)
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     clock.advance(LEADERS_FIRST_WAIT_S)
     clock.advance(LEADERS_FIRST_WAIT_S)
     assert done.called
     for p in (2, 5, 8):  # led by 3, replicas [3, 1, 2]
-        d = ctl.states[("t", p)]
+        d = ctl.context.states[("t", p)]
         assert d.leader == 1 and d.leader_epoch == 2 and d.isr == (1, 2), (p, d)
 
 
@@ -229,11 +225,11 @@ def test_a_restarted_leader_with_no_other_in_sync_replica_leads_a_new_generation
     store, clock, channels, ctl = make(partitions=3)
     path = paths.leader_and_isr("t", 2)
     store.nodes[path] = (paths.LeaderAndIsr(3, 1, [3], 5).to_bytes(), store.nodes[path][1])
-    ctl.states[("t", 2)] = dataclasses.replace(ctl.states[("t", 2)], isr=(3,))
+    ctl.context.states[("t", 2)] = dataclasses.replace(ctl.context.states[("t", 2)], isr=(3,))
     _bounce(ctl, 3)
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     clock.advance(LEADERS_FIRST_WAIT_S)
     clock.advance(LEADERS_FIRST_WAIT_S)
     assert done.called
-    d = ctl.states[("t", 2)]
+    d = ctl.context.states[("t", 2)]
     assert d.leader == 3 and d.leader_epoch == 2 and d.isr == (3,)

@@ -42,15 +42,15 @@ def run(coro) -> None:
 
 def test_leadership_moves_and_the_isrs_shrink_for_the_reported_replicas_only():
     store, clock, channels, ctl = make()
-    epoch = ctl.live[3].epoch
+    epoch = ctl.context.live[3].epoch
     report(store, 3, epoch, [T0, T2])
     run(log_dir_failure.on_log_dir_event(ctl))
 
-    t2 = ctl.states[T2]
+    t2 = ctl.context.states[T2]
     assert t2.leader in (1, 2) and 3 not in t2.isr and t2.leader_epoch == 2
-    assert ctl.states[T0].leader == 1 and ctl.states[T0].isr == (1, 2)
-    assert ctl.states[T0].leader_epoch == 1  # an ISR change is no new leader generation
-    assert 3 in ctl.states[T1].isr and ctl.states[T5].leader == 3  # not reported: untouched
+    assert ctl.context.states[T0].leader == 1 and ctl.context.states[T0].isr == (1, 2)
+    assert ctl.context.states[T0].leader_epoch == 1  # an ISR change is no new leader generation
+    assert 3 in ctl.context.states[T1].isr and ctl.context.states[T5].leader == 3  # not reported: untouched
     # Written to the store, so a new controller and the brokers' startup see it.
     assert paths.LeaderAndIsr.from_bytes(store.nodes[paths.leader_and_isr(*T2)][0]).leader \
         == t2.leader
@@ -61,61 +61,61 @@ def test_leadership_moves_and_the_isrs_shrink_for_the_reported_replicas_only():
     assert {T0, T2} in channels[1].leader_and_isr()
 
     # Handling the same report again changes nothing.
-    before = dict(ctl.states)
+    before = dict(ctl.context.states)
     report(store, 3, epoch, [T0, T2], seq=1)
     run(log_dir_failure.on_log_dir_event(ctl))
-    assert ctl.states == before
+    assert ctl.context.states == before
 
 
 def test_the_notification_watch_runs_the_event(monkeypatch):
     store, clock, channels, ctl = make()
     ctl._register_watches()
-    report(store, 3, ctl.live[3].epoch, [T2])
-    assert ctl.states[T2].leader != 3
+    report(store, 3, ctl.context.live[3].epoch, [T2])
+    assert ctl.context.states[T2].leader != 3
     assert store._children(paths.LOG_DIR_EVENT_NOTIFICATION) == []
 
 
 def test_a_record_of_another_registration_is_ignored():
     store, clock, channels, ctl = make()
-    ctl.live[3] = LiveBroker(3, "h", 9003, None, 42)
+    ctl.context.live[3] = LiveBroker(3, "h", 9003, None, 42)
     report(store, 3, 41, [T2])  # a previous incarnation's
     run(log_dir_failure.on_log_dir_event(ctl))
-    assert ctl.states[T2].leader == 3
-    assert not ctl.offline_replicas.partitions(3)
+    assert ctl.context.states[T2].leader == 3
+    assert not ctl.context.offline_replicas.partitions(3)
 
 
 def test_a_partition_with_no_other_in_sync_replica_goes_offline_and_returns_after_a_restart():
     store, clock, channels, ctl = make()
     # t-2 (replicas 3, 1, 2) has shrunk to broker 3 alone.
-    d = ctl.states[T2]
-    ctl.states[T2] = PartitionDecision(3, d.leader_epoch, (3,), d.replicas, d.zk_version,
+    d = ctl.context.states[T2]
+    ctl.context.states[T2] = PartitionDecision(3, d.leader_epoch, (3,), d.replicas, d.zk_version,
                                        d.controller_epoch, d.leader_broker_epoch)
-    report(store, 3, ctl.live[3].epoch, [T2])
+    report(store, 3, ctl.context.live[3].epoch, [T2])
     run(log_dir_failure.on_log_dir_event(ctl))
-    assert ctl.states[T2].leader == -1 and ctl.states[T2].isr == (3,)
+    assert ctl.context.states[T2].leader == -1 and ctl.context.states[T2].isr == (3,)
     # Broker 3's replica is never chosen while offline; with unclean election on, another
     # (out-of-sync) replica could be, as for a dead leader.
     ctl.unclean_leader_election = lambda topic: True
-    assert ctl._offline_election(T2, ctl.states[T2], ctl.live).leader in (1, 2)
-    assert ctl._offline_election(T2, ctl.states[T2], [3]).leader == -1
+    assert ctl._offline_election(T2, ctl.context.states[T2], ctl.context.live).leader in (1, 2)
+    assert ctl._offline_election(T2, ctl.context.states[T2], [3]).leader == -1
     ctl.unclean_leader_election = lambda topic: False
-    run(ctl._elect_offline_partitions(ctl._new_batch(), send=True))
-    assert ctl.states[T2].leader == -1
+    run(ctl.broker_failover.elect_offline_partitions(ctl._new_batch(), send=True))
+    assert ctl.context.states[T2].leader == -1
     # Broker 3 restarts (a new registration) with the directory repaired: it leads again.
     del store.nodes[paths.offline_replicas(3)]
-    ctl.live[3] = LiveBroker(3, "h", 9003, None, -5)  # the old epoch: now is a bounce
-    done = defer.Deferred.fromCoroutine(ctl._on_broker_change())
+    ctl.context.live[3] = LiveBroker(3, "h", 9003, None, -5)  # the old epoch: now is a bounce
+    done = defer.Deferred.fromCoroutine(ctl.broker_failover.on_broker_change())
     clock.advance(5)  # the leaders-first wait
     assert done.called
-    assert not ctl.offline_replicas.partitions(3)
-    assert ctl.states[T2].leader == 3
+    assert not ctl.context.offline_replicas.partitions(3)
+    assert ctl.context.states[T2].leader == 3
 
 
 def test_a_new_controller_learns_the_offline_replicas_from_the_records():
     store, clock, channels, ctl = make()
-    report(store, 3, ctl.live[3].epoch, [T2])  # nobody handled the notification yet
+    report(store, 3, ctl.context.live[3].epoch, [T2])  # nobody handled the notification yet
     run(log_dir_failure.on_failover(ctl))
-    assert ctl.states[T2].leader != 3 and ctl.offline_replicas.is_offline(3, T2)
+    assert ctl.context.states[T2].leader != 3 and ctl.context.offline_replicas.is_offline(3, T2)
     assert store._children(paths.LOG_DIR_EVENT_NOTIFICATION) == []
 
 
@@ -154,19 +154,19 @@ def test_the_new_leader_is_neither_fenced_nor_shutting_down_when_another_can_lea
     broker shutting down, that one still leads rather than none."""
     store, clock, channels, ctl = make()
     ctl._fenced_brokers = lambda: {1}
-    report(store, 3, ctl.live[3].epoch, [T2])
+    report(store, 3, ctl.context.live[3].epoch, [T2])
     run(log_dir_failure.on_log_dir_event(ctl))
-    assert ctl.states[T2].leader == 2 and ctl.states[T2].isr == (2,)  # fenced: out too
+    assert ctl.context.states[T2].leader == 2 and ctl.context.states[T2].isr == (2,)  # fenced: out too
 
     store, clock, channels, ctl = make()
-    ctl.shutting_down = {1}
-    report(store, 3, ctl.live[3].epoch, [T2])
+    ctl.context.shutting_down = {1}
+    report(store, 3, ctl.context.live[3].epoch, [T2])
     run(log_dir_failure.on_log_dir_event(ctl))
-    assert ctl.states[T2].leader == 2
+    assert ctl.context.states[T2].leader == 2
 
     store, clock, channels, ctl = make()
-    ctl.shutting_down = {1}
+    ctl.context.shutting_down = {1}
     ctl._fenced_brokers = lambda: {2}
-    report(store, 3, ctl.live[3].epoch, [T2])
+    report(store, 3, ctl.context.live[3].epoch, [T2])
     run(log_dir_failure.on_log_dir_event(ctl))
-    assert ctl.states[T2].leader == 1  # only 1 can: shutting down, it still serves
+    assert ctl.context.states[T2].leader == 1  # only 1 can: shutting down, it still serves

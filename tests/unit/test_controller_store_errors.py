@@ -13,7 +13,8 @@ from __future__ import annotations
 from twisted.internet import defer
 from twisted.logger import Logger, LogLevel
 
-from broker_core.controller.controller import CONFLICT_RETRY_S, LEADERS_FIRST_WAIT_S
+from broker_core.controller.controller import LEADERS_FIRST_WAIT_S
+from broker_core.controller.event_manager import CONFLICT_RETRY_S
 from broker_core.metadata import ConnectionLost, StoreStopping
 from broker_core.zk import paths
 from tests.support.controller_harness import make
@@ -51,16 +52,16 @@ def test_a_broker_change_the_store_did_not_take_is_a_warning_and_is_judged_again
     led_by_3 = [("t", p) for p in range(9) if 1 + p % 3 == 3]
     store.delete(paths.broker(3))
     failing = failing_writes(store, ConnectionLost("no metadata quorum leader took the write"))
-    ctl._enqueue("broker_change", ctl._on_broker_change)
+    ctl.events.enqueue("broker_change", ctl.broker_failover.on_broker_change)
     assert LogLevel.critical not in levels(events)
     assert any(e["log_level"] is LogLevel.warn and e.get("event") == "broker_change"
                for e in events)
-    assert all(ctl.states[tp].leader == 3 for tp in led_by_3)  # nothing written
+    assert all(ctl.context.states[tp].leader == 3 for tp in led_by_3)  # nothing written
     failing.clear()  # the quorum is back
     clock.advance(CONFLICT_RETRY_S)
-    assert all(ctl.states[tp].leader != 3 for tp in led_by_3)
+    assert all(ctl.context.states[tp].leader != 3 for tp in led_by_3)
     clock.advance(LEADERS_FIRST_WAIT_S)
-    assert all(3 not in d.isr for d in ctl.states.values())
+    assert all(3 not in d.isr for d in ctl.context.states.values())
     assert LogLevel.critical not in levels(events)
 
 
@@ -73,15 +74,15 @@ def test_a_restart_seen_while_the_store_took_no_writes_is_still_announced_on_the
 
     store, clock, channels, ctl = make()
     started(ctl)
-    ctl.live[3] = controller_module.LiveBroker(3, "h", 9003, None, -7)  # seen as restarted
+    ctl.context.live[3] = controller_module.LiveBroker(3, "h", 9003, None, -7)  # seen as restarted
     failing = failing_writes(store, ConnectionLost("no metadata quorum leader took the write"))
-    ctl._enqueue("broker_change", ctl._on_broker_change)
+    ctl.events.enqueue("broker_change", ctl.broker_failover.on_broker_change)
     failing.clear()
     clock.advance(CONFLICT_RETRY_S)
     clock.advance(LEADERS_FIRST_WAIT_S)
     clock.advance(LEADERS_FIRST_WAIT_S)
-    assert all(3 not in d.isr for d in ctl.states.values())
-    assert all(d.leader != 3 for d in ctl.states.values())
+    assert all(3 not in d.isr for d in ctl.context.states.values())
+    assert all(d.leader != 3 for d in ctl.context.states.values())
     full = [b for k, b, _ in channels[3].sent if k == ApiKey.LEADER_AND_ISR and b["type"] == 1]
     assert len(full) == 1
 
@@ -92,7 +93,7 @@ def test_a_write_abandoned_because_the_broker_stops_ends_quietly():
     store.delete(paths.broker(3))
     failing_writes(store, StoreStopping("the node is stopping and the write did not finish "
                                         "within 2s"))
-    ctl._enqueue("broker_change", ctl._on_broker_change)
+    ctl.events.enqueue("broker_change", ctl.broker_failover.on_broker_change)
     assert levels(events) <= {LogLevel.info, LogLevel.debug}
     assert any("stopping" in e["log_format"] for e in events)
     assert not clock.getDelayedCalls()  # nothing judged again
@@ -103,7 +104,7 @@ def test_a_retry_pending_at_a_resignation_is_cancelled():
     started(ctl)
     store.delete(paths.broker(3))
     failing_writes(store, ConnectionLost("ZooKeeper unreachable"))
-    ctl._enqueue("broker_change", ctl._on_broker_change)
+    ctl.events.enqueue("broker_change", ctl.broker_failover.on_broker_change)
     assert clock.getDelayedCalls()
     defer.Deferred.fromCoroutine(ctl._resign())
     assert not clock.getDelayedCalls()

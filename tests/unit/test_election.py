@@ -200,12 +200,12 @@ def test_offline_election_passes_over_brokers_in_controlled_shutdown():
     from broker_core.controller.controller import Controller
 
     ctl = Controller(1, store=None, reactor=task.Clock())
-    ctl.shutting_down = {2}
+    ctl.context.shutting_down = {2}
     d = PartitionDecision(leader=3, leader_epoch=4, isr=(3, 2, 1), replicas=(3, 2, 1),
                           zk_version=7, controller_epoch=1)
     assert ctl._offline_election(("t", 0), d, live={1, 2}).leader == 1
     only = PartitionDecision(leader=3, leader_epoch=4, isr=(3, 2), replicas=(3, 2, 1),
                              zk_version=7, controller_epoch=1)
     assert ctl._offline_election(("t", 0), only, live={1, 2}).leader == 2
-    ctl.shutting_down = set()
+    ctl.context.shutting_down = set()
     assert ctl._offline_election(("t", 0), d, live={1, 2}).leader == 2  # replica order

@@ -14,7 +14,7 @@ from twisted.internet import defer
 
 from broker_core.config import BrokerConfig, ConfigError
 from broker_core.controller.batch import LiveBroker
-from broker_core.controller.controller import _live_endpoints
+from broker_core.controller.context import _live_endpoints
 from broker_core.metadata_cache import BrokerEndpoint, MetadataCache, PartitionState
 from broker_core.security.principal import ConnectionSecurity, SecurityProtocol
 from broker_core.security.ssl_principal import distinguished_name

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from broker_core import topic_admin
-from broker_core.controller.controller import CONFLICT_RETRY_S, STOP_REPLICA_WAIT_S
+from broker_core.controller.event_manager import CONFLICT_RETRY_S
+from broker_core.controller.partition_changes import STOP_REPLICA_WAIT_S
 from broker_core.wire.apis import ApiKey
 from broker_core.zk import paths
 from tests.support.controller_harness import make, run
@@ -78,18 +79,18 @@ def removal(partitions: int = 9, remove=(8,)):
     run(topic_admin.remove_partitions(store, "t", list(remove)))
     # The in-memory store calls a watch when it is set, which would queue the handler a second
     # time; ZooKeeper's watches here fire only when the request znodes change.
-    ctl._watch_admin_topics = lambda *args: None
+    ctl.partition_changes.watch_admin_topics = lambda *args: None
     return store, clock, channels, ctl
 
 
 def test_replicas_are_stopped_before_the_store_is_written_and_the_state_dropped_after():
     store, clock, channels, ctl = removal()
-    ctl._enqueue("partitions_remove", ctl._on_partitions_remove)
+    ctl.events.enqueue("partitions_remove", ctl.partition_changes.on_partitions_remove)
     # StopReplica (delete) went to every replica; nothing is written or forgotten yet.
     for b in (1, 2, 3):
         assert stop_replicas(channels[b]) == [("t", 8)]
     assert paths.leader_and_isr("t", 8) in store.nodes and assignment(store) == list(range(9))
-    assert ("t", 8) in ctl.states and 8 in ctl.assignments["t"]
+    assert ("t", 8) in ctl.context.states and 8 in ctl.context.assignments["t"]
     assert paths.partition_remove("t", 8) in store.nodes
     for b in (1, 2, 3):
         channels[b].answer()
@@ -97,16 +98,16 @@ def test_replicas_are_stopped_before_the_store_is_written_and_the_state_dropped_
     assert paths.partition("t", 8) not in store.nodes
     assert assignment(store) == list(range(8))
     assert paths.partitions_remove_topic("t") not in store.nodes
-    assert ("t", 8) not in ctl.states and 8 not in ctl.assignments["t"]
-    assert ctl.topic_versions["t"] == store.nodes[paths.topic("t")][1]
+    assert ("t", 8) not in ctl.context.states and 8 not in ctl.context.assignments["t"]
+    assert ctl.context.topic_versions["t"] == store.nodes[paths.topic("t")][1]
 
 
 def test_without_answers_the_removal_is_written_after_the_wait():
     store, clock, channels, ctl = removal()
-    ctl._enqueue("partitions_remove", ctl._on_partitions_remove)
+    ctl.events.enqueue("partitions_remove", ctl.partition_changes.on_partitions_remove)
     assert assignment(store) == list(range(9))
     clock.advance(STOP_REPLICA_WAIT_S)
-    assert assignment(store) == list(range(8)) and ("t", 8) not in ctl.states
+    assert assignment(store) == list(range(8)) and ("t", 8) not in ctl.context.states
 
 
 def test_a_failed_write_keeps_the_state_and_the_request_is_carried_out_later():
@@ -114,12 +115,12 @@ def test_a_failed_write_keeps_the_state_and_the_request_is_carried_out_later():
     # Another writer rewrote the topic znode: the controller's version of it is stale.
     data, _ = store.nodes[paths.topic("t")]
     store.set(paths.topic("t"), data)
-    ctl._enqueue("partitions_remove", ctl._on_partitions_remove)
+    ctl.events.enqueue("partitions_remove", ctl.partition_changes.on_partitions_remove)
     for b in (1, 2, 3):
         channels[b].answer()
     # Nothing removed, nothing forgotten: the state is what ZooKeeper still says.
     assert assignment(store) == list(range(9))
-    assert {("t", 7), ("t", 8)} <= set(ctl.states) and sorted(ctl.assignments["t"]) == list(
+    assert {("t", 7), ("t", 8)} <= set(ctl.context.states) and sorted(ctl.context.assignments["t"]) == list(
         range(9))
     assert paths.partition_remove("t", 8) in store.nodes
     clock.advance(CONFLICT_RETRY_S)
@@ -127,7 +128,7 @@ def test_a_failed_write_keeps_the_state_and_the_request_is_carried_out_later():
         assert stop_replicas(channels[b]) == [("t", 7), ("t", 8)] * 2  # step 1 again
         channels[b].answer()
     assert assignment(store) == list(range(7))
-    assert not {("t", 7), ("t", 8)} & set(ctl.states)
+    assert not {("t", 7), ("t", 8)} & set(ctl.context.states)
     assert paths.partitions_remove_topic("t") not in store.nodes
 
 
@@ -136,10 +137,10 @@ def test_a_request_the_controller_refuses_is_deleted_and_nothing_is_stopped():
     # Written by hand (topic_admin refuses it): partition 3 is not among the highest.
     store.delete(paths.partition_remove("t", 8))
     store.create(paths.partition_remove("t", 3))
-    ctl._enqueue("partitions_remove", ctl._on_partitions_remove)
+    ctl.events.enqueue("partitions_remove", ctl.partition_changes.on_partitions_remove)
     assert paths.partitions_remove_topic("t") not in store.nodes
     assert all(stop_replicas(channels[b]) == [] for b in (1, 2, 3))
-    assert assignment(store) == list(range(9)) and ("t", 3) in ctl.states
+    assert assignment(store) == list(range(9)) and ("t", 3) in ctl.context.states
 
 
 def test_a_removal_refused_after_its_replicas_were_stopped_serves_them_again():
@@ -149,14 +150,14 @@ def test_a_removal_refused_after_its_replicas_were_stopped_serves_them_again():
     store, clock, channels, ctl = removal()
     data, _ = store.nodes[paths.topic("t")]
     store.set(paths.topic("t"), data)  # the controller's version of the topic is stale
-    ctl._enqueue("partitions_remove", ctl._on_partitions_remove)
+    ctl.events.enqueue("partitions_remove", ctl.partition_changes.on_partitions_remove)
     for b in (1, 2, 3):
         channels[b].answer()
     assert assignment(store) == list(range(9))
     sent_before = {b: len(channels[b].leader_and_isr()) for b in (1, 2, 3)}
     store.delete(paths.partition_remove("t", 8))  # the request is withdrawn
     clock.advance(CONFLICT_RETRY_S)
-    assert assignment(store) == list(range(9)) and ("t", 8) in ctl.states
+    assert assignment(store) == list(range(9)) and ("t", 8) in ctl.context.states
     for b in (1, 2, 3):  # every replica of t-8 is told to serve it again
         again = channels[b].leader_and_isr()[sent_before[b]:]
         assert ("t", 8) in {tp for lai in again for tp in lai}, b

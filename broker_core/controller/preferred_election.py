@@ -1,0 +1,85 @@
+"""Preferred-leader election: Kafka's ``/admin/preferred_replica_election``.
+
+Each named partition is given to its preferred replica (the first in its assignment) when that
+replica is alive, eligible (not shutting down, not fenced) and in the ISR, with a new leader
+epoch (:func:`~broker_core.controller.election.preferred_leader`); the request znode is then
+deleted (conditionally: one rewritten meanwhile brings its watch back). Partitions that are
+unknown, already led by their preferred replica, or whose preferred replica cannot lead are left
+as they are. An unreadable request is logged and deleted like a handled one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from twisted.logger import Logger
+
+from broker_core.controller.batch import PartitionDecision
+from broker_core.controller.election import Election, preferred_leader
+from broker_core.metadata import Delete, NoNode, TransactionFailed
+from broker_core.wire.topic_partition import TopicPartition
+from broker_core.zk import paths
+
+
+class PreferredElection:
+    """Preferred-leader elections for one controller. ``controller`` supplies ``store``,
+    ``log``, ``_eligible``, ``_new_batch`` / ``_send``, and its ``context`` and ``writer``."""
+
+    def __init__(self, controller: Any) -> None:
+        self.controller = controller
+        self.ctx = controller.context
+        self.writer = controller.writer
+
+    @property
+    def log(self) -> Logger:
+        """The controller's logger (read when used: tests replace it)."""
+        return self.controller.log
+
+    async def on_preferred_election(self) -> None:
+        """Kafka's ``/admin/preferred_replica_election``: give each named partition to its
+        preferred replica (first in AR) when that replica is alive and in the ISR, with a new
+        leader epoch; then delete the znode. Partitions that are unknown, already led by their
+        preferred replica, or whose preferred replica cannot lead are left as they are."""
+        try:
+            data, stat = await self.controller.store.get(paths.PREFERRED_REPLICA_ELECTION)
+        except NoNode:
+            return
+        try:
+            requested = paths.PreferredReplicaElection.from_bytes(data).partitions
+        except ValueError as e:
+            self.log.error("rejecting {p}: {e}", p=paths.PREFERRED_REPLICA_ELECTION, e=e)
+            requested = []
+        await self.elect_preferred(requested)
+        try:
+            await self.writer.fenced([Delete(paths.PREFERRED_REPLICA_ELECTION, stat.version)])
+        except TransactionFailed:
+            pass  # rewritten meanwhile (its data watch brings us back) or already gone
+
+    async def elect_preferred(self, tps: Iterable[TopicPartition]
+                              ) -> dict[TopicPartition, PartitionDecision]:
+        """Move leadership of ``tps`` to their preferred replicas where it is possible (see
+        :func:`~broker_core.controller.election.preferred_leader`); returns what was written.
+        Runs inside a controller event."""
+
+        def decide(tp: TopicPartition, d: PartitionDecision) -> Election | None:
+            return preferred_leader(d.replicas, d.isr, d.leader, self.controller._eligible())
+
+        changes: list[TopicPartition] = []
+        for tp in tps:
+            d = self.ctx.states.get(tp)
+            if d is None:
+                self.log.info("preferred election: unknown partition {t}-{p}", t=tp[0], p=tp[1])
+            elif decide(tp, d) is not None:
+                changes.append(tp)
+        if not changes:
+            return {}
+        written = await self.writer.write_decisions(changes, decide, "preferred election")
+        batch = self.controller._new_batch()
+        for tp, d in written.items():
+            self.log.info("preferred election: {t}-{p} now led by {l} (epoch {e})", t=tp[0],
+                          p=tp[1], l=d.leader, e=d.leader_epoch)
+            batch.leader_and_isr([r for r in d.replicas if r in self.ctx.live], tp, d)
+            batch.update_metadata(self.ctx.live, tp, d)
+        self.controller._send(batch)
+        return written

@@ -242,7 +242,7 @@ async def test_ctrl_c_ends_sluice_consume_with_130_after_leaving(brokers, tmp_pa
     await ready_topic(brokers, partitions=2)
     for p in range(2):
         await fill(brokers, "t", p, 10)
-    argv = [sys.executable, "-c", "import sys; from consumer_client.cli import main; "
+    argv = [sys.executable, "-c", "import sys; from sluice_tools.cli import main; "
             "sys.exit(main())", "consume", "--bootstrap-server",
             bootstrap(brokers).split(",")[0], "--topic", "t", "--group", "g",
             "--from-beginning", "--session-timeout-ms", str(SESSION_MS)]

@@ -21,9 +21,9 @@ from broker_core.raft.roles import Role
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.records import decode_records
 from broker_core.zk import paths
-from consumer_client import cli
-from consumer_client.admin import AdminError
-from consumer_client.quorum_admin import QuorumAdminClient
+from sluice_tools import cli
+from sluice_tools.admin import AdminError
+from sluice_tools.quorum_admin import QuorumAdminClient
 from tests.support.cluster import (
     broker_config,
     call,

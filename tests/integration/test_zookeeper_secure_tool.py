@@ -48,7 +48,7 @@ def zk_hosts(acl_zk_hosts):
 async def sluice(*args: str) -> subprocess.CompletedProcess:
     """``sluice ARGS`` in a subprocess (from a thread: the brokers run on this reactor)."""
     return await threads.deferToThread(
-        subprocess.run, [sys.executable, "-m", "consumer_client.cli", *args],
+        subprocess.run, [sys.executable, "-m", "sluice_tools.cli", *args],
         capture_output=True, text=True, cwd=ROOT, timeout=60)
 
 

@@ -22,8 +22,8 @@ from twisted.internet import task
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import Create, MetadataStoreError, SetData, TransactionFailed
-from broker_core.zk import paths
 from coordinator.registry import GroupRegistry
 
 log = Logger(namespace="sluice.coordinator.committer")

@@ -25,6 +25,7 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller import log_dir_failure
 from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch
 from broker_core.controller.decisions import GONE, Decide, DecisionRounds
@@ -61,7 +62,6 @@ from broker_core.rpc import BrokerChannel
 from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 #: One partition of an AlterIsr request: (topic, partition, leader_epoch, new_isr,
 #: partition_epoch), the last being the leaderAndISR znode version the leader holds.

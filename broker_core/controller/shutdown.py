@@ -19,6 +19,7 @@ from typing import Any
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import NoNode, SessionState
 from broker_core.rpc import connect_client
 from broker_core.security.peer_tls import PeerTls
@@ -26,7 +27,6 @@ from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 CONTROLLED_SHUTDOWN_VERSION = 3
 

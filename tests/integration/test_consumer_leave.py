@@ -21,9 +21,9 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor, threads
 
+from broker_core import metadata_paths as paths
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from broker_core.zk import paths
 from consumer_client.blocking_consumer import BlockingConsumer
 from consumer_client.consumer import Consumer, ConsumerConfig, State
 from tests.support.cluster import ROOT, call, eventually, running_brokers

@@ -17,8 +17,8 @@ import pytest
 import pytest_twisted
 from twisted.internet import threads
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import NotAuthorized
-from broker_core.zk import paths
 from broker_core.zk.acl_policy import OPEN_ACL, AclPolicy, ZkCredential, secure_acl
 from tests.conftest import new_chroot
 from tests.support.cli_runs import ROOT, one_line_error

@@ -83,7 +83,7 @@ class OffsetWatcher(threading.Thread):
             zk.close()
 
     def _poll(self, zk) -> None:
-        from broker_core.zk import paths
+        from broker_core import metadata_paths as paths
 
         root = paths.consumer_offsets(self.group)
         if not zk.exists(root):

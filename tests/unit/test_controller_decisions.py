@@ -11,13 +11,13 @@ from types import SimpleNamespace
 from twisted.internet import defer
 from twisted.logger import Logger, formatEvent
 
+from broker_core import metadata_paths as paths
 from broker_core.controller import controller as controller_module
 from broker_core.controller.batch import LiveBroker, PartitionDecision
 from broker_core.controller.controller import CONFLICT_RETRY_S
 from broker_core.controller.decisions import GONE, DecisionRounds, conflicting
 from broker_core.controller.election import Election
 from broker_core.metadata import SetData, Stat
-from broker_core.zk import paths
 from tests.support.controller_harness import make
 from tests.support.memory_store import MemoryStore
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from twisted.internet import defer
 from twisted.logger import Logger, LogLevel
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.controller import CONFLICT_RETRY_S, LEADERS_FIRST_WAIT_S
 from broker_core.metadata import ConnectionLost, StoreStopping
-from broker_core.zk import paths
 from tests.support.controller_harness import make
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.zk.paths import LeaderAndIsr, _dump
+from broker_core.metadata_paths import LeaderAndIsr, _dump
 
 
 @pytest.mark.parametrize("value", [

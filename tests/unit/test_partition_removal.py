@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from broker_core import metadata_paths as paths
 from broker_core import topic_admin
 from broker_core.controller.controller import CONFLICT_RETRY_S, STOP_REPLICA_WAIT_S
 from broker_core.wire.apis import ApiKey
-from broker_core.zk import paths
 from tests.support.controller_harness import make, run
 from tests.support.memory_store import MemoryStore
 

@@ -81,7 +81,7 @@ def main() -> None:
         broker.start()
         broker.wait_listening()
         b = broker.address
-        subprocess.run([sys.executable, "-m", "consumer_client.cli", "topics", "create",
+        subprocess.run([sys.executable, "-m", "sluice_tools.cli", "topics", "create",
                         "--bootstrap-server", b, "--topic", "bench", "--partitions",
                         str(args.partitions), "--replication-factor", "1"], check=True,
                        cwd=ROOT)

@@ -32,11 +32,11 @@ sys.path.insert(0, str(ROOT))
 
 from twisted.internet import defer, task  # noqa: E402
 
+from broker_core import metadata_paths as paths  # noqa: E402
 from broker_core.controller.controller import Controller  # noqa: E402
 from broker_core.tap import BROKER_GC_THRESHOLDS  # noqa: E402
 from broker_core.wire.apis import ApiKey  # noqa: E402
 from broker_core.wire.messages import leader_and_isr, stop_replica, update_metadata  # noqa: E402
-from broker_core.zk import paths  # noqa: E402
 from tests.unit.test_coordinator_service import MemoryStore  # noqa: E402
 
 _MESSAGES = {ApiKey.LEADER_AND_ISR: leader_and_isr.REQUEST,

@@ -44,9 +44,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from consumer_client.admin import AdminClient, describe_groups, find_coordinator  # noqa: E402
-from consumer_client.loadtest import metrics as prom  # noqa: E402
-from consumer_client.loadtest.driver import LoadTestConfig, run  # noqa: E402
+from sluice_tools.admin import AdminClient, describe_groups, find_coordinator  # noqa: E402
+from sluice_tools.loadtest import metrics as prom  # noqa: E402
+from sluice_tools.loadtest.driver import LoadTestConfig, run  # noqa: E402
 from tests.support.cluster import free_port  # noqa: E402
 from tests.support.procs import ProcessCluster  # noqa: E402
 from tests.support.zookeeper import ZooKeeperServer  # noqa: E402

@@ -71,8 +71,8 @@ from twisted.logger import eventsFromJSONLogFile, formatEvent  # noqa: E402
 from bench.common import produce_round, watch_deletion  # noqa: E402
 from broker_core.wire.apis import ApiKey  # noqa: E402
 from broker_core.wire.records import Record, build_batch  # noqa: E402
-from consumer_client.admin import AdminClient  # noqa: E402
 from consumer_client.connection import BrokerConnection  # noqa: E402
+from sluice_tools.admin import AdminClient  # noqa: E402
 from tests.support.procs import ProcessCluster  # noqa: E402
 from tests.support.zookeeper import ZooKeeperServer  # noqa: E402
 

@@ -149,7 +149,7 @@ def main() -> None:
         broker.start()
         broker.wait_listening()
         for name in names:
-            subprocess.run([sys.executable, "-m", "consumer_client.cli", "topics", "create",
+            subprocess.run([sys.executable, "-m", "sluice_tools.cli", "topics", "create",
                             "--bootstrap-server", broker.address, "--topic", f"bench-{name}",
                             "--partitions", str(args.partitions), "--replication-factor", "1"],
                            check=True, cwd=ROOT, capture_output=True)

@@ -191,7 +191,7 @@ def main() -> None:
         cluster.start()
         cluster.wait_registered()
         b = cluster.bootstrap
-        subprocess.run([sys.executable, "-m", "consumer_client.cli", "topics", "create",
+        subprocess.run([sys.executable, "-m", "sluice_tools.cli", "topics", "create",
                         "--bootstrap-server", b, "--topic", "bench", "--partitions",
                         str(args.partitions), "--replication-factor",
                         str(args.replication_factor)], check=True, cwd=ROOT)

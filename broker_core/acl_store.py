@@ -1,6 +1,6 @@
 """ACL bindings in the metadata store (ZooKeeper or the quorum), and each broker's cache of them.
 
-Layout (``broker_core.zk.paths``): one persistent node per pattern,
+Layout (``broker_core.metadata_paths``): one persistent node per pattern,
 ``/acls/<Topic|Group|Cluster>/<literal|prefixed>/<name>``, holding every entry of that
 pattern as Kafka's ``/kafka-acl`` JSON. A write is a read-modify-write of one node, made
 conditional on the version it read, so two admins adding entries to one pattern at once both
@@ -29,6 +29,7 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import BadVersion, NodeExists, NoNode
 from broker_core.security.acl import (
     AccessEntry,
@@ -43,7 +44,6 @@ from broker_core.security.acl import (
     ResourceType,
     group_by_pattern,
 )
-from broker_core.zk import paths
 
 log = Logger(namespace="sluice.acl")
 

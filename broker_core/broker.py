@@ -43,6 +43,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
+from broker_core import metadata_paths as paths
 from broker_core.acl_store import AclCache
 from broker_core.config import TOPIC_CONFIG_KEYS, BrokerConfig, ConfigError
 from broker_core.config_changes import read_entity
@@ -75,7 +76,6 @@ from broker_core.server.listener_endpoints import (
     load_peer_tls,
 )
 from broker_core.server.protocol import KafkaServerFactory
-from broker_core.zk import paths
 from broker_core.zk.store import ZooKeeperStore
 from coordinator.service import CoordinatorConfig, CoordinatorService
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.config import (
     BROKER_KEYS,
     INT_MAX,
@@ -52,7 +53,6 @@ from broker_core.metadata import BadVersion, NodeExists, NoNode
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages.describe_configs import ConfigType, ResourceType
 from broker_core.wire.messages.incremental_alter_configs import OpType
-from broker_core.zk import paths
 
 log = Logger(namespace="sluice.config")
 
@@ -229,7 +229,7 @@ def entity_path(resource_type: int, name: str) -> str:
 
 async def read_entity(store: Any, path: str) -> tuple[dict[str, str], int | None]:
     """A node's configs and version (None: no node). An unreadable node (not the JSON of
-    :class:`~broker_core.zk.paths.TopicConfig`) is logged and read as ``{}`` with its version,
+    :class:`~broker_core.metadata_paths.TopicConfig`) is logged and read as ``{}`` with its version,
     so a conditional write replaces it rather than failing on it."""
     try:
         data, stat = await store.get(path)

@@ -22,9 +22,9 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.config import BROKER_KEYS, BrokerConfig, ConfigError
 from broker_core.config_changes import DEFAULT_BROKER, DYNAMIC_BROKER_KEYS
-from broker_core.zk import paths
 
 log = Logger(namespace="sluice.config")
 

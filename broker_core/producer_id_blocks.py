@@ -1,7 +1,7 @@
 """Producer ids in blocks: the sans-IO half of how brokers hand out idempotent producers' ids.
 
 Every broker takes producer ids from a block it claimed in the metadata store's
-``/latest_producer_id_block`` (:data:`broker_core.zk.paths.LATEST_PRODUCER_ID_BLOCK`), Kafka's
+``/latest_producer_id_block`` (:data:`broker_core.metadata_paths.LATEST_PRODUCER_ID_BLOCK`), Kafka's
 znode and value. A claim reads the node, computes the block after the one it holds
 (:func:`next_block`) and writes it conditionally on the version read; a lost race (BadVersion,
 NodeExists) reads again. ``broker_core.server.producer_ids`` drives that loop on the store.

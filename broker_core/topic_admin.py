@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core import assignment as assign
+from broker_core import metadata_paths as paths
 from broker_core.config import ConfigError, validate_topic_config
 from broker_core.metadata import (
     BadVersion,
@@ -34,7 +35,6 @@ from broker_core.metadata import (
 )
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 
 class TopicAdminError(Exception):

@@ -1,2 +1,7 @@
-"""The client library apps import: blocking connection, admin client and the sluice CLI
-(the consumer, the producer and the Spark source come later)."""
+"""The client library applications import: the consumer, the producer, their blocking
+wrappers, group membership and the Spark data source.
+
+It imports from ``broker_core`` only the wire codec, the shared config machinery and the shared
+client transport (see docs/architecture.md, "Layers"); the operator tools live in
+``sluice_tools``.
+"""

@@ -7,7 +7,7 @@ per partition so only changed offsets are written), and writes them to
 :data:`MULTI_BATCH` operations, each fenced by the coordinator epoch. Many groups share a multi;
 a 1,000-partition group is two multis.
 
-Each value is a :class:`~broker_core.zk.paths.CommittedOffset`: the offset with the leader epoch
+Each value is a :class:`~broker_core.metadata_paths.CommittedOffset`: the offset with the leader epoch
 and metadata a Kafka client committed alongside it (a plain decimal when there are none).
 
 Invariants: a partition is marked clean only after the multi that wrote its value succeeded,
@@ -25,8 +25,8 @@ from twisted.internet import task
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import Create, MetadataStoreError, SetData, TransactionFailed
-from broker_core.zk import paths
 from coordinator.registry import NO_EXTRAS, GroupRegistry, OffsetExtras
 
 log = Logger(namespace="sluice.coordinator.committer")

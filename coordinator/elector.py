@@ -22,6 +22,7 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import (
     BadVersion,
     Create,
@@ -32,7 +33,6 @@ from broker_core.metadata import (
     SetData,
     TransactionFailed,
 )
-from broker_core.zk import paths
 
 log = Logger(namespace="sluice.coordinator.elector")
 

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import Delete, MetadataStoreError, NoNode, TransactionFailed
 from broker_core.wire import consumer_protocol
 from broker_core.wire.errors import ErrorCode, MalformedFrame
 from broker_core.wire.messages import offset_delete
-from broker_core.zk import paths
 from coordinator import rebalance
 from coordinator.classic_group import ClassicGroup, GroupState
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import MetadataStoreError, NoNode
 from broker_core.purgatory import Purgatory
 from broker_core.wire.errors import ErrorCode
@@ -41,7 +42,6 @@ from broker_core.wire.messages import (
     offset_commit,
     offset_fetch,
 )
-from broker_core.zk import paths
 from coordinator.classic_group import (
     ClassicGroupConfig,
     ClassicGroups,

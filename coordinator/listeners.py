@@ -14,7 +14,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from broker_core.zk import paths
+from broker_core import metadata_paths as paths
 
 log = Logger(namespace="sluice.coordinator.listeners")
 

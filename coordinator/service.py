@@ -38,6 +38,7 @@ from twisted.internet import defer, task
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import (
     Check,
     Create,
@@ -51,7 +52,6 @@ from broker_core.purgatory import Purgatory
 from broker_core.server.channel import ServerChannel
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from broker_core.zk import paths
 from coordinator import purgatories, rebalance, topic_count
 from coordinator.assignor import IPartitionAssignor, RangeAssignor, TopicPartition
 from coordinator.committer import MULTI_BATCH, OffsetCommitter, read_committed_offset

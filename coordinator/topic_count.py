@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from broker_core.zk.paths import validate_topic_name
+from broker_core.metadata_paths import validate_topic_name
 
 STATIC = "static"
 WHITE_LIST = "white_list"

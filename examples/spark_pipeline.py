@@ -34,7 +34,7 @@ MARKER = "__end_of_input__"
 
 
 def ensure_topics(bootstrap: str) -> None:
-    from consumer_client.admin import AdminClient, AdminError
+    from sluice_tools.admin import AdminClient, AdminError
 
     admin = AdminClient(bootstrap_servers=bootstrap)
     existing = set(admin.list_topics())

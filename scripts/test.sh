@@ -8,4 +8,6 @@ trap 'echo "test: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh --extras test,spark
 .venv/bin/ruff check .
+# The import contracts (.importlinter): which packages may import which.
+.venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest -p no:cacheprovider "${@:-tests}"

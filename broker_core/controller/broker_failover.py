@@ -23,12 +23,12 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller import log_dir_failure
 from broker_core.controller.batch import PartitionDecision, RequestBatch
 from broker_core.controller.decisions import Decide
 from broker_core.controller.election import NO_LEADER, Election, offline_leader, shrink_isr
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 
 class BrokerFailover:

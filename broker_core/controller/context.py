@@ -26,11 +26,11 @@ from typing import Any
 
 from twisted.internet import defer
 
+from broker_core import metadata_paths as paths
 from broker_core.controller import log_dir_failure
 from broker_core.controller.batch import LiveBroker, PartitionDecision
 from broker_core.metadata import NoNode
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 
 class ControllerContext:

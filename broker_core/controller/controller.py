@@ -34,6 +34,7 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller import log_dir_failure
 from broker_core.controller.batch import LiveBroker, PartitionDecision, RequestBatch, first_of
 from broker_core.controller.broker_failover import BrokerFailover
@@ -62,7 +63,6 @@ from broker_core.rpc import BrokerChannel
 from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 #: Longest the controller waits for the brokers to acknowledge new leaderships before it goes on
 #: with the rest of a failover (ISR shrinks, the full state to every broker). Leaders are what

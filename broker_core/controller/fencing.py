@@ -25,6 +25,7 @@ from typing import Any
 from twisted.internet import task
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.broker_liveness import (
     BrokerLiveness,
     UnreachableVote,
@@ -32,7 +33,6 @@ from broker_core.controller.broker_liveness import (
     unreachable_predecessor,
 )
 from broker_core.metadata import MetadataStoreError, NoNode
-from broker_core.zk import paths
 
 
 class FencingAgent:

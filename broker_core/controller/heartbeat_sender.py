@@ -35,6 +35,7 @@ from typing import Any
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.broker_liveness import UnreachableVote
 from broker_core.metadata import MetadataStoreError, NodeExists, NoNode, SessionState
 from broker_core.rpc import ClientConnection, connect_client, request_with_timeout
@@ -42,7 +43,6 @@ from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from broker_core.zk import paths
 
 BROKER_HEARTBEAT_VERSION = 0
 

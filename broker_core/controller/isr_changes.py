@@ -22,13 +22,13 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.context import gather
 from broker_core.controller.election import judge_isr_change
 from broker_core.controller.event_manager import NotController
 from broker_core.metadata import SetData, TransactionFailed
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 #: One partition of an AlterIsr request: (topic, partition, leader_epoch, new_isr,
 #: partition_epoch), the last being the leaderAndISR znode version the leader holds.

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING
 
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.election import NO_LEADER, Election, offline_leader, shrink_isr
 from broker_core.metadata import Delete, NoNode, TransactionFailed
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 if TYPE_CHECKING:
     from broker_core.controller.controller import Controller

@@ -24,13 +24,13 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.batch import PartitionDecision, RequestBatch, first_of
 from broker_core.controller.context import gather
 from broker_core.controller.election import init_leader
 from broker_core.controller.event_manager import CONFLICT_RETRY_S, NotController
 from broker_core.metadata import Create, Delete, NoNode, SetData, TransactionFailed
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 #: Longest a partition removal waits for the replicas to answer StopReplica before it writes the
 #: removal to ZooKeeper (a replica that does not answer deletes the partition when it next gets

@@ -15,11 +15,11 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.election import Election, preferred_leader
 from broker_core.metadata import Delete, NoNode, TransactionFailed
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 
 class PreferredElection:

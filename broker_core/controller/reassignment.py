@@ -24,6 +24,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.batch import PartitionDecision, RequestBatch
 from broker_core.controller.election import (
     next_leader_epoch,
@@ -33,7 +34,6 @@ from broker_core.controller.election import (
 )
 from broker_core.metadata import Delete, NoNode, SetData, TransactionFailed
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 #: The reassignment agent wakes up when notified or after this many seconds.
 REASSIGNMENT_WAKEUP_S = 30.0

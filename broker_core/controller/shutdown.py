@@ -29,6 +29,7 @@ from typing import Any
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.election import Election, controlled_shutdown_election
 from broker_core.controller.event_manager import NotController
@@ -39,7 +40,6 @@ from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 CONTROLLED_SHUTDOWN_VERSION = 3
 

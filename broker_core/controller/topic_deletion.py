@@ -15,10 +15,10 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.batch import RequestBatch
 from broker_core.controller.context import gather
 from broker_core.metadata import Delete, TransactionFailed
-from broker_core.zk import paths
 
 
 class TopicDeletion:

@@ -19,6 +19,7 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.context import ControllerContext, gather
 from broker_core.controller.decisions import GONE, Decide, DecisionRounds
@@ -26,7 +27,6 @@ from broker_core.controller.election import Election, next_leader_epoch
 from broker_core.controller.event_manager import CONFLICT_RETRY_S, NotController
 from broker_core.metadata import Check, SetData, TransactionFailed
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 #: ZooKeeper caps a whole multi at jute.maxbuffer (~1 MB); our ops are small, so 500 ops per multi
 #: stays far below it (python-zk/kazoo#630: ~3,200 creates already failed).

@@ -24,9 +24,9 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import MetadataStoreError, NodeExists, NoNode
 from broker_core.wire.topic_partition import TopicPartition
-from broker_core.zk import paths
 
 RETRY_INITIAL_S = 0.2
 RETRY_MAX_S = 5.0

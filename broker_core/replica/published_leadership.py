@@ -20,9 +20,9 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata_cache import PartitionState
 from broker_core.replica.partition import LeaderAndIsrState
-from broker_core.zk import paths
 
 log = Logger(namespace="sluice.broker.heartbeat")
 

@@ -3,7 +3,7 @@
 Layout (Kafka's, in both metadata stores): ``/config/users/[sanitized name]`` holds
 ``{"version":1,"config":{"SCRAM-SHA-512":"salt=..,stored_key=..,server_key=..,iterations=..",
 "SCRAM-SHA-256":...}}`` (:class:`UserConfig`; the name is URL-encoded by
-:func:`~broker_core.zk.paths.sanitize_user`). Keys other than SCRAM mechanisms (Kafka keeps a
+:func:`~broker_core.metadata_paths.sanitize_user`). Keys other than SCRAM mechanisms (Kafka keeps a
 user's quotas in the same value) are kept as they are and never read.
 
 Every broker keeps a :class:`UserCredentialCache`: a children watch on ``/config/users`` and a
@@ -36,13 +36,13 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.security.scram_credential import (
     MECHANISMS,
     MIN_ITERATIONS,
     ScramCredential,
     salted_password,
 )
-from broker_core.zk import paths
 
 #: The longest user name, in UTF-8 bytes. Kafka sets none; 256 bytes keeps a node name (up to
 #: three times as long once URL-encoded) well inside both stores' path limits.

@@ -43,6 +43,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.config import (
     BROKER_KEYS,
     LONG_MAX,
@@ -55,7 +56,6 @@ from broker_core.config_changes import DEFAULT_BROKER, DYNAMIC_BROKER_KEYS, read
 from broker_core.dynamic_config import effective_broker_config
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages.describe_configs import ConfigSource, ConfigType, ResourceType
-from broker_core.zk import paths
 
 log = Logger(namespace="sluice.server")
 

@@ -27,6 +27,7 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import BadVersion, MetadataStoreError, NodeExists, NoNode
 from broker_core.producer_id_blocks import (
     BLOCK_SIZE,
@@ -37,7 +38,6 @@ from broker_core.producer_id_blocks import (
 )
 from broker_core.server.authorization import Access
 from broker_core.wire.errors import ErrorCode
-from broker_core.zk import paths
 
 #: The largest producer epoch a bump may reach (Kafka's ``Short.MaxValue - 1``: the last value
 #: is kept for markers a coordinator would write).

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import BadVersion, MetadataStoreError, NodeExists, NoNode
 from broker_core.security.scram_credential import MECHANISMS, ScramCredential
 from broker_core.security.user_store import MAX_USERS, UserConfig, validate_user_name
@@ -39,7 +40,6 @@ from broker_core.wire.messages.describe_user_scram_credentials import (
     MECHANISM_CODES,
     MECHANISM_TYPES,
 )
-from broker_core.zk import paths
 
 #: Most users one request may name (its deletions and upsertions, or the users it describes):
 #: each is a store read and write, so this bounds one request to seconds of store work; Kafka's

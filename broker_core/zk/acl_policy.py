@@ -35,8 +35,8 @@ import base64
 import hashlib
 from dataclasses import dataclass
 
+from broker_core import metadata_paths as paths
 from broker_core.security.secret_file import SecretFileError, read_secret_file
-from broker_core.zk import paths
 
 # ZooKeeper's permission bits (org.apache.zookeeper.ZooDefs.Perms).
 READ = 1

@@ -4,7 +4,7 @@ like Kafka's ``zookeeper-security-migration``.
 
 The walk covers the cluster's whole chroot, the chroot node included; without a chroot, where
 ZooKeeper's root is shared with other applications, only Sluice's own top-level nodes
-(:data:`~broker_core.zk.paths.TOP_LEVEL_PATHS`) and what lies under them. ZooKeeper's own
+(:data:`~broker_core.metadata_paths.TOP_LEVEL_PATHS`) and what lies under them. ZooKeeper's own
 ``/zookeeper`` subtree is never touched. Parents are visited before their children.
 
 Idempotent: a node whose ACL already is the wanted one is left alone (compared as a set: the
@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import NoNode, NotAuthorized
-from broker_core.zk import paths
 from broker_core.zk.acl_policy import OPEN_ACL, ZOOKEEPER_SYSTEM_PATH, AclEntry, ZkCredential, secure_acl
 
 

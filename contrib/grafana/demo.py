@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.time()
 
         loadtest = subprocess.Popen(
-            [sys.executable, "-m", "consumer_client.cli", "loadtest",
+            [sys.executable, "-m", "sluice_tools.cli", "loadtest",
              "--bootstrap-server", cluster.bootstrap, "--topic", TOPIC, "--partitions", "6",
              "--replication-factor", "3", "--consumers", str(args.consumers),
              "--processes", "2", "--groups", "4", "--ramp", "20",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import pytest_twisted
 
+from broker_core import metadata_paths as paths
 from broker_core.security.acl import (
     AclOperation,
     AclPermission,
@@ -28,7 +29,6 @@ from broker_core.server.authorization import CONTROL_PLANE, RULES, UNCHECKED
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import Record, build_batch
-from broker_core.zk import paths
 from tests.support.cluster import call, connect, eventually, running_brokers
 
 Op, RT = AclOperation, ResourceType

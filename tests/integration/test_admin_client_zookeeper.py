@@ -12,7 +12,7 @@ from tests.support.cluster import ROOT
 
 SCRIPT = """
 import json, sys
-from consumer_client.admin import AdminClient, AdminError
+from sluice_tools.admin import AdminClient, AdminError
 
 hosts = sys.argv[1]
 seen = [AdminClient(zookeeper=hosts).list_topics() for _ in range(3)]

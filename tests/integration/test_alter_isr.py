@@ -10,8 +10,8 @@ import pytest_twisted
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import MetadataStoreError, SessionState
-from broker_core.zk import paths
 from tests.support.cluster import (
     controller_of,
     create_topic,

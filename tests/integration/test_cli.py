@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from consumer_client import cli
+from sluice_tools import cli
 from tests.support.cli_runs import (
     ROOT,
     SLUICE,

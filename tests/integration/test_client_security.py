@@ -22,7 +22,6 @@ from twisted.internet import defer, threads
 from broker_core.security.acl import AclOperation, ResourceType
 from broker_core.security.sasl import SaslAuthenticationError
 from broker_core.wire.apis import ApiKey
-from consumer_client import cli
 from consumer_client.blocking_consumer import BlockingConsumer
 from consumer_client.blocking_producer import BlockingProducer
 from consumer_client.connection import bootstrap
@@ -30,6 +29,7 @@ from consumer_client.consumer import AuthenticationFailed as ConsumerAuthenticat
 from consumer_client.consumer import State
 from consumer_client.producer_errors import AuthenticationFailed
 from consumer_client.security import ClientSecurity, TlsHandshakeFailed
+from sluice_tools import cli
 from tests.support.certs import make_pki
 from tests.support.cluster import GROUP_TIMINGS, eventually, listener_port, running_brokers
 
@@ -294,7 +294,7 @@ async def test_sluice_users_and_acls_over_sasl_ssl_with_command_config(broker, p
 
 @pytest_twisted.ensureDeferred
 async def test_loadtest_workers_log_in_with_the_command_config(broker, pki, tmp_path):
-    from consumer_client.loadtest.driver import LoadTestConfig, run
+    from sluice_tools.loadtest.driver import LoadTestConfig, run
 
     props = tmp_path / "loadtest.properties"
     props.write_text("".join(f"{k}={v}\n" for k, v in

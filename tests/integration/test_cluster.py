@@ -11,10 +11,10 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
 
+from broker_core import metadata_paths as paths
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import Record, build_batch, decode_records
-from broker_core.zk import paths
 from tests.support.cluster import (
     call,
     connect,

@@ -8,10 +8,10 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
+from broker_core import metadata_paths as paths
 from broker_core.broker import BrokerService, StartupError
 from broker_core.log import meta_properties
 from broker_core.wire.apis import ApiKey
-from broker_core.zk import paths
 from tests.support.cluster import (
     BrokerProcess,
     broker_config,

@@ -13,6 +13,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer
 
+from broker_core import metadata_paths as paths
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import (
@@ -22,7 +23,6 @@ from broker_core.wire.records import (
     decode_records,
     iter_batches,
 )
-from broker_core.zk import paths
 from tests.support.cluster import (
     call,
     create_topic,

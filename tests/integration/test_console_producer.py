@@ -13,7 +13,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import threads
 
-from consumer_client.console_producer import _Failures, lines_of, split_line
+from sluice_tools.console_producer import _Failures, lines_of, split_line
 from tests.support.cluster import ROOT, running_brokers
 from tests.support.producer_harness import fetch_all, topic_ready
 
@@ -24,7 +24,7 @@ def brokers(zk_hosts, tmp_path):
 
 
 def produce(bootstrap: str, *args: str, stdin: bytes) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "consumer_client.cli", "produce", "--bootstrap-server",
+    argv = [sys.executable, "-m", "sluice_tools.cli", "produce", "--bootstrap-server",
             bootstrap, *args]
     return subprocess.run(argv, input=stdin, capture_output=True, timeout=60, cwd=ROOT)
 

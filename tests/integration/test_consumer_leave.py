@@ -21,9 +21,9 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor, threads
 
+from broker_core import metadata_paths as paths
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from broker_core.zk import paths
 from consumer_client.blocking_consumer import BlockingConsumer
 from consumer_client.consumer import Consumer, ConsumerConfig, State
 from tests.support.cluster import ROOT, call, eventually, running_brokers
@@ -242,7 +242,7 @@ async def test_ctrl_c_ends_sluice_consume_with_130_after_leaving(brokers, tmp_pa
     await ready_topic(brokers, partitions=2)
     for p in range(2):
         await fill(brokers, "t", p, 10)
-    argv = [sys.executable, "-c", "import sys; from consumer_client.cli import main; "
+    argv = [sys.executable, "-c", "import sys; from sluice_tools.cli import main; "
             "sys.exit(main())", "consume", "--bootstrap-server",
             bootstrap(brokers).split(",")[0], "--topic", "t", "--group", "g",
             "--from-beginning", "--session-timeout-ms", str(SESSION_MS)]

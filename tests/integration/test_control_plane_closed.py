@@ -18,6 +18,7 @@ import pytest_twisted
 from twisted.internet import defer, reactor
 from twisted.logger import formatEvent, globalLogPublisher
 
+from broker_core import metadata_paths as paths
 from broker_core.broker import BrokerService, StartupError
 from broker_core.config import ConfigError
 from broker_core.raft import wire
@@ -28,7 +29,6 @@ from broker_core.rpc import KafkaClientProtocol, SaslAuthenticationError, connec
 from broker_core.security.cluster_secret import ClusterCredential
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from broker_core.zk import paths
 from tests.support.cluster import (
     broker_config,
     call,

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import pytest_twisted
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import NoNode, SetData
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from broker_core.zk import paths
 from coordinator import rebalance
 from tests.support.cluster import (
     GROUP_TIMINGS,

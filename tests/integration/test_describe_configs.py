@@ -12,13 +12,13 @@ import pytest
 import pytest_twisted
 from twisted.internet import threads
 
+from broker_core import metadata_paths as paths
 from broker_core import topic_admin
 from broker_core.config import BROKER_KEYS, TOPIC_CONFIG_KEYS, topic_defaults
 from broker_core.config_changes import DYNAMIC_BROKER_KEYS
 from broker_core.server.describe_configs import describe_configs
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages import describe_configs as dc
-from broker_core.zk import paths
 from tests.support.cluster import broker_config, eventually, start_brokers, stop_brokers
 
 TOPIC = dc.ResourceType.TOPIC

@@ -11,8 +11,8 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor, threads
 
-from consumer_client import cli
 from consumer_client.consumer import Consumer, ConsumerConfig, State
+from sluice_tools import cli
 from tests.support.cluster import eventually, running_brokers
 from tests.support.consumer_harness import fill, ready_topic, take
 
@@ -135,7 +135,7 @@ async def test_console_consumer_group_prints_every_message_and_commits(brokers):
     for p in range(2):
         await fill(brokers, "t", p, 10)
     bootstrap = ",".join(f"127.0.0.1:{b.port.getHost().port}" for b in brokers)
-    argv = [sys.executable, "-m", "consumer_client.cli", "consume", "--bootstrap-server",
+    argv = [sys.executable, "-m", "sluice_tools.cli", "consume", "--bootstrap-server",
             bootstrap, "--topic", "t", "--group", "console", "--members", "2",
             "--from-beginning", "--max-messages", "20", "--session-timeout-ms", "1500"]
     done = await threads.deferToThread(subprocess.run, argv, capture_output=True, text=True,
@@ -162,7 +162,7 @@ async def test_console_consumer_stops_at_exactly_max_messages_and_commits_only_t
     for p in range(2):
         await fill(brokers, "t", p, 10)
     bootstrap = ",".join(f"127.0.0.1:{b.port.getHost().port}" for b in brokers)
-    argv = [sys.executable, "-m", "consumer_client.cli", "consume", "--bootstrap-server",
+    argv = [sys.executable, "-m", "sluice_tools.cli", "consume", "--bootstrap-server",
             bootstrap, "--topic", "t", "--group", "three", "--members", "2",
             "--from-beginning", "--max-messages", "3", "--session-timeout-ms", "1500"]
     done = await threads.deferToThread(subprocess.run, argv, capture_output=True, text=True,
@@ -180,7 +180,7 @@ async def test_console_consumer_stops_at_exactly_max_messages_and_commits_only_t
 def _consume(*args: str) -> list[str]:
     import sys
 
-    return [sys.executable, "-m", "consumer_client.cli", "consume", *args]
+    return [sys.executable, "-m", "sluice_tools.cli", "consume", *args]
 
 
 @pytest_twisted.ensureDeferred

@@ -16,8 +16,8 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, threads
 
+from broker_core import metadata_paths as paths
 from broker_core.wire.apis import ApiKey
-from broker_core.zk import paths
 from consumer_client.producer import Producer
 from tests.support.certs import make_pki
 from tests.support.cluster import (

@@ -10,7 +10,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import threads
 
-from consumer_client.loadtest.driver import LoadTestConfig, run
+from sluice_tools.loadtest.driver import LoadTestConfig, run
 from tests.support.cluster import eventually, running_brokers
 
 

@@ -9,9 +9,9 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
+from broker_core import metadata_paths as paths
 from broker_core import topic_admin
 from broker_core.broker import BrokerService
-from broker_core.zk import paths
 from tests.support.cluster import (
     broker_config,
     controller_of,

@@ -15,15 +15,15 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor, threads
 
+from broker_core import metadata_paths as paths
 from broker_core.broker import BrokerService
 from broker_core.raft.metadata_commands import CreateNode, encode
 from broker_core.raft.roles import Role
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.records import decode_records
-from broker_core.zk import paths
-from consumer_client import cli
-from consumer_client.admin import AdminError
-from consumer_client.quorum_admin import QuorumAdminClient
+from sluice_tools import cli
+from sluice_tools.admin import AdminError
+from sluice_tools.quorum_admin import QuorumAdminClient
 from tests.support.cluster import (
     broker_config,
     call,

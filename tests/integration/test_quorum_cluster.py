@@ -12,10 +12,10 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
 
+from broker_core import metadata_paths as paths
 from broker_core.broker import BrokerService
 from broker_core.raft.metadata_store import QuorumMetadataStore
 from broker_core.wire.apis import ApiKey
-from broker_core.zk import paths
 from tests.support.cluster import (
     GROUP_TIMINGS,
     broker_config,

@@ -11,8 +11,8 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor, task
 
+from broker_core import metadata_paths as paths
 from broker_core import topic_admin
-from broker_core.zk import paths
 from tests.support.cluster import (
     controller_of,
     create_topic,

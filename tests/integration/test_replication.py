@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import pytest_twisted
 
+from broker_core import metadata_paths as paths
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import decode_records
-from broker_core.zk import paths
 from tests.support.cluster import (
     call,
     controller_of,

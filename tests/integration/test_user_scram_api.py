@@ -23,7 +23,7 @@ from broker_core.security.scram_credential import salted_password
 from broker_core.server.user_admin import describe_credentials
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from consumer_client import cli
+from sluice_tools import cli
 from tests.support.cluster import (
     broker_config,
     call,
@@ -243,7 +243,7 @@ def sluice_process(*argv: str, password_input: str | None = None
                    ) -> subprocess.CompletedProcess:
     """``sluice`` in its own process (``--zookeeper`` runs a reactor of its own), in a new
     session: with no controlling terminal the password prompt reads standard input."""
-    return subprocess.run([sys.executable, "-m", "consumer_client.cli", *argv],
+    return subprocess.run([sys.executable, "-m", "sluice_tools.cli", *argv],
                           input=password_input, capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
                           start_new_session=True)

@@ -19,6 +19,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import NoNode
 from broker_core.raft.metadata_store import QuorumMetadataStore
 from broker_core.security.scram_credential import ScramCredential, salted_password
@@ -30,7 +31,6 @@ from broker_core.server.user_admin import (
     describe_credentials,
 )
 from broker_core.wire.errors import ErrorCode
-from broker_core.zk import paths
 from broker_core.zk.store import ZooKeeperStore
 from tests.support.cluster import eventually
 from tests.support.local_quorum import LocalQuorum

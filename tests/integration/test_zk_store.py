@@ -19,6 +19,7 @@ from kazoo.client import KazooClient
 from twisted.internet import reactor, threads
 from twisted.internet.defer import Deferred
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import (
     ConnectionLost,
     Create,
@@ -26,7 +27,6 @@ from broker_core.metadata import (
     NoNode,
     SessionState,
 )
-from broker_core.zk import paths
 from broker_core.zk.store import MAX_MULTI_OPS, ZooKeeperStore
 from tests.support.cluster import eventually, free_port, start_brokers, stop_brokers
 from tests.support.metadata_store_contract import MetadataStoreContract

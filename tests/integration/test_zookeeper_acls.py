@@ -15,8 +15,8 @@ import pytest_twisted
 from twisted.internet import reactor, threads
 from twisted.logger import Logger, formatEvent
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import AuthFailed, NotAuthorized, SessionState
-from broker_core.zk import paths
 from broker_core.zk.acl_policy import AclPolicy, ZkCredential, is_sensitive, secure_acl
 from broker_core.zk.store import ZooKeeperStore
 from tests.conftest import new_chroot

@@ -17,8 +17,8 @@ import pytest
 import pytest_twisted
 from twisted.internet import threads
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import NotAuthorized
-from broker_core.zk import paths
 from broker_core.zk.acl_policy import OPEN_ACL, AclPolicy, ZkCredential, secure_acl
 from tests.conftest import new_chroot
 from tests.support.cli_runs import ROOT, one_line_error
@@ -48,7 +48,7 @@ def zk_hosts(acl_zk_hosts):
 async def sluice(*args: str) -> subprocess.CompletedProcess:
     """``sluice ARGS`` in a subprocess (from a thread: the brokers run on this reactor)."""
     return await threads.deferToThread(
-        subprocess.run, [sys.executable, "-m", "consumer_client.cli", *args],
+        subprocess.run, [sys.executable, "-m", "sluice_tools.cli", *args],
         capture_output=True, text=True, cwd=ROOT, timeout=60)
 
 

@@ -167,7 +167,7 @@ def sluice(*argv: str) -> tuple[int, str, str]:
     import contextlib
     import io
 
-    from consumer_client import cli
+    from sluice_tools import cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -90,7 +90,7 @@ def _wait(cond, timeout=120.0, what="condition"):
 
 def test_streaming_query_restarted_from_its_checkpoint_writes_every_message_once(
         spark, spark_cluster, tmp_path):
-    from consumer_client.admin import AdminClient
+    from sluice_tools.admin import AdminClient
 
     create_topic(spark_cluster, "s-in", 3)
     first = [(i % 3, None, b"first-%05d" % i, None) for i in range(1800)]

@@ -47,7 +47,7 @@ class ConsumerProc:
 
 
 def describe(bootstrap: str, group: str):
-    from consumer_client.admin import describe_groups
+    from sluice_tools.admin import describe_groups
 
     return describe_groups(bootstrap, [group], timeout=5)[0]
 
@@ -55,7 +55,7 @@ def describe(bootstrap: str, group: str):
 def stable(bootstrap: str, group: str, members: int, partitions: int):
     """The group's description once it is stable with ``members`` members owning exactly
     ``partitions`` partitions, each once; else None."""
-    from consumer_client.admin import AdminError
+    from sluice_tools.admin import AdminError
 
     try:
         g = describe(bootstrap, group)

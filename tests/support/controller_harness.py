@@ -7,12 +7,12 @@ from __future__ import annotations
 from twisted.internet import defer, task
 from twisted.python.failure import Failure
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.controller import (
     Controller,
 )
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.messages import leader_and_isr
-from broker_core.zk import paths
 from tests.support.memory_store import MemoryStore
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from broker_core import metadata_paths as paths
 from broker_core.raft import wire
 from broker_core.raft.messages import (
     AlterVotersRequest,
@@ -19,7 +20,6 @@ from broker_core.raft.messages import (
 )
 from broker_core.raft.metadata_commands import DeleteNode, ExpireSession, encode
 from broker_core.wire.apis import ApiKey
-from broker_core.zk import paths
 
 #: A controller epoch far above any real one: a broker that accepted it would ignore its real
 #: controller from then on.

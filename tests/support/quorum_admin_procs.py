@@ -19,7 +19,7 @@ TIMEOUTS = ["--election-timeout-ms", "300", "--fetch-timeout-ms", "600",
 
 def sluice(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "consumer_client.cli", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "sluice_tools.cli", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
 
 

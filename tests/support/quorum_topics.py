@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def try_create_topic(bootstrap: str, name: str, partitions: int) -> bool:
     from broker_core.wire.errors import ErrorCode
-    from consumer_client.admin import AdminClient, AdminError
+    from sluice_tools.admin import AdminClient, AdminError
 
     try:
         AdminClient(bootstrap_servers=bootstrap).create_topic(name, partitions, 3)

@@ -4,9 +4,9 @@ partition's leader and ISR in the metadata store, and every record of a partitio
 
 from __future__ import annotations
 
+from broker_core import metadata_paths as paths
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.records import decode_records
-from broker_core.zk import paths
 from tests.support.cluster import (
     call,
 )

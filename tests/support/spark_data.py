@@ -9,9 +9,9 @@ import time
 def create_topic(cluster, name: str, partitions: int, config: dict[str, str] | None = None,
                  replication_factor: int = 3) -> None:
     """Create ``name`` and wait until every partition has a leader."""
-    from consumer_client.admin import AdminClient
     from consumer_client.spark.options import Subscription
     from consumer_client.spark.reader import Cluster
+    from sluice_tools.admin import AdminClient
 
     AdminClient(bootstrap_servers=cluster.bootstrap).create_topic(
         name, partitions, replication_factor, config)

@@ -32,7 +32,7 @@ def add_user(bootstrap: str, base: Path, user: str, password: str,
             str(config), "--password-file", str(password_file)]
     for m in mechanisms:
         args += ["--mechanism", m]
-    done = subprocess.run([sys.executable, "-m", "consumer_client.cli", *args], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "sluice_tools.cli", *args], cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -449,7 +449,7 @@ def _coordinator(attacked: Attacked) -> int:
 
 def describe_quorum(attacked: Attacked) -> Any:
     """DescribeQuorum from the leader (read as a broker, to follow it to the leader)."""
-    from consumer_client.quorum_admin import QuorumAdminClient
+    from sluice_tools.quorum_admin import QuorumAdminClient
 
     login = ClusterCredential.from_file(cluster_secret_file(attacked.cluster.base)).login
     servers = ",".join(f"127.0.0.1:{p}" for p in attacked.cluster.quorum_ports.values())
@@ -484,7 +484,7 @@ def forged_voter_fetches_commit_nothing(attacked: Attacked, cluster_id: str, lea
     from broker_core.raft.messages import FetchRequest
     from broker_core.raft.metadata_commands import CreateNode, encode
     from broker_core.raft.wire import VERSIONS, api_key_of, request_body
-    from consumer_client.quorum_admin import log_in
+    from sluice_tools.quorum_admin import log_in
 
     ports = attacked.cluster.quorum_ports
     others = [i for i in ports if i != leader]
@@ -516,7 +516,7 @@ def forged_voter_fetches_commit_nothing(attacked: Attacked, cluster_id: str, lea
 # ZooKeeper mode has no quorum port: only the quorum modes are generated.
 @pytest.mark.parametrize("attacked", ["quorum", "quorum-ssl"], indirect=True)
 def test_the_quorum_port_refuses_every_attack(attacked):
-    from consumer_client.quorum_admin import QuorumAdminError, log_in
+    from sluice_tools.quorum_admin import QuorumAdminError, log_in
 
     settled(attacked)
     before = quorum_view(attacked)

@@ -48,7 +48,7 @@ TOPIC = "events"
 
 def coordinator_id(bootstrap: str) -> int:
     """The coordinator's broker id, -1 while none is elected among the live brokers."""
-    from consumer_client.admin import AdminError, find_coordinator
+    from sluice_tools.admin import AdminError, find_coordinator
 
     try:
         return find_coordinator(bootstrap, timeout=5)[0]
@@ -83,7 +83,7 @@ class OffsetWatcher(threading.Thread):
             zk.close()
 
     def _poll(self, zk) -> None:
-        from broker_core.zk import paths
+        from broker_core import metadata_paths as paths
 
         root = paths.consumer_offsets(self.group)
         if not zk.exists(root):
@@ -101,7 +101,7 @@ class OffsetWatcher(threading.Thread):
 
 
 def test_consumer_groups_survive_kills_pauses_and_coordinator_failover(make_cluster, tmp_path):
-    from consumer_client.admin import AdminClient
+    from sluice_tools.admin import AdminClient
 
     cluster = make_cluster(size=3, extra={
         "min.insync.replicas": "2", "replica.fetch.wait.max.ms": "50",

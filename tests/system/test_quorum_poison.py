@@ -54,7 +54,7 @@ def _write(cluster: ProcessCluster, broker_id: int, command: bytes, *, as_broker
     from broker_core.security.cluster_secret import ClusterCredential
     from broker_core.wire.apis import ApiKey
     from consumer_client.connection import BrokerConnection
-    from consumer_client.quorum_admin import log_in
+    from sluice_tools.quorum_admin import log_in
     from tests.support.cluster import cluster_secret_file
 
     with BrokerConnection("127.0.0.1", cluster.quorum_ports[broker_id], timeout=10) as c:

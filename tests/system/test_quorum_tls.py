@@ -55,7 +55,7 @@ class TlsQuorum:
         """DescribeQuorum from the leader, found through DiscoverBrokers (as a broker: the
         cluster login) over TLS."""
         from broker_core.security.cluster_secret import ClusterCredential
-        from consumer_client.quorum_admin import QuorumAdminClient
+        from sluice_tools.quorum_admin import QuorumAdminClient
 
         login = ClusterCredential.from_file(cluster_secret_file(self.base)).login
         with QuorumAdminClient(self.servers, timeout_s=30, credential=login,
@@ -95,7 +95,7 @@ def tls_quorum(tmp_path_factory):
 
 def sluice(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "consumer_client.cli", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "sluice_tools.cli", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -120,7 +120,7 @@ def produce(bootstrap: str, values: list[bytes]) -> None:
 
 
 def create_topic(bootstrap: str, name: str, replicas: int = 3) -> None:
-    from consumer_client.admin import AdminClient
+    from sluice_tools.admin import AdminClient
 
     AdminClient(bootstrap_servers=bootstrap).create_topic(name, 2, replicas)
 
@@ -154,7 +154,7 @@ def test_the_cluster_forms_serves_and_a_voter_rejoins_over_tls(tls_quorum):
     wait_for(caught_up, 60, f"voter {voter} caught up with the leader over TLS")
 
     def sees_topic() -> bool:
-        from consumer_client.admin import AdminClient
+        from sluice_tools.admin import AdminClient
 
         admin = AdminClient(bootstrap_servers=cluster.brokers[voter].address)
         return "made-while-a-voter-was-down" in admin.list_topics()

@@ -4,7 +4,7 @@ shown as its number, never an exception (a newer broker may send values this one
 from __future__ import annotations
 
 from broker_core.wire.errors import ErrorCode
-from consumer_client.admin import _source_name, error_name
+from sluice_tools.admin import _source_name, error_name
 
 
 def test_known_and_unknown_error_codes():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 from twisted.internet import defer, task
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.broker_liveness import (
     BrokerLiveness,
     UnreachableVote,
@@ -23,7 +24,6 @@ from broker_core.controller.broker_liveness import (
 from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerLease
 from broker_core.wire.apis import ApiKey
-from broker_core.zk import paths
 from tests.support.controller_harness import make as make_controller
 from tests.support.memory_store import MemoryStore
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumer_client.cli import main
+from sluice_tools.cli import main
 
 
 @pytest.mark.parametrize("argv, wrong, right", [
@@ -61,7 +61,7 @@ def test_a_bad_consumer_property_is_bad_usage_before_anything_starts(capsys, pro
 def test_every_command_through_the_admin_client_builds_it_from_its_own_flags(argv):
     """Commands that reach the cluster through the brokers only have no ZooKeeper flags; the
     admin client is still built for them (a merge once made that an AttributeError)."""
-    from consumer_client import cli
+    from sluice_tools import cli
 
     args = cli.build_parser().parse_args(argv)
     client = cli._client(args)

@@ -11,11 +11,11 @@ import pytest
 from broker_core.config import ConfigError
 from broker_core.security.principal import SecurityProtocol
 from broker_core.security.sasl import ClientCredential
-from consumer_client import cli
 from consumer_client.consumer_config import ConsumerConfig
 from consumer_client.producer_config import ProducerConfig
 from consumer_client.security import ClientSecurity, split
 from consumer_client.spark.options import OptionError, parse_read_options, parse_write_options
+from sluice_tools import cli
 from tests.support.certs import make_pki
 
 PASSWORD = "pa55-w0rd-never-shown"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from broker_core import metadata_paths as paths
 from broker_core.log import Log, LogConfig, OffsetOutOfRange
 from broker_core.server.cluster_admin import MAX_PARTITIONS, ClusterAdminApis
 from broker_core.wire.errors import ErrorCode
@@ -16,7 +17,6 @@ from broker_core.wire.messages import (
     list_partition_reassignments,
 )
 from broker_core.wire.records import Record, build_batch
-from broker_core.zk import paths
 from tests.support.controller_harness import make, run
 from tests.support.manual_time import ManualTime
 from tests.support.memory_store import MemoryStore

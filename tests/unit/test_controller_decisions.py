@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from twisted.internet import defer
 from twisted.logger import Logger, formatEvent
 
+from broker_core import metadata_paths as paths
 from broker_core.controller import controller as controller_module
 from broker_core.controller import writer as writer_module
 from broker_core.controller.batch import LiveBroker, PartitionDecision
@@ -18,7 +19,6 @@ from broker_core.controller.decisions import GONE, DecisionRounds, conflicting
 from broker_core.controller.election import Election
 from broker_core.controller.event_manager import CONFLICT_RETRY_S
 from broker_core.metadata import SetData, Stat
-from broker_core.zk import paths
 from tests.support.controller_harness import make
 from tests.support.memory_store import MemoryStore
 

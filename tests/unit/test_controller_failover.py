@@ -9,6 +9,7 @@ import dataclasses
 
 from twisted.internet import defer, task
 
+from broker_core import metadata_paths as paths
 from broker_core.controller import controller as controller_module
 from broker_core.controller.controller import LEADERS_FIRST_WAIT_S, Controller
 from broker_core.controller.event_manager import NotController
@@ -16,7 +17,6 @@ from broker_core.controller.writer import FENCED_PIPELINE, MULTI_BATCH
 from broker_core.metadata import Create, SetData
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.messages import leader_and_isr
-from broker_core.zk import paths
 from tests.support.controller_harness import make
 from tests.support.memory_store import MemoryStore
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from twisted.internet import defer
 
+from broker_core import metadata_paths as paths
 from broker_core.controller import log_dir_failure
 from broker_core.controller.batch import LiveBroker, PartitionDecision
 from broker_core.controller.election import Election
 from broker_core.controller.log_dir_failure import OfflineReplicaSet, offline_replica_changes
-from broker_core.zk import paths
 from tests.support.controller_harness import make
 
 #: make(): partition p has replicas [1 + p % 3, 1 + (p + 1) % 3, 1 + (p + 2) % 3], led by the

@@ -13,10 +13,10 @@ from __future__ import annotations
 from twisted.internet import defer
 from twisted.logger import Logger, LogLevel
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.controller import LEADERS_FIRST_WAIT_S
 from broker_core.controller.event_manager import CONFLICT_RETRY_S
 from broker_core.metadata import ConnectionLost, StoreStopping
-from broker_core.zk import paths
 from tests.support.controller_harness import make
 
 

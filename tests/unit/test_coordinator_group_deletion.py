@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 from twisted.internet import defer, task
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata_cache import BrokerEndpoint
 from broker_core.wire import consumer_protocol
 from broker_core.wire.errors import ErrorCode, MalformedFrame
-from broker_core.zk import paths
 from coordinator.classic_group import GroupState
 from coordinator.service import CoordinatorConfig, CoordinatorService
 from tests.support.memory_store import MemoryStore

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from twisted.internet import defer, task
 
+from broker_core import metadata_paths as paths
 from broker_core.metadata import (
     Create,
     SessionState,
@@ -19,7 +20,6 @@ from broker_core.metadata_cache import BrokerEndpoint
 from broker_core.metrics import BrokerMetrics
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from broker_core.zk import paths
 from coordinator import rebalance
 from coordinator.registry import GroupRegistry
 from coordinator.service import CoordinatorConfig, CoordinatorService

@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from consumer_client import cli
-from consumer_client.dev_certs import FILE_NAMES, create_dev_certs
+from sluice_tools import cli
+from sluice_tools.dev_certs import FILE_NAMES, create_dev_certs
 
 
 def _handshake(certs, server_hostname: str, *, mutual: bool = False) -> None:

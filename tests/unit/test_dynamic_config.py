@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from twisted.internet import defer, task
 
+from broker_core import metadata_paths as paths
 from broker_core.broker import BrokerService
 from broker_core.config import BrokerConfig
 from broker_core.config_changes import (
@@ -25,7 +26,6 @@ from broker_core.raft.metadata_store import QuorumMetadataStore
 from broker_core.server.describe_configs import describe_configs
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages import describe_configs as dc
-from broker_core.zk import paths
 from tests.support.local_quorum import LocalQuorum, run
 
 

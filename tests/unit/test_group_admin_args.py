@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from consumer_client.cli import main
-from consumer_client.group_admin import parse_datetime_ms, parse_topic_partitions
+from sluice_tools.cli import main
+from sluice_tools.group_admin import parse_datetime_ms, parse_topic_partitions
 
 
 def test_topic_specs():

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from twisted.internet import defer, task
 
+from broker_core import metadata_paths as paths
 from broker_core.controller.broker_liveness import UnreachableVote
 from broker_core.controller.heartbeat_sender import ControllerHeartbeatSender
 from broker_core.log import LogConfig, LogManager
@@ -18,7 +19,6 @@ from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.replica.published_leadership import adopt_published_leadership
 from broker_core.wire.apis import ApiKey
-from broker_core.zk import paths
 from tests.support.memory_store import MemoryStore
 
 SESSION = 3.0

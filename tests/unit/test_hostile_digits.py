@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from broker_core import metadata_paths as paths
 from broker_core.log import LogConfig
 from broker_core.log.log import Log
 from broker_core.log.meta_properties import MetaPropertiesError, parse
-from broker_core.zk import paths
 
 
 def test_a_segment_file_named_with_superscript_digits_is_passed_over(tmp_path):

@@ -12,6 +12,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID, ObjectIdentifier
 from twisted.internet import defer
 
+from broker_core import metadata_paths as paths
 from broker_core.config import BrokerConfig, ConfigError
 from broker_core.controller.batch import LiveBroker
 from broker_core.controller.context import _live_endpoints
@@ -23,7 +24,6 @@ from broker_core.server.handlers import RequestHandler
 from broker_core.server.listener_endpoints import TlsFileError, load_peer_tls, load_tls_options
 from broker_core.server.listeners import ClientAuth
 from broker_core.wire.errors import ErrorCode
-from broker_core.zk import paths
 from tests.support.certs import make_pki
 
 BASE = {"broker.id": "1", "zookeeper.connect": "zk:2181", "log.dirs": "/data"}

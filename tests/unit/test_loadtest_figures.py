@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from consumer_client.loadtest import metrics as prom
-from consumer_client.loadtest.driver import (
+from sluice_tools.loadtest import metrics as prom
+from sluice_tools.loadtest.driver import (
     LoadTestConfig,
     _result,
     _Tracker,
@@ -94,7 +94,7 @@ def test_tracker_join_times_rebalance_spans_and_false_expirations():
 
 
 def test_summary_rounds_every_figure_gives_units_and_names_the_plot(tmp_path):
-    from consumer_client.cli import loadtest_summary
+    from sluice_tools.cli import loadtest_summary
 
     result = {
         "consumers_joined": 150, "memberships_lost": 3, "false_expirations": 0,
@@ -118,7 +118,7 @@ def test_summary_rounds_every_figure_gives_units_and_names_the_plot(tmp_path):
 
 
 def test_summary_of_a_run_without_figures_says_so_instead_of_none(tmp_path):
-    from consumer_client.cli import loadtest_summary
+    from sluice_tools.cli import loadtest_summary
 
     result = {"consumers_joined": 0, "memberships_lost": 0, "false_expirations": 0,
               "join_time_s": {"p50": None, "p99": None},

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from twisted.internet import defer, task
 
+from broker_core import metadata_paths as paths
 from broker_core.log import Log, LogConfig, LogDirOffline, LogManager
 from broker_core.log.dir_state import DirState, LogDirStates, describe_io_error
 from broker_core.log.manager import CLEAN_SHUTDOWN, RECOVERY_POINTS
@@ -20,7 +21,6 @@ from broker_core.replica.log_dir_reporter import LogDirFailureReporter
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.wire.records import Record, build_batch
-from broker_core.zk import paths
 
 REPLICAS = (1, 2, 3)
 

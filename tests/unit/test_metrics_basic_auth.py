@@ -178,7 +178,7 @@ def test_site_answers_429_while_throttled():
 def test_metrics_password_command_prints_a_line_the_broker_accepts(monkeypatch, capsys):
     import io
 
-    from consumer_client import cli
+    from sluice_tools import cli
 
     monkeypatch.setattr("sys.stdin", io.StringIO("chosen-password\n"))
     assert cli.main(["metrics-password", "prometheus", "--password-stdin",
@@ -193,7 +193,7 @@ def test_metrics_password_command_prints_a_line_the_broker_accepts(monkeypatch, 
 
 
 def test_metrics_password_command_generates_a_password_shown_once(capsys):
-    from consumer_client import cli
+    from sluice_tools import cli
 
     assert cli.main(["metrics-password", "grafana", "--iterations", str(FAST)]) == 0
     out, err = capsys.readouterr()
@@ -208,7 +208,7 @@ def test_metrics_password_command_generates_a_password_shown_once(capsys):
     (["metrics-password", "p", "--iterations", "5"], 2),
 ])
 def test_metrics_password_command_refuses_bad_input(argv, code, capsys):
-    from consumer_client import cli
+    from sluice_tools import cli
 
     assert cli.main(argv) == code
     assert capsys.readouterr().err.startswith("sluice: ")

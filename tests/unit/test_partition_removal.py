@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from broker_core import metadata_paths as paths
 from broker_core import topic_admin
 from broker_core.controller.event_manager import CONFLICT_RETRY_S
 from broker_core.controller.partition_changes import STOP_REPLICA_WAIT_S
 from broker_core.wire.apis import ApiKey
-from broker_core.zk import paths
 from tests.support.controller_harness import make, run
 from tests.support.memory_store import MemoryStore
 

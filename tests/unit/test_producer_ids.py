@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from twisted.internet import defer, task
 
+from broker_core import metadata_paths as paths
 from broker_core.producer_id_blocks import (
     MAX_PRODUCER_ID,
     IdCursor,
@@ -31,7 +32,6 @@ from broker_core.security.principal import plaintext
 from broker_core.server.authorization import Access, open_access
 from broker_core.server.producer_ids import MAX_EPOCH, InitProducerIdApi, ProducerIdManager
 from broker_core.wire.errors import ErrorCode
-from broker_core.zk import paths
 from tests.support.local_quorum import LocalQuorum, run
 
 

@@ -25,8 +25,8 @@ from broker_core.security.sasl import CLUSTER_USER
 from broker_core.wire import apis
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from consumer_client import cli
-from consumer_client.quorum_admin import (
+from sluice_tools import cli
+from sluice_tools.quorum_admin import (
     QuorumAdminClient,
     QuorumAdminError,
     describe_as_dict,
@@ -366,7 +366,7 @@ def test_cli_reassign_prints_acceptance_and_done(monkeypatch, tmp_path):
             calls.append(("wait", target))
             return DescribeQuorumResponse(ErrorCode.NONE, 4, 6)
 
-    monkeypatch.setattr("consumer_client.quorum_admin.QuorumAdminClient", Fake)
+    monkeypatch.setattr("sluice_tools.quorum_admin.QuorumAdminClient", Fake)
     out = io.StringIO()
     args = cli.build_parser().parse_args(["quorum", "reassign", "--bootstrap-server", "h:1",
                                           "--voters", "4,5,6", "--wait", "--timeout", "9"])
@@ -420,7 +420,7 @@ def test_cli_command_config_gives_the_tls_settings(monkeypatch, tmp_path, capsys
         def describe(self):
             return DESCRIBED
 
-    monkeypatch.setattr("consumer_client.quorum_admin.QuorumAdminClient", Fake)
+    monkeypatch.setattr("sluice_tools.quorum_admin.QuorumAdminClient", Fake)
     config = tmp_path / "tls.properties"
     config.write_text(f"security.protocol=SSL\nssl.ca.location={pki.cafile}\n")
     assert cli.main(["quorum", "describe", "--bootstrap-server", "h:1",

@@ -13,6 +13,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer
 
+from broker_core import metadata_paths as paths
 from broker_core.security.acl import (
     CLUSTER_NAME,
     AccessEntry,
@@ -37,7 +38,6 @@ from broker_core.wire.apis import ApiKey, encode_response
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages import alter_user_scram_credentials as alter_msg
 from broker_core.wire.messages import describe_user_scram_credentials as describe_msg
-from broker_core.zk import paths
 
 
 @pytest.mark.parametrize("name", ["alice", "a" * MAX_USER_NAME_BYTES, "é" * 128, "a b*c",

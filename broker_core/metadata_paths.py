@@ -1,4 +1,8 @@
-"""Every ZooKeeper path Sluice uses, and the JSON codecs of their values, in one place.
+"""Every metadata path Sluice uses, and the JSON codecs of their values, in one place.
+
+Store-neutral: the same tree of paths and values lives in ZooKeeper (:mod:`broker_core.zk.store`)
+or in the Raft quorum's metadata store (:mod:`broker_core.raft.metadata_store`), so this module
+imports neither store (nor anything of Sluice's).
 
 ``docs/zookeeper.md`` documents each path: who writes it, whether it is ephemeral, and its value.
 """

@@ -25,10 +25,10 @@ from typing import Any
 from broker_core.wire import consumer_protocol
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode, MalformedFrame
-from consumer_client import admin
-from consumer_client.admin import AdminError, GroupDescription, GroupPartition
 from consumer_client.connection import BrokerConnection, bootstrap
 from consumer_client.security import ClientSecurity
+from sluice_tools import admin
+from sluice_tools.admin import AdminError, GroupDescription, GroupPartition
 
 SLUICE, KAFKA = "sluice", "kafka"
 #: Kafka's protocol type whose assignment bytes are the consumer protocol's.

@@ -1,7 +1,7 @@
 """``sluice loadtest``: many consumers in several processes against a running cluster.
 
 The driver (this module, the parent process) makes sure the topic exists, starts ``processes``
-worker processes (:mod:`consumer_client.loadtest.worker`), each running its share of the
+worker processes (:mod:`sluice_tools.loadtest.worker`), each running its share of the
 ``consumers`` real Sluice consumers on one reactor, spread over ``groups`` groups. Workers report
 what their consumers live through as JSON lines on stdout; the driver scrapes the coordinator's
 ``/metrics`` every ``scrape_interval_s``, shows a progress line, carries out the planned
@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from consumer_client.loadtest import metrics as prom
-from consumer_client.loadtest import plot
+from sluice_tools.loadtest import metrics as prom
+from sluice_tools.loadtest import plot
 
 
 @dataclass
@@ -109,7 +109,7 @@ class _Worker:
                 "session_timeout_ms": cfg.session_timeout_ms, "ramp_s": cfg.ramp_s,
                 "command_config": cfg.command_config}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "consumer_client.loadtest.worker", json.dumps(spec)],
+            [sys.executable, "-m", "sluice_tools.loadtest.worker", json.dumps(spec)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.stderr_tail: list[str] = []
@@ -243,7 +243,7 @@ def security_of(command_config: str | None) -> Any:
 
 
 def _coordinator_id(bootstrap_servers: str, security: Any = None) -> int | None:
-    from consumer_client.admin import AdminError, find_coordinator
+    from sluice_tools.admin import AdminError, find_coordinator
 
     try:
         return find_coordinator(bootstrap_servers, timeout=5, security=security)[0]
@@ -252,7 +252,7 @@ def _coordinator_id(bootstrap_servers: str, security: Any = None) -> int | None:
 
 
 def _ensure_topic(cfg: LoadTestConfig) -> None:
-    from consumer_client.admin import AdminClient, AdminError
+    from sluice_tools.admin import AdminClient, AdminError
 
     admin = AdminClient(bootstrap_servers=cfg.bootstrap_servers,
                         security=security_of(cfg.command_config))

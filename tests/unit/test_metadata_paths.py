@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.zk.paths import CommittedOffset, LeaderAndIsr, _dump, parse_offset_value
+from broker_core.metadata_paths import CommittedOffset, LeaderAndIsr, _dump, parse_offset_value
 
 
 @pytest.mark.parametrize("value", [

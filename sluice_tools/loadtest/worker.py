@@ -1,6 +1,6 @@
 """One load-test worker process: its share of the consumers on one reactor.
 
-Started by :mod:`consumer_client.loadtest.driver` as ``python -m consumer_client.loadtest.worker
+Started by :mod:`sluice_tools.loadtest.driver` as ``python -m sluice_tools.loadtest.worker
 SPEC_JSON``. Each consumer is a real :class:`~consumer_client.consumer.Consumer` (own coordinator
 channel, own session); they share one :class:`~consumer_client.cluster.ClusterClient` for
 metadata and fetches, as an application running many consumers in one process would.
@@ -60,7 +60,7 @@ class Worker:
 
     def start(self) -> None:
         from consumer_client.cluster import ClusterClient
-        from consumer_client.loadtest.driver import security_of
+        from sluice_tools.loadtest.driver import security_of
 
         spec = self.spec
         self.security = security_of(spec.get("command_config"))

@@ -68,6 +68,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from broker_core import metadata_paths as paths
 from broker_core import topic_admin
 from broker_core.config import ConfigError, read_properties
 from broker_core.security.acl import (
@@ -94,10 +95,9 @@ from broker_core.server import user_admin
 from broker_core.wire.messages.describe_configs import ResourceType as ConfigResourceType
 from broker_core.wire.messages.describe_user_scram_credentials import MECHANISM_CODES
 from broker_core.wire.messages.incremental_alter_configs import OpType
-from broker_core.zk import paths
 from broker_core.zk.acl_policy import SASL_DIGEST_MD5
-from consumer_client.admin import AdminClient, AdminError, error_name
 from consumer_client.security import ClientSecurity
+from sluice_tools.admin import AdminClient, AdminError, error_name
 
 
 class UsageError(Exception):
@@ -591,7 +591,7 @@ def _metrics_urls(items: Sequence[str]) -> dict[int, str]:
 
 
 def run_loadtest(args: argparse.Namespace, out=sys.stdout) -> None:
-    from consumer_client.loadtest.driver import LoadTestConfig, run
+    from sluice_tools.loadtest.driver import LoadTestConfig, run
 
     cfg = LoadTestConfig(
         bootstrap_servers=args.bootstrap_server, topic=args.topic, consumers=args.consumers,
@@ -650,7 +650,7 @@ def loadtest_summary(result: dict, consumers: int, out_dir: Path) -> list[str]:
 
 
 def run_groups(args: argparse.Namespace, out=sys.stdout) -> None:
-    from consumer_client import group_admin
+    from sluice_tools import group_admin
 
     security = _security(args)
     if args.action == "list":
@@ -711,7 +711,7 @@ def _delete_groups(results: list[tuple[str, int]], out) -> None:
 
 
 def _reset_offsets(args: argparse.Namespace, security: Any, out) -> None:
-    from consumer_client import group_admin
+    from sluice_tools import group_admin
 
     spec = group_admin.ResetSpec(to_earliest=args.to_earliest, to_latest=args.to_latest,
                                  to_offset=args.to_offset, shift_by=args.shift_by,
@@ -877,10 +877,10 @@ def run_delete_records(args: argparse.Namespace, out=sys.stdout) -> None:
 
 
 def run_produce(args: argparse.Namespace, stdin: Any = None, err: Any = None) -> None:
-    """``sluice produce``: standard input's lines to a topic (consumer_client.console_producer);
+    """``sluice produce``: standard input's lines to a topic (sluice_tools.console_producer);
     a bad key or value of the producer's config is bad usage (exit 2) before anything is read."""
-    from consumer_client import console_producer
     from consumer_client.producer_config import ProducerConfig
+    from sluice_tools import console_producer
 
     config: dict[str, object] = {**_command_properties(args), **dict(args.producer_property),
                                  "bootstrap.servers": args.bootstrap_server}
@@ -896,7 +896,7 @@ def run_produce(args: argparse.Namespace, stdin: Any = None, err: Any = None) ->
 
 
 def run_quorum(args: argparse.Namespace, out=sys.stdout) -> None:
-    from consumer_client import quorum_admin
+    from sluice_tools import quorum_admin
 
     target = None
     if args.action == "reassign":
@@ -974,7 +974,7 @@ def run_secret(args: argparse.Namespace, out=sys.stdout) -> None:
 
 def run_certs(args: argparse.Namespace, out=sys.stdout) -> None:
     """``sluice certs create-dev``: a development CA and broker certificate."""
-    from consumer_client.dev_certs import create_dev_certs
+    from sluice_tools.dev_certs import create_dev_certs
 
     try:
         paths = create_dev_certs(args.out, args.host)
@@ -1111,8 +1111,8 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         run_produce(args)
         return
     if args.area == "consume":
-        from consumer_client import console_consumer
         from consumer_client.consumer_config import ConsumerConfig
+        from sluice_tools import console_consumer
 
         properties = {**_command_properties(args), **dict(args.consumer_property)}
         # Checked before anything starts: a bad key or value is bad usage (exit 2).

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_core import acl_store, topic_admin
+from broker_core import metadata_paths as paths
 from broker_core.security.acl import AclBinding, AclFilter
 from broker_core.security.acl import binding as acl_binding
 from broker_core.server import user_admin
@@ -27,7 +28,6 @@ from broker_core.wire.messages.describe_user_scram_credentials import (
     MECHANISM_CODES,
     MECHANISM_TYPES,
 )
-from broker_core.zk import paths
 from broker_core.zk.acl_policy import SASL_DIGEST_MD5
 from consumer_client.connection import BrokerConnection, UnsupportedVersionError, bootstrap
 from consumer_client.security import ClientSecurity

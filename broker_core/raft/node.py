@@ -57,7 +57,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from broker_core.raft.commit import majority_size, next_high_watermark
+from broker_core.raft.commit import majority_size
 from broker_core.raft.config import RaftConfig
 from broker_core.raft.effects import Effects, Transition
 from broker_core.raft.entries import LeaderChange, LogEntry, Payload, VoterAssignment
@@ -80,12 +80,13 @@ from broker_core.raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     Message,
-    ReplicaState,
     VoteRequest,
     VoteResponse,
 )
+from broker_core.raft.node_errors import NotLeaderError, RaftSafetyError
+from broker_core.raft.node_roles import leader
+from broker_core.raft.node_roles.leader import Leadership, ReplicaProgress
 from broker_core.raft.quorum_state import QuorumState
-from broker_core.raft.reassignment import Add, Done, Remove, ResignThenRemove, next_step
 from broker_core.raft.roles import VOTER_ROLES, IllegalStateTransition, Role, check_transition
 from broker_core.raft.snapshots import (
     InMemorySnapshotStore,
@@ -100,6 +101,8 @@ from broker_core.wire.errors import ErrorCode
 
 NO_ID = -1
 
+__all__ = ["NO_ID", "NotLeaderError", "RaftNode", "RaftSafetyError"]
+
 
 def _log_continues(log: IRaftLog, snapshot_id: SnapshotId) -> bool:
     """Whether ``log`` holds the snapshot's end (its entry below it, or the epoch below its
@@ -110,56 +113,6 @@ def _log_continues(log: IRaftLog, snapshot_id: SnapshotId) -> bool:
     if log.epoch_at(end - 1) != snapshot_id.epoch:
         return False
     return log.end_offset() == end or log.epoch_at(end) >= snapshot_id.epoch
-
-
-class NotLeaderError(Exception):
-    """:meth:`RaftNode.propose` on a node that is not the leader; names the leader it knows."""
-
-    def __init__(self, node_id: int, role: Role, leader_id: int, epoch: int) -> None:
-        super().__init__(f"node {node_id} is {role.value} in epoch {epoch}, not the leader "
-                         f"(known leader: {leader_id if leader_id != NO_LEADER else 'none'})")
-        self.leader_id = leader_id
-        self.epoch = epoch
-
-
-class RaftSafetyError(RuntimeError):
-    """A peer asked for something only a broken quorum could ask, such as truncating below
-    the high watermark. The node refuses rather than lose committed entries."""
-
-
-@dataclass(slots=True)
-class _ReplicaProgress:
-    """The leader's view of one fetching replica (voter or observer)."""
-
-    end_offset: int = 0  # highest fetch offset that matched the leader's log this epoch
-    last_fetch_ms: float | None = None
-    acknowledged_epoch: bool = False  # fetched or answered BeginQuorumEpoch this epoch
-    last_hw_sent: int = -1
-    # Observer promotion (KIP-836's lastCaughtUpTimestamp): the latest time the replica was
-    # known to hold the leader's whole log, and the leader's log end at its previous fetch.
-    last_caught_up_ms: float | None = None
-    leader_end_at_last_fetch: int = 0
-    matched_fetch_ms: float | None = None  # time of the previous fetch that matched
-    was_voter: bool = False  # a voter at some point of this epoch (NOT_FOLLOWER)
-    announce: bool = False  # a non-voter told of the epoch with BeginQuorumEpoch (a rival)
-    told_not_follower: bool = False
-
-
-@dataclass(slots=True)
-class _PendingAlter:
-    """An AlterVotersRequest answered once the assignment at ``offset`` commits."""
-
-    envelope: Envelope
-    offset: int
-    deadline: float
-
-
-@dataclass(slots=True)
-class _ParkedFetch:
-    """A valid fetch the leader holds until it has something new or ``deadline`` comes."""
-
-    envelope: Envelope
-    deadline: float
 
 
 @dataclass(slots=True)
@@ -196,12 +149,8 @@ class _RoleState:
     answered: set[int] = field(default_factory=set)  # candidate/resigned: who replied
     next_resend_ms: float | None = None  # Vote / BeginQuorumEpoch / EndQuorumEpoch resends
     resends: int = 0
-    progress: dict[int, _ReplicaProgress] = field(default_factory=dict)  # leader
-    parked: dict[int, _ParkedFetch] = field(default_factory=dict)  # leader
-    pending_alters: list[_PendingAlter] = field(default_factory=list)  # leader
+    leader: Leadership = field(default_factory=Leadership)  # filled only while leading
     probing: bool = False  # observer: the leader went quiet, ask the voters who leads
-    epoch_start_offset: int = 0  # leader: offset of its LeaderChange entry
-    leader_since_ms: float = 0.0  # leader
     preferred_successors: tuple[int, ...] = ()  # resigned
 
 
@@ -371,9 +320,7 @@ class RaftNode:
         if rs.in_flight is not None:
             times.append(rs.in_flight.sent_ms + self.config.request_timeout_ms)
         if self._role is Role.LEADER:
-            times.extend(p.deadline for p in rs.parked.values())
-            times.extend(p.deadline for p in rs.pending_alters)
-            times.append(self._check_quorum_due())
+            times.extend(rs.leader.deadlines(self))
         present = [t for t in times if t is not None]
         return min(present) if present else None
 
@@ -407,7 +354,7 @@ class RaftNode:
             if payload.cluster_id != self.cluster_id:
                 raise VoterChangeRejected(f"assignment for cluster {payload.cluster_id!r}, "
                                           f"this is {self.cluster_id!r}")
-            if self._high_watermark <= self._rs.epoch_start_offset:
+            if self._high_watermark <= self._rs.leader.epoch_start_offset:
                 # Raft's single-server change needs the leader to have committed an entry of
                 # its own epoch first (Ongaro's 2015 correction): an older leader's uncommitted
                 # change could otherwise overlap with this one.
@@ -557,14 +504,7 @@ class RaftNode:
             self._lost_candidacies = 0
         self._rs = _RoleState()
         self._fx.transitions.append(Transition(old_role, old_epoch, role, epoch, leader_id))
-        # A former leader answers its parked fetches now rather than leave them to time out
-        # at the fetchers: the answer already carries the epoch and leader it moved to.
-        for held in old_rs.parked.values():
-            self._reply(held.envelope, self._not_leader_fetch_response(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER))
-        # Requests it had not settled: the client retries with the leader it can find.
-        for alter in old_rs.pending_alters:
-            self._reply(alter.envelope, self._alter_response(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        old_rs.leader.hand_over(self)  # empty unless it was leading
         self._enter_role()
         if (role is Role.UNATTACHED and old_rs.election_deadline is not None
                 and old_role in (Role.UNATTACHED, Role.VOTED, Role.CANDIDATE)):
@@ -598,10 +538,7 @@ class RaftNode:
             if not initial:
                 self._maybe_send_fetch()
         elif role is Role.LEADER:
-            rs.leader_since_ms = now
-            rs.progress = {r: _ReplicaProgress(was_voter=True)
-                           for r in self._voters if r != self.node_id}
-            rs.epoch_start_offset = self.log.end_offset()
+            rs.leader.enter(self)
 
     def _observe_epoch(self, epoch: int, leader_id: int) -> None:
         """React to a message that reveals ``epoch`` (>= ours) and possibly its leader."""
@@ -658,7 +595,7 @@ class RaftNode:
             # our log (a removed voter lacking its removal) otherwise never learns of a leader,
             # never fetches its removal, and keeps standing in the next epoch.
             for rival in rivals:
-                self._rs.progress.setdefault(rival, _ReplicaProgress(announce=True))
+                self._rs.leader.progress.setdefault(rival, ReplicaProgress(announce=True))
             if self.log.end_offset() == 0:
                 # The first leader of a cluster writes the bootstrap voters down, so
                 # the quorum no longer depends on ``quorum.voters`` once this commits.
@@ -667,7 +604,7 @@ class RaftNode:
             self._append_as_leader(LeaderChange(leader_id=self.node_id,
                                                 voters=tuple(sorted(self._voters)),
                                                 granting_voters=granted))
-            self._send_begin_epoch()
+            self._rs.leader.send_begin_epoch(self)
 
     def _log_is_up_to_date(self, last_epoch: int, end_offset: int) -> bool:
         return (last_epoch, end_offset) >= (self.log.last_epoch(), self.log.end_offset())
@@ -724,15 +661,6 @@ class RaftNode:
 
     # ------------------------------------------------------------------ begin / end epoch
 
-    def _send_begin_epoch(self) -> None:
-        request = BeginQuorumEpochRequest(cluster_id=self.cluster_id, leader_id=self.node_id,
-                                          leader_epoch=self._epoch)
-        for replica, progress in sorted(self._rs.progress.items()):
-            if ((replica in self._voters or progress.announce)
-                    and not progress.acknowledged_epoch):
-                self._send(replica, request)
-        self._schedule_resend()
-
     def _handle_begin_epoch_request(self, env: Envelope, req: BeginQuorumEpochRequest) -> None:
         if req.cluster_id != self.cluster_id:
             self._reply(env, BeginQuorumEpochResponse(ErrorCode.INCONSISTENT_CLUSTER_ID,
@@ -750,13 +678,11 @@ class RaftNode:
             self._observe_epoch(resp.leader_epoch, resp.leader_id)
             return
         if (self._role is Role.LEADER and resp.leader_epoch == self._epoch
-                and resp.error_code is ErrorCode.NONE and env.source in self._rs.progress):
-            self._rs.progress[env.source].acknowledged_epoch = True
+                and resp.error_code is ErrorCode.NONE and env.source in self._rs.leader.progress):
+            self._rs.leader.progress[env.source].acknowledged_epoch = True
 
     def _resign(self) -> None:
-        progress = self._rs.progress
-        successors = tuple(sorted((r for r in progress if r in self._voters),
-                                  key=lambda r: (-progress[r].end_offset, r)))
+        successors = self._rs.leader.successors(self)
         self._transition(Role.RESIGNED, self._epoch, leader_id=self.node_id)
         self._rs.preferred_successors = successors
         self._rs.answered = {self.node_id}
@@ -814,73 +740,18 @@ class RaftNode:
         return AlterVotersResponse(error, self._known_leader(), self._epoch)
 
     def _handle_alter_voters_request(self, env: Envelope, req: AlterVotersRequest) -> None:
-        """AlterPartitionReassignments handling: only the leader accepts; the same
-        target as the latest assignment's is not written again (idempotent resubmission); a
-        new one is written as ``(current voters, target)``, or as ``(current voters, None)``
-        when the target is the current voters (cancellation). The answer waits until that
-        assignment commits; the moves themselves follow (:meth:`_maybe_step_reassignment`)."""
+        """AlterPartitionReassignments handling: only the leader accepts
+        (:meth:`.Leadership.handle_alter_voters`)."""
         if self._role is not Role.LEADER:
             self._reply(env, self._alter_response(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             return
-        history = self._history
-        current = history.voters
-        wanted = (tuple(sorted(current)) if req.target_voters is None
-                  else tuple(req.target_voters))
-        if (not wanted or len(set(wanted)) != len(wanted) or min(wanted) < 0
-                or req.timeout_ms < 0):
-            self._reply(env, self._alter_response(ErrorCode.INVALID_REPLICA_ASSIGNMENT))
-            return
-        target = frozenset(wanted)
-        latest_target = history.target_voters
-        if (target == current and latest_target is None) or (
-                latest_target is not None and frozenset(latest_target) == target):
-            offset = history.latest_offset  # already asked for: wait for the same entry
-        else:
-            assignment = VoterAssignment(self.cluster_id, tuple(sorted(current)),
-                                         None if target == current else tuple(sorted(target)))
-            history.check_change(assignment, self.node_id)  # the same voters: always safe
-            offset = self._append_as_leader(assignment).offset
-        if offset < self._high_watermark:
-            self._reply(env, self._alter_response(ErrorCode.NONE))
-            return
-        self._rs.pending_alters.append(_PendingAlter(env, offset, self._now + req.timeout_ms))
-
-    def _settle_alters(self) -> None:
-        rs = self._rs
-        done = [a for a in rs.pending_alters if a.offset < self._high_watermark]
-        for alter in done:
-            rs.pending_alters.remove(alter)
-            self._reply(alter.envelope, self._alter_response(ErrorCode.NONE))
+        self._rs.leader.handle_alter_voters(self, env, req)
 
     def _maybe_step_reassignment(self) -> None:
-        """Take the next single-member step of an ongoing reassignment, once the
-        previous assignment is committed and the leader has committed an entry of its own
-        epoch (the condition :meth:`propose` puts on every voter change). A new leader that
-        finds a TargetVoters in its log carries on from where the previous one stopped."""
-        history = self._history
-        if (self._role is not Role.LEADER or history.has_pending
-                or not history.committed_target  # None, or an empty one never accepted
-                or self._high_watermark <= self._rs.epoch_start_offset):
-            return
-        current = history.committed_voters
-        step = next_step(current, history.committed_target, self.node_id, self._caught_up())
-        if isinstance(step, Add):
-            voters = current | {step.voter_id}
-        elif isinstance(step, Remove):
-            voters = current - {step.voter_id}
-        elif isinstance(step, Done):
-            voters = current
-        elif isinstance(step, ResignThenRemove):
-            # The last voter to remove is this leader: it steps down (EndQuorumEpoch) and the
-            # next leader, for whom it is an ordinary voter, removes it.
-            self._resign()
-            return
-        else:
-            return  # Wait: no new voter has caught up yet
-        target = None if isinstance(step, Done) else history.committed_target
-        assignment = VoterAssignment(self.cluster_id, tuple(sorted(voters)), target)
-        history.check_change(assignment, self.node_id)
-        self._append_as_leader(assignment)
+        """After every step, a leader takes the next single-member step of an ongoing
+        reassignment when it may (:meth:`.Leadership.step_reassignment`)."""
+        if self._role is Role.LEADER:
+            self._rs.leader.step_reassignment(self)
 
     def describe_quorum(self) -> DescribeQuorumResponse:
         """The answer to DescribeQuorum: the leader's progress table (voters, the target of an
@@ -890,26 +761,7 @@ class RaftNode:
         if self._role is not Role.LEADER:
             return DescribeQuorumResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, self._known_leader(),
                                           self._epoch)
-        progress = self._rs.progress
-
-        def state(replica: int) -> ReplicaState:
-            if replica == self.node_id:
-                now = int(self._now)
-                return ReplicaState(replica, self.log.end_offset(), now, now)
-            p = progress.get(replica)
-            if p is None or p.last_fetch_ms is None:
-                return ReplicaState(replica)
-            caught_up = -1 if p.last_caught_up_ms is None else int(p.last_caught_up_ms)
-            return ReplicaState(replica, p.end_offset, int(p.last_fetch_ms), caught_up)
-
-        voters = self._voters
-        target = self._history.target_voters
-        return DescribeQuorumResponse(
-            ErrorCode.NONE, self.node_id, self._epoch, self._high_watermark,
-            current_voters=tuple(state(v) for v in sorted(voters)),
-            target_voters=None if target is None else tuple(state(v) for v in sorted(target)),
-            observers=tuple(state(r) for r in sorted(progress)
-                            if r not in voters and progress[r].last_fetch_ms is not None))
+        return self._rs.leader.describe_quorum(self)
 
     def _handle_describe_quorum_request(self, env: Envelope, req: DescribeQuorumRequest) -> None:
         self._reply(env, self.describe_quorum())
@@ -920,7 +772,7 @@ class RaftNode:
         entry = LogEntry(self.log.end_offset(), self._epoch, payload)
         self._append([entry])
         self._maybe_advance_leader_hw()
-        self._complete_parked()
+        self._rs.leader.complete_parked(self)
         return entry
 
     def _append(self, entries: tuple[LogEntry, ...] | list[LogEntry]) -> None:
@@ -947,10 +799,7 @@ class RaftNode:
         voter = self.is_voter
         role = self._role
         if role is Role.LEADER:
-            for replica in self._voters - {self.node_id}:
-                self._rs.progress.setdefault(replica, _ReplicaProgress()).was_voter = True
-            self._send_begin_epoch()
-            self._maybe_advance_leader_hw()
+            self._rs.leader.voters_changed(self)
         elif role is Role.OBSERVER and voter:
             if self._leader_id != NO_LEADER:
                 self._transition(Role.FOLLOWER, self._epoch, self._leader_id)
@@ -960,86 +809,23 @@ class RaftNode:
             self._transition(Role.OBSERVER, self._epoch, self._leader_id)
 
     def _maybe_advance_leader_hw(self) -> None:
-        rs = self._rs
-        ends = [self.log.end_offset() if v == self.node_id
-                else rs.progress[v].end_offset for v in self._voters]
-        hw = next_high_watermark(self._high_watermark, ends, rs.epoch_start_offset)
-        if hw > self._high_watermark:
-            self._set_high_watermark(hw)
+        # A method of the node, not only of Leadership, so that a node subclass can override
+        # the commit rule (the simulation's deliberately broken nodes do).
+        self._rs.leader.advance_high_watermark(self)
 
     def _set_high_watermark(self, hw: int) -> None:
         self._high_watermark = hw
         self._fx.high_watermark = hw
         self._history.committed(hw)  # a committed assignment joins the persisted state
         if self._role is Role.LEADER:
-            self._settle_alters()
+            self._rs.leader.settle_alters(self)
 
     def _not_leader_fetch_response(self, error: ErrorCode) -> FetchResponse:
         return FetchResponse(error_code=error, leader_id=self._leader_id,
                              leader_epoch=self._epoch, high_watermark=-1)
 
     def _handle_fetch_request(self, env: Envelope, req: FetchRequest) -> None:
-        if req.cluster_id != self.cluster_id:
-            self._reply(env, self._not_leader_fetch_response(ErrorCode.INCONSISTENT_CLUSTER_ID))
-            return
-        if req.current_leader_epoch < self._epoch:
-            self._reply(env, self._not_leader_fetch_response(ErrorCode.FENCED_LEADER_EPOCH))
-            return
-        if req.current_leader_epoch > self._epoch:
-            # The fetcher knows a newer epoch than we do, but not through us; we learn nothing
-            # about its leader from a fetch, so just tell it we are behind.
-            self._reply(env, self._not_leader_fetch_response(ErrorCode.UNKNOWN_LEADER_EPOCH))
-            return
-        if self._role is not Role.LEADER:
-            self._reply(env, self._not_leader_fetch_response(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-            return
-        if req.fetch_offset < 0 or req.last_fetched_epoch < 0 or req.replica_id != env.source:
-            self._reply(env, self._not_leader_fetch_response(ErrorCode.INVALID_REQUEST))
-            return
-        rs = self._rs
-        progress = rs.progress.setdefault(req.replica_id, _ReplicaProgress())
-        progress.last_fetch_ms = self._now
-        progress.acknowledged_epoch = True
-        if self._below_log_start(req.fetch_offset, req.last_fetched_epoch):
-            # The entries the fetcher needs next were deleted after a snapshot (KIP-630): name
-            # the latest snapshot, which the fetcher gets with FetchSnapshot. The log start
-            # never passes the latest snapshot's end, so there is one.
-            rs.parked.pop(req.replica_id, None)
-            snapshot = self._snapshot
-            assert snapshot is not None, "a log start above 0 without a snapshot"
-            self._reply(env, FetchResponse(ErrorCode.NONE, self.node_id, self._epoch,
-                                           self._high_watermark,
-                                           snapshot_id=snapshot.snapshot_id))
-            return
-        diverging = self._check_fetch_position(req.fetch_offset, req.last_fetched_epoch)
-        if diverging is not None:
-            rs.parked.pop(req.replica_id, None)
-            self._reply(env, FetchResponse(ErrorCode.NONE, self.node_id, self._epoch,
-                                           self._high_watermark, diverging_epoch=diverging))
-            return
-        self._note_caught_up(progress, req.fetch_offset)
-        if self._lacks_own_removal(req.replica_id, req.fetch_offset, progress):
-            # NOT_FOLLOWER: tell a removed voter at once, rather than after the many
-            # fetch rounds it may need to reach its removal, so it stops standing for election.
-            # Once per epoch: its next fetch, as an observer, gets entries as usual.
-            progress.told_not_follower = True
-            rs.parked.pop(req.replica_id, None)
-            self._reply(env, FetchResponse(NOT_FOLLOWER, self.node_id, self._epoch,
-                                           self._high_watermark))
-            return
-        # A replica has one fetch in flight, the newest; an older one held here is stale.
-        rs.parked.pop(req.replica_id, None)
-        # The position matched: the replica holds our log below fetch_offset.
-        if req.fetch_offset > progress.end_offset:
-            progress.end_offset = req.fetch_offset
-            if req.replica_id in self._voters:
-                self._maybe_advance_leader_hw()
-                self._complete_parked()
-        parked = _ParkedFetch(env, self._now + req.max_wait_ms)
-        if not self._fetch_is_ready(parked) and req.max_wait_ms > 0:
-            rs.parked[req.replica_id] = parked
-            return
-        self._answer_fetch(parked)
+        leader.handle_fetch_request(self, env, req)
 
     def _handle_fetch_snapshot_request(self, env: Envelope, req: FetchSnapshotRequest) -> None:
         """KIP-630's FetchSnapshot on the leader: a chunk of a snapshot it keeps, checked like a
@@ -1070,99 +856,12 @@ class RaftNode:
             if req.position >= size:
                 fail(ErrorCode.POSITION_OUT_OF_RANGE)
                 return
-            progress = self._rs.progress.setdefault(req.replica_id, _ReplicaProgress())
-            progress.last_fetch_ms = self._now
-            progress.acknowledged_epoch = True
+            self._rs.leader.heard_from(req.replica_id, self._now)
             data = self.snapshots.read_chunk(
                 req.snapshot_id, req.position,
                 min(req.max_bytes, self.config.fetch_snapshot_max_bytes))
             self._reply(env, FetchSnapshotResponse(ErrorCode.NONE, self.node_id, self._epoch,
                                                    req.snapshot_id, size, req.position, data))
-
-    def _note_caught_up(self, progress: _ReplicaProgress, fetch_offset: int) -> None:
-        """KIP-836's rule for ``last_caught_up_ms``: a fetch at the leader's log end means the
-        replica is caught up now; a fetch at or past the leader's log end as of the replica's
-        previous fetch means it was caught up then."""
-        leader_end = self.log.end_offset()
-        if fetch_offset >= leader_end:
-            progress.last_caught_up_ms = self._now
-        elif (progress.matched_fetch_ms is not None
-              and fetch_offset >= progress.leader_end_at_last_fetch):
-            progress.last_caught_up_ms = max(progress.last_caught_up_ms or 0.0,
-                                             progress.matched_fetch_ms)
-        progress.leader_end_at_last_fetch = leader_end
-        progress.matched_fetch_ms = self._now
-
-    def _caught_up(self) -> set[int]:
-        """Replicas that may be promoted: caught up with the leader's log within the last
-        election timeout, so one fetch round of theirs takes less than an election timeout
-        (leader-based observer promotion, docs/design.md#procedure-index-metadata-quorum)."""
-        horizon = self._now - self.config.election_timeout_ms
-        return {r for r, p in self._rs.progress.items()
-                if p.last_caught_up_ms is not None and p.last_caught_up_ms >= horizon}
-
-    def _lacks_own_removal(self, replica: int, fetch_offset: int,
-                           progress: _ReplicaProgress) -> bool:
-        history = self._history
-        return (progress.was_voter and not progress.told_not_follower
-                and replica not in self._voters and replica not in history.committed_voters
-                and fetch_offset <= history.applied_offset)
-
-    def _below_log_start(self, fetch_offset: int, last_fetched_epoch: int) -> bool:
-        """Whether the fetcher's position (or where it diverges) lies below our log start,
-        where only a snapshot can help (Kafka's ``validateOffsetAndEpoch``): its offset is
-        below the start, or at the start with another epoch below it, or its last epoch is
-        older than the epoch below the start (so the logs part below the start)."""
-        start = self.log.start_offset()
-        if start == 0:
-            return False
-        start_epoch = self.log.epoch_at(start - 1)
-        return (fetch_offset < start or last_fetched_epoch < start_epoch
-                or (fetch_offset == start and last_fetched_epoch != start_epoch))
-
-    def _check_fetch_position(self, fetch_offset: int, last_fetched_epoch: int
-                              ) -> DivergingEpoch | None:
-        """``None`` if the fetcher's log matches ours below ``fetch_offset``, else where its
-        ``last_fetched_epoch`` ends in our log."""
-        if fetch_offset == 0 and last_fetched_epoch == 0:
-            return None
-        epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
-        if epoch != last_fetched_epoch or end < fetch_offset:
-            return DivergingEpoch(epoch, end)
-        return None
-
-    def _fetch_is_ready(self, parked: _ParkedFetch) -> bool:
-        req = parked.envelope.message
-        assert isinstance(req, FetchRequest)
-        progress = self._rs.progress[req.replica_id]
-        return (req.fetch_offset < self.log.end_offset()
-                or progress.last_hw_sent != self._high_watermark)
-
-    def _answer_fetch(self, parked: _ParkedFetch) -> None:
-        req = parked.envelope.message
-        assert isinstance(req, FetchRequest)
-        records = self.log.read(req.fetch_offset, self.config.fetch_max_entries)
-        self._rs.progress[req.replica_id].last_hw_sent = self._high_watermark
-        self._reply(parked.envelope, FetchResponse(ErrorCode.NONE, self.node_id, self._epoch,
-                                                   self._high_watermark, records=records))
-
-    def _complete_parked(self) -> None:
-        rs = self._rs
-        for replica, parked in list(rs.parked.items()):
-            if self._fetch_is_ready(parked) or parked.deadline <= self._now:
-                del rs.parked[replica]
-                self._answer_fetch(parked)
-
-    def _check_quorum_due(self) -> float | None:
-        """When the leader must next check that a majority still fetches from it."""
-        rs = self._rs
-        recent = sorted((p.last_fetch_ms for r, p in rs.progress.items()
-                         if r in self._voters and p.last_fetch_ms is not None), reverse=True)
-        others_needed = majority_size(len(self._voters)) - (1 if self.is_voter else 0)
-        if others_needed <= 0:
-            return None  # a single voter is always its own majority
-        start = recent[others_needed - 1] if len(recent) >= others_needed else rs.leader_since_ms
-        return max(start, rs.leader_since_ms) + self.config.fetch_timeout_ms
 
     # ------------------------------------------------------------------ fetcher side
 
@@ -1405,16 +1104,7 @@ class RaftNode:
             self._maybe_send_fetch()
             return
         if role is Role.LEADER:
-            due = self._check_quorum_due()
-            if due is not None and now >= due:
-                self._resign()
-                return
-            self._complete_parked()
-            for alter in [a for a in rs.pending_alters if a.deadline <= now]:
-                rs.pending_alters.remove(alter)
-                self._reply(alter.envelope, self._alter_response(ErrorCode.REQUEST_TIMED_OUT))
-            if rs.next_resend_ms is not None and now >= rs.next_resend_ms:
-                self._send_begin_epoch()
+            rs.leader.tick(self)
 
     # Names, not functions, so that a subclass's override is the one called.
     _HANDLERS: dict[type, str] = {

@@ -21,7 +21,7 @@ BeginQuorumEpoch; a leader steps down with EndQuorumEpoch.
 Snapshots (KIP-630): a node keeps snapshots of its state machine (:meth:`create_snapshot`)
 and deletes the log below them. A fetch the leader can only serve from below its log start is
 answered with its latest snapshot id; the fetcher then sends FetchSnapshot for it, chunk by
-chunk (``_SnapshotFetch``, part of the follower's or observer's role state, so any transition
+chunk (``SnapshotFetch``, part of the follower's or observer's role state, so any transition
 drops it), checks the whole file and installs it: snapshot store, log reset to its end, its
 voters, its end as the high watermark, and ``Effects.installed_snapshot`` for the state
 machine. It is not a role of its own: the epoch and leader rules are the follower's.
@@ -84,17 +84,16 @@ from broker_core.raft.messages import (
     VoteResponse,
 )
 from broker_core.raft.node_errors import NotLeaderError, RaftSafetyError
-from broker_core.raft.node_roles import leader
+from broker_core.raft.node_roles import leader, snapshot_transfer
 from broker_core.raft.node_roles.leader import Leadership, ReplicaProgress
+from broker_core.raft.node_roles.snapshot_transfer import SnapshotFetch
 from broker_core.raft.quorum_state import QuorumState
 from broker_core.raft.roles import VOTER_ROLES, IllegalStateTransition, Role, check_transition
 from broker_core.raft.snapshots import (
     InMemorySnapshotStore,
     ISnapshotStore,
     Snapshot,
-    SnapshotError,
     SnapshotId,
-    decode_snapshot,
 )
 from broker_core.raft.voter_set import VoterChangeRejected, VoterSetHistory
 from broker_core.wire.errors import ErrorCode
@@ -123,19 +122,6 @@ class _InFlightFetch:
 
 
 @dataclass(slots=True)
-class _SnapshotFetch:
-    """A follower's or observer's transfer of the leader's snapshot (KIP-630): the bytes
-    received so far, in order. Part of the role state, so a new epoch, leader or role drops
-    it; an error answer drops it too, and the next Fetch names the snapshot to get."""
-
-    snapshot_id: SnapshotId
-    leader: int
-    position: int = 0
-    size: int | None = None  # the file's size, from the first chunk
-    chunks: list[bytes] = field(default_factory=list)
-
-
-@dataclass(slots=True)
 class _RoleState:
     """Timers and bookkeeping of the current role; rebuilt on every transition so nothing
     leaks from one role or epoch into the next."""
@@ -144,7 +130,7 @@ class _RoleState:
     fetch_deadline: float | None = None  # followers: stand when it passes; observers: rediscover
     next_fetch_ms: float | None = None  # followers/observers: when to send the next fetch
     in_flight: _InFlightFetch | None = None
-    snapshot_fetch: _SnapshotFetch | None = None  # followers/observers: fetching a snapshot
+    snapshot_fetch: SnapshotFetch | None = None  # followers/observers: fetching a snapshot
     granted: set[int] = field(default_factory=set)  # candidate: votes for it
     answered: set[int] = field(default_factory=set)  # candidate/resigned: who replied
     next_resend_ms: float | None = None  # Vote / BeginQuorumEpoch / EndQuorumEpoch resends
@@ -828,40 +814,7 @@ class RaftNode:
         leader.handle_fetch_request(self, env, req)
 
     def _handle_fetch_snapshot_request(self, env: Envelope, req: FetchSnapshotRequest) -> None:
-        """KIP-630's FetchSnapshot on the leader: a chunk of a snapshot it keeps, checked like a
-        fetch (cluster id, epoch, leadership). A snapshot it no longer keeps (it made newer
-        ones since it named it) is SNAPSHOT_NOT_FOUND: the fetcher fetches again and is told
-        the newest. A chunk counts as hearing from the replica (the check-quorum timer), since
-        a voter fetching a snapshot fetches nothing else meanwhile."""
-
-        def fail(error: ErrorCode) -> None:
-            self._reply(env, FetchSnapshotResponse(error, self._known_leader(), self._epoch,
-                                                   req.snapshot_id))
-
-        if req.cluster_id != self.cluster_id:
-            fail(ErrorCode.INCONSISTENT_CLUSTER_ID)
-        elif req.current_leader_epoch < self._epoch:
-            fail(ErrorCode.FENCED_LEADER_EPOCH)
-        elif req.current_leader_epoch > self._epoch:
-            fail(ErrorCode.UNKNOWN_LEADER_EPOCH)
-        elif self._role is not Role.LEADER:
-            fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        elif req.position < 0 or req.max_bytes <= 0 or req.replica_id != env.source:
-            fail(ErrorCode.INVALID_REQUEST)
-        else:
-            size = self.snapshots.size(req.snapshot_id)
-            if size is None:
-                fail(ErrorCode.SNAPSHOT_NOT_FOUND)
-                return
-            if req.position >= size:
-                fail(ErrorCode.POSITION_OUT_OF_RANGE)
-                return
-            self._rs.leader.heard_from(req.replica_id, self._now)
-            data = self.snapshots.read_chunk(
-                req.snapshot_id, req.position,
-                min(req.max_bytes, self.config.fetch_snapshot_max_bytes))
-            self._reply(env, FetchSnapshotResponse(ErrorCode.NONE, self.node_id, self._epoch,
-                                                   req.snapshot_id, size, req.position, data))
+        snapshot_transfer.serve_chunk(self, env, req)
 
     # ------------------------------------------------------------------ fetcher side
 
@@ -888,11 +841,7 @@ class RaftNode:
         if transfer is not None and transfer.leader != target:
             rs.snapshot_fetch = transfer = None  # an observer probing the voters: start over
         if transfer is not None:
-            chunk = FetchSnapshotRequest(cluster_id=self.cluster_id, replica_id=self.node_id,
-                                         current_leader_epoch=self._epoch,
-                                         snapshot_id=transfer.snapshot_id,
-                                         position=transfer.position,
-                                         max_bytes=self.config.fetch_snapshot_max_bytes)
+            chunk = snapshot_transfer.chunk_request(self, transfer)
             rs.in_flight = _InFlightFetch(self._send(target, chunk), target, self._now)
             rs.next_fetch_ms = None
             return
@@ -946,7 +895,7 @@ class RaftNode:
         if resp.snapshot_id is not None:
             # KIP-630: what we need next is only in the leader's snapshot; get it chunk by
             # chunk (the next "fetch" sends FetchSnapshot), then fetch from its end.
-            rs.snapshot_fetch = _SnapshotFetch(resp.snapshot_id, env.source)
+            rs.snapshot_fetch = SnapshotFetch(resp.snapshot_id, env.source)
         elif resp.diverging_epoch is not None:
             self._truncate_diverging(resp.diverging_epoch)
         elif resp.records:
@@ -965,82 +914,7 @@ class RaftNode:
 
     def _handle_fetch_snapshot_response(self, env: Envelope, resp: FetchSnapshotResponse
                                         ) -> None:
-        """A chunk of the leader's snapshot. The transfer goes on while every answer is the
-        next chunk of the same snapshot from the same leader in the same epoch; anything else
-        (an error such as SNAPSHOT_NOT_FOUND, a new epoch, a chunk that does not fit) drops
-        it, and the next Fetch starts again from the snapshot the leader names then. A lost
-        chunk is asked for again after the request timeout."""
-        rs = self._take_answer(env, resp)
-        if rs is None:
-            return
-        transfer = rs.snapshot_fetch
-        data = resp.data
-        if (transfer is None or resp.error_code is not ErrorCode.NONE
-                or resp.leader_id != env.source or resp.leader_epoch != self._epoch
-                or resp.snapshot_id != transfer.snapshot_id
-                or resp.position != transfer.position or not data
-                or transfer.size not in (None, resp.size)
-                or resp.position + len(data) > resp.size):
-            rs.snapshot_fetch = None
-            rs.next_fetch_ms = self._now + self.config.retry_backoff_ms
-            return
-        transfer.size = resp.size
-        transfer.chunks.append(bytes(data))
-        transfer.position += len(data)
-        rs.fetch_deadline = self._now + self.config.fetch_timeout_ms
-        rs.probing = False
-        rs.next_fetch_ms = self._now
-        if transfer.position == transfer.size:
-            rs.snapshot_fetch = None
-            if not self._install_snapshot(transfer):
-                rs.next_fetch_ms = self._now + self.config.retry_backoff_ms
-                return
-            if self._rs is not rs:
-                return  # the snapshot's voters moved us to another role, which fetches
-        self._maybe_send_fetch()
-
-    def _install_snapshot(self, transfer: _SnapshotFetch) -> bool:
-        """Install a fetched snapshot (KIP-630): check it, keep it durably, reset the log to
-        start empty at its end, take its voters as the committed ones and its end as the high
-        watermark; the driver gives it to the state machine (``Effects.installed_snapshot``).
-        False (and why, in ``snapshot_problems``) for bytes that are not the snapshot asked
-        for; the fetcher then starts over.
-
-        Only the leader's committed state is in a snapshot, and the leader named it because
-        our log does not reach its log start, so the snapshot is ahead of everything we know
-        to be committed; anything in our log is replaced, as the leader's log would replace
-        it entry by entry."""
-        what = f"snapshot {transfer.snapshot_id} from node {transfer.leader}"
-        try:
-            snapshot = decode_snapshot(b"".join(transfer.chunks), what)
-            if snapshot.snapshot_id != transfer.snapshot_id:
-                raise SnapshotError(f"{what}: holds snapshot {snapshot.snapshot_id}")
-            self._check_snapshot(snapshot)
-        except (SnapshotError, ValueError) as e:
-            self.snapshot_problems.append(str(e))
-            return False
-        latest = self._snapshot
-        if snapshot.end_offset < self._high_watermark or (
-                latest is not None and latest.snapshot_id >= snapshot.snapshot_id):
-            raise RaftSafetyError(
-                f"node {self.node_id}: leader {transfer.leader} sent {what}, but this node "
-                f"already has committed entries to {self._high_watermark} and snapshot "
-                f"{None if latest is None else latest.snapshot_id}")
-        self.snapshots.save(snapshot)  # durable before the log below it goes
-        self._snapshot = snapshot
-        self.log.reset(snapshot.end_offset, snapshot.epoch)
-        voters = snapshot.voters
-        self._history = VoterSetHistory.recover(snapshot.voters_offset, voters.current_voters,
-                                                voters.target_voters, self.log)
-        self._history.committed(snapshot.end_offset)
-        if self._demoted_below and snapshot.end_offset >= self._demoted_below:
-            self._demoted_below = 0
-        self.snapshots_installed += 1
-        self._fx.installed_snapshot = snapshot
-        if snapshot.end_offset > self._high_watermark:
-            self._set_high_watermark(snapshot.end_offset)
-        self._voters_changed()  # the snapshot's voters may make us a voter, or no longer one
-        return True
+        snapshot_transfer.take_chunk(self, env, resp)
 
     def _demoted(self, removal_committed_below: int) -> None:
         """The leader says our removal from the voters is committed below

@@ -64,14 +64,12 @@ from broker_core.raft.entries import LeaderChange, LogEntry, Payload, VoterAssig
 from broker_core.raft.log import IRaftLog
 from broker_core.raft.messages import (
     NO_LEADER,
-    NOT_FOLLOWER,
     AlterVotersRequest,
     AlterVotersResponse,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
-    DivergingEpoch,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
     Envelope,
@@ -84,9 +82,9 @@ from broker_core.raft.messages import (
     VoteResponse,
 )
 from broker_core.raft.node_errors import NotLeaderError, RaftSafetyError
-from broker_core.raft.node_roles import leader, snapshot_transfer
+from broker_core.raft.node_roles import fetcher, leader, snapshot_transfer
+from broker_core.raft.node_roles.fetcher import Fetching
 from broker_core.raft.node_roles.leader import Leadership, ReplicaProgress
-from broker_core.raft.node_roles.snapshot_transfer import SnapshotFetch
 from broker_core.raft.quorum_state import QuorumState
 from broker_core.raft.roles import VOTER_ROLES, IllegalStateTransition, Role, check_transition
 from broker_core.raft.snapshots import (
@@ -115,28 +113,17 @@ def _log_continues(log: IRaftLog, snapshot_id: SnapshotId) -> bool:
 
 
 @dataclass(slots=True)
-class _InFlightFetch:
-    correlation_id: int
-    destination: int
-    sent_ms: float
-
-
-@dataclass(slots=True)
 class _RoleState:
     """Timers and bookkeeping of the current role; rebuilt on every transition so nothing
     leaks from one role or epoch into the next."""
 
     election_deadline: float | None = None  # voters without a leader; candidates; resigned
-    fetch_deadline: float | None = None  # followers: stand when it passes; observers: rediscover
-    next_fetch_ms: float | None = None  # followers/observers: when to send the next fetch
-    in_flight: _InFlightFetch | None = None
-    snapshot_fetch: SnapshotFetch | None = None  # followers/observers: fetching a snapshot
+    fetcher: Fetching = field(default_factory=Fetching)  # used by followers and observers
     granted: set[int] = field(default_factory=set)  # candidate: votes for it
     answered: set[int] = field(default_factory=set)  # candidate/resigned: who replied
     next_resend_ms: float | None = None  # Vote / BeginQuorumEpoch / EndQuorumEpoch resends
     resends: int = 0
     leader: Leadership = field(default_factory=Leadership)  # filled only while leading
-    probing: bool = False  # observer: the leader went quiet, ask the voters who leads
     preferred_successors: tuple[int, ...] = ()  # resigned
 
 
@@ -302,9 +289,7 @@ class RaftNode:
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`tick` has something to do, or ``None``."""
         rs = self._rs
-        times = [rs.election_deadline, rs.fetch_deadline, rs.next_fetch_ms, rs.next_resend_ms]
-        if rs.in_flight is not None:
-            times.append(rs.in_flight.sent_ms + self.config.request_timeout_ms)
+        times = [rs.election_deadline, rs.next_resend_ms, *rs.fetcher.deadlines(self)]
         if self._role is Role.LEADER:
             times.extend(rs.leader.deadlines(self))
         present = [t for t in times if t is not None]
@@ -519,10 +504,7 @@ class RaftNode:
                 self._request_votes()
                 self._maybe_win()
         elif role in (Role.FOLLOWER, Role.OBSERVER):
-            rs.fetch_deadline = now + self.config.fetch_timeout_ms
-            rs.next_fetch_ms = now
-            if not initial:
-                self._maybe_send_fetch()
+            rs.fetcher.enter(self, initial)
         elif role is Role.LEADER:
             rs.leader.enter(self)
 
@@ -703,7 +685,8 @@ class RaftNode:
         self._observe_epoch(req.leader_epoch, req.leader_id)
         if self._leader_id == req.leader_id and self._role is Role.FOLLOWER:
             deadline = self._now + self._end_epoch_backoff(req.preferred_successors)
-            self._rs.fetch_deadline = min(self._rs.fetch_deadline or deadline, deadline)
+            fetching = self._rs.fetcher
+            fetching.fetch_deadline = min(fetching.fetch_deadline or deadline, deadline)
         self._reply(env, EndQuorumEpochResponse(ErrorCode.NONE, self._leader_id, self._epoch))
 
     def _handle_end_epoch_response(self, env: Envelope, resp: EndQuorumEpochResponse) -> None:
@@ -818,135 +801,12 @@ class RaftNode:
 
     # ------------------------------------------------------------------ fetcher side
 
-    def _fetch_target(self) -> int | None:
-        if self._role is Role.FOLLOWER:
-            return self._leader_id
-        if self._role is Role.OBSERVER:
-            if self._leader_id != NO_LEADER and not self._rs.probing:
-                return self._leader_id
-            # No leader, or it went quiet: ask any voter; its answer names the newest
-            # epoch and leader it knows.
-            others = sorted(self._voters - {self.node_id})
-            return self._rng.choice(others) if others else None
-        return None
-
-    def _maybe_send_fetch(self) -> None:
-        rs = self._rs
-        if rs.in_flight is not None or rs.next_fetch_ms is None or self._now < rs.next_fetch_ms:
-            return
-        target = self._fetch_target()
-        if target is None:
-            return
-        transfer = rs.snapshot_fetch
-        if transfer is not None and transfer.leader != target:
-            rs.snapshot_fetch = transfer = None  # an observer probing the voters: start over
-        if transfer is not None:
-            chunk = snapshot_transfer.chunk_request(self, transfer)
-            rs.in_flight = _InFlightFetch(self._send(target, chunk), target, self._now)
-            rs.next_fetch_ms = None
-            return
-        end = self.log.end_offset()
-        request = FetchRequest(cluster_id=self.cluster_id, replica_id=self.node_id,
-                               current_leader_epoch=self._epoch, fetch_offset=end,
-                               last_fetched_epoch=self.log.epoch_at(end - 1),
-                               max_wait_ms=self.config.fetch_max_wait_ms)
-        correlation = self._send(target, request)
-        rs.in_flight = _InFlightFetch(correlation, target, self._now)
-        rs.next_fetch_ms = None
-
-    def _take_answer(self, env: Envelope,
-                     resp: FetchResponse | FetchSnapshotResponse) -> _RoleState | None:
-        """The fetcher's state if ``resp`` (a Fetch or FetchSnapshot answer) answers its
-        request in flight, after learning a newer epoch or the leader it names; ``None`` when
-        it is late or duplicated (the fetcher's position may have moved since) or when what it
-        taught us ended the fetcher's role."""
-        rs = self._rs
-        flight = rs.in_flight
-        if (flight is None or flight.correlation_id != env.correlation_id
-                or flight.destination != env.source):
-            return None
-        rs.in_flight = None
-        if resp.leader_epoch > self._epoch or (
-                resp.leader_epoch == self._epoch and self._leader_id == NO_LEADER):
-            self._observe_epoch(resp.leader_epoch, resp.leader_id)
-            if self._role not in (Role.FOLLOWER, Role.OBSERVER) or self._rs is not rs:
-                return None
-        return rs
-
     def _handle_fetch_response(self, env: Envelope, resp: FetchResponse) -> None:
-        rs = self._take_answer(env, resp)
-        if rs is None:
-            return
-        if (resp.error_code is NOT_FOLLOWER and resp.leader_id == env.source
-                and resp.leader_epoch == self._epoch):
-            self._demoted(resp.high_watermark)
-            return
-        if resp.error_code is not ErrorCode.NONE or resp.leader_id != env.source \
-                or resp.leader_epoch != self._epoch:
-            if (rs.probing and resp.leader_epoch == self._epoch
-                    and resp.leader_id == self._leader_id != NO_LEADER):
-                # A probed voter names the leader we know, in our epoch: go back to it. Only a
-                # newer epoch would otherwise end the probe, and an observer whose leader went
-                # quiet during a partition kept asking the voters after it healed (the
-                # simulation found one so, never catching up).
-                rs.probing = False
-            rs.next_fetch_ms = self._now + self.config.retry_backoff_ms
-            return
-        if resp.snapshot_id is not None:
-            # KIP-630: what we need next is only in the leader's snapshot; get it chunk by
-            # chunk (the next "fetch" sends FetchSnapshot), then fetch from its end.
-            rs.snapshot_fetch = SnapshotFetch(resp.snapshot_id, env.source)
-        elif resp.diverging_epoch is not None:
-            self._truncate_diverging(resp.diverging_epoch)
-        elif resp.records:
-            if resp.records[0].offset == self.log.end_offset():
-                self._append(resp.records)
-        if resp.diverging_epoch is None and resp.snapshot_id is None:
-            # The leader matched our log below the fetch offset and sent its own entries
-            # after it, so everything we hold is the leader's: its high watermark applies.
-            hw = min(resp.high_watermark, self.log.end_offset())
-            if hw > self._high_watermark:
-                self._set_high_watermark(hw)
-        rs.fetch_deadline = self._now + self.config.fetch_timeout_ms
-        rs.probing = False
-        rs.next_fetch_ms = self._now
-        self._maybe_send_fetch()
+        fetcher.handle_fetch_response(self, env, resp)
 
     def _handle_fetch_snapshot_response(self, env: Envelope, resp: FetchSnapshotResponse
                                         ) -> None:
-        snapshot_transfer.take_chunk(self, env, resp)
-
-    def _demoted(self, removal_committed_below: int) -> None:
-        """The leader says our removal from the voters is committed below
-        ``removal_committed_below``: act as an observer until our log gets there (the
-        removed voter downgrades at once). Safe even if stale: a voter that observes only
-        costs availability, and the log decides again once it reaches that offset."""
-        if removal_committed_below <= self.log.end_offset():
-            self._rs.next_fetch_ms = self._now
-            self._maybe_send_fetch()
-            return
-        self._demoted_below = max(self._demoted_below, removal_committed_below)
-        if self._role is Role.FOLLOWER:
-            self._transition(Role.OBSERVER, self._epoch, self._leader_id)  # fetches at once
-        else:
-            self._rs.next_fetch_ms = self._now
-            self._maybe_send_fetch()
-
-    def _truncate_diverging(self, diverging: DivergingEpoch) -> None:
-        # KIP-595: truncate to the end of the latest epoch both logs share, as far as this
-        # answer shows; the next fetch checks again, so several rounds may be needed.
-        if diverging.epoch == 0:
-            offset = min(diverging.end_offset, self.log.end_offset())
-        else:
-            local_epoch, local_end = self.log.end_offset_for_epoch(diverging.epoch)
-            offset = (min(local_end, diverging.end_offset) if local_epoch == diverging.epoch
-                      else local_end)
-        if offset < self._high_watermark:
-            raise RaftSafetyError(
-                f"node {self.node_id}: leader {self._leader_id} of epoch {self._epoch} asks to "
-                f"truncate to {offset}, below the high watermark {self._high_watermark}")
-        if offset < self.log.end_offset():
-            self._truncate(offset)
+        fetcher.handle_fetch_snapshot_response(self, env, resp)
 
     # ------------------------------------------------------------------ timers
 
@@ -964,18 +824,7 @@ class RaftNode:
                     self._send_end_epoch()
             return
         if role in (Role.FOLLOWER, Role.OBSERVER):
-            if rs.fetch_deadline is not None and now >= rs.fetch_deadline:
-                if role is Role.FOLLOWER:
-                    self._start_election()
-                    return
-                # An observer never stands; it looks for the leader among the voters.
-                rs.fetch_deadline = now + self.config.fetch_timeout_ms
-                rs.probing = True
-            if rs.in_flight is not None and now >= (rs.in_flight.sent_ms
-                                                    + self.config.request_timeout_ms):
-                rs.in_flight = None
-                rs.next_fetch_ms = now
-            self._maybe_send_fetch()
+            rs.fetcher.tick(self)
             return
         if role is Role.LEADER:
             rs.leader.tick(self)

@@ -31,6 +31,7 @@ from broker_core.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker_core.raft.node import RaftNode
+    from broker_core.raft.node_roles.fetcher import Fetching
 
 
 @dataclass(slots=True)
@@ -92,15 +93,14 @@ def chunk_request(node: RaftNode, transfer: SnapshotFetch) -> FetchSnapshotReque
                                 max_bytes=node.config.fetch_snapshot_max_bytes)
 
 
-def take_chunk(node: RaftNode, env: Envelope, resp: FetchSnapshotResponse) -> None:
-    """A chunk of the leader's snapshot. The transfer goes on while every answer is the
-    next chunk of the same snapshot from the same leader in the same epoch; anything else
-    (an error such as SNAPSHOT_NOT_FOUND, a new epoch, a chunk that does not fit) drops
-    it, and the next Fetch starts again from the snapshot the leader names then. A lost
-    chunk is asked for again after the request timeout."""
-    rs = node._take_answer(env, resp)
-    if rs is None:
-        return
+def take_chunk(node: RaftNode, rs: Fetching, env: Envelope, resp: FetchSnapshotResponse
+               ) -> bool:
+    """A chunk of the leader's snapshot, answering the request in flight of the fetcher
+    ``rs``. The transfer goes on while every answer is the next chunk of the same snapshot
+    from the same leader in the same epoch; anything else (an error such as
+    SNAPSHOT_NOT_FOUND, a new epoch, a chunk that does not fit) drops it, and the next Fetch
+    starts again from the snapshot the leader names then. A lost chunk is asked for again
+    after the request timeout. True when the fetcher should send its next request now."""
     transfer = rs.snapshot_fetch
     data = resp.data
     if (transfer is None or resp.error_code is not ErrorCode.NONE
@@ -111,7 +111,7 @@ def take_chunk(node: RaftNode, env: Envelope, resp: FetchSnapshotResponse) -> No
             or resp.position + len(data) > resp.size):
         rs.snapshot_fetch = None
         rs.next_fetch_ms = node._now + node.config.retry_backoff_ms
-        return
+        return False
     transfer.size = resp.size
     transfer.chunks.append(bytes(data))
     transfer.position += len(data)
@@ -122,10 +122,10 @@ def take_chunk(node: RaftNode, env: Envelope, resp: FetchSnapshotResponse) -> No
         rs.snapshot_fetch = None
         if not install(node, transfer):
             rs.next_fetch_ms = node._now + node.config.retry_backoff_ms
-            return
-        if node._rs is not rs:
-            return  # the snapshot's voters moved us to another role, which fetches
-    node._maybe_send_fetch()
+            return False
+        if node._rs.fetcher is not rs:
+            return False  # the snapshot's voters moved us to another role, which fetches
+    return True
 
 
 def install(node: RaftNode, transfer: SnapshotFetch) -> bool:

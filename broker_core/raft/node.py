@@ -57,7 +57,6 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from broker_core.raft.commit import majority_size
 from broker_core.raft.config import RaftConfig
 from broker_core.raft.effects import Effects, Transition
 from broker_core.raft.entries import LeaderChange, LogEntry, Payload, VoterAssignment
@@ -82,9 +81,11 @@ from broker_core.raft.messages import (
     VoteResponse,
 )
 from broker_core.raft.node_errors import NotLeaderError, RaftSafetyError
-from broker_core.raft.node_roles import fetcher, leader, snapshot_transfer
+from broker_core.raft.node_roles import candidate, fetcher, leader, resigned, snapshot_transfer
+from broker_core.raft.node_roles.candidate import NO_ID, Candidacy
 from broker_core.raft.node_roles.fetcher import Fetching
-from broker_core.raft.node_roles.leader import Leadership, ReplicaProgress
+from broker_core.raft.node_roles.leader import Leadership
+from broker_core.raft.node_roles.resigned import Resignation
 from broker_core.raft.quorum_state import QuorumState
 from broker_core.raft.roles import VOTER_ROLES, IllegalStateTransition, Role, check_transition
 from broker_core.raft.snapshots import (
@@ -95,8 +96,6 @@ from broker_core.raft.snapshots import (
 )
 from broker_core.raft.voter_set import VoterChangeRejected, VoterSetHistory
 from broker_core.wire.errors import ErrorCode
-
-NO_ID = -1
 
 __all__ = ["NO_ID", "NotLeaderError", "RaftNode", "RaftSafetyError"]
 
@@ -119,12 +118,11 @@ class _RoleState:
 
     election_deadline: float | None = None  # voters without a leader; candidates; resigned
     fetcher: Fetching = field(default_factory=Fetching)  # used by followers and observers
-    granted: set[int] = field(default_factory=set)  # candidate: votes for it
-    answered: set[int] = field(default_factory=set)  # candidate/resigned: who replied
+    candidacy: Candidacy = field(default_factory=Candidacy)  # candidate
+    resignation: Resignation = field(default_factory=Resignation)  # resigned
     next_resend_ms: float | None = None  # Vote / BeginQuorumEpoch / EndQuorumEpoch resends
     resends: int = 0
     leader: Leadership = field(default_factory=Leadership)  # filled only while leading
-    preferred_successors: tuple[int, ...] = ()  # resigned
 
 
 class RaftNode:
@@ -162,7 +160,7 @@ class RaftNode:
         # node learns it again from the leader.
         self._demoted_below = 0
         # Candidates outside our voter set that asked us for a vote since we last knew a
-        # leader: we tell them our epoch when we stand (see _request_votes).
+        # leader: we tell them our epoch when we stand (see candidate.request_votes).
         self._rivals: set[int] = set()
         self._lost_candidacies = 0  # candidacies in a row that timed out; 0 once a leader is known
         # Snapshots installed from a leader, and why fetched ones were refused, the latest few
@@ -404,7 +402,7 @@ class RaftNode:
         no-op."""
         self._begin(now)
         if self._role is Role.LEADER:
-            self._resign()
+            resigned.resign(self)
         return self._end()
 
     # ------------------------------------------------------------------ step plumbing
@@ -496,13 +494,7 @@ class RaftNode:
             rs.election_deadline = now + self._random_election_timeout()
         elif role is Role.CANDIDATE:
             rs.election_deadline = now + self._random_election_timeout()
-            rs.granted = {self.node_id}
-            rs.answered = {self.node_id}
-            if initial:
-                rs.next_resend_ms = now
-            else:
-                self._request_votes()
-                self._maybe_win()
+            rs.candidacy.enter(self, initial)
         elif role in (Role.FOLLOWER, Role.OBSERVER):
             rs.fetcher.enter(self, initial)
         elif role is Role.LEADER:
@@ -528,104 +520,15 @@ class RaftNode:
             self._lost_candidacies += 1
         self._transition(Role.CANDIDATE, self._epoch + 1, voted_id=self.node_id)
 
-    def _request_votes(self) -> None:
-        request = VoteRequest(cluster_id=self.cluster_id, candidate_epoch=self._epoch,
-                              candidate_id=self.node_id,
-                              last_offset_epoch=self.log.last_epoch(),
-                              last_offset=self.log.end_offset())
-        # Rivals that are no voters by our log hear of our candidacy too. Two candidates with
-        # different voter sets (one log lacks an assignment) where only one asks the other
-        # stay in lock step: the one asked is always an epoch ahead when the other's request
-        # arrives, and refuses, having voted for itself. Hearing our epoch lets random timeouts
-        # put the other ahead (the simulation found a quorum stuck so). Their votes count only
-        # if they are our voters.
-        #
-        # A candidate that keeps losing asks every node its log ever named as a voter: a voter
-        # removed while it was away, whose log lacks the removal, otherwise only asks nodes
-        # that may all be observers now; it would stand forever, and drag those observers into
-        # epochs the real quorum never reaches. The quorum hears of it (one election's cost,
-        # as without pre-vote), names it a rival, and tells it of the next leader.
-        asked = self._voters | self._rivals
-        if self._lost_candidacies:
-            asked |= self._history.known
-        for voter in sorted(asked - self._rs.answered - {self.node_id}):
-            self._send(voter, request)
-        self._schedule_resend()
-
-    def _maybe_win(self) -> None:
-        rs = self._rs
-        if self._role is Role.CANDIDATE and len(rs.granted & self._voters) >= majority_size(
-                len(self._voters)):
-            granted = tuple(sorted(rs.granted & self._voters))
-            rivals = self._rivals - self._voters
-            self._transition(Role.LEADER, self._epoch, leader_id=self.node_id)
-            # Rivals hear of the win as they heard of the candidacy: one that is no voter by
-            # our log (a removed voter lacking its removal) otherwise never learns of a leader,
-            # never fetches its removal, and keeps standing in the next epoch.
-            for rival in rivals:
-                self._rs.leader.progress.setdefault(rival, ReplicaProgress(announce=True))
-            if self.log.end_offset() == 0:
-                # The first leader of a cluster writes the bootstrap voters down, so
-                # the quorum no longer depends on ``quorum.voters`` once this commits.
-                self._append_as_leader(VoterAssignment(self.cluster_id,
-                                                       tuple(sorted(self._voters))))
-            self._append_as_leader(LeaderChange(leader_id=self.node_id,
-                                                voters=tuple(sorted(self._voters)),
-                                                granting_voters=granted))
-            self._rs.leader.send_begin_epoch(self)
-
-    def _log_is_up_to_date(self, last_epoch: int, end_offset: int) -> bool:
-        return (last_epoch, end_offset) >= (self.log.last_epoch(), self.log.end_offset())
-
     def _handle_vote_request(self, env: Envelope, req: VoteRequest) -> None:
-        if req.cluster_id != self.cluster_id:
-            self._reply(env, self._vote_response(ErrorCode.INCONSISTENT_CLUSTER_ID, False))
-            return
-        if req.candidate_epoch < self._epoch:
-            self._reply(env, self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False))
-            return
-        if req.candidate_epoch > self._epoch:
-            self._observe_epoch(req.candidate_epoch, NO_LEADER)
-        # The vote does not depend on whether the candidate (or this node) is a voter by this
-        # node's log. The design asks voters to reject non-voters, but our log may lack the
-        # assignment that made the candidate a voter, and then no one can win: the simulation
-        # found a quorum {1, 2} whose node 1 still had an uncommitted {1, 3, 6} from an older
-        # epoch, so it refused 2, while 3 and 6 (more up to date) refused 1. Raft's own rule
-        # (thesis §4.1: servers vote without consulting their configuration) is safe because
-        # a vote only counts in the candidate's configuration, and the log check below keeps
-        # a removed node, which lacks its own removal, from winning. Observers vote for the
-        # same reason: a just-added voter may not hold its assignment yet.
-        granted = False
-        if self._voted_id != NO_ID:
-            granted = self._voted_id == req.candidate_id  # a resent request: same answer
-        elif (self._role in (Role.UNATTACHED, Role.OBSERVER) and self._leader_id == NO_LEADER
-              and self._log_is_up_to_date(req.last_offset_epoch, req.last_offset)):
-            voted_role = Role.VOTED if self._role is Role.UNATTACHED else Role.OBSERVER
-            self._transition(voted_role, self._epoch, voted_id=req.candidate_id)
-            granted = True
-        if not granted and req.candidate_id not in self._voters:
-            self._rivals.add(req.candidate_id)
-        self._reply(env, self._vote_response(ErrorCode.NONE, granted))
+        candidate.handle_vote_request(self, env, req)
 
     def _vote_response(self, error: ErrorCode, granted: bool) -> VoteResponse:
         return VoteResponse(error_code=error, leader_id=self._leader_id,
                             leader_epoch=self._epoch, vote_granted=granted)
 
     def _handle_vote_response(self, env: Envelope, resp: VoteResponse) -> None:
-        if resp.error_code is ErrorCode.INCONSISTENT_CLUSTER_ID:
-            return
-        if resp.leader_epoch > self._epoch:
-            self._observe_epoch(resp.leader_epoch, resp.leader_id)
-            return
-        if resp.leader_epoch < self._epoch or self._role is not Role.CANDIDATE:
-            return  # an answer to an older candidacy
-        if resp.leader_id != NO_LEADER:
-            self._observe_epoch(resp.leader_epoch, resp.leader_id)
-            return
-        self._rs.answered.add(env.source)
-        if resp.error_code is ErrorCode.NONE and resp.vote_granted:
-            self._rs.granted.add(env.source)
-            self._maybe_win()
+        candidate.handle_vote_response(self, env, resp)
 
     # ------------------------------------------------------------------ begin / end epoch
 
@@ -649,52 +552,11 @@ class RaftNode:
                 and resp.error_code is ErrorCode.NONE and env.source in self._rs.leader.progress):
             self._rs.leader.progress[env.source].acknowledged_epoch = True
 
-    def _resign(self) -> None:
-        successors = self._rs.leader.successors(self)
-        self._transition(Role.RESIGNED, self._epoch, leader_id=self.node_id)
-        self._rs.preferred_successors = successors
-        self._rs.answered = {self.node_id}
-        self._send_end_epoch()
-
-    def _send_end_epoch(self) -> None:
-        request = EndQuorumEpochRequest(cluster_id=self.cluster_id, leader_id=self.node_id,
-                                        leader_epoch=self._epoch,
-                                        preferred_successors=self._rs.preferred_successors)
-        for voter in sorted(self._voters - self._rs.answered):
-            self._send(voter, request)
-        self._schedule_resend()
-
-    def _end_epoch_backoff(self, successors: tuple[int, ...]) -> float:
-        # The best-replicated voter stands first; the others wait exponentially longer, so
-        # the one most likely to win usually stands alone.
-        position = successors.index(self.node_id) if self.node_id in successors else len(
-            successors)
-        cfg = self.config
-        backoff = min(cfg.election_backoff_max_ms, cfg.retry_backoff_ms * 2 ** position)
-        return backoff + self._rng.random() * cfg.retry_backoff_ms
-
     def _handle_end_epoch_request(self, env: Envelope, req: EndQuorumEpochRequest) -> None:
-        if req.cluster_id != self.cluster_id:
-            self._reply(env, EndQuorumEpochResponse(ErrorCode.INCONSISTENT_CLUSTER_ID,
-                                                    self._leader_id, self._epoch))
-            return
-        if req.leader_epoch < self._epoch:
-            self._reply(env, EndQuorumEpochResponse(ErrorCode.FENCED_LEADER_EPOCH,
-                                                    self._leader_id, self._epoch))
-            return
-        self._observe_epoch(req.leader_epoch, req.leader_id)
-        if self._leader_id == req.leader_id and self._role is Role.FOLLOWER:
-            deadline = self._now + self._end_epoch_backoff(req.preferred_successors)
-            fetching = self._rs.fetcher
-            fetching.fetch_deadline = min(fetching.fetch_deadline or deadline, deadline)
-        self._reply(env, EndQuorumEpochResponse(ErrorCode.NONE, self._leader_id, self._epoch))
+        resigned.handle_end_epoch_request(self, env, req)
 
     def _handle_end_epoch_response(self, env: Envelope, resp: EndQuorumEpochResponse) -> None:
-        if resp.leader_epoch > self._epoch:
-            self._observe_epoch(resp.leader_epoch, resp.leader_id)
-            return
-        if self._role is Role.RESIGNED and resp.leader_epoch == self._epoch:
-            self._rs.answered.add(env.source)
+        resigned.handle_end_epoch_response(self, env, resp)
 
     # ------------------------------------------------------------------ reassignment (admin)
 
@@ -818,10 +680,10 @@ class RaftNode:
                 return
             if rs.next_resend_ms is not None and now >= rs.next_resend_ms:
                 if role is Role.CANDIDATE:
-                    self._request_votes()
-                    self._maybe_win()  # a restarted single-voter candidate wins here
+                    candidate.request_votes(self)
+                    candidate.maybe_win(self)  # a restarted single-voter candidate wins here
                 elif role is Role.RESIGNED:
-                    self._send_end_epoch()
+                    resigned.send_end_epoch(self)
             return
         if role in (Role.FOLLOWER, Role.OBSERVER):
             rs.fetcher.tick(self)

@@ -32,6 +32,7 @@ from broker_core.raft.messages import (
     FetchResponse,
     ReplicaState,
 )
+from broker_core.raft.node_roles import resigned
 from broker_core.raft.reassignment import Add, Done, Remove, ResignThenRemove, next_step
 from broker_core.raft.roles import Role
 from broker_core.wire.errors import ErrorCode
@@ -164,7 +165,7 @@ class Leadership:
         now = node._now
         due = self.check_quorum_due(node)
         if due is not None and now >= due:
-            node._resign()
+            resigned.resign(node)
             return
         self.complete_parked(node)
         for alter in [a for a in self.pending_alters if a.deadline <= now]:
@@ -264,7 +265,7 @@ class Leadership:
         elif isinstance(step, ResignThenRemove):
             # The last voter to remove is this leader: it steps down (EndQuorumEpoch) and the
             # next leader, for whom it is an ordinary voter, removes it.
-            node._resign()
+            resigned.resign(node)
             return
         else:
             return  # Wait: no new voter has caught up yet

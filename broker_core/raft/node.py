@@ -12,6 +12,14 @@ does no I/O and reads no clock: the driver feeds it
 and each call returns the :class:`~broker_core.raft.effects.Effects` of that step, which the
 driver applies in the documented order (persist the quorum state, flush the log, then send).
 
+Structure: the node is the facade and owns what outlives a role (epoch, vote, log, snapshots,
+high watermark, voter history) and the step plumbing (Effects, transitions, timers). What only
+one role needs lives in :mod:`broker_core.raft.node_roles`: each role's state is a part of
+``_RoleState`` (rebuilt on every transition), handled by its module's functions, which take
+the node explicitly: :mod:`~.node_roles.leader`, :mod:`~.node_roles.fetcher` (followers and
+observers), :mod:`~.node_roles.candidate`, :mod:`~.node_roles.resigned` and
+:mod:`~.node_roles.snapshot_transfer`.
+
 Replication is pulled: followers send Fetch(fetch_offset, last_fetched_epoch); the leader
 checks the pair against its log and answers with entries, or with the diverging epoch and its
 end offset, after which the follower truncates and fetches again. A new leader appends a
@@ -114,15 +122,16 @@ def _log_continues(log: IRaftLog, snapshot_id: SnapshotId) -> bool:
 @dataclass(slots=True)
 class _RoleState:
     """Timers and bookkeeping of the current role; rebuilt on every transition so nothing
-    leaks from one role or epoch into the next."""
+    leaks from one role or epoch into the next. Every role's part is present (and empty)
+    whatever the role, so a handler reads the part of the role it checked it is in."""
 
     election_deadline: float | None = None  # voters without a leader; candidates; resigned
-    fetcher: Fetching = field(default_factory=Fetching)  # used by followers and observers
-    candidacy: Candidacy = field(default_factory=Candidacy)  # candidate
-    resignation: Resignation = field(default_factory=Resignation)  # resigned
     next_resend_ms: float | None = None  # Vote / BeginQuorumEpoch / EndQuorumEpoch resends
     resends: int = 0
-    leader: Leadership = field(default_factory=Leadership)  # filled only while leading
+    fetcher: Fetching = field(default_factory=Fetching)  # followers and observers
+    candidacy: Candidacy = field(default_factory=Candidacy)  # candidate
+    resignation: Resignation = field(default_factory=Resignation)  # resigned
+    leader: Leadership = field(default_factory=Leadership)  # leader
 
 
 class RaftNode:
@@ -520,17 +529,11 @@ class RaftNode:
             self._lost_candidacies += 1
         self._transition(Role.CANDIDATE, self._epoch + 1, voted_id=self.node_id)
 
-    def _handle_vote_request(self, env: Envelope, req: VoteRequest) -> None:
-        candidate.handle_vote_request(self, env, req)
-
     def _vote_response(self, error: ErrorCode, granted: bool) -> VoteResponse:
         return VoteResponse(error_code=error, leader_id=self._leader_id,
                             leader_epoch=self._epoch, vote_granted=granted)
 
-    def _handle_vote_response(self, env: Envelope, resp: VoteResponse) -> None:
-        candidate.handle_vote_response(self, env, resp)
-
-    # ------------------------------------------------------------------ begin / end epoch
+    # ------------------------------------------------------------------ begin epoch
 
     def _handle_begin_epoch_request(self, env: Envelope, req: BeginQuorumEpochRequest) -> None:
         if req.cluster_id != self.cluster_id:
@@ -551,12 +554,6 @@ class RaftNode:
         if (self._role is Role.LEADER and resp.leader_epoch == self._epoch
                 and resp.error_code is ErrorCode.NONE and env.source in self._rs.leader.progress):
             self._rs.leader.progress[env.source].acknowledged_epoch = True
-
-    def _handle_end_epoch_request(self, env: Envelope, req: EndQuorumEpochRequest) -> None:
-        resigned.handle_end_epoch_request(self, env, req)
-
-    def _handle_end_epoch_response(self, env: Envelope, resp: EndQuorumEpochResponse) -> None:
-        resigned.handle_end_epoch_response(self, env, resp)
 
     # ------------------------------------------------------------------ reassignment (admin)
 
@@ -597,7 +594,7 @@ class RaftNode:
     def _handle_describe_quorum_request(self, env: Envelope, req: DescribeQuorumRequest) -> None:
         self._reply(env, self.describe_quorum())
 
-    # ------------------------------------------------------------------ leader side of fetch
+    # ------------------------------------------------------------------ log and high watermark
 
     def _append_as_leader(self, payload: Payload) -> LogEntry:
         entry = LogEntry(self.log.end_offset(), self._epoch, payload)
@@ -655,21 +652,6 @@ class RaftNode:
         return FetchResponse(error_code=error, leader_id=self._leader_id,
                              leader_epoch=self._epoch, high_watermark=-1)
 
-    def _handle_fetch_request(self, env: Envelope, req: FetchRequest) -> None:
-        leader.handle_fetch_request(self, env, req)
-
-    def _handle_fetch_snapshot_request(self, env: Envelope, req: FetchSnapshotRequest) -> None:
-        snapshot_transfer.serve_chunk(self, env, req)
-
-    # ------------------------------------------------------------------ fetcher side
-
-    def _handle_fetch_response(self, env: Envelope, resp: FetchResponse) -> None:
-        fetcher.handle_fetch_response(self, env, resp)
-
-    def _handle_fetch_snapshot_response(self, env: Envelope, resp: FetchSnapshotResponse
-                                        ) -> None:
-        fetcher.handle_fetch_snapshot_response(self, env, resp)
-
     # ------------------------------------------------------------------ timers
 
     def _on_tick(self) -> None:
@@ -690,6 +672,36 @@ class RaftNode:
             return
         if role is Role.LEADER:
             rs.leader.tick(self)
+
+    # ------------------------------------------------------------------ message handlers
+
+    # The handlers whose logic is a role's stay methods of the node, delegating, so that
+    # ``_HANDLERS`` dispatches through the node (a subclass may override one).
+
+    def _handle_vote_request(self, env: Envelope, req: VoteRequest) -> None:
+        candidate.handle_vote_request(self, env, req)
+
+    def _handle_vote_response(self, env: Envelope, resp: VoteResponse) -> None:
+        candidate.handle_vote_response(self, env, resp)
+
+    def _handle_end_epoch_request(self, env: Envelope, req: EndQuorumEpochRequest) -> None:
+        resigned.handle_end_epoch_request(self, env, req)
+
+    def _handle_end_epoch_response(self, env: Envelope, resp: EndQuorumEpochResponse) -> None:
+        resigned.handle_end_epoch_response(self, env, resp)
+
+    def _handle_fetch_request(self, env: Envelope, req: FetchRequest) -> None:
+        leader.handle_fetch_request(self, env, req)
+
+    def _handle_fetch_snapshot_request(self, env: Envelope, req: FetchSnapshotRequest) -> None:
+        snapshot_transfer.serve_chunk(self, env, req)
+
+    def _handle_fetch_response(self, env: Envelope, resp: FetchResponse) -> None:
+        fetcher.handle_fetch_response(self, env, resp)
+
+    def _handle_fetch_snapshot_response(self, env: Envelope, resp: FetchSnapshotResponse
+                                        ) -> None:
+        fetcher.handle_fetch_snapshot_response(self, env, resp)
 
     # Names, not functions, so that a subclass's override is the one called.
     _HANDLERS: dict[type, str] = {

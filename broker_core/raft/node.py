@@ -12,6 +12,14 @@ does no I/O and reads no clock: the driver feeds it
 and each call returns the :class:`~broker_core.raft.effects.Effects` of that step, which the
 driver applies in the documented order (persist the quorum state, flush the log, then send).
 
+Structure: the node is the facade and owns what outlives a role (epoch, vote, log, snapshots,
+high watermark, voter history) and the step plumbing (Effects, transitions, timers). What only
+one role needs lives in :mod:`broker_core.raft.node_roles`: each role's state is a part of
+``_RoleState`` (rebuilt on every transition), handled by its module's functions, which take
+the node explicitly: :mod:`~.node_roles.leader`, :mod:`~.node_roles.fetcher` (followers and
+observers), :mod:`~.node_roles.candidate`, :mod:`~.node_roles.resigned` and
+:mod:`~.node_roles.snapshot_transfer`.
+
 Replication is pulled: followers send Fetch(fetch_offset, last_fetched_epoch); the leader
 checks the pair against its log and answers with entries, or with the diverging epoch and its
 end offset, after which the follower truncates and fetches again. A new leader appends a
@@ -21,7 +29,7 @@ BeginQuorumEpoch; a leader steps down with EndQuorumEpoch.
 Snapshots (KIP-630): a node keeps snapshots of its state machine (:meth:`create_snapshot`)
 and deletes the log below them. A fetch the leader can only serve from below its log start is
 answered with its latest snapshot id; the fetcher then sends FetchSnapshot for it, chunk by
-chunk (``_SnapshotFetch``, part of the follower's or observer's role state, so any transition
+chunk (``SnapshotFetch``, part of the follower's or observer's role state, so any transition
 drops it), checks the whole file and installs it: snapshot store, log reset to its end, its
 voters, its end as the high watermark, and ``Effects.installed_snapshot`` for the state
 machine. It is not a role of its own: the epoch and leader rules are the follower's.
@@ -57,21 +65,18 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from broker_core.raft.commit import majority_size, next_high_watermark
 from broker_core.raft.config import RaftConfig
 from broker_core.raft.effects import Effects, Transition
 from broker_core.raft.entries import LeaderChange, LogEntry, Payload, VoterAssignment
 from broker_core.raft.log import IRaftLog
 from broker_core.raft.messages import (
     NO_LEADER,
-    NOT_FOLLOWER,
     AlterVotersRequest,
     AlterVotersResponse,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
-    DivergingEpoch,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
     Envelope,
@@ -80,25 +85,27 @@ from broker_core.raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     Message,
-    ReplicaState,
     VoteRequest,
     VoteResponse,
 )
+from broker_core.raft.node_errors import NotLeaderError, RaftSafetyError
+from broker_core.raft.node_roles import candidate, fetcher, leader, resigned, snapshot_transfer
+from broker_core.raft.node_roles.candidate import NO_ID, Candidacy
+from broker_core.raft.node_roles.fetcher import Fetching
+from broker_core.raft.node_roles.leader import Leadership
+from broker_core.raft.node_roles.resigned import Resignation
 from broker_core.raft.quorum_state import QuorumState
-from broker_core.raft.reassignment import Add, Done, Remove, ResignThenRemove, next_step
 from broker_core.raft.roles import VOTER_ROLES, IllegalStateTransition, Role, check_transition
 from broker_core.raft.snapshots import (
     InMemorySnapshotStore,
     ISnapshotStore,
     Snapshot,
-    SnapshotError,
     SnapshotId,
-    decode_snapshot,
 )
 from broker_core.raft.voter_set import VoterChangeRejected, VoterSetHistory
 from broker_core.wire.errors import ErrorCode
 
-NO_ID = -1
+__all__ = ["NO_ID", "NotLeaderError", "RaftNode", "RaftSafetyError"]
 
 
 def _log_continues(log: IRaftLog, snapshot_id: SnapshotId) -> bool:
@@ -112,97 +119,19 @@ def _log_continues(log: IRaftLog, snapshot_id: SnapshotId) -> bool:
     return log.end_offset() == end or log.epoch_at(end) >= snapshot_id.epoch
 
 
-class NotLeaderError(Exception):
-    """:meth:`RaftNode.propose` on a node that is not the leader; names the leader it knows."""
-
-    def __init__(self, node_id: int, role: Role, leader_id: int, epoch: int) -> None:
-        super().__init__(f"node {node_id} is {role.value} in epoch {epoch}, not the leader "
-                         f"(known leader: {leader_id if leader_id != NO_LEADER else 'none'})")
-        self.leader_id = leader_id
-        self.epoch = epoch
-
-
-class RaftSafetyError(RuntimeError):
-    """A peer asked for something only a broken quorum could ask, such as truncating below
-    the high watermark. The node refuses rather than lose committed entries."""
-
-
-@dataclass(slots=True)
-class _ReplicaProgress:
-    """The leader's view of one fetching replica (voter or observer)."""
-
-    end_offset: int = 0  # highest fetch offset that matched the leader's log this epoch
-    last_fetch_ms: float | None = None
-    acknowledged_epoch: bool = False  # fetched or answered BeginQuorumEpoch this epoch
-    last_hw_sent: int = -1
-    # Observer promotion (KIP-836's lastCaughtUpTimestamp): the latest time the replica was
-    # known to hold the leader's whole log, and the leader's log end at its previous fetch.
-    last_caught_up_ms: float | None = None
-    leader_end_at_last_fetch: int = 0
-    matched_fetch_ms: float | None = None  # time of the previous fetch that matched
-    was_voter: bool = False  # a voter at some point of this epoch (NOT_FOLLOWER)
-    announce: bool = False  # a non-voter told of the epoch with BeginQuorumEpoch (a rival)
-    told_not_follower: bool = False
-
-
-@dataclass(slots=True)
-class _PendingAlter:
-    """An AlterVotersRequest answered once the assignment at ``offset`` commits."""
-
-    envelope: Envelope
-    offset: int
-    deadline: float
-
-
-@dataclass(slots=True)
-class _ParkedFetch:
-    """A valid fetch the leader holds until it has something new or ``deadline`` comes."""
-
-    envelope: Envelope
-    deadline: float
-
-
-@dataclass(slots=True)
-class _InFlightFetch:
-    correlation_id: int
-    destination: int
-    sent_ms: float
-
-
-@dataclass(slots=True)
-class _SnapshotFetch:
-    """A follower's or observer's transfer of the leader's snapshot (KIP-630): the bytes
-    received so far, in order. Part of the role state, so a new epoch, leader or role drops
-    it; an error answer drops it too, and the next Fetch names the snapshot to get."""
-
-    snapshot_id: SnapshotId
-    leader: int
-    position: int = 0
-    size: int | None = None  # the file's size, from the first chunk
-    chunks: list[bytes] = field(default_factory=list)
-
-
 @dataclass(slots=True)
 class _RoleState:
     """Timers and bookkeeping of the current role; rebuilt on every transition so nothing
-    leaks from one role or epoch into the next."""
+    leaks from one role or epoch into the next. Every role's part is present (and empty)
+    whatever the role, so a handler reads the part of the role it checked it is in."""
 
     election_deadline: float | None = None  # voters without a leader; candidates; resigned
-    fetch_deadline: float | None = None  # followers: stand when it passes; observers: rediscover
-    next_fetch_ms: float | None = None  # followers/observers: when to send the next fetch
-    in_flight: _InFlightFetch | None = None
-    snapshot_fetch: _SnapshotFetch | None = None  # followers/observers: fetching a snapshot
-    granted: set[int] = field(default_factory=set)  # candidate: votes for it
-    answered: set[int] = field(default_factory=set)  # candidate/resigned: who replied
     next_resend_ms: float | None = None  # Vote / BeginQuorumEpoch / EndQuorumEpoch resends
     resends: int = 0
-    progress: dict[int, _ReplicaProgress] = field(default_factory=dict)  # leader
-    parked: dict[int, _ParkedFetch] = field(default_factory=dict)  # leader
-    pending_alters: list[_PendingAlter] = field(default_factory=list)  # leader
-    probing: bool = False  # observer: the leader went quiet, ask the voters who leads
-    epoch_start_offset: int = 0  # leader: offset of its LeaderChange entry
-    leader_since_ms: float = 0.0  # leader
-    preferred_successors: tuple[int, ...] = ()  # resigned
+    fetcher: Fetching = field(default_factory=Fetching)  # followers and observers
+    candidacy: Candidacy = field(default_factory=Candidacy)  # candidate
+    resignation: Resignation = field(default_factory=Resignation)  # resigned
+    leader: Leadership = field(default_factory=Leadership)  # leader
 
 
 class RaftNode:
@@ -240,7 +169,7 @@ class RaftNode:
         # node learns it again from the leader.
         self._demoted_below = 0
         # Candidates outside our voter set that asked us for a vote since we last knew a
-        # leader: we tell them our epoch when we stand (see _request_votes).
+        # leader: we tell them our epoch when we stand (see candidate.request_votes).
         self._rivals: set[int] = set()
         self._lost_candidacies = 0  # candidacies in a row that timed out; 0 once a leader is known
         # Snapshots installed from a leader, and why fetched ones were refused, the latest few
@@ -367,13 +296,9 @@ class RaftNode:
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`tick` has something to do, or ``None``."""
         rs = self._rs
-        times = [rs.election_deadline, rs.fetch_deadline, rs.next_fetch_ms, rs.next_resend_ms]
-        if rs.in_flight is not None:
-            times.append(rs.in_flight.sent_ms + self.config.request_timeout_ms)
+        times = [rs.election_deadline, rs.next_resend_ms, *rs.fetcher.deadlines(self)]
         if self._role is Role.LEADER:
-            times.extend(p.deadline for p in rs.parked.values())
-            times.extend(p.deadline for p in rs.pending_alters)
-            times.append(self._check_quorum_due())
+            times.extend(rs.leader.deadlines(self))
         present = [t for t in times if t is not None]
         return min(present) if present else None
 
@@ -407,7 +332,7 @@ class RaftNode:
             if payload.cluster_id != self.cluster_id:
                 raise VoterChangeRejected(f"assignment for cluster {payload.cluster_id!r}, "
                                           f"this is {self.cluster_id!r}")
-            if self._high_watermark <= self._rs.epoch_start_offset:
+            if self._high_watermark <= self._rs.leader.epoch_start_offset:
                 # Raft's single-server change needs the leader to have committed an entry of
                 # its own epoch first (Ongaro's 2015 correction): an older leader's uncommitted
                 # change could otherwise overlap with this one.
@@ -486,7 +411,7 @@ class RaftNode:
         no-op."""
         self._begin(now)
         if self._role is Role.LEADER:
-            self._resign()
+            resigned.resign(self)
         return self._end()
 
     # ------------------------------------------------------------------ step plumbing
@@ -557,14 +482,7 @@ class RaftNode:
             self._lost_candidacies = 0
         self._rs = _RoleState()
         self._fx.transitions.append(Transition(old_role, old_epoch, role, epoch, leader_id))
-        # A former leader answers its parked fetches now rather than leave them to time out
-        # at the fetchers: the answer already carries the epoch and leader it moved to.
-        for held in old_rs.parked.values():
-            self._reply(held.envelope, self._not_leader_fetch_response(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER))
-        # Requests it had not settled: the client retries with the leader it can find.
-        for alter in old_rs.pending_alters:
-            self._reply(alter.envelope, self._alter_response(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        old_rs.leader.hand_over(self)  # empty unless it was leading
         self._enter_role()
         if (role is Role.UNATTACHED and old_rs.election_deadline is not None
                 and old_role in (Role.UNATTACHED, Role.VOTED, Role.CANDIDATE)):
@@ -585,23 +503,11 @@ class RaftNode:
             rs.election_deadline = now + self._random_election_timeout()
         elif role is Role.CANDIDATE:
             rs.election_deadline = now + self._random_election_timeout()
-            rs.granted = {self.node_id}
-            rs.answered = {self.node_id}
-            if initial:
-                rs.next_resend_ms = now
-            else:
-                self._request_votes()
-                self._maybe_win()
+            rs.candidacy.enter(self, initial)
         elif role in (Role.FOLLOWER, Role.OBSERVER):
-            rs.fetch_deadline = now + self.config.fetch_timeout_ms
-            rs.next_fetch_ms = now
-            if not initial:
-                self._maybe_send_fetch()
+            rs.fetcher.enter(self, initial)
         elif role is Role.LEADER:
-            rs.leader_since_ms = now
-            rs.progress = {r: _ReplicaProgress(was_voter=True)
-                           for r in self._voters if r != self.node_id}
-            rs.epoch_start_offset = self.log.end_offset()
+            rs.leader.enter(self)
 
     def _observe_epoch(self, epoch: int, leader_id: int) -> None:
         """React to a message that reveals ``epoch`` (>= ours) and possibly its leader."""
@@ -623,115 +529,11 @@ class RaftNode:
             self._lost_candidacies += 1
         self._transition(Role.CANDIDATE, self._epoch + 1, voted_id=self.node_id)
 
-    def _request_votes(self) -> None:
-        request = VoteRequest(cluster_id=self.cluster_id, candidate_epoch=self._epoch,
-                              candidate_id=self.node_id,
-                              last_offset_epoch=self.log.last_epoch(),
-                              last_offset=self.log.end_offset())
-        # Rivals that are no voters by our log hear of our candidacy too. Two candidates with
-        # different voter sets (one log lacks an assignment) where only one asks the other
-        # stay in lock step: the one asked is always an epoch ahead when the other's request
-        # arrives, and refuses, having voted for itself. Hearing our epoch lets random timeouts
-        # put the other ahead (the simulation found a quorum stuck so). Their votes count only
-        # if they are our voters.
-        #
-        # A candidate that keeps losing asks every node its log ever named as a voter: a voter
-        # removed while it was away, whose log lacks the removal, otherwise only asks nodes
-        # that may all be observers now; it would stand forever, and drag those observers into
-        # epochs the real quorum never reaches. The quorum hears of it (one election's cost,
-        # as without pre-vote), names it a rival, and tells it of the next leader.
-        asked = self._voters | self._rivals
-        if self._lost_candidacies:
-            asked |= self._history.known
-        for voter in sorted(asked - self._rs.answered - {self.node_id}):
-            self._send(voter, request)
-        self._schedule_resend()
-
-    def _maybe_win(self) -> None:
-        rs = self._rs
-        if self._role is Role.CANDIDATE and len(rs.granted & self._voters) >= majority_size(
-                len(self._voters)):
-            granted = tuple(sorted(rs.granted & self._voters))
-            rivals = self._rivals - self._voters
-            self._transition(Role.LEADER, self._epoch, leader_id=self.node_id)
-            # Rivals hear of the win as they heard of the candidacy: one that is no voter by
-            # our log (a removed voter lacking its removal) otherwise never learns of a leader,
-            # never fetches its removal, and keeps standing in the next epoch.
-            for rival in rivals:
-                self._rs.progress.setdefault(rival, _ReplicaProgress(announce=True))
-            if self.log.end_offset() == 0:
-                # The first leader of a cluster writes the bootstrap voters down, so
-                # the quorum no longer depends on ``quorum.voters`` once this commits.
-                self._append_as_leader(VoterAssignment(self.cluster_id,
-                                                       tuple(sorted(self._voters))))
-            self._append_as_leader(LeaderChange(leader_id=self.node_id,
-                                                voters=tuple(sorted(self._voters)),
-                                                granting_voters=granted))
-            self._send_begin_epoch()
-
-    def _log_is_up_to_date(self, last_epoch: int, end_offset: int) -> bool:
-        return (last_epoch, end_offset) >= (self.log.last_epoch(), self.log.end_offset())
-
-    def _handle_vote_request(self, env: Envelope, req: VoteRequest) -> None:
-        if req.cluster_id != self.cluster_id:
-            self._reply(env, self._vote_response(ErrorCode.INCONSISTENT_CLUSTER_ID, False))
-            return
-        if req.candidate_epoch < self._epoch:
-            self._reply(env, self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False))
-            return
-        if req.candidate_epoch > self._epoch:
-            self._observe_epoch(req.candidate_epoch, NO_LEADER)
-        # The vote does not depend on whether the candidate (or this node) is a voter by this
-        # node's log. The design asks voters to reject non-voters, but our log may lack the
-        # assignment that made the candidate a voter, and then no one can win: the simulation
-        # found a quorum {1, 2} whose node 1 still had an uncommitted {1, 3, 6} from an older
-        # epoch, so it refused 2, while 3 and 6 (more up to date) refused 1. Raft's own rule
-        # (thesis §4.1: servers vote without consulting their configuration) is safe because
-        # a vote only counts in the candidate's configuration, and the log check below keeps
-        # a removed node, which lacks its own removal, from winning. Observers vote for the
-        # same reason: a just-added voter may not hold its assignment yet.
-        granted = False
-        if self._voted_id != NO_ID:
-            granted = self._voted_id == req.candidate_id  # a resent request: same answer
-        elif (self._role in (Role.UNATTACHED, Role.OBSERVER) and self._leader_id == NO_LEADER
-              and self._log_is_up_to_date(req.last_offset_epoch, req.last_offset)):
-            voted_role = Role.VOTED if self._role is Role.UNATTACHED else Role.OBSERVER
-            self._transition(voted_role, self._epoch, voted_id=req.candidate_id)
-            granted = True
-        if not granted and req.candidate_id not in self._voters:
-            self._rivals.add(req.candidate_id)
-        self._reply(env, self._vote_response(ErrorCode.NONE, granted))
-
     def _vote_response(self, error: ErrorCode, granted: bool) -> VoteResponse:
         return VoteResponse(error_code=error, leader_id=self._leader_id,
                             leader_epoch=self._epoch, vote_granted=granted)
 
-    def _handle_vote_response(self, env: Envelope, resp: VoteResponse) -> None:
-        if resp.error_code is ErrorCode.INCONSISTENT_CLUSTER_ID:
-            return
-        if resp.leader_epoch > self._epoch:
-            self._observe_epoch(resp.leader_epoch, resp.leader_id)
-            return
-        if resp.leader_epoch < self._epoch or self._role is not Role.CANDIDATE:
-            return  # an answer to an older candidacy
-        if resp.leader_id != NO_LEADER:
-            self._observe_epoch(resp.leader_epoch, resp.leader_id)
-            return
-        self._rs.answered.add(env.source)
-        if resp.error_code is ErrorCode.NONE and resp.vote_granted:
-            self._rs.granted.add(env.source)
-            self._maybe_win()
-
-    # ------------------------------------------------------------------ begin / end epoch
-
-    def _send_begin_epoch(self) -> None:
-        request = BeginQuorumEpochRequest(cluster_id=self.cluster_id, leader_id=self.node_id,
-                                          leader_epoch=self._epoch)
-        for replica, progress in sorted(self._rs.progress.items()):
-            if ((replica in self._voters or progress.announce)
-                    and not progress.acknowledged_epoch):
-                self._send(replica, request)
-        self._schedule_resend()
+    # ------------------------------------------------------------------ begin epoch
 
     def _handle_begin_epoch_request(self, env: Envelope, req: BeginQuorumEpochRequest) -> None:
         if req.cluster_id != self.cluster_id:
@@ -750,56 +552,8 @@ class RaftNode:
             self._observe_epoch(resp.leader_epoch, resp.leader_id)
             return
         if (self._role is Role.LEADER and resp.leader_epoch == self._epoch
-                and resp.error_code is ErrorCode.NONE and env.source in self._rs.progress):
-            self._rs.progress[env.source].acknowledged_epoch = True
-
-    def _resign(self) -> None:
-        progress = self._rs.progress
-        successors = tuple(sorted((r for r in progress if r in self._voters),
-                                  key=lambda r: (-progress[r].end_offset, r)))
-        self._transition(Role.RESIGNED, self._epoch, leader_id=self.node_id)
-        self._rs.preferred_successors = successors
-        self._rs.answered = {self.node_id}
-        self._send_end_epoch()
-
-    def _send_end_epoch(self) -> None:
-        request = EndQuorumEpochRequest(cluster_id=self.cluster_id, leader_id=self.node_id,
-                                        leader_epoch=self._epoch,
-                                        preferred_successors=self._rs.preferred_successors)
-        for voter in sorted(self._voters - self._rs.answered):
-            self._send(voter, request)
-        self._schedule_resend()
-
-    def _end_epoch_backoff(self, successors: tuple[int, ...]) -> float:
-        # The best-replicated voter stands first; the others wait exponentially longer, so
-        # the one most likely to win usually stands alone.
-        position = successors.index(self.node_id) if self.node_id in successors else len(
-            successors)
-        cfg = self.config
-        backoff = min(cfg.election_backoff_max_ms, cfg.retry_backoff_ms * 2 ** position)
-        return backoff + self._rng.random() * cfg.retry_backoff_ms
-
-    def _handle_end_epoch_request(self, env: Envelope, req: EndQuorumEpochRequest) -> None:
-        if req.cluster_id != self.cluster_id:
-            self._reply(env, EndQuorumEpochResponse(ErrorCode.INCONSISTENT_CLUSTER_ID,
-                                                    self._leader_id, self._epoch))
-            return
-        if req.leader_epoch < self._epoch:
-            self._reply(env, EndQuorumEpochResponse(ErrorCode.FENCED_LEADER_EPOCH,
-                                                    self._leader_id, self._epoch))
-            return
-        self._observe_epoch(req.leader_epoch, req.leader_id)
-        if self._leader_id == req.leader_id and self._role is Role.FOLLOWER:
-            deadline = self._now + self._end_epoch_backoff(req.preferred_successors)
-            self._rs.fetch_deadline = min(self._rs.fetch_deadline or deadline, deadline)
-        self._reply(env, EndQuorumEpochResponse(ErrorCode.NONE, self._leader_id, self._epoch))
-
-    def _handle_end_epoch_response(self, env: Envelope, resp: EndQuorumEpochResponse) -> None:
-        if resp.leader_epoch > self._epoch:
-            self._observe_epoch(resp.leader_epoch, resp.leader_id)
-            return
-        if self._role is Role.RESIGNED and resp.leader_epoch == self._epoch:
-            self._rs.answered.add(env.source)
+                and resp.error_code is ErrorCode.NONE and env.source in self._rs.leader.progress):
+            self._rs.leader.progress[env.source].acknowledged_epoch = True
 
     # ------------------------------------------------------------------ reassignment (admin)
 
@@ -814,73 +568,18 @@ class RaftNode:
         return AlterVotersResponse(error, self._known_leader(), self._epoch)
 
     def _handle_alter_voters_request(self, env: Envelope, req: AlterVotersRequest) -> None:
-        """AlterPartitionReassignments handling: only the leader accepts; the same
-        target as the latest assignment's is not written again (idempotent resubmission); a
-        new one is written as ``(current voters, target)``, or as ``(current voters, None)``
-        when the target is the current voters (cancellation). The answer waits until that
-        assignment commits; the moves themselves follow (:meth:`_maybe_step_reassignment`)."""
+        """AlterPartitionReassignments handling: only the leader accepts
+        (:meth:`.Leadership.handle_alter_voters`)."""
         if self._role is not Role.LEADER:
             self._reply(env, self._alter_response(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             return
-        history = self._history
-        current = history.voters
-        wanted = (tuple(sorted(current)) if req.target_voters is None
-                  else tuple(req.target_voters))
-        if (not wanted or len(set(wanted)) != len(wanted) or min(wanted) < 0
-                or req.timeout_ms < 0):
-            self._reply(env, self._alter_response(ErrorCode.INVALID_REPLICA_ASSIGNMENT))
-            return
-        target = frozenset(wanted)
-        latest_target = history.target_voters
-        if (target == current and latest_target is None) or (
-                latest_target is not None and frozenset(latest_target) == target):
-            offset = history.latest_offset  # already asked for: wait for the same entry
-        else:
-            assignment = VoterAssignment(self.cluster_id, tuple(sorted(current)),
-                                         None if target == current else tuple(sorted(target)))
-            history.check_change(assignment, self.node_id)  # the same voters: always safe
-            offset = self._append_as_leader(assignment).offset
-        if offset < self._high_watermark:
-            self._reply(env, self._alter_response(ErrorCode.NONE))
-            return
-        self._rs.pending_alters.append(_PendingAlter(env, offset, self._now + req.timeout_ms))
-
-    def _settle_alters(self) -> None:
-        rs = self._rs
-        done = [a for a in rs.pending_alters if a.offset < self._high_watermark]
-        for alter in done:
-            rs.pending_alters.remove(alter)
-            self._reply(alter.envelope, self._alter_response(ErrorCode.NONE))
+        self._rs.leader.handle_alter_voters(self, env, req)
 
     def _maybe_step_reassignment(self) -> None:
-        """Take the next single-member step of an ongoing reassignment, once the
-        previous assignment is committed and the leader has committed an entry of its own
-        epoch (the condition :meth:`propose` puts on every voter change). A new leader that
-        finds a TargetVoters in its log carries on from where the previous one stopped."""
-        history = self._history
-        if (self._role is not Role.LEADER or history.has_pending
-                or not history.committed_target  # None, or an empty one never accepted
-                or self._high_watermark <= self._rs.epoch_start_offset):
-            return
-        current = history.committed_voters
-        step = next_step(current, history.committed_target, self.node_id, self._caught_up())
-        if isinstance(step, Add):
-            voters = current | {step.voter_id}
-        elif isinstance(step, Remove):
-            voters = current - {step.voter_id}
-        elif isinstance(step, Done):
-            voters = current
-        elif isinstance(step, ResignThenRemove):
-            # The last voter to remove is this leader: it steps down (EndQuorumEpoch) and the
-            # next leader, for whom it is an ordinary voter, removes it.
-            self._resign()
-            return
-        else:
-            return  # Wait: no new voter has caught up yet
-        target = None if isinstance(step, Done) else history.committed_target
-        assignment = VoterAssignment(self.cluster_id, tuple(sorted(voters)), target)
-        history.check_change(assignment, self.node_id)
-        self._append_as_leader(assignment)
+        """After every step, a leader takes the next single-member step of an ongoing
+        reassignment when it may (:meth:`.Leadership.step_reassignment`)."""
+        if self._role is Role.LEADER:
+            self._rs.leader.step_reassignment(self)
 
     def describe_quorum(self) -> DescribeQuorumResponse:
         """The answer to DescribeQuorum: the leader's progress table (voters, the target of an
@@ -890,37 +589,18 @@ class RaftNode:
         if self._role is not Role.LEADER:
             return DescribeQuorumResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, self._known_leader(),
                                           self._epoch)
-        progress = self._rs.progress
-
-        def state(replica: int) -> ReplicaState:
-            if replica == self.node_id:
-                now = int(self._now)
-                return ReplicaState(replica, self.log.end_offset(), now, now)
-            p = progress.get(replica)
-            if p is None or p.last_fetch_ms is None:
-                return ReplicaState(replica)
-            caught_up = -1 if p.last_caught_up_ms is None else int(p.last_caught_up_ms)
-            return ReplicaState(replica, p.end_offset, int(p.last_fetch_ms), caught_up)
-
-        voters = self._voters
-        target = self._history.target_voters
-        return DescribeQuorumResponse(
-            ErrorCode.NONE, self.node_id, self._epoch, self._high_watermark,
-            current_voters=tuple(state(v) for v in sorted(voters)),
-            target_voters=None if target is None else tuple(state(v) for v in sorted(target)),
-            observers=tuple(state(r) for r in sorted(progress)
-                            if r not in voters and progress[r].last_fetch_ms is not None))
+        return self._rs.leader.describe_quorum(self)
 
     def _handle_describe_quorum_request(self, env: Envelope, req: DescribeQuorumRequest) -> None:
         self._reply(env, self.describe_quorum())
 
-    # ------------------------------------------------------------------ leader side of fetch
+    # ------------------------------------------------------------------ log and high watermark
 
     def _append_as_leader(self, payload: Payload) -> LogEntry:
         entry = LogEntry(self.log.end_offset(), self._epoch, payload)
         self._append([entry])
         self._maybe_advance_leader_hw()
-        self._complete_parked()
+        self._rs.leader.complete_parked(self)
         return entry
 
     def _append(self, entries: tuple[LogEntry, ...] | list[LogEntry]) -> None:
@@ -947,10 +627,7 @@ class RaftNode:
         voter = self.is_voter
         role = self._role
         if role is Role.LEADER:
-            for replica in self._voters - {self.node_id}:
-                self._rs.progress.setdefault(replica, _ReplicaProgress()).was_voter = True
-            self._send_begin_epoch()
-            self._maybe_advance_leader_hw()
+            self._rs.leader.voters_changed(self)
         elif role is Role.OBSERVER and voter:
             if self._leader_id != NO_LEADER:
                 self._transition(Role.FOLLOWER, self._epoch, self._leader_id)
@@ -960,420 +637,20 @@ class RaftNode:
             self._transition(Role.OBSERVER, self._epoch, self._leader_id)
 
     def _maybe_advance_leader_hw(self) -> None:
-        rs = self._rs
-        ends = [self.log.end_offset() if v == self.node_id
-                else rs.progress[v].end_offset for v in self._voters]
-        hw = next_high_watermark(self._high_watermark, ends, rs.epoch_start_offset)
-        if hw > self._high_watermark:
-            self._set_high_watermark(hw)
+        # A method of the node, not only of Leadership, so that a node subclass can override
+        # the commit rule (the simulation's deliberately broken nodes do).
+        self._rs.leader.advance_high_watermark(self)
 
     def _set_high_watermark(self, hw: int) -> None:
         self._high_watermark = hw
         self._fx.high_watermark = hw
         self._history.committed(hw)  # a committed assignment joins the persisted state
         if self._role is Role.LEADER:
-            self._settle_alters()
+            self._rs.leader.settle_alters(self)
 
     def _not_leader_fetch_response(self, error: ErrorCode) -> FetchResponse:
         return FetchResponse(error_code=error, leader_id=self._leader_id,
                              leader_epoch=self._epoch, high_watermark=-1)
-
-    def _handle_fetch_request(self, env: Envelope, req: FetchRequest) -> None:
-        if req.cluster_id != self.cluster_id:
-            self._reply(env, self._not_leader_fetch_response(ErrorCode.INCONSISTENT_CLUSTER_ID))
-            return
-        if req.current_leader_epoch < self._epoch:
-            self._reply(env, self._not_leader_fetch_response(ErrorCode.FENCED_LEADER_EPOCH))
-            return
-        if req.current_leader_epoch > self._epoch:
-            # The fetcher knows a newer epoch than we do, but not through us; we learn nothing
-            # about its leader from a fetch, so just tell it we are behind.
-            self._reply(env, self._not_leader_fetch_response(ErrorCode.UNKNOWN_LEADER_EPOCH))
-            return
-        if self._role is not Role.LEADER:
-            self._reply(env, self._not_leader_fetch_response(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-            return
-        if req.fetch_offset < 0 or req.last_fetched_epoch < 0 or req.replica_id != env.source:
-            self._reply(env, self._not_leader_fetch_response(ErrorCode.INVALID_REQUEST))
-            return
-        rs = self._rs
-        progress = rs.progress.setdefault(req.replica_id, _ReplicaProgress())
-        progress.last_fetch_ms = self._now
-        progress.acknowledged_epoch = True
-        if self._below_log_start(req.fetch_offset, req.last_fetched_epoch):
-            # The entries the fetcher needs next were deleted after a snapshot (KIP-630): name
-            # the latest snapshot, which the fetcher gets with FetchSnapshot. The log start
-            # never passes the latest snapshot's end, so there is one.
-            rs.parked.pop(req.replica_id, None)
-            snapshot = self._snapshot
-            assert snapshot is not None, "a log start above 0 without a snapshot"
-            self._reply(env, FetchResponse(ErrorCode.NONE, self.node_id, self._epoch,
-                                           self._high_watermark,
-                                           snapshot_id=snapshot.snapshot_id))
-            return
-        diverging = self._check_fetch_position(req.fetch_offset, req.last_fetched_epoch)
-        if diverging is not None:
-            rs.parked.pop(req.replica_id, None)
-            self._reply(env, FetchResponse(ErrorCode.NONE, self.node_id, self._epoch,
-                                           self._high_watermark, diverging_epoch=diverging))
-            return
-        self._note_caught_up(progress, req.fetch_offset)
-        if self._lacks_own_removal(req.replica_id, req.fetch_offset, progress):
-            # NOT_FOLLOWER: tell a removed voter at once, rather than after the many
-            # fetch rounds it may need to reach its removal, so it stops standing for election.
-            # Once per epoch: its next fetch, as an observer, gets entries as usual.
-            progress.told_not_follower = True
-            rs.parked.pop(req.replica_id, None)
-            self._reply(env, FetchResponse(NOT_FOLLOWER, self.node_id, self._epoch,
-                                           self._high_watermark))
-            return
-        # A replica has one fetch in flight, the newest; an older one held here is stale.
-        rs.parked.pop(req.replica_id, None)
-        # The position matched: the replica holds our log below fetch_offset.
-        if req.fetch_offset > progress.end_offset:
-            progress.end_offset = req.fetch_offset
-            if req.replica_id in self._voters:
-                self._maybe_advance_leader_hw()
-                self._complete_parked()
-        parked = _ParkedFetch(env, self._now + req.max_wait_ms)
-        if not self._fetch_is_ready(parked) and req.max_wait_ms > 0:
-            rs.parked[req.replica_id] = parked
-            return
-        self._answer_fetch(parked)
-
-    def _handle_fetch_snapshot_request(self, env: Envelope, req: FetchSnapshotRequest) -> None:
-        """KIP-630's FetchSnapshot on the leader: a chunk of a snapshot it keeps, checked like a
-        fetch (cluster id, epoch, leadership). A snapshot it no longer keeps (it made newer
-        ones since it named it) is SNAPSHOT_NOT_FOUND: the fetcher fetches again and is told
-        the newest. A chunk counts as hearing from the replica (the check-quorum timer), since
-        a voter fetching a snapshot fetches nothing else meanwhile."""
-
-        def fail(error: ErrorCode) -> None:
-            self._reply(env, FetchSnapshotResponse(error, self._known_leader(), self._epoch,
-                                                   req.snapshot_id))
-
-        if req.cluster_id != self.cluster_id:
-            fail(ErrorCode.INCONSISTENT_CLUSTER_ID)
-        elif req.current_leader_epoch < self._epoch:
-            fail(ErrorCode.FENCED_LEADER_EPOCH)
-        elif req.current_leader_epoch > self._epoch:
-            fail(ErrorCode.UNKNOWN_LEADER_EPOCH)
-        elif self._role is not Role.LEADER:
-            fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        elif req.position < 0 or req.max_bytes <= 0 or req.replica_id != env.source:
-            fail(ErrorCode.INVALID_REQUEST)
-        else:
-            size = self.snapshots.size(req.snapshot_id)
-            if size is None:
-                fail(ErrorCode.SNAPSHOT_NOT_FOUND)
-                return
-            if req.position >= size:
-                fail(ErrorCode.POSITION_OUT_OF_RANGE)
-                return
-            progress = self._rs.progress.setdefault(req.replica_id, _ReplicaProgress())
-            progress.last_fetch_ms = self._now
-            progress.acknowledged_epoch = True
-            data = self.snapshots.read_chunk(
-                req.snapshot_id, req.position,
-                min(req.max_bytes, self.config.fetch_snapshot_max_bytes))
-            self._reply(env, FetchSnapshotResponse(ErrorCode.NONE, self.node_id, self._epoch,
-                                                   req.snapshot_id, size, req.position, data))
-
-    def _note_caught_up(self, progress: _ReplicaProgress, fetch_offset: int) -> None:
-        """KIP-836's rule for ``last_caught_up_ms``: a fetch at the leader's log end means the
-        replica is caught up now; a fetch at or past the leader's log end as of the replica's
-        previous fetch means it was caught up then."""
-        leader_end = self.log.end_offset()
-        if fetch_offset >= leader_end:
-            progress.last_caught_up_ms = self._now
-        elif (progress.matched_fetch_ms is not None
-              and fetch_offset >= progress.leader_end_at_last_fetch):
-            progress.last_caught_up_ms = max(progress.last_caught_up_ms or 0.0,
-                                             progress.matched_fetch_ms)
-        progress.leader_end_at_last_fetch = leader_end
-        progress.matched_fetch_ms = self._now
-
-    def _caught_up(self) -> set[int]:
-        """Replicas that may be promoted: caught up with the leader's log within the last
-        election timeout, so one fetch round of theirs takes less than an election timeout
-        (leader-based observer promotion, docs/design.md#procedure-index-metadata-quorum)."""
-        horizon = self._now - self.config.election_timeout_ms
-        return {r for r, p in self._rs.progress.items()
-                if p.last_caught_up_ms is not None and p.last_caught_up_ms >= horizon}
-
-    def _lacks_own_removal(self, replica: int, fetch_offset: int,
-                           progress: _ReplicaProgress) -> bool:
-        history = self._history
-        return (progress.was_voter and not progress.told_not_follower
-                and replica not in self._voters and replica not in history.committed_voters
-                and fetch_offset <= history.applied_offset)
-
-    def _below_log_start(self, fetch_offset: int, last_fetched_epoch: int) -> bool:
-        """Whether the fetcher's position (or where it diverges) lies below our log start,
-        where only a snapshot can help (Kafka's ``validateOffsetAndEpoch``): its offset is
-        below the start, or at the start with another epoch below it, or its last epoch is
-        older than the epoch below the start (so the logs part below the start)."""
-        start = self.log.start_offset()
-        if start == 0:
-            return False
-        start_epoch = self.log.epoch_at(start - 1)
-        return (fetch_offset < start or last_fetched_epoch < start_epoch
-                or (fetch_offset == start and last_fetched_epoch != start_epoch))
-
-    def _check_fetch_position(self, fetch_offset: int, last_fetched_epoch: int
-                              ) -> DivergingEpoch | None:
-        """``None`` if the fetcher's log matches ours below ``fetch_offset``, else where its
-        ``last_fetched_epoch`` ends in our log."""
-        if fetch_offset == 0 and last_fetched_epoch == 0:
-            return None
-        epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
-        if epoch != last_fetched_epoch or end < fetch_offset:
-            return DivergingEpoch(epoch, end)
-        return None
-
-    def _fetch_is_ready(self, parked: _ParkedFetch) -> bool:
-        req = parked.envelope.message
-        assert isinstance(req, FetchRequest)
-        progress = self._rs.progress[req.replica_id]
-        return (req.fetch_offset < self.log.end_offset()
-                or progress.last_hw_sent != self._high_watermark)
-
-    def _answer_fetch(self, parked: _ParkedFetch) -> None:
-        req = parked.envelope.message
-        assert isinstance(req, FetchRequest)
-        records = self.log.read(req.fetch_offset, self.config.fetch_max_entries)
-        self._rs.progress[req.replica_id].last_hw_sent = self._high_watermark
-        self._reply(parked.envelope, FetchResponse(ErrorCode.NONE, self.node_id, self._epoch,
-                                                   self._high_watermark, records=records))
-
-    def _complete_parked(self) -> None:
-        rs = self._rs
-        for replica, parked in list(rs.parked.items()):
-            if self._fetch_is_ready(parked) or parked.deadline <= self._now:
-                del rs.parked[replica]
-                self._answer_fetch(parked)
-
-    def _check_quorum_due(self) -> float | None:
-        """When the leader must next check that a majority still fetches from it."""
-        rs = self._rs
-        recent = sorted((p.last_fetch_ms for r, p in rs.progress.items()
-                         if r in self._voters and p.last_fetch_ms is not None), reverse=True)
-        others_needed = majority_size(len(self._voters)) - (1 if self.is_voter else 0)
-        if others_needed <= 0:
-            return None  # a single voter is always its own majority
-        start = recent[others_needed - 1] if len(recent) >= others_needed else rs.leader_since_ms
-        return max(start, rs.leader_since_ms) + self.config.fetch_timeout_ms
-
-    # ------------------------------------------------------------------ fetcher side
-
-    def _fetch_target(self) -> int | None:
-        if self._role is Role.FOLLOWER:
-            return self._leader_id
-        if self._role is Role.OBSERVER:
-            if self._leader_id != NO_LEADER and not self._rs.probing:
-                return self._leader_id
-            # No leader, or it went quiet: ask any voter; its answer names the newest
-            # epoch and leader it knows.
-            others = sorted(self._voters - {self.node_id})
-            return self._rng.choice(others) if others else None
-        return None
-
-    def _maybe_send_fetch(self) -> None:
-        rs = self._rs
-        if rs.in_flight is not None or rs.next_fetch_ms is None or self._now < rs.next_fetch_ms:
-            return
-        target = self._fetch_target()
-        if target is None:
-            return
-        transfer = rs.snapshot_fetch
-        if transfer is not None and transfer.leader != target:
-            rs.snapshot_fetch = transfer = None  # an observer probing the voters: start over
-        if transfer is not None:
-            chunk = FetchSnapshotRequest(cluster_id=self.cluster_id, replica_id=self.node_id,
-                                         current_leader_epoch=self._epoch,
-                                         snapshot_id=transfer.snapshot_id,
-                                         position=transfer.position,
-                                         max_bytes=self.config.fetch_snapshot_max_bytes)
-            rs.in_flight = _InFlightFetch(self._send(target, chunk), target, self._now)
-            rs.next_fetch_ms = None
-            return
-        end = self.log.end_offset()
-        request = FetchRequest(cluster_id=self.cluster_id, replica_id=self.node_id,
-                               current_leader_epoch=self._epoch, fetch_offset=end,
-                               last_fetched_epoch=self.log.epoch_at(end - 1),
-                               max_wait_ms=self.config.fetch_max_wait_ms)
-        correlation = self._send(target, request)
-        rs.in_flight = _InFlightFetch(correlation, target, self._now)
-        rs.next_fetch_ms = None
-
-    def _take_answer(self, env: Envelope,
-                     resp: FetchResponse | FetchSnapshotResponse) -> _RoleState | None:
-        """The fetcher's state if ``resp`` (a Fetch or FetchSnapshot answer) answers its
-        request in flight, after learning a newer epoch or the leader it names; ``None`` when
-        it is late or duplicated (the fetcher's position may have moved since) or when what it
-        taught us ended the fetcher's role."""
-        rs = self._rs
-        flight = rs.in_flight
-        if (flight is None or flight.correlation_id != env.correlation_id
-                or flight.destination != env.source):
-            return None
-        rs.in_flight = None
-        if resp.leader_epoch > self._epoch or (
-                resp.leader_epoch == self._epoch and self._leader_id == NO_LEADER):
-            self._observe_epoch(resp.leader_epoch, resp.leader_id)
-            if self._role not in (Role.FOLLOWER, Role.OBSERVER) or self._rs is not rs:
-                return None
-        return rs
-
-    def _handle_fetch_response(self, env: Envelope, resp: FetchResponse) -> None:
-        rs = self._take_answer(env, resp)
-        if rs is None:
-            return
-        if (resp.error_code is NOT_FOLLOWER and resp.leader_id == env.source
-                and resp.leader_epoch == self._epoch):
-            self._demoted(resp.high_watermark)
-            return
-        if resp.error_code is not ErrorCode.NONE or resp.leader_id != env.source \
-                or resp.leader_epoch != self._epoch:
-            if (rs.probing and resp.leader_epoch == self._epoch
-                    and resp.leader_id == self._leader_id != NO_LEADER):
-                # A probed voter names the leader we know, in our epoch: go back to it. Only a
-                # newer epoch would otherwise end the probe, and an observer whose leader went
-                # quiet during a partition kept asking the voters after it healed (the
-                # simulation found one so, never catching up).
-                rs.probing = False
-            rs.next_fetch_ms = self._now + self.config.retry_backoff_ms
-            return
-        if resp.snapshot_id is not None:
-            # KIP-630: what we need next is only in the leader's snapshot; get it chunk by
-            # chunk (the next "fetch" sends FetchSnapshot), then fetch from its end.
-            rs.snapshot_fetch = _SnapshotFetch(resp.snapshot_id, env.source)
-        elif resp.diverging_epoch is not None:
-            self._truncate_diverging(resp.diverging_epoch)
-        elif resp.records:
-            if resp.records[0].offset == self.log.end_offset():
-                self._append(resp.records)
-        if resp.diverging_epoch is None and resp.snapshot_id is None:
-            # The leader matched our log below the fetch offset and sent its own entries
-            # after it, so everything we hold is the leader's: its high watermark applies.
-            hw = min(resp.high_watermark, self.log.end_offset())
-            if hw > self._high_watermark:
-                self._set_high_watermark(hw)
-        rs.fetch_deadline = self._now + self.config.fetch_timeout_ms
-        rs.probing = False
-        rs.next_fetch_ms = self._now
-        self._maybe_send_fetch()
-
-    def _handle_fetch_snapshot_response(self, env: Envelope, resp: FetchSnapshotResponse
-                                        ) -> None:
-        """A chunk of the leader's snapshot. The transfer goes on while every answer is the
-        next chunk of the same snapshot from the same leader in the same epoch; anything else
-        (an error such as SNAPSHOT_NOT_FOUND, a new epoch, a chunk that does not fit) drops
-        it, and the next Fetch starts again from the snapshot the leader names then. A lost
-        chunk is asked for again after the request timeout."""
-        rs = self._take_answer(env, resp)
-        if rs is None:
-            return
-        transfer = rs.snapshot_fetch
-        data = resp.data
-        if (transfer is None or resp.error_code is not ErrorCode.NONE
-                or resp.leader_id != env.source or resp.leader_epoch != self._epoch
-                or resp.snapshot_id != transfer.snapshot_id
-                or resp.position != transfer.position or not data
-                or transfer.size not in (None, resp.size)
-                or resp.position + len(data) > resp.size):
-            rs.snapshot_fetch = None
-            rs.next_fetch_ms = self._now + self.config.retry_backoff_ms
-            return
-        transfer.size = resp.size
-        transfer.chunks.append(bytes(data))
-        transfer.position += len(data)
-        rs.fetch_deadline = self._now + self.config.fetch_timeout_ms
-        rs.probing = False
-        rs.next_fetch_ms = self._now
-        if transfer.position == transfer.size:
-            rs.snapshot_fetch = None
-            if not self._install_snapshot(transfer):
-                rs.next_fetch_ms = self._now + self.config.retry_backoff_ms
-                return
-            if self._rs is not rs:
-                return  # the snapshot's voters moved us to another role, which fetches
-        self._maybe_send_fetch()
-
-    def _install_snapshot(self, transfer: _SnapshotFetch) -> bool:
-        """Install a fetched snapshot (KIP-630): check it, keep it durably, reset the log to
-        start empty at its end, take its voters as the committed ones and its end as the high
-        watermark; the driver gives it to the state machine (``Effects.installed_snapshot``).
-        False (and why, in ``snapshot_problems``) for bytes that are not the snapshot asked
-        for; the fetcher then starts over.
-
-        Only the leader's committed state is in a snapshot, and the leader named it because
-        our log does not reach its log start, so the snapshot is ahead of everything we know
-        to be committed; anything in our log is replaced, as the leader's log would replace
-        it entry by entry."""
-        what = f"snapshot {transfer.snapshot_id} from node {transfer.leader}"
-        try:
-            snapshot = decode_snapshot(b"".join(transfer.chunks), what)
-            if snapshot.snapshot_id != transfer.snapshot_id:
-                raise SnapshotError(f"{what}: holds snapshot {snapshot.snapshot_id}")
-            self._check_snapshot(snapshot)
-        except (SnapshotError, ValueError) as e:
-            self.snapshot_problems.append(str(e))
-            return False
-        latest = self._snapshot
-        if snapshot.end_offset < self._high_watermark or (
-                latest is not None and latest.snapshot_id >= snapshot.snapshot_id):
-            raise RaftSafetyError(
-                f"node {self.node_id}: leader {transfer.leader} sent {what}, but this node "
-                f"already has committed entries to {self._high_watermark} and snapshot "
-                f"{None if latest is None else latest.snapshot_id}")
-        self.snapshots.save(snapshot)  # durable before the log below it goes
-        self._snapshot = snapshot
-        self.log.reset(snapshot.end_offset, snapshot.epoch)
-        voters = snapshot.voters
-        self._history = VoterSetHistory.recover(snapshot.voters_offset, voters.current_voters,
-                                                voters.target_voters, self.log)
-        self._history.committed(snapshot.end_offset)
-        if self._demoted_below and snapshot.end_offset >= self._demoted_below:
-            self._demoted_below = 0
-        self.snapshots_installed += 1
-        self._fx.installed_snapshot = snapshot
-        if snapshot.end_offset > self._high_watermark:
-            self._set_high_watermark(snapshot.end_offset)
-        self._voters_changed()  # the snapshot's voters may make us a voter, or no longer one
-        return True
-
-    def _demoted(self, removal_committed_below: int) -> None:
-        """The leader says our removal from the voters is committed below
-        ``removal_committed_below``: act as an observer until our log gets there (the
-        removed voter downgrades at once). Safe even if stale: a voter that observes only
-        costs availability, and the log decides again once it reaches that offset."""
-        if removal_committed_below <= self.log.end_offset():
-            self._rs.next_fetch_ms = self._now
-            self._maybe_send_fetch()
-            return
-        self._demoted_below = max(self._demoted_below, removal_committed_below)
-        if self._role is Role.FOLLOWER:
-            self._transition(Role.OBSERVER, self._epoch, self._leader_id)  # fetches at once
-        else:
-            self._rs.next_fetch_ms = self._now
-            self._maybe_send_fetch()
-
-    def _truncate_diverging(self, diverging: DivergingEpoch) -> None:
-        # KIP-595: truncate to the end of the latest epoch both logs share, as far as this
-        # answer shows; the next fetch checks again, so several rounds may be needed.
-        if diverging.epoch == 0:
-            offset = min(diverging.end_offset, self.log.end_offset())
-        else:
-            local_epoch, local_end = self.log.end_offset_for_epoch(diverging.epoch)
-            offset = (min(local_end, diverging.end_offset) if local_epoch == diverging.epoch
-                      else local_end)
-        if offset < self._high_watermark:
-            raise RaftSafetyError(
-                f"node {self.node_id}: leader {self._leader_id} of epoch {self._epoch} asks to "
-                f"truncate to {offset}, below the high watermark {self._high_watermark}")
-        if offset < self.log.end_offset():
-            self._truncate(offset)
 
     # ------------------------------------------------------------------ timers
 
@@ -1385,36 +662,46 @@ class RaftNode:
                 return
             if rs.next_resend_ms is not None and now >= rs.next_resend_ms:
                 if role is Role.CANDIDATE:
-                    self._request_votes()
-                    self._maybe_win()  # a restarted single-voter candidate wins here
+                    candidate.request_votes(self)
+                    candidate.maybe_win(self)  # a restarted single-voter candidate wins here
                 elif role is Role.RESIGNED:
-                    self._send_end_epoch()
+                    resigned.send_end_epoch(self)
             return
         if role in (Role.FOLLOWER, Role.OBSERVER):
-            if rs.fetch_deadline is not None and now >= rs.fetch_deadline:
-                if role is Role.FOLLOWER:
-                    self._start_election()
-                    return
-                # An observer never stands; it looks for the leader among the voters.
-                rs.fetch_deadline = now + self.config.fetch_timeout_ms
-                rs.probing = True
-            if rs.in_flight is not None and now >= (rs.in_flight.sent_ms
-                                                    + self.config.request_timeout_ms):
-                rs.in_flight = None
-                rs.next_fetch_ms = now
-            self._maybe_send_fetch()
+            rs.fetcher.tick(self)
             return
         if role is Role.LEADER:
-            due = self._check_quorum_due()
-            if due is not None and now >= due:
-                self._resign()
-                return
-            self._complete_parked()
-            for alter in [a for a in rs.pending_alters if a.deadline <= now]:
-                rs.pending_alters.remove(alter)
-                self._reply(alter.envelope, self._alter_response(ErrorCode.REQUEST_TIMED_OUT))
-            if rs.next_resend_ms is not None and now >= rs.next_resend_ms:
-                self._send_begin_epoch()
+            rs.leader.tick(self)
+
+    # ------------------------------------------------------------------ message handlers
+
+    # The handlers whose logic is a role's stay methods of the node, delegating, so that
+    # ``_HANDLERS`` dispatches through the node (a subclass may override one).
+
+    def _handle_vote_request(self, env: Envelope, req: VoteRequest) -> None:
+        candidate.handle_vote_request(self, env, req)
+
+    def _handle_vote_response(self, env: Envelope, resp: VoteResponse) -> None:
+        candidate.handle_vote_response(self, env, resp)
+
+    def _handle_end_epoch_request(self, env: Envelope, req: EndQuorumEpochRequest) -> None:
+        resigned.handle_end_epoch_request(self, env, req)
+
+    def _handle_end_epoch_response(self, env: Envelope, resp: EndQuorumEpochResponse) -> None:
+        resigned.handle_end_epoch_response(self, env, resp)
+
+    def _handle_fetch_request(self, env: Envelope, req: FetchRequest) -> None:
+        leader.handle_fetch_request(self, env, req)
+
+    def _handle_fetch_snapshot_request(self, env: Envelope, req: FetchSnapshotRequest) -> None:
+        snapshot_transfer.serve_chunk(self, env, req)
+
+    def _handle_fetch_response(self, env: Envelope, resp: FetchResponse) -> None:
+        fetcher.handle_fetch_response(self, env, resp)
+
+    def _handle_fetch_snapshot_response(self, env: Envelope, resp: FetchSnapshotResponse
+                                        ) -> None:
+        fetcher.handle_fetch_snapshot_response(self, env, resp)
 
     # Names, not functions, so that a subclass's override is the one called.
     _HANDLERS: dict[type, str] = {

@@ -49,7 +49,7 @@ class VoterSetHistory:
         self._committed: list[tuple[int, tuple[int, ...], tuple[int, ...] | None]] = [
             (applied_offset, tuple(sorted(self.committed_voters)), target_voters)]
         # Every node named as a current or target voter since this history began: whom a
-        # candidate that keeps losing asks too (RaftNode._request_votes).
+        # candidate that keeps losing asks too (`node_roles/candidate.py` `request_votes`).
         self.known: set[int] = set(self.committed_voters) | set(target_voters or ())
 
     @classmethod

@@ -186,7 +186,8 @@ class OlderEpochCommitter(RaftNode):
     Raft's rule that only an entry of the leader's own epoch commits (figure 8)."""
 
     def _maybe_advance_leader_hw(self):
-        ends = [self.log.end_offset() if v == self.node_id else self._rs.progress[v].end_offset
+        progress = self._rs.leader.progress
+        ends = [self.log.end_offset() if v == self.node_id else progress[v].end_offset
                 for v in self._voters]
         hw = next_high_watermark(self._high_watermark, ends, epoch_start_offset=-1)
         if hw > self._high_watermark:
@@ -198,10 +199,10 @@ class EagerReassigner(RaftNode):
 
     def _handle_alter_voters_request(self, env, req):
         super()._handle_alter_voters_request(env, req)
-        for alter in self._rs.pending_alters:
+        for alter in self._rs.leader.pending_alters:
             self._reply(alter.envelope, AlterVotersResponse(ErrorCode.NONE, self.node_id,
                                                             self._epoch))
-        self._rs.pending_alters.clear()
+        self._rs.leader.pending_alters.clear()
 
 
 def first_violation(seeds, **kwargs) -> InvariantViolation | None:

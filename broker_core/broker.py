@@ -104,6 +104,8 @@ def log_config_from(cfg: BrokerConfig) -> LogConfig:
         flush_ms=cfg.log_flush_interval_ms,
         index_interval_bytes=cfg.log_index_interval_bytes,
         max_message_bytes=cfg.message_max_bytes,
+        message_timestamp_before_max_ms=cfg.log_message_timestamp_before_max_ms,
+        message_timestamp_after_max_ms=cfg.log_message_timestamp_after_max_ms,
     )
 
 
@@ -804,7 +806,8 @@ class BrokerService(service.Service):
 
 _LOG_KEYS = {"segment.bytes", "segment.ms", "retention.bytes", "retention.ms", "flush.messages",
              "flush.ms", "index.interval.bytes", "max.message.bytes", "compression.type",
-             "message.timestamp.type", "message.timestamp.difference.max.ms"}
+             "message.timestamp.type", "message.timestamp.difference.max.ms",
+             "message.timestamp.before.max.ms", "message.timestamp.after.max.ms"}
 
 
 def _sleep(clock: Any, seconds: float) -> defer.Deferred:

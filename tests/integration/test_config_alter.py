@@ -226,11 +226,11 @@ async def test_refusals_name_the_key_and_change_nothing(brokers):
     # CreateTopics refuses an unsupported key with the reason, and creates nothing.
     resp = await call(b, ApiKey.CREATE_TOPICS, 5, {"topics": [
         {"name": "refused", "num_partitions": 1, "replication_factor": 1, "assignments": [],
-         "configs": [{"name": "message.timestamp.after.max.ms", "value": "1000"}]}],
+         "configs": [{"name": "min.compaction.lag.ms", "value": "1000"}]}],
         "timeout_ms": 5000, "validate_only": False})
     assert (resp.topics[0].error_code, resp.topics[0].error_message) == (
-        ErrorCode.INVALID_CONFIG, "topic config key 'message.timestamp.after.max.ms' is not "
-        "supported: use message.timestamp.difference.max.ms (one bound either side)")
+        ErrorCode.INVALID_CONFIG, "topic config key 'min.compaction.lag.ms' is not "
+        "supported: Sluice does not compact logs")
     assert await b.store.exists(paths.topic("refused")) is None
 
 

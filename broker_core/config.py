@@ -1208,6 +1208,33 @@ def validate_topic_config(values: Mapping[str, object]) -> dict[str, str]:
     return {key: check_topic_value(key, raw) for key, raw in values.items()}
 
 
+def broker_key_doc(name: str) -> str | None:
+    """DescribeConfigs' documentation of broker key ``name``: for a broker-level default of a
+    topic key, that topic key's documentation, said as such; None for the other broker keys
+    (``docs/configuration.md`` describes every key; the key table carries no text for them)."""
+    for spec in TOPIC_CONFIG_KEYS.values():
+        if spec.synonym == name and name in BROKER_KEYS:
+            return f"The broker-level default of the topic key {spec.name}. {spec.doc}"
+    return None
+
+
+def applied_topic_overrides(stored: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Of a topic's stored overrides (the store is not trusted: another tool may have written
+    them), the known keys a broker applies, normalised, and the known keys it ignores, each
+    with why (its value fails :func:`check_topic_value`: the key's default applies instead, as
+    Kafka ignores an invalid override). Keys Sluice does not know are in neither."""
+    applied: dict[str, str] = {}
+    ignored: dict[str, str] = {}
+    for key, raw in stored.items():
+        if key not in TOPIC_CONFIG_KEYS:
+            continue
+        try:
+            applied[key] = check_topic_value(key, raw)
+        except ConfigError as e:
+            ignored[key] = str(e)
+    return applied, ignored
+
+
 def topic_defaults(cfg: BrokerConfig) -> dict[str, str]:
     """The broker-level defaults expressed as topic keys (what a topic without overrides gets),
     in :data:`TOPIC_CONFIG_KEYS` order: the effective value of the broker synonym where Sluice

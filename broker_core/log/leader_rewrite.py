@@ -11,6 +11,12 @@ bound as the validator, only when the past is bounded or the batch's ``maxTimest
 the validator has proved is its records' largest) breaks the future bound: the default bounds
 (the past unbounded, the future one hour) cost a header read per batch.
 
+:func:`as_create_time` comes first on a CreateTime topic: Kafka's validator stores every batch
+with the topic's timestamp type, so a batch a producer marked LogAppendTime has the bit cleared
+and ``maxTimestamp`` set to its records' largest timestamp (CRC recomputed). Without it the
+records' own timestamps would be hidden behind a ``maxTimestamp`` the producer chose, from the
+timestamp bounds and from every consumer.
+
 :func:`rewrite_for_topic` takes a record set whose batches were already checked (offsets
 stamped, every record validated by :mod:`broker_core.log.validator`) and returns the bytes to
 store:
@@ -45,12 +51,13 @@ import struct
 import crc32c
 
 from broker_core.log.config import NEVER
-from broker_core.log.validator import InvalidRecords
+from broker_core.log.validator import InvalidRecords, largest_timestamp
 from broker_core.wire.compression import compress, decompress
 from broker_core.wire.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
     BatchInfo,
     Compression,
     InvalidRecordBatch,
@@ -117,6 +124,26 @@ def check_timestamps(data: bytes | bytearray, infos: list[BatchInfo], *, timesta
             raise InvalidRecords(
                 f"record {index} of the batch at offset {info.base_offset}: {what}",
                 record_index=index, record_message=what, error_code_name="INVALID_TIMESTAMP")
+
+
+def as_create_time(data: bytes | bytearray, infos: list[BatchInfo], *, max_batch_bytes: int
+                   ) -> tuple[bytes | bytearray, list[BatchInfo]]:
+    """The record set with every batch marked LogAppendTime turned into the CreateTime batch
+    Kafka stores on a CreateTime topic (see the module docstring); ``data`` itself when no
+    batch is marked. The batches were validated (:mod:`broker_core.log.validator`)."""
+    marked = [i for i in infos if i.timestamp_type == TIMESTAMP_LOG_APPEND_TIME]
+    if not marked:
+        return data, infos
+    out = bytearray(data)
+    for info in marked:
+        largest = largest_timestamp(data, info, max_decompressed_bytes=max_batch_bytes)
+        at = info.position
+        attributes = _int16.unpack_from(out, at + _ATTRIBUTES_POS)[0]
+        _int16.pack_into(out, at + _ATTRIBUTES_POS, attributes & ~_LOG_APPEND_TIME_BIT)
+        _int64.pack_into(out, at + _MAX_TIMESTAMP_POS, largest)
+        _uint32.pack_into(out, at + _CRC_POS,
+                          crc32c.crc32c(memoryview(out)[at + _ATTRIBUTES_POS:info.end]))
+    return out, list(iter_batches(out))
 
 
 def target_codec(compression_type: str, produced: Compression) -> Compression:

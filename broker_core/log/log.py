@@ -44,7 +44,7 @@ from broker_core.log.checkpoints import TMP_SUFFIX, CheckpointError, fsync_dir
 from broker_core.log.config import INT32_MAX, LogConfig
 from broker_core.log.leader_epoch import FILE_NAME as EPOCH_FILE_NAME
 from broker_core.log.leader_epoch import LeaderEpochFile
-from broker_core.log.leader_rewrite import check_timestamps, rewrite_for_topic
+from broker_core.log.leader_rewrite import as_create_time, check_timestamps, rewrite_for_topic
 from broker_core.log.open_segments import OpenSegments
 from broker_core.log.producer_snapshot import SnapshotError, snapshot_offsets
 from broker_core.log.producer_state import BatchMetadata, ProducerStateError, ProducerStateManager
@@ -507,6 +507,10 @@ class Log:
             if info.size > limit:
                 raise RecordTooLarge(info.size, limit)
         validate_records(buf, infos, max_decompressed_bytes=limit)
+        if self.config.message_timestamp_type == "CreateTime":
+            # Stored with the topic's timestamp type, as Kafka does, before the bounds look
+            # at the records' timestamps.
+            buf, infos = as_create_time(buf, infos, max_batch_bytes=limit)
         now_ms = self.time_ms()
         check_timestamps(buf, infos, timestamp_type=self.config.message_timestamp_type,
                          before_max_ms=self.config.message_timestamp_before_max_ms,

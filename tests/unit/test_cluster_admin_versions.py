@@ -198,3 +198,15 @@ def test_alter_partition_reassignments_v1_bytes_as_kafka_lays_them_out():
     answer = {"allow_replication_factor_change": False, "error_code": 0, "responses": []}
     assert joined(apis.encode_response(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, 6,
                                        answer)) == expected
+
+
+def test_an_error_answer_at_v1_echoes_the_flag():
+    frame = b"".join(apis.encode_request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, 3, "a", {
+        "allow_replication_factor_change": False,
+        "topics": [{"name": "t", "partitions": [{"partition_index": 0, "replicas": [1]}]}]}))
+    out = b"".join(apis.error_response(apis.decode_request(frame),
+                                       ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+    _, resp = apis.decode_response(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, out)
+    assert resp.allow_replication_factor_change is False
+    assert [p.error_code for p in resp.responses[0].partitions] == [
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED]

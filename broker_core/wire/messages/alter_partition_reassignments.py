@@ -53,11 +53,13 @@ RESPONSE = Message("AlterPartitionReassignmentsResponse", versions=VERSIONS, fle
 
 
 def error_body(version: int, request: Any, error_code: int) -> dict:
-    """A top-level error, and the same code on every partition the request named."""
+    """A top-level error, and the same code on every partition the request named (v1: the
+    request's ``allow_replication_factor_change`` echoed)."""
     code = int(error_code)
     responses = [] if request is None else [
         {"name": t.name,
          "partitions": [{"partition_index": p.partition_index, "error_code": code}
                         for p in t.partitions]}
         for t in request.topics]
-    return {"error_code": code, "responses": responses}
+    allow = True if request is None or version < 1 else request.allow_replication_factor_change
+    return {"error_code": code, "responses": responses, "allow_replication_factor_change": allow}

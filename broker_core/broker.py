@@ -35,6 +35,7 @@ offline, the broker shuts down (exit status 1 for the ``twistd broker`` process)
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from twisted.application import service
@@ -45,7 +46,7 @@ from twisted.python.threadpool import ThreadPool
 
 from broker_core import metadata_paths as paths
 from broker_core.acl_store import AclCache
-from broker_core.config import TOPIC_CONFIG_KEYS, BrokerConfig, ConfigError
+from broker_core.config import BrokerConfig, ConfigError, applied_topic_overrides
 from broker_core.config_changes import read_entity
 from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerHeartbeatSender
@@ -104,7 +105,16 @@ def log_config_from(cfg: BrokerConfig) -> LogConfig:
         flush_ms=cfg.log_flush_interval_ms,
         index_interval_bytes=cfg.log_index_interval_bytes,
         max_message_bytes=cfg.message_max_bytes,
+        message_timestamp_before_max_ms=cfg.log_message_timestamp_before_max_ms,
+        message_timestamp_after_max_ms=cfg.log_message_timestamp_after_max_ms,
     )
+
+
+def _applied_override(overrides: Mapping[str, str], key: str) -> str | None:
+    """A topic's stored override of ``key`` when a broker applies it (it passes the topic key's
+    check: the store is not trusted), normalised; else None: the broker's value applies."""
+    value = overrides.get(key)
+    return None if value is None else applied_topic_overrides({key: value})[0].get(key)
 
 
 class BrokerService(service.Service):
@@ -337,10 +347,13 @@ class BrokerService(service.Service):
     # -- configuration -------------------------------------------------------------------------
 
     def _topic_log_config(self, topic: str) -> LogConfig:
-        """The topic's overrides over the broker's (dynamic) defaults. An override the log
-        cannot take (written to the store by another tool) is left out and reported, so one bad
-        value neither stops the partition nor hides the topic's other settings."""
-        overrides = self.topic_configs.get(topic, {})
+        """The topic's overrides over the broker's (dynamic) defaults. An override the topic
+        key's check refuses, or the log cannot take (written to the store by another tool), is
+        left out and reported, so one bad value neither stops the partition nor hides the
+        topic's other settings (DescribeConfigs reports the same: ``applied_topic_overrides``)."""
+        overrides, ignored = applied_topic_overrides(self.topic_configs.get(topic, {}))
+        for k, why in ignored.items():
+            self.log.warn("topic {t}: ignoring its config {k}: {why}", t=topic, k=k, why=why)
         log_keys = {k: v for k, v in overrides.items() if k in _LOG_KEYS}
         try:
             return LogConfig.from_topic_config(self.default_log_config, log_keys)
@@ -356,22 +369,17 @@ class BrokerService(service.Service):
             return LogConfig.from_topic_config(self.default_log_config, good)
 
     def _min_insync_replicas(self, topic: str) -> int:
-        """The topic's stored min.insync.replicas when it parses as the topic key does (the
-        store is not trusted: anything else falls back to the broker's value)."""
-        key = "min.insync.replicas"
-        value = self.topic_configs.get(topic, {}).get(key)
-        if value is not None:
-            try:
-                return int(TOPIC_CONFIG_KEYS[key].parse(key, value))
-            except ConfigError:
-                pass
-        return self.effective_config.min_insync_replicas
+        value = _applied_override(self.topic_configs.get(topic, {}), "min.insync.replicas")
+        if value is None:
+            return self.effective_config.min_insync_replicas
+        return int(value)
 
     def _unclean_allowed(self, topic: str) -> bool:
-        value = self.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
+        value = _applied_override(self.topic_configs.get(topic, {}),
+                                  "unclean.leader.election.enable")
         if value is None:
             return bool(self.effective_config.unclean_leader_election_enable)
-        return value.lower() == "true"
+        return value == "true"
 
     def _on_topic_config(self, topic: str, overrides: dict[str, str]) -> None:
         """A topic's overrides changed in the store (or were read for the first time)."""
@@ -804,7 +812,8 @@ class BrokerService(service.Service):
 
 _LOG_KEYS = {"segment.bytes", "segment.ms", "retention.bytes", "retention.ms", "flush.messages",
              "flush.ms", "index.interval.bytes", "max.message.bytes", "compression.type",
-             "message.timestamp.type", "message.timestamp.difference.max.ms"}
+             "message.timestamp.type", "message.timestamp.difference.max.ms",
+             "message.timestamp.before.max.ms", "message.timestamp.after.max.ms"}
 
 
 def _sleep(clock: Any, seconds: float) -> defer.Deferred:

@@ -514,6 +514,12 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ("log.flush.scheduler.interval.ms", "log_flush_scheduler_interval_ms", long_or_none(1),
      "1000"),
     ("log.index.interval.bytes", "log_index_interval_bytes", integer(0, INT_MAX), "4096"),
+    # With CreateTime, how far a record's timestamp may lie before / after the leader's clock
+    # (KIP-937; Kafka 4's defaults: the past unbounded, the future one hour).
+    ("log.message.timestamp.before.max.ms", "log_message_timestamp_before_max_ms", integer(0),
+     str(LONG_MAX)),
+    ("log.message.timestamp.after.max.ms", "log_message_timestamp_after_max_ms", integer(0),
+     "3600000"),
     # Rolled segments whose .log stays open at once (an LRU over the broker; docs/storage.md).
     ("log.open.segments.max", "log_open_segments_max", integer(1, INT_MAX), "1000"),
     # Idempotent producers a partition forgets after this long without a batch (Kafka's).
@@ -693,6 +699,8 @@ class BrokerConfig:
     log_flush_interval_ms: int | None
     log_flush_scheduler_interval_ms: int | None
     log_index_interval_bytes: int
+    log_message_timestamp_before_max_ms: int
+    log_message_timestamp_after_max_ms: int
     log_open_segments_max: int
     producer_id_expiration_ms: int
     producer_id_expiration_check_interval_ms: int
@@ -1123,11 +1131,23 @@ TOPIC_CONFIG_KEYS: dict[str, TopicKey] = _topic_keys(
              "Bytes of log between two offset index entries."),
     TopicKey("max.message.bytes", integer(0, INT_MAX), _T.INT, "message.max.bytes",
              "The largest record batch the leader accepts (after decompression as well)."),
+    TopicKey("message.timestamp.after.max.ms", integer(0), _T.LONG,
+             "log.message.timestamp.after.max.ms",
+             "With CreateTime, the most a record's timestamp may lie after the leader's clock; "
+             "a batch with a record further ahead is refused with INVALID_TIMESTAMP "
+             "(9223372036854775807: no bound)."),
+    TopicKey("message.timestamp.before.max.ms", integer(0), _T.LONG,
+             "log.message.timestamp.before.max.ms",
+             "With CreateTime, the most a record's timestamp may lie before the leader's clock; "
+             "a batch with a record further back is refused with INVALID_TIMESTAMP "
+             "(9223372036854775807: no bound)."),
     TopicKey("message.timestamp.difference.max.ms", integer(0), _T.LONG,
              "log.message.timestamp.difference.max.ms",
-             "With CreateTime, the most a record's timestamp may differ from the leader's clock; "
-             "a batch with a record further off is refused with INVALID_TIMESTAMP "
-             "(9223372036854775807: no check).", str(LONG_MAX)),
+             "With CreateTime, the most a record's timestamp may differ from the leader's clock "
+             "either way (each side also bounded by message.timestamp.before.max.ms and "
+             "message.timestamp.after.max.ms: the tighter applies); a batch with a record "
+             "further off is refused with INVALID_TIMESTAMP (9223372036854775807: no bound).",
+             str(LONG_MAX)),
     TopicKey("message.timestamp.type", one_of(*TIMESTAMP_TYPES), _T.STRING,
              "log.message.timestamp.type",
              "'CreateTime' keeps the producer's timestamps; 'LogAppendTime' makes the leader "
@@ -1152,10 +1172,6 @@ TOPIC_CONFIG_KEYS: dict[str, TopicKey] = _topic_keys(
 
 #: Keys Kafka has that Sluice refuses, with the reason given to whoever sets one.
 UNSUPPORTED_TOPIC_KEYS: dict[str, str] = {
-    "message.timestamp.before.max.ms": "use message.timestamp.difference.max.ms (one bound "
-                                       "either side)",
-    "message.timestamp.after.max.ms": "use message.timestamp.difference.max.ms (one bound "
-                                      "either side)",
     "min.compaction.lag.ms": "Sluice does not compact logs",
     "max.compaction.lag.ms": "Sluice does not compact logs",
     "min.cleanable.dirty.ratio": "Sluice does not compact logs",
@@ -1192,6 +1208,33 @@ def check_topic_value(key: str, raw: object) -> str:
 def validate_topic_config(values: Mapping[str, object]) -> dict[str, str]:
     """Check per-topic overrides with :func:`check_topic_value`; returns them normalised."""
     return {key: check_topic_value(key, raw) for key, raw in values.items()}
+
+
+def broker_key_doc(name: str) -> str | None:
+    """DescribeConfigs' documentation of broker key ``name``: for a broker-level default of a
+    topic key, that topic key's documentation, said as such; None for the other broker keys
+    (``docs/configuration.md`` describes every key; the key table carries no text for them)."""
+    for spec in TOPIC_CONFIG_KEYS.values():
+        if spec.synonym == name and name in BROKER_KEYS:
+            return f"The broker-level default of the topic key {spec.name}. {spec.doc}"
+    return None
+
+
+def applied_topic_overrides(stored: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Of a topic's stored overrides (the store is not trusted: another tool may have written
+    them), the known keys a broker applies, normalised, and the known keys it ignores, each
+    with why (its value fails :func:`check_topic_value`: the key's default applies instead, as
+    Kafka ignores an invalid override). Keys Sluice does not know are in neither."""
+    applied: dict[str, str] = {}
+    ignored: dict[str, str] = {}
+    for key, raw in stored.items():
+        if key not in TOPIC_CONFIG_KEYS:
+            continue
+        try:
+            applied[key] = check_topic_value(key, raw)
+        except ConfigError as e:
+            ignored[key] = str(e)
+    return applied, ignored
 
 
 def topic_defaults(cfg: BrokerConfig) -> dict[str, str]:

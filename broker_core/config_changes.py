@@ -62,7 +62,8 @@ log = Logger(namespace="sluice.config")
 DYNAMIC_BROKER_KEYS: tuple[str, ...] = (
     "log.retention.ms", "log.retention.bytes", "log.segment.bytes", "log.roll.ms",
     "log.flush.interval.messages", "log.flush.interval.ms", "log.index.interval.bytes",
-    "message.max.bytes", "min.insync.replicas", "unclean.leader.election.enable",
+    "message.max.bytes", "log.message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms", "min.insync.replicas", "unclean.leader.election.enable",
 )
 #: The resource name of the cluster-wide dynamic broker defaults, and its node's name.
 DEFAULT_BROKER = "<default>"

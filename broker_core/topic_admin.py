@@ -473,7 +473,8 @@ class OngoingReassignment:
 
 
 async def alter_reassignments(store: Any,
-                              changes: Mapping[TopicPartition, Sequence[int] | None]
+                              changes: Mapping[TopicPartition, Sequence[int] | None], *,
+                              allow_replication_factor_change: bool = True
                               ) -> dict[TopicPartition, TopicAdminError | None]:
     """KIP-455's AlterPartitionReassignments through ``/admin/reassign_partitions``: per
     partition, a new target (``None``: cancel), and per partition the error it got (``None``:
@@ -483,7 +484,9 @@ async def alter_reassignments(store: Any,
     Every partition is checked before anything is written (:func:`_check_target`; a
     cancellation of a partition not being reassigned is ``NO_REASSIGNMENT_IN_PROGRESS``), and
     the valid ones are written together, conditional on the admin znode's version (the
-    controller shrinks it as partitions complete), so a refused partition changes nothing."""
+    controller shrinks it as partitions complete), so a refused partition changes nothing.
+    Without ``allow_replication_factor_change`` (KIP-860) a target whose size differs from the
+    partition's replicas before any reassignment began is INVALID_REPLICATION_FACTOR."""
     brokers = await live_brokers(store)
     assignments: dict[str, dict[int, list[int]] | None] = {}
     results: dict[TopicPartition, TopicAdminError | None] = {}
@@ -506,6 +509,13 @@ async def alter_reassignments(store: Any,
                 cancels.append(tp)
             else:
                 _check_target(tp, replicas, brokers, assignment)
+                if not allow_replication_factor_change:
+                    current = len(await _original_replicas(store, tp))
+                    if len(replicas) != current:
+                        raise InvalidReplicationFactor(
+                            f"{topic}-{p}: the target has {len(replicas)} replicas, the "
+                            f"partition {current}, and the request does not allow a change "
+                            "of replication factor")
                 targets[tp] = list(replicas)
             results[tp] = None
         except TopicAdminError as e:

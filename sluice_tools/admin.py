@@ -86,7 +86,9 @@ async def _follow_cluster_acls(store: Any) -> None:
 
 
 def _run_on_store(zookeeper: str, fn: Callable[[Any], Any], acl_policy: Any = None) -> Any:
-    """Run ``await fn(store)`` against a fresh ZooKeeperStore and wait for it.
+    """Run ``await fn(store)`` against a fresh ZooKeeperStore and wait for it. A session that
+    cannot start is an :class:`AdminError` saying why (unreachable, login refused, or the
+    client's own reason, e.g. an address it cannot parse), never a guess.
 
     The store runs on the process's reactor thread (:class:`ReactorThread`), started on first
     use and kept for the next call: a process may run any number of these operations (a reactor
@@ -100,12 +102,16 @@ def _run_on_store(zookeeper: str, fn: Callable[[Any], Any], acl_policy: Any = No
     box: dict[str, Any] = {}
 
     async def main() -> None:
-        store = ZooKeeperStore(zookeeper, reactor=thread.reactor, connect_timeout=10.0,
-                               acl_policy=acl_policy)
         try:
+            store = ZooKeeperStore(zookeeper, reactor=thread.reactor, connect_timeout=10.0,
+                                   acl_policy=acl_policy)
             await store.start()
-        except (ConnectionLost, AuthFailed) as e:
+        except (ConnectionLost, AuthFailed) as e:  # their messages name ZooKeeper and why
             box["error"] = AdminError(None, str(e))
+            return
+        except Exception as e:  # e.g. a --zookeeper the client cannot parse: say so
+            box["error"] = AdminError(None, f"could not start a ZooKeeper session with "
+                                            f"{zookeeper!r}: {e}")
             return
         try:
             await _follow_cluster_acls(store)
@@ -118,9 +124,10 @@ def _run_on_store(zookeeper: str, fn: Callable[[Any], Any], acl_policy: Any = No
     thread = ReactorThread.get()
     try:
         thread.call(lambda: defer.Deferred.fromCoroutine(main()))
-    except Exception:
-        if "error" not in box:  # the store could not even be started
-            raise AdminError(-1, f"could not reach ZooKeeper at {zookeeper}") from None
+    except Exception as e:
+        if "error" not in box:  # closing the session failed after the work: the real cause
+            raise AdminError(None, f"the ZooKeeper session with {zookeeper!r} failed: "
+                                   f"{e}") from e
     if "error" in box:
         err = box["error"]
         if isinstance(err, topic_admin.TopicAdminError):

@@ -25,6 +25,8 @@ _TOPIC_KEYS: dict[str, tuple[str, int, int]] = {
     "max.message.bytes": ("max_message_bytes", 0, INT32_MAX),
     "segment.index.bytes": ("segment_index_bytes", 8, INT32_MAX),
     "message.timestamp.difference.max.ms": ("message_timestamp_difference_max_ms", 0, NEVER),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", 0, NEVER),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", 0, NEVER),
 }
 _BOUNDS = {attr: (key, lo, hi) for key, (attr, lo, hi) in _TOPIC_KEYS.items()}
 # topic config key -> (attribute, the values it may take)
@@ -57,6 +59,10 @@ class LogConfig:
     #: With CreateTime, the most a record's timestamp may differ from the leader's clock
     #: (``NEVER``: no check).
     message_timestamp_difference_max_ms: int = NEVER
+    #: With CreateTime, how far before / after the leader's clock a record's timestamp may be
+    #: (``NEVER``: no bound). Kafka 4's defaults: the past unbounded, the future one hour.
+    message_timestamp_before_max_ms: int = NEVER
+    message_timestamp_after_max_ms: int = 3_600_000
 
     def __post_init__(self) -> None:
         for f in fields(self):

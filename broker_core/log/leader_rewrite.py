@@ -1,11 +1,21 @@
 """What a leader applies to a produced batch for its topic before storing it:
-``message.timestamp.difference.max.ms`` (a check), ``message.timestamp.type`` and
+``message.timestamp.before.max.ms``, ``message.timestamp.after.max.ms`` and
+``message.timestamp.difference.max.ms`` (checks), ``message.timestamp.type`` and
 ``compression.type`` (changes), as Kafka's ``LogValidator`` does.
 
-:func:`check_timestamps` refuses a batch (INVALID_TIMESTAMP, naming the record) when, with
-CreateTime, a record's timestamp differs from the leader's clock by more than the topic allows
-(a record without a timestamp, -1, is not checked). It decodes the records only when the topic
-sets a bound, within the same decompression bound as the validator.
+:func:`check_timestamps` refuses a batch (INVALID_TIMESTAMP, naming the record and the bound)
+when, with CreateTime, a record's timestamp lies outside ``[now - before, now + after]``, where
+each side is the tighter of its own key and ``message.timestamp.difference.max.ms`` (a record
+without a timestamp, -1, is not checked). A batch is decoded, within the same decompression
+bound as the validator, only when the past is bounded or the batch's ``maxTimestamp`` (which
+the validator has proved is its records' largest) breaks the future bound: the default bounds
+(the past unbounded, the future one hour) cost a header read per batch.
+
+:func:`as_create_time` comes first on a CreateTime topic: Kafka's validator stores every batch
+with the topic's timestamp type, so a batch a producer marked LogAppendTime has the bit cleared
+and ``maxTimestamp`` set to its records' largest timestamp (CRC recomputed). Without it the
+records' own timestamps would be hidden behind a ``maxTimestamp`` the producer chose, from the
+timestamp bounds and from every consumer.
 
 :func:`rewrite_for_topic` takes a record set whose batches were already checked (offsets
 stamped, every record validated by :mod:`broker_core.log.validator`) and returns the bytes to
@@ -41,11 +51,13 @@ import struct
 import crc32c
 
 from broker_core.log.config import NEVER
-from broker_core.log.validator import InvalidRecords
+from broker_core.log.validator import InvalidRecords, largest_timestamp
 from broker_core.wire.compression import compress, decompress
 from broker_core.wire.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
     BatchInfo,
     Compression,
     InvalidRecordBatch,
@@ -76,23 +88,62 @@ _NO_TIMESTAMP = -1
 
 
 def check_timestamps(data: bytes | bytearray, infos: list[BatchInfo], *, timestamp_type: str,
-                     max_difference_ms: int, now_ms: int, max_batch_bytes: int) -> None:
+                     now_ms: int, max_batch_bytes: int, before_max_ms: int = NEVER,
+                     after_max_ms: int = NEVER, max_difference_ms: int = NEVER) -> None:
     """Refuse (:class:`~broker_core.log.validator.InvalidRecords`, INVALID_TIMESTAMP) the first
-    batch with a record whose timestamp is more than ``max_difference_ms`` from ``now_ms``;
-    nothing to check with LogAppendTime or without a bound (``NEVER``, Kafka's default)."""
-    if timestamp_type != "CreateTime" or max_difference_ms >= NEVER:
+    batch with a record whose timestamp is more than the past bound before ``now_ms`` or more
+    than the future bound after it (see the module docstring); nothing to check with
+    LogAppendTime or without bounds (``NEVER`` everywhere)."""
+    if timestamp_type != "CreateTime":
+        return
+    before_key, before = ("message.timestamp.before.max.ms", before_max_ms)
+    if max_difference_ms < before:
+        before_key, before = ("message.timestamp.difference.max.ms", max_difference_ms)
+    after_key, after = ("message.timestamp.after.max.ms", after_max_ms)
+    if max_difference_ms < after:
+        after_key, after = ("message.timestamp.difference.max.ms", max_difference_ms)
+    if before >= NEVER and after >= NEVER:
         return
     for info in infos:
+        if (before >= NEVER and info.timestamp_type == TIMESTAMP_CREATE_TIME
+                and info.max_timestamp - now_ms <= after):
+            continue  # no record is later than the (validated) maxTimestamp
         for index, record in enumerate(decode_batch(data, info,
                                                     max_decompressed_bytes=max_batch_bytes)):
             ts = record.timestamp
-            if ts != _NO_TIMESTAMP and abs(ts - now_ms) > max_difference_ms:
-                what = (f"timestamp {ts} is {abs(ts - now_ms)} ms from the leader's clock; "
-                        f"message.timestamp.difference.max.ms is {max_difference_ms}")
-                raise InvalidRecords(
-                    f"record {index} of the batch at offset {info.base_offset}: {what}",
-                    record_index=index, record_message=what,
-                    error_code_name="INVALID_TIMESTAMP")
+            if ts == _NO_TIMESTAMP:
+                continue
+            if now_ms - ts > before:
+                what = (f"timestamp {ts} is {now_ms - ts} ms before the leader's clock; "
+                        f"{before_key} is {before}")
+            elif ts - now_ms > after:
+                what = (f"timestamp {ts} is {ts - now_ms} ms after the leader's clock; "
+                        f"{after_key} is {after}")
+            else:
+                continue
+            raise InvalidRecords(
+                f"record {index} of the batch at offset {info.base_offset}: {what}",
+                record_index=index, record_message=what, error_code_name="INVALID_TIMESTAMP")
+
+
+def as_create_time(data: bytes | bytearray, infos: list[BatchInfo], *, max_batch_bytes: int
+                   ) -> tuple[bytes | bytearray, list[BatchInfo]]:
+    """The record set with every batch marked LogAppendTime turned into the CreateTime batch
+    Kafka stores on a CreateTime topic (see the module docstring); ``data`` itself when no
+    batch is marked. The batches were validated (:mod:`broker_core.log.validator`)."""
+    marked = [i for i in infos if i.timestamp_type == TIMESTAMP_LOG_APPEND_TIME]
+    if not marked:
+        return data, infos
+    out = bytearray(data)
+    for info in marked:
+        largest = largest_timestamp(data, info, max_decompressed_bytes=max_batch_bytes)
+        at = info.position
+        attributes = _int16.unpack_from(out, at + _ATTRIBUTES_POS)[0]
+        _int16.pack_into(out, at + _ATTRIBUTES_POS, attributes & ~_LOG_APPEND_TIME_BIT)
+        _int64.pack_into(out, at + _MAX_TIMESTAMP_POS, largest)
+        _uint32.pack_into(out, at + _CRC_POS,
+                          crc32c.crc32c(memoryview(out)[at + _ATTRIBUTES_POS:info.end]))
+    return out, list(iter_batches(out))
 
 
 def target_codec(compression_type: str, produced: Compression) -> Compression:

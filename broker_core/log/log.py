@@ -44,7 +44,7 @@ from broker_core.log.checkpoints import TMP_SUFFIX, CheckpointError, fsync_dir
 from broker_core.log.config import INT32_MAX, LogConfig
 from broker_core.log.leader_epoch import FILE_NAME as EPOCH_FILE_NAME
 from broker_core.log.leader_epoch import LeaderEpochFile
-from broker_core.log.leader_rewrite import check_timestamps, rewrite_for_topic
+from broker_core.log.leader_rewrite import as_create_time, check_timestamps, rewrite_for_topic
 from broker_core.log.open_segments import OpenSegments
 from broker_core.log.producer_snapshot import SnapshotError, snapshot_offsets
 from broker_core.log.producer_state import BatchMetadata, ProducerStateError, ProducerStateManager
@@ -490,7 +490,8 @@ class Log:
 
         Every record of every batch is parsed first (:mod:`broker_core.log.validator`),
         a compressed batch decompressed to at most ``max.message.bytes``; then the topic's
-        ``message.timestamp.difference.max.ms`` is checked, a batch with a producer id is
+        timestamp bounds (``message.timestamp.before.max.ms``, ``.after.max.ms``,
+        ``.difference.max.ms``) are checked, a batch with a producer id is
         checked against the producer state (a retry of a batch the log holds is answered with
         that batch's offsets, ``duplicate=True``, and nothing appended), and
         ``message.timestamp.type`` and ``compression.type`` are applied
@@ -506,8 +507,14 @@ class Log:
             if info.size > limit:
                 raise RecordTooLarge(info.size, limit)
         validate_records(buf, infos, max_decompressed_bytes=limit)
+        if self.config.message_timestamp_type == "CreateTime":
+            # Stored with the topic's timestamp type, as Kafka does, before the bounds look
+            # at the records' timestamps.
+            buf, infos = as_create_time(buf, infos, max_batch_bytes=limit)
         now_ms = self.time_ms()
         check_timestamps(buf, infos, timestamp_type=self.config.message_timestamp_type,
+                         before_max_ms=self.config.message_timestamp_before_max_ms,
+                         after_max_ms=self.config.message_timestamp_after_max_ms,
                          max_difference_ms=self.config.message_timestamp_difference_max_ms,
                          now_ms=now_ms, max_batch_bytes=limit)
         # A retry of a batch the log holds is answered before any rewrite work: nothing is

@@ -113,6 +113,22 @@ def validate_batch(data: bytes | bytearray | memoryview, info: BatchInfo, *,
                 error_code_name="INVALID_RECORD")
 
 
+def largest_timestamp(data: bytes | bytearray | memoryview, info: BatchInfo, *,
+                      max_decompressed_bytes: int) -> int:
+    """The largest of the records' own timestamps (``baseTimestamp`` plus the largest delta),
+    whatever the batch's timestamp-type bit says, of a batch :func:`validate_batch` accepted
+    (decompressed again within the same bound)."""
+    payload = memoryview(data)[info.position + HEADER_SIZE:info.end]
+    codec = info.compression
+    raw = bytes(payload) if codec is Compression.NONE else decompress(
+        codec, payload, max_bytes=max_decompressed_bytes)
+    try:
+        _, largest = _walk(raw, info.record_count)
+    except _Bad as e:
+        raise _refusal(info, e.index, e.message, e.code) from None
+    return info.base_timestamp + largest
+
+
 def _refusal(info: BatchInfo, index: int, what: str, code: str) -> InvalidRecords:
     return InvalidRecords(
         f"record {index} of the batch at position {info.position} ({info.record_count} records "

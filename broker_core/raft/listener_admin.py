@@ -49,14 +49,15 @@ if TYPE_CHECKING:
 #: The node id admin requests come from: no node's (node ids are >= 0).
 ADMIN_SOURCE = -2
 
-#: The admin APIs the quorum listener serves, at every version the codec defines.
-#: AlterPartitionReassignments is also in ``apis.SUPPORTED``: on a broker's client listener it
-#: reassigns topic partitions (broker_core.server.cluster_admin); here it changes the voters.
+#: The admin APIs the quorum listener serves: DescribeQuorum at every version the codec
+#: defines, AlterPartitionReassignments at v0 only. The latter is also in ``apis.SUPPORTED``:
+#: on a broker's client listener it reassigns topic partitions (broker_core.server.cluster_admin,
+#: v0-v1); here it changes the voters, whose count may change by design, so v1's
+#: ``allow_replication_factor_change`` (KIP-860) would be a promise this listener cannot keep.
 ADMIN_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    key: (spec.min_version, spec.max_version)
-    for key, spec in ((ApiKey.DESCRIBE_QUORUM, apis.DEFINED[ApiKey.DESCRIBE_QUORUM]),
-                      (ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-                       apis.SUPPORTED[ApiKey.ALTER_PARTITION_REASSIGNMENTS]))}
+    ApiKey.DESCRIBE_QUORUM: (apis.DEFINED[ApiKey.DESCRIBE_QUORUM].min_version,
+                             apis.DEFINED[ApiKey.DESCRIBE_QUORUM].max_version),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0)}
 
 log = Logger(namespace="sluice.raft.listener")
 

@@ -82,7 +82,13 @@ class ClusterAdminApis:
 
     def describe_cluster(self, header: Any, body: Any, access: Access) -> dict:
         """The brokers on the listener asked on and the controller, as Metadata answers them.
-        Sluice has no separate controller endpoints: ``endpoint_type`` 2 is refused."""
+        Sluice has no separate controller endpoints: ``endpoint_type`` 2 is refused.
+
+        v2's ``is_fenced`` is always false and ``include_fenced_brokers`` adds no one: a Kafka
+        broker is fenced while it is left out of Metadata (registered but not caught up, or its
+        session lapsed). Sluice lists every registered broker in Metadata, including one the
+        controller fenced for want of heartbeats (it only loses leadership and ISR places) and
+        one in a controlled shutdown, so every broker answered is one Metadata names."""
         listener = access.security.listener
         if header.api_version >= 1 and body.endpoint_type != 1:
             return {"error_code": int(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE),
@@ -92,7 +98,8 @@ class ClusterAdminApis:
         return {
             "throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
             "cluster_id": self.cluster_id(), "controller_id": self.cache.controller_id,
-            "brokers": [{"broker_id": b.id, "host": host, "port": port, "rack": b.rack}
+            "brokers": [{"broker_id": b.id, "host": host, "port": port, "rack": b.rack,
+                         "is_fenced": False}
                         for b, (host, port) in self.brokers_on(listener)],
             "cluster_authorized_operations": cluster_authorized_operations(
                 access, body.include_cluster_authorized_operations),
@@ -232,7 +239,10 @@ class ClusterAdminApis:
     async def alter_partition_reassignments(self, header: Any, body: Any) -> dict:
         """Per partition: its new replicas (null: cancel), validated as Kafka does and written
         to the controller's reassignment request (``topic_admin.alter_reassignments``). A
-        partition named twice in one request is INVALID_REQUEST for both, and not changed."""
+        partition named twice in one request is INVALID_REQUEST for both, and not changed.
+        v1's ``allow_replication_factor_change`` false (KIP-860): a target of another size
+        than the partition's replicas before any reassignment is INVALID_REPLICATION_FACTOR."""
+        allow_rf_change = header.api_version < 1 or body.allow_replication_factor_change
         if _count(body.topics, lambda t: t.partitions) > MAX_PARTITIONS:
             return {"throttle_time_ms": 0, "error_code": int(ErrorCode.INVALID_REQUEST),
                     "error_message": _too_many("AlterPartitionReassignments"),
@@ -244,10 +254,12 @@ class ClusterAdminApis:
             counts[tp] = counts.get(tp, 0) + 1
         changes = {tp: (None if r is None else list(r)) for tp, r in named if counts[tp] == 1}
         try:
-            found = await topic_admin.alter_reassignments(self.store, changes)
+            found = await topic_admin.alter_reassignments(
+                self.store, changes, allow_replication_factor_change=allow_rf_change)
         except topic_admin.TopicAdminError as e:
             return {"throttle_time_ms": 0, "error_code": int(e.error_code),
-                    "error_message": str(e), "responses": []}
+                    "error_message": str(e), "responses": [],
+                    "allow_replication_factor_change": allow_rf_change}
         responses: dict[str, list[dict]] = {}
         for tp, _ in named:
             if counts[tp] > 1:
@@ -264,6 +276,7 @@ class ClusterAdminApis:
                 f"{t}-{p} -> {'cancel' if r is None else r}" for (t, p), r in changes.items()
                 if found.get((t, p)) is None))
         return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                "allow_replication_factor_change": allow_rf_change,
                 "responses": [{"name": t, "partitions": ps} for t, ps in responses.items()]}
 
     async def list_partition_reassignments(self, header: Any, body: Any) -> dict:

@@ -11,8 +11,11 @@ What it reports, Kafka's way (every value the store holds is read at the time of
   (``DYNAMIC_TOPIC_CONFIG``), else its broker synonym's value from this broker's dynamic config
   (``DYNAMIC_BROKER_CONFIG``), the cluster-wide dynamic default (``DYNAMIC_DEFAULT_BROKER_CONFIG``),
   the broker's configuration (``STATIC_BROKER_CONFIG``) or the built-in default
-  (``DEFAULT_CONFIG``). Override keys Sluice does not know (written by another tool) are reported
-  after the known ones, as ``DYNAMIC_TOPIC_CONFIG``. Topic configs are not read-only.
+  (``DEFAULT_CONFIG``). A stored override of a known key whose value the key's check refuses
+  (written by another tool, or damaged) is what brokers ignore (``applied_topic_overrides``):
+  it is logged and left out, and the next level is reported, as Kafka ignores an invalid
+  override. Override keys Sluice does not know (written by another tool) are reported after the
+  known ones, as ``DYNAMIC_TOPIC_CONFIG``. Topic configs are not read-only.
 - **Broker** (resource type 4): the resource name must be this broker's id. Every key of
   :data:`broker_core.config.BROKER_KEYS` with the same precedence (dynamic keys are
   :data:`broker_core.config_changes.DYNAMIC_BROKER_KEYS`; every other key is read-only). A key
@@ -31,8 +34,10 @@ What it reports, Kafka's way (every value the store holds is read at the time of
   a value, most specific first, in Kafka's order: topic override, dynamic broker, dynamic
   default, static broker, default; a topic key's broker levels carry the synonym's name.
 - ``config_type`` (v3+) is Kafka's type of the key; ``documentation`` (v3+, when
-  ``include_documentation`` is set) is the topic key's description (broker keys have none here:
-  docs/configuration.md describes them). No Sluice key is sensitive, so no value is hidden.
+  ``include_documentation`` is set) is the topic key's description, and for a broker key that
+  is the broker-level default of a topic key (the dynamic ones among them) that topic key's,
+  said as such (:func:`broker_core.config.broker_key_doc`); other broker keys have none here
+  (docs/configuration.md describes them). No Sluice key is sensitive, so no value is hidden.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ from broker_core.config import (
     LONG_MAX,
     TOPIC_CONFIG_KEYS,
     BrokerConfig,
+    applied_topic_overrides,
+    broker_key_doc,
     config_type_of,
     required_keys,
 )
@@ -229,7 +236,7 @@ def _broker_entries(resource_name: str, broker_id: int, levels: _BrokerLevels) -
     if resource_name == "":  # the cluster-wide dynamic defaults
         return [_Entry(k, v, False, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
                        [_synonym(k, v, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)],
-                       config_type_of(BROKER_KEYS[k].parse))
+                       config_type_of(BROKER_KEYS[k].parse), broker_key_doc(k))
                 for k, v in sorted(levels.default.items())]
     if resource_name != str(broker_id):
         raise _ResourceError(
@@ -240,7 +247,7 @@ def _broker_entries(resource_name: str, broker_id: int, levels: _BrokerLevels) -
     for key, spec in BROKER_KEYS.items():
         value, source, synonyms = _effective(levels.of(key))
         entries.append(_Entry(key, value, key not in DYNAMIC_BROKER_KEYS, source, synonyms,
-                              config_type_of(spec.parse)))
+                              config_type_of(spec.parse), broker_key_doc(key)))
     # The per-listener overrides (listener.name.<name>.ssl.*) are not in the keys table: set
     # in the configuration only, read-only.
     for key in sorted(set(levels.static) - set(BROKER_KEYS)):
@@ -268,7 +275,13 @@ async def _topic_overrides(store: Any, name: str) -> Mapping[str, str]:
 
 
 async def _topic_entries(store: Any, name: str, levels: _BrokerLevels) -> list[_Entry]:
-    overrides = await _topic_overrides(store, name)
+    stored = await _topic_overrides(store, name)
+    # What the brokers apply: a stored override the key's check refuses is ignored by them
+    # (the next level applies, as in Kafka), so it is not reported as in effect either.
+    overrides, ignored = applied_topic_overrides(stored)
+    for key, why in ignored.items():
+        log.warn("DescribeConfigs: topic {name} override {key}={value!r} is not in effect "
+                 "({why})", name=name, key=key, value=stored[key], why=why)
     entries = []
     for key, spec in TOPIC_CONFIG_KEYS.items():
         topic_level = [(ConfigSource.DYNAMIC_TOPIC_CONFIG, key, overrides.get(key))]
@@ -280,8 +293,8 @@ async def _topic_entries(store: Any, name: str, levels: _BrokerLevels) -> list[_
             broker_levels = [(ConfigSource.DEFAULT_CONFIG, spec.synonym, spec.builtin)]
         value, source, synonyms = _effective(topic_level + broker_levels)
         entries.append(_Entry(key, value, False, source, synonyms, spec.config_type, spec.doc))
-    for key in sorted(set(overrides) - set(TOPIC_CONFIG_KEYS)):
-        entries.append(_Entry(key, overrides[key], False, ConfigSource.DYNAMIC_TOPIC_CONFIG,
-                              [_synonym(key, overrides[key], ConfigSource.DYNAMIC_TOPIC_CONFIG)],
+    for key in sorted(set(stored) - set(TOPIC_CONFIG_KEYS)):
+        entries.append(_Entry(key, stored[key], False, ConfigSource.DYNAMIC_TOPIC_CONFIG,
+                              [_synonym(key, stored[key], ConfigSource.DYNAMIC_TOPIC_CONFIG)],
                               ConfigType.UNKNOWN))
     return entries

@@ -226,11 +226,11 @@ async def test_refusals_name_the_key_and_change_nothing(brokers):
     # CreateTopics refuses an unsupported key with the reason, and creates nothing.
     resp = await call(b, ApiKey.CREATE_TOPICS, 5, {"topics": [
         {"name": "refused", "num_partitions": 1, "replication_factor": 1, "assignments": [],
-         "configs": [{"name": "message.timestamp.after.max.ms", "value": "1000"}]}],
+         "configs": [{"name": "min.compaction.lag.ms", "value": "1000"}]}],
         "timeout_ms": 5000, "validate_only": False})
     assert (resp.topics[0].error_code, resp.topics[0].error_message) == (
-        ErrorCode.INVALID_CONFIG, "topic config key 'message.timestamp.after.max.ms' is not "
-        "supported: use message.timestamp.difference.max.ms (one bound either side)")
+        ErrorCode.INVALID_CONFIG, "topic config key 'min.compaction.lag.ms' is not "
+        "supported: Sluice does not compact logs")
     assert await b.store.exists(paths.topic("refused")) is None
 
 
@@ -270,3 +270,62 @@ async def test_a_record_too_far_from_the_leaders_clock_is_refused(brokers):
                      .message_timestamp_difference_max_ms == (1 << 63) - 1,
                      what="the bound lifted on the leader")
     assert (await produce(leader, "clocked", 0, [b"old"])).error_code == 0
+
+
+async def produce_at(broker: Any, topic: str, timestamp_ms: int) -> Any:
+    """One Produce of one record stamped ``timestamp_ms`` (CreateTime)."""
+    from broker_core.wire.records import Record, build_batch
+
+    batch = build_batch([Record(b"k", b"v", [], timestamp_ms)])
+    resp = await call(broker, ApiKey.PRODUCE, 8, {"acks": -1, "timeout_ms": 10000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+    return resp.responses[0].partition_responses[0]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_timestamp_bounds_refuse_and_change_live(brokers):
+    import time
+
+    await replicated(brokers, "bounded")
+    leader = leader_of(brokers, "bounded", 0)
+    log = leader.replicas.get_partition("bounded", 0).log
+    # Kafka 4's default: at most an hour ahead of the leader's clock (two hours is well past
+    # it whatever the test's pace); the past is unbounded.
+    ahead = int(time.time() * 1000) + 2 * 3_600_000
+    resp = await produce_at(leader, "bounded", ahead)
+    assert resp.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert "message.timestamp.after.max.ms is 3600000" in \
+        resp.record_errors[0].batch_index_error_message
+    assert (await produce_at(leader, "bounded", 1000)).error_code == 0
+    assert log.log_end_offset == 1
+    # The topic's own bounds, set live: the future opened, the past closed.
+    assert await incremental(brokers[0], (TOPIC, "bounded", [
+        ("message.timestamp.after.max.ms", SET, str((1 << 63) - 1)),
+        ("message.timestamp.before.max.ms", SET, "86400000")])) == [(0, None)]
+    await eventually(lambda: log.config.message_timestamp_before_max_ms == 86400000,
+                     what="the bounds on the leader")
+    assert (await produce_at(leader, "bounded", ahead)).error_code == 0
+    resp = await produce_at(leader, "bounded", 1000)
+    assert resp.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert "message.timestamp.before.max.ms is 86400000" in \
+        resp.record_errors[0].batch_index_error_message
+    assert log.log_end_offset == 2
+    # DescribeConfigs shows both with Kafka's type and their documentation.
+    resp = await call(brokers[0], ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [
+        {"resource_type": TOPIC, "resource_name": "bounded", "configuration_keys": [
+            "message.timestamp.before.max.ms", "message.timestamp.after.max.ms"]}],
+        "include_synonyms": False, "include_documentation": True})
+    found = {c.name: (c.value, c.config_source, c.config_type, bool(c.documentation))
+             for c in resp.results[0].configs}
+    assert found == {"message.timestamp.before.max.ms": ("86400000", 1, 5, True),
+                     "message.timestamp.after.max.ms": (str((1 << 63) - 1), 1, 5, True)}
+    # The broker-level default, changed live for every broker, reaches a topic without its
+    # own override.
+    await replicated(brokers, "defaulted")
+    assert await incremental(brokers[0], (BROKER, "", [
+        ("log.message.timestamp.after.max.ms", SET, str((1 << 63) - 1))])) == [(0, None)]
+    other = leader_of(brokers, "defaulted", 0)
+    await eventually(lambda: other.replicas.get_partition("defaulted", 0).log.config
+                     .message_timestamp_after_max_ms == (1 << 63) - 1,
+                     what="the broker default on the leader")
+    assert (await produce_at(other, "defaulted", ahead)).error_code == 0

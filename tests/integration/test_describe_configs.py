@@ -304,3 +304,49 @@ async def test_confluent_admin_describe_configs_end_to_end(zk_hosts, tmp_path):
         assert broker_configs["broker.id"].source == ConfigSource.STATIC_BROKER_CONFIG.value
     finally:
         await stop_brokers([broker])
+
+
+# -- what is applied -----------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_invalid_stored_override_is_reported_as_the_level_brokers_apply(store, zk_hosts,
+                                                                                 tmp_path):
+    """Another tool (or damage) stored values the keys' checks refuse: brokers ignore them, so
+    DescribeConfigs reports what they apply instead (the broker level), never the stored
+    value as a DYNAMIC_TOPIC_CONFIG; the valid override beside them is still in effect."""
+    cfg = broker_config(BROKER_ID, zk_hosts, tmp_path / "logs", log_retention_ms="5000")
+    await _with_topic(store, "damaged")
+    await store.set(paths.topic_config("damaged"), paths.TopicConfig({
+        "retention.ms": "soon", "min.insync.replicas": "0", "segment.bytes": "4096",
+        "unclean.leader.election.enable": "yes"}).to_bytes())
+    (result,) = await _describe(store, cfg, (TOPIC, "damaged", None), include_synonyms=True)
+    configs = _by_name(result)
+    assert (configs["retention.ms"]["value"], configs["retention.ms"]["config_source"]) == (
+        "5000", STATIC)
+    assert [s["source"] for s in configs["retention.ms"]["synonyms"]] == [STATIC, DEFAULT]
+    assert (configs["min.insync.replicas"]["value"],
+            configs["min.insync.replicas"]["config_source"]) == ("1", DEFAULT)
+    assert (configs["unclean.leader.election.enable"]["value"],
+            configs["unclean.leader.election.enable"]["config_source"]) == ("false", DEFAULT)
+    assert (configs["segment.bytes"]["value"], configs["segment.bytes"]["config_source"]) == (
+        "4096", DYNAMIC)
+
+
+@pytest_twisted.ensureDeferred
+async def test_broker_keys_that_default_topic_keys_carry_their_documentation(store, cfg):
+    (node,) = await _describe(store, cfg, (BROKER, str(BROKER_ID), [
+        "log.retention.ms", "message.max.bytes", "log.message.timestamp.after.max.ms",
+        "num.partitions"]), include_documentation=True)
+    docs = {c["name"]: c["documentation"] for c in node["configs"]}
+    assert docs["log.retention.ms"] == (
+        "The broker-level default of the topic key retention.ms. "
+        + TOPIC_CONFIG_KEYS["retention.ms"].doc)
+    assert docs["message.max.bytes"].startswith(
+        "The broker-level default of the topic key max.message.bytes. ")
+    assert "INVALID_TIMESTAMP" in docs["log.message.timestamp.after.max.ms"]
+    assert docs["num.partitions"] is None
+    # Every dynamic broker key is such a default, so every one of them is documented.
+    (node,) = await _describe(store, cfg, (BROKER, str(BROKER_ID), list(DYNAMIC_BROKER_KEYS)),
+                              include_documentation=True)
+    assert [c["name"] for c in node["configs"] if not c["documentation"]] == []

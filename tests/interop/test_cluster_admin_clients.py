@@ -274,3 +274,28 @@ def test_refusals_on_the_wire(admin_cluster, ck_admin):
     resp = _request(admin_cluster, ApiKey.DESCRIBE_LOG_DIRS,
                     {"topics": [{"topic": topic, "partitions": [0]}]}, broker=2)
     assert [[t.name for t in r.topics] for r in resp.results] == [[topic]]
+
+
+def test_describe_cluster_v2_and_reassignment_v1(admin_cluster, ck_admin, kp_admin):
+    """kafka-python sends DescribeCluster v2 asking for fenced brokers: every broker is named,
+    none fenced (docs/protocol.md says why). Its reassignment call sends v1 with
+    ``allow_replication_factor_change`` true (its default; tested above); false, which it
+    cannot send, goes on the wire here: a change of size is refused, a same-size move is
+    carried out."""
+    answer = kp_admin.describe_cluster()
+    assert sorted((b["broker_id"], b["is_fenced"]) for b in answer["brokers"]) == [
+        (1, False), (2, False), (3, False)]
+
+    topic = new_topic(admin_cluster, ck_admin, [[1, 2], [1, 2]])
+    body = {"timeout_ms": 30000, "allow_replication_factor_change": False, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "replicas": [3]},
+                                       {"partition_index": 1, "replicas": [2, 3]}]}]}
+    resp = _request(admin_cluster, ApiKey.ALTER_PARTITION_REASSIGNMENTS, body)
+    assert resp.allow_replication_factor_change is False
+    found = {p.partition_index: (p.error_code, p.error_message)
+             for p in resp.responses[0].partitions}
+    assert found[0][0] == 38 and "replication factor" in found[0][1]  # INVALID_REPLICATION_FACTOR
+    assert found[1] == (0, None)
+    eventually(lambda: sorted(partitions(ck_admin, topic)[1].replicas) == [2, 3]
+               and kp_admin.list_partition_reassignments() == {}, 60.0, "partition 1 moved")
+    assert sorted(partitions(ck_admin, topic)[0].replicas) == [1, 2]

@@ -411,9 +411,8 @@ def test_validate_topic_config_normalises():
      "LogAppendTime"),
     ({"delete.retention.ms": "-5"},
      "invalid value '-5' for 'delete.retention.ms': expected an integer ≥ 0"),
-    ({"message.timestamp.before.max.ms": "1000"},
-     "topic config key 'message.timestamp.before.max.ms' is not supported: use "
-     "message.timestamp.difference.max.ms (one bound either side)"),
+    ({"message.timestamp.before.max.ms": "-1"},
+     "invalid value '-1' for 'message.timestamp.before.max.ms': expected an integer ≥ 0"),
     ({"min.compaction.lag.ms": "1"},
      "topic config key 'min.compaction.lag.ms' is not supported: Sluice does not compact logs"),
 ])
@@ -463,6 +462,9 @@ def test_topic_defaults_from_broker_keys():
         "delete.retention.ms": "86400000",
         "message.timestamp.type": "CreateTime",
         "message.timestamp.difference.max.ms": str(LONG_MAX),
+        # Kafka 4's broker defaults (KIP-937): the past unbounded, the future one hour.
+        "message.timestamp.before.max.ms": str(LONG_MAX),
+        "message.timestamp.after.max.ms": "3600000",
     }
     assert list(defaults) == sorted(defaults)  # name order, as DescribeConfigs lists them
     assert validate_topic_config(defaults) == defaults  # defaults pass the topic checks

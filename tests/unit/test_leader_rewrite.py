@@ -196,7 +196,7 @@ def test_timestamps_within_the_bound_pass_and_the_first_beyond_it_is_named():
     with pytest.raises(InvalidRecords) as info:
         check(bad, max_difference_ms=1000)
     assert info.value.error_code_name == "INVALID_TIMESTAMP"
-    assert info.value.record_errors == [(2, "timestamp 1800000001001 is 1001 ms from the "
+    assert info.value.record_errors == [(2, "timestamp 1800000001001 is 1001 ms after the "
                                             "leader's clock; message.timestamp.difference.max.ms "
                                             "is 1000")]
 

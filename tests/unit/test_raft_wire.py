@@ -373,11 +373,11 @@ ADVERTISED = [(0, 3, 9), (1, 4, 12), (2, 1, 7), (3, 1, 12), (4, 5, 5), (5, 3, 3)
               (35, 1, 4),  # DescribeLogDirs
               (36, 0, 2), (37, 0, 3),
               (42, 0, 2),  # DeleteGroups
-              (43, 0, 2), (44, 0, 1), (45, 0, 0), (46, 0, 0),
+              (43, 0, 2), (44, 0, 1), (45, 0, 1), (46, 0, 0),
               (47, 0, 0),  # OffsetDelete
               (50, 0, 0), (51, 0, 0),  # the SCRAM user APIs
               (56, 0, 1),
-              (60, 0, 1),  # DescribeCluster
+              (60, 0, 2),  # DescribeCluster
               (63, 0, 0)]
 #: What a client (any connection but a broker's) is shown: no control-plane API.
 ADVERTISED_TO_CLIENTS = [e for e in ADVERTISED if e[0] not in (4, 5, 6, 7, 56, 63)]

@@ -63,8 +63,8 @@ def test_served_versions():
         "DESCRIBE_USER_SCRAM_CREDENTIALS": (0, 0, 0), "ALTER_USER_SCRAM_CREDENTIALS": (0, 0, 0),
         # The cluster administration APIs (broker_core.server.cluster_admin).
         "DELETE_RECORDS": (0, 2, 2), "DESCRIBE_LOG_DIRS": (1, 4, 2), "ELECT_LEADERS": (0, 2, 2),
-        "ALTER_PARTITION_REASSIGNMENTS": (0, 0, 0), "LIST_PARTITION_REASSIGNMENTS": (0, 0, 0),
-        "DESCRIBE_CLUSTER": (0, 1, 0),
+        "ALTER_PARTITION_REASSIGNMENTS": (0, 1, 0), "LIST_PARTITION_REASSIGNMENTS": (0, 0, 0),
+        "DESCRIBE_CLUSTER": (0, 2, 0),
         # SaslHandshake v0 (raw tokens outside Kafka requests) is advertised, refused when sent.
         "SASL_HANDSHAKE": (0, 1, None), "SASL_AUTHENTICATE": (0, 2, 2),
     }

@@ -1,9 +1,9 @@
-"""DescribeCluster (key 60, KIP-700), v0-v1 (flexible): the cluster id, the controller and the
+"""DescribeCluster (key 60, KIP-700), v0-v2 (flexible): the cluster id, the controller and the
 brokers, as Metadata gives them but without topics (what ``AdminClient.describe_cluster`` and
 ``KafkaAdminClient.describe_cluster`` send).
 
 v1 adds ``endpoint_type`` (1 brokers, 2 controllers, KIP-919); Sluice answers brokers only. v2
-(KIP-1073's fenced brokers) is left out.
+(KIP-1073) adds ``include_fenced_brokers`` and each broker's ``is_fenced``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from broker_core.wire.schema import BOOL, INT8, INT16, INT32, STRING, Array, Field, Message, Schema
 
-VERSIONS = "0-1"
+VERSIONS = "0-2"
 FLEXIBLE = "0+"
 
 #: ``endpoint_type`` values (KIP-919).
@@ -22,6 +22,7 @@ ENDPOINT_CONTROLLERS = 2
 REQUEST = Message("DescribeClusterRequest", versions=VERSIONS, flexible=FLEXIBLE, fields=[
     Field("include_cluster_authorized_operations", BOOL),
     Field("endpoint_type", INT8, "1+", default=ENDPOINT_BROKERS),
+    Field("include_fenced_brokers", BOOL, "2+"),
 ])
 
 RESPONSE = Message("DescribeClusterResponse", versions=VERSIONS, flexible=FLEXIBLE, fields=[
@@ -36,6 +37,7 @@ RESPONSE = Message("DescribeClusterResponse", versions=VERSIONS, flexible=FLEXIB
         Field("host", STRING),
         Field("port", INT32),
         Field("rack", STRING, nullable="0+"),
+        Field("is_fenced", BOOL, "2+"),
     ]))),
     Field("cluster_authorized_operations", INT32, default=-2147483648),
 ])

@@ -36,7 +36,7 @@ def test_one_process_runs_several_zookeeper_operations(zk_hosts):
 
 FAILURES = """
 import json, sys
-from consumer_client.admin import AdminClient, AdminError
+from sluice_tools.admin import AdminClient, AdminError
 
 seen = []
 for hosts in sys.argv[1:]:

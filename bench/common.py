@@ -114,3 +114,15 @@ def process_cpu(pids: list[int]) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / tick
+
+
+def log_events(path: Path) -> list[dict[str, Any]]:
+    """Every event of a broker's JSON log (``BrokerProcess.log_format = "json"``; a torn last
+    record is skipped)."""
+    from twisted.logger import eventsFromJSONLogFile
+
+    try:
+        with open(path) as f:
+            return list(eventsFromJSONLogFile(f))
+    except OSError:
+        return []

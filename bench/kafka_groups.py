@@ -27,10 +27,11 @@ the last generation. The others learn of a rebalance from a heartbeat's answer
 forms; so that the leave does not fall at the same point of that cycle every time, the script
 waits a random 0-3 s (``--seed``) before each leave.
 
-**Commits**: ``--commit-clients`` (default 8) confluent-kafka consumers, each in its own group
-and thread, each with its own connection, commit explicit offsets synchronously in a loop
-(``commit(offsets=..., asynchronous=False)``: one OffsetCommit, answered, before the next) for
-``--commit-seconds`` (default 10) per round, with ``--commit-partitions`` partitions per commit
+**Commits**: for each count in ``--commit-clients`` (default ``1,8``), that many
+confluent-kafka consumers, each in its own group and thread, each with its own connection,
+commit explicit offsets synchronously in a loop (``commit(offsets=..., asynchronous=False)``:
+one OffsetCommit, answered, before the next) for ``--commit-seconds`` (default 10) per round,
+with ``--commit-partitions`` partitions per commit
 (default ``1,20``). Reported: OffsetCommit requests per second at the coordinator, partitions
 per second, the coordinator broker's CPU (``/proc/PID/stat``) during the run and this process's
 (the clients'), which shares the two cores.
@@ -41,7 +42,7 @@ consumer and the temp dir are gone at the end.
 
 Usage: python bench/kafka_groups.py [--metadata quorum|zookeeper] [--members 100]
            [--partitions 200] [--rounds 3] [--rebalances 3] [--initial-delay-ms 3000]
-           [--assignors range,cooperative-sticky] [--commit-clients 8]
+           [--assignors range,cooperative-sticky] [--commit-clients 1,8]
            [--commit-partitions 1,20] [--commit-seconds 10] [--phases groups,commits]
            [--seed 1]
 """
@@ -328,12 +329,12 @@ def coordinator_pid(cluster: ProcessCluster, admin: AdminClient, group: str) -> 
     return desc.coordinator.id, broker.proc.pid
 
 
-def commit_round(cluster: ProcessCluster, args: argparse.Namespace, per_commit: int
-                 ) -> dict[str, float]:
-    """``--commit-clients`` threads committing ``per_commit`` partitions per OffsetCommit for
+def commit_round(cluster: ProcessCluster, args: argparse.Namespace, n_clients: int,
+                 per_commit: int) -> dict[str, float]:
+    """``n_clients`` threads committing ``per_commit`` partitions per OffsetCommit for
     ``--commit-seconds``; returns commits/s, partitions/s and the CPU figures."""
     tag = uuid.uuid4().hex[:8]
-    groups = [f"bench-commit-{tag}-{i}" for i in range(args.commit_clients)]
+    groups = [f"bench-commit-{tag}-{i}" for i in range(n_clients)]
     clients = [Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": g,
                          "enable.auto.commit": False, "log_level": 3}) for g in groups]
     counts = [0] * len(clients)
@@ -421,7 +422,7 @@ def main() -> None:
     ap.add_argument("--rebalances", type=int, default=3)
     ap.add_argument("--initial-delay-ms", type=int, default=3000)
     ap.add_argument("--assignors", default="range,cooperative-sticky")
-    ap.add_argument("--commit-clients", type=int, default=8)
+    ap.add_argument("--commit-clients", default="1,8")
     ap.add_argument("--commit-partitions", default="1,20")
     ap.add_argument("--commit-seconds", type=float, default=10.0)
     ap.add_argument("--phases", default="groups,commits")
@@ -471,24 +472,26 @@ def main() -> None:
                       f"{med(res['rebalance_sync'] or [0]):>7.2f} "
                       f"{med(res['rebalance_gens'] or [0]):>5.0f}", flush=True)
         if "commits" in phases:
-            print(f"\ncommits: {args.commit_clients} clients, synchronous, "
-                  f"{args.commit_seconds:.0f} s per round", flush=True)
+            print(f"\ncommits: synchronous, one group per client, {args.commit_seconds:.0f} s "
+                  f"per round", flush=True)
             for per in (int(x) for x in args.commit_partitions.split(",")):
-                runs = []
-                for r in range(args.rounds):
-                    runs.append(commit_round(cluster, args, per))
-                    x = runs[-1]
-                    print(f"  {per} partition(s) per commit, round {r + 1}: "
-                          f"{x['commits_s']:,.0f} commits/s, {x['partitions_s']:,.0f} "
-                          f"partitions/s; CPU: coordinator (broker {x['coordinator']}) "
-                          f"{x['coordinator_cpu'] * 100:.0f}%, clients "
-                          f"{x['clients_cpu'] * 100:.0f}%", flush=True)
-                med = {k: statistics.median(x[k] for x in runs)
-                       for k in ("commits_s", "partitions_s", "coordinator_cpu", "clients_cpu")}
-                print(f"{per} partition(s) per commit, median: {med['commits_s']:,.0f} "
-                      f"commits/s, {med['partitions_s']:,.0f} partitions/s; CPU (% of a core): "
-                      f"coordinator {med['coordinator_cpu'] * 100:.0f}%, clients "
-                      f"{med['clients_cpu'] * 100:.0f}%", flush=True)
+                for n_clients in (int(x) for x in args.commit_clients.split(",")):
+                    runs = []
+                    for r in range(args.rounds):
+                        runs.append(commit_round(cluster, args, n_clients, per))
+                        x = runs[-1]
+                        print(f"  {n_clients} client(s), {per} partition(s) per commit, round "
+                              f"{r + 1}: {x['commits_s']:,.0f} commits/s, "
+                              f"{x['partitions_s']:,.0f} partitions/s; CPU: coordinator "
+                              f"(broker {x['coordinator']}) {x['coordinator_cpu'] * 100:.0f}%, "
+                              f"clients {x['clients_cpu'] * 100:.0f}%", flush=True)
+                    med = {k: statistics.median(x[k] for x in runs) for k in
+                           ("commits_s", "partitions_s", "coordinator_cpu", "clients_cpu")}
+                    print(f"{n_clients} client(s), {per} partition(s) per commit, median: "
+                          f"{med['commits_s']:,.0f} commits/s, {med['partitions_s']:,.0f} "
+                          f"partitions/s; CPU (% of a core): coordinator "
+                          f"{med['coordinator_cpu'] * 100:.0f}%, clients "
+                          f"{med['clients_cpu'] * 100:.0f}%", flush=True)
     finally:
         if cluster is not None:
             cluster.stop()

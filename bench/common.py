@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -102,3 +103,26 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> int:
                    for p in range(partitions))
     finally:
         c.close()
+
+
+def process_cpu(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by the processes ``pids`` (all their threads)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        # Fields after the command name (which may hold spaces) start at "state" (field 3).
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def log_events(path: Path) -> list[dict[str, Any]]:
+    """Every event of a broker's JSON log (``BrokerProcess.log_format = "json"``; a torn last
+    record is skipped)."""
+    from twisted.logger import eventsFromJSONLogFile
+
+    try:
+        with open(path) as f:
+            return list(eventsFromJSONLogFile(f))
+    except OSError:
+        return []

@@ -60,6 +60,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import process_cpu  # noqa: E402
 from tests.support.cluster import BrokerProcess  # noqa: E402
 from tests.support.zookeeper import ZooKeeperServer  # noqa: E402
 
@@ -83,15 +84,6 @@ class Run:
     value_bytes: int
     cpu_s: float  # this process's CPU time (all threads), first message to last
     broker_cpu_s: float = 0.0  # the broker process's, over the whole run (join included)
-
-
-def _proc_cpu(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (Linux /proc)."""
-    import os
-
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _group() -> str:
@@ -289,9 +281,9 @@ def main() -> None:
                       args.max_partition_fetch_bytes, not args.no_check_crcs)
         for r in range(args.repeat):
             for name in names:
-                bcpu0 = _proc_cpu(broker.proc.pid)
+                bcpu0 = process_cpu([broker.proc.pid])
                 run = CLIENTS[name](setup)
-                run.broker_cpu_s = _proc_cpu(broker.proc.pid) - bcpu0
+                run.broker_cpu_s = process_cpu([broker.proc.pid]) - bcpu0
                 if run.messages != n or run.value_bytes != n * args.size:
                     raise RuntimeError(f"{name} read {run.messages} messages / "
                                        f"{run.value_bytes} bytes, expected {n} / "

@@ -66,9 +66,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kazoo.client import KazooClient  # noqa: E402
-from twisted.logger import eventsFromJSONLogFile, formatEvent  # noqa: E402
+from twisted.logger import formatEvent  # noqa: E402
 
-from bench.common import produce_round, watch_deletion  # noqa: E402
+from bench.common import log_events, produce_round, watch_deletion  # noqa: E402
 from broker_core.wire.apis import ApiKey  # noqa: E402
 from broker_core.wire.records import Record, build_batch  # noqa: E402
 from consumer_client.connection import BrokerConnection  # noqa: E402
@@ -77,15 +77,6 @@ from tests.support.procs import ProcessCluster  # noqa: E402
 from tests.support.zookeeper import ZooKeeperServer  # noqa: E402
 
 TOPIC = "failover"
-
-
-def log_events(path: Path) -> list[dict[str, Any]]:
-    """Every event of a broker's JSON log (a torn last record is skipped)."""
-    try:
-        with open(path) as f:
-            return list(eventsFromJSONLogFile(f))
-    except OSError:
-        return []
 
 
 class Mode:

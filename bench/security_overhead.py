@@ -56,7 +56,12 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from bench.common import high_watermarks, wait_full_isr, write_kcat_payload  # noqa: E402
+from bench.common import (  # noqa: E402
+    high_watermarks,
+    process_cpu,
+    wait_full_isr,
+    write_kcat_payload,
+)
 from tests.support.certs import make_pki  # noqa: E402
 from tests.support.procs import ProcessCluster  # noqa: E402
 from tests.support.users import add_user  # noqa: E402
@@ -102,17 +107,6 @@ def client_config(protocol: str, cafile: Path) -> dict[str, str]:
 
 def kcat_args(config: dict[str, str]) -> list[str]:
     return [a for k, v in config.items() for a in ("-X", f"{k}={v}")]
-
-
-def process_cpu(pids: list[int]) -> float:
-    """User + system CPU seconds used so far by the processes ``pids`` (all their threads)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        # Fields after the command name (which may hold spaces) start at "state" (field 3).
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
 
 
 def children_cpu() -> float:

@@ -665,11 +665,15 @@ class BrokerService(service.Service):
     async def _through_quorum(self, what: str, step: Any) -> Any:
         """``await step()``; in quorum mode retried through the quorum's leader changes until it
         succeeds, fails for good, or the broker stops (:mod:`broker_core.raft.start_retry`:
-        ``step`` must be idempotent). In ZooKeeper mode the store's own session handling
-        applies and a failure ends the start, as before."""
+        ``step`` must be idempotent). A quorum this node never saw a leader of was never
+        reached (wrong ``quorum.voters``, cluster secret or cluster id, or no majority
+        running): no retry, the step's own bound ends the start with its message. In
+        ZooKeeper mode the store's own session handling applies and a failure ends the start,
+        as before."""
         if self.quorum is None:
             return await step()
-        return await self.start_retries.run(what, step)
+        client = self.quorum.client
+        return await self.start_retries.run(what, step, retry_if=lambda: client.leader_seen)
 
     async def _register(self) -> None:
         """Create ``/brokers/ids/[id]``. After a crash the previous session's node lingers until

@@ -163,6 +163,11 @@ class NetworkQuorumClient:
         # runs, so they are heartbeated to a new leader as soon as it is known.
         self._own_sessions: set[int] = set()
         self._stopped = False
+        #: A leader was known to this node at some point since it started: the quorum is
+        #: reachable and takes this node (its login, its cluster id), so a write failing after
+        #: that failed in a leader change, not for a configuration error (a broker's start
+        #: retries through the one and ends on the other: broker_core/raft/start_retry.py).
+        self.leader_seen = False
         self.shutting_down = False  # see begin_shutdown
         self._shutdown_deadline = float("inf")
         self._shutdown_call: Any = None
@@ -202,6 +207,7 @@ class NetworkQuorumClient:
     def attach(self, driver: RaftDriver) -> None:
         """Follow ``driver`` (started): apply its committed entries, lead sessions with it."""
         self.driver = driver
+        self.leader_seen = driver.leader_id >= 0
         driver.subscribe_transitions(self._on_transition)
         driver.subscribe_committed(self._on_committed, load_snapshot=self._load_snapshot)
         self._attached = True  # a snapshot loaded from now on replaces a tree in use
@@ -372,6 +378,8 @@ class NetworkQuorumClient:
     # -- session liveness (the leader's job) ---------------------------------------------------
 
     def _on_transition(self, t: Transition) -> None:
+        if t.leader_id >= 0:
+            self.leader_seen = True
         if t.to_role is Role.LEADER:
             now = self._now_ms()
             sessions = self.tree.sessions

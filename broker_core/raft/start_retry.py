@@ -17,7 +17,9 @@ incarnation's) runs through :meth:`QuorumStartRetries.run`:
   again (see :meth:`~broker_core.raft.metadata_store.QuorumMetadataStore.start` for what
   happens to the session that may have been opened: nobody heartbeats it, so the quorum
   leader expires it after the session timeout; it owns no node).
-- **not retried**: anything else (a refused login, a command the leader refuses, a
+- **not retried**: those errors when the caller's ``retry_if`` says so (a broker whose quorum
+  node never knew a leader: nothing changed leaders, the quorum was never reached), and
+  anything else (a refused login, a command the leader refuses, a
   :class:`~broker_core.broker.StartupError` such as a broker id held by another live broker):
   a retry cannot help, the start ends with its message.
 - **backoff**: the wait before retry *n* of a step is
@@ -75,9 +77,13 @@ class QuorumStartRetries:
         if sleeping is not None and not sleeping.called:
             sleeping.cancel()
 
-    async def run(self, what: str, step: Callable[[], Awaitable[T]]) -> T:
+    async def run(self, what: str, step: Callable[[], Awaitable[T]], *,
+                  retry_if: Callable[[], bool] = lambda: True) -> T:
         """``await step()`` until it returns, retrying on :data:`RETRIABLE` errors after a
-        backoff; ``what`` names the step in log lines and errors."""
+        backoff while ``retry_if()``; ``what`` names the step in log lines and errors. (The
+        broker's ``retry_if`` is "this node has known a quorum leader": a quorum it never
+        reached is a configuration error, e.g. wrong ``quorum.voters`` or cluster secret, and
+        the step's own bound ends the start as it did.)"""
         attempt = 0
         while True:
             if self.stopped:
@@ -88,6 +94,8 @@ class QuorumStartRetries:
                 if self.stopped:
                     raise StartAbandoned(f"{self.describe} is stopping: {what} abandoned "
                                          f"({e})") from None
+                if not retry_if():
+                    raise
                 attempt += 1
                 self.retries += 1
                 delay_s = retry_backoff(attempt) / 1000.0

@@ -183,3 +183,18 @@ def test_a_stop_during_an_attempt_ends_the_start_when_it_fails(clock):
     retries.stop()
     pending.errback(ConnectionLost("the node is stopping"))
     assert out and out[0].check(StartAbandoned) and retries.retries == 0
+
+
+def test_a_quorum_never_reached_ends_the_start_with_the_steps_own_error(clock):
+    """Without a leader ever known (wrong voters or cluster secret, no majority running) the
+    error is a configuration's, not a leader change's: no retry."""
+    calls: list[int] = []
+
+    async def step() -> None:
+        calls.append(1)
+        raise ConnectionLost("could not reach the metadata quorum (voters 1@h:1) within 3s")
+
+    retries = QuorumStartRetries(clock, "broker 4")
+    with pytest.raises(ConnectionLost, match="could not reach the metadata quorum"):
+        run(clock, retries.run("opening the metadata session", step, retry_if=lambda: False))
+    assert calls == [1] and retries.retries == 0

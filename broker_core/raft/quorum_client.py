@@ -163,13 +163,11 @@ class NetworkQuorumClient:
         # runs, so they are heartbeated to a new leader as soon as it is known.
         self._own_sessions: set[int] = set()
         self._stopped = False
-        #: A leader was known to this node at some point since it started: the quorum is
-        #: reachable and takes this node (its login, its cluster id), so a write failing after
-        #: that failed in a leader change, not for a configuration error (a broker's start
-        #: retries through the one and ends on the other: broker_core/raft/start_retry.py).
-        self.leader_seen = False
+        self._leader_seen = False  # see leader_seen
         self.shutting_down = False  # see begin_shutdown
         self._shutdown_deadline = float("inf")
+        # Why a write made while stopping failed for want of a quorum (see begin_shutdown).
+        self._shutdown_failure: str | None = None
         self._shutdown_call: Any = None
         self._watched: dict[bytes, list[_PayloadWatch]] = {}
         # Entries applied since this client started (what a start replayed, for tests and
@@ -199,6 +197,16 @@ class NetworkQuorumClient:
         handler.serve(ApiKey.METADATA_WRITE, self._serve_write)
         handler.serve(ApiKey.SESSION_HEARTBEAT, self._serve_heartbeat)
 
+    @property
+    def leader_seen(self) -> bool:
+        """A leader was known to this node at some point since it started: the quorum is
+        reachable and takes this node (its login, its cluster id), so a write failing after
+        that failed in a leader change, not for a configuration error (a broker's start
+        retries through the one and ends on the other: broker_core/raft/start_retry.py)."""
+        if not self._leader_seen and self.driver is not None and self.driver.leader_id >= 0:
+            self._leader_seen = True
+        return self._leader_seen
+
     def learn_address(self, address: VoterAddress) -> None:
         """Reach node ``address.node_id`` there from now on: the quorum node learned it
         (configured, or through DiscoverBrokers; a newer address replaces an older one)."""
@@ -207,7 +215,6 @@ class NetworkQuorumClient:
     def attach(self, driver: RaftDriver) -> None:
         """Follow ``driver`` (started): apply its committed entries, lead sessions with it."""
         self.driver = driver
-        self.leader_seen = driver.leader_id >= 0
         driver.subscribe_transitions(self._on_transition)
         driver.subscribe_committed(self._on_committed, load_snapshot=self._load_snapshot)
         self._attached = True  # a snapshot loaded from now on replaces a tree in use
@@ -379,7 +386,7 @@ class NetworkQuorumClient:
 
     def _on_transition(self, t: Transition) -> None:
         if t.leader_id >= 0:
-            self.leader_seen = True
+            self._leader_seen = True
         if t.to_role is Role.LEADER:
             now = self._now_ms()
             sessions = self.tree.sessions
@@ -444,6 +451,10 @@ class NetworkQuorumClient:
             decode(command)  # validated before it is proposed or forwarded
         except MalformedCommand as e:
             return defer.fail(e)
+        if self.shutting_down and self._shutdown_failure is not None:
+            return defer.fail(StoreStopping(
+                f"the node is stopping and the quorum did not take an earlier write "
+                f"({self._shutdown_failure}); not waiting again"))
 
         async def run() -> Any:
             try:
@@ -451,6 +462,11 @@ class NetworkQuorumClient:
             except ConnectionLost as e:
                 if self.shutting_down or self._stopped:
                     # Abandoned for the stop (its short wait ran out), not a lost quorum.
+                    if self.shutting_down and self._shutdown_failure is None:
+                        self._shutdown_failure = str(e)
+                        self.log.info("quorum node {node} is stopping and a write found no "
+                                      "quorum ({e}); its later writes are not attempted",
+                                      node=self.node_id, e=e)
                     raise StoreStopping(str(e)) from None
                 raise
             if applied.failed:
@@ -464,7 +480,15 @@ class NetworkQuorumClient:
         ``submit_timeout_s`` each. From now on a write waits at most ``request_timeout_s``,
         and none waits for a leader while this node knows none: the rest of the quorum may be
         stopping too, and what is not written then (a session, its ephemeral nodes) expires
-        on its own. A stopping broker after the others left took 32 s without this."""
+        on its own. A stopping broker after the others left took 32 s without this.
+
+        Once one write made while stopping has failed that way, the later ones fail at once
+        (StoreStopping) instead of each waiting its own request timeout: a node that still
+        leads but has lost its majority would otherwise spend that timeout on every one of a
+        stopping broker's last writes (coordinator offsets and resignations, the controller's,
+        the session's close) one after another, enough to outlast a supervisor's grace. A
+        write abandoned so is what a stop without a quorum leaves anyway: the session is
+        recorded as left open and closed by the next start, or expires."""
         if self.shutting_down:
             return
         self.shutting_down = True

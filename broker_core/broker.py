@@ -35,6 +35,7 @@ offline, the broker shuts down (exit status 1 for the ``twistd broker`` process)
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from twisted.application import service
@@ -662,7 +663,7 @@ class BrokerService(service.Service):
             self.metrics.log_truncated_bytes_total.inc(truncated or 0)
             self.metrics.log_recovery_segments_deleted_total.inc(report.segments_deleted)
 
-    async def _through_quorum(self, what: str, step: Any) -> Any:
+    async def _through_quorum(self, what: str, step: Callable[[], Awaitable[Any]]) -> Any:
         """``await step()``; in quorum mode retried through the quorum's leader changes until it
         succeeds, fails for good, or the broker stops (:mod:`broker_core.raft.start_retry`:
         ``step`` must be idempotent). A quorum this node never saw a leader of was never

@@ -14,14 +14,14 @@ incarnation's) runs through :meth:`QuorumStartRetries.run`:
   idempotent when repeated after an applied attempt: a create treats ``NodeExists`` as the
   earlier attempt's success after re-reading the node (the registration checks that the node's
   owner is its own session), and an ``open_session`` whose answer was lost is simply opened
-  again (see :meth:`~broker_core.raft.metadata_store.QuorumMetadataStore.start` for what
-  happens to the session that may have been opened: nobody heartbeats it, so the quorum
-  leader expires it after the session timeout; it owns no node).
+  again (``QuorumMetadataStore._open_session`` says what happens to a session that may
+  have been opened: nobody heartbeats it, so the quorum leader expires it after the session
+  timeout; it owns no node).
 - **not retried**: those errors when the caller's ``retry_if`` says so (a broker whose quorum
-  node never knew a leader: nothing changed leaders, the quorum was never reached), and
-  anything else (a refused login, a command the leader refuses, a
-  :class:`~broker_core.broker.StartupError` such as a broker id held by another live broker):
-  a retry cannot help, the start ends with its message.
+  node never knew a leader: nothing changed leaders, the quorum was never reached, e.g. its
+  cluster login is refused or ``quorum.voters`` is wrong), and anything else (a command the
+  leader refuses, a :class:`~broker_core.broker.StartupError` such as a broker id held by
+  another live broker): a retry cannot help, the start ends with its message.
 - **backoff**: the wait before retry *n* of a step is
   :func:`broker_core.raft.admin.retry_backoff` (100 ms doubling to 1 s), on the injected clock.
 - **bounded only by the stop**: :meth:`QuorumStartRetries.stop` ends a waiting retry at once

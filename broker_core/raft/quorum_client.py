@@ -526,8 +526,10 @@ class NetworkQuorumClient:
             except _Ambiguous as e:
                 # Sent, answer lost: it may still commit (an old leader's entry that the next
                 # leader holds). Never resent (it could apply twice); if it shows up in the
-                # log by the deadline, that is its result.
-                return await self._await_watch(watch, e, deadline + self.request_timeout_s)
+                # log by the deadline, that is its result. A stopping node waits no longer
+                # than its shutdown budget (begin_shutdown).
+                grace = 0.0 if self.shutting_down else self.request_timeout_s
+                return await self._await_watch(watch, e, deadline + grace)
             finally:
                 watches = self._watched.get(command, [])
                 if watch in watches:

@@ -782,6 +782,49 @@ class BrokerService(service.Service):
         super().stopService()
         return defer.Deferred.fromCoroutine(self._stop())
 
+    async def _controlled_shutdown(self) -> None:
+        """Ask the controller to move this broker's leaderships (controlled_shutdown), but give
+        up as soon as the metadata session leaves CONNECTED: no controller can act then (the
+        controller's decisions are metadata writes), and a controller paused for it holds the
+        request until ``controller.socket.timeout.ms`` runs out (30 s: in quorum mode, the last
+        brokers of a cluster stopped one after another lose the quorum's majority during their
+        stop, and a supervisor's SIGKILL came first). ``controlled_shutdown`` checks the
+        session before each attempt; this covers the attempt under way. The abandoned attempt
+        is cancelled (it then finds the session suspended and returns, after its backoff)."""
+        asked = defer.Deferred.fromCoroutine(controlled_shutdown(
+            self.broker_id, self.registration_epoch, store=self.store,
+            local_controller=self.controller, reactor=self.reactor,
+            max_retries=self.config.controlled_shutdown_max_retries,
+            backoff_s=self.config.controlled_shutdown_retry_backoff_ms / 1000.0,
+            timeout_s=self.config.controller_socket_timeout_ms / 1000.0,
+            credential=self.cluster_credential.login, tls=self.peer_tls))
+        if not hasattr(self.store, "add_state_listener"):
+            await asked
+            return
+        suspended: defer.Deferred = defer.Deferred()
+        seen: list[SessionState] = []
+
+        def on_state(state: SessionState) -> None:
+            if state is not SessionState.CONNECTED and not suspended.called:
+                seen.append(state)
+                suspended.callback(state)
+
+        self.store.add_state_listener(on_state)
+        on_state(getattr(self.store, "state", SessionState.CONNECTED))
+        try:
+            _, which = await defer.DeferredList([asked, suspended], fireOnOneCallback=True,
+                                                consumeErrors=True)
+        finally:
+            self.store.remove_state_listener(on_state)
+        if which == 1:
+            self.log.warn("controlled shutdown of broker {b} abandoned: the metadata session is "
+                          "{state} (no store leader), so no controller can act on it",
+                          b=self.broker_id, state=seen[0].name)
+            asked.addErrback(lambda f: None)  # it ends on its own; nothing waits for it
+            asked.cancel()
+        else:
+            suspended.cancel()
+
     async def _stop(self) -> None:
         self._pending_reregister = False
         self.start_retries.stop()  # a start still waiting for the quorum gives up at once
@@ -795,13 +838,7 @@ class BrokerService(service.Service):
         if self.config.controlled_shutdown_enable and self.registration_epoch >= 0:
             # Before the listener closes: the controller's LeaderAndIsr that makes this broker
             # a follower arrives through it.
-            await controlled_shutdown(
-                self.broker_id, self.registration_epoch, store=self.store,
-                local_controller=self.controller, reactor=self.reactor,
-                max_retries=self.config.controlled_shutdown_max_retries,
-                backoff_s=self.config.controlled_shutdown_retry_backoff_ms / 1000.0,
-                timeout_s=self.config.controller_socket_timeout_ms / 1000.0,
-                credential=self.cluster_credential.login, tls=self.peer_tls)
+            await self._controlled_shutdown()
         for bound in self.listeners:
             await bound.port.stopListening()
         # Before the connections close: the coordinator writes its pending offsets and resigns

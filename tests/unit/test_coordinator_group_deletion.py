@@ -14,7 +14,7 @@ from broker_core import metadata_paths as paths
 from broker_core.metadata_cache import BrokerEndpoint
 from broker_core.wire import consumer_protocol
 from broker_core.wire.errors import ErrorCode, MalformedFrame
-from coordinator.classic_group import GroupState
+from coordinator.classic.group import GroupState
 from coordinator.service import CoordinatorConfig, CoordinatorService
 from tests.support.memory_store import MemoryStore
 from tests.support.wire_bytes import i16, i32, string

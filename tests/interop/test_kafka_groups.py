@@ -74,26 +74,56 @@ def create_topic(cluster) -> str:
         return (t is not None and t.error is None and len(t.partitions) == PARTITIONS
                 and all(p.leader >= 0 for p in t.partitions.values()))
     eventually(led, DEADLINE_S, f"leaders for {name}")
-    eventually(lambda: served_by_leaders(cluster, name),
-               DEADLINE_S, f"every leader of {name} serving it")
+    failures: list[str] = []
+    try:
+        eventually(lambda: served_by_leaders(cluster, name, failures),
+                   DEADLINE_S, f"every leader of {name} serving it")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last failure: {failures[-1:]}; each broker's view: "
+                             f"{metadata_views(cluster, name)}") from None
     return name
 
 
-def served_by_leaders(cluster, topic: str) -> bool:
+def served_by_leaders(cluster, topic: str, failures: list[str]) -> bool:
     """Whether each partition's leader answers for it (ListOffsets), not only the metadata
-    names one: a broker restarted by an earlier test may still be applying its LeaderAndIsr."""
+    names one: a broker restarted by an earlier test may still be applying its LeaderAndIsr.
+    Why it does not is appended to ``failures``."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     probe = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "probe",
                       "enable.auto.commit": False})
     try:
         for p in range(PARTITIONS):
-            probe.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+            try:
+                probe.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+            except KafkaException as e:
+                failures.append(f"partition {p}: {e.args[0]}")
+                return False
         return True
-    except KafkaException:
-        return False
     finally:
         probe.close()
+
+
+def metadata_views(cluster, topic: str) -> dict[int, object]:
+    """Each running broker's answer to Metadata for ``topic``: {broker: {partition: (leader,
+    leader epoch)}} or the topic's error code, for a failure's message."""
+    from broker_core.wire.apis import ApiKey
+    from consumer_client.connection import BrokerConnection
+
+    views: dict[int, object] = {}
+    for i, b in cluster.brokers.items():
+        if b.proc is None or b.proc.poll() is not None:
+            continue
+        try:
+            with BrokerConnection("127.0.0.1", b.port, timeout=5) as c:
+                md = c.request(ApiKey.METADATA, {"topics": [{"name": topic}],
+                                                 "allow_auto_topic_creation": False})
+        except OSError as e:
+            views[i] = repr(e)
+            continue
+        views[i] = {t.name: t.error_code or {p.partition_index: (p.leader_id, p.leader_epoch)
+                                             for p in t.partitions} for t in md.topics}
+    return views
 
 
 def produce(cluster, topic: str, round_: int, client: str = "confluent"

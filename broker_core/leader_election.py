@@ -45,6 +45,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from broker_core.metadata import (
@@ -121,7 +122,7 @@ class LeaderElection:
 
     ``on_elected(epoch, epoch_version)`` is awaited inside the winning step; ``on_resigned()``
     inside the resigning one. ``on_suspended(paused)`` and ``on_lost()`` are called from the
-    session listener, synchronously."""
+    session listener, synchronously. ``clock`` stamps the seat's registration."""
 
     def __init__(self, broker_id: int, store: Any, seat: Seat, steps: Steps, *,
                  on_elected: Callable[[int, int], Awaitable[None]],
@@ -129,7 +130,7 @@ class LeaderElection:
                  on_suspended: Callable[[bool], None] = lambda paused: None,
                  on_lost: Callable[[], None] = lambda: None,
                  may_stand: Callable[[], bool] = lambda: True,
-                 log: Logger | None = None) -> None:
+                 clock: IReactorTime | None = None, log: Logger | None = None) -> None:
         self.broker_id = broker_id
         self.store = store
         self.seat = seat
@@ -139,6 +140,8 @@ class LeaderElection:
         self.on_suspended = on_suspended
         self.on_lost = on_lost
         self.may_stand = may_stand
+        #: Stamps the seat's registration (the reactor; wall time when None).
+        self.clock = clock
         self.log = log or Logger(namespace="sluice.leader_election")
         self.role = Role.FOLLOWER
         self.standing = False
@@ -253,7 +256,8 @@ class LeaderElection:
                 except NodeExists:
                     pass
                 continue
-            reg = seat.registration(self.broker_id, int(time.time() * 1000))
+            now = self.clock.seconds() if self.clock is not None else time.time()
+            reg = seat.registration(self.broker_id, int(now * 1000))
             try:
                 # Claiming the seat and bumping the epoch is one atomic step: a broker that
                 # wins the seat always holds a fresh epoch.

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from broker_core import metadata_paths as paths
@@ -34,8 +35,8 @@ COORDINATOR_SEAT = Seat(
 def coordinator_election(broker_id: int, store: Any, *,
                          on_elected: Callable[[int, int], Awaitable[None]],
                          on_resigned: Callable[[], Awaitable[None]],
-                         on_suspended: Callable[[bool], None] = lambda paused: None
-                         ) -> LeaderElection:
+                         on_suspended: Callable[[bool], None] = lambda paused: None,
+                         clock: IReactorTime | None = None) -> LeaderElection:
     """The coordinator's candidacy; ``on_elected(epoch, epoch_version)`` is its start-up."""
     election: LeaderElection
 
@@ -49,5 +50,5 @@ def coordinator_election(broker_id: int, store: Any, *,
 
     election = LeaderElection(broker_id, store, COORDINATOR_SEAT, SerialSteps(log),
                               on_elected=start_up, on_resigned=on_resigned,
-                              on_suspended=on_suspended, log=log)
+                              on_suspended=on_suspended, clock=clock, log=log)
     return election

@@ -131,7 +131,7 @@ class CoordinatorService:
         self.max_retries = self.config.rebalance_max_retries
         self.elector = coordinator_election(broker_id, store, on_elected=self._on_elected,
                                             on_resigned=self._on_resigned,
-                                            on_suspended=self._on_suspended)
+                                            on_suspended=self._on_suspended, clock=clock)
         self.registries = Registries()
         self.ping_purgatory = Purgatory("coordinator_ping", clock, metrics=metrics)
         self.stop_purgatory = Purgatory("coordinator_stop_fetcher", clock, metrics=metrics)

@@ -122,7 +122,7 @@ class Controller:
             broker_id, store, CONTROLLER_SEAT, EventSteps(self.events),
             on_elected=self._on_elected, on_resigned=self._on_resigned,
             on_suspended=self._on_suspended, on_lost=self._on_session_lost,
-            may_stand=self._may_stand, log=self.log)
+            may_stand=self._may_stand, clock=reactor, log=self.log)
         self._watches: list[Any] = []
         # AlterIsr callers waiting for their event; answered NOT_CONTROLLER if we resign first.
         self._alter_waiters: set[defer.Deferred] = set()

@@ -75,7 +75,7 @@ def test_a_vacant_seat_is_taken_at_start_with_a_fresh_epoch():
     assert user.calls == [("elected", 1, 1)]
     reg = paths.ControllerRegistration.from_bytes(store.nodes[paths.CONTROLLER][0])
     assert reg == paths.ControllerRegistration(1, 42_000)  # stamped by the injected clock
-    assert store._meta[paths.CONTROLLER].ephemeral_owner == store.session_id
+    assert store.exists(paths.CONTROLLER).result.ephemeral_owner == store.session_id
 
 
 def test_a_held_seat_is_followed_and_stood_for_when_it_goes():

@@ -4,8 +4,9 @@ Every ``offsets.commit.interval.ms`` the committer collects the partitions whose
 since they were last written (the groups' ``dirty`` sets: the design's ``offsetUpdated`` bit, kept
 per partition so only changed offsets are written), and writes them to
 ``/consumers/[group]/offsets/[topic]/[partition]`` in multis of at most
-:data:`MULTI_BATCH` operations, each fenced by the coordinator epoch. Many groups share a multi;
-a 1,000-partition group is two multis.
+:data:`~broker_core.fenced_writer.MULTI_BATCH` operations, each fenced by the coordinator epoch
+(one chunk of the shared fenced writer per call, so a partition is marked clean with the multi
+that wrote it). Many groups share a multi; a 1,000-partition group is two multis.
 
 Each value is a :class:`~broker_core.metadata_paths.CommittedOffset`: the offset with the leader epoch
 and metadata a Kafka client committed alongside it (a plain decimal when there are none).
@@ -26,14 +27,11 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from broker_core import metadata_paths as paths
+from broker_core.fenced_writer import MULTI_BATCH
 from broker_core.metadata import Create, MetadataStoreError, SetData, TransactionFailed
 from coordinator.registry import NO_EXTRAS, GroupRegistry, OffsetExtras
 
 log = Logger(namespace="sluice.coordinator.committer")
-
-#: Operations per multi (plus the epoch check): far below ZooKeeper's 1 MB request limit
-#: (python-zk/kazoo#630), as the controller batches.
-MULTI_BATCH = 500
 
 
 def read_committed_offset(group_id: str, tp: tuple[str, int], data: bytes | None

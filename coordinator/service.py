@@ -39,8 +39,8 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from broker_core import metadata_paths as paths
+from broker_core.fenced_writer import EpochMoved, write_fenced
 from broker_core.metadata import (
-    Check,
     Create,
     Delete,
     MetadataStoreError,
@@ -54,8 +54,8 @@ from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from coordinator import purgatories, rebalance, topic_count
 from coordinator.assignor import IPartitionAssignor, RangeAssignor, TopicPartition
-from coordinator.committer import MULTI_BATCH, OffsetCommitter, read_committed_offset
-from coordinator.elector import CoordinatorElector
+from coordinator.committer import OffsetCommitter, read_committed_offset
+from coordinator.elector import coordinator_election
 from coordinator.group_deletion import GroupDeletion
 from coordinator.heartbeat import HeartbeatScheduler
 from coordinator.kafka_groups import KafkaGroupApis
@@ -129,9 +129,9 @@ class CoordinatorService:
         self.assignor: IPartitionAssignor = assignor or RangeAssignor()
         self.backoff_s = self.config.rebalance_backoff_ms / 1000.0
         self.max_retries = self.config.rebalance_max_retries
-        self.elector = CoordinatorElector(broker_id, store, on_elected=self._on_elected,
-                                          on_resigned=self._on_resigned,
-                                          on_suspended=self._on_suspended)
+        self.elector = coordinator_election(broker_id, store, on_elected=self._on_elected,
+                                            on_resigned=self._on_resigned,
+                                            on_suspended=self._on_suspended, clock=clock)
         self.registries = Registries()
         self.ping_purgatory = Purgatory("coordinator_ping", clock, metrics=metrics)
         self.stop_purgatory = Purgatory("coordinator_stop_fetcher", clock, metrics=metrics)
@@ -173,7 +173,7 @@ class CoordinatorService:
     @property
     def coordinator_id(self) -> int:
         """The elected coordinator as this broker knows it (-1: none)."""
-        return self.broker_id if self.active else self.elector.coordinator_id
+        return self.broker_id if self.active else self.elector.leader_id
 
     def start(self) -> None:
         """Stand for election (call after the broker registered itself)."""
@@ -311,7 +311,7 @@ class CoordinatorService:
 
     def _not_coordinator(self) -> dict | None:
         if not self.active:
-            cid = self.elector.coordinator_id
+            cid = self.elector.leader_id
             where = f"broker {cid}" if cid >= 0 else "not elected yet"
             return _error(ErrorCode.NOT_COORDINATOR,
                           f"broker {self.broker_id} is not the consumer coordinator (the "
@@ -684,23 +684,18 @@ class CoordinatorService:
         self._ensured.add(path)
 
     async def fenced(self, ops: Sequence[Any]) -> None:
-        """Apply ``ops`` in multis that each begin with the coordinator-epoch check; a failed
+        """Apply ``ops`` through the shared fenced writer (:mod:`broker_core.fenced_writer`):
+        multis that each begin with the coordinator-epoch check, sent one at a time; a failed
         check resigns and raises :class:`~coordinator.rebalance.NotCoordinator`."""
         if not self.can_act():
             raise rebalance.NotCoordinator()
-        version = self.elector.epoch_version
-        for i in range(0, len(ops), MULTI_BATCH):
-            chunk = list(ops[i:i + MULTI_BATCH])
-            try:
-                await self.store.multi([Check(paths.CONSUMERS_COORDINATOR_EPOCH, version),
-                                        *chunk])
-            except TransactionFailed as e:
-                if e.failed_index == 0:
-                    log.warn("coordinator epoch check failed: a newer coordinator exists; "
-                             "resigning")
-                    self.elector.resign_soon()
-                    raise rebalance.NotCoordinator() from e
-                raise
+        try:
+            await write_fenced(self.store, paths.CONSUMERS_COORDINATOR_EPOCH,
+                               self.elector.epoch_version, ops)
+        except EpochMoved as e:
+            log.warn("coordinator epoch check failed: a newer coordinator exists; resigning")
+            self.elector.resign_soon()
+            raise rebalance.NotCoordinator() from e
 
     # -- CommitOffsets (active commit) ----------------------------------------------------------
 

@@ -110,7 +110,7 @@ def chunks(entries: Sequence[Entry]) -> Iterator[list[Entry]]:
         yield batch
 
 
-@dataclass
+@dataclass(eq=False)
 class _Request:
     """One request's partitions of one group, waiting to be written (group commit)."""
 
@@ -227,21 +227,22 @@ class OffsetCommitter:
         dirty partitions, answer them. Runs under :attr:`lock`."""
         taken: list[_Request] = []
         entries: list[Entry] = []
-        seen: set[tuple[int, tuple[str, int]]] = set()
-        size = 0
-        while self._queue:
-            r = self._queue[0]
-            new = [e for e in self._dirty(r.group, r.tps) if (id(e[0]), e[1]) not in seen]
-            weight = sum(_entry_bytes(e) for e in new)
-            if taken and (len(entries) + len(new) > MULTI_BATCH or size + weight > MULTI_BYTES):
-                break
-            self._queue.popleft()
-            taken.append(r)
-            entries.extend(new)
-            seen.update((id(e[0]), e[1]) for e in new)
-            size += weight
         batch: list[Entry] = []
         try:
+            seen: set[tuple[int, tuple[str, int]]] = set()
+            size = 0
+            while self._queue:
+                r = self._queue.popleft()
+                taken.append(r)  # before anything can fail: every request popped is answered
+                new = [e for e in self._dirty(r.group, r.tps) if (id(e[0]), e[1]) not in seen]
+                weight = sum(_entry_bytes(e) for e in new)
+                if len(taken) > 1 and (len(entries) + len(new) > MULTI_BATCH
+                                       or size + weight > MULTI_BYTES):
+                    self._queue.appendleft(taken.pop())  # first of the next multi
+                    break
+                entries.extend(new)
+                seen.update((id(e[0]), e[1]) for e in new)
+                size += weight
             # More than one multi only for a single request larger than one (taken == [r]).
             for batch in chunks(entries):
                 await self._write(batch)

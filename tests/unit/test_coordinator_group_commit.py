@@ -7,6 +7,7 @@ write and when each is answered."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from twisted.internet import defer, task
@@ -238,3 +239,29 @@ def test_a_commit_offsets_request_is_answered_not_coordinator_when_its_write_is_
     ops = store.complete()
     assert isinstance(ops[1], Create)
     assert out[0]["error_code"] == 16  # NOT_COORDINATOR
+
+
+def offset_commit_body(gid: str, offset: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        group_id=gid, member_id="", generation_id_or_member_epoch=-1, group_instance_id=None,
+        topics=[SimpleNamespace(name="t", partitions=[SimpleNamespace(
+            partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+            committed_metadata=None)])])
+
+
+def test_kafka_offset_commits_of_many_groups_share_a_multi_and_are_answered_after_it():
+    store, svc = make()
+    answers: list[Any] = []
+    for i in range(4):
+        d = defer.ensureDeferred(svc.kafka.offset_commit(
+            8, offset_commit_body(f"k{i}", 10 + i), topic_allowed=lambda _: True,
+            partition_exists=lambda *_: True))
+        d.addCallback(answers.append)
+    assert len(store.held) == 1 and not answers  # k0 in flight, k1..k3 queued
+    store.complete()
+    assert len(answers) == 1
+    ops = store.complete()
+    assert written(ops) == [paths.consumer_offset(f"k{i}", "t", 0) for i in (1, 2, 3)]
+    assert len(answers) == 4 and not store.held
+    assert {a["topics"][0]["partitions"][0]["error_code"] for a in answers} == {0}
+    assert [stored(store, f"k{i}", ("t", 0)) for i in range(4)] == [10, 11, 12, 13]

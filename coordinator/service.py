@@ -138,12 +138,13 @@ class CoordinatorService:
         self.start_purgatory = Purgatory("coordinator_start_fetcher", clock, metrics=metrics)
         self.scheduler = HeartbeatScheduler(clock, self._ping_due)
         self.handlers = self._new_handlers()
+        #: Held around every write of offsets (the committer's) and by group deletion.
+        self._commit_lock = defer.DeferredLock()
         self.committer = OffsetCommitter(
             clock, self.config.offsets_commit_interval_ms / 1000.0,
             groups=lambda: list(self.registries.groups.values()), fenced=self.fenced,
             ensure_path=self.ensure_path, reload=self.load_committed, can_act=self.can_act,
-            metrics=metrics)
-        self._commit_lock = defer.DeferredLock()
+            metrics=metrics, lock=self._commit_lock)
         self.listeners = TopicListeners(store, on_topics=self._on_topics,
                                         on_partitions=self._on_partitions)
         self._sweeper: task.LoopingCall | None = None
@@ -597,13 +598,10 @@ class CoordinatorService:
 
     async def _commit(self, groups: list[GroupRegistry],
                       only: dict[str, set[TopicPartition]] | None = None) -> int:
-        # One commit at a time: the periodic committer, a rebalance and an explicit
-        # CommitOffsets must not race to create the same offset znode.
-        await self._commit_lock.acquire()
-        try:
-            return await self.committer.commit(groups, only)
-        finally:
-            self._commit_lock.release()
+        # One write of offsets at a time (the committer holds _commit_lock): the periodic
+        # committer, a rebalance and the commit requests must not race to create the same
+        # offset znode.
+        return await self.committer.commit(groups, only)
 
     async def commit(self, group: GroupRegistry) -> None:
         await self._commit([group])
@@ -773,9 +771,11 @@ class CoordinatorService:
 
     async def _commit_accepted(self, g: GroupRegistry, accepted: set[TopicPartition]
                                ) -> dict | None:
-        """Write the group's ``accepted`` offsets now (fenced); None, or the error to answer."""
+        """Write the group's ``accepted`` offsets in the committer's next multi (fenced,
+        shared with the commits of other requests that arrived meanwhile); None once they are
+        durable, or the error to answer."""
         try:
-            await self._commit([g], {g.group_id: accepted})
+            await self.committer.commit_soon(g, accepted)
         except rebalance.NotCoordinator:
             return _error(ErrorCode.NOT_COORDINATOR, "this broker stopped being the "
                           "coordinator before the offsets were written")

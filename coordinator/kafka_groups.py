@@ -6,9 +6,10 @@ Kafka clients (``group.id`` + ``subscribe()``), beside the thin-client groups of
 :class:`KafkaGroupApis` turns decoded requests into calls on the classic-group state machine
 (:mod:`coordinator.classic`, whose timers run on the coordinator's purgatories) and
 into offset reads and writes through the coordinator's own fenced commit path
-(:meth:`CoordinatorService._commit`, the same ``/consumers/[group]/offsets`` znodes, in both
-metadata modes). ACLs are the broker handler's job (:mod:`broker_core.server.group_apis`);
-this module gets ``allowed`` callables from it.
+(:meth:`CoordinatorService._commit_accepted`, which queues them for the committer's group
+commit; the same ``/consumers/[group]/offsets`` znodes, in both metadata modes). ACLs are
+the broker handler's job (:mod:`broker_core.server.group_apis`); this module gets ``allowed``
+callables from it.
 
 Invariants:
 

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: The Raft package's Twisted shells around the sans-IO core: the network driver, listener,
 #: transport, gossip, the service, the quorum's metadata store and its client, the embedded
-#: quorum, the bootstrap runner and ``python -m broker_core.raft``.
+#: quorum, the bootstrap runner, a broker's start-up retries on the quorum and
+#: ``python -m broker_core.raft``.
 TWISTED_SHELLS = frozenset({
     "broker_core.raft.__main__",
     "broker_core.raft.bootstrap_runner",
@@ -37,6 +38,7 @@ TWISTED_SHELLS = frozenset({
     "broker_core.raft.metadata_store",
     "broker_core.raft.quorum_client",
     "broker_core.raft.service",
+    "broker_core.raft.start_retry",
     "broker_core.raft.transport",
 })
 

@@ -46,7 +46,9 @@ from twisted.python.threadpool import ThreadPool
 
 from broker_core import metadata_paths as paths
 from broker_core.acl_store import AclCache
-from broker_core.config import BrokerConfig, ConfigError, applied_topic_overrides
+from broker_core.config.broker_config import BrokerConfig
+from broker_core.config.parsing import ConfigError
+from broker_core.config.topic_keys import applied_topic_overrides
 from broker_core.config_changes import read_entity
 from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerHeartbeatSender

@@ -70,7 +70,8 @@ from typing import Any
 
 from broker_core import metadata_paths as paths
 from broker_core import topic_admin
-from broker_core.config import ConfigError, read_properties
+from broker_core.config.parsing import ConfigError
+from broker_core.config.properties import read_properties
 from broker_core.security.acl import (
     CLUSTER_NAME,
     AccessEntry,

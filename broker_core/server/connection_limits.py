@@ -161,8 +161,8 @@ class ServerLimits:
 
     @classmethod
     def from_config(cls, cfg: Any) -> ServerLimits:
-        """From a :class:`~broker_core.config.BrokerConfig`'s keys; a new pool and counts (call
-        once per group of listeners)."""
+        """From a :class:`~broker_core.config.broker_config.BrokerConfig`'s keys; a new pool
+        and counts (call once per group of listeners)."""
         return cls(
             connections=ConnectionLimiter(
                 cfg.max_connections, cfg.max_connections_per_ip,

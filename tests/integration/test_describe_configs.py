@@ -14,7 +14,8 @@ from twisted.internet import threads
 
 from broker_core import metadata_paths as paths
 from broker_core import topic_admin
-from broker_core.config import BROKER_KEYS, TOPIC_CONFIG_KEYS, topic_defaults
+from broker_core.config.broker_config import BROKER_KEYS, topic_defaults
+from broker_core.config.topic_keys import TOPIC_CONFIG_KEYS
 from broker_core.config_changes import DYNAMIC_BROKER_KEYS
 from broker_core.server.describe_configs import describe_configs
 from broker_core.wire.errors import ErrorCode

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.config import BrokerConfig, ConfigError
+from broker_core.config.broker_config import BrokerConfig
+from broker_core.config.parsing import ConfigError
 from broker_core.server.connection_limits import (
     MAX_CONNECTIONS,
     MAX_CONNECTIONS_PER_IP,

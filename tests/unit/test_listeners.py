@@ -13,7 +13,8 @@ from cryptography.x509.oid import NameOID, ObjectIdentifier
 from twisted.internet import defer
 
 from broker_core import metadata_paths as paths
-from broker_core.config import BrokerConfig, ConfigError
+from broker_core.config.broker_config import BrokerConfig
+from broker_core.config.parsing import ConfigError
 from broker_core.controller.batch import LiveBroker
 from broker_core.controller.context import _live_endpoints
 from broker_core.metadata_cache import BrokerEndpoint, MetadataCache, PartitionState

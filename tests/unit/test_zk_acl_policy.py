@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.config import BrokerConfig, ConfigError
+from broker_core.config.broker_config import BrokerConfig
+from broker_core.config.parsing import ConfigError
 from broker_core.security.secret_file import MAX_SECRET_FILE_BYTES, read_secret_file
 from broker_core.zk.acl_policy import (
     ALL,

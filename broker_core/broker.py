@@ -131,7 +131,7 @@ class BrokerService(service.Service):
         #: read once: every listener checks the cluster login against it and every connection
         #: this broker opens to another broker or quorum node logs in with it.
         self.cluster_credential = config.cluster_credential()
-        #: The named listeners (broker_core/server/listeners.py).
+        #: The named listeners (broker_core/config/listeners.py).
         self.listener_configs = config.listener_configs()
         #: TLS on this broker's connections to other brokers when the inter-broker listener is
         #: SSL or SASL_SSL (its CA, certificate and key; read once, like the cluster secret).

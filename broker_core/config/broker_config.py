@@ -19,6 +19,7 @@ from typing import Any
 from broker_core.config.broker_keys import BROKER_OWN_KEYS
 from broker_core.config.coordinator_keys import COORDINATOR_KEYS
 from broker_core.config.listener_keys import LISTENER_KEYS, check_limits
+from broker_core.config.listeners import Listeners, parse_listeners, split_overrides
 from broker_core.config.metadata_keys import (
     METADATA_KEYS,
     QUORUM_DIR_NAME,
@@ -35,6 +36,13 @@ from broker_core.config.parsing import (
     unknown_key_message,
 )
 from broker_core.config.properties import read_properties
+from broker_core.config.quorum import (
+    RaftConfig,
+    RaftConfigError,
+    VoterAddress,
+    parse_bootstrap_servers,
+    parse_quorum_voters,
+)
 from broker_core.config.topic_keys import TOPIC_CONFIG_KEYS
 
 #: Every broker key, each component's in turn (:class:`BrokerConfig`'s fields follow this
@@ -210,8 +218,6 @@ class BrokerConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> BrokerConfig:
         """Build from Kafka keys -> text (defaults fill the rest); raises ConfigError."""
-        from broker_core.server.listeners import split_overrides  # noqa: PLC0415
-
         values, overrides = split_overrides(values)
         attrs = parse_keys(BROKER_KEYS, values)
         attrs["listener_name_overrides"] = tuple(sorted(
@@ -310,11 +316,9 @@ class BrokerConfig:
 
     # -- the metadata quorum -------------------------------------------------------------------
 
-    def quorum_voter_addresses(self) -> dict[int, Any]:
+    def quorum_voter_addresses(self) -> dict[int, VoterAddress]:
         """``quorum.voters`` parsed: voter id -> ``VoterAddress`` (quorum mode only; empty
         when only ``quorum.bootstrap.servers`` is given)."""
-        from broker_core.raft.config import RaftConfigError, parse_quorum_voters  # noqa: PLC0415
-
         if not self.quorum_voters:
             return {}
         try:
@@ -324,8 +328,6 @@ class BrokerConfig:
 
     def quorum_bootstrap_server_list(self) -> list[tuple[str, int]]:
         """``quorum.bootstrap.servers`` parsed (empty when not given)."""
-        from broker_core.raft.config import parse_bootstrap_servers  # noqa: PLC0415
-
         if not self.quorum_bootstrap_servers:
             return []
         return parse_bootstrap_servers(self.quorum_bootstrap_servers, "quorum.bootstrap.servers")
@@ -339,12 +341,10 @@ class BrokerConfig:
         own = self.quorum_voter_addresses()[self.broker_id]
         return own.host, own.port
 
-    def raft_config(self) -> Any:
-        """The quorum node's :class:`~broker_core.raft.config.RaftConfig` from the
+    def raft_config(self) -> RaftConfig:
+        """The quorum node's :class:`~broker_core.config.quorum.RaftConfig` from the
         ``quorum.*`` keys; ConfigError when they disagree (e.g. a request timeout not above
         the fetch wait)."""
-        from broker_core.raft.config import RaftConfig, RaftConfigError  # noqa: PLC0415
-
         retain = self.quorum_snapshot_retain_entries
         try:
             return RaftConfig(
@@ -398,11 +398,9 @@ class BrokerConfig:
         """Same as ``log_roll_ms`` (kept for callers that used this name)."""
         return self.log_roll_ms
 
-    def listener_configs(self) -> Any:
-        """The listeners as a checked :class:`~broker_core.server.listeners.Listeners`
+    def listener_configs(self) -> Listeners:
+        """The listeners as a checked :class:`~broker_core.config.listeners.Listeners`
         (ConfigError naming the key if the listener keys disagree)."""
-        from broker_core.server.listeners import parse_listeners  # noqa: PLC0415
-
         return parse_listeners(
             self.listeners, protocol_map=self.listener_security_protocol_map,
             inter_broker_listener_name=self.inter_broker_listener_name,

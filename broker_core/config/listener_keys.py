@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker_core.config.listeners import is_kafka_form, parse_named_list
 from broker_core.config.parsing import (
     INT_MAX,
     ConfigError,
@@ -20,6 +21,7 @@ from broker_core.config.parsing import (
     typed,
 )
 from broker_core.security.acl import parse_super_users
+from broker_core.security.principal import canonical_host
 from broker_core.wire.messages.describe_configs import ConfigType
 
 
@@ -54,8 +56,6 @@ def listeners_value(key: str, raw: str) -> str:
     """``listeners``: Kafka's ``NAME://host:port[,...]`` (checked here; the listener model,
     with the keys it depends on, is checked by ``BrokerConfig.from_mapping``) or one Twisted
     server endpoint (:func:`endpoint`, one PLAINTEXT listener)."""
-    from broker_core.server.listeners import is_kafka_form, parse_named_list  # noqa: PLC0415
-
     value = raw.strip()
     if value and is_kafka_form(value):
         parse_named_list(key, raw, port_zero=True)
@@ -71,11 +71,26 @@ def client_auth(key: str, raw: str) -> str:
     return value
 
 
+def parse_overrides(text: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:n,host:n`` (Kafka's form; an IPv6 address
+    is everything before the last colon). Raises ValueError naming the bad entry. Hosts are
+    normalised as addresses where they are addresses (:func:`canonical_host`), so ``::1`` and
+    ``0::1`` are one host."""
+    out: dict[str, int] = {}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        host, sep, count = entry.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"{entry!r} is not host:count")
+        out[canonical_host(host)] = int(count)
+    return out
+
+
 def per_ip_overrides(key: str, raw: str) -> str:
     """``host:n,host:n`` (``max.connections.per.ip.overrides``), checked and kept as text
-    (:func:`~broker_core.server.connection_limits.parse_overrides` reads it); empty: none."""
-    from broker_core.server.connection_limits import parse_overrides  # noqa: PLC0415
-
+    (:func:`parse_overrides` reads it); empty: none."""
     try:
         parse_overrides(raw)
     except ValueError as e:
@@ -110,7 +125,7 @@ for _parser in (principal_list, sasl_mechanisms, listeners_value, per_ip_overrid
 LISTENER_KEYS: dict[str, ConfigKey] = key_table(
     ("listeners", "listeners", listeners_value, "tcp:9092"),
     ("advertised.listeners", "advertised_listeners", optional_text, None),
-    # Named listeners and TLS (broker_core/server/listeners.py checks them together).
+    # Named listeners and TLS (broker_core/config/listeners.py checks them together).
     ("listener.security.protocol.map", "listener_security_protocol_map", optional_text, None),
     ("inter.broker.listener.name", "inter_broker_listener_name", optional_text, None),
     ("ssl.certfile", "ssl_certfile", optional_text, None),

@@ -18,6 +18,11 @@ from broker_core.config.parsing import (
     optional_text,
     text,
 )
+from broker_core.config.quorum import (
+    RaftConfigError,
+    parse_bootstrap_servers,
+    parse_quorum_voters,
+)
 
 
 def zookeeper_connect(key: str, raw: str) -> str:
@@ -69,12 +74,6 @@ def check_metadata_store(attrs: dict[str, Any]) -> None:
                               "file 'username:password'): the ACLs name that identity",
                               "zookeeper.auth.file")
         return
-    from broker_core.raft.config import (  # noqa: PLC0415
-        RaftConfigError,
-        parse_bootstrap_servers,
-        parse_quorum_voters,
-    )
-
     if not attrs["quorum_voters"] and not attrs["quorum_bootstrap_servers"]:
         raise ConfigError("metadata.store=quorum needs 'quorum.voters' "
                           "(id@host:port,id@host:port,...) for the quorum's first start, or "
@@ -125,7 +124,7 @@ METADATA_KEYS: dict[str, ConfigKey] = key_table(
     ("quorum.bootstrap.servers", "quorum_bootstrap_servers", optional_text, None),
     ("quorum.listener", "quorum_listener", host_port, None),
     # The quorum listener's name: its protocol comes from listener.security.protocol.map and
-    # its TLS files from listener.name.<name>.ssl.* (broker_core/server/listeners.py).
+    # its TLS files from listener.name.<name>.ssl.* (broker_core/config/listeners.py).
     ("quorum.listener.name", "quorum_listener_name", text, "QUORUM"),
     ("quorum.data.dir", "quorum_data_dir", optional_text, None),
     # The quorum node's timings and snapshots (RaftConfig's fields; defaults are its own).

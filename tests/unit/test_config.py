@@ -510,7 +510,7 @@ def test_quorum_mode_is_checked(values, message):
 
 
 def test_the_quorum_nodes_settings_default_to_raft_configs_and_reach_it():
-    from broker_core.raft.config import RaftConfig
+    from broker_core.config.quorum import RaftConfig
 
     assert BrokerConfig.from_mapping(QUORUM).raft_config() == RaftConfig()
     cfg = BrokerConfig.from_mapping({

@@ -24,7 +24,8 @@ from broker_core.wire.messages.describe_configs import ConfigType
 
 def directories(key: str, raw: str) -> str:
     """``log.dirs``: one or more comma-separated directory paths (Kafka's JBOD, KIP-112), each
-    named once; returned comma-joined without blanks (see :meth:`BrokerConfig.log_dir_paths`)."""
+    named once; returned comma-joined without blanks (see
+    :meth:`~broker_core.config.broker_config.BrokerConfig.log_dir_paths`)."""
     value = raw.strip()
     if not value:
         raise bad_value(key, raw, "a directory path, or several separated by commas")
@@ -42,7 +43,6 @@ def directories(key: str, raw: str) -> str:
                                      f"and {p!r})")
         seen[norm] = p
     return ",".join(parts)
-
 
 
 # Kafka declares it as a list (DescribeConfigs reports its type so).

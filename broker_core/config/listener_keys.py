@@ -35,7 +35,8 @@ def principal_list(key: str, raw: str) -> frozenset[str]:
 
 def sasl_mechanisms(key: str, raw: str) -> str:
     """A comma-separated list of SASL mechanisms Sluice implements, each once; normalised to
-    ``A,B`` (read it as a tuple with :meth:`BrokerConfig.sasl_mechanisms`)."""
+    ``A,B`` (read it as a tuple with
+    :meth:`~broker_core.config.broker_config.BrokerConfig.sasl_mechanisms`)."""
     from broker_core.security.sasl import KNOWN_MECHANISMS  # noqa: PLC0415
 
     names = [n.strip() for n in raw.split(",")]
@@ -49,7 +50,6 @@ def sasl_mechanisms(key: str, raw: str) -> str:
     if len(set(names)) != len(names):
         raise bad_value(key, raw, f"{expected}, each at most once")
     return ",".join(names)
-
 
 
 def listeners_value(key: str, raw: str) -> str:
@@ -118,7 +118,6 @@ def check_limits(attrs: dict[str, Any]) -> None:
 # Kafka declares these as lists (DescribeConfigs reports their type so).
 for _parser in (principal_list, sasl_mechanisms, listeners_value, per_ip_overrides):
     typed(_parser, ConfigType.LIST)
-
 
 
 #: The listener and security keys: (Kafka name, attribute, parser, default text, required).

@@ -104,7 +104,6 @@ def check_metadata_store(attrs: dict[str, Any]) -> None:
                               "quorum.listener")
 
 
-
 #: The metadata store's keys: (Kafka name, attribute, parser, default text, required).
 METADATA_KEYS: dict[str, ConfigKey] = key_table(
     ("metadata.store", "metadata_store", metadata_store, "zookeeper"),

@@ -151,7 +151,6 @@ def endpoint(key: str, raw: str) -> str:
     return value
 
 
-
 def optional_endpoint(key: str, raw: str) -> str | None:
     """An :func:`endpoint`, or None when empty."""
     return endpoint(key, raw) if raw.strip() else None

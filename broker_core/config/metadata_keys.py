@@ -41,10 +41,23 @@ def zookeeper_connect(key: str, raw: str) -> str:
     return value
 
 
+#: ``zookeeper.auth.mechanism`` values: SASL DIGEST-MD5 (the default), or ZooKeeper's
+#: built-in ``digest`` scheme for servers that cannot be given a JAAS file.
+SASL_DIGEST_MD5 = "DIGEST-MD5"
+DIGEST = "digest"
+MECHANISMS: tuple[str, ...] = (SASL_DIGEST_MD5, DIGEST)
+
+
+def parse_mechanism(raw: str) -> str:
+    """``raw`` as one of :data:`MECHANISMS` (case does not matter); ValueError otherwise."""
+    for mechanism in MECHANISMS:
+        if raw.strip().lower() == mechanism.lower():
+            return mechanism
+    raise ValueError(f"{raw!r} is not a ZooKeeper auth mechanism: {' or '.join(MECHANISMS)}")
+
+
 def zookeeper_auth_mechanism(key: str, raw: str) -> str:
     """``DIGEST-MD5`` (SASL) or ``digest`` (ZooKeeper's built-in scheme), any case."""
-    from broker_core.zk.acl_policy import MECHANISMS, parse_mechanism  # noqa: PLC0415
-
     try:
         return parse_mechanism(raw)
     except ValueError:

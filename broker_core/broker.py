@@ -35,7 +35,7 @@ offline, the broker shuts down (exit status 1 for the ``twistd broker`` process)
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from twisted.application import service
@@ -59,6 +59,7 @@ from broker_core.metadata import AuthFailed, NodeExists, NoNode, NotAuthorized, 
 from broker_core.metadata_cache import MetadataCache
 from broker_core.metrics import BrokerMetrics, metrics_site
 from broker_core.raft.cluster_id import generate_cluster_id
+from broker_core.raft.start_retry import QuorumStartRetries, StartAbandoned
 from broker_core.replica.fetcher import FetcherConfig
 from broker_core.replica.log_dir_reporter import LogDirFailureReporter
 from broker_core.replica.manager import ReplicaManager
@@ -94,6 +95,18 @@ ACL_FIRST_LOAD_TIMEOUT_S = 60.0
 
 class StartupError(Exception):
     """The broker cannot start; the message says why and what to do."""
+
+
+async def try_register(store: Any, path: str, data: bytes) -> bool:
+    """One attempt at a broker's ephemeral registration ``path``: True once it is ``store``'s
+    session's (created now, or by an earlier attempt whose answer was lost: hence the re-read
+    of its owner, never a blind second create), False while another session holds it."""
+    try:
+        await store.create(path, data, ephemeral=True, makepath=True)
+        return True
+    except NodeExists:
+        stat = await store.exists(path)
+        return stat is not None and stat.ephemeral_owner == store.session_id
 
 
 def log_config_from(cfg: BrokerConfig) -> LogConfig:
@@ -148,6 +161,9 @@ class BrokerService(service.Service):
         self.io_pool = ThreadPool(minthreads=0, maxthreads=4, name="sluice-io")
         #: The broker's own metadata-quorum node in quorum mode (``metadata.store=quorum``).
         self.quorum: Any = None
+        #: Quorum mode: the start-up steps that talk to the quorum are retried through its
+        #: leader changes until they succeed or the broker stops (see start_retry).
+        self.start_retries = QuorumStartRetries(reactor, f"broker {config.broker_id}")
         if store is None and config.metadata_store == "quorum":
             store = self._quorum_store(config, reactor)
         self.store = store or ZooKeeperStore(
@@ -448,6 +464,11 @@ class BrokerService(service.Service):
         d = defer.Deferred.fromCoroutine(self._start())
 
         def failed(f: Any) -> None:
+            if f.check(StartAbandoned):
+                # Stopped while the start waited for the quorum: a stop, not a failure.
+                # (``ready`` then fires with None: the stop's own Deferred says when it is over.)
+                self.log.info("{e}", e=f.getErrorMessage())
+                return None
             self.log.critical("broker {b} failed to start: {e}", b=self.broker_id,
                               e=f.getErrorMessage())
             if self.stop_reactor_on_failure:
@@ -495,7 +516,9 @@ class BrokerService(service.Service):
                           role="voter" if started.as_voter else "observer",
                           v=list(started.voter_ids))
         try:
-            await self.store.start()
+            await self._through_quorum("opening the metadata session", self.store.start)
+        except StartAbandoned:
+            raise
         except AuthFailed as e:
             raise StartupError(str(e)) from None  # says why alone; a retry cannot help
         except Exception as e:
@@ -514,12 +537,14 @@ class BrokerService(service.Service):
                     "zookeeper.auth.mechanism the ones the cluster's other brokers use?") from None
         self.store.add_state_listener(self._on_session_state)
         for path in paths.PERSISTENT_PATHS:
-            await self.store.ensure_path(path)
+            await self._through_quorum(f"creating {path}",
+                                       lambda path=path: self.store.ensure_path(path))
         if self.acl_cache is not None:
             # Every binding is read before any listener opens: with
             # allow.everyone.if.no.acl.found a DENY not read yet would be ignored.
             await self._load_acls(self.acl_cache.start())
-        self.cluster_id = await self._agree_cluster_id()
+        self.cluster_id = await self._through_quorum(f"agreeing on {paths.CLUSTER_ID}",
+                                                     self._agree_cluster_id)
         self._claim_log_dir(self.cluster_id)
         # Before listening: a login that comes at once is checked against every user.
         await self.users.start()
@@ -647,9 +672,25 @@ class BrokerService(service.Service):
             self.metrics.log_truncated_bytes_total.inc(truncated or 0)
             self.metrics.log_recovery_segments_deleted_total.inc(report.segments_deleted)
 
+    async def _through_quorum(self, what: str, step: Callable[[], Awaitable[Any]]) -> Any:
+        """``await step()``; in quorum mode retried through the quorum's leader changes until it
+        succeeds, fails for good, or the broker stops (:mod:`broker_core.raft.start_retry`:
+        ``step`` must be idempotent). A quorum this node never saw a leader of was never
+        reached (wrong ``quorum.voters``, cluster secret or cluster id, or no majority
+        running): no retry, the step's own bound ends the start with its message. In
+        ZooKeeper mode the store's own session handling applies and a failure ends the start,
+        as before."""
+        if self.quorum is None:
+            return await step()
+        client = self.quorum.client
+        return await self.start_retries.run(what, step, retry_if=lambda: client.leader_seen)
+
     async def _register(self) -> None:
         """Create ``/brokers/ids/[id]``. After a crash the previous session's node lingers until
-        ZooKeeper expires that session; wait for it (bounded) rather than fail."""
+        the store expires that session; wait for it (bounded) rather than fail. In quorum mode
+        every attempt goes through the quorum's leader changes, and one restarts the bound:
+        time without a leader is no evidence of another live broker, and a new leader may
+        expire the old session later than the old leader would have."""
         host, port = self.advertised
         reg = paths.BrokerRegistration(
             self.broker_id, host, port, self.config.broker_rack, int(time.time() * 1000),
@@ -657,22 +698,22 @@ class BrokerService(service.Service):
                             for b in self.listeners),
             protocol_map=tuple(self.listener_configs.protocol_map().items()))
         path = paths.broker(self.broker_id)
-        deadline = self.clock.seconds() + 2 * self.config.zookeeper_session_timeout_ms / 1000 + 5
+        bound_s = 2 * self.config.zookeeper_session_timeout_ms / 1000 + 5
+        deadline = self.clock.seconds() + bound_s
         while True:
-            try:
-                await self.store.create(path, reg.to_bytes(), ephemeral=True, makepath=True)
+            retries = self.start_retries.retries
+            if await self._through_quorum(f"registering {path}",
+                                          lambda: try_register(self.store, path, reg.to_bytes())):
                 break
-            except NodeExists:
-                stat = await self.store.exists(path)
-                if stat is not None and stat.ephemeral_owner == self.store.session_id:
-                    break
-                if self.clock.seconds() > deadline:
-                    raise StartupError(
-                        f"broker id {self.broker_id} is registered by another live broker "
-                        f"({path} exists); broker ids must be unique") from None
-                self.log.info("{p} still held by a previous session; waiting for it to expire",
-                              p=path)
-                await _sleep(self.clock, 1.0)
+            if self.start_retries.retries != retries:
+                deadline = self.clock.seconds() + bound_s
+            if self.clock.seconds() > deadline:
+                raise StartupError(
+                    f"broker id {self.broker_id} is registered by another live broker "
+                    f"({path} exists); broker ids must be unique")
+            self.log.info("{p} still held by a previous session; waiting for it to expire",
+                          p=path)
+            await self.start_retries.sleep(1.0, f"waiting for {path}")
         stat = await self.store.exists(path)
         self.registration_epoch = stat.czxid if stat is not None else -1
         self.log.info("registered {p} (broker epoch {e})", p=path, e=self.registration_epoch)
@@ -741,7 +782,8 @@ class BrokerService(service.Service):
         elif state is SessionState.CONNECTED and getattr(self, "_pending_reregister", False):
             self._pending_reregister = False
             d = defer.Deferred.fromCoroutine(self._register())
-            d.addErrback(lambda f: self.log.failure("re-registration failed", f))
+            d.addErrback(lambda f: None if f.check(StartAbandoned)  # stopping meanwhile
+                         else self.log.failure("re-registration failed", f))
 
     # -- stop ----------------------------------------------------------------------------------
 
@@ -749,8 +791,52 @@ class BrokerService(service.Service):
         super().stopService()
         return defer.Deferred.fromCoroutine(self._stop())
 
+    async def _controlled_shutdown(self) -> None:
+        """Ask the controller to move this broker's leaderships (controlled_shutdown), but give
+        up as soon as the metadata session leaves CONNECTED: no controller can act then (the
+        controller's decisions are metadata writes), and a controller paused for it holds the
+        request until ``controller.socket.timeout.ms`` runs out (30 s: in quorum mode, the last
+        brokers of a cluster stopped one after another lose the quorum's majority during their
+        stop, and a supervisor's SIGKILL came first). ``controlled_shutdown`` checks the
+        session before each attempt; this covers the attempt under way. The abandoned attempt
+        is cancelled (it then finds the session suspended and returns, after its backoff)."""
+        asked = defer.Deferred.fromCoroutine(controlled_shutdown(
+            self.broker_id, self.registration_epoch, store=self.store,
+            local_controller=self.controller, reactor=self.reactor,
+            max_retries=self.config.controlled_shutdown_max_retries,
+            backoff_s=self.config.controlled_shutdown_retry_backoff_ms / 1000.0,
+            timeout_s=self.config.controller_socket_timeout_ms / 1000.0,
+            credential=self.cluster_credential.login, tls=self.peer_tls))
+        if not hasattr(self.store, "add_state_listener"):
+            await asked
+            return
+        suspended: defer.Deferred = defer.Deferred()
+        seen: list[SessionState] = []
+
+        def on_state(state: SessionState) -> None:
+            if state is not SessionState.CONNECTED and not suspended.called:
+                seen.append(state)
+                suspended.callback(state)
+
+        self.store.add_state_listener(on_state)
+        on_state(getattr(self.store, "state", SessionState.CONNECTED))
+        try:
+            _, which = await defer.DeferredList([asked, suspended], fireOnOneCallback=True,
+                                                consumeErrors=True)
+        finally:
+            self.store.remove_state_listener(on_state)
+        if which == 1:
+            self.log.warn("controlled shutdown of broker {b} abandoned: the metadata session is "
+                          "{state} (no store leader), so no controller can act on it",
+                          b=self.broker_id, state=seen[0].name)
+            asked.addErrback(lambda f: None)  # it ends on its own; nothing waits for it
+            asked.cancel()
+        else:
+            suspended.cancel()
+
     async def _stop(self) -> None:
         self._pending_reregister = False
+        self.start_retries.stop()  # a start still waiting for the quorum gives up at once
         self.log_dir_reporter.stop()
         self.log.info("broker {b} shutting down", b=self.broker_id)
         if self.quorum is not None:
@@ -761,13 +847,7 @@ class BrokerService(service.Service):
         if self.config.controlled_shutdown_enable and self.registration_epoch >= 0:
             # Before the listener closes: the controller's LeaderAndIsr that makes this broker
             # a follower arrives through it.
-            await controlled_shutdown(
-                self.broker_id, self.registration_epoch, store=self.store,
-                local_controller=self.controller, reactor=self.reactor,
-                max_retries=self.config.controlled_shutdown_max_retries,
-                backoff_s=self.config.controlled_shutdown_retry_backoff_ms / 1000.0,
-                timeout_s=self.config.controller_socket_timeout_ms / 1000.0,
-                credential=self.cluster_credential.login, tls=self.peer_tls)
+            await self._controlled_shutdown()
         for bound in self.listeners:
             await bound.port.stopListening()
         # Before the connections close: the coordinator writes its pending offsets and resigns
@@ -817,8 +897,3 @@ _LOG_KEYS = {"segment.bytes", "segment.ms", "retention.bytes", "retention.ms", "
              "message.timestamp.type", "message.timestamp.difference.max.ms",
              "message.timestamp.before.max.ms", "message.timestamp.after.max.ms"}
 
-
-def _sleep(clock: Any, seconds: float) -> defer.Deferred:
-    from twisted.internet import task
-
-    return task.deferLater(clock, seconds, lambda: None)

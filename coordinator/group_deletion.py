@@ -35,7 +35,7 @@ from broker_core.wire import consumer_protocol
 from broker_core.wire.errors import ErrorCode, MalformedFrame
 from broker_core.wire.messages import offset_delete
 from coordinator import rebalance
-from coordinator.classic_group import ClassicGroup, GroupState
+from coordinator.classic.group import ClassicGroup, GroupState
 
 if TYPE_CHECKING:
     from coordinator.service import CoordinatorService

@@ -4,11 +4,12 @@ Kafka clients (``group.id`` + ``subscribe()``), beside the thin-client groups of
 :mod:`coordinator.service`.
 
 :class:`KafkaGroupApis` turns decoded requests into calls on the classic-group state machine
-(:mod:`coordinator.classic_group`, whose timers run on the coordinator's purgatories) and
+(:mod:`coordinator.classic`, whose timers run on the coordinator's purgatories) and
 into offset reads and writes through the coordinator's own fenced commit path
-(:meth:`CoordinatorService._commit`, the same ``/consumers/[group]/offsets`` znodes, in both
-metadata modes). ACLs are the broker handler's job (:mod:`broker_core.server.group_apis`);
-this module gets ``allowed`` callables from it.
+(:meth:`CoordinatorService._commit_accepted`, which queues them for the committer's group
+commit; the same ``/consumers/[group]/offsets`` znodes, in both metadata modes). ACLs are
+the broker handler's job (:mod:`broker_core.server.group_apis`); this module gets ``allowed``
+callables from it.
 
 Invariants:
 
@@ -42,13 +43,9 @@ from broker_core.wire.messages import (
     offset_commit,
     offset_fetch,
 )
-from coordinator.classic_group import (
-    ClassicGroupConfig,
-    ClassicGroups,
-    GroupState,
-    JoinResult,
-    SyncResult,
-)
+from coordinator.classic.group import GroupState
+from coordinator.classic.groups import ClassicGroups
+from coordinator.classic.interface import ClassicGroupConfig, JoinResult, SyncResult
 from coordinator.committer import read_committed_offset
 from coordinator.registry import NO_EXTRAS, OffsetExtras
 

@@ -39,8 +39,8 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from broker_core import metadata_paths as paths
+from broker_core.fenced_writer import EpochMoved, write_fenced
 from broker_core.metadata import (
-    Check,
     Create,
     Delete,
     MetadataStoreError,
@@ -54,8 +54,8 @@ from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from coordinator import purgatories, rebalance, topic_count
 from coordinator.assignor import IPartitionAssignor, RangeAssignor, TopicPartition
-from coordinator.committer import MULTI_BATCH, OffsetCommitter, read_committed_offset
-from coordinator.elector import CoordinatorElector
+from coordinator.committer import OffsetCommitter, read_committed_offset
+from coordinator.elector import coordinator_election
 from coordinator.group_deletion import GroupDeletion
 from coordinator.heartbeat import HeartbeatScheduler
 from coordinator.kafka_groups import KafkaGroupApis
@@ -129,21 +129,22 @@ class CoordinatorService:
         self.assignor: IPartitionAssignor = assignor or RangeAssignor()
         self.backoff_s = self.config.rebalance_backoff_ms / 1000.0
         self.max_retries = self.config.rebalance_max_retries
-        self.elector = CoordinatorElector(broker_id, store, on_elected=self._on_elected,
-                                          on_resigned=self._on_resigned,
-                                          on_suspended=self._on_suspended)
+        self.elector = coordinator_election(broker_id, store, on_elected=self._on_elected,
+                                            on_resigned=self._on_resigned,
+                                            on_suspended=self._on_suspended, clock=clock)
         self.registries = Registries()
         self.ping_purgatory = Purgatory("coordinator_ping", clock, metrics=metrics)
         self.stop_purgatory = Purgatory("coordinator_stop_fetcher", clock, metrics=metrics)
         self.start_purgatory = Purgatory("coordinator_start_fetcher", clock, metrics=metrics)
         self.scheduler = HeartbeatScheduler(clock, self._ping_due)
         self.handlers = self._new_handlers()
+        #: Held around every write of offsets (the committer's) and by group deletion.
+        self._commit_lock = defer.DeferredLock()
         self.committer = OffsetCommitter(
             clock, self.config.offsets_commit_interval_ms / 1000.0,
             groups=lambda: list(self.registries.groups.values()), fenced=self.fenced,
             ensure_path=self.ensure_path, reload=self.load_committed, can_act=self.can_act,
-            metrics=metrics)
-        self._commit_lock = defer.DeferredLock()
+            metrics=metrics, lock=self._commit_lock)
         self.listeners = TopicListeners(store, on_topics=self._on_topics,
                                         on_partitions=self._on_partitions)
         self._sweeper: task.LoopingCall | None = None
@@ -173,7 +174,7 @@ class CoordinatorService:
     @property
     def coordinator_id(self) -> int:
         """The elected coordinator as this broker knows it (-1: none)."""
-        return self.broker_id if self.active else self.elector.coordinator_id
+        return self.broker_id if self.active else self.elector.leader_id
 
     def start(self) -> None:
         """Stand for election (call after the broker registered itself)."""
@@ -311,7 +312,7 @@ class CoordinatorService:
 
     def _not_coordinator(self) -> dict | None:
         if not self.active:
-            cid = self.elector.coordinator_id
+            cid = self.elector.leader_id
             where = f"broker {cid}" if cid >= 0 else "not elected yet"
             return _error(ErrorCode.NOT_COORDINATOR,
                           f"broker {self.broker_id} is not the consumer coordinator (the "
@@ -597,13 +598,10 @@ class CoordinatorService:
 
     async def _commit(self, groups: list[GroupRegistry],
                       only: dict[str, set[TopicPartition]] | None = None) -> int:
-        # One commit at a time: the periodic committer, a rebalance and an explicit
-        # CommitOffsets must not race to create the same offset znode.
-        await self._commit_lock.acquire()
-        try:
-            return await self.committer.commit(groups, only)
-        finally:
-            self._commit_lock.release()
+        # One write of offsets at a time (the committer holds _commit_lock): the periodic
+        # committer, a rebalance and the commit requests must not race to create the same
+        # offset znode.
+        return await self.committer.commit(groups, only)
 
     async def commit(self, group: GroupRegistry) -> None:
         await self._commit([group])
@@ -684,23 +682,18 @@ class CoordinatorService:
         self._ensured.add(path)
 
     async def fenced(self, ops: Sequence[Any]) -> None:
-        """Apply ``ops`` in multis that each begin with the coordinator-epoch check; a failed
+        """Apply ``ops`` through the shared fenced writer (:mod:`broker_core.fenced_writer`):
+        multis that each begin with the coordinator-epoch check, sent one at a time; a failed
         check resigns and raises :class:`~coordinator.rebalance.NotCoordinator`."""
         if not self.can_act():
             raise rebalance.NotCoordinator()
-        version = self.elector.epoch_version
-        for i in range(0, len(ops), MULTI_BATCH):
-            chunk = list(ops[i:i + MULTI_BATCH])
-            try:
-                await self.store.multi([Check(paths.CONSUMERS_COORDINATOR_EPOCH, version),
-                                        *chunk])
-            except TransactionFailed as e:
-                if e.failed_index == 0:
-                    log.warn("coordinator epoch check failed: a newer coordinator exists; "
-                             "resigning")
-                    self.elector.resign_soon()
-                    raise rebalance.NotCoordinator() from e
-                raise
+        try:
+            await write_fenced(self.store, paths.CONSUMERS_COORDINATOR_EPOCH,
+                               self.elector.epoch_version, ops)
+        except EpochMoved as e:
+            log.warn("coordinator epoch check failed: a newer coordinator exists; resigning")
+            self.elector.resign_soon()
+            raise rebalance.NotCoordinator() from e
 
     # -- CommitOffsets (active commit) ----------------------------------------------------------
 
@@ -778,9 +771,11 @@ class CoordinatorService:
 
     async def _commit_accepted(self, g: GroupRegistry, accepted: set[TopicPartition]
                                ) -> dict | None:
-        """Write the group's ``accepted`` offsets now (fenced); None, or the error to answer."""
+        """Write the group's ``accepted`` offsets in the committer's next multi (fenced,
+        shared with the commits of other requests that arrived meanwhile); None once they are
+        durable, or the error to answer."""
         try:
-            await self._commit([g], {g.group_id: accepted})
+            await self.committer.commit_soon(g, accepted)
         except rebalance.NotCoordinator:
             return _error(ErrorCode.NOT_COORDINATOR, "this broker stopped being the "
                           "coordinator before the offsets were written")

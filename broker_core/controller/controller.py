@@ -21,13 +21,14 @@ requests to one module per procedure family: :mod:`~broker_core.controller.broke
 :mod:`~broker_core.controller.preferred_election`, :mod:`~broker_core.controller.shutdown`
 (controlled shutdown) and :mod:`~broker_core.controller.log_dir_failure`.
 
-Session states: on SUSPENDED the controller stops acting (queued events wait); on LOST it resigns
-(its ``/controller`` node is gone); when the session is CONNECTED again it stands for election.
+Election and session (:mod:`broker_core.leader_election`, the recipe the consumer coordinator
+shares; its steps run as controller events): on SUSPENDED the controller stops acting (queued
+events wait); on LOST it drops its queued events and resigns (its ``/controller`` node is gone);
+when the session is CONNECTED again it stands for election if ``/controller`` is vacant.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
@@ -49,16 +50,7 @@ from broker_core.controller.reassignment import Reassignment
 from broker_core.controller.shutdown import ControlledShutdownHandler
 from broker_core.controller.topic_deletion import TopicDeletion
 from broker_core.controller.writer import ControllerWriter
-from broker_core.metadata import (
-    BadVersion,
-    Create,
-    MetadataStoreError,
-    NodeExists,
-    NoNode,
-    SessionState,
-    SetData,
-    TransactionFailed,
-)
+from broker_core.leader_election import LeaderElection, Role, Seat, Step
 from broker_core.rpc import BrokerChannel
 from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
@@ -69,6 +61,27 @@ from broker_core.wire.topic_partition import TopicPartition
 #: clients wait for; the rest is bookkeeping that would otherwise queue in front of them on
 #: the brokers' reactors. A broker that does not answer in time still gets everything after.
 LEADERS_FIRST_WAIT_S = 1.0
+
+#: The controller's seat and epoch (:mod:`broker_core.leader_election`).
+CONTROLLER_SEAT = Seat(
+    title="controller", path=paths.CONTROLLER, epoch_path=paths.CONTROLLER_EPOCH,
+    registration=paths.ControllerRegistration,
+    owner_of=lambda data: paths.ControllerRegistration.from_bytes(data).broker_id)
+
+
+class EventSteps:
+    """The election's steps (:class:`~broker_core.leader_election.Steps`) as controller
+    events, so they are ordered with every other event. :meth:`run` (used by ``stop()``) runs a
+    step directly: a suspended queue would never run it."""
+
+    def __init__(self, events: EventManager) -> None:
+        self.events = events
+
+    def submit(self, name: str, step: Step) -> None:
+        self.events.enqueue(name, step)
+
+    def run(self, step: Step) -> defer.Deferred:
+        return defer.Deferred.fromCoroutine(step())
 
 
 class Controller:
@@ -102,14 +115,15 @@ class Controller:
         self.request_timeout_s = request_timeout_s
         self.metrics = metrics
         self._channel_factory = channel_factory or self._default_channel
-        self.active = False
-        self.epoch = -1
-        self.epoch_zk_version = -1
         #: The serial event queue every action of this controller runs through.
         self.events = EventManager(self, reactor)
+        #: The controller's candidacy for ``/controller`` (standing, role, epoch, session).
+        self.election = LeaderElection(
+            broker_id, store, CONTROLLER_SEAT, EventSteps(self.events),
+            on_elected=self._on_elected, on_resigned=self._on_resigned,
+            on_suspended=self._on_suspended, on_lost=self._on_session_lost,
+            may_stand=self._may_stand, clock=reactor, log=self.log)
         self._watches: list[Any] = []
-        self._controller_watch: Any = None
-        self._started = False
         # AlterIsr callers waiting for their event; answered NOT_CONTROLLER if we resign first.
         self._alter_waiters: set[defer.Deferred] = set()
         #: Fencing of brokers the controller cannot hear from (broker_core.controller.fencing);
@@ -146,27 +160,40 @@ class Controller:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
+    @property
+    def active(self) -> bool:
+        """Whether this broker is the controller. Setting it installs or drops the role without
+        an election (test harnesses and benchmarks set up a controller so)."""
+        return self.election.active
+
+    @active.setter
+    def active(self, value: bool) -> None:
+        self.election.role = Role.LEADER if value else Role.FOLLOWER
+
+    @property
+    def epoch(self) -> int:
+        """The controller epoch this broker won (meaningful while active)."""
+        return self.election.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self.election.epoch = value
+
+    @property
+    def epoch_zk_version(self) -> int:
+        """The ``/controller_epoch`` version every fenced write checks."""
+        return self.election.epoch_version
+
+    @epoch_zk_version.setter
+    def epoch_zk_version(self, value: int) -> None:
+        self.election.epoch_version = value
+
     def start(self) -> None:
-        self._started = True
-        self.store.add_state_listener(self._on_session_state)
-        self._controller_watch = self.store.watch_data(paths.CONTROLLER, self._on_controller_node)
+        self.election.start()
 
     async def stop(self) -> None:
         """Resign (deleting ``/controller`` if it is ours) and stop watching."""
-        self._started = False
-        if self._controller_watch is not None:
-            self._controller_watch.cancel()
-            self._controller_watch = None
-        self.store.remove_state_listener(self._on_session_state)
-        was_active = self.active
-        await self._resign()
-        if was_active:
-            try:
-                data, _ = await self.store.get(paths.CONTROLLER)
-                if paths.ControllerRegistration.from_bytes(data).broker_id == self.broker_id:
-                    await self.store.delete(paths.CONTROLLER)
-            except (MetadataStoreError, ValueError):
-                pass
+        await self.election.stop()
 
     # -- watches and session (they only enqueue events) ----------------------------------------
 
@@ -179,82 +206,38 @@ class Controller:
 
         return callback
 
-    def _on_controller_node(self, data: bytes | None, stat: Any) -> None:
-        if data is None:
-            if self._started:
-                self.events.enqueue("elect", self._elect)
-            return
-        try:
-            owner = paths.ControllerRegistration.from_bytes(data).broker_id
-        except ValueError:
-            self.log.error("unreadable /controller value {v!r}", v=data)
-            return
-        if owner != self.broker_id and self.active:
-            self.events.enqueue("resign", self._resign)
-
-    def _on_session_state(self, state: SessionState) -> None:
-        if state is SessionState.SUSPENDED:
-            self.log.warn("ZooKeeper connection suspended: controller pauses")
+    def _on_suspended(self, paused: bool) -> None:
+        """The session is SUSPENDED (queued events wait) or back (they run)."""
+        if paused:
             self.events.suspend()
-        elif state is SessionState.LOST:
-            self.log.warn("ZooKeeper session lost: controller resigns")
+        else:
             self.events.resume()
-            self.events.clear()
-            self._answer_waiters_not_controller()  # their events were just dropped
-            self.events.enqueue("resign", self._resign)
-        elif state is SessionState.CONNECTED:
-            self.events.resume()
-            if self._started and not self.active:
-                self.events.enqueue("elect", self._elect)
             self.events.drain()
+
+    def _on_session_lost(self) -> None:
+        self.events.clear()
+        self._answer_waiters_not_controller()  # their events were just dropped
 
     # -- election (docs/design.md#controller-failover) -------------------------------------------
 
+    def _may_stand(self) -> bool:
+        # While fencing abstains the others cannot reach us: let one of them lead (see
+        # _on_abstention_over).
+        return self.fencing is None or self.fencing.may_stand()
+
     async def _elect(self) -> None:
-        if self.active or not self._started:
-            return
-        if self.fencing is not None and not self.fencing.may_stand():
-            return  # the others cannot reach us: let one of them lead (see _on_abstention_over)
-        for _ in range(5):
-            try:
-                data, stat = await self.store.get(paths.CONTROLLER_EPOCH)
-                epoch, version = int(data.decode() or 0), stat.version
-            except NoNode:
-                try:
-                    await self.store.create(paths.CONTROLLER_EPOCH, b"0", makepath=True)
-                except NodeExists:
-                    pass
-                continue
-            reg = paths.ControllerRegistration(self.broker_id, int(time.time() * 1000))
-            try:
-                # Claiming /controller and bumping the epoch is one atomic step: a broker that
-                # wins the node always holds a fresh epoch.
-                await self.store.multi([
-                    Create(paths.CONTROLLER, reg.to_bytes(), ephemeral=True),
-                    SetData(paths.CONTROLLER_EPOCH, str(epoch + 1).encode(), version),
-                ])
-            except TransactionFailed as e:
-                if isinstance(e.first_error, BadVersion):
-                    continue  # someone bumped the epoch between our read and write; re-read
-                return  # NodeExists: another broker is controller; its node's watch tells us
-            self.epoch = epoch + 1
-            self.epoch_zk_version = version + 1
-            break
-        else:
-            return
-        self.active = True
-        self.log.info("broker {b} is now the controller (epoch {e})", b=self.broker_id, e=self.epoch)
-        if self.metrics is not None:
-            self.metrics.active_controller.set(1)
-            self.metrics.controller_epoch.set(self.epoch)
-        await self._on_controller_failover()
+        await self.election.elect()
 
     async def _resign(self) -> None:
-        if not self.active:
-            return
-        self.log.info("broker {b} resigns as controller (epoch {e})", b=self.broker_id,
-                      e=self.epoch)
-        self.active = False
+        await self.election.resign()
+
+    async def _on_elected(self, epoch: int, epoch_version: int) -> None:
+        if self.metrics is not None:
+            self.metrics.active_controller.set(1)
+            self.metrics.controller_epoch.set(epoch)
+        await self._on_controller_failover()
+
+    async def _on_resigned(self) -> None:
         self._answer_waiters_not_controller()
         for w in self._watches:
             w.cancel()
@@ -275,14 +258,8 @@ class Controller:
 
     def _on_abstention_over(self) -> None:
         """Stand for election again if ``/controller`` is still empty (nobody else could)."""
-        async def maybe() -> None:
-            try:
-                await self.store.get(paths.CONTROLLER)
-            except NoNode:
-                await self._elect()
-
-        if self._started and not self.active:
-            self.events.enqueue("elect", maybe)
+        if self.election.standing and not self.active:
+            self.election.elect_soon()
 
     async def _on_controller_failover(self) -> None:
         """Failover: load the state, tell every broker everything (INIT), then catch up on what

@@ -39,8 +39,8 @@ class NotController(Exception):
 
 class EventManager:
     """The serial event queue of one controller. ``controller`` supplies what the loop needs:
-    ``active`` and ``_started`` (whether a failing event still matters), ``log`` and ``metrics``
-    (read when used: tests replace the controller's logger), ``_resign()`` (on
+    ``active`` and ``election.standing`` (whether a failing event still matters), ``log`` and
+    ``metrics`` (read when used: tests replace the controller's logger), ``_resign()`` (on
     :class:`NotController`) and ``broker_failover.retry_broker_change()`` (a broker change the
     store did not take)."""
 
@@ -106,7 +106,7 @@ class EventManager:
     def _store_error(self, name: str, e: MetadataStoreError) -> None:
         """Log an event the metadata store failed (called inside the ``except``)."""
         c = self.controller
-        if not c._started or not c.active:
+        if not c.election.standing or not c.active:
             # Stopping or resigned: the store is going away under queued events.
             c.log.debug("controller event {event} dropped: {e}", event=name, e=e)
         elif isinstance(e, StoreStopping):

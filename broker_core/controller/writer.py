@@ -1,9 +1,9 @@
 """The controller's writes: fenced multis, and leader/ISR decisions written conditionally.
 
-Every write the controller makes goes through :meth:`ControllerWriter.fenced`: multis that each
-begin with a ``check`` of ``/controller_epoch`` at the version this controller set when it was
-elected (KAFKA-6082), so a deposed controller's writes fail atomically and it resigns
-(:class:`~broker_core.controller.event_manager.NotController`).
+Every write the controller makes goes through :meth:`ControllerWriter.fenced`, the shared fenced
+writer (:func:`broker_core.fenced_writer.write_fenced`) over ``/controller_epoch`` at the version
+this controller set when it was elected, so a deposed controller's writes fail atomically and it
+resigns (:class:`~broker_core.controller.event_manager.NotController`).
 
 Leader/ISR decisions go through :meth:`ControllerWriter.write_decisions`: each znode is written
 conditional on the version the context holds; on a conflict the partitions are re-read and
@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from twisted.internet import defer
 from twisted.logger import Logger
 
 from broker_core import metadata_paths as paths
@@ -25,12 +24,9 @@ from broker_core.controller.context import ControllerContext, gather
 from broker_core.controller.decisions import GONE, Decide, DecisionRounds
 from broker_core.controller.election import Election, next_leader_epoch
 from broker_core.controller.event_manager import CONFLICT_RETRY_S, NotController
-from broker_core.metadata import Check, SetData, TransactionFailed
+from broker_core.fenced_writer import EpochMoved, write_fenced
+from broker_core.metadata import SetData, TransactionFailed
 from broker_core.wire.topic_partition import TopicPartition
-
-#: ZooKeeper caps a whole multi at jute.maxbuffer (~1 MB); our ops are small, so 500 ops per multi
-#: stays far below it (python-zk/kazoo#630: ~3,200 creates already failed).
-MULTI_BATCH = 500
 
 #: Fenced multis sent before waiting for the first answer. ZooKeeper applies one session's
 #: requests in order, so pipelining changes no outcome; it saves a round trip (and a turn of a
@@ -53,7 +49,8 @@ class ControllerWriter:
         return self.controller.log
 
     async def fenced(self, ops: Sequence[Any]) -> None:
-        """Apply ``ops`` in multis that each begin with the controller-epoch check.
+        """Apply ``ops`` in multis of :data:`~broker_core.fenced_writer.MULTI_BATCH` operations
+        that each begin with the controller-epoch check.
 
         Up to :data:`FENCED_PIPELINE` multis are sent before the first answer is awaited. Each
         multi is atomic, but they are not one transaction: when one fails, the ones before it
@@ -65,21 +62,11 @@ class ControllerWriter:
         """
         if not self.controller.active:
             raise NotController()
-        chunks = [list(ops[i:i + MULTI_BATCH]) for i in range(0, len(ops), MULTI_BATCH)]
-        for w in range(0, len(chunks), FENCED_PIPELINE):
-            check = Check(paths.CONTROLLER_EPOCH, self.controller.epoch_zk_version)
-            store = self.controller.store
-            results = await defer.DeferredList(
-                [store.multi([check, *chunk]) for chunk in chunks[w:w + FENCED_PIPELINE]],
-                consumeErrors=True)
-            failures = [r for ok, r in results if not ok]
-            if not failures:
-                continue
-            for f in failures:
-                # The controller-epoch check itself failed: a newer controller exists.
-                if f.check(TransactionFailed) and f.value.failed_index == 0:
-                    raise NotController() from f.value
-            failures[0].raiseException()
+        try:
+            await write_fenced(self.controller.store, paths.CONTROLLER_EPOCH,
+                               self.controller.epoch_zk_version, ops, window=FENCED_PIPELINE)
+        except EpochMoved as e:
+            raise NotController() from e
 
     def state_value(self, d: PartitionDecision) -> bytes:
         return paths.LeaderAndIsr(d.leader, d.leader_epoch, list(d.isr),

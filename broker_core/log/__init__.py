@@ -4,19 +4,17 @@ leader-epoch file, checkpoints, and recovery after an unclean shutdown. Time com
 
 from broker_core.log.checkpoints import CheckpointError
 from broker_core.log.config import LogConfig
-from broker_core.log.leader_epoch import EpochEntry, LeaderEpochFile
-from broker_core.log.log import (
-    AppendResult,
+from broker_core.log.errors import (
     CorruptLogError,
-    Log,
     LogClosed,
     OffsetOutOfRange,
-    ReadResult,
     RecordTooLarge,
-    RecoveryReport,
     UnexpectedAppendOffset,
 )
+from broker_core.log.leader_epoch import EpochEntry, LeaderEpochFile
+from broker_core.log.log import AppendResult, Log, ReadResult
 from broker_core.log.manager import LogDirOffline, LogManager
+from broker_core.log.recovery import RecoveryReport
 
 __all__ = [
     "AppendResult",

@@ -1,6 +1,16 @@
 """One partition's log: an ordered list of segments, the leader-epoch file, and the offsets that
 bound what may be read.
 
+:class:`Log` is the facade: it owns the segment list, the offsets and the lock, and keeps the
+invariants below; the jobs are done by modules of their own, which it calls with what they need:
+recovery on open (:mod:`~broker_core.log.recovery`), the producer state across restarts
+(:mod:`~broker_core.log.producer_recovery`), the checks and rewrites before an append
+(:mod:`~broker_core.log.append_checks`), the read path (:mod:`~broker_core.log.reads`), when to
+roll and what retention deletes (:mod:`~broker_core.log.segment_policy`); its errors are in
+:mod:`~broker_core.log.errors` and directory names in :mod:`~broker_core.log.partition_dir`.
+Only the log changes the segment list, and only under ``_lock``; the modules it calls either
+decide (returning what to do) or work on the segments it hands them while nothing else runs.
+
 Invariants:
 
 - offsets are contiguous across segments: each segment's base offset is the previous segment's
@@ -29,97 +39,38 @@ fsync — so an append never waits for a disk flush.
 
 from __future__ import annotations
 
-import errno
 import os
-import re
 import shutil
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
-from broker_core.log import producer_snapshot
-from broker_core.log.checkpoints import TMP_SUFFIX, CheckpointError, fsync_dir
-from broker_core.log.config import INT32_MAX, LogConfig
+from broker_core.log.append_checks import follower_batches, leader_batches
+from broker_core.log.checkpoints import CheckpointError, fsync_dir
+from broker_core.log.config import LogConfig
+from broker_core.log.errors import LogClosed, OffsetOutOfRange
 from broker_core.log.leader_epoch import FILE_NAME as EPOCH_FILE_NAME
 from broker_core.log.leader_epoch import LeaderEpochFile
-from broker_core.log.leader_rewrite import as_create_time, check_timestamps, rewrite_for_topic
 from broker_core.log.open_segments import OpenSegments
-from broker_core.log.producer_snapshot import SnapshotError, snapshot_offsets
-from broker_core.log.producer_state import BatchMetadata, ProducerStateError, ProducerStateManager
-from broker_core.log.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    CorruptBatch,
-    Segment,
+from broker_core.log.partition_dir import DELETE_SUFFIX, parse_dir_name
+from broker_core.log.producer_recovery import (
+    delete_snapshots,
+    rebuild_producer_state,
+    write_snapshot,
 )
-from broker_core.log.validator import validate_records
-from broker_core.wire.records import (
-    LOG_OVERHEAD,
-    BatchInfo,
-    assign_offsets,
-    batch_size_at,
-    iter_batches,
+from broker_core.log.producer_state import ProducerStateManager
+from broker_core.log.reads import offset_for_max_timestamp, offset_for_timestamp, read_batches
+from broker_core.log.recovery import (
+    RecoveryReport,
+    recover_segments,
+    remove_leftovers,
+    repair_epochs,
 )
-
-DELETE_SUFFIX = "-delete"
-_LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
-
-
-class OffsetOutOfRange(Exception):
-    """A read outside ``[log_start_offset, log_end_offset]`` -> OFFSET_OUT_OF_RANGE."""
-
-    error_code_name = "OFFSET_OUT_OF_RANGE"
-
-    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
-        super().__init__(f"offset {offset} is outside the log [{log_start_offset}, "
-                         f"{log_end_offset}]")
-        self.offset = offset
-        self.log_start_offset = log_start_offset
-        self.log_end_offset = log_end_offset
-
-
-class RecordTooLarge(Exception):
-    """A batch larger than ``max.message.bytes`` -> MESSAGE_TOO_LARGE."""
-
-    error_code_name = "MESSAGE_TOO_LARGE"
-
-    def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"record batch of {size} bytes exceeds max.message.bytes {limit}")
-        self.size = size
-        self.limit = limit
-
-
-class UnexpectedAppendOffset(ValueError):
-    """A follower append whose batches do not continue the log at its end offset."""
-
-    def __init__(self, first_offset: int, expected: int) -> None:
-        super().__init__(f"follower append has a batch at offset {first_offset}, the log "
-                         f"expects offset {expected}")
-        self.first_offset = first_offset
-        self.expected = expected
-
-
-class CorruptLogError(OSError):
-    """A stored batch failed its checks (framing, CRC, offsets continuing, epochs) when read.
-
-    An OSError (errno EIO: the disk gave back bad bytes), so every reader that handles a
-    failing disk handles this too: the replica manager answers KAFKA_STORAGE_ERROR for the
-    partition instead of the bytes."""
-
-    def __init__(self, topic: str, partition: int, offset: int, reason: str) -> None:
-        super().__init__(errno.EIO, f"corrupt log {topic}-{partition} at offset {offset}: "
-                                    f"{reason}")
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.reason = reason
-
-
-class LogClosed(RuntimeError):
-    """The log was closed or deleted; nothing may be appended or read any more."""
+from broker_core.log.segment import Segment
+from broker_core.log.segment_policy import expired_segments, should_roll, too_old
+from broker_core.wire.records import BatchInfo
 
 
 @dataclass
@@ -139,97 +90,6 @@ class ReadResult:
     records: bytes
     log_start_offset: int
     log_end_offset: int
-
-
-@dataclass
-class RecoveryReport:
-    """What :meth:`Log.open` found and repaired, for the broker to log and count."""
-
-    clean_shutdown: bool = True
-    recovery_point: int = 0
-    segments_checked: int = 0
-    batches_checked: int = 0
-    bytes_truncated: int = 0
-    segments_deleted: int = 0
-    indexes_rebuilt: int = 0
-    epoch_entries_dropped: int = 0
-    epoch_entries_added: int = 0
-    epoch_file_rebuilt: bool = False
-    #: Producer-state snapshots that failed their checks (ignored and deleted), and why.
-    snapshots_ignored: int = 0
-    snapshot_problem: str = ""
-    #: Batches replayed into the producer state (after the snapshot used, if any).
-    producer_batches_replayed: int = 0
-    #: Where the log now ends when recovery cut it (-1 if it cut nothing), and why.
-    truncated_to: int = -1
-    reason: str = ""
-
-    _NOT_REPAIRS = ("clean_shutdown", "recovery_point", "segments_checked", "batches_checked",
-                    "truncated_to", "reason", "snapshot_problem", "producer_batches_replayed")
-
-    @property
-    def changed(self) -> bool:
-        """True if opening the log repaired anything."""
-        return any(getattr(self, f.name) for f in fields(self)
-                   if f.name not in self._NOT_REPAIRS)
-
-    def describe(self) -> str:
-        """One line for the broker log: what was checked, what was cut and why."""
-        how = ("after a clean shutdown" if self.clean_shutdown
-               else f"after an unclean shutdown, from recovery point {self.recovery_point}")
-        parts = [f"{how}: checked {self.segments_checked} segment(s), "
-                 f"{self.batches_checked} batches"]
-        if self.truncated_to >= 0:
-            parts.append(f"truncated the log to offset {self.truncated_to} ({self.reason}): "
-                         f"{self.bytes_truncated} bytes, {self.segments_deleted} later "
-                         "segment(s) deleted")
-        elif self.bytes_truncated:
-            parts.append(f"truncated {self.bytes_truncated} bytes")
-        parts.append(f"dropped {self.epoch_entries_dropped} leader-epoch entries")
-        if self.epoch_entries_added:
-            parts.append(f"added {self.epoch_entries_added} from the batches")
-        if self.epoch_file_rebuilt:
-            parts.append("rebuilt the leader-epoch file")
-        if self.indexes_rebuilt:
-            parts.append(f"rebuilt {self.indexes_rebuilt} index(es)")
-        if self.snapshots_ignored:
-            parts.append(f"ignored {self.snapshots_ignored} producer-state snapshot(s) "
-                         f"({self.snapshot_problem})")
-        return "; ".join(parts)
-
-
-def check_topic_name(topic: str) -> None:
-    """Kafka's rule for topic names (which become directory names): 1-249 characters of
-    ``[A-Za-z0-9._-]``, not ``.`` or ``..``. Raises ValueError naming the problem."""
-    if not isinstance(topic, str) or not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
-        raise ValueError(f"illegal topic name {topic!r}: use 1-249 characters from "
-                         "[A-Za-z0-9._-], not '.' or '..'")
-
-
-def partition_dir_name(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
-
-
-def parse_dir_name(name: str) -> tuple[str, int]:
-    """``(topic, partition)`` from a directory name ``<topic>-<partition>``; topics may contain
-    ``-``, so the partition is what follows the last one. Raises ValueError."""
-    topic, sep, part = name.rpartition("-")
-    if not sep or not part.isdigit() or not part.isascii():
-        raise ValueError(f"not a partition directory name: {name!r}")
-    check_topic_name(topic)
-    return topic, int(part)
-
-
-def whole_batches_length(data: bytes | bytearray | memoryview) -> int:
-    """Length of the prefix of ``data`` made of batches whose declared size fits (no other
-    check): a fetch response may end with a partial batch, which a follower ignores."""
-    pos = 0
-    end = len(data)
-    while True:
-        size = batch_size_at(data, pos)
-        if size is None or size < LOG_OVERHEAD or pos + size > end:
-            return pos
-        pos += size
 
 
 class Log:
@@ -304,81 +164,24 @@ class Log:
             raise
         return log
 
-    def _remove_leftovers(self) -> list[int]:
-        """Delete temp files and index files without a segment; return the segment bases."""
-        bases = []
-        for p in self.directory.iterdir():
-            if p.name.endswith(TMP_SUFFIX):
-                p.unlink()
-            elif p.suffix == LOG_SUFFIX and p.stem.isdigit() and p.stem.isascii():
-                bases.append(int(p.stem))
-        for p in self.directory.iterdir():
-            if p.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and p.stem.isdigit() and \
-                    p.stem.isascii() and \
-                    int(p.stem) not in bases:
-                p.unlink()
-        return sorted(bases)
-
     def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
         report = self.recovery_report
         now = self.time_ms()
-        interval = self.config.index_interval_bytes
         # Opened lazily: a segment's .log is opened (through the LRU) when loading reads it.
+        # Built in place, so a failure part-way leaves the segments for close() to close.
         self.segments = [Segment(self.directory, b, now_ms=now, open_segments=self.open_segments)
-                         for b in self._remove_leftovers()]
+                         for b in remove_leftovers(self.directory)]
         if not self.segments:
             self.segments.append(self._new_segment(max(log_start_offset, 0)))
             self._dir_dirty = True
-        epoch_starts: list[tuple[int, int]] = []
-        report.recovery_point = recovery_point
-        prev_epoch = -1
-        for i, seg in enumerate(self.segments):
-            following = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
-            validate = not clean_shutdown and (following is None or following > recovery_point)
-            error = None
-            if validate or not seg.load(now, interval, verify_tail=following is None):
-                found = seg.recover(now, interval, min_epoch=prev_epoch)
-                report.batches_checked += found.batches_checked
-                report.bytes_truncated += found.bytes_truncated
-                report.segments_checked += 1
-                epoch_starts += found.epoch_starts
-                if not validate:
-                    report.indexes_rebuilt += 1  # it did not check out on the trusted path
-                if found.bytes_truncated:
-                    error = found.error
-            prev_epoch = max(prev_epoch, seg.last_epoch)
-            if error is None and following is not None and following != seg.next_offset:
-                error = (f"the next segment starts at offset {following}, not at "
-                         f"{seg.next_offset}")
-            if error is not None:
-                report.truncated_to = seg.next_offset
-                report.reason = f"{seg.log_path.name}: {error}"
-            if error is not None and following is not None:
-                # The log ends inside (or right after) this segment: later segments lie past
-                # an invalid batch or a hole in the offsets, and are never served.
-                for later in self.segments[i + 1:]:
-                    report.bytes_truncated += later.size
-                    report.segments_deleted += 1
-                    later.delete()
-                del self.segments[i + 1:]
-                self._dir_dirty = True
-                break
+        epoch_starts, deleted = recover_segments(
+            self.segments, now_ms=now, index_interval_bytes=self.config.index_interval_bytes,
+            recovery_point=recovery_point, clean_shutdown=clean_shutdown, report=report)
+        self._dir_dirty = self._dir_dirty or deleted
         self.active.activate()
         leo = self.log_end_offset
         epochs = self.leader_epochs
-        # An entry starting exactly at the log end is an epoch that began with no message yet
-        # (a leader elected, then stopped): it is kept unless recovery cut the log there. Only
-        # entries past the end (written before batches a crash lost) or at a cut are dropped.
-        end = leo if report.truncated_to >= 0 else leo + 1
-        report.epoch_entries_dropped = epochs.truncate_from_end(end)
-        if report.epoch_file_rebuilt:
-            epoch_starts = self._epoch_starts_from_batches()
-        for epoch, start in epoch_starts:
-            # Fills in an epoch start the file lacks; the file is written before the batches,
-            # so normally this adds nothing.
-            if 0 <= epoch and epoch > epochs.latest_epoch and start < leo:
-                epochs.assign(epoch, start)
-                report.epoch_entries_added += 1
+        repair_epochs(epochs, self.segments, epoch_starts, report)
         self.log_start_offset = min(max(log_start_offset, self.segments[0].base_offset), leo)
         epochs.truncate_from_start(self.log_start_offset)
         self.recovery_point = leo if clean_shutdown else min(max(recovery_point, 0), leo)
@@ -388,41 +191,13 @@ class Log:
     # -- producer state --------------------------------------------------------------------------
 
     def _rebuild_producer_state(self) -> None:
-        """Rebuild the producer state as of the log end: from the newest snapshot at or below
-        it that passes its checks, then the batches after it. Snapshots past the end (their
-        batches were cut) and unusable ones are deleted."""
+        """Rebuild the producer state as of the log end
+        (:func:`~broker_core.log.producer_recovery.rebuild_producer_state`)."""
         if not self.track_producers:
             return
-        report = self.recovery_report
-        leo = self.log_end_offset
-        state = ProducerStateManager(self.producer_state.max_producers)
-        start = self.segments[0].base_offset
-        for offset in reversed(snapshot_offsets(self.directory)):
-            path = producer_snapshot.snapshot_path(self.directory, offset)
-            if offset > leo:
-                path.unlink(missing_ok=True)
-                continue
-            try:
-                entries = producer_snapshot.decode(path.read_bytes(), offset,
-                                                   state.max_producers)
-            except (SnapshotError, OSError) as e:
-                report.snapshots_ignored += 1
-                report.snapshot_problem = f"{path.name}: {e}"
-                path.unlink(missing_ok=True)
-                continue
-            for entry in entries:
-                state.restore(entry)
-            start = max(start, offset)
-            break
-        for seg in self.segments:
-            if seg.next_offset <= start:
-                continue
-            position = seg.locate(start) if start > seg.base_offset else 0
-            for _pos, info in seg.batches(position):
-                if info.base_offset >= start:
-                    state.update(info)
-                    report.producer_batches_replayed += 1
-        self.producer_state = state
+        self.producer_state = rebuild_producer_state(
+            self.directory, self.segments, self.producer_state.max_producers,
+            self.recovery_report)
 
     def write_producer_snapshot(self) -> None:
         """Snapshot the producer state at the log end (at a roll and a clean close), keeping
@@ -430,23 +205,11 @@ class Log:
         it a start would replay the whole log to find out there is none."""
         if not self.track_producers:
             return
-        producer_snapshot.write(self.directory, self.producer_state, self.log_end_offset)
-        for offset in snapshot_offsets(self.directory)[:-2]:
-            producer_snapshot.snapshot_path(self.directory, offset).unlink(missing_ok=True)
+        write_snapshot(self.directory, self.producer_state, self.log_end_offset)
 
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers silent for ``expiration_ms`` (``producer.id.expiration.ms``)."""
         return self.producer_state.remove_expired(now_ms, expiration_ms)
-
-    def _epoch_starts_from_batches(self) -> list[tuple[int, int]]:
-        starts: list[tuple[int, int]] = []
-        epoch = None
-        for seg in self.segments:
-            for _pos, info in seg.batches():
-                if info.partition_leader_epoch != epoch:
-                    epoch = info.partition_leader_epoch
-                    starts.append((epoch, info.base_offset))
-        return starts
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -501,48 +264,15 @@ class Log:
         batches or records and :class:`RecordTooLarge`; on any error nothing is appended.
         """
         self._check_open()
-        buf, infos = assign_offsets(records, self.log_end_offset, leader_epoch)
-        limit = self.config.max_message_bytes
-        for info in infos:
-            if info.size > limit:
-                raise RecordTooLarge(info.size, limit)
-        validate_records(buf, infos, max_decompressed_bytes=limit)
-        if self.config.message_timestamp_type == "CreateTime":
-            # Stored with the topic's timestamp type, as Kafka does, before the bounds look
-            # at the records' timestamps.
-            buf, infos = as_create_time(buf, infos, max_batch_bytes=limit)
-        now_ms = self.time_ms()
-        check_timestamps(buf, infos, timestamp_type=self.config.message_timestamp_type,
-                         before_max_ms=self.config.message_timestamp_before_max_ms,
-                         after_max_ms=self.config.message_timestamp_after_max_ms,
-                         max_difference_ms=self.config.message_timestamp_difference_max_ms,
-                         now_ms=now_ms, max_batch_bytes=limit)
-        # A retry of a batch the log holds is answered before any rewrite work: nothing is
-        # appended (the rewrite keeps producer ids and sequences, so the checks see the same).
-        duplicate = self._check_producers(infos)
+        buf, infos, duplicate = leader_batches(records, self.log_end_offset, leader_epoch,
+                                               self.config, self.time_ms, self.producer_state)
         if duplicate is not None:
             return AppendResult(duplicate.first_offset, duplicate.last_offset, 0, 0, 0, -1,
                                 duplicate=True)
-        buf, infos = rewrite_for_topic(
-            buf, infos, compression_type=self.config.compression_type,
-            timestamp_type=self.config.message_timestamp_type, now_ms=now_ms,
-            max_batch_bytes=limit)
         if leader_epoch > self.leader_epochs.latest_epoch:
             # Record where this leader generation begins before its first batch.
             self.leader_epochs.assign(leader_epoch, infos[0].base_offset)
         return self._append(buf, infos)
-
-    def _check_producers(self, infos: list[BatchInfo]) -> BatchMetadata | None:
-        """The producer-state checks of a produced record set: the original batch when it
-        is a retry of one the log holds; :class:`ProducerStateError` when refused."""
-        if not any(info.producer_id >= 0 or info.is_transactional for info in infos):
-            return None
-        if len(infos) > 1:
-            # Clients send one batch per partition; several would need their duplicates
-            # answered one by one, which a ProduceResponse cannot say.
-            raise ProducerStateError("INVALID_RECORD", f"{len(infos)} batches with a producer "
-                                     "id in one partition's records; send one")
-        return self.producer_state.check(infos[0])
 
     def append_as_follower(self, records: bytes | memoryview) -> AppendResult:
         """Append batches fetched from the leader, keeping their offsets and epochs.
@@ -552,24 +282,17 @@ class Log:
         as a fetch response may end with one. Epoch entries follow the batches' epochs.
         """
         self._check_open()
-        view = memoryview(records)
-        data = bytes(view[:whole_batches_length(view)])
         leo = self.log_end_offset
+        data, infos = follower_batches(records, leo)
         if not data:
             return AppendResult(leo, leo - 1, 0, 0, 0, -1)
-        infos = list(iter_batches(data))
-        expected = leo
-        for info in infos:
-            if info.base_offset != expected:
-                raise UnexpectedAppendOffset(info.base_offset, expected)
-            expected = info.last_offset + 1
         for info in infos:
             if info.partition_leader_epoch >= 0:
                 self.leader_epochs.assign(info.partition_leader_epoch, info.base_offset)
         return self._append(data, infos)
 
     def _append(self, data: bytes | bytearray, infos: list[BatchInfo]) -> AppendResult:
-        if self._should_roll(len(data), infos[-1].last_offset):
+        if should_roll(self.active, len(data), infos[-1].last_offset, self.config, self.time_ms):
             self._roll()
         self.active.append(data, infos, now_ms=self.time_ms(),
                            index_interval_bytes=self.config.index_interval_bytes)
@@ -579,21 +302,6 @@ class Log:
         self._appended_messages += count
         return AppendResult(infos[0].base_offset, infos[-1].last_offset, count, len(infos),
                             len(data), max(i.max_timestamp for i in infos))
-
-    def _should_roll(self, incoming: int, last_offset: int) -> bool:
-        seg = self.active
-        if seg.size == 0:
-            return False
-        cfg = self.config
-        return (seg.size + incoming > cfg.segment_bytes
-                or self._too_old(seg)
-                or len(seg.index) >= cfg.max_index_entries
-                # index entries hold offsets relative to the segment base as int32
-                or last_offset - seg.base_offset > INT32_MAX)
-
-    def _too_old(self, seg: Segment) -> bool:
-        return seg.roll_base_ms is not None and \
-            self.time_ms() - seg.roll_base_ms >= self.config.segment_ms
 
     def _new_segment(self, base_offset: int) -> Segment:
         return Segment.create(self.directory, base_offset, now_ms=self.time_ms(),
@@ -616,22 +324,12 @@ class Log:
         """Roll the active segment if it is older than ``segment.ms`` (the broker calls this on a
         timer, so an idle partition still rolls). Empty segments never roll."""
         self._check_open()
-        if self.active.size > 0 and self._too_old(self.active):
+        if self.active.size > 0 and too_old(self.active, self.config, self.time_ms):
             self._roll()
             return True
         return False
 
     # -- reading ---------------------------------------------------------------------------------
-
-    def _segment_index(self, offset: int) -> int:
-        lo, hi = 0, len(self.segments) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.segments[mid].base_offset <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
              min_one: bool = True) -> ReadResult:
@@ -651,52 +349,21 @@ class Log:
             raise OffsetOutOfRange(offset, start, leo)
         if offset == leo or (max_offset is not None and offset >= max_offset):
             return ReadResult(b"", start, leo)
-        chunks: list[bytes] = []
-        budget = max_bytes
-        need_one = min_one
-        for seg in self.segments[self._segment_index(offset):]:
-            if offset >= seg.next_offset:
-                continue
-            offset = max(offset, seg.base_offset)
-            try:
-                data, exhausted = seg.read(offset, budget, max_offset, need_one)
-            except CorruptBatch as e:
-                raise CorruptLogError(self.topic, self.partition, e.offset,
-                                      f"{e.reason} (byte {e.position} of {e.segment})") from None
-            if data:
-                chunks.append(data)
-                budget -= len(data)
-                need_one = False
-            if not exhausted or budget <= 0:
-                break
-            offset = seg.next_offset
-        records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        records = read_batches(self.segments, offset, max_bytes, max_offset=max_offset,
+                               min_one=min_one, topic=self.topic, partition=self.partition)
         return ReadResult(records, start, leo)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record at or after the log start whose timestamp
         is >= ``timestamp_ms`` (ListOffsets by time), or None."""
         self._check_open()
-        for seg in self.segments:
-            if seg.next_offset <= self.log_start_offset:
-                continue
-            found = seg.find_timestamp(timestamp_ms, self.log_start_offset)
-            if found is not None:
-                return found
-        return None
+        return offset_for_timestamp(self.segments, self.log_start_offset, timestamp_ms)
 
     def offset_for_max_timestamp(self) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with the largest timestamp in the log
         (ListOffsets MAX_TIMESTAMP, KIP-734), or None for an empty log."""
         self._check_open()
-        best: Segment | None = None
-        for seg in self.segments:
-            if seg.next_offset > self.log_start_offset and seg.size and \
-                    (best is None or seg.max_timestamp > best.max_timestamp):
-                best = seg
-        if best is None or best.max_timestamp < 0:
-            return None
-        return best.max_timestamp_record(self.log_start_offset)
+        return offset_for_max_timestamp(self.segments, self.log_start_offset)
 
     # -- truncation and retention ----------------------------------------------------------------
 
@@ -747,8 +414,7 @@ class Log:
         self.log_start_offset = offset
         self._hw = offset
         self.leader_epochs.clear()
-        for old in snapshot_offsets(self.directory):
-            producer_snapshot.snapshot_path(self.directory, old).unlink(missing_ok=True)
+        delete_snapshots(self.directory)
         self.producer_state.clear()
 
     def advance_log_start(self, offset: int) -> bool:
@@ -773,22 +439,9 @@ class Log:
         watermark; the active segment is rolled first if it has to go. Moves the log start and
         trims the epoch file. Returns the number of segments deleted."""
         self._check_open()
-        now = self.time_ms()
-        cfg = self.config
-        total = self.size_bytes
-        doomed: list[Segment] = []
-        last = len(self.segments) - 1
-        for i, seg in enumerate(self.segments):
-            if seg.size == 0 or seg.next_offset > self._hw:
-                break
-            below_start = i < last and self.segments[i + 1].base_offset <= self.log_start_offset
-            ts = seg.max_timestamp if seg.max_timestamp >= 0 else seg.last_modified_ms
-            expired = cfg.retention_ms >= 0 and now - ts > cfg.retention_ms
-            oversize = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
-            if not (below_start or expired or oversize):
-                break
-            doomed.append(seg)
-            total -= seg.size
+        doomed = expired_segments(self.segments, log_start_offset=self.log_start_offset,
+                                  high_watermark=self._hw, config=self.config,
+                                  now_ms=self.time_ms())
         if not doomed:
             return 0
         if doomed[-1] is self.active:

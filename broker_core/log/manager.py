@@ -45,15 +45,15 @@ from broker_core.log.checkpoints import (
 )
 from broker_core.log.config import LogConfig
 from broker_core.log.dir_state import LogDirStates
-from broker_core.log.log import (
+from broker_core.log.log import Log
+from broker_core.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS, OpenSegments
+from broker_core.log.partition_dir import (
     DELETE_SUFFIX,
-    Log,
-    RecoveryReport,
     check_topic_name,
     parse_dir_name,
     partition_dir_name,
 )
-from broker_core.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS, OpenSegments
+from broker_core.log.recovery import RecoveryReport
 from broker_core.wire.topic_partition import TopicPartition
 
 CLEAN_SHUTDOWN = ".clean-shutdown"

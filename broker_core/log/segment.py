@@ -62,7 +62,7 @@ _HEAD = _head.size
 
 class CorruptBatch(Exception):
     """A stored batch failed its check when read: the log turns it into a
-    :class:`~broker_core.log.log.CorruptLogError` naming the partition."""
+    :class:`~broker_core.log.errors.CorruptLogError` naming the partition."""
 
     def __init__(self, segment: str, offset: int, position: int, reason: str) -> None:
         super().__init__(f"batch at offset {offset} (byte {position} of {segment}): {reason}")

@@ -192,7 +192,14 @@ class QuorumMetadataStore:
 
     async def _open_session(self) -> int:
         """Open a session, retrying while no leader takes it, for up to ``connect_timeout``;
-        then :class:`ConnectionLost` naming the voters."""
+        then :class:`ConnectionLost` naming the voters.
+
+        An ``open_session`` whose answer was lost (the leader died with it in flight) may
+        still commit without this store learning its id; the next attempt opens another. The
+        unknown one does not leak: every node's tracker gives an opened session a full
+        timeout from its entry, nobody heartbeats it, so whichever node leads expires it
+        through the log a session timeout later; it owns no node, so its expiry changes
+        nothing else."""
         deadline = self.reactor.seconds() + self.connect_timeout
         delay = 0.05
         why = "no answer"

@@ -163,8 +163,11 @@ class NetworkQuorumClient:
         # runs, so they are heartbeated to a new leader as soon as it is known.
         self._own_sessions: set[int] = set()
         self._stopped = False
+        self._leader_seen = False  # see leader_seen
         self.shutting_down = False  # see begin_shutdown
         self._shutdown_deadline = float("inf")
+        # Why a write made while stopping failed for want of a quorum (see begin_shutdown).
+        self._shutdown_failure: str | None = None
         self._shutdown_call: Any = None
         self._watched: dict[bytes, list[_PayloadWatch]] = {}
         # Entries applied since this client started (what a start replayed, for tests and
@@ -193,6 +196,16 @@ class NetworkQuorumClient:
         starts listening: a peer may forward as soon as it can connect)."""
         handler.serve(ApiKey.METADATA_WRITE, self._serve_write)
         handler.serve(ApiKey.SESSION_HEARTBEAT, self._serve_heartbeat)
+
+    @property
+    def leader_seen(self) -> bool:
+        """A leader was known to this node at some point since it started: the quorum is
+        reachable and takes this node (its login, its cluster id), so a write failing after
+        that failed in a leader change, not for a configuration error (a broker's start
+        retries through the one and ends on the other: broker_core/raft/start_retry.py)."""
+        if not self._leader_seen and self.driver is not None and self.driver.leader_id >= 0:
+            self._leader_seen = True
+        return self._leader_seen
 
     def learn_address(self, address: VoterAddress) -> None:
         """Reach node ``address.node_id`` there from now on: the quorum node learned it
@@ -372,6 +385,8 @@ class NetworkQuorumClient:
     # -- session liveness (the leader's job) ---------------------------------------------------
 
     def _on_transition(self, t: Transition) -> None:
+        if t.leader_id >= 0:
+            self._leader_seen = True
         if t.to_role is Role.LEADER:
             now = self._now_ms()
             sessions = self.tree.sessions
@@ -436,6 +451,10 @@ class NetworkQuorumClient:
             decode(command)  # validated before it is proposed or forwarded
         except MalformedCommand as e:
             return defer.fail(e)
+        if self.shutting_down and self._shutdown_failure is not None:
+            return defer.fail(StoreStopping(
+                f"the node is stopping and the quorum did not take an earlier write "
+                f"({self._shutdown_failure}); not waiting again"))
 
         async def run() -> Any:
             try:
@@ -443,6 +462,11 @@ class NetworkQuorumClient:
             except ConnectionLost as e:
                 if self.shutting_down or self._stopped:
                     # Abandoned for the stop (its short wait ran out), not a lost quorum.
+                    if self.shutting_down and self._shutdown_failure is None:
+                        self._shutdown_failure = str(e)
+                        self.log.info("quorum node {node} is stopping and a write found no "
+                                      "quorum ({e}); its later writes are not attempted",
+                                      node=self.node_id, e=e)
                     raise StoreStopping(str(e)) from None
                 raise
             if applied.failed:
@@ -456,7 +480,15 @@ class NetworkQuorumClient:
         ``submit_timeout_s`` each. From now on a write waits at most ``request_timeout_s``,
         and none waits for a leader while this node knows none: the rest of the quorum may be
         stopping too, and what is not written then (a session, its ephemeral nodes) expires
-        on its own. A stopping broker after the others left took 32 s without this."""
+        on its own. A stopping broker after the others left took 32 s without this.
+
+        Once one write made while stopping has failed that way, the later ones fail at once
+        (StoreStopping) instead of each waiting its own request timeout: a node that still
+        leads but has lost its majority would otherwise spend that timeout on every one of a
+        stopping broker's last writes (coordinator offsets and resignations, the controller's,
+        the session's close) one after another, enough to outlast a supervisor's grace. A
+        write abandoned so is what a stop without a quorum leaves anyway: the session is
+        recorded as left open and closed by the next start, or expires."""
         if self.shutting_down:
             return
         self.shutting_down = True
@@ -494,8 +526,10 @@ class NetworkQuorumClient:
             except _Ambiguous as e:
                 # Sent, answer lost: it may still commit (an old leader's entry that the next
                 # leader holds). Never resent (it could apply twice); if it shows up in the
-                # log by the deadline, that is its result.
-                return await self._await_watch(watch, e, deadline + self.request_timeout_s)
+                # log by the deadline, that is its result. A stopping node waits no longer
+                # than its shutdown budget (begin_shutdown).
+                grace = 0.0 if self.shutting_down else self.request_timeout_s
+                return await self._await_watch(watch, e, deadline + grace)
             finally:
                 watches = self._watched.get(command, [])
                 if watch in watches:

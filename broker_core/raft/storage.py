@@ -56,8 +56,10 @@ from broker_core.log.checkpoints import (
     write_atomically,
 )
 from broker_core.log.config import LogConfig
-from broker_core.log.log import Log, RecoveryReport, partition_dir_name
+from broker_core.log.log import Log
 from broker_core.log.manager import CLEAN_SHUTDOWN
+from broker_core.log.partition_dir import partition_dir_name
+from broker_core.log.recovery import RecoveryReport
 from broker_core.raft.entries import LogEntry
 from broker_core.raft.log import IRaftLog, OffsetBelowLogStart, check_appendable, epoch_starts_from
 from broker_core.raft.records import batch_entries, entries_to_records

@@ -265,11 +265,16 @@ class ReplicaManager:
         return p
 
     def adopt_local_logs(self, assigned: set[TopicPartition]) -> list[TopicPartition]:
-        """Start-up: delete local logs no longer assigned here; return what was deleted."""
+        """Start-up: delete local logs no longer assigned here; return what was deleted.
+
+        ``assigned`` is read from the metadata store after the broker registered, so controller
+        commands may have arrived during that read: a partition a LeaderAndIsr made a replica
+        here is newer than ``assigned`` and is kept (a topic created while the broker started
+        would otherwise lose the log it had just been given)."""
         deleted = []
         for log in list(self.log_manager.logs()):
             tp = (log.topic, log.partition)
-            if tp not in assigned:
+            if tp not in assigned and tp not in self.partitions:
                 self.log.info("deleting local partition {t}-{p}: no longer assigned to this broker",
                               t=log.topic, p=log.partition)
                 self._stop_partition(tp, delete=True)

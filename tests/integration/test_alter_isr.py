@@ -178,7 +178,7 @@ async def test_returning_leader_gets_a_new_leader_epoch(brokers, zk_hosts):
     # The controller must see the broker come back with a new registration, not see it die
     # first (then leadership would move, or the partition go offline, for other reasons). Hold
     # its event queue as a suspended ZooKeeper connection does while the broker bounces.
-    ctrl._on_session_state(SessionState.SUSPENDED)
+    ctrl.election.on_session_state(SessionState.SUSPENDED)
     try:
         hosts = zk_hosts.split("/", 1)[0]
         await threads.deferToThread(expire_session, hosts, *leader_b.store._client.client_id)
@@ -193,7 +193,7 @@ async def test_returning_leader_gets_a_new_leader_epoch(brokers, zk_hosts):
         await eventually(lambda: Deferred.fromCoroutine(re_registered()), timeout=30,
                          what="the broker registered again with a new session")
     finally:
-        ctrl._on_session_state(SessionState.CONNECTED)
+        ctrl.election.on_session_state(SessionState.CONNECTED)
 
     await eventually(lambda: ctrl.context.live[L].epoch != old_czxid, timeout=15,
                      what="the controller caches the new czxid")

@@ -129,24 +129,15 @@ def kill_leaders(cluster: ProcessCluster, acked: dict, worker: threading.Thread,
             break
         victim = _states(cluster)[n % PARTITIONS][0]
         broker = cluster.brokers[victim]
-        registrations = _registrations(broker)
         broker.kill(signal.SIGKILL)
         killed.append(victim)
         kills_done[n].set()
         time.sleep(1.0)  # an outage, not a wait: producers meet the dead leader meanwhile
-        broker.start()
-        broker.wait_listening()
         # Registered anew first: until its old session expires, the metadata still shows the
         # killed incarnation in every ISR, and the next kill must not come before it is back.
-        wait_for(lambda b=broker, r=registrations: _registrations(b) > r, 120,
-                 f"broker {victim} registered again")
+        cluster.restart(victim)
         wait_for(lambda: _fully_replicated(cluster), 120,
                  f"broker {victim} back in every ISR")
-
-
-def _registrations(broker) -> int:
-    """How many times ``broker``'s log says it registered (its log survives restarts)."""
-    return broker.log_text().count(f"registered /brokers/ids/{broker.broker_id} ")
 
 
 CLIENTS = {"kafka-python": KafkaPythonProducer, "confluent-kafka": ConfluentProducer}

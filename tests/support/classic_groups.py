@@ -9,7 +9,9 @@ from twisted.internet import task
 
 from broker_core.purgatory import Purgatory
 from broker_core.wire.errors import ErrorCode
-from coordinator.classic_group import ClassicGroupConfig, ClassicGroups, GroupState, JoinResult, SyncResult
+from coordinator.classic.group import GroupState
+from coordinator.classic.groups import ClassicGroups
+from coordinator.classic.interface import ClassicGroupConfig, JoinResult, SyncResult
 
 E = ErrorCode
 G = "g"

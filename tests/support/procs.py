@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from tests.support.cli_runs import eventually
 from tests.support.cluster import BrokerProcess, free_port
 
 #: The line a quorum node logs when it becomes leader (``RaftDriver``).
@@ -105,6 +106,24 @@ class ProcessCluster:
                 pass
             time.sleep(0.2)
         raise AssertionError(f"cluster did not form in {timeout}s; last metadata {last}")
+
+    def restart(self, broker_id: int, timeout: float = 120.0) -> None:
+        """Start a stopped or killed broker again; return once this incarnation has registered
+        and every running broker's Metadata lists all of them. After a SIGKILL the previous
+        incarnation's registration lingers until its ZooKeeper session expires, so the broker
+        count alone cannot tell the new one is there: its log (which survives restarts) can."""
+        b = self.brokers[broker_id]
+        line = f"registered /brokers/ids/{broker_id} "
+        before = b.log_text().count(line)
+        b.start()
+        b.wait_listening()
+
+        def registered_again() -> bool:
+            if b.proc is not None and b.proc.poll() is not None:
+                raise RuntimeError(f"broker {broker_id} exited: {b.log_tail()}")
+            return b.log_text().count(line) > before
+        eventually(registered_again, timeout, f"broker {broker_id} registered again")
+        self.wait_registered(timeout=timeout)
 
     def stop(self) -> None:
         for b in self.brokers.values():

@@ -177,7 +177,7 @@ def make(partitions: int = 9):
     store.create(paths.CONTROLLER, paths.ControllerRegistration(1, 0).to_bytes())
     store, clock, channels, ctl = make_controller(
         partitions, store, heartbeat_interval_s=BEAT, session_timeout_s=SESSION)
-    ctl._started = True
+    ctl.election.standing = True
     ctl.fencing.start(ctl.context.live)
     return store, clock, channels, ctl
 

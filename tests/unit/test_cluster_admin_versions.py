@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
+from broker_core import metadata_paths as paths
 from broker_core.raft.listener_admin import ADMIN_VERSIONS
 from broker_core.server.cluster_admin import ClusterAdminApis
 from broker_core.wire import apis
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages import alter_partition_reassignments, describe_cluster
-from broker_core.zk import paths
 from tests.support.controller_harness import make, run
 from tests.support.memory_store import MemoryStore
 from tests.support.wire_bytes import (

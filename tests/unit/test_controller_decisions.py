@@ -11,9 +11,9 @@ from types import SimpleNamespace
 from twisted.internet import defer
 from twisted.logger import Logger, formatEvent
 
+from broker_core import fenced_writer
 from broker_core import metadata_paths as paths
 from broker_core.controller import controller as controller_module
-from broker_core.controller import writer as writer_module
 from broker_core.controller.batch import LiveBroker, PartitionDecision
 from broker_core.controller.decisions import GONE, DecisionRounds, conflicting
 from broker_core.controller.election import Election
@@ -118,7 +118,7 @@ def test_a_retried_election_is_decided_from_the_re_read_state():
 
 def test_a_restarted_leaders_epoch_bump_committed_before_a_failed_multi_is_applied_once(
         monkeypatch):
-    monkeypatch.setattr(writer_module, "MULTI_BATCH", 1)  # one multi per partition
+    monkeypatch.setattr(fenced_writer, "MULTI_BATCH", 1)  # one multi per partition
     store, clock, channels, ctl = make()
     # Broker 2 (leader of t-1, t-4, t-7) restarted; t-7's znode was rewritten meanwhile, so its
     # multi fails after those of t-1 and t-4 committed.
@@ -150,7 +150,7 @@ class InterferingStore(MemoryStore):
 
 
 def test_a_partition_conflicting_every_round_is_logged_and_decided_again_later(monkeypatch):
-    monkeypatch.setattr(writer_module, "MULTI_BATCH", 1)
+    monkeypatch.setattr(fenced_writer, "MULTI_BATCH", 1)
     store, clock, channels, ctl = make(store=InterferingStore())
     events: list[dict] = []
     ctl.log = Logger(namespace="sluice.controller", observer=events.append)
@@ -183,7 +183,7 @@ class Counter:
 
 
 def test_an_unclean_election_is_logged_and_counted_once_when_written(monkeypatch):
-    monkeypatch.setattr(writer_module, "MULTI_BATCH", 1)
+    monkeypatch.setattr(fenced_writer, "MULTI_BATCH", 1)
     store, clock, channels, ctl = make(store=InterferingStore())
     ctl.unclean_leader_election = lambda topic: True
     ctl.metrics = SimpleNamespace(unclean_leader_elections_total=Counter())
@@ -208,7 +208,7 @@ def test_an_unclean_election_is_logged_and_counted_once_when_written(monkeypatch
 
 
 def test_a_retry_pending_when_the_controller_resigns_is_cancelled(monkeypatch):
-    monkeypatch.setattr(writer_module, "MULTI_BATCH", 1)
+    monkeypatch.setattr(fenced_writer, "MULTI_BATCH", 1)
     store, clock, channels, ctl = make(store=InterferingStore())
     store.path, store.times = paths.leader_and_isr("t", 2), 3
     store.delete(paths.broker(3))

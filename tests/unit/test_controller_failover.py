@@ -13,7 +13,8 @@ from broker_core import metadata_paths as paths
 from broker_core.controller import controller as controller_module
 from broker_core.controller.controller import LEADERS_FIRST_WAIT_S, Controller
 from broker_core.controller.event_manager import NotController
-from broker_core.controller.writer import FENCED_PIPELINE, MULTI_BATCH
+from broker_core.controller.writer import FENCED_PIPELINE
+from broker_core.fenced_writer import MULTI_BATCH
 from broker_core.metadata import Create, SetData
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.messages import leader_and_isr

@@ -38,7 +38,7 @@ def started(ctl) -> list[dict]:
     """Mark ``ctl`` started (as Controller.start does) and capture its log events."""
     events: list[dict] = []
     ctl.log = Logger(namespace="test.controller", observer=events.append)
-    ctl._started = True
+    ctl.election.standing = True
     return events
 
 

@@ -8,12 +8,9 @@ import itertools
 import pytest
 
 from broker_core.wire.errors import ErrorCode
-from coordinator.classic_group import (
-    NEW_MEMBER_JOIN_TIMEOUT_S,
-    GroupState,
-    JoinResult,
-    SyncResult,
-)
+from coordinator.classic.group import GroupState
+from coordinator.classic.interface import JoinResult, SyncResult
+from coordinator.classic.timers import NEW_MEMBER_JOIN_TIMEOUT_S
 from tests.support.classic_groups import DELAY_MS, REBALANCE_MS, SESSION_MS, G, Harness
 
 E = ErrorCode

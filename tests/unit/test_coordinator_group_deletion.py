@@ -11,10 +11,11 @@ import pytest
 from twisted.internet import defer, task
 
 from broker_core import metadata_paths as paths
+from broker_core.leader_election import Role
 from broker_core.metadata_cache import BrokerEndpoint
 from broker_core.wire import consumer_protocol
 from broker_core.wire.errors import ErrorCode, MalformedFrame
-from coordinator.classic_group import GroupState
+from coordinator.classic.group import GroupState
 from coordinator.service import CoordinatorConfig, CoordinatorService
 from tests.support.memory_store import MemoryStore
 from tests.support.wire_bytes import i16, i32, string
@@ -203,7 +204,7 @@ def test_delete_groups_is_fenced_and_not_served_by_a_standby():
     store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH] = (b"99", version + 1)
     assert delete(svc, "g") == [("g", E.NOT_COORDINATOR)]
     assert subtree(store, "g") == before
-    svc.elector.active = False  # a broker that is not the coordinator
+    svc.elector.role = Role.FOLLOWER  # a broker that is not the coordinator
     assert delete(svc, "g") == [("g", E.NOT_COORDINATOR)]
     assert subtree(store, "g") == before
 

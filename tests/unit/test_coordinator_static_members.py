@@ -6,7 +6,7 @@ on an injected clock (tests/support/classic_groups.py)."""
 from __future__ import annotations
 
 from broker_core.wire.errors import ErrorCode
-from coordinator.classic_group import GroupState
+from coordinator.classic.group import GroupState
 from tests.support.classic_groups import SESSION_MS, G, Harness
 
 E = ErrorCode

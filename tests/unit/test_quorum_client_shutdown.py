@@ -115,3 +115,51 @@ def test_a_write_waiting_for_its_entry_fails_one_request_timeout_into_the_shutdo
     advance(clock, 0.2)
     assert len(failures) == 1 and failures[0].check(ConnectionLost)
     assert "the node is stopping" in str(failures[0].value)
+
+
+class LeaderWithoutMajority(FakeDriver):
+    """A node that still leads but whose proposals never commit (its majority has gone)."""
+
+    role = Role.LEADER
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.proposed: list[bytes] = []
+
+    def propose(self, payload: bytes):
+        from twisted.internet import defer
+
+        self.proposed.append(payload)
+        return defer.Deferred()
+
+
+def test_while_shutting_down_one_write_without_a_quorum_spares_the_later_ones_the_wait():
+    """A stopping broker's last writes come one after another; each used to wait its own
+    request timeout on a leader without a majority (seconds each, enough to outlast a
+    supervisor's grace): after the first, the rest fail at once."""
+    from broker_core.metadata import StoreStopping
+
+    clock = Clock()
+    client = NetworkQuorumClient(1, {}, clock, request_timeout_s=2.0, submit_timeout_s=10.0)
+    driver = LeaderWithoutMajority()
+    client.attach(driver)
+    client.begin_shutdown()
+    d, failures = write(client)
+    advance(clock, 1.9)
+    assert not failures
+    advance(clock, 0.2)  # one request timeout: its proposal's
+    assert len(failures) == 1 and failures[0].check(StoreStopping)
+    later = [write(client)[1] for _ in range(5)]  # no clock advance: they fail now
+    assert all(len(f) == 1 and f[0].check(StoreStopping) for f in later)
+    assert "not waiting again" in str(later[0][0].value)
+    assert len(driver.proposed) == 1  # nothing more was proposed
+
+
+def test_before_the_shutdown_a_failed_write_does_not_stop_later_ones():
+    client, clock = client_following(-1)
+    d, failures = write(client)
+    advance(clock, 10.5)
+    assert len(failures) == 1
+    d2, failures2 = write(client)
+    advance(clock, 1.0)
+    assert not failures2  # it waits for a leader as before

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from twisted.internet import defer, task  # noqa: E402
 
-from broker_core.raft.config import RaftConfig, VoterAddress  # noqa: E402
+from broker_core.config.quorum import RaftConfig, VoterAddress  # noqa: E402
 from broker_core.raft.embedded import EmbeddedQuorum  # noqa: E402
 from broker_core.raft.entries import LogEntry, VoterAssignment  # noqa: E402
 from broker_core.raft.metadata_commands import CreateNode, SetNode, encode  # noqa: E402

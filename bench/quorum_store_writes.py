@@ -100,7 +100,7 @@ async def _child(reactor: Any, args: argparse.Namespace) -> None:
     from twisted.internet import threads  # noqa: PLC0415 (child only)
     from twisted.logger import globalLogBeginner, textFileLogObserver  # noqa: PLC0415
 
-    from broker_core.raft.config import VoterAddress  # noqa: PLC0415
+    from broker_core.config.quorum import VoterAddress  # noqa: PLC0415
     from broker_core.raft.embedded import EmbeddedQuorum  # noqa: PLC0415
     from broker_core.raft.metadata_store import QuorumMetadataStore  # noqa: PLC0415
 

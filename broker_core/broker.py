@@ -46,7 +46,9 @@ from twisted.python.threadpool import ThreadPool
 
 from broker_core import metadata_paths as paths
 from broker_core.acl_store import AclCache
-from broker_core.config import BrokerConfig, ConfigError, applied_topic_overrides
+from broker_core.config.broker_config import BrokerConfig
+from broker_core.config.parsing import ConfigError
+from broker_core.config.topic_keys import applied_topic_overrides
 from broker_core.config_changes import read_entity
 from broker_core.controller.controller import Controller
 from broker_core.controller.heartbeat_sender import ControllerHeartbeatSender
@@ -142,7 +144,7 @@ class BrokerService(service.Service):
         #: read once: every listener checks the cluster login against it and every connection
         #: this broker opens to another broker or quorum node logs in with it.
         self.cluster_credential = config.cluster_credential()
-        #: The named listeners (broker_core/server/listeners.py).
+        #: The named listeners (broker_core/config/listeners.py).
         self.listener_configs = config.listener_configs()
         #: TLS on this broker's connections to other brokers when the inter-broker listener is
         #: SSL or SASL_SSL (its CA, certificate and key; read once, like the cluster secret).

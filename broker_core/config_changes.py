@@ -11,8 +11,8 @@ Every broker watches these nodes and applies a change while it runs (``broker_co
 
 What may change:
 
-- topic keys: every key of :data:`broker_core.config.TOPIC_CONFIG_KEYS`, checked as
-  CreateTopics checks them (:func:`broker_core.config.check_topic_value`);
+- topic keys: every key of :data:`broker_core.config.topic_keys.TOPIC_CONFIG_KEYS`, checked as
+  CreateTopics checks them (:func:`broker_core.config.topic_keys.check_topic_value`);
 - broker keys: only :data:`DYNAMIC_BROKER_KEYS`, the broker-level defaults of topic keys, which
   a running broker applies to its logs and produce checks at once. Any other broker key is
   read at start only (listeners, directories, security, the metadata store, timings of
@@ -39,16 +39,15 @@ from typing import Any
 from twisted.logger import Logger
 
 from broker_core import metadata_paths as paths
-from broker_core.config import (
-    BROKER_KEYS,
+from broker_core.config.broker_config import BROKER_KEYS
+from broker_core.config.parsing import (
     INT_MAX,
-    TOPIC_CONFIG_KEYS,
     ConfigError,
-    check_topic_value,
     config_type_of,
     parse_decimal,
     unknown_key_message,
 )
+from broker_core.config.topic_keys import TOPIC_CONFIG_KEYS, check_topic_value
 from broker_core.metadata import BadVersion, NodeExists, NoNode
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages.describe_configs import ConfigType, ResourceType

@@ -23,7 +23,8 @@ from typing import Any
 from twisted.logger import Logger
 
 from broker_core import metadata_paths as paths
-from broker_core.config import BROKER_KEYS, BrokerConfig, ConfigError
+from broker_core.config.broker_config import BROKER_KEYS, BrokerConfig
+from broker_core.config.parsing import ConfigError
 from broker_core.config_changes import DEFAULT_BROKER, DYNAMIC_BROKER_KEYS
 
 log = Logger(namespace="sluice.config")

@@ -14,7 +14,8 @@ from pathlib import Path
 from twisted.application import service
 from twisted.python import usage
 
-from broker_core.config import BrokerConfig, ConfigError
+from broker_core.config.broker_config import BrokerConfig
+from broker_core.config.parsing import ConfigError
 
 #: option name → config key
 OPTION_KEYS = {

@@ -24,7 +24,8 @@ from typing import Any
 
 from broker_core import assignment as assign
 from broker_core import metadata_paths as paths
-from broker_core.config import ConfigError, validate_topic_config
+from broker_core.config.parsing import ConfigError
+from broker_core.config.topic_keys import validate_topic_config
 from broker_core.metadata import (
     BadVersion,
     Create,

@@ -3,8 +3,8 @@
 Build it with keyword arguments named like the attributes (``ConsumerConfig.create(
 bootstrap_servers="h:9092", group_id="g", topics={"events": 2})``) or from Kafka keys
 (``ConsumerConfig.from_mapping({"bootstrap.servers": ..., "group.id": ...})``). Every value is
-checked once, here; a bad one raises :class:`~broker_core.config.ConfigError` naming the key.
-``docs/consumer.md`` lists every key.
+checked once, here; a bad one raises :class:`~broker_core.config.parsing.ConfigError` naming
+the key. ``docs/consumer.md`` lists every key.
 
 The subscription is the design's *topic count*: ``topics`` maps a topic to its number of streams
 (``pattern="static"``), or a regular expression to the number of streams shared by every topic
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_core.config import (
+from broker_core.config.parsing import (
     INT_MAX,
     ConfigError,
     ConfigKey,

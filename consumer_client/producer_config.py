@@ -1,8 +1,9 @@
 """The producer's configuration: Kafka's producer keys, typed and checked once.
 
-Built with the broker's config machinery (:mod:`broker_core.config`): an unknown key, a missing
-``bootstrap.servers`` or a bad value raises :class:`~broker_core.config.ConfigError` naming the
-key. Defaults are Kafka's (4.x) where Sluice has the setting; ``docs/producer.md`` lists them.
+Built with the broker's config machinery (:mod:`broker_core.config.parsing`): an unknown key, a
+missing ``bootstrap.servers`` or a bad value raises
+:class:`~broker_core.config.parsing.ConfigError` naming the key. Defaults are Kafka's (4.x)
+where Sluice has the setting; ``docs/producer.md`` lists them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_core.config import (
+from broker_core.config.parsing import (
     INT_MAX,
     ConfigError,
     ConfigKey,

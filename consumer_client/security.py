@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_core.config import ConfigError
+from broker_core.config.parsing import ConfigError
 from broker_core.security.principal import SecurityProtocol
 from broker_core.security.sasl import (
     KNOWN_MECHANISMS,

@@ -13,6 +13,7 @@ from typing import Any
 
 from broker_core import acl_store, topic_admin
 from broker_core import metadata_paths as paths
+from broker_core.config.metadata_keys import SASL_DIGEST_MD5
 from broker_core.security.acl import AclBinding, AclFilter
 from broker_core.security.acl import binding as acl_binding
 from broker_core.server import user_admin
@@ -28,7 +29,6 @@ from broker_core.wire.messages.describe_user_scram_credentials import (
     MECHANISM_CODES,
     MECHANISM_TYPES,
 )
-from broker_core.zk.acl_policy import SASL_DIGEST_MD5
 from consumer_client.connection import BrokerConnection, UnsupportedVersionError, bootstrap
 from consumer_client.security import ClientSecurity
 
@@ -53,7 +53,8 @@ def zookeeper_acl_policy(auth_file: str | None, mechanism: str = SASL_DIGEST_MD5
     ``zookeeper.auth.mechanism``), else it is anonymous; it sets no ACL until
     :func:`_follow_cluster_acls` has looked at the cluster. Raises AdminError for a bad file
     or mechanism."""
-    from broker_core.zk.acl_policy import AclPolicy, ZkAuthFileError, ZkCredential, parse_mechanism
+    from broker_core.config.metadata_keys import parse_mechanism  # noqa: PLC0415
+    from broker_core.zk.acl_policy import AclPolicy, ZkAuthFileError, ZkCredential
 
     try:
         mechanism = parse_mechanism(mechanism)

@@ -70,7 +70,9 @@ from typing import Any
 
 from broker_core import metadata_paths as paths
 from broker_core import topic_admin
-from broker_core.config import ConfigError, read_properties
+from broker_core.config.metadata_keys import SASL_DIGEST_MD5
+from broker_core.config.parsing import ConfigError
+from broker_core.config.properties import read_properties
 from broker_core.security.acl import (
     CLUSTER_NAME,
     AccessEntry,
@@ -95,7 +97,6 @@ from broker_core.server import user_admin
 from broker_core.wire.messages.describe_configs import ResourceType as ConfigResourceType
 from broker_core.wire.messages.describe_user_scram_credentials import MECHANISM_CODES
 from broker_core.wire.messages.incremental_alter_configs import OpType
-from broker_core.zk.acl_policy import SASL_DIGEST_MD5
 from consumer_client.security import ClientSecurity
 from sluice_tools.admin import AdminClient, AdminError, error_name
 

@@ -103,7 +103,7 @@ def quorum_security(values: dict[str, str]) -> ClientSecurity:
     ``security.protocol`` PLAINTEXT or SSL and the ``ssl.*`` keys. A SASL protocol is refused
     (ConfigError naming the key): the quorum port's only login is the cluster login, which the
     tool takes from ``--secret-file``."""
-    from broker_core.config import ConfigError  # noqa: PLC0415
+    from broker_core.config.parsing import ConfigError  # noqa: PLC0415
 
     security = ClientSecurity.from_mapping(values)
     if security.protocol.uses_sasl:

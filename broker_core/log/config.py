@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
-from broker_core.config import COMPRESSION_TYPES, TIMESTAMP_TYPES
+from broker_core.config.topic_keys import COMPRESSION_TYPES, TIMESTAMP_TYPES
 
 ONE_WEEK_MS = 7 * 24 * 3600 * 1000
 INT32_MAX = (1 << 31) - 1

@@ -148,7 +148,7 @@ def as_create_time(data: bytes | bytearray, infos: list[BatchInfo], *, max_batch
 
 def target_codec(compression_type: str, produced: Compression) -> Compression:
     """The codec a batch produced with ``produced`` is stored with under ``compression_type``
-    (a value of :data:`broker_core.config.COMPRESSION_TYPES`)."""
+    (a value of :data:`broker_core.config.topic_keys.COMPRESSION_TYPES`)."""
     if compression_type == "producer":
         return produced
     if compression_type == "uncompressed":

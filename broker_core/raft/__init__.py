@@ -12,7 +12,7 @@ The modules on Twisted are not re-exported here: the network driver
 ``metadata_sessions`` are sans-IO like the core.
 """
 
-from broker_core.raft.config import RaftConfig, RaftConfigError
+from broker_core.config.quorum import RaftConfig, RaftConfigError
 from broker_core.raft.effects import Effects, Transition
 from broker_core.raft.entries import LeaderChange, LogEntry, VoterAssignment
 from broker_core.raft.log import InMemoryRaftLog, IRaftLog, LogInvariantError

@@ -62,16 +62,16 @@ from twisted.logger import (
     textFileLogObserver,
 )
 
-from broker_core.raft.bootstrap import DEFAULT_DISCOVERY_TIMEOUT_MS, Phase
-from broker_core.raft.bootstrap_runner import BootstrapFailed
-from broker_core.raft.cluster_id import resolve_cluster_id
-from broker_core.raft.config import (
+from broker_core.config.quorum import (
     RaftConfig,
     RaftConfigError,
     parse_bootstrap_servers,
     parse_configured_voters,
     parse_quorum_voters,
 )
+from broker_core.raft.bootstrap import DEFAULT_DISCOVERY_TIMEOUT_MS, Phase
+from broker_core.raft.bootstrap_runner import BootstrapFailed
+from broker_core.raft.cluster_id import resolve_cluster_id
 from broker_core.raft.driver import RaftDriver
 from broker_core.raft.effects import Transition
 from broker_core.raft.entries import LeaderChange, LogEntry

@@ -16,7 +16,7 @@ import base64
 import uuid
 from collections.abc import Collection
 
-from broker_core.raft.config import RaftConfigError
+from broker_core.config.quorum import RaftConfigError
 
 
 def generate_cluster_id() -> str:

@@ -60,7 +60,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from zope.interface import Interface
 
-from broker_core.raft.config import RaftConfig
+from broker_core.config.quorum import RaftConfig
 from broker_core.raft.effects import Effects, Transition
 from broker_core.raft.entries import LogEntry, Payload
 from broker_core.raft.log import IRaftLog

@@ -25,14 +25,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from broker_core.config.listeners import ListenerConfig
+from broker_core.config.quorum import RaftConfig, VoterAddress
 from broker_core.raft.bootstrap import StartNode
-from broker_core.raft.config import RaftConfig, VoterAddress
 from broker_core.raft.quorum_client import NetworkQuorumClient
 from broker_core.raft.service import QuorumNode
 from broker_core.security.cluster_secret import ClusterCredential
 from broker_core.server.connection_limits import ServerLimits
 from broker_core.server.listener_endpoints import load_peer_tls, load_tls_options
-from broker_core.server.listeners import ListenerConfig
 from broker_core.wire.framing import MAX_FRAME_BYTES
 
 

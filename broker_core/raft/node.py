@@ -65,7 +65,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from broker_core.raft.config import RaftConfig
+from broker_core.config.quorum import RaftConfig
 from broker_core.raft.effects import Effects, Transition
 from broker_core.raft.entries import LeaderChange, LogEntry, Payload, VoterAssignment
 from broker_core.raft.log import IRaftLog

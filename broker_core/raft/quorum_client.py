@@ -73,8 +73,8 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from broker_core.config.quorum import VoterAddress
 from broker_core.metadata import ConnectionLost, SessionExpired, StoreStopping
-from broker_core.raft.config import VoterAddress
 from broker_core.raft.driver import DriverStopped, EntryTruncated, RaftDriver
 from broker_core.raft.effects import Transition
 from broker_core.raft.entries import LogEntry

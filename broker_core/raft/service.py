@@ -18,10 +18,11 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from broker_core.config.listeners import ListenerConfig
+from broker_core.config.quorum import RaftConfig, VoterAddress
 from broker_core.raft import wire
 from broker_core.raft.bootstrap import BootstrapMachine, Phase, StartNode
 from broker_core.raft.bootstrap_runner import BootstrapRunner, persisted_view
-from broker_core.raft.config import RaftConfig, VoterAddress
 from broker_core.raft.discovery import Directory, Gossip, NodeEndpoint, QuorumView
 from broker_core.raft.driver import RaftDriver
 from broker_core.raft.gossip import GossipClient
@@ -34,7 +35,6 @@ from broker_core.security.peer_tls import PeerTls
 from broker_core.security.principal import ListenerSettings, SecurityProtocol
 from broker_core.server.connection_limits import ServerLimits
 from broker_core.server.listener_endpoints import bind
-from broker_core.server.listeners import ListenerConfig
 from broker_core.wire.framing import MAX_FRAME_BYTES
 
 

@@ -39,8 +39,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from broker_core.config.quorum import VoterAddress
 from broker_core.raft import wire
-from broker_core.raft.config import VoterAddress
 from broker_core.raft.driver import IRaftTransport
 from broker_core.raft.listener import InboundRequests
 from broker_core.raft.messages import Envelope

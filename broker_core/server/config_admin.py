@@ -25,7 +25,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from broker_core.config import topic_defaults
+from broker_core.config.broker_config import topic_defaults
 from broker_core.config_changes import (
     BROKER,
     MAX_RESOURCES,

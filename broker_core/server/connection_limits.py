@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker_core.config.listener_keys import parse_overrides
 from broker_core.security.principal import canonical_host
 from broker_core.server.memory_pool import (
     UNAUTHENTICATED_HOST_BYTES,
@@ -32,22 +33,6 @@ from broker_core.server.memory_pool import (
 MAX_CONNECTIONS = "max_connections"
 MAX_CONNECTIONS_PER_IP = "max_connections_per_ip"
 REFUSAL_REASONS = (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_IP)
-
-
-def parse_overrides(text: str) -> dict[str, int]:
-    """``max.connections.per.ip.overrides``: ``host:n,host:n`` (Kafka's form; an IPv6 address
-    is everything before the last colon). Raises ValueError naming the bad entry. Hosts are
-    normalised as addresses where they are addresses, so ``::1`` and ``0::1`` are one host."""
-    out: dict[str, int] = {}
-    for entry in (e.strip() for e in text.split(",")):
-        if not entry:
-            continue
-        host, sep, count = entry.rpartition(":")
-        host = host.strip().strip("[]")
-        if not sep or not host or not count.strip().isdigit():
-            raise ValueError(f"{entry!r} is not host:count")
-        out[normalise_host(host)] = int(count)
-    return out
 
 
 def normalise_host(host: str) -> str:
@@ -161,8 +146,8 @@ class ServerLimits:
 
     @classmethod
     def from_config(cls, cfg: Any) -> ServerLimits:
-        """From a :class:`~broker_core.config.BrokerConfig`'s keys; a new pool and counts (call
-        once per group of listeners)."""
+        """From a :class:`~broker_core.config.broker_config.BrokerConfig`'s keys; a new pool
+        and counts (call once per group of listeners)."""
         return cls(
             connections=ConnectionLimiter(
                 cfg.max_connections, cfg.max_connections_per_ip,

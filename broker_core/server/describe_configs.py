@@ -6,8 +6,9 @@ a message a person can act on, and the others are still answered.
 
 What it reports, Kafka's way (every value the store holds is read at the time of the request):
 
-- **Topic** (resource type 2): every key of :data:`broker_core.config.TOPIC_CONFIG_KEYS`, in that
-  order (name order), with its effective value: the topic's override in ``/config/topics/[topic]``
+- **Topic** (resource type 2): every key of
+  :data:`broker_core.config.topic_keys.TOPIC_CONFIG_KEYS`, in that order (name order), with
+  its effective value: the topic's override in ``/config/topics/[topic]``
   (``DYNAMIC_TOPIC_CONFIG``), else its broker synonym's value from this broker's dynamic config
   (``DYNAMIC_BROKER_CONFIG``), the cluster-wide dynamic default (``DYNAMIC_DEFAULT_BROKER_CONFIG``),
   the broker's configuration (``STATIC_BROKER_CONFIG``) or the built-in default
@@ -17,7 +18,7 @@ What it reports, Kafka's way (every value the store holds is read at the time of
   override. Override keys Sluice does not know (written by another tool) are reported after the
   known ones, as ``DYNAMIC_TOPIC_CONFIG``. Topic configs are not read-only.
 - **Broker** (resource type 4): the resource name must be this broker's id. Every key of
-  :data:`broker_core.config.BROKER_KEYS` with the same precedence (dynamic keys are
+  :data:`broker_core.config.broker_config.BROKER_KEYS` with the same precedence (dynamic keys are
   :data:`broker_core.config_changes.DYNAMIC_BROKER_KEYS`; every other key is read-only). A key
   is ``STATIC_BROKER_CONFIG`` when its value differs from what a configuration setting only the
   required keys would give; an unset key has a null value. The per-listener overrides the
@@ -36,8 +37,8 @@ What it reports, Kafka's way (every value the store holds is read at the time of
 - ``config_type`` (v3+) is Kafka's type of the key; ``documentation`` (v3+, when
   ``include_documentation`` is set) is the topic key's description, and for a broker key that
   is the broker-level default of a topic key (the dynamic ones among them) that topic key's,
-  said as such (:func:`broker_core.config.broker_key_doc`); other broker keys have none here
-  (docs/configuration.md describes them). No Sluice key is sensitive, so no value is hidden.
+  said as such (:func:`broker_core.config.broker_config.broker_key_doc`); other broker keys
+  have none here (docs/configuration.md describes them). No Sluice key is sensitive, so no value is hidden.
 """
 
 from __future__ import annotations
@@ -49,16 +50,14 @@ from typing import Any
 from twisted.logger import Logger
 
 from broker_core import metadata_paths as paths
-from broker_core.config import (
+from broker_core.config.broker_config import (
     BROKER_KEYS,
-    LONG_MAX,
-    TOPIC_CONFIG_KEYS,
     BrokerConfig,
-    applied_topic_overrides,
     broker_key_doc,
-    config_type_of,
     required_keys,
 )
+from broker_core.config.parsing import LONG_MAX, config_type_of
+from broker_core.config.topic_keys import TOPIC_CONFIG_KEYS, applied_topic_overrides
 from broker_core.config_changes import DEFAULT_BROKER, DYNAMIC_BROKER_KEYS, read_entity
 from broker_core.dynamic_config import effective_broker_config
 from broker_core.wire.errors import ErrorCode

@@ -1,4 +1,4 @@
-"""Binding the broker's listeners (:mod:`broker_core.server.listeners`), TLS included.
+"""Binding the broker's listeners (:mod:`broker_core.config.listeners`), TLS included.
 
 Each listener gets its own :class:`~broker_core.server.protocol.KafkaServerFactory` (all
 sharing the broker's one request handler), so each connection knows the listener it came on.
@@ -22,8 +22,8 @@ from OpenSSL import crypto
 from twisted.internet import endpoints, ssl
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
+from broker_core.config.listeners import ClientAuth, ListenerConfig, Listeners, TlsFiles
 from broker_core.security.peer_tls import PeerTls
-from broker_core.server.listeners import ClientAuth, ListenerConfig, Listeners, TlsFiles
 
 
 class _RefusingTLSFactory(TLSMemoryBIOFactory):

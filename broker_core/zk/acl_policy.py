@@ -36,6 +36,7 @@ import hashlib
 from dataclasses import dataclass
 
 from broker_core import metadata_paths as paths
+from broker_core.config.metadata_keys import DIGEST, MECHANISMS, SASL_DIGEST_MD5
 from broker_core.security.secret_file import SecretFileError, read_secret_file
 
 # ZooKeeper's permission bits (org.apache.zookeeper.ZooDefs.Perms).
@@ -57,21 +58,6 @@ ZOOKEEPER_SYSTEM_PATH = "/zookeeper"
 #: readers by old servers), and a sniffed DIGEST-MD5 exchange allows offline guessing too; a
 #: password of 32 random characters makes guessing it hopeless.
 MIN_PASSWORD_LENGTH = 32
-
-#: ``zookeeper.auth.mechanism`` values: SASL DIGEST-MD5 (the default), or ZooKeeper's
-#: built-in ``digest`` scheme for servers that cannot be given a JAAS file.
-SASL_DIGEST_MD5 = "DIGEST-MD5"
-DIGEST = "digest"
-MECHANISMS: tuple[str, ...] = (SASL_DIGEST_MD5, DIGEST)
-
-
-def parse_mechanism(raw: str) -> str:
-    """``raw`` as one of :data:`MECHANISMS` (case does not matter); ValueError otherwise."""
-    for mechanism in MECHANISMS:
-        if raw.strip().lower() == mechanism.lower():
-            return mechanism
-    raise ValueError(f"{raw!r} is not a ZooKeeper auth mechanism: {' or '.join(MECHANISMS)}")
-
 
 @dataclass(frozen=True)
 class AclEntry:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from broker_core.config import ConfigError
+from broker_core.config.parsing import ConfigError
 from consumer_client.connection import parse_servers
 from consumer_client.security import ClientSecurity, is_security_key
 from consumer_client.spark.offsets import OffsetError, OffsetSpec, parse_assign, parse_offset_spec

@@ -234,7 +234,7 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
 def security_of(command_config: str | None) -> Any:
     """The :class:`~consumer_client.security.ClientSecurity` of a ``--command-config`` file
     (PLAINTEXT without one)."""
-    from broker_core.config import read_properties
+    from broker_core.config.properties import read_properties
     from consumer_client.security import ClientSecurity
 
     if command_config is None:

@@ -20,7 +20,7 @@ from twisted.logger import formatEvent, globalLogPublisher
 
 from broker_core import metadata_paths as paths
 from broker_core.broker import BrokerService, StartupError
-from broker_core.config import ConfigError
+from broker_core.config.parsing import ConfigError
 from broker_core.raft import wire
 from broker_core.raft.messages import (
     DescribeQuorumRequest,
@@ -265,7 +265,7 @@ async def test_the_quorum_port_serves_brokers_only(quorum_cluster, tmp_path):
 
 
 def test_a_broker_without_the_cluster_secret_refuses_to_start(tmp_path):
-    from broker_core.config import BrokerConfig
+    from broker_core.config.broker_config import BrokerConfig
 
     cfg = BrokerConfig.from_mapping({"broker.id": "1", "log.dirs": str(tmp_path / "d"),
                                      "zookeeper.connect": "127.0.0.1:1"})

@@ -18,8 +18,8 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
 
+from broker_core.config.quorum import VoterAddress
 from broker_core.raft import RaftConfig
-from broker_core.raft.config import VoterAddress
 from broker_core.raft.embedded import EmbeddedQuorum
 from broker_core.raft.metadata_commands import CreateNode, SetNode, encode
 from broker_core.rpc import connect_client

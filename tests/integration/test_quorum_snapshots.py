@@ -13,7 +13,7 @@ import dataclasses
 import pytest_twisted
 from twisted.internet import reactor
 
-from broker_core.raft.config import VoterAddress
+from broker_core.config.quorum import VoterAddress
 from broker_core.raft.embedded import EmbeddedQuorum
 from broker_core.raft.metadata_commands import CreateNode, encode
 from broker_core.raft.snapshots import DiskSnapshotStore

@@ -12,8 +12,8 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
 
+from broker_core.config.quorum import VoterAddress
 from broker_core.raft import RaftConfig, Role, wire
-from broker_core.raft.config import VoterAddress
 from broker_core.raft.entries import LogEntry
 from broker_core.raft.messages import VoteRequest
 from broker_core.raft.quorum_state import read_quorum_state

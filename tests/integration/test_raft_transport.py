@@ -9,7 +9,7 @@ from twisted.internet import reactor, task
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.protocol import Factory, Protocol
 
-from broker_core.raft.config import VoterAddress
+from broker_core.config.quorum import VoterAddress
 from broker_core.raft.listener import InboundRequests, QuorumListenerFactory, QuorumRequestHandler
 from broker_core.raft.messages import Envelope, VoteRequest, VoteResponse
 from broker_core.raft.transport import QuorumNetwork

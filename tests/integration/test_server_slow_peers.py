@@ -107,7 +107,7 @@ async def test_size_prefixes_from_one_address_neither_stall_others_nor_hold_memo
     and a reservation whose frame does not arrive in time is closed and given back."""
     from twisted.internet import reactor
 
-    from broker_core.config import BrokerConfig
+    from broker_core.config.broker_config import BrokerConfig
 
     cfg = BrokerConfig.from_mapping({"broker.id": "1", "log.dirs": str(tmp_path),
                                      "zookeeper.connect": "h:2181",

@@ -80,7 +80,7 @@ def broker_config(broker_id: int, zk_hosts: str, log_dir: Path, port: int = 0,
                   **overrides: str) -> Any:
     """An in-process broker's config; the cluster secret is the one of ``log_dir``'s parent
     (the cluster's directory) unless ``cluster_secret_file`` is given."""
-    from broker_core.config import BrokerConfig
+    from broker_core.config.broker_config import BrokerConfig
 
     values = {
         "broker.id": str(broker_id),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from twisted.internet import reactor
 
+from broker_core.config.quorum import VoterAddress
 from broker_core.raft import RaftConfig
-from broker_core.raft.config import VoterAddress
 from broker_core.raft.embedded import EmbeddedQuorum
 from tests.support.cluster import free_port
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from broker_core.broker import BrokerService
-from broker_core.config import BrokerConfig, applied_topic_overrides
+from broker_core.config.broker_config import BrokerConfig
+from broker_core.config.topic_keys import applied_topic_overrides
 from broker_core.log import LogConfig
 
 MINIMAL = {"broker.id": "1", "log.dirs": "d", "zookeeper.connect": "zk:2181",

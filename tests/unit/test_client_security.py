@@ -8,7 +8,7 @@ import ssl
 
 import pytest
 
-from broker_core.config import ConfigError
+from broker_core.config.parsing import ConfigError
 from broker_core.security.principal import SecurityProtocol
 from broker_core.security.sasl import ClientCredential
 from consumer_client.consumer_config import ConsumerConfig

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from broker_core.config import BrokerConfig, ConfigError
+from broker_core.config.broker_config import BrokerConfig
+from broker_core.config.parsing import ConfigError
 from broker_core.security import cluster_secret
 from broker_core.security.cluster_secret import ClusterSecretError
 from broker_core.security.sasl import CLUSTER_USER, SaslServer, SaslSettings

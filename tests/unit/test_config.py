@@ -8,18 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.config import (
-    BROKER_KEYS,
-    LONG_MAX,
+from broker_core.config.broker_config import BROKER_KEYS, BrokerConfig, topic_defaults
+from broker_core.config.parsing import LONG_MAX, ConfigError, config_type_of, parse_decimal
+from broker_core.config.properties import parse_properties, read_properties
+from broker_core.config.topic_keys import (
     TOPIC_CONFIG_KEYS,
     UNSUPPORTED_TOPIC_KEYS,
-    BrokerConfig,
-    ConfigError,
-    config_type_of,
-    parse_decimal,
-    parse_properties,
-    read_properties,
-    topic_defaults,
     validate_topic_config,
 )
 from broker_core.wire.messages.describe_configs import ConfigType
@@ -516,7 +510,7 @@ def test_quorum_mode_is_checked(values, message):
 
 
 def test_the_quorum_nodes_settings_default_to_raft_configs_and_reach_it():
-    from broker_core.raft.config import RaftConfig
+    from broker_core.config.quorum import RaftConfig
 
     assert BrokerConfig.from_mapping(QUORUM).raft_config() == RaftConfig()
     cfg = BrokerConfig.from_mapping({
@@ -573,7 +567,7 @@ def test_an_observer_may_know_only_the_bootstrap_servers():
                                      "quorum.listener": "h7:1"}])
 def test_the_required_keys_of_each_mode_make_a_config(values):
     """DescribeConfigs builds the built-in defaults from a config's required keys alone."""
-    from broker_core.config import required_keys
+    from broker_core.config.broker_config import required_keys
 
     cfg = BrokerConfig.from_mapping(values)
     props = cfg.as_properties()

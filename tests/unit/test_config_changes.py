@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.config import BROKER_KEYS
+from broker_core.config.broker_config import BROKER_KEYS
 from broker_core.config_changes import (
     BROKER,
     DEFAULT_BROKER,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.config import BrokerConfig, ConfigError
+from broker_core.config.broker_config import BrokerConfig
+from broker_core.config.listener_keys import parse_overrides
+from broker_core.config.parsing import ConfigError
 from broker_core.server.connection_limits import (
     MAX_CONNECTIONS,
     MAX_CONNECTIONS_PER_IP,
@@ -13,7 +15,6 @@ from broker_core.server.connection_limits import (
     RefusalLog,
     ServerLimits,
     normalise_host,
-    parse_overrides,
 )
 from broker_core.server.idle import IdleTracker
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from broker_core.config import ConfigError
+from broker_core.config.parsing import ConfigError
 from consumer_client.consumer_config import ConsumerConfig
 
 BASE = {"bootstrap.servers": "a:9092,b:9093", "group.id": "g", "topics": "events"}

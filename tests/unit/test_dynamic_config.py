@@ -12,7 +12,7 @@ from twisted.internet import defer, task
 
 from broker_core import metadata_paths as paths
 from broker_core.broker import BrokerService
-from broker_core.config import BrokerConfig
+from broker_core.config.broker_config import BrokerConfig
 from broker_core.config_changes import (
     BROKER,
     TOPIC,

@@ -13,7 +13,9 @@ from cryptography.x509.oid import NameOID, ObjectIdentifier
 from twisted.internet import defer
 
 from broker_core import metadata_paths as paths
-from broker_core.config import BrokerConfig, ConfigError
+from broker_core.config.broker_config import BrokerConfig
+from broker_core.config.listeners import ClientAuth
+from broker_core.config.parsing import ConfigError
 from broker_core.controller.batch import LiveBroker
 from broker_core.controller.context import _live_endpoints
 from broker_core.metadata_cache import BrokerEndpoint, MetadataCache, PartitionState
@@ -22,7 +24,6 @@ from broker_core.security.ssl_principal import distinguished_name
 from broker_core.server.authorization import Access
 from broker_core.server.handlers import RequestHandler
 from broker_core.server.listener_endpoints import TlsFileError, load_peer_tls, load_tls_options
-from broker_core.server.listeners import ClientAuth
 from broker_core.wire.errors import ErrorCode
 from tests.support.certs import make_pki
 
@@ -501,7 +502,7 @@ def test_zookeeper_mode_has_no_quorum_listener_to_name():
 def test_a_quorum_node_takes_tls_on_both_sides_or_neither(tmp_path: Path):
     from twisted.internet import task
 
-    from broker_core.raft.config import RaftConfig
+    from broker_core.config.quorum import RaftConfig
     from broker_core.raft.service import QuorumNode
 
     _, files = tls_files(tmp_path)

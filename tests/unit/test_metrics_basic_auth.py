@@ -11,7 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from twisted.internet import task
 
-from broker_core.config import BrokerConfig, ConfigError
+from broker_core.config.broker_config import BrokerConfig
+from broker_core.config.parsing import ConfigError
 from broker_core.metrics import BrokerMetrics, metrics_site
 from broker_core.security import basic_auth
 from broker_core.security.basic_auth import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from zope.interface import implementer
 
-from broker_core.config import ConfigError
+from broker_core.config.parsing import ConfigError
 from broker_core.wire.records import Compression
 from consumer_client.partitioner import DefaultPartitioner, IPartitioner
 from consumer_client.producer_config import ProducerConfig

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from twisted.internet import defer, task
 
-from broker_core.config import ConfigError
+from broker_core.config.parsing import ConfigError
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import iter_batches

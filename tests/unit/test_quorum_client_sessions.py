@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
-from broker_core.raft.config import RaftConfig
+from broker_core.config.quorum import RaftConfig
 from broker_core.raft.effects import Transition
 from broker_core.raft.metadata_commands import OpenSession, encode
 from broker_core.raft.quorum_client import NetworkQuorumClient

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from twisted.internet.task import Clock
 
+from broker_core.config.quorum import RaftConfig, VoterAddress
 from broker_core.metadata import ConnectionLost
-from broker_core.raft.config import RaftConfig, VoterAddress
 from broker_core.raft.metadata_commands import CreateNode, encode
 from broker_core.raft.quorum_client import NetworkQuorumClient
 from broker_core.raft.roles import Role

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from twisted.internet.task import Clock
 
+from broker_core.config.quorum import RaftConfig
 from broker_core.metadata import ConnectionLost
-from broker_core.raft.config import RaftConfig
 from broker_core.raft.entries import VoterAssignment
 from broker_core.raft.metadata_commands import CreateNode, DeleteNode, OpenSession, SetNode, encode
 from broker_core.raft.metadata_store import QuorumMetadataStore

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from broker_core.config.quorum import RaftConfig, RaftConfigError
 from broker_core.raft.cluster_id import generate_cluster_id, resolve_cluster_id
-from broker_core.raft.config import RaftConfig, RaftConfigError
 from broker_core.raft.entries import VoterAssignment
 from broker_core.raft.log import InMemoryRaftLog
 from broker_core.raft.node import RaftNode

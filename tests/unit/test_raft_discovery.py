@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.raft.config import RaftConfigError, parse_bootstrap_servers
+from broker_core.config.quorum import RaftConfigError, parse_bootstrap_servers
 from broker_core.raft.discovery import (
     ClusterMismatch,
     Directory,
@@ -126,7 +126,7 @@ def test_parse_bootstrap_servers():
 def test_the_network_connects_to_learned_nodes_and_not_once_stopped():
     from twisted.internet import reactor  # nothing is started: no connection is made
 
-    from broker_core.raft.config import VoterAddress
+    from broker_core.config.quorum import VoterAddress
     from broker_core.raft.listener import InboundRequests
     from broker_core.raft.transport import QuorumNetwork
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.raft.config import (
+from broker_core.config.quorum import (
     RaftConfigError,
     VoterAddress,
     parse_configured_voters,

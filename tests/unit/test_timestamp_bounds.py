@@ -9,19 +9,15 @@ from __future__ import annotations
 import pytest
 
 from broker_core.broker import log_config_from
-from broker_core.config import (
-    BROKER_KEYS,
-    LONG_MAX,
-    TOPIC_CONFIG_KEYS,
-    BrokerConfig,
-    ConfigType,
-    check_topic_value,
-)
+from broker_core.config.broker_config import BROKER_KEYS, BrokerConfig
+from broker_core.config.parsing import LONG_MAX
+from broker_core.config.topic_keys import TOPIC_CONFIG_KEYS, check_topic_value
 from broker_core.config_changes import DYNAMIC_BROKER_KEYS, TOPIC, Change, apply_incremental
 from broker_core.dynamic_config import effective_broker_config
 from broker_core.log import Log, LogConfig
 from broker_core.log.leader_rewrite import check_timestamps
 from broker_core.log.validator import InvalidRecords
+from broker_core.wire.messages.describe_configs import ConfigType
 from broker_core.wire.messages.incremental_alter_configs import OpType
 from broker_core.wire.records import Compression, Record, build_batch, iter_batches
 from tests.support.manual_time import ManualTime

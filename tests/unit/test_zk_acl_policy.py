@@ -11,20 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.config import BrokerConfig, ConfigError
+from broker_core.config.broker_config import BrokerConfig
+from broker_core.config.metadata_keys import DIGEST, SASL_DIGEST_MD5, parse_mechanism
+from broker_core.config.parsing import ConfigError
 from broker_core.security.secret_file import MAX_SECRET_FILE_BYTES, read_secret_file
 from broker_core.zk.acl_policy import (
     ALL,
-    DIGEST,
     OPEN_ACL,
     READ,
-    SASL_DIGEST_MD5,
     AclEntry,
     AclPolicy,
     ZkAuthFileError,
     ZkCredential,
     is_sensitive,
-    parse_mechanism,
     secure_acl,
 )
 from broker_core.zk.store import kazoo_auth

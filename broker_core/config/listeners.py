@@ -44,7 +44,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker_core.config import ConfigError
+from broker_core.config.parsing import ConfigError
 from broker_core.security.principal import ListenerSettings, SecurityProtocol
 
 #: Kafka's listener names: letters, digits, ``_`` and ``-`` (upper-cased once parsed).

@@ -33,7 +33,8 @@ from twisted.logger import Logger
 from broker_core.rpc import RequestTimedOut
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from consumer_client.cluster import ClusterClient, NoBrokersAvailable, UnsupportedApi
+from consumer_client.cluster import ClusterClient, UnsupportedApi
+from consumer_client.connection import NoBrokersAvailable
 from consumer_client.consumer_config import ConsumerConfig
 from consumer_client.consumer_records import scan_chunk
 from consumer_client.consumer_streams import Chunk, PartitionState

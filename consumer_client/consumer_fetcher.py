@@ -268,11 +268,9 @@ class FetcherManager:
             self.on_failed(ps, why)
 
     def _backoff(self, ps: PartitionState) -> float:
-        cfg = self.config
         if ps.failures <= 1:
             return 0.0
-        return min(cfg.retry_backoff_ms * 2 ** min(ps.failures - 2, 16),
-                   max(cfg.reconnect_backoff_max_ms, cfg.retry_backoff_ms)) / 1000.0
+        return self.config.retry_wait_s(ps.failures - 1)
 
     # -- placement ------------------------------------------------------------------------------
 

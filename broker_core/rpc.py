@@ -28,6 +28,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from broker_core import net
+from broker_core.backoff import exponential_backoff
 from broker_core.security.peer_tls import (
     PeerTls,
     PeerTlsRefused,
@@ -525,8 +526,8 @@ class BrokerChannel:
                     self.log.info("request {api} to broker {b} failed ({e}); retry {n}",
                                   api=q.api_key, b=self.broker_id, e=e, n=attempt)
                     # Back off before retrying: the dead connection may still be the one
-                    # ClientService hands out until it notices the loss.
-                    await task.deferLater(self._reactor, min(2.0, 0.05 * 2 ** attempt),
+                    # ClientService hands out until it notices the loss. 0.1 s doubling to 2 s.
+                    await task.deferLater(self._reactor, exponential_backoff(attempt, 0.1, 2.0),
                                           lambda: None)
                     continue
                 except Exception as e:  # undecodable response, encode error: not retriable

@@ -30,12 +30,8 @@ from broker_core.wire import apis, framing
 from broker_core.wire.apis import ApiKey, common_versions
 from broker_core.wire.errors import ErrorCode
 from consumer_client import secure_connect
-from consumer_client.connection import parse_servers
+from consumer_client.connection import NoBrokersAvailable, parse_servers
 from consumer_client.security import ClientSecurity
-
-
-class NoBrokersAvailable(ConnectError):
-    """None of the bootstrap servers (nor any known broker) accepted a connection."""
 
 
 class UnsupportedApi(Exception):
@@ -228,7 +224,8 @@ class ClusterClient:
     async def request(self, node_id: int, api_key: int, body: Any,
                       timeout_s: float | None = None) -> Any:
         """Send ``body`` to broker ``node_id`` at the negotiated version; the decoded response.
-        Fails with ``ConnectionLost``/``ConnectError``/:class:`RequestTimedOut`."""
+        Fails with ``ConnectionLost``/``ConnectError``/:class:`NoBrokersAvailable`/
+        :class:`RequestTimedOut`."""
         link = await self.link(node_id)
         return await self._send(link, api_key, body, timeout_s, f"broker {node_id}")
 

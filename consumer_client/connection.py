@@ -39,8 +39,14 @@ class UnsupportedVersionError(Exception):
     """The broker does not serve an API this client needs."""
 
 
-class NoBrokersAvailable(OSError):
-    pass
+class NoBrokersAvailable(ConnectionError):
+    """No broker could be reached: none of the bootstrap servers (nor any known broker) accepted
+    a connection, or the broker asked for is not in the cluster metadata.
+
+    The one such error of the client library, for its blocking and its Twisted side alike. An
+    ``OSError`` (as ``ConnectionError``), not Twisted's ``ConnectError``: this module does not
+    import Twisted, and every caller that retries a failed connect already treats an
+    ``OSError`` as one."""
 
 
 class BrokerConnection:

@@ -502,9 +502,7 @@ class Consumer:
         self._attempt += 1
         if n == 0:
             return 0.0
-        cfg = self.config
-        return min(cfg.retry_backoff_ms * 2 ** min(n - 1, 16),
-                   max(cfg.reconnect_backoff_max_ms, cfg.retry_backoff_ms)) / 1000.0
+        return self.config.retry_wait_s(n)
 
     def _schedule_discovery(self, delay: float) -> None:
         if self._discover_timer is not None and self._discover_timer.active():

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker_core.backoff import exponential_backoff
 from broker_core.config.parsing import (
     INT_MAX,
     ConfigError,
@@ -217,6 +218,14 @@ class ConsumerConfig:
     def reset_to(self) -> str:
         """``earliest`` or ``latest``: where to start a partition with no committed offset."""
         return RESET_POLICIES[self.auto_offset_reset]
+
+    def retry_wait_s(self, retry: int) -> float:
+        """The wait in seconds before retry number ``retry`` (1 for the first) of a failed
+        step: ``retry.backoff.ms`` doubling up to ``reconnect.backoff.max.ms`` (never below
+        ``retry.backoff.ms``)."""
+        return exponential_backoff(retry, self.retry_backoff_ms,
+                                   max(self.reconnect_backoff_max_ms, self.retry_backoff_ms)
+                                   ) / 1000.0
 
     def topic_count_json(self) -> str:
         """The RegisterConsumer ``topic_count`` (Kafka's ZooKeeper-consumer JSON)."""

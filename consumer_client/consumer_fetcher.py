@@ -33,7 +33,8 @@ from twisted.logger import Logger
 from broker_core.rpc import RequestTimedOut
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from consumer_client.cluster import ClusterClient, NoBrokersAvailable, UnsupportedApi
+from consumer_client.cluster import ClusterClient, UnsupportedApi
+from consumer_client.connection import NoBrokersAvailable
 from consumer_client.consumer_config import ConsumerConfig
 from consumer_client.consumer_records import scan_chunk
 from consumer_client.consumer_streams import Chunk, PartitionState
@@ -267,11 +268,9 @@ class FetcherManager:
             self.on_failed(ps, why)
 
     def _backoff(self, ps: PartitionState) -> float:
-        cfg = self.config
         if ps.failures <= 1:
             return 0.0
-        return min(cfg.retry_backoff_ms * 2 ** min(ps.failures - 2, 16),
-                   max(cfg.reconnect_backoff_max_ms, cfg.retry_backoff_ms)) / 1000.0
+        return self.config.retry_wait_s(ps.failures - 1)
 
     # -- placement ------------------------------------------------------------------------------
 

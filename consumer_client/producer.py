@@ -37,7 +37,8 @@ from twisted.python.failure import Failure
 from broker_core.rpc import RequestTimedOut
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from consumer_client.cluster import ClusterClient, NoBrokersAvailable
+from consumer_client.cluster import ClusterClient
+from consumer_client.connection import NoBrokersAvailable
 from consumer_client.producer_accumulator import (
     BATCH_FULL,
     NEW_BATCH,

@@ -34,6 +34,7 @@ from typing import Any
 import crc32c as _crc32c
 
 from broker_core.wire.compression import compress as compress_payload
+from broker_core.wire.primitives import zigzag_bytes as varint
 from broker_core.wire.records import Compression
 
 # Batch header fields, as broker_core.wire.records lays them out (its build_batch takes Record
@@ -48,22 +49,10 @@ HEADER_SIZE = 61
 #: attributes, timestamp delta, offset delta, key and value lengths, header count (varints).
 RECORD_OVERHEAD = 1 + 5 + 10 + 5 + 5 + 5 + 1
 
-# Precomputed zig-zag varints for 0..N-1: lengths, offset deltas and small timestamp deltas hit
-# this table instead of a Python loop (most of the per-record cost otherwise).
+# Precomputed zig-zag varints (``varint`` is wire.primitives' zigzag_bytes) for 0..N-1:
+# lengths, offset deltas and small timestamp deltas hit this table instead of a Python loop
+# (most of the per-record cost otherwise).
 _TABLE_SIZE = 1 << 15
-
-
-def varint(v: int) -> bytes:
-    """Kafka's zig-zag varint (as protobuf's sint64)."""
-    z = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 _ZZ: list[bytes] = [varint(i) for i in range(_TABLE_SIZE)]
 _NULL = varint(-1)
 
@@ -92,15 +81,18 @@ def encode_record(ts_delta: int, offset_delta: int, key: bytes | None, value: by
     if not headers:
         parts.append(b"\x00")
     else:
-        parts.append(varint(len(headers)))
+        nh = len(headers)
+        parts.append(zz[nh] if nh < n else varint(nh))
         for hk, hv in headers:
             kb = hk.encode()
-            parts.append(varint(len(kb)))
+            kl = len(kb)
+            parts.append(zz[kl] if kl < n else varint(kl))
             parts.append(kb)
             if hv is None:
                 parts.append(_NULL)
             else:
-                parts.append(varint(len(hv)))
+                vl = len(hv)
+                parts.append(zz[vl] if vl < n else varint(vl))
                 parts.append(hv)
     body = b"".join(parts)
     bl = len(body)

@@ -31,6 +31,8 @@ from array import array
 from collections.abc import Iterable
 
 from broker_core.wire.compression import decompress
+from broker_core.wire.errors import MalformedFrame
+from broker_core.wire.primitives import read_varint
 from broker_core.wire.records import (
     HEADER_SIZE,
     TIMESTAMP_CREATE_TIME,
@@ -166,7 +168,10 @@ def _walk(raw: bytes, count: int) -> tuple[int, int]:
             i = j
             if i == stop or pos >= total:
                 continue
-        end, ts, shape = _record(raw, pos, total, i)
+        try:
+            end, ts, shape = _record(raw, pos, total, i)
+        except MalformedFrame as e:  # a varint too long, or cut off by the record's end
+            raise _Bad(i, e.message) from None
         if largest is None or ts > largest:
             largest = ts
         i += 1
@@ -414,14 +419,15 @@ def _largest_two_byte(low: bytes, high: bytes) -> int:
 def _record(raw: bytes, pos: int, total: int, i: int) -> tuple[int, int, tuple | None]:
     """Parse record ``i`` at ``pos``, field by field. Returns ``(end, timestamp delta, shape)``,
     ``shape`` for :func:`_run` when the record has the common form (a timestamp delta of one or
-    two bytes, no headers), else None."""
+    two bytes, no headers), else None. One-byte varints, the common case, are decoded inline
+    for speed; longer ones by :func:`~broker_core.wire.primitives.read_varint`."""
     start = pos
     b = raw[pos]
     if b < 0x80:
         length = (b >> 1) ^ -(b & 1)
         pos += 1
     else:
-        length, pos = _varint(raw, pos, total, _INT_BYTES, "record length", i)
+        length, pos = read_varint(raw, pos, total, _INT_BYTES, "record length varint")
     fixed = list(range(pos - start))
     end = pos + length
     if length < 6 or end > total:
@@ -434,7 +440,7 @@ def _record(raw: bytes, pos: int, total: int, i: int) -> tuple[int, int, tuple |
         ts = (b >> 1) ^ -(b & 1)
         pos += 2
     else:
-        ts, pos = _varint(raw, pos + 1, end, _INT_BYTES * 2, "timestamp delta", i)
+        ts, pos = read_varint(raw, pos + 1, end, _INT_BYTES * 2, "timestamp delta varint")
     ts_len = pos - start - ts_at
     if pos >= end:
         raise _Bad(i, "record ends inside its offset delta")
@@ -444,7 +450,7 @@ def _record(raw: bytes, pos: int, total: int, i: int) -> tuple[int, int, tuple |
         delta = (b >> 1) ^ -(b & 1)
         pos += 1
     else:
-        delta, pos = _varint(raw, pos, end, _INT_BYTES, "offset delta", i)
+        delta, pos = read_varint(raw, pos, end, _INT_BYTES, "offset delta varint")
     if delta != i:
         raise _Bad(i, f"offset delta {delta}, expected {i} (deltas must be 0, 1, ... in order)",
                    "INVALID_RECORD")
@@ -458,7 +464,7 @@ def _record(raw: bytes, pos: int, total: int, i: int) -> tuple[int, int, tuple |
             pos += 1
         else:
             at = pos
-            n, pos = _varint(raw, pos, end, _INT_BYTES, f"{what} length", i)
+            n, pos = read_varint(raw, pos, end, _INT_BYTES, f"{what} length varint")
             fixed.extend(range(at - start, pos - start))
         if n >= 0:
             pos += n
@@ -473,11 +479,11 @@ def _record(raw: bytes, pos: int, total: int, i: int) -> tuple[int, int, tuple |
         nh = 0
         pos += 1
     else:
-        nh, pos = _varint(raw, pos, end, _INT_BYTES, "header count", i)
+        nh, pos = read_varint(raw, pos, end, _INT_BYTES, "header count varint")
     if nh < 0:
         raise _Bad(i, f"header count {nh}")
     for h in range(nh):
-        n, pos = _varint(raw, pos, end, _INT_BYTES, f"header {h} key length", i)
+        n, pos = read_varint(raw, pos, end, _INT_BYTES, f"header {h} key length varint")
         if n < 0:
             raise _Bad(i, f"header {h} has a null key", "INVALID_RECORD")
         key_at = pos
@@ -489,7 +495,7 @@ def _record(raw: bytes, pos: int, total: int, i: int) -> tuple[int, int, tuple |
         except UnicodeDecodeError:
             # Header keys are strings; a consumer could not decode this record.
             raise _Bad(i, f"header {h} key is not UTF-8", "INVALID_RECORD") from None
-        n, pos = _varint(raw, pos, end, _INT_BYTES, f"header {h} value length", i)
+        n, pos = read_varint(raw, pos, end, _INT_BYTES, f"header {h} value length varint")
         if n >= 0:
             pos += n
             if pos > end:
@@ -501,22 +507,3 @@ def _record(raw: bytes, pos: int, total: int, i: int) -> tuple[int, int, tuple |
     shape = (end - start, ts_at, ts_len, delta_at, tuple(fixed)) if ts_len <= 2 and nh == 0 \
         else None
     return end, ts, shape
-
-
-def _varint(raw: bytes, pos: int, limit: int, max_len: int, what: str,
-            index: int) -> tuple[int, int]:
-    """A zig-zag varint of at most ``max_len`` bytes at ``pos``, ending before ``limit``."""
-    shift = result = 0
-    stop = pos + max_len
-    if stop > limit:
-        stop = limit
-    while pos < stop:
-        b = raw[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-    if pos >= limit:
-        raise _Bad(index, f"{what} varint overruns the record")
-    raise _Bad(index, f"{what} varint is longer than {max_len} bytes")

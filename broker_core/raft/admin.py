@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from broker_core.backoff import exponential_backoff
 from broker_core.raft.messages import NO_LEADER, AlterVotersResponse, DescribeQuorumResponse
 from broker_core.wire.errors import ErrorCode
 
@@ -48,10 +49,9 @@ class AdminAction:
 
 def retry_backoff(attempt: int, retry_backoff_ms: float = 100.0,
                   max_backoff_ms: float = 1000.0) -> float:
-    """The wait before retry number ``attempt`` (1 for the first retry)."""
-    if attempt < 1:
-        raise ValueError(f"attempt numbers start at 1, not {attempt}")
-    return min(max_backoff_ms, retry_backoff_ms * 2 ** min(attempt - 1, 30))
+    """The wait before retry number ``attempt`` (1 for the first retry), with Kafka's
+    admin-client defaults (``retry.backoff.ms`` 100, ``retry.backoff.max.ms`` 1000)."""
+    return exponential_backoff(attempt, retry_backoff_ms, max_backoff_ms)
 
 
 def next_action(response: DescribeQuorumResponse | AlterVotersResponse | None, *,

@@ -65,6 +65,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from broker_core.backoff import exponential_backoff
 from broker_core.config.quorum import RaftConfig
 from broker_core.raft.effects import Effects, Transition
 from broker_core.raft.entries import LeaderChange, LogEntry, Payload, VoterAssignment
@@ -448,8 +449,8 @@ class RaftNode:
         # Resends back off from retry.backoff.ms to request.timeout.ms: quick when a message
         # was merely lost, quiet when the peer is down for long.
         rs, cfg = self._rs, self.config
-        interval = min(cfg.request_timeout_ms, cfg.retry_backoff_ms * 2 ** min(rs.resends, 16))
         rs.resends += 1
+        interval = exponential_backoff(rs.resends, cfg.retry_backoff_ms, cfg.request_timeout_ms)
         rs.next_resend_ms = self._now + interval
 
     def _random_election_timeout(self) -> float:

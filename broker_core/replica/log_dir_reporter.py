@@ -25,6 +25,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from broker_core import metadata_paths as paths
+from broker_core.backoff import exponential_backoff
 from broker_core.metadata import MetadataStoreError, NodeExists, NoNode
 from broker_core.wire.topic_partition import TopicPartition
 
@@ -143,7 +144,8 @@ class LogDirFailureReporter:
                              f"{failure.getErrorMessage()}")
             return
         self.dirty = True
-        delay = min(self.retry_max_s, self.retry_initial_s * 2 ** max(0, self.attempts - 1))
+        delay = exponential_backoff(max(1, self.attempts), self.retry_initial_s,
+                                    self.retry_max_s)
         self.log.warn("could not report the offline log directories ({e}); retrying in "
                       "{s:.1f} s", e=failure.getErrorMessage(), s=delay)
         if self._stopped:

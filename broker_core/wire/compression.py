@@ -30,6 +30,8 @@ import zlib
 
 import cramjam
 
+from broker_core.wire.errors import MalformedFrame
+from broker_core.wire.primitives import read_varint
 from broker_core.wire.records import Compression, CorruptRecordBatch
 
 #: The clients' default bound on one batch's decompressed records: a Kafka broker's batches are
@@ -150,16 +152,11 @@ def _gunzip(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
 
 def _snappy_length(block: bytes | memoryview) -> int:
     """The decompressed length a raw snappy block declares (its little-endian varint preamble)."""
-    shift = length = 0
-    for i in range(5):
-        if i >= len(block):
-            break
-        b = block[i]
-        length |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return length
-        shift += 7
-    raise CorruptRecordBatch("SNAPPY payload does not decompress: bad length preamble")
+    try:
+        return read_varint(block, 0, len(block), 5, "SNAPPY length preamble", False)[0]
+    except MalformedFrame:
+        raise CorruptRecordBatch("SNAPPY payload does not decompress: bad length preamble"
+                                 ) from None
 
 
 def _unsnappy(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:

@@ -29,6 +29,9 @@ from enum import IntEnum
 
 import crc32c as _crc32c
 
+from broker_core.wire.errors import MalformedFrame
+from broker_core.wire.primitives import append_zigzag, read_varint
+
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not count
 MAGIC = 2
@@ -273,34 +276,6 @@ class Record:
     offset: int = -1
 
 
-def _write_uvarint(v: int, out: bytearray) -> None:
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def _write_varint(v: int, out: bytearray) -> None:
-    # Zig-zag, as protobuf and Kafka do, so small negative numbers (-1 = null) stay one byte.
-    _write_uvarint((v << 1) ^ (v >> 63), out)
-
-
-def _read_varint(data: bytes, pos: int, limit: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= limit:
-            raise CorruptRecordBatch("truncated varint in a record")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordBatch("varint longer than 10 bytes in a record")
-    return (result >> 1) ^ -(result & 1), pos
-
-
 def build_batch(
     records: Sequence[Record],
     *,
@@ -328,25 +303,25 @@ def build_batch(
     for i, r in enumerate(records):
         rec.clear()
         rec.append(0)  # record attributes: unused in v2
-        _write_varint(r.timestamp - base_ts, rec)
-        _write_varint(i, rec)
+        append_zigzag(rec, r.timestamp - base_ts)
+        append_zigzag(rec, i)
         for part in (r.key, r.value):
             if part is None:
-                _write_varint(-1, rec)
+                append_zigzag(rec, -1)
             else:
-                _write_varint(len(part), rec)
+                append_zigzag(rec, len(part))
                 rec += part
-        _write_varint(len(r.headers), rec)
+        append_zigzag(rec, len(r.headers))
         for hk, hv in r.headers:
             kb = hk.encode()
-            _write_varint(len(kb), rec)
+            append_zigzag(rec, len(kb))
             rec += kb
             if hv is None:
-                _write_varint(-1, rec)
+                append_zigzag(rec, -1)
             else:
-                _write_varint(len(hv), rec)
+                append_zigzag(rec, len(hv))
                 rec += hv
-        _write_varint(len(rec), body)
+        append_zigzag(body, len(rec))
         body += rec
     from broker_core.wire.compression import compress
 
@@ -384,33 +359,44 @@ def decode_batch(data: bytes | bytearray | memoryview,
     if max_decompressed_bytes is None:
         max_decompressed_bytes = max(CLIENT_MAX_DECOMPRESSED_BYTES, len(payload))
     raw = decompress(info.compression, payload, max_bytes=max_decompressed_bytes)
+    try:
+        return _decode_records(raw, info)
+    except MalformedFrame as e:  # a bad varint
+        raise CorruptRecordBatch(f"{e} in a record (the batch at offset "
+                                 f"{info.base_offset})") from None
+
+
+def _decode_records(raw: bytes, info: BatchInfo) -> list[Record]:
+    """The records of the (decompressed) payload ``raw`` of the batch ``info``. Its varints
+    (lengths, deltas and counts are int32s, the timestamp delta an int64) are all read as
+    int64s, 10 bytes at most, as Kafka's own clients read them."""
     log_append = info.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
     out: list[Record] = []
     pos = 0
     total = len(raw)
     for _ in range(info.record_count):
-        length, pos = _read_varint(raw, pos, total)
+        length, pos = read_varint(raw, pos, total)
         end = pos + length
         if length < 1 or end > total:
             raise CorruptRecordBatch(f"record length {length} overruns the batch at offset "
                                      f"{info.base_offset}")
         pos += 1  # record attributes
-        ts_delta, pos = _read_varint(raw, pos, end)
-        off_delta, pos = _read_varint(raw, pos, end)
-        n, pos = _read_varint(raw, pos, end)
+        ts_delta, pos = read_varint(raw, pos, end)
+        off_delta, pos = read_varint(raw, pos, end)
+        n, pos = read_varint(raw, pos, end)
         key, pos = _take(raw, pos, n, end, "key")
-        n, pos = _read_varint(raw, pos, end)
+        n, pos = read_varint(raw, pos, end)
         value, pos = _take(raw, pos, n, end, "value")
-        nh, pos = _read_varint(raw, pos, end)
+        nh, pos = read_varint(raw, pos, end)
         if nh < 0:
             raise CorruptRecordBatch(f"negative header count {nh} in a record")
         headers: list[tuple[str, bytes | None]] = []
         for _h in range(nh):
-            n, pos = _read_varint(raw, pos, end)
+            n, pos = read_varint(raw, pos, end)
             hk, pos = _take(raw, pos, n, end, "header key")
             if hk is None:
                 raise CorruptRecordBatch("null header key in a record")
-            n, pos = _read_varint(raw, pos, end)
+            n, pos = read_varint(raw, pos, end)
             hv, pos = _take(raw, pos, n, end, "header value")
             try:
                 headers.append((hk.decode(), hv))

@@ -198,7 +198,9 @@ def _record_ends(buf: bytes, batches: list[tuple]) -> list[int]:
 
 def _varints(buf: Any, at: Any) -> tuple[Any, Any]:
     """Zig-zag varints at positions ``at`` of ``buf`` (uint8 array): ``(values, positions
-    after them)``. Column-wise: one pass per byte of the longest varint."""
+    after them)``. Column-wise: one pass per byte of the longest varint. A different algorithm
+    from the codec's scalar :func:`~broker_core.wire.primitives.read_varint` (numpy, one
+    vectorized step per byte position for every record at once), kept for that reason."""
     b = buf[at]
     more = b >= 0x80
     if not more.any():

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from broker_core.backoff import Backoff
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from consumer_client.connection import BrokerConnection, NoBrokersAvailable, Pending, bootstrap
@@ -53,6 +54,10 @@ LEADER_ERRORS = frozenset({
     ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.OFFSET_NOT_AVAILABLE,
     ErrorCode.NOT_ENOUGH_REPLICAS,
 })
+
+# Waits between retries after a leader error or an unreachable broker: 50 ms doubling to 1 s.
+_RETRY_INITIAL_S = 0.05
+_RETRY_MAX_S = 1.0
 
 DATA_LOSS_HINT = ("Some data may have been lost because it is not available in the cluster any "
                   "more (removed by retention, or the topic was deleted or truncated). If you "
@@ -203,7 +208,7 @@ class Cluster:
         deadline = time.monotonic() + (self.request_timeout_s if deadline_s is None
                                        else deadline_s)
         last_error = ""
-        backoff = 0.05
+        backoff = Backoff(_RETRY_INITIAL_S, _RETRY_MAX_S)
         while want:
             if any(self.leaders.get(tp, -1) not in self.brokers for tp in want):
                 self.refresh({t for t, _ in want})
@@ -244,8 +249,7 @@ class Cluster:
                 if time.monotonic() > deadline:
                     raise SluiceSourceError(f"could not look up offsets of "
                                             f"{len(want)} partitions: {last_error}")
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                time.sleep(backoff.next_wait())
                 self.refresh({t for t, _ in want})
         return out
 
@@ -335,7 +339,7 @@ def _read_chunks(cluster: Cluster, rng: OffsetRange, fail_on_data_loss: bool,
     if offset == EARLIEST:
         offset = cluster.earliest([tp])[tp]
     deadline = time.monotonic() + poll_timeout_s
-    backoff = 0.05
+    backoff = Backoff(_RETRY_INITIAL_S, _RETRY_MAX_S)
     last_error = "no answer yet"
     while offset < end:
         if time.monotonic() > deadline:
@@ -348,8 +352,7 @@ def _read_chunks(cluster: Cluster, rng: OffsetRange, fail_on_data_loss: bool,
             leader = cluster.leaders.get(tp, -1)
             if leader not in cluster.brokers:
                 last_error = f"{where} has no leader"
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                time.sleep(backoff.next_wait())
                 continue
         early, ahead[0] = ahead[0], None
         try:
@@ -367,8 +370,7 @@ def _read_chunks(cluster: Cluster, rng: OffsetRange, fail_on_data_loss: bool,
             # The leader died or moved away: find the new one and ask it for the same offset.
             cluster.drop(leader)
             last_error = f"fetch from broker {leader} failed ({e})"
-            _pause_and_refresh(cluster, topic, backoff)
-            backoff = min(backoff * 2, 1.0)
+            _pause_and_refresh(cluster, topic, backoff.next_wait())
             continue
         p = resp.responses[0].partitions[0] if resp.responses and resp.responses[0].partitions \
             else None
@@ -377,8 +379,7 @@ def _read_chunks(cluster: Cluster, rng: OffsetRange, fail_on_data_loss: bool,
             else p.error_code
         if code in LEADER_ERRORS:
             last_error = f"broker {leader} answered {_error_name(code)} for {where}"
-            _pause_and_refresh(cluster, topic, backoff)
-            backoff = min(backoff * 2, 1.0)
+            _pause_and_refresh(cluster, topic, backoff.next_wait())
             continue
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             first = cluster.earliest([tp])[tp]
@@ -414,7 +415,7 @@ def _read_chunks(cluster: Cluster, rng: OffsetRange, fail_on_data_loss: bool,
                 if nxt > offset:
                     offset = nxt
                     deadline = time.monotonic() + poll_timeout_s
-                    backoff = 0.05
+                    backoff.reset()
                     continue
             elif len(records) >= max_partition_fetch_bytes:
                 # A single batch larger than asked for: ask for more rather than stall.

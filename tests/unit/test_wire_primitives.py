@@ -10,7 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker_core.wire.errors import EncodeError, MalformedFrame
-from broker_core.wire.primitives import MAX_STRING_BYTES, ZERO_COPY_MIN_BYTES, Reader, Writer
+from broker_core.wire.primitives import (
+    MAX_STRING_BYTES,
+    ZERO_COPY_MIN_BYTES,
+    Reader,
+    Writer,
+    append_uvarint,
+    append_zigzag,
+    read_varint,
+    zigzag_bytes,
+)
 
 
 def written(fn, *args) -> bytes:
@@ -199,3 +208,34 @@ def test_reader_respects_its_end_bound():
     assert r.int16() == 1
     with pytest.raises(MalformedFrame):
         r.int16()
+
+
+# -- the module-level varint functions every record codec shares ---------------------------------
+
+
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_zigzag_functions_round_trip_and_agree_with_the_writer(v):
+    data = zigzag_bytes(v)
+    out = bytearray(b"x")
+    append_zigzag(out, v)
+    assert bytes(out[1:]) == data
+    assert read_varint(data, 0, len(data)) == (v, len(data))
+    if -(2**31) <= v < 2**31:
+        assert data == written("varint", v)
+    assert data == written("varlong", v)
+
+
+@given(st.integers(0, 2**64 - 1))
+def test_unsigned_varints_round_trip(v):
+    out = bytearray()
+    append_uvarint(out, v)
+    assert read_varint(bytes(out) + b"\xff", 0, len(out), 10, "n", False) == (v, len(out))
+
+
+def test_read_varint_stops_at_its_end_and_names_the_field():
+    data = b"\x80\x80\x01"
+    with pytest.raises(MalformedFrame, match="^truncated key length$"):
+        read_varint(data, 0, 2, 10, "key length")  # the terminating byte lies past `end`
+    with pytest.raises(MalformedFrame, match="^key length is longer than 2 bytes$"):
+        read_varint(data, 0, 3, 2, "key length")
+    assert read_varint(b"\x00" + data, 1, 4, 3) == (1 << 13, 4)  # zig-zag of 2 ** 14

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from broker_core.backoff import exponential_backoff
 from broker_core.raft.messages import EndQuorumEpochRequest, EndQuorumEpochResponse, Envelope
 from broker_core.raft.roles import Role
 from broker_core.wire.errors import ErrorCode
@@ -53,8 +54,8 @@ def end_epoch_backoff(node: RaftNode, successors: tuple[int, ...]) -> float:
     position = successors.index(node.node_id) if node.node_id in successors else len(
         successors)
     cfg = node.config
-    backoff = min(cfg.election_backoff_max_ms, cfg.retry_backoff_ms * 2 ** position)
-    return backoff + node._rng.random() * cfg.retry_backoff_ms
+    return exponential_backoff(position + 1, cfg.retry_backoff_ms, cfg.election_backoff_max_ms,
+                               jitter=cfg.retry_backoff_ms, rng=node._rng)
 
 
 def handle_end_epoch_request(node: RaftNode, env: Envelope, req: EndQuorumEpochRequest

@@ -19,7 +19,13 @@ from typing import Any
 from broker_core.config.broker_keys import BROKER_OWN_KEYS
 from broker_core.config.coordinator_keys import COORDINATOR_KEYS
 from broker_core.config.listener_keys import LISTENER_KEYS, check_limits
-from broker_core.config.listeners import Listeners, parse_listeners, split_overrides
+from broker_core.config.listeners import (
+    OVERRIDE_PREFIX,
+    SSL_KEYS,
+    Listeners,
+    parse_listeners,
+    split_overrides,
+)
 from broker_core.config.metadata_keys import (
     METADATA_KEYS,
     QUORUM_DIR_NAME,
@@ -423,12 +429,21 @@ assert [f.name for f in fields(BrokerConfig) if f.name != "listener_name_overrid
 
 def broker_key_doc(name: str) -> str | None:
     """DescribeConfigs' documentation of broker key ``name``: for a broker-level default of a
-    topic key, that topic key's documentation, said as such; None for the other broker keys
-    (``docs/configuration.md`` describes every key; the key table carries no text for them)."""
-    for spec in TOPIC_CONFIG_KEYS.values():
-        if spec.synonym == name and name in BROKER_KEYS:
-            return f"The broker-level default of the topic key {spec.name}. {spec.doc}"
-    return None
+    topic key, that topic key's documentation, said as such; for a per-listener override
+    (``listener.name.<name>.ssl.*``), the overridden key's, said as such; for every other
+    broker key its own (:attr:`~broker_core.config.parsing.ConfigKey.doc`). None for a name
+    that is none of these."""
+    listener, _, suffix = name.removeprefix(OVERRIDE_PREFIX).partition(".")
+    if name.startswith(OVERRIDE_PREFIX) and listener and suffix in SSL_KEYS:
+        return (f"Listener {listener.upper()}'s own {suffix}, in place of the broker's. "
+                f"{BROKER_KEYS[suffix].doc}")
+    spec = BROKER_KEYS.get(name)
+    if spec is None:
+        return None
+    for topic_key in TOPIC_CONFIG_KEYS.values():
+        if topic_key.synonym == name:
+            return f"The broker-level default of the topic key {topic_key.name}. {topic_key.doc}"
+    return spec.doc
 
 
 def topic_defaults(cfg: BrokerConfig) -> dict[str, str]:

@@ -120,41 +120,84 @@ for _parser in (principal_list, sasl_mechanisms, listeners_value, per_ip_overrid
     typed(_parser, ConfigType.LIST)
 
 
-#: The listener and security keys: (Kafka name, attribute, parser, default text, required).
+#: The listener and security keys: (Kafka name, attribute, parser, default text, doc, required).
 LISTENER_KEYS: dict[str, ConfigKey] = key_table(
-    ("listeners", "listeners", listeners_value, "tcp:9092"),
-    ("advertised.listeners", "advertised_listeners", optional_text, None),
+    ("listeners", "listeners", listeners_value, "tcp:9092",
+     "Where the broker listens: NAME://host:port,... (names unique, no two on one port) or one "
+     "Twisted server endpoint."),
+    ("advertised.listeners", "advertised_listeners", optional_text, None,
+     "Where clients reach each listener, published in the registration and Metadata: "
+     "NAME://host:port,... or host:port for the first (unset: the bound address)."),
     # Named listeners and TLS (broker_core/config/listeners.py checks them together).
-    ("listener.security.protocol.map", "listener_security_protocol_map", optional_text, None),
-    ("inter.broker.listener.name", "inter_broker_listener_name", optional_text, None),
-    ("ssl.certfile", "ssl_certfile", optional_text, None),
-    ("ssl.keyfile", "ssl_keyfile", optional_text, None),
-    ("ssl.cafile", "ssl_cafile", optional_text, None),
-    ("ssl.client.auth", "ssl_client_auth", client_auth, "none"),
+    ("listener.security.protocol.map", "listener_security_protocol_map", optional_text, None,
+     "NAME:PROTOCOL,...: each listener's security protocol, PLAINTEXT, SSL, SASL_PLAINTEXT or "
+     "SASL_SSL (unset: each protocol's name maps to itself)."),
+    ("inter.broker.listener.name", "inter_broker_listener_name", optional_text, None,
+     "The listener other brokers connect to (unset: the first listener); a TLS one makes "
+     "brokers verify each other's certificates."),
+    ("ssl.certfile", "ssl_certfile", optional_text, None,
+     "PEM file with a TLS listener's certificate and any intermediates; required for every SSL "
+     "and SASL_SSL listener."),
+    ("ssl.keyfile", "ssl_keyfile", optional_text, None,
+     "PEM file with the unencrypted private key of ssl.certfile's certificate; required with "
+     "it."),
+    ("ssl.cafile", "ssl_cafile", optional_text, None,
+     "PEM file with the CA certificates client certificates are checked against; required when "
+     "ssl.client.auth is not none and on TLS inter-broker and quorum listeners."),
+    ("ssl.client.auth", "ssl_client_auth", client_auth, "none",
+     "Whether a TLS listener asks clients for a certificate: none, requested or required."),
     # SASL: the cluster login's secret and the mechanisms SASL listeners offer clients.
-    ("cluster.secret.file", "cluster_secret_file", optional_text, None),
+    ("cluster.secret.file", "cluster_secret_file", optional_text, None,
+     "A private file holding the cluster secret the brokers log in to each other with; "
+     "required, the same on every broker."),
     ("sasl.enabled.mechanisms", "sasl_enabled_mechanisms", sasl_mechanisms,
-     "SCRAM-SHA-256,SCRAM-SHA-512"),
-    ("metrics.listener", "metrics_listener", optional_endpoint, None),
+     "SCRAM-SHA-256,SCRAM-SHA-512",
+     "The SASL mechanisms a SASL listener offers clients, from PLAIN, SCRAM-SHA-256 and "
+     "SCRAM-SHA-512, each once."),
+    ("metrics.listener", "metrics_listener", optional_endpoint, None,
+     "Twisted endpoint serving the Prometheus /metrics page (unset: none)."),
     # /metrics protection: HTTP basic auth users (``sluice metrics-password`` lines).
-    ("metrics.basic.auth.file", "metrics_basic_auth_file", optional_text, None),
+    ("metrics.basic.auth.file", "metrics_basic_auth_file", optional_text, None,
+     "A private file of user:hash lines; with it /metrics asks for HTTP basic auth with one of "
+     "these users."),
     # ACLs (broker_core.security.acl): off by default, as Kafka without an authorizer.
-    ("authorizer.enabled", "authorizer_enabled", boolean, "false"),
-    ("super.users", "super_users", principal_list, ""),
-    ("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", boolean, "false"),
-    ("socket.request.max.bytes", "socket_request_max_bytes", integer(1, INT_MAX), "104857600"),
+    ("authorizer.enabled", "authorizer_enabled", boolean, "false",
+     "Whether every request is checked against the ACLs; when false every client may use every "
+     "client API."),
+    ("super.users", "super_users", principal_list, "",
+     "Principals allowed everything whatever the ACLs say, separated by ';' "
+     "(User:admin;User:ops)."),
+    ("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", boolean, "false",
+     "With the authorizer on, whether every principal is allowed on a resource no ACL covers at "
+     "all."),
+    ("socket.request.max.bytes", "socket_request_max_bytes", integer(1, INT_MAX), "104857600",
+     "The largest request frame in bytes; a larger one closes the connection as soon as its "
+     "size has arrived (≥ 1)."),
     # Connection and request-memory limits of every listener (docs/configuration.md, "Limits").
     ("queued.max.request.bytes", "queued_max_request_bytes",
-     integer(-1, what="an integer ≥ 1, or -1 (unbounded)"), "268435456"),
+     integer(-1, what="an integer ≥ 1, or -1 (unbounded)"), "268435456",
+     "The memory pool in bytes for request bytes a frame's size reserves before it is buffered "
+     "(-1: unbounded; else at least socket.request.max.bytes)."),
     ("connections.max.idle.ms", "connections_max_idle_ms",
-     integer(-1, what="an integer ≥ 1, or -1 (never)"), "600000"),
-    ("max.connections", "max_connections", integer(0, INT_MAX), "10000"),
-    ("max.connections.per.ip", "max_connections_per_ip", integer(0, INT_MAX), "1000"),
+     integer(-1, what="an integer ≥ 1, or -1 (never)"), "600000",
+     "A connection with nothing in flight, received or sent for this many milliseconds is "
+     "closed (-1: never)."),
+    ("max.connections", "max_connections", integer(0, INT_MAX), "10000",
+     "Connections the broker's Kafka listeners accept together; one more is closed at accept "
+     "(≥ 0)."),
+    ("max.connections.per.ip", "max_connections_per_ip", integer(0, INT_MAX), "1000",
+     "Connections accepted from one address across the Kafka listeners; one more is closed at "
+     "accept (≥ 0)."),
     ("max.connections.per.ip.overrides", "max_connections_per_ip_overrides",
-     per_ip_overrides, ""),
+     per_ip_overrides, "",
+     "Per-address exceptions to max.connections.per.ip as host:count,host:count (empty: none)."),
     # Bounds on reservations made at a frame's size prefix (broker_core.server.memory_pool).
     ("socket.request.read.timeout.ms", "socket_request_read_timeout_ms",
-     integer(-1, what="an integer ≥ 1, or -1 (never)"), "30000"),
+     integer(-1, what="an integer ≥ 1, or -1 (never)"), "30000",
+     "Milliseconds a request may take to arrive whole once its size has arrived, or the "
+     "connection is closed (-1: never)."),
     ("queued.max.request.bytes.per.ip", "queued_max_request_bytes_per_ip",
-     integer(-1, what="an integer ≥ 1, or -1 (no per-address cap)"), "134217728"),
+     integer(-1, what="an integer ≥ 1, or -1 (no per-address cap)"), "134217728",
+     "The most request bytes one address may hold reserved in the pool at once (-1: no cap; "
+     "else at least socket.request.max.bytes)."),
 )

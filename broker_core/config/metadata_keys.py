@@ -117,42 +117,82 @@ def check_metadata_store(attrs: dict[str, Any]) -> None:
                               "quorum.listener")
 
 
-#: The metadata store's keys: (Kafka name, attribute, parser, default text, required).
+#: The metadata store's keys: (Kafka name, attribute, parser, default text, doc, required).
 METADATA_KEYS: dict[str, ConfigKey] = key_table(
-    ("metadata.store", "metadata_store", metadata_store, "zookeeper"),
+    ("metadata.store", "metadata_store", metadata_store, "zookeeper",
+     "Where the cluster's metadata lives: zookeeper, or quorum for Sluice's own Raft metadata "
+     "quorum in the brokers."),
     # Required in ZooKeeper mode only (checked in ``from_mapping``).
-    ("zookeeper.connect", "zookeeper_connect", zookeeper_connect, None),
+    ("zookeeper.connect", "zookeeper_connect", zookeeper_connect, None,
+     "ZooKeeper connect string host:port[,host:port...][/chroot] (a missing port means 2181); "
+     "required with the zookeeper store."),
     ("zookeeper.session.timeout.ms", "zookeeper_session_timeout_ms", integer(1, INT_MAX),
-     "18000"),
+     "18000",
+     "The metadata session timeout in milliseconds; a broker whose session is lost this long is "
+     "considered dead."),
     ("zookeeper.connection.timeout.ms", "zookeeper_connection_timeout_ms", integer(1, INT_MAX),
-     "18000"),
+     "18000",
+     "How long in milliseconds the broker waits at start to open its metadata session before "
+     "giving up."),
     # ZooKeeper ACLs (broker_core.zk.acl_policy): the brokers' credential, how they prove it,
     # and whether the nodes they create are writable by them only.
-    ("zookeeper.set.acl", "zookeeper_set_acl", boolean, "false"),
-    ("zookeeper.auth.file", "zookeeper_auth_file", optional_text, None),
+    ("zookeeper.set.acl", "zookeeper_set_acl", boolean, "false",
+     "Whether the znodes the broker creates are writable by the brokers' credential only; needs "
+     "zookeeper.auth.file."),
+    ("zookeeper.auth.file", "zookeeper_auth_file", optional_text, None,
+     "A private file holding username:password on one line: the brokers' ZooKeeper credential, "
+     "the same on every broker."),
     ("zookeeper.auth.mechanism", "zookeeper_auth_mechanism", zookeeper_auth_mechanism,
-     "DIGEST-MD5"),
-    ("quorum.voters", "quorum_voters", optional_text, None),
-    ("quorum.bootstrap.servers", "quorum_bootstrap_servers", optional_text, None),
-    ("quorum.listener", "quorum_listener", host_port, None),
+     "DIGEST-MD5",
+     "How the broker proves its ZooKeeper credential: DIGEST-MD5 (a SASL login) or digest "
+     "(ZooKeeper's built-in scheme)."),
+    ("quorum.voters", "quorum_voters", optional_text, None,
+     "Quorum mode: the bootstrap voters as id@host:port,...; a broker not listed runs as an "
+     "observer."),
+    ("quorum.bootstrap.servers", "quorum_bootstrap_servers", optional_text, None,
+     "Quorum mode: host:port,... of quorum listeners to find the quorum through; with it "
+     "quorum.voters may be left out."),
+    ("quorum.listener", "quorum_listener", host_port, None,
+     "Quorum mode: host:port this broker's quorum listener binds (default: its voter entry's; "
+     "an observer must set it)."),
     # The quorum listener's name: its protocol comes from listener.security.protocol.map and
     # its TLS files from listener.name.<name>.ssl.* (broker_core/config/listeners.py).
-    ("quorum.listener.name", "quorum_listener_name", text, "QUORUM"),
-    ("quorum.data.dir", "quorum_data_dir", optional_text, None),
+    ("quorum.listener.name", "quorum_listener_name", text, "QUORUM",
+     "Quorum mode: the quorum listener's name, which picks its protocol and TLS files from the "
+     "listener keys."),
+    ("quorum.data.dir", "quorum_data_dir", optional_text, None,
+     "Quorum mode: the directory of the quorum-state file and the metadata log (default: quorum "
+     "in the first log directory)."),
     # The quorum node's timings and snapshots (RaftConfig's fields; defaults are its own).
-    ("quorum.election.timeout.ms", "quorum_election_timeout_ms", integer(1, INT_MAX), "1000"),
-    ("quorum.fetch.timeout.ms", "quorum_fetch_timeout_ms", integer(1, INT_MAX), "2000"),
+    ("quorum.election.timeout.ms", "quorum_election_timeout_ms", integer(1, INT_MAX), "1000",
+     "Quorum mode: how long in milliseconds a voter without a leader waits (randomised up to "
+     "twice this) before standing for election."),
+    ("quorum.fetch.timeout.ms", "quorum_fetch_timeout_ms", integer(1, INT_MAX), "2000",
+     "Quorum mode: milliseconds without word from the leader before a follower stands for "
+     "election, or without a majority's fetches before a leader resigns."),
     ("quorum.election.backoff.max.ms", "quorum_election_backoff_max_ms", integer(1, INT_MAX),
-     "1000"),
-    ("quorum.request.timeout.ms", "quorum_request_timeout_ms", integer(1, INT_MAX), "2000"),
-    ("quorum.retry.backoff.ms", "quorum_retry_backoff_ms", integer(1, INT_MAX), "20"),
+     "1000",
+     "Quorum mode: the most milliseconds a lost candidacy waits before standing again."),
+    ("quorum.request.timeout.ms", "quorum_request_timeout_ms", integer(1, INT_MAX), "2000",
+     "Quorum mode: one quorum request's timeout in milliseconds."),
+    ("quorum.retry.backoff.ms", "quorum_retry_backoff_ms", integer(1, INT_MAX), "20",
+     "Quorum mode: the pause in milliseconds before a failed quorum request is sent again."),
     ("quorum.snapshot.interval.entries", "quorum_snapshot_interval_entries",
-     integer(0, INT_MAX, what="an integer ≥ 0 (0: no snapshot by entry count)"), "100000"),
+     integer(0, INT_MAX, what="an integer ≥ 0 (0: no snapshot by entry count)"), "100000",
+     "Quorum mode: snapshot the metadata once this many entries were applied since the last one "
+     "(0: never by count)."),
     ("quorum.snapshot.interval.bytes", "quorum_snapshot_interval_bytes",
-     integer(0, what="an integer ≥ 0 (0: no snapshot by size)"), "20971520"),
+     integer(0, what="an integer ≥ 0 (0: no snapshot by size)"), "20971520",
+     "Quorum mode: snapshot the metadata once this many payload bytes were applied since the "
+     "last one (0: never by size)."),
     ("quorum.snapshot.retain.entries", "quorum_snapshot_retain_entries",
-     integer(-1, what="an integer ≥ -1 (-1: keep the whole log)"), "100000"),
+     integer(-1, what="an integer ≥ -1 (-1: keep the whole log)"), "100000",
+     "Quorum mode: entries the metadata log keeps below its end after a snapshot (-1: keep the "
+     "whole log)."),
     ("quorum.fetch.snapshot.max.bytes", "quorum_fetch_snapshot_max_bytes",
-     integer(1, INT_MAX), "1048576"),
-    ("cluster.id", "cluster_id", text, "sluice"),
+     integer(1, INT_MAX), "1048576",
+     "Quorum mode: the most snapshot bytes one FetchSnapshot answer carries."),
+    ("cluster.id", "cluster_id", text, "sluice",
+     "Quorum mode: the cluster's id, the same on every broker; a quorum request carrying another "
+     "is refused. Ignored in ZooKeeper mode, where the first broker generates the id."),
 )

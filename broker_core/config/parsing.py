@@ -178,13 +178,18 @@ def host_port(key: str, raw: str) -> str | None:
 @dataclass(frozen=True)
 class ConfigKey:
     """One configuration key: its Kafka name, the attribute that holds it, how to parse it, and
-    its default as text (``None``: unset, the attribute is None unless ``required``)."""
+    its default as text (``None``: unset, the attribute is None unless ``required``).
+
+    ``doc`` is the key's short description (what it does, its unit, its essential constraint),
+    which DescribeConfigs answers with ``include_documentation``; the key's row in
+    ``docs/configuration.md`` is the long form. Every broker key has one; client keys may not."""
 
     name: str
     attr: str
     parse: Parser
     default: str | None
     required: bool = False
+    doc: str = ""
 
 
 def parse_keys(keys: Mapping[str, ConfigKey], values: Mapping[str, object],
@@ -225,8 +230,9 @@ def as_text(value: object) -> str:
 
 
 def key_table(*entries: tuple[Any, ...]) -> dict[str, ConfigKey]:
-    """Keys by name from ``(name, attr, parse, default[, required])`` tuples, in order."""
-    return {e[0]: ConfigKey(*e) for e in entries}
+    """Keys by name from ``(name, attr, parse, default, doc[, required])`` tuples, in order."""
+    return {name: ConfigKey(name, attr, parse, default, *required, doc=doc)
+            for name, attr, parse, default, doc, *required in entries}
 
 
 def one_of(*choices: str, fold_case: bool = False) -> Parser:

@@ -35,10 +35,11 @@ What it reports, Kafka's way (every value the store holds is read at the time of
   a value, most specific first, in Kafka's order: topic override, dynamic broker, dynamic
   default, static broker, default; a topic key's broker levels carry the synonym's name.
 - ``config_type`` (v3+) is Kafka's type of the key; ``documentation`` (v3+, when
-  ``include_documentation`` is set) is the topic key's description, and for a broker key that
-  is the broker-level default of a topic key (the dynamic ones among them) that topic key's,
-  said as such (:func:`broker_core.config.broker_config.broker_key_doc`); other broker keys
-  have none here (docs/configuration.md describes them). No Sluice key is sensitive, so no value is hidden.
+  ``include_documentation`` is set) is the topic key's description; a broker key's is its
+  declaration's, except that a broker-level default of a topic key (the dynamic ones among them)
+  carries that topic key's and a per-listener override the overridden key's, each said as such
+  (:func:`broker_core.config.broker_config.broker_key_doc`). Every key has one. No Sluice key is
+  sensitive, so no value is hidden.
 """
 
 from __future__ import annotations
@@ -253,7 +254,7 @@ def _broker_entries(resource_name: str, broker_id: int, levels: _BrokerLevels) -
         value = levels.static[key]
         entries.append(_Entry(key, value, True, ConfigSource.STATIC_BROKER_CONFIG,
                               [_synonym(key, value, ConfigSource.STATIC_BROKER_CONFIG)],
-                              ConfigType.STRING))
+                              ConfigType.STRING, broker_key_doc(key)))
     return entries
 
 

@@ -256,6 +256,34 @@ async def test_broker_reports_its_per_listener_overrides(store, zk_hosts, tmp_pa
 
 
 @pytest_twisted.ensureDeferred
+async def test_broker_resource_documents_every_key(store, zk_hosts, tmp_path):
+    """With include_documentation, every key of a broker resource has a doc: its declaration's,
+    a topic key's for a topic key's broker-level default, the overridden key's for a
+    per-listener override; without it, none."""
+    cfg = broker_config(BROKER_ID, zk_hosts, tmp_path / "logs",
+                        listener_name_plaintext_ssl_client_auth="requested")
+    (node,) = await _describe(store, cfg, (BROKER, str(BROKER_ID), None),
+                              include_documentation=True)
+    assert node["error_code"] == 0
+    docs = {c["name"]: c["documentation"] for c in node["configs"]}
+    assert set(docs) == {*BROKER_KEYS, "listener.name.plaintext.ssl.client.auth"}
+    assert [name for name, doc in docs.items() if not doc] == []
+    assert docs["broker.id"] == BROKER_KEYS["broker.id"].doc
+    assert docs["cluster.secret.file"] == BROKER_KEYS["cluster.secret.file"].doc
+    assert docs["log.segment.bytes"] == ("The broker-level default of the topic key "
+                                         "segment.bytes. " + TOPIC_CONFIG_KEYS["segment.bytes"].doc)
+    assert docs["listener.name.plaintext.ssl.client.auth"] == (
+        "Listener PLAINTEXT's own ssl.client.auth, in place of the broker's. "
+        + BROKER_KEYS["ssl.client.auth"].doc)
+    # The documentation travels at v3 as well (where it appeared) and not without the flag.
+    (node,) = await _describe(store, cfg, (BROKER, str(BROKER_ID), ["group.max.size"]),
+                              version=3, include_documentation=True)
+    assert node["configs"][0]["documentation"] == BROKER_KEYS["group.max.size"].doc
+    (node,) = await _describe(store, cfg, (BROKER, str(BROKER_ID), None))
+    assert [c["name"] for c in node["configs"] if c["documentation"] is not None] == []
+
+
+@pytest_twisted.ensureDeferred
 async def test_broker_resource_must_name_this_broker(store, cfg):
     results = await _describe(store, cfg, (BROKER, "2", None), (BROKER, "", None),
                               (BROKER, "1", ["num.partitions"]))
@@ -347,7 +375,7 @@ async def test_broker_keys_that_default_topic_keys_carry_their_documentation(sto
     assert docs["message.max.bytes"].startswith(
         "The broker-level default of the topic key max.message.bytes. ")
     assert "INVALID_TIMESTAMP" in docs["log.message.timestamp.after.max.ms"]
-    assert docs["num.partitions"] is None
+    assert docs["num.partitions"] == BROKER_KEYS["num.partitions"].doc  # not a topic default
     # Every dynamic broker key is such a default, so every one of them is documented.
     (node,) = await _describe(store, cfg, (BROKER, str(BROKER_ID), list(DYNAMIC_BROKER_KEYS)),
                               include_documentation=True)

@@ -4,11 +4,18 @@ file, and the topic-level keys."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
-from broker_core.config.broker_config import BROKER_KEYS, BrokerConfig, topic_defaults
+from broker_core.config.broker_config import (
+    BROKER_KEYS,
+    BrokerConfig,
+    broker_key_doc,
+    topic_defaults,
+)
+from broker_core.config.listeners import OVERRIDE_PREFIX, SSL_KEYS
 from broker_core.config.parsing import LONG_MAX, ConfigError, config_type_of, parse_decimal
 from broker_core.config.properties import parse_properties, read_properties
 from broker_core.config.topic_keys import (
@@ -466,10 +473,47 @@ def test_topic_defaults_from_broker_keys():
 
 # -- docs ----------------------------------------------------------------------------------------
 
-def test_every_key_is_documented():
+def _rows_keys(section: str) -> set[str]:
+    """The keys the first cells of the tables under ``## section`` of configuration.md name;
+    the per-listener row's short forms (``.ssl.keyfile``) spelled out."""
     docs = DOCS.read_text(encoding="utf-8")
-    missing = [k for k in [*BROKER_KEYS, *TOPIC_CONFIG_KEYS] if f"`{k}`" not in docs]
-    assert missing == []
+    body = docs.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    names = set()
+    for line in body.splitlines():
+        if line.startswith("| `"):
+            for name in re.findall(r"`([^`]+)`", line.split("|")[1]):
+                names.add(f"{OVERRIDE_PREFIX}<name>{name}" if name.startswith(".") else name)
+    return names
+
+
+def test_every_key_is_documented():
+    """Every broker key has a row under "Broker keys" and every topic key one under "Topic
+    keys", and no row names a key that does not exist."""
+    per_listener = {f"{OVERRIDE_PREFIX}<name>.{k}" for k in SSL_KEYS}
+    broker_rows = _rows_keys("Broker keys")
+    assert [k for k in BROKER_KEYS if k not in broker_rows] == []
+    assert sorted(broker_rows - set(BROKER_KEYS) - per_listener) == []
+    topic_rows = _rows_keys("Topic keys")
+    assert [k for k in TOPIC_CONFIG_KEYS if k not in topic_rows] == []
+    assert sorted(topic_rows - set(TOPIC_CONFIG_KEYS)) == []
+
+
+def test_every_broker_key_carries_its_documentation():
+    """DescribeConfigs answers a doc for every broker key: its own short text (one line, in the
+    declaration), or for a topic key's broker-level default that topic key's, said as such."""
+    for key, spec in BROKER_KEYS.items():
+        assert spec.doc and spec.doc == spec.doc.strip() and "\n" not in spec.doc, key
+        assert spec.doc.endswith("."), key
+        assert broker_key_doc(key), key
+    assert broker_key_doc("num.partitions") == BROKER_KEYS["num.partitions"].doc
+    assert broker_key_doc("log.segment.bytes") == (
+        "The broker-level default of the topic key segment.bytes. "
+        + TOPIC_CONFIG_KEYS["segment.bytes"].doc)
+    assert broker_key_doc("listener.name.client.ssl.cafile") == (
+        "Listener CLIENT's own ssl.cafile, in place of the broker's. "
+        + BROKER_KEYS["ssl.cafile"].doc)
+    assert broker_key_doc("listener.name.client.ssl.nope") is None
+    assert broker_key_doc("no.such.key") is None
 
 
 # -- quorum mode -----------------------------------------------------------------------------

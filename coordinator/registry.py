@@ -96,6 +96,9 @@ class GroupRegistry:
     accepted only from the member that owns it; ``extras[tp]`` (absent: :data:`NO_EXTRAS`) goes
     with ``offsets[tp]`` and ``committed_extras[tp]`` with ``committed[tp]``, and a partition
     is clean only when both match (a commit of the same offset with new metadata is a change);
+    ``explicit`` (a subset of ``dirty``) holds the partitions whose pending value is a Kafka
+    client's explicit commit, which a re-read of the stored value never replaces (the client
+    was told nothing yet, and is told success only once that value is written);
     ``curr_rebalancer`` is set while a rebalance
     of this group is queued or running and names the handler that has it.
     """
@@ -105,6 +108,7 @@ class GroupRegistry:
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
     committed: dict[TopicPartition, int] = field(default_factory=dict)
     dirty: set[TopicPartition] = field(default_factory=set)
+    explicit: set[TopicPartition] = field(default_factory=set)
     extras: dict[TopicPartition, OffsetExtras] = field(default_factory=dict)
     committed_extras: dict[TopicPartition, OffsetExtras] = field(default_factory=dict)
     rebalance_initiated: bool = False
@@ -172,6 +176,7 @@ class GroupRegistry:
                 self.offsets[tp] = offset
                 self.extras.pop(tp, None)  # a thin member commits no epoch or metadata
                 self.dirty.add(tp)
+                self.explicit.discard(tp)
                 changed += 1
         return changed
 
@@ -184,14 +189,18 @@ class GroupRegistry:
         self.offsets[tp] = offset
         self._set_extras(self.extras, tp, extras)
         self.dirty.add(tp)
+        self.explicit.add(tp)
 
     def note_committed(self, tp: TopicPartition, offset: int,
                        extras: OffsetExtras = NO_EXTRAS) -> None:
         """ZooKeeper holds ``offset`` with ``extras`` for ``tp`` (read or just written; -1: the
         znode exists but holds no usable offset). The registry takes it unless it holds a
-        later offset, or the same one with other extras still to be written."""
+        later offset, or the same one with other extras still to be written, or an explicit
+        commit still to be written (a seek back must not be undone by the value it replaces)."""
         self.committed[tp] = offset
         self._set_extras(self.committed_extras, tp, extras)
+        if tp in self.explicit:
+            return
         held = self.offsets.get(tp, -1)
         if offset < 0 or offset < held:
             return
@@ -208,18 +217,21 @@ class GroupRegistry:
         self._set_extras(self.committed_extras, tp, extras)
         if self.offsets.get(tp) == offset and self.extras.get(tp, NO_EXTRAS) == extras:
             self.dirty.discard(tp)
+            self.explicit.discard(tp)
 
     def forget_offset(self, tp: TopicPartition) -> None:
         """The partition's offset was deleted (DeleteGroups, OffsetDelete)."""
         for d in (self.offsets, self.committed, self.extras, self.committed_extras):
             d.pop(tp, None)
         self.dirty.discard(tp)
+        self.explicit.discard(tp)
 
     def forget_offsets(self) -> None:
         """Every offset of the group was deleted."""
         for d in (self.offsets, self.committed, self.extras, self.committed_extras):
             d.clear()
         self.dirty.clear()
+        self.explicit.clear()
 
     @staticmethod
     def _set_extras(into: dict[TopicPartition, OffsetExtras], tp: TopicPartition,

@@ -134,6 +134,24 @@ def test_a_commit_whose_value_an_earlier_write_made_durable_is_answered_after_th
     assert periodic.called and again == [None] and not store.held  # nothing left to write
 
 
+def test_a_seek_back_queued_behind_a_failed_write_is_written_not_undone_by_the_re_read():
+    # The failed multi makes the committer re-read the partition (100 stored); the queued
+    # seek back to 50 must still be written, and answered only then, not taken as done.
+    store, svc = make()
+    tp = ("t", 0)
+    store.hold = False
+    assert commit(svc, "a", {tp: 100}) == [None]
+    store.hold = True
+    first = commit(svc, "a", {tp: 120})
+    back = commit(svc, "a", {tp: 50})
+    store.fail(ConnectionLost("lost"))
+    assert isinstance(first[0], ConnectionLost)
+    assert not back and svc.registries.groups["a"].offsets[tp] == 50
+    store.complete()
+    assert back == [None] and stored(store, "a", tp) == 50
+    assert not svc.registries.groups["a"].dirty
+
+
 def test_batches_are_bounded_by_operations_and_by_bytes():
     store, svc = make()
     commit(svc, "first", {("t", 0): 1})

@@ -13,16 +13,19 @@ and metadata a Kafka client committed alongside it (a plain decimal when there a
 
 Invariants: a partition is marked clean only after the multi that wrote its value succeeded,
 and only if the registry still holds that value, extras included (an offset reported while
-the write was in flight stays dirty); an offset is never written below the one ZooKeeper is
-known to hold (:meth:`GroupRegistry.note_committed` and ``record_offsets`` only move forward).
+the write was in flight stays dirty); a thin group's offset is never written below the one
+ZooKeeper is known to hold (:meth:`GroupRegistry.note_committed` and ``record_offsets`` only
+move forward), while a Kafka client's explicit commit, a seek back included, is written as
+given and no re-read of the stored value replaces it before it is.
 
 Group commit (:meth:`OffsetCommitter.commit_soon`, the path of OffsetCommit, CommitOffsets and a
 leave's final offsets): one write is in flight at a time, behind :attr:`OffsetCommitter.lock`
 (which the periodic round and group deletion take too); requests that arrive meanwhile, from
 any group, queue, and when the write completes the queued ones go out together in the next
 fenced multi, at most :data:`MULTI_BATCH` operations and :data:`MULTI_BYTES` bytes (a request
-larger than that goes alone, in as many multis as it needs). So a commit waits for at most one
-write before its own, and throughput grows with the number of clients committing instead of
+larger than that goes alone, in as many multis as it needs). So a commit usually waits for one
+write before its own (for every multi of the periodic round, a rebalance's commit or a stop
+when one of those holds the lock), and throughput grows with the number of clients committing instead of
 being one over the time of a single write.
 
 - A request is answered when the multi holding its partitions succeeded, never before; one

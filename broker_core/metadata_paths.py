@@ -244,6 +244,10 @@ def _load(data: bytes, kind: str) -> Any:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{kind}: not valid JSON ({e})") from None
+    except RecursionError:
+        # A hostile entry nested past the parser's depth: as unreadable as bad JSON, and
+        # every reader of the tree already handles ValueError.
+        raise ValueError(f"{kind}: JSON nested too deeply") from None
 
 
 def _dump(value: Any) -> bytes:

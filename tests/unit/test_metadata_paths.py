@@ -59,6 +59,7 @@ def test_an_old_decimal_offset_reads_without_extras():
     b'{"version":1,"offset":1,"leader_epoch":null}',
     b'{"version":1,"offset":1,"metadata":5}', b'{"version":1,"offset":1,"metadata":null}',
     b'{"version":1,"offset":1,"metadata":"\\ud800"}',  # a lone surrogate: not encodable
+    b'{"version":1,"offset":5,"m":' + b"[" * 200_000 + b"]" * 200_000 + b"}",  # past the parser
 ])
 def test_a_damaged_committed_offset_is_refused(data):
     with pytest.raises(ValueError):

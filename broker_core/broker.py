@@ -677,13 +677,16 @@ class BrokerService(service.Service):
         succeeds, fails for good, or the broker stops (:mod:`broker_core.raft.start_retry`:
         ``step`` must be idempotent). A quorum this node never saw a leader of was never
         reached (wrong ``quorum.voters``, cluster secret or cluster id, or no majority
-        running): no retry, the step's own bound ends the start with its message. In
+        running): no retry, the step's own bound ends the start with its message; nor while
+        this node's own quorum driver is not running (it stopped, e.g. on a disk error): the
+        start ends with the error. In
         ZooKeeper mode the store's own session handling applies and a failure ends the start,
         as before."""
         if self.quorum is None:
             return await step()
         client = self.quorum.client
-        return await self.start_retries.run(what, step, retry_if=lambda: client.leader_seen)
+        return await self.start_retries.run(
+            what, step, retry_if=lambda: client.leader_seen and client.running)
 
     async def _register(self) -> None:
         """Create ``/brokers/ids/[id]``. After a crash the previous session's node lingers until

@@ -207,6 +207,13 @@ class NetworkQuorumClient:
             self._leader_seen = True
         return self._leader_seen
 
+    @property
+    def running(self) -> bool:
+        """This node's quorum driver runs and the client is not stopped: a write that fails
+        while it is not (a stopped client, a driver that stopped on a disk error) will fail
+        the same way every time, so a start must not wait for it to pass."""
+        return not self._stopped and self.driver is not None and self.driver.running
+
     def learn_address(self, address: VoterAddress) -> None:
         """Reach node ``address.node_id`` there from now on: the quorum node learned it
         (configured, or through DiscoverBrokers; a newer address replaces an older one)."""

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
-from broker_core.metadata import ConnectionLost, SessionExpired
+from broker_core.metadata import ConnectionLost, SessionExpired, StoreStopping
 from broker_core.raft.admin import retry_backoff
 
 T = TypeVar("T")
@@ -90,6 +90,8 @@ class QuorumStartRetries:
                 raise StartAbandoned(f"{self.describe} is stopping: {what} abandoned")
             try:
                 return await step()
+            except StoreStopping:
+                raise  # the store's owner is stopping: no later attempt can get through
             except RETRIABLE as e:
                 if self.stopped:
                     raise StartAbandoned(f"{self.describe} is stopping: {what} abandoned "

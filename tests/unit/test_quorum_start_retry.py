@@ -11,10 +11,11 @@ import pytest
 from twisted.internet import defer, task
 
 from broker_core.broker import StartupError, try_register
-from broker_core.metadata import ConnectionLost, NotAuthorized, SessionExpired
+from broker_core.metadata import ConnectionLost, NotAuthorized, SessionExpired, StoreStopping
 from broker_core.raft.admin import retry_backoff
 from broker_core.raft.metadata_commands import MalformedCommand
 from broker_core.raft.metadata_store import QuorumMetadataStore
+from broker_core.raft.quorum_client import NetworkQuorumClient
 from broker_core.raft.start_retry import QuorumStartRetries, StartAbandoned
 from tests.support.local_quorum import LocalQuorumCluster, run
 
@@ -139,6 +140,8 @@ def test_retries_back_off_as_the_project_does(clock):
     StartupError("broker id 2 is registered by another live broker"),
     NotAuthorized("no"),
     MalformedCommand("refused by the leader"),
+    # A lost connection, but the store's owner is stopping: no later attempt gets through.
+    StoreStopping("the broker is stopping"),
 ])
 def test_an_error_a_retry_cannot_help_ends_the_start_at_once(clock, fatal):
     calls: list[int] = []
@@ -198,3 +201,18 @@ def test_a_quorum_never_reached_ends_the_start_with_the_steps_own_error(clock):
     with pytest.raises(ConnectionLost, match="could not reach the metadata quorum"):
         run(clock, retries.run("opening the metadata session", step, retry_if=lambda: False))
     assert calls == [1] and retries.retries == 0
+
+
+def test_a_quorum_client_whose_node_is_not_running_is_not_worth_retrying_through(clock):
+    """The broker retries a start step only while its quorum client runs: a client without a
+    running driver (not started, or stopped on a disk error) or stopped fails every write the
+    same way, so the start ends instead of retrying forever."""
+    client = NetworkQuorumClient(1, {}, clock)
+    assert not client.running  # no driver
+    client.driver = type("Driver", (), {"running": True})()
+    assert client.running
+    client.driver.running = False  # the driver stopped (e.g. its log's disk failed)
+    assert not client.running
+    client.driver.running = True
+    client.stop()
+    assert not client.running

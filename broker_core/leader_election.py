@@ -17,6 +17,9 @@ The recipe (the controller's, KAFKA-6082; the coordinator's is the same):
   created at 0 first. A user may decline to stand (``may_stand``: the controller's isolation
   abstention).
 - **Deposed.** The watch shows the seat naming another broker while we lead: resign.
+- **Held but not led.** The watch shows the seat naming this broker while it does not lead (a
+  claim the store applied whose answer was lost, or a crashed incarnation's seat): vacate it,
+  so an election runs now rather than when that session ends.
 - **Session.** SUSPENDED: the user pauses (``on_suspended(True)``) and nothing stands.
   CONNECTED again: the user resumes (``on_suspended(False)``) and, unless leading, stands if
   the seat is vacant. LOST: the ephemeral seat went with the session: ``on_lost()`` (what the
@@ -208,6 +211,13 @@ class LeaderElection:
         self.leader_id = owner
         if owner != self.broker_id and self.active:
             self.steps.submit("resign", self.resign)
+        elif owner == self.broker_id and not self.active:
+            # The seat names this broker but it does not lead: a claim the store applied whose
+            # answer was lost (or a crashed incarnation's seat, not yet expired). Nobody would
+            # lead until the session ends; give the seat up so an election runs now. A step,
+            # so a claim still being answered settles first (then this broker leads, and the
+            # step does nothing).
+            self.steps.submit("vacate a seat this broker does not hold", self._vacate_unheld)
 
     def on_session_state(self, state: SessionState) -> None:
         """The store's session listener (see the module docstring)."""
@@ -278,6 +288,10 @@ class LeaderElection:
         self.log.info("broker {b} is now the {title} (epoch {e})", b=self.broker_id,
                       title=seat.title, e=self.epoch)
         await self.on_elected(self.epoch, self.epoch_version)
+
+    async def _vacate_unheld(self) -> None:
+        if not self.active:
+            await self.vacate()
 
     async def resign(self) -> None:
         """LEADER → FOLLOWER, then await ``on_resigned`` (nothing when not leading)."""

@@ -278,3 +278,39 @@ def test_the_coordinators_failed_start_up_resigns_and_vacates_the_seat():
     election.start()
     # The failed start-up gave the seat up; its vacancy made the broker stand again at once.
     assert calls == ["resigned", "started 2"] and election.active
+
+
+class AnswerLostStore(MemoryStore):
+    """Applies the first claim of the seat but loses its answer (a ZooKeeper connection loss,
+    a quorum leader change): the seat names the broker, which was never told it won."""
+
+    lose_claim = True
+
+    def multi(self, ops):
+        d = super().multi(ops)
+        if self.lose_claim and any(getattr(op, "path", None) == paths.CONTROLLER for op in ops):
+            self.lose_claim = False
+
+            def lost(_):
+                raise ConnectionLost("the answer was lost")
+            d.addCallback(lost)
+        return d
+
+
+def test_a_claim_applied_but_unanswered_is_given_up_and_won_again():
+    store, election, user, _ = make(AnswerLostStore())
+    election.start()
+    # The first claim applied (epoch 1) and its answer was lost: the seat named this broker
+    # while it did not lead, so it gave the seat up and the next election won epoch 2.
+    assert election.role is Role.LEADER and election.leader_id == 1
+    assert user.calls == [("elected", 2, 2)] and epoch_of(store) == (2, 2)
+    assert paths.ControllerRegistration.from_bytes(store.nodes[paths.CONTROLLER][0]).broker_id == 1
+
+
+def test_a_seat_of_this_broker_it_does_not_hold_is_not_given_up_while_it_leads():
+    store, election, user, _ = make()
+    election.start()
+    assert election.role is Role.LEADER
+    election._on_seat(holder(1), store.exists(paths.CONTROLLER).result)  # a watch delivery
+    assert election.role is Role.LEADER and store.exists(paths.CONTROLLER).result is not None
+    assert user.calls == [("elected", 1, 1)]

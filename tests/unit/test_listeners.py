@@ -355,7 +355,7 @@ def handler_with_two_brokers() -> RequestHandler:
 
 def metadata_on(handler: RequestHandler, listener: str) -> dict:
     proto = Access(None, ConnectionSecurity(listener, SecurityProtocol.PLAINTEXT))
-    d = defer.Deferred.fromCoroutine(handler.metadata(
+    d = defer.Deferred.fromCoroutine(handler.metadata_apis.metadata(
         SimpleNamespace(api_version=9),
         SimpleNamespace(topics=None, allow_auto_topic_creation=False,
                         include_cluster_authorized_operations=False,
@@ -380,24 +380,24 @@ def test_metadata_gives_the_addresses_of_the_listener_asked_on():
 def test_a_leader_without_the_listener_is_listener_not_found():
     handler = handler_with_two_brokers()
     led_by_1, led_by_2 = (handler.cache.partition("t", i) for i in (0, 1))
-    assert handler._partition_metadata(0, led_by_1, "CLIENT")["error_code"] == 0
-    missing = handler._partition_metadata(1, led_by_2, "CLIENT")
+    assert handler.metadata_apis._partition_metadata(0, led_by_1, "CLIENT")["error_code"] == 0
+    missing = handler.metadata_apis._partition_metadata(1, led_by_2, "CLIENT")
     assert (missing["error_code"], missing["leader_id"]) == (
         int(ErrorCode.LISTENER_NOT_FOUND), -1)
-    on_broker = handler._partition_metadata(1, led_by_2, "BROKER")
+    on_broker = handler.metadata_apis._partition_metadata(1, led_by_2, "BROKER")
     assert (on_broker["error_code"], on_broker["leader_id"]) == (0, 2)
 
 
 def test_cluster_metadata_without_a_coordinator_lists_the_listeners_brokers():
     handler = handler_with_two_brokers()
     proto = Access(None, ConnectionSecurity("CLIENT", SecurityProtocol.PLAINTEXT))
-    answer = handler.cluster_metadata(None, None, proto)
+    answer = handler.coordination_apis.cluster_metadata(None, None, proto)
     assert answer["brokers"] == [{"node_id": 1, "host": "kafka1", "port": 9092}]
 
 
 def test_a_broker_coming_back_with_other_listeners_refreshes_cached_answers():
     handler = handler_with_two_brokers()
-    assert handler._partition_metadata(1, handler.cache.partition("t", 1), "CLIENT")[
+    assert handler.metadata_apis._partition_metadata(1, handler.cache.partition("t", 1), "CLIENT")[
         "error_code"] == int(ErrorCode.LISTENER_NOT_FOUND)
     metadata_on(handler, "CLIENT")  # builds the cached partitions for CLIENT
     cache = handler.cache

@@ -406,12 +406,12 @@ def test_api_versions_advertises_what_it_did_before():
     handler = RequestHandler(broker_id=1, config=None, cache=None, replicas=None, store=None,
                              clock=None, broker_epoch=lambda: 0)
     client = plaintext()
-    answer = handler.api_versions(None, None, Access(None, client))
+    answer = handler.metadata_apis.api_versions(None, None, Access(None, client))
     assert [(e["api_key"], e["min_version"], e["max_version"])
             for e in answer["api_keys"]] == ADVERTISED_TO_CLIENTS
     broker = plaintext()
     broker.authenticate(Principal("User", "__sluice_broker"), is_broker=True)
-    answer = handler.api_versions(None, None, Access(None, broker))
+    answer = handler.metadata_apis.api_versions(None, None, Access(None, broker))
     assert [(e["api_key"], e["min_version"], e["max_version"])
             for e in answer["api_keys"]] == ADVERTISED
     assert [(e["api_key"], e["min_version"], e["max_version"])

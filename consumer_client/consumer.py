@@ -5,7 +5,11 @@ is its shell: it finds the coordinator (ClusterMetadata to the bootstrap servers
 registers on a connection that then turns into the coordinator channel (docs/design.md), answers
 the coordinator's Ping / StopFetcher / StartFetcher, runs the fetchers
 (:mod:`consumer_client.consumer_fetcher`) and hands messages to the application through bounded
-streams (:mod:`consumer_client.consumer_streams`).
+streams (:mod:`consumer_client.consumer_streams`). Its collaborators, each in its own module:
+:class:`~consumer_client.consumer_problems.ProblemWatch` (no coordinator, missing topics:
+warnings, the health timer, errors raised to readers) and
+:class:`~consumer_client.consumer_leave.Leave` (the closing consumer's UnregisterConsumer); its
+errors and snapshots are in :mod:`consumer_client.consumer_errors`, re-exported here.
 
 Example::
 
@@ -49,7 +53,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet import defer
@@ -62,12 +65,25 @@ from broker_core.wire.errors import ErrorCode
 from consumer_client import secure_connect
 from consumer_client.cluster import ClusterClient
 from consumer_client.consumer_config import ConsumerConfig
+from consumer_client.consumer_errors import (
+    RETRIABLE_REGISTRATION,
+    AuthenticationFailed,
+    CommitFailed,
+    ConsumerError,
+    ConsumerUnavailable,
+    Health,
+    MemberInfo,
+    NotRegistered,
+    RegistrationRejected,
+    TopicNotFound,
+    known_code,
+)
 from consumer_client.consumer_fetcher import NETWORK_ERRORS, FetcherManager
-from consumer_client.consumer_health import HealthTracker
+from consumer_client.consumer_leave import Leave
+from consumer_client.consumer_problems import ProblemWatch
 from consumer_client.consumer_records import Message
 from consumer_client.consumer_streams import (
     AllStreams,
-    MessageSource,
     MessageStream,
     PartitionState,
     StreamClosed,
@@ -78,118 +94,6 @@ from consumer_client.security import AUTHENTICATION_ERRORS
 __all__ = ["Consumer", "ConsumerConfig", "Message", "MemberInfo", "Health", "State",
            "ConsumerError", "RegistrationRejected", "AuthenticationFailed", "ConsumerUnavailable",
            "TopicNotFound", "CommitFailed", "NotRegistered", "StreamClosed"]
-
-#: Registration errors that retrying (after finding the coordinator again) can fix.
-RETRIABLE_REGISTRATION = frozenset({
-    ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REBALANCE_IN_PROGRESS,
-    ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.NETWORK_EXCEPTION,
-})
-
-
-class ConsumerError(Exception):
-    """Base of the consumer's own errors."""
-
-
-class RegistrationRejected(ConsumerError):
-    """The coordinator refused this consumer for a reason retrying cannot fix (a duplicate
-    consumer id, a session timeout outside the broker's bounds, a bad topic count)."""
-
-    def __init__(self, code: ErrorCode | int, message: str | None) -> None:
-        detail = f": {message}" if message else ""
-        name = code.name if isinstance(code, ErrorCode) else f"error {code}"
-        super().__init__(f"the coordinator rejected the registration with {name}{detail}")
-        self.code = code
-
-
-class AuthenticationFailed(ConsumerError):
-    """A broker refused this consumer's login (SASL_AUTHENTICATION_FAILED, an unsupported
-    mechanism) or its TLS handshake (a certificate not signed by ``ssl.ca.location``): the same
-    settings would be refused again, so the consumer fails instead of retrying. ``cause`` is
-    the underlying error."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(f"authentication failed: {cause}")
-        self.cause = cause
-
-
-class ConsumerUnavailable(ConsumerError):
-    """The consumer has not been registered with a coordinator for ``default.api.timeout.ms``:
-    no bootstrap server answered, none named a coordinator, or the coordinator could not be
-    reached or refused for a reason retrying may fix. ``servers`` are the bootstrap servers
-    tried, ``reason`` the last failure. Not fatal: the consumer keeps retrying, and reading
-    works again once it registers."""
-
-    def __init__(self, group_id: str, servers: list[str], reason: str | None,
-                 timeout_ms: int) -> None:
-        self.group_id = group_id
-        self.servers = servers
-        self.reason = reason
-        self.timeout_ms = timeout_ms
-        super().__init__(
-            f"could not join group {group_id!r} within default.api.timeout.ms={timeout_ms}: "
-            f"{reason or 'no coordinator found'} (bootstrap servers tried: "
-            f"{', '.join(servers)})")
-
-
-class TopicNotFound(ConsumerError):
-    """A subscribed topic has not existed for ``default.api.timeout.ms`` (the brokers answer
-    UNKNOWN_TOPIC_OR_PARTITION): nothing of it can be assigned. Not fatal: once the topic is
-    created the coordinator rebalances and its partitions are consumed."""
-
-    def __init__(self, topics: list[str], timeout_ms: int) -> None:
-        self.topics = topics
-        self.timeout_ms = timeout_ms
-        names = ", ".join(repr(t) for t in topics)
-        noun = "topic" if len(topics) == 1 else "topics"
-        verb = "does" if len(topics) == 1 else "do"
-        super().__init__(f"{noun} {names} {verb} not exist (UNKNOWN_TOPIC_OR_PARTITION): not "
-                         f"created within default.api.timeout.ms={timeout_ms}")
-
-
-class NotRegistered(ConsumerError):
-    """The operation needs a registered consumer (e.g. ``commit()`` before the coordinator
-    was found)."""
-
-
-class CommitFailed(ConsumerError):
-    """CommitOffsets failed; ``errors`` maps each refused partition to its error name."""
-
-    def __init__(self, message: str, errors: dict[tuple[str, int], str] | None = None) -> None:
-        super().__init__(message)
-        self.errors = errors or {}
-
-
-@dataclass(frozen=True)
-class MemberInfo:
-    """A snapshot of the member's state, for monitoring (aiokafka#1154: make it public).
-    ``assignment`` maps each owned partition to its position (the offset the consumer would
-    report now; -1 while unknown)."""
-
-    group_id: str
-    consumer_id: str
-    state: State
-    generation: int
-    coordinator: tuple[int, str, int] | None
-    assignment: dict[tuple[str, int], int]
-    rebalances: int
-    last_error: str | None
-
-
-@dataclass(frozen=True)
-class Health:
-    """What stands between the consumer and its messages now.
-
-    ``ok`` is True when the consumer is registered and no subscribed topic is known to be
-    missing. ``reason`` says what is wrong (None when ok), ``missing_topics`` lists the
-    subscribed topics the brokers say do not exist, and ``error`` is what reading raises: set
-    once a problem has lasted ``default.api.timeout.ms`` (a :class:`ConsumerUnavailable` or
-    :class:`TopicNotFound`, or the fatal :class:`RegistrationRejected`)."""
-
-    ok: bool
-    reason: str | None
-    missing_topics: tuple[str, ...]
-    error: ConsumerError | None
 
 
 class Consumer:
@@ -235,7 +139,6 @@ class Consumer:
         self._channel: KafkaClientProtocol | None = None
         self._silence: Any = None
         self._close_timer: Any = None
-        self._leave_timer: Any = None
         #: From the RegisterConsumer (v1) answer: proves to the coordinator that a leave is
         #: this registration's (0: not known, the leave is not tried).
         self._session_id = 0
@@ -252,12 +155,10 @@ class Consumer:
         self._closed_d: defer.Deferred = defer.Deferred()
         self._state_waiters: list[tuple[Callable[[State], bool], defer.Deferred]] = []
         self._state_listeners: list[Callable[[MemberInfo], Any]] = []
-        # Problems (no coordinator, missing topics): warned once per reason, raised to readers
-        # after default.api.timeout.ms (see consumer_health).
-        self._health = HealthTracker(cfg.default_api_timeout_ms / 1000.0)
-        self._health_timer: Any = None
-        self._problem: ConsumerError | None = None
-        self._problem_listeners: list[Callable[[Health], Any]] = []
+        #: No coordinator, missing topics: warned, timed, raised to readers.
+        self._problems = ProblemWatch(self)
+        #: The leave (UnregisterConsumer) of a closing consumer.
+        self._leave = Leave(self)
 
     def _make_stream(self, key: tuple[str | None, str]) -> MessageStream:
         s = MessageStream(key, self.config.queued_max_chunks, self._space)
@@ -274,8 +175,8 @@ class Consumer:
         if self._started:
             return
         self._started = True
-        self._health.lost(self.clock.seconds())
-        self._watch_health()
+        self._problems.tracker.lost(self.clock.seconds())
+        self._problems.watch()
         self._schedule_discovery(0.0)
 
     @property
@@ -292,23 +193,13 @@ class Consumer:
     @property
     def health(self) -> Health:
         """See :class:`Health`."""
-        h = self._health
-        error = self.error if isinstance(self.error, ConsumerError) else self._problem
-        reason = None
-        if error is not None:
-            reason = str(error)
-        elif h.unreachable_since is not None and self._started and not self.closed:
-            reason = h.reason or "looking for the group's coordinator"
-        elif h.missing:
-            reason = (f"subscribed topics {', '.join(repr(t) for t in sorted(h.missing))} do not "
-                      "exist (UNKNOWN_TOPIC_OR_PARTITION)")
-        return Health(reason is None, reason, tuple(sorted(h.missing)), error)
+        return self._problems.health()
 
     def on_problem(self, callback: Callable[[Health], Any]) -> None:
         """Call ``callback(health)`` whenever the consumer warns about a problem (once per
         distinct reason, then as a reminder), when a problem becomes ``health.error`` after
         ``default.api.timeout.ms``, and when it clears (``health.ok``)."""
-        self._problem_listeners.append(callback)
+        self._problems.add_listener(callback)
 
     def on_state_change(self, callback: Callable[[MemberInfo], Any]) -> None:
         """Call ``callback(member)`` after every state change."""
@@ -412,7 +303,7 @@ class Consumer:
                            b=self.state.value, e=event.value)
         result = self._run(actions, request)
         if self.state is not before:
-            self._membership_health()
+            self._problems.membership_changed()
             self._notify_state()
         return result
 
@@ -487,7 +378,7 @@ class Consumer:
             bound = min(self.config.shutdown_timeout_ms, self.config.session_timeout_ms) / 1000.0
             self._close_timer = self.clock.callLater(bound, self._input, Input.CLOSE_TIMEOUT)
         elif a is Action.SEND_LEAVE:
-            self._send_leave()
+            self._leave.send()
         elif a is Action.FAIL:
             for s in self.streams.values():
                 s.close(self.error)
@@ -547,7 +438,7 @@ class Consumer:
         self._input(Input.COORDINATOR_FOUND)
 
     def _discovery_failed(self, why: str, key: str) -> None:
-        self._attempt_failed(why, key)
+        self._problems.attempt_failed(why, key)
         if self.state is State.DISCOVERING:
             self._input(Input.DISCOVERY_FAILED)
 
@@ -565,7 +456,7 @@ class Consumer:
                 self._authentication_failed(e)
             return
         except Exception as e:  # noqa: BLE001 - every connect failure means: rediscover
-            self._attempt_failed(f"connect to coordinator {node} at {host}:{port} failed: {e}",
+            self._problems.attempt_failed(f"connect to coordinator {node} at {host}:{port} failed: {e}",
                                  f"connect:{type(e).__name__}")
             if self.state is State.REGISTERING:
                 self._input(Input.CHANNEL_LOST)
@@ -586,7 +477,7 @@ class Consumer:
                  "session_timeout_ms": cfg.session_timeout_ms},
                 cfg.request_timeout_ms / 1000.0, f"coordinator {host}:{port}")
         except Exception as e:  # noqa: BLE001 - the channel is gone either way
-            self._attempt_failed(f"RegisterConsumer to {host}:{port} failed: {e}",
+            self._problems.attempt_failed(f"RegisterConsumer to {host}:{port} failed: {e}",
                                  f"register:{type(e).__name__}")
             if version == 1 and isinstance(e, ConnectionClosed):
                 # Maybe a broker without RegisterConsumer v1: the next attempt is v0 (this
@@ -597,7 +488,7 @@ class Consumer:
             return
         if self._channel is not proto or self.state is not State.REGISTERING:
             return
-        code = _code(resp.error_code)
+        code = known_code(resp.error_code)
         if code is ErrorCode.NONE:
             self.log.info("{c} registered with coordinator {n} at {h}:{p}",
                           c=cfg.consumer_id, n=node, h=host, p=port)
@@ -611,7 +502,7 @@ class Consumer:
                 self._register_version = 1
             self._input(Input.REGISTERED)
         elif code in RETRIABLE_REGISTRATION or (isinstance(code, ErrorCode) and code.retriable):
-            self._attempt_failed(f"registration refused: {code!r}", f"refused:{code!r}")
+            self._problems.attempt_failed(f"registration refused: {code!r}", f"refused:{code!r}")
             self._input(Input.REFUSED)
         elif code is ErrorCode.DUPLICATE_CONSUMER_ID and self._still_our_old_session():
             # We were a member and came back (our coordinator went silent, or the connection
@@ -677,155 +568,6 @@ class Consumer:
                       e=self.last_error)
         self._input(Input.SILENCE)
 
-    # -- problems: no coordinator, missing topics ------------------------------------------------
-
-    def _attempt_failed(self, why: str, key: str) -> None:
-        """A step towards registration failed (it is retried): remember why, warn once per
-        kind of failure (and as a reminder while it lasts), never on every retry."""
-        self.last_error = why
-        if self._health.failed_attempt(why, key, self.clock.seconds()):
-            self.log.warn("{c}: cannot join group {g}: {why}; retrying (bootstrap servers "
-                          "{s})", c=self.config.consumer_id, g=self.config.group_id, why=why,
-                          s=self.config.bootstrap_servers)
-            self._tell_problem()
-        else:
-            self.log.debug("{c}: {why}", c=self.config.consumer_id, why=why)
-
-    def _membership_health(self) -> None:
-        """After a state change: registered or not, and whether anything is left to watch."""
-        s = self.state
-        if s in (State.CLOSED, State.FAILED):
-            self._stop_watching()
-            return
-        was_unreachable = self._health.unreachable_since is not None
-        if self.membership.registered:
-            warned = self._health.joined()
-            if was_unreachable and self._problem is not None:
-                self._update_problem()  # clears it, and tells the listeners
-            elif warned:
-                self._tell_problem()
-        elif s is State.DISCOVERING:
-            self._health.lost(self.clock.seconds())
-            self._watch_health()
-
-    def _check_topics(self) -> None:
-        """After an assignment: ask the brokers about subscribed topics of which nothing was
-        assigned to this member. Another member may own them all; only the brokers can tell
-        whether the topic exists at all (the coordinator assigns what exists, silently)."""
-        if self.config.pattern != "static":
-            return
-        assigned = {t for t, _ in self.parts}
-        unknown = sorted(t for t in self.config.topics if t not in assigned)
-        if not unknown and not self._health.missing:
-            return
-        now = self.clock.seconds()
-        if set(assigned) & set(self._health.missing):
-            self._health.topics_checked(assigned, set(), now)
-            self._topics_changed()
-        if unknown:
-            d = defer.Deferred.fromCoroutine(self._look_up_topics(unknown))
-            d.addErrback(lambda f: self.log.failure("topic lookup failed", f))
-
-    async def _look_up_topics(self, topics: list[str]) -> None:
-        try:
-            view = await self.cluster.refresh(topics)
-        except Exception as e:  # noqa: BLE001 - no answer says nothing about the topics
-            self.log.debug("{c}: metadata for {t} failed: {e}", c=self.config.consumer_id,
-                           t=topics, e=e)
-            return
-        if self.closed:
-            return
-        missing = {t for t in topics
-                   if view.topic_errors.get(t) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
-        now = self.clock.seconds()
-        if self._health.topics_checked(set(topics), missing, now):
-            self.log.warn("{c}: subscribed topic(s) {t} do not exist "
-                          "(UNKNOWN_TOPIC_OR_PARTITION): nothing of them can be assigned until "
-                          "they are created; waiting up to default.api.timeout.ms={ms}",
-                          c=self.config.consumer_id, t=", ".join(sorted(self._health.missing)),
-                          ms=self.config.default_api_timeout_ms)
-            self._tell_problem()
-        self._topics_changed()
-        self._watch_health()
-
-    def _topics_changed(self) -> None:
-        had = self._problem is not None
-        self._update_problem()
-        if self._health.cleared and not had:
-            self._tell_problem()  # the warning is over (an error's end was told just now)
-
-    def _watch_health(self) -> None:
-        """(Re)arm the one health timer at the next moment a problem may change state."""
-        if self._health_timer is not None and self._health_timer.active():
-            self._health_timer.cancel()
-        self._health_timer = None
-        delay = self._health.next_check(self.clock.seconds())
-        if delay is not None and not self.closed:
-            self._health_timer = self.clock.callLater(delay, self._health_due)
-
-    def _stop_watching(self) -> None:
-        if self._health_timer is not None and self._health_timer.active():
-            self._health_timer.cancel()
-        self._health_timer = None
-
-    def _health_due(self) -> None:
-        self._health_timer = None
-        if self.closed or self.state is State.FAILED:
-            return
-        now = self.clock.seconds()
-        if self._health.missing:
-            if self._health.reminder_due(now):
-                self.log.warn("{c}: subscribed topic(s) {t} still do not exist "
-                              "(UNKNOWN_TOPIC_OR_PARTITION)", c=self.config.consumer_id,
-                              t=", ".join(sorted(self._health.missing)))
-                self._tell_problem()
-            # Look again: a topic created since may not have reached this member yet.
-            d = defer.Deferred.fromCoroutine(self._look_up_topics(sorted(self._health.missing)))
-            d.addErrback(lambda f: self.log.failure("topic lookup failed", f))
-        self._update_problem()
-        self._watch_health()
-
-    def _update_problem(self) -> None:
-        """Make ``_problem`` what the tracker says now, and tell the readers when it
-        changes: every reader of all streams, and those of the missing topics' streams."""
-        now = self.clock.seconds()
-        cfg = self.config
-        problem: ConsumerError | None = None
-        overdue = self._health.overdue_topics(now)
-        if self._health.unreachable_overdue(now):
-            problem = ConsumerUnavailable(
-                cfg.group_id, [f"{h}:{p}" for h, p in self.cluster.bootstrap],
-                self._health.reason, cfg.default_api_timeout_ms)
-        elif overdue:
-            problem = TopicNotFound(overdue, cfg.default_api_timeout_ms)
-        if str(problem) == str(self._problem):
-            return
-        self._problem = problem
-        if problem is not None:
-            self.log.error("{c}: {e}", c=cfg.consumer_id, e=problem)
-        # Readers run as their waits fail: every source holds its problem before any fails.
-        sources: list[tuple[MessageSource, ConsumerError | None]] = [(self.messages, problem)]
-        for (topic, _), stream in self.streams.items():
-            if isinstance(problem, TopicNotFound) and topic is not None:
-                sources.append((stream, problem if topic in problem.topics else None))
-            else:
-                sources.append((stream, problem))
-        for source, p in sources:
-            source.set_problem(p)
-        for source, p in sources:
-            source.report(p)
-        self._tell_problem()
-
-    def _tell_problem(self) -> None:
-        if not self._problem_listeners:
-            return
-        health = self.health
-        for cb in list(self._problem_listeners):
-            try:
-                cb(health)
-            except Exception:
-                self.log.failure("problem listener failed")
-
     # -- coordinator requests -------------------------------------------------------------------
 
     def _on_request(self, channel: KafkaClientProtocol, request: Any) -> Any:
@@ -859,7 +601,7 @@ class Consumer:
         self.log.info("{c}: generation {g}, fetching {n} partitions", c=cfg.consumer_id,
                       g=body.generation_id, n=len(parts))
         self.fetchers.start(parts.values())
-        self._check_topics()
+        self._problems.check_topics()
         return self._listen("assigned", sorted(parts))
 
     def _stream_for(self, topic: str, thread_id: str) -> MessageStream:
@@ -905,71 +647,14 @@ class Consumer:
         if self.state is State.FETCHING:
             self._input(Input.FETCH_FAILED)
 
-    # -- the end --------------------------------------------------------------------------------
-
-    def _leave_bound_s(self) -> float:
-        """How long the leave may take before the slow path: one Ping interval (the
-        coordinator pings every third of the session timeout), so the slow path still finds
-        the member alive; never more than the request or shutdown timeout."""
-        cfg = self.config
-        return min(cfg.session_timeout_ms / 3, cfg.request_timeout_ms,
-                   cfg.shutdown_timeout_ms) / 1000.0
-
-    def _send_leave(self) -> None:
-        if self.state is not State.DEPARTING:
-            return  # the close ended (the channel went) while a revoke listener ran
-        # No message leaves the streams any more (a blocking reader mid-chunk included): the
-        # positions the leave reports are everything the application got.
-        for ps in self.parts.values():
-            ps.active = False
-        if self._session_id == 0 or self.coordinator is None:
-            # A coordinator that gave no session id (an older broker) cannot take a leave.
-            self.last_error = "the coordinator cannot take a leave; handing over on the channel"
-            self._leave_timer = self.clock.callLater(0, self._leave_failed, self.last_error)
-            return
-        self._leave_timer = self.clock.callLater(
-            self._leave_bound_s(), self._leave_failed,
-            f"no answer to the leave within {self._leave_bound_s():.3g} s")
-        d = defer.Deferred.fromCoroutine(self._leave())
-        d.addErrback(lambda f: self.log.failure("leave failed", f))
-
-    async def _leave(self) -> None:
-        assert self.coordinator is not None
-        _, host, port = self.coordinator
-        cfg = self.config
-        body = {"group_id": cfg.group_id, "consumer_id": cfg.consumer_id,
-                "session_id": self._session_id,
-                "offsets": self.positions() if cfg.auto_commit else []}
-        try:
-            resp = await self.cluster.request_address(
-                (host, port), ApiKey.UNREGISTER_CONSUMER, body, version=0,
-                timeout_s=self._leave_bound_s())
-        except Exception as e:  # noqa: BLE001 - any failure means: the slow path
-            self._leave_failed(f"leave to the coordinator at {host}:{port} failed: {e}")
-            return
-        if resp.error_code:
-            self._leave_failed(f"the coordinator refused the leave: "
-                               f"{_code(resp.error_code)!r}: {resp.error_message}")
-            return
-        if self.state is State.DEPARTING:
-            self.log.info("{c} left group {g}", c=cfg.consumer_id, g=cfg.group_id)
-            self._input(Input.LEFT)
-
-    def _leave_failed(self, why: str) -> None:
-        if self.state is not State.DEPARTING:
-            return  # decided already (answered, timed out, or the channel went)
-        self.last_error = why
-        self.log.info("{c}: {why}; handing the offsets over on the channel",
-                      c=self.config.consumer_id, why=why)
-        self._input(Input.LEAVE_FAILED)
-
     def _finish(self) -> None:
         self.fetchers.stop()
         self._release()
-        for t in (self._silence, self._close_timer, self._discover_timer, self._leave_timer):
+        for t in (self._silence, self._close_timer, self._discover_timer):
             if t is not None and t.active():
                 t.cancel()
-        self._silence = self._close_timer = self._discover_timer = self._leave_timer = None
+        self._silence = self._close_timer = self._discover_timer = None
+        self._leave.cancel()
         for s in self.streams.values():
             s.close(self.error)
         self.messages.close(self.error)
@@ -977,10 +662,3 @@ class Consumer:
         self.clock.callLater(0, self.cluster.close)
         if not self._closed_d.called:
             self._closed_d.callback(None)
-
-
-def _code(code: int) -> ErrorCode | int:
-    try:
-        return ErrorCode(code)
-    except ValueError:
-        return code

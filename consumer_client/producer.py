@@ -6,7 +6,9 @@ encoded record to that partition's open batch, and the sender (the ``_run`` half
 :class:`Producer`) sends ready batches to partition leaders, many partitions per Produce request,
 up to ``max.in.flight.requests.per.connection`` pipelined requests per broker, and completes,
 retries or fails each batch from the response. :mod:`consumer_client.producer_retry` decides
-retries; metadata comes from the shared :class:`~consumer_client.cluster.ClusterClient`.
+retries; metadata comes from the shared :class:`~consumer_client.cluster.ClusterClient`, refreshed
+by :class:`~consumer_client.producer_metadata.MetadataRefresher`; with ``enable.idempotence``,
+:class:`~consumer_client.producer_id_requests.ProducerIdRequester` gets the producer id and epoch.
 
 Invariants:
 
@@ -57,9 +59,10 @@ from consumer_client.producer_errors import (
     RecordTooLarge,
     UnknownTopic,
 )
+from consumer_client.producer_id_requests import ProducerIdRequester
 from consumer_client.producer_idempotence import NEEDS_BUMP, ProducerIdentity
+from consumer_client.producer_metadata import MetadataRefresher
 from consumer_client.producer_retry import Action, decide
-from consumer_client.security import AUTHENTICATION_ERRORS
 
 # The network-level errors after which a request's batches are retried (nothing was answered).
 _TRANSIENT = (ConnectError, ConnectionLost, RequestTimedOut, defer.TimeoutError, OSError,
@@ -145,14 +148,8 @@ class Producer:
         # leaderless until the next metadata refresh, so a retry never goes back to it first.
         self._stale: set[tuple[str, int]] = set()
         self._topic_errors: dict[str, ErrorCode] = {}
-        #: Why the latest metadata refresh got no answer (None: it got one).
-        self._refresh_error: str | None = None
-        self._wanted: set[str] = set()
-        self._refreshing = False
-        self._refresh_again = False
-        self._last_refresh = float("-inf")
-        self._refresh_call: Any = None
-        self._age_call: Any = None
+        #: Asks the brokers about the topics in use; hands the answers to :meth:`_apply`.
+        self._metadata = MetadataRefresher(self)
         self._meta_waiters: dict[str, list[_Parked]] = {}
         #: Bytes of the sends in ``_meta_waiters``: outside the buffer, but counted by
         #: ``wait_for_capacity`` so a loop that awaits it stays bounded before metadata arrives.
@@ -163,7 +160,7 @@ class Producer:
         self._in_flight: dict[int, int] = {}
         #: ``enable.idempotence``: the producer id, epoch and sequences (None: off).
         self._identity = ProducerIdentity() if cfg.enable_idempotence else None
-        self._identity_asked = False
+        self._id_requests = ProducerIdRequester(self)
         self._timer: Any = None
         self._closed = False
         self._stopped = False
@@ -246,7 +243,7 @@ class Producer:
         waiters.append(d)
         timer = self._clock.callLater(self._max_block_s, self._topic_wait_expired, topic, d)
         d.addBoth(lambda r: (timer.active() and timer.cancel(), r)[1])
-        self._want(topic)
+        self._metadata.want(topic)
         return d
 
     def close(self, timeout: float | None = None) -> defer.Deferred:
@@ -327,15 +324,15 @@ class Producer:
         self._parked_bytes += parked.size
         parked.timer = self._clock.callLater(self._max_block_s, self._metadata_wait_expired,
                                              topic, parked)
-        self._want(topic)
+        self._metadata.want(topic)
 
     def _unknown_topic(self, topic: str) -> UnknownTopic | MetadataUnavailable:
         """The error of a send or a wait for ``topic`` that outlived ``max.block.ms``: the
         brokers' word on the topic if one answered, else why none did."""
         within = f"max.block.ms={self.config.max_block_ms}"
-        if topic not in self._topic_errors and self._refresh_error is not None:
+        if topic not in self._topic_errors and self._metadata.error is not None:
             return MetadataUnavailable(topic, None, -1, None,
-                                       f"within {within}: {self._refresh_error}")
+                                       f"within {within}: {self._metadata.error}")
         return UnknownTopic(topic, None, -1, self._topic_errors.get(topic),
                             f"not found within {within}")
 
@@ -379,64 +376,7 @@ class Producer:
         if self._on_release is not None:
             self._on_release()
 
-    # -- metadata ----------------------------------------------------------------------------
-
-    def _want(self, topic: str) -> None:
-        if topic not in self._wanted:
-            self._wanted.add(topic)
-        self._request_refresh()
-
-    def _request_refresh(self) -> None:
-        """Refresh the metadata of every topic in use: now, or ``retry.backoff.ms`` after the
-        last refresh; one refresh at a time, requests during one coalesce into one more."""
-        if self._stopped:
-            return
-        if self._refreshing:
-            self._refresh_again = True
-            return
-        if self._refresh_call is not None and self._refresh_call.active():
-            return
-        delay = max(0.0, self._last_refresh + self._backoff_s - self._clock.seconds())
-        self._refresh_call = self._clock.callLater(delay, self._start_refresh)
-
-    def _start_refresh(self) -> None:
-        self._refreshing = True
-        d = defer.Deferred.fromCoroutine(self._refresh())
-        d.addErrback(lambda f: self.log.failure("metadata refresh failed", f))
-
-    async def _refresh(self) -> None:
-        topics = sorted(self._wanted)
-        try:
-            # Kafka's producers let the broker create a missing topic (per its
-            # auto.create.topics.enable); the consumer's and admin's requests never do.
-            view = await self._cluster.refresh(topics, auto_create=True)
-            self._refresh_error = None
-        except AUTHENTICATION_ERRORS as e:
-            self._refresh_error = str(e)
-            view = None
-            if not self._stopped:
-                self._authentication_failed(AuthenticationFailed(e))
-        except Exception as e:  # noqa: BLE001 - any failure: keep the old view, retry later
-            self.log.info("metadata refresh failed: {error}", error=repr(e))
-            self._refresh_error = str(e) or repr(e)
-            view = None
-        finally:
-            self._refreshing = False
-            self._last_refresh = self._clock.seconds()
-        if self._stopped:
-            return
-        if view is not None:
-            self._apply(view, topics)
-            if self._age_call is not None and self._age_call.active():
-                self._age_call.cancel()
-            self._age_call = self._clock.callLater(self.config.metadata_max_age_ms / 1000,
-                                                   self._request_refresh)
-        if self._refresh_again or self._meta_waiters or self._topic_waiters or view is None:
-            self._refresh_again = False
-            if any(self._meta_waiters.values()) or any(self._topic_waiters.values()) or (
-                    view is None and self._acc.incomplete):
-                self._request_refresh()
-        self._schedule(0)
+    # -- metadata (refreshed by MetadataRefresher) ------------------------------------------
 
     def _authentication_failed(self, error: AuthenticationFailed) -> None:
         """Fail every send and wait parked for metadata with ``error`` now (retrying would be
@@ -514,7 +454,7 @@ class Producer:
         if self._identity is not None and not self._identity.ready:
             # Nothing is sent without a producer id, nor while the epoch waits to be bumped;
             # the drain still fails expired batches.
-            self._maybe_init_producer_id()
+            self._id_requests.maybe_request()
             can_send = _never
         with self._lock:
             ready, next_delay, unknown, expired = self._acc.drain(
@@ -522,7 +462,7 @@ class Producer:
         for batch in expired:
             self._finish(batch, -1, self._timeout_error(batch))
         if unknown:
-            self._request_refresh()
+            self._metadata.request_refresh()
         for node, batches in ready.items():
             self._send(node, batches)
         if next_delay is not None:
@@ -591,7 +531,7 @@ class Producer:
             refresh |= self._retry_or_fail(b, None, "the response did not mention the partition",
                                            now, node)
         if refresh:
-            self._request_refresh()
+            self._metadata.request_refresh()
         self._schedule(0)
 
     def _on_request_failed(self, failure: Failure, node: int,
@@ -604,7 +544,7 @@ class Producer:
             for b in batches:
                 self._retry_or_fail(b, None, detail, now, node)
             self._cluster.disconnect(node)
-            self._request_refresh()
+            self._metadata.request_refresh()
         else:  # a bug or an unsupported API: retrying would fail the same way
             self.log.failure("Produce to broker {node} failed", failure, node=node)
             for b in batches:
@@ -638,48 +578,6 @@ class Producer:
             self._finish(b, -1, ProduceError(b.topic, b.partition, node, code, detail,
                                              b.attempts))
         return False
-
-    # -- idempotence -------------------------------------------------------------------------
-
-    def _maybe_init_producer_id(self) -> None:
-        """Ask for a producer id (or an epoch bump) unless a request is out; a bump waits until
-        no Produce is in flight (their batches still carry the old epoch)."""
-        if self._identity_asked or self._stopped or any(self._in_flight.values()):
-            return
-        self._identity_asked = True
-        d = defer.Deferred.fromCoroutine(self._init_producer_id())
-        d.addErrback(lambda f: self.log.failure("InitProducerId failed", f))
-
-    async def _init_producer_id(self) -> None:
-        assert self._identity is not None
-        try:
-            resp = await self._cluster.request_any(ApiKey.INIT_PRODUCER_ID,
-                                                   self._identity.init_request())
-            code = ErrorCode(resp.error_code)
-        except Exception as e:  # noqa: BLE001 - no answer: ask again after the backoff
-            self.log.info("InitProducerId got no answer: {error}", error=repr(e))
-            code = None
-        self._identity_asked = False
-        if self._stopped:
-            return
-        if code is not ErrorCode.NONE:
-            if code is not None:
-                self.log.warn("InitProducerId refused: {code}", code=code.name)
-            self._schedule(self._backoff_s)
-            return
-        bumped = self._identity.producer_id >= 0
-        self._identity.granted(resp.producer_id, resp.producer_epoch)
-        if bumped:
-            # Retries sent under the old epoch may have been written: resending them under the
-            # new one would write them twice, so they fail.
-            with self._lock:
-                stale = self._acc.take_sent()
-            for b in stale:
-                self._finish(b, -1, ProduceError(
-                    b.topic, b.partition, b.last_broker, b.last_error,
-                    "the producer epoch was bumped after a sequence error; this batch, sent "
-                    "under the old epoch, may or may not have been written", b.attempts))
-        self._schedule(0)
 
     def _timeout_error(self, b: ProducerBatch) -> DeliveryTimeout:
         detail = b.last_detail
@@ -756,9 +654,9 @@ class Producer:
         except defer.TimeoutError:
             self.log.warn("close: records still undelivered after {timeout}s", timeout=timeout)
         self._stopped = True
-        for call in (self._timer, self._refresh_call, self._age_call):
-            if call is not None and call.active():
-                call.cancel()
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._metadata.cancel()
         closed = ProducerClosed("producer closed before the record was delivered")
         for parked in list(self._mem_waiters) + [p for ps in self._meta_waiters.values()
                                                  for p in ps]:

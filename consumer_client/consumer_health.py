@@ -1,6 +1,6 @@
 """What keeps a consumer from its messages, since when, and when to say so (sans-IO).
 
-The consumer (:mod:`consumer_client.consumer`) feeds a :class:`HealthTracker` two kinds of
+The consumer (:mod:`consumer_client.consumer_problems`) feeds a :class:`HealthTracker` two kinds of
 problem and the clock's time; the tracker decides, without I/O or timers of its own:
 
 - which problems exist now: *unreachable* (the consumer is not registered with a coordinator:

@@ -311,6 +311,10 @@ def test_unclean_election_gives_a_leaderless_partition_an_out_of_sync_replica(
     from confluent_kafka import ElectionType
     from confluent_kafka import TopicPartition as CkTopicPartition
 
+    if admin_cluster.quorum_ports:
+        # Every broker of the quorum cluster is a voter: with both replicas down one voter of
+        # three is left, so no controller can record the partition as leaderless.
+        pytest.skip("needs two of three brokers down; the quorum cluster would lose quorum")
     controller = ck_admin.list_topics(timeout=30).controller_id
     leader, follower = [b for b in (1, 2, 3) if b != controller][:2]
     topic = new_topic(admin_cluster, ck_admin, [[leader, follower]])

@@ -617,13 +617,23 @@ class PartitionReassignment:
 @dataclass(frozen=True)
 class PreferredReplicaElection:
     """``/admin/preferred_replica_election`` (written by an admin, deleted by the controller when
-    it has acted): ``{"version":1,"partitions":[{"topic":T,"partition":P}]}``, Kafka's format."""
+    it has acted): ``{"version":1,"partitions":[{"topic":T,"partition":P}]}``, Kafka's format.
+
+    ElectLeaders' UNCLEAN type (KIP-460) writes the same document with
+    ``"election":"unclean"`` added (``unclean``): the controller then gives each leaderless
+    partition a live replica even outside the ISR. Kafka's ZooKeeper controller has no such
+    request znode; a document without the field is a preferred election, so Kafka's tools'
+    requests still read as they mean. Any other value of the field is refused on read."""
 
     partitions: list[tuple[str, int]] = field(default_factory=list)
+    unclean: bool = False
 
     def to_bytes(self) -> bytes:
-        return _dump({"version": 1, "partitions": [{"topic": t, "partition": p}
-                                                   for t, p in self.partitions]})
+        value: dict = {"version": 1, "partitions": [{"topic": t, "partition": p}
+                                                    for t, p in self.partitions]}
+        if self.unclean:
+            value["election"] = "unclean"
+        return _dump(value)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PreferredReplicaElection:
@@ -636,7 +646,10 @@ class PreferredReplicaElection:
                         part, int):
                     raise TypeError(f"bad entry {e}")
                 out.append((topic, part))
-            return cls(out)
+            election = v.get("election", "preferred")
+            if election not in ("preferred", "unclean"):
+                raise TypeError(f"unknown election {election!r}")
+            return cls(out, unclean=election == "unclean")
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"preferred replica election: bad value ({e})") from None
 

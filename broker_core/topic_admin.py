@@ -13,7 +13,9 @@ These functions only record intent; the controller carries it out (docs/design.m
   partition and shrinks the znode, deleting it when the last one is done; cancel
   rewrites a partition's target to its original replicas;
 - preferred-leader election: ``/admin/preferred_replica_election``; the controller moves
-  leadership to each partition's first replica where it can and deletes the znode.
+  leadership to each partition's first replica where it can and deletes the znode; marked
+  ``"election":"unclean"`` (ElectLeaders UNCLEAN) it gives each leaderless partition a live
+  replica instead, outside the ISR if need be.
 """
 
 from __future__ import annotations
@@ -615,10 +617,6 @@ async def elect_preferred_leaders(store: Any, partitions: Sequence[TopicPartitio
     preferred replica, wait until it has acted (the znode is gone), and report per partition:
     ``ELECTED``, ``ELECTION_NOT_NEEDED`` (the preferred replica leads already), or an error
     ``"CODE: why"`` (unknown partition; preferred replica not alive or not in the ISR)."""
-    from twisted.internet import task
-
-    if clock is None:
-        from twisted.internet import reactor as clock
     brokers = await live_brokers(store)
     out: dict[TopicPartition, str] = {}
     ask: dict[TopicPartition, int] = {}
@@ -636,20 +634,8 @@ async def elect_preferred_leaders(store: Any, partitions: Sequence[TopicPartitio
             ask[tp] = preferred
     if not ask:
         return out
-    value = paths.PreferredReplicaElection(sorted(ask)).to_bytes()
-    try:
-        await store.create(paths.PREFERRED_REPLICA_ELECTION, value, makepath=True)
-    except NodeExists:
-        raise AdminRequestPending("a preferred replica election is already in progress "
-                                  f"({paths.PREFERRED_REPLICA_ELECTION} exists)") from None
-    deadline = clock.seconds() + timeout_s
-    while await store.exists(paths.PREFERRED_REPLICA_ELECTION) is not None:
-        if clock.seconds() > deadline or getattr(store, "state",
-                                                  SessionState.CONNECTED) is SessionState.LOST:
-            raise TopicAdminError(f"the controller did not act on the election within "
-                                  f"{timeout_s:g}s; is a controller running? "
-                                  f"({paths.PREFERRED_REPLICA_ELECTION} is left for it)")
-        await task.deferLater(clock, 0.1, lambda: None)
+    await _ask_for_election(store, paths.PreferredReplicaElection(sorted(ask)), timeout_s,
+                            clock)
     for tp, preferred in ask.items():
         state = await _leader_state(store, tp)
         out[tp] = ELECTED if state is not None and state.leader == preferred else (
@@ -684,24 +670,61 @@ async def _leader_state(store: Any, tp: TopicPartition) -> paths.LeaderAndIsr | 
     return paths.LeaderAndIsr.from_bytes(data)
 
 
-async def elect_unclean_leaders(store: Any, partitions: Sequence[TopicPartition]
+async def elect_unclean_leaders(store: Any, partitions: Sequence[TopicPartition], *,
+                                timeout_s: float = 30.0, clock: Any = None
                                 ) -> dict[TopicPartition, str]:
-    """ElectLeaders' UNCLEAN type, as far as Sluice serves it: a partition whose leader is a
-    live broker needs no election (``ELECTION_NOT_NEEDED``, Kafka's answer); one without a
-    live leader is refused with ``ELIGIBLE_LEADERS_NOT_AVAILABLE``: an election on request is
-    not served. The controller elects an out-of-sync replica by itself only for a topic with
-    ``unclean.leader.election.enable=true`` (set it, live, to get one). Nothing is written."""
+    """ElectLeaders' UNCLEAN type (KIP-460): ask the controller (the
+    ``/admin/preferred_replica_election`` document marked unclean) to give each partition
+    without a live leader a live replica, outside the ISR if need be, whatever the topic's
+    ``unclean.leader.election.enable``; wait until it has acted, and report per partition:
+    ``ELECTED``, ``ELECTION_NOT_NEEDED`` (its leader is alive), or an error ``"CODE: why"``
+    (unknown partition; ``ELIGIBLE_LEADERS_NOT_AVAILABLE``: no replica is alive)."""
     brokers = await live_brokers(store)
     out: dict[TopicPartition, str] = {}
+    ask: list[TopicPartition] = []
     async for tp, replicas, state in _partition_states(store, partitions):
         if not replicas:
             out[tp] = f"UNKNOWN_TOPIC_OR_PARTITION: {tp[0]}-{tp[1]} does not exist"
-            continue
-        if state is not None and state.leader in brokers:
+        elif state is not None and state.leader in brokers:
             out[tp] = ELECTION_NOT_NEEDED
+        elif not any(b in brokers for b in replicas):
+            out[tp] = (f"ELIGIBLE_LEADERS_NOT_AVAILABLE: no replica of {tp[0]}-{tp[1]} "
+                       f"({', '.join(map(str, replicas))}) is alive")
         else:
-            out[tp] = ("ELIGIBLE_LEADERS_NOT_AVAILABLE: an unclean election on request is not "
-                       "served; the partition gets a leader when an in-sync replica comes back, "
-                       "or from the controller at once with the topic's "
-                       "unclean.leader.election.enable=true")
+            ask.append(tp)
+    if not ask:
+        return out
+    await _ask_for_election(store, paths.PreferredReplicaElection(sorted(ask), unclean=True),
+                            timeout_s, clock)
+    brokers = await live_brokers(store)
+    for tp in ask:
+        state = await _leader_state(store, tp)
+        out[tp] = ELECTED if state is not None and state.leader in brokers else (
+            "ELIGIBLE_LEADERS_NOT_AVAILABLE: no replica could take over (none was alive and "
+            "eligible when the controller acted)")
     return out
+
+
+async def _ask_for_election(store: Any, request: paths.PreferredReplicaElection,
+                            timeout_s: float, clock: Any) -> None:
+    """Write ``request`` for the controller and wait until it has acted (deleted it).
+    Raises :class:`AdminRequestPending` when another election is pending, and
+    :class:`TopicAdminError` when the controller does not act within ``timeout_s`` (the
+    request is left for it) or the store's session is lost."""
+    from twisted.internet import task
+
+    if clock is None:
+        from twisted.internet import reactor as clock
+    try:
+        await store.create(paths.PREFERRED_REPLICA_ELECTION, request.to_bytes(), makepath=True)
+    except NodeExists:
+        raise AdminRequestPending("a leader election is already in progress "
+                                  f"({paths.PREFERRED_REPLICA_ELECTION} exists)") from None
+    deadline = clock.seconds() + timeout_s
+    while await store.exists(paths.PREFERRED_REPLICA_ELECTION) is not None:
+        if clock.seconds() > deadline or getattr(store, "state",
+                                                  SessionState.CONNECTED) is SessionState.LOST:
+            raise TopicAdminError(f"the controller did not act on the election within "
+                                  f"{timeout_s:g}s; is a controller running? "
+                                  f"({paths.PREFERRED_REPLICA_ELECTION} is left for it)")
+        await task.deferLater(clock, 0.1, lambda: None)

@@ -385,10 +385,12 @@ class AdminClient:
                 raise AdminError(code, f"{t}-{p}: {why or ''}")
         return sorted(tp for tp, (code, _) in results.items() if code == 0)
 
-    def elect_preferred_leaders(self, partitions: Sequence[tuple[str, int]] | None
-                                ) -> dict[tuple[str, int], str]:
+    def elect_preferred_leaders(self, partitions: Sequence[tuple[str, int]] | None, *,
+                                unclean: bool = False) -> dict[tuple[str, int], str]:
         """Preferred-leader election for ``partitions`` (None: every partition); see
-        :func:`broker_core.topic_admin.elect_preferred_leaders` for the outcomes. Through a
+        :func:`broker_core.topic_admin.elect_preferred_leaders` for the outcomes. ``unclean``:
+        ElectLeaders' UNCLEAN type instead (:func:`broker_core.topic_admin.elect_unclean_leaders`:
+        leaderless partitions get a live replica, outside the ISR if need be). Through a
         broker (ElectLeaders), every partition's outcome is reported the same way; with None,
         the partitions that needed no election are left out (as the broker answers)."""
         if self.zookeeper:
@@ -397,15 +399,16 @@ class AdminClient:
 
                 tps = partitions if partitions is not None else \
                     await topic_admin.all_partitions(store)
-                return await topic_admin.elect_preferred_leaders(
-                    store, tps, timeout_s=self.timeout, clock=reactor)
+                elect = (topic_admin.elect_unclean_leaders if unclean
+                         else topic_admin.elect_preferred_leaders)
+                return await elect(store, tps, timeout_s=self.timeout, clock=reactor)
             return self._zk(run)
         topics: dict[str, list[int]] = {}
         for t, p in partitions or ():
             topics.setdefault(t, []).append(p)
         with self._conn() as c:
             resp = c.request(ApiKey.ELECT_LEADERS, {
-                "election_type": 0, "timeout_ms": self._request_timeout_ms(),
+                "election_type": 1 if unclean else 0, "timeout_ms": self._request_timeout_ms(),
                 "topic_partitions": None if partitions is None else [
                     {"topic": t, "partitions": ps} for t, ps in topics.items()]})
         if getattr(resp, "error_code", 0):

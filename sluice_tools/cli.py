@@ -4,7 +4,7 @@
     sluice topics list | describe [--topic T] | delete --topic T | add-partitions --topic T --partitions N
     sluice cluster describe
     sluice reassign --reassignment-json-file FILE (--execute | --verify | --cancel)
-    sluice elect-leaders [--election-type preferred]
+    sluice elect-leaders [--election-type preferred|unclean]
                          (--topic T --partition P | --all-topic-partitions | --path-to-json-file F)
     sluice delete-records --bootstrap-server B --offset-json-file FILE
     sluice groups list | describe [--group G ...] | delete --group G [--group G ...]
@@ -277,11 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
     qr.add_argument("--wait", action="store_true",
                     help="with --voters: return once the voters are exactly those")
 
-    el = sub.add_parser("elect-leaders", help="move leadership to preferred replicas "
-                        "(kafka-leader-election)")
+    el = sub.add_parser("elect-leaders", help="move leadership to preferred replicas, or "
+                        "give leaderless partitions a leader (kafka-leader-election)")
     connection(el)
     el.add_argument("--election-type", default="preferred", type=str.lower,
-                    choices=["preferred"], help="only preferred is supported")
+                    choices=["preferred", "unclean"],
+                    help="preferred (default): the first replica leads where it is in sync; "
+                    "unclean: a partition without a live leader gets a live replica, even "
+                    "one outside the ISR (committed messages may be lost)")
     which = el.add_mutually_exclusive_group(required=True)
     which.add_argument("--topic", help="with --partition: one partition")
     which.add_argument("--all-topic-partitions", action="store_true",
@@ -830,17 +833,19 @@ def run_elect_leaders(args: argparse.Namespace, admin: AdminClient, out=sys.stdo
             raise ValueError(f"{args.path_to_json_file}: expected "
                              '{"partitions":[{"topic":T,"partition":P}]} '
                              f"({e})") from None
-    results = admin.elect_preferred_leaders(tps)
+    unclean = args.election_type == "unclean"
+    kind = "UNCLEAN" if unclean else "PREFERRED"
+    results = admin.elect_preferred_leaders(tps, unclean=unclean)
     elected = [tp for tp, r in results.items() if r == topic_admin.ELECTED]
     not_needed = [tp for tp, r in results.items() if r == topic_admin.ELECTION_NOT_NEEDED]
     failed = {tp: r for tp, r in results.items() if tp not in elected and tp not in not_needed}
     if elected:
-        print(f"Successfully completed leader election (PREFERRED) for partitions "
+        print(f"Successfully completed leader election ({kind}) for partitions "
               f"{_names(elected)}", file=out)
     if not_needed:
         print(f"Valid replica already elected for partitions {_names(not_needed)}", file=out)
     for (t, p), why in sorted(failed.items()):
-        print(f"Error completing leader election (PREFERRED) for partition: {t}-{p}: {why}",
+        print(f"Error completing leader election ({kind}) for partition: {t}-{p}: {why}",
               file=out)
     if failed:
         raise AdminError(None, f"{len(failed)} partition(s) could not be elected")

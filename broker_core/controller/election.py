@@ -209,6 +209,25 @@ def preferred_leader(
     return Election(preferred, tuple(isr))
 
 
+def unclean_leader_on_request(
+    assignment: Sequence[int], isr: Sequence[int], leader: int, live: Collection[int]
+) -> Election | None:
+    """ElectLeaders' UNCLEAN type (KIP-460): a leader for a partition that has none, chosen as
+    the controller chooses after a failure with ``unclean.leader.election.enable=true`` (the
+    topic's setting is not consulted: the request is the one-time permission).
+
+    ``None`` when the partition's leader is alive (no election is needed) or no replica is
+    alive (nobody can lead). Otherwise a live ISR member leads if there is one (a clean
+    election); failing that the first live replica of AR leads alone (``unclean``: messages
+    committed by the old ISR may be lost).
+    """
+    if leader != NO_LEADER and leader in live:
+        return None
+    if not any(b in live for b in assignment):
+        return None
+    return offline_leader(assignment, isr, live, unclean_allowed=True)
+
+
 def controlled_shutdown_election(
     assignment: Sequence[int],
     isr: Sequence[int],

@@ -188,9 +188,10 @@ class ClusterAdminApis:
     # -- ElectLeaders (43) -------------------------------------------------------------------
 
     async def elect_leaders(self, header: Any, body: Any) -> dict:
-        """PREFERRED: the controller's preferred-replica election (``topic_admin``), answered
-        once it has acted or ``timeout_ms`` passed. UNCLEAN: ELECTION_NOT_NEEDED where a live
-        leader exists, else refused (``topic_admin.elect_unclean_leaders``). A null
+        """PREFERRED: the controller's preferred-replica election; UNCLEAN (KIP-460): the
+        controller gives each partition without a live leader a live replica, outside the ISR
+        if need be (ELECTION_NOT_NEEDED where a live leader exists). Both through
+        ``topic_admin``, answered once the controller has acted or ``timeout_ms`` passed. A null
         ``topic_partitions`` means every partition, and the answer then leaves out those that
         needed no election (as Kafka's controller does)."""
         kind = body.election_type if header.api_version >= 1 else elect_leaders.PREFERRED
@@ -211,12 +212,11 @@ class ClusterAdminApis:
             partitions = list(dict.fromkeys(
                 (t.topic, p) for t in body.topic_partitions for p in t.partitions))
         outcomes: dict[TopicPartition, tuple[int, str | None]] = {}
-        if kind == elect_leaders.UNCLEAN:
-            found = await topic_admin.elect_unclean_leaders(self.store, partitions)
-            outcomes = {tp: _split(o) for tp, o in found.items()}
-        elif partitions:
+        elect = (topic_admin.elect_unclean_leaders if kind == elect_leaders.UNCLEAN
+                 else topic_admin.elect_preferred_leaders)
+        if partitions:
             try:
-                found = await topic_admin.elect_preferred_leaders(
+                found = await elect(
                     self.store, partitions,
                     timeout_s=min(max(body.timeout_ms, 0) / 1000.0, MAX_ELECTION_WAIT_S),
                     clock=self.clock)

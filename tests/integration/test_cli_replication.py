@@ -191,6 +191,23 @@ def test_elect_leaders_unknown_partition_fails(via):
            "UNKNOWN_TOPIC_OR_PARTITION" in r.stdout
 
 
+def test_elect_leaders_unclean_reports_as_kafkas_tool(via):
+    """``--election-type unclean`` (the election itself: tests/interop and
+    tests/unit/test_unclean_election.py): a partition with a live leader needs nothing, an
+    unknown one fails with the type named."""
+    name = topic("unclean")
+    ok("topics", "create", "--topic", name, "--replication-factor", "2", *via)
+    led(via, name)
+    out = ok("elect-leaders", "--election-type", "unclean", "--topic", name, "--partition", "0",
+             *via)
+    assert out.strip() == f"Valid replica already elected for partitions {name}-0"
+    r = sluice("elect-leaders", "--election-type", "UNCLEAN", "--topic", "no-such-topic",
+               "--partition", "0", *via)
+    assert r.returncode == 1
+    assert "Error completing leader election (UNCLEAN) for partition: no-such-topic-0: " \
+           "UNKNOWN_TOPIC_OR_PARTITION" in r.stdout
+
+
 def test_elect_leaders_topic_needs_partition(via):
     r = sluice("elect-leaders", "--topic", "x", *via)
     assert r.returncode == 2 and "--topic needs --partition" in r.stderr

@@ -299,3 +299,81 @@ def test_describe_cluster_v2_and_reassignment_v1(admin_cluster, ck_admin, kp_adm
     eventually(lambda: sorted(partitions(ck_admin, topic)[1].replicas) == [2, 3]
                and kp_admin.list_partition_reassignments() == {}, 60.0, "partition 1 moved")
     assert sorted(partitions(ck_admin, topic)[0].replicas) == [1, 2]
+
+
+def test_unclean_election_gives_a_leaderless_partition_an_out_of_sync_replica(
+        admin_cluster, ck_admin, kp_admin):
+    """KIP-460 on the wire: a partition whose only in-sync replica is down while a replica out
+    of the ISR is alive gets that replica as leader on an UNCLEAN ElectLeaders, whatever the
+    topic's ``unclean.leader.election.enable`` (false here), and takes writes again; with no
+    live replica the answer is ELIGIBLE_LEADERS_NOT_AVAILABLE, with a live leader
+    ELECTION_NOT_NEEDED. Runs last in the module: it stops brokers (and starts them again)."""
+    from confluent_kafka import ElectionType
+    from confluent_kafka import TopicPartition as CkTopicPartition
+
+    if admin_cluster.quorum_ports:
+        # Every broker of the quorum cluster is a voter: with both replicas down one voter of
+        # three is left, so no controller can record the partition as leaderless.
+        pytest.skip("needs two of three brokers down; the quorum cluster would lose quorum")
+    controller = ck_admin.list_topics(timeout=30).controller_id
+    leader, follower = [b for b in (1, 2, 3) if b != controller][:2]
+    topic = new_topic(admin_cluster, ck_admin, [[leader, follower]])
+    produce(admin_cluster, topic, 3)
+    eventually(lambda: sorted(partitions(ck_admin, topic)[0].isrs) == sorted([leader, follower]),
+               60.0, "both in the ISR")
+    try:
+        admin_cluster.brokers[follower].stop()
+        eventually(lambda: partitions(ck_admin, topic)[0].isrs == [leader], 60.0,
+                   "the stopped follower out of the ISR")
+        admin_cluster.brokers[leader].stop()
+        eventually(lambda: partitions(ck_admin, topic)[0].leader == -1, 60.0, "no leader")
+
+        # Both replicas down: nobody can lead. (kafka-python gives up on a bootstrap list
+        # with stopped brokers; it is asked once all are back, below.)
+        ck_tp = CkTopicPartition(topic, 0)
+        result = ck_admin.elect_leaders(ElectionType.UNCLEAN, [ck_tp]).result(timeout=90)
+        assert result[ck_tp] is not None
+        assert result[ck_tp].name() == "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+
+        # The out-of-sync follower is back; the partition stays leaderless on its own.
+        start_again(admin_cluster, [follower], running=2)
+        assert partitions(ck_admin, topic)[0].leader == -1
+        result = ck_admin.elect_leaders(ElectionType.UNCLEAN, [ck_tp]).result(timeout=90)
+        assert result == {ck_tp: None}
+        eventually(lambda: partitions(ck_admin, topic)[0].leader == follower, 60.0,
+                   "the out-of-sync replica leading")
+        assert partitions(ck_admin, topic)[0].isrs == [follower]
+        produce(admin_cluster, topic, 2)
+
+        # It has a live leader now: confluent-kafka and kafka-python hear ELECTION_NOT_NEEDED,
+        # also once the old leader is back (it follows, it does not take over).
+        result = ck_admin.elect_leaders(ElectionType.UNCLEAN, [ck_tp]).result(timeout=90)
+        assert result[ck_tp] is not None and result[ck_tp].name() == "ELECTION_NOT_NEEDED"
+        start_again(admin_cluster, [leader], running=3)
+        assert partitions(ck_admin, topic)[0].leader == follower
+        answer = kp_admin.elect_leaders(1, {topic: [0, 5]}, raise_errors=False)
+        codes = {p.partition_id: p.error_code for r in answer.replica_election_results
+                 for p in r.partition_result}
+        assert codes == {0: 84, 5: 3}  # ELECTION_NOT_NEEDED, UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        start_again(admin_cluster, [leader, follower], running=3)
+
+
+def start_again(cluster, ids: list[int], running: int) -> None:
+    """Start those of the stopped brokers ``ids`` that are not running; return once each has
+    registered again and every running broker's Metadata lists ``running`` brokers (the
+    cluster's ``restart`` waits for all of them, which is wrong while others are down)."""
+    started = {}
+    for i in ids:
+        b = cluster.brokers[i]
+        if b.proc is not None and b.proc.poll() is None:
+            continue
+        line = f"registered /brokers/ids/{i} "
+        started[i] = (line, b.log_text().count(line))
+        b.start()
+    for i, (line, before) in started.items():
+        b = cluster.brokers[i]
+        b.wait_listening()
+        eventually(lambda b=b, line=line, before=before: b.log_text().count(line) > before,
+                   120.0, f"broker {i} registered again")
+    cluster.wait_registered(n=running, timeout=120.0)

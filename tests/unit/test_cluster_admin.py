@@ -145,13 +145,15 @@ def test_an_unknown_election_type_is_refused(store):
     assert code == ErrorCode.INVALID_REQUEST and parts == {("t", 0): "INVALID_REQUEST"}
 
 
-def test_unclean_election_is_not_needed_with_a_live_leader_and_refused_without(store):
-    store.delete(paths.broker(1))  # partition 0's leader is gone
+def test_unclean_election_is_not_needed_with_a_live_leader_and_refused_with_no_replica(store):
     code, parts = elect(store, 1, elect_leaders.UNCLEAN,
-                        [{"topic": "t", "partitions": [0, 1, 8]}])
+                        [{"topic": "t", "partitions": [1, 8]}])
     assert code == 0
-    assert parts == {("t", 0): "ELIGIBLE_LEADERS_NOT_AVAILABLE",
-                     ("t", 1): "ELECTION_NOT_NEEDED", ("t", 8): "UNKNOWN_TOPIC_OR_PARTITION"}
+    assert parts == {("t", 1): "ELECTION_NOT_NEEDED", ("t", 8): "UNKNOWN_TOPIC_OR_PARTITION"}
+    for b in (1, 2, 3):
+        store.delete(paths.broker(b))  # every replica of partition 0 is gone
+    code, parts = elect(store, 2, elect_leaders.UNCLEAN, [{"topic": "t", "partitions": [0]}])
+    assert (code, parts) == (0, {("t", 0): "ELIGIBLE_LEADERS_NOT_AVAILABLE"})
     assert paths.PREFERRED_REPLICA_ELECTION not in store.nodes
 
 

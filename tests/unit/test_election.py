@@ -1,5 +1,5 @@
 """Leader election rules (docs/design.md), leader epochs, the judgement of a leader's ISR
-change, and the reassignment, preferred-leader and
+change, and the reassignment, preferred-leader, unclean-on-request and
 controlled-shutdown rules, as tables."""
 
 import pytest
@@ -18,6 +18,7 @@ from broker_core.controller.election import (
     reassignment_leader,
     reassignment_replicas,
     shrink_isr,
+    unclean_leader_on_request,
 )
 
 
@@ -169,6 +170,30 @@ def test_reassignment_leader(target, isr, leader, live, expected):
 )
 def test_preferred_leader(assignment, isr, leader, live, expected):
     assert preferred_leader(assignment, isr, leader, live) == expected
+
+
+@pytest.mark.parametrize(
+    ("assignment", "isr", "leader", "live", "expected"),
+    [
+        ((1, 2, 3), (1,), 1, {1, 2, 3}, None),  # a live leader: no election needed
+        ((1, 2, 3), (1, 2), 2, {2}, None),  # a live leader out of preferred order: still none
+        ((1, 2, 3), (1,), -1, set(), None),  # nobody alive: nobody can lead
+        ((1, 2, 3), (1,), 1, {4}, None),  # only brokers outside AR alive
+        # no live ISR member: the first live replica of AR leads alone, uncleanly
+        ((1, 2, 3), (1,), -1, {3, 2}, Election(2, (2,), unclean=True)),
+        ((1, 2, 3), (1,), 1, {3}, Election(3, (3,), unclean=True)),  # dead leader, not -1
+        # a live ISR member is still preferred: a clean election
+        ((1, 2, 3), (1, 3), -1, {2, 3}, Election(3, (3,))),
+        ((), (), -1, {1}, None),
+    ],
+)
+def test_unclean_leader_on_request(assignment, isr, leader, live, expected):
+    assert unclean_leader_on_request(assignment, isr, leader, live) == expected
+
+
+def test_an_unclean_election_on_request_starts_a_new_leader_epoch():
+    election = unclean_leader_on_request((1, 2), (1,), -1, {2})
+    assert election is not None and next_leader_epoch(-1, 7, election) == 8
 
 
 @pytest.mark.parametrize(

@@ -237,6 +237,9 @@ def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, siz
 
 
 def main() -> None:
+    # Long on purpose: the benchmark as one script read top to bottom (arguments, cluster
+    # set-up, the measured steps in order, the report, teardown in one finally); split up, the
+    # order of what is measured would be scattered over helpers used once.
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=100)

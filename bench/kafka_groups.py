@@ -414,6 +414,9 @@ def create_topic(cluster: ProcessCluster, partitions: int) -> None:
 
 
 def main() -> None:
+    # Long on purpose: the benchmark as one script read top to bottom (arguments, cluster
+    # set-up, the measured steps in order, the report, teardown in one finally); split up, the
+    # order of what is measured would be scattered over helpers used once.
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--metadata", choices=["quorum", "zookeeper"], default="quorum")
     ap.add_argument("--members", type=int, default=100)

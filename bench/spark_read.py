@@ -168,6 +168,9 @@ def constant_source(rows: int, partitions: int, batch_rows: int = 5000) -> type:
 
 
 def main() -> None:
+    # Long on purpose: the benchmark as one script read top to bottom (arguments, cluster
+    # set-up, the measured steps in order, the report, teardown in one finally); split up, the
+    # order of what is measured would be scattered over helpers used once.
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=2_000_000)
     ap.add_argument("--size", type=int, default=100)

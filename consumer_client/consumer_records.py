@@ -186,6 +186,8 @@ _PAD = bytes(_HEAD_BYTES)
 
 def _records(raw: bytes, count: int, base: int, base_ts: int, append_ts: int | None,
              topic: str, partition: int, start: int, out: list[Message]) -> None:
+    # Deliberately one long function: this is the consumer's per-record decode loop, and
+    # splitting it would add a Python call per record, the overhead the loop exists to avoid.
     # ``raw`` is the batch's record data followed by _PAD. A record's first bytes come out of
     # one struct call as small ints; its length, timestamp and offset deltas, key length and
     # value length (one- or two-byte varints in the common case, three for offset deltas past

@@ -137,54 +137,89 @@ def _command_config(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--command-config", metavar="FILE", help=_COMMAND_CONFIG_HELP)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sluice", description="Administer a Sluice cluster.")
-    sub = p.add_subparsers(dest="area", required=True)
+def _connection(sp: argparse.ArgumentParser) -> None:
+    """How a command reaches the cluster: a broker list or ZooKeeper (one of the two)."""
+    g = sp.add_mutually_exclusive_group(required=True)
+    g.add_argument("--bootstrap-server", help="HOST:PORT[,HOST:PORT...] of brokers")
+    g.add_argument("--zookeeper", help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
+    sp.add_argument("--zookeeper-auth-file", metavar="FILE",
+                    help="with --zookeeper: the brokers' zookeeper.auth.file "
+                    "(username:password), needed when the znodes are secured")
+    sp.add_argument("--zookeeper-auth-mechanism", default=SASL_DIGEST_MD5,
+                    metavar="MECHANISM",
+                    help="with --zookeeper-auth-file: the brokers' "
+                    "zookeeper.auth.mechanism, DIGEST-MD5 (SASL, the default) or digest")
+    _command_config(sp)
 
-    def connection(sp: argparse.ArgumentParser) -> None:
-        g = sp.add_mutually_exclusive_group(required=True)
-        g.add_argument("--bootstrap-server", help="HOST:PORT[,HOST:PORT...] of brokers")
-        g.add_argument("--zookeeper", help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
-        sp.add_argument("--zookeeper-auth-file", metavar="FILE",
-                        help="with --zookeeper: the brokers' zookeeper.auth.file "
-                        "(username:password), needed when the znodes are secured")
-        sp.add_argument("--zookeeper-auth-mechanism", default=SASL_DIGEST_MD5,
-                        metavar="MECHANISM",
-                        help="with --zookeeper-auth-file: the brokers' "
-                        "zookeeper.auth.mechanism, DIGEST-MD5 (SASL, the default) or digest")
-        _command_config(sp)
 
+def _config_resource_args(sp: argparse.ArgumentParser) -> None:
+    """The brokers and the one resource (topic, broker or broker defaults) a configs command
+    names."""
+    sp.add_argument("--bootstrap-server", required=True,
+                    help="HOST:PORT[,HOST:PORT...] of brokers")
+    _command_config(sp)
+    g = sp.add_mutually_exclusive_group(required=True)
+    g.add_argument("--topic", help="a topic's configs")
+    g.add_argument("--broker", type=int, metavar="ID", help="a broker's configs")
+    g.add_argument("--broker-defaults", action="store_true",
+                   help="the cluster-wide dynamic broker defaults")
+
+
+def _quorum_connection(sp: argparse.ArgumentParser) -> None:
+    """How a quorum command reaches the metadata quorum, and how long it may take."""
+    sp.add_argument("--bootstrap-server", required=True,
+                    help="HOST:PORT[,HOST:PORT...] of quorum listeners: any quorum "
+                    "node will do, the leader is found through DiscoverBrokers")
+    sp.add_argument("--timeout", type=float, default=30.0,
+                    help="seconds for the whole operation, retries included (default 30)")
+    sp.add_argument("--secret-file", metavar="FILE",
+                    default=os.environ.get("SLUICE_CLUSTER_SECRET_FILE"),
+                    help="the brokers' cluster.secret.file: a broker's quorum serves "
+                    "brokers only (default $SLUICE_CLUSTER_SECRET_FILE)")
+    sp.add_argument("--command-config", metavar="FILE",
+                    help="a properties file of TLS keys (security.protocol=SSL, "
+                    "ssl.ca.location, ...) for a quorum listener on SSL or SASL_SSL")
+
+
+def _add_topics(sub: argparse._SubParsersAction) -> None:
+    """The ``topics`` command and its arguments."""
     topics = sub.add_parser("topics", help="create, list, describe, delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)
     c = tsub.add_parser("create", help="create a topic")
-    connection(c)
+    _connection(c)
     c.add_argument("--topic", required=True)
     c.add_argument("--partitions", type=_positive("--partitions"), default=1)
     c.add_argument("--replication-factor", type=_positive("--replication-factor"), default=1)
     c.add_argument("--config", type=_config, action="append", default=[],
                    help="per-topic override key=value (repeatable)")
     ls = tsub.add_parser("list", help="list topics")
-    connection(ls)
+    _connection(ls)
     d = tsub.add_parser("describe", help="leaders, epochs, ISR and replicas per partition")
-    connection(d)
+    _connection(d)
     d.add_argument("--topic", action="append", help="topic to describe (repeatable; default all)")
     rm = tsub.add_parser("delete", help="delete a topic")
-    connection(rm)
+    _connection(rm)
     rm.add_argument("--topic", required=True)
     ap = tsub.add_parser("add-partitions", help="raise a topic's partition count")
-    connection(ap)
+    _connection(ap)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--partitions", type=_positive("--partitions"), required=True,
                     help="the new total number of partitions")
 
+
+def _add_cluster(sub: argparse._SubParsersAction) -> None:
+    """The ``cluster`` command and its arguments."""
     cluster = sub.add_parser("cluster", help="describe the cluster")
     csub = cluster.add_subparsers(dest="action", required=True)
     cd = csub.add_parser("describe", help="brokers, controller, controller epoch")
-    connection(cd)
+    _connection(cd)
 
+
+def _add_reassign(sub: argparse._SubParsersAction) -> None:
+    """The ``reassign`` command and its arguments."""
     ra = sub.add_parser("reassign", help="move partitions to other brokers "
                         "(kafka-reassign-partitions)")
-    connection(ra)
+    _connection(ra)
     ra.add_argument("--reassignment-json-file", required=True, metavar="FILE",
                     help='{"version":1,"partitions":[{"topic":T,"partition":P,"replicas":[..]}]}')
     ag = ra.add_mutually_exclusive_group(required=True)
@@ -193,11 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--cancel", action="store_true",
                     help="revert partitions not yet moved to their original replicas")
 
+
+def _add_users(sub: argparse._SubParsersAction) -> None:
+    """The ``users`` command and its arguments."""
     us = sub.add_parser("users", help="SCRAM users (kafka-configs --entity-type users)")
     usub = us.add_subparsers(dest="action", required=True)
     mechanisms = sorted(MECHANISMS)
     ua = usub.add_parser("add", help="create a user or set its password")
-    connection(ua)
+    _connection(ua)
     ua.add_argument("user")
     ua.add_argument("--mechanism", action="append", choices=mechanisms,
                     help="SCRAM mechanism (repeatable; default SCRAM-SHA-512)")
@@ -207,35 +245,28 @@ def build_parser() -> argparse.ArgumentParser:
     ua.add_argument("--password-file", metavar="FILE",
                     help="read the password from FILE (its first line) instead of a prompt")
     ur = usub.add_parser("remove", help="delete a user's credentials")
-    connection(ur)
+    _connection(ur)
     ur.add_argument("user")
     ur.add_argument("--mechanism", action="append", choices=mechanisms,
                     help="only this mechanism's credential (repeatable; default all)")
     ul = usub.add_parser("list", help="users, their mechanisms and iterations (never keys)")
-    connection(ul)
+    _connection(ul)
     ul.add_argument("--user", action="append", help="user to list (repeatable; default all)")
 
+
+def _add_configs(sub: argparse._SubParsersAction) -> None:
+    """The ``configs`` command and its arguments."""
     cf = sub.add_parser("configs", help="topic and broker configs (kafka-configs)")
     cfsub = cf.add_subparsers(dest="action", required=True)
 
-    def config_resource(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--bootstrap-server", required=True,
-                        help="HOST:PORT[,HOST:PORT...] of brokers")
-        _command_config(sp)
-        g = sp.add_mutually_exclusive_group(required=True)
-        g.add_argument("--topic", help="a topic's configs")
-        g.add_argument("--broker", type=int, metavar="ID", help="a broker's configs")
-        g.add_argument("--broker-defaults", action="store_true",
-                       help="the cluster-wide dynamic broker defaults")
-
     cfd = cfsub.add_parser("describe", help="every key with its value, source and synonyms")
-    config_resource(cfd)
+    _config_resource_args(cfd)
     cfd.add_argument("--key", action="append", help="only this key (repeatable)")
     cfd.add_argument("--synonyms", action="store_true",
                      help="also list each key's synonyms, most specific first")
     cfd.add_argument("--docs", action="store_true", help="also print each key's documentation")
     cfa = cfsub.add_parser("alter", help="set, delete, append to or subtract from keys")
-    config_resource(cfa)
+    _config_resource_args(cfa)
     cfa.add_argument("--set", action="append", type=_key_value("--set"), default=[],
                      metavar="KEY=VALUE", help="set a key (repeatable)")
     cfa.add_argument("--delete", action="append", default=[], metavar="KEY",
@@ -247,29 +278,18 @@ def build_parser() -> argparse.ArgumentParser:
     cfa.add_argument("--validate-only", action="store_true",
                      help="check the change on the broker without applying it")
 
+
+def _add_quorum(sub: argparse._SubParsersAction) -> None:
+    """The ``quorum`` command and its arguments."""
     qu = sub.add_parser("quorum", help="the metadata quorum (kafka-metadata-quorum)")
     qsub = qu.add_subparsers(dest="action", required=True)
 
-    def quorum_connection(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--bootstrap-server", required=True,
-                        help="HOST:PORT[,HOST:PORT...] of quorum listeners: any quorum "
-                        "node will do, the leader is found through DiscoverBrokers")
-        sp.add_argument("--timeout", type=float, default=30.0,
-                        help="seconds for the whole operation, retries included (default 30)")
-        sp.add_argument("--secret-file", metavar="FILE",
-                        default=os.environ.get("SLUICE_CLUSTER_SECRET_FILE"),
-                        help="the brokers' cluster.secret.file: a broker's quorum serves "
-                        "brokers only (default $SLUICE_CLUSTER_SECRET_FILE)")
-        sp.add_argument("--command-config", metavar="FILE",
-                        help="a properties file of TLS keys (security.protocol=SSL, "
-                        "ssl.ca.location, ...) for a quorum listener on SSL or SASL_SSL")
-
     qd = qsub.add_parser("describe", help="leader, epoch, high watermark, voters and "
                          "observers with their lag")
-    quorum_connection(qd)
+    _quorum_connection(qd)
     qd.add_argument("--json", action="store_true", help="print the answer as JSON")
     qr = qsub.add_parser("reassign", help="move the quorum's voters (one member at a time)")
-    quorum_connection(qr)
+    _quorum_connection(qr)
     qg = qr.add_mutually_exclusive_group(required=True)
     qg.add_argument("--voters", metavar="ID,ID,...", help="the voters wanted, e.g. 4,5,6")
     qg.add_argument("--cancel", action="store_true",
@@ -277,9 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
     qr.add_argument("--wait", action="store_true",
                     help="with --voters: return once the voters are exactly those")
 
+def _add_elect_leaders(sub: argparse._SubParsersAction) -> None:
+    """The ``elect-leaders`` command and its arguments."""
     el = sub.add_parser("elect-leaders", help="move leadership to preferred replicas, or "
                         "give leaderless partitions a leader (kafka-leader-election)")
-    connection(el)
+    _connection(el)
     el.add_argument("--election-type", default="preferred", type=str.lower,
                     choices=["preferred", "unclean"],
                     help="preferred (default): the first replica leads where it is in sync; "
@@ -293,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help='{"partitions":[{"topic":T,"partition":P}]}')
     el.add_argument("--partition", type=int, help="partition of --topic")
 
+
+def _add_delete_records(sub: argparse._SubParsersAction) -> None:
+    """The ``delete-records`` command and its arguments."""
     dr = sub.add_parser("delete-records", help="move partitions' log start offsets forward "
                         "(kafka-delete-records)")
     dr.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
@@ -301,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help='{"partitions":[{"topic":T,"partition":P,"offset":O}],"version":1} '
                          "(offset -1: the high watermark)")
 
+
+def _add_groups(sub: argparse._SubParsersAction) -> None:
+    """The ``groups`` command and its arguments."""
     groups = sub.add_parser("groups", help="consumer groups, Sluice's and Kafka's "
                             "(kafka-consumer-groups)")
     gsub = groups.add_subparsers(dest="action", required=True)
@@ -335,13 +363,16 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--execute", action="store_true",
                     help="write the new offsets (default: print the plan only)")
 
+
+def _add_acls(sub: argparse._SubParsersAction) -> None:
+    """The ``acls`` command and its arguments."""
     acls = sub.add_parser("acls", help="access control lists (kafka-acls)")
     asub = acls.add_subparsers(dest="action", required=True)
     for action, text in (("add", "add ACLs: each principal x operation x resource"),
                          ("list", "list the ACLs that match"),
                          ("remove", "remove the ACLs that match")):
         a = asub.add_parser(action, help=text)
-        connection(a)
+        _connection(a)
         if action == "add":
             a.add_argument("--allow-principal", action="append", default=[], metavar="P",
                            help="e.g. User:alice (repeatable)")
@@ -366,6 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="literal or prefixed (add; default literal); any, match, literal "
                        "or prefixed (list/remove; default any for list, literal for remove)")
 
+
+def _add_consume(sub: argparse._SubParsersAction) -> None:
+    """The ``consume`` command and its arguments."""
     co = sub.add_parser("consume", help="a console consumer group: print messages "
                         "(kafka-console-consumer)")
     co.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
@@ -389,6 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "how long an unreachable cluster or a missing topic may last before the "
                     "command gives up with exit code 1 (default 60000)")
 
+
+def _add_produce(sub: argparse._SubParsersAction) -> None:
+    """The ``produce`` command and its arguments."""
     pr = sub.add_parser("produce", help="a console producer: each line of standard input is "
                         "one message (kafka-console-producer)")
     pr.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
@@ -405,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
                     action="append", default=[], metavar="KEY=VALUE",
                     help="a producer config key (repeatable), e.g. linger.ms=5")
 
+
+def _add_zookeeper(sub: argparse._SubParsersAction) -> None:
+    """The ``zookeeper`` command and its arguments."""
     zk = sub.add_parser("zookeeper", help="the cluster's znodes (ACLs)")
     zsub = zk.add_subparsers(dest="action", required=True)
     zs = zsub.add_parser("secure", help="give every znode the ACL of zookeeper.set.acl=true "
@@ -422,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     zs.add_argument("--dry-run", action="store_true",
                     help="list the nodes whose ACL would change; change nothing")
 
+
+def _add_secret(sub: argparse._SubParsersAction) -> None:
+    """The ``secret`` command and its arguments."""
     se = sub.add_parser("secret", help="the cluster secret brokers authenticate each other with")
     ssub = se.add_subparsers(dest="action", required=True)
     sc = ssub.add_parser("create", help="write a new random cluster secret to FILE (mode 0600; "
@@ -429,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("file", help="where to write it; then cluster.secret.file=FILE on every "
                     "broker")
 
+
+def _add_certs(sub: argparse._SubParsersAction) -> None:
+    """The ``certs`` command and its arguments."""
     ce = sub.add_parser("certs", help="development TLS certificates")
     cesub = ce.add_subparsers(dest="action", required=True)
     cc = cesub.add_parser("create-dev", help="FOR DEVELOPMENT ONLY: a new CA and a broker "
@@ -438,6 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--host", action="append", required=True,
                     help="a name or IP address clients connect to (repeatable)")
 
+
+def _add_metrics_password(sub: argparse._SubParsersAction) -> None:
+    """The ``metrics-password`` command and its arguments."""
     pw = sub.add_parser("metrics-password", help="a line for metrics.basic.auth.file "
                         "(user:<salted hash>)")
     pw.add_argument("user", help="the user name the scraper sends")
@@ -447,6 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
     pw.add_argument("--iterations", type=_positive("--iterations"), default=None,
                     help="PBKDF2 iterations (default 100000)")
 
+
+def _add_loadtest(sub: argparse._SubParsersAction) -> None:
+    """The ``loadtest`` command and its arguments."""
     lt = sub.add_parser("loadtest", help="run many consumers in several processes and report "
                         "join times, rebalances, heartbeats, expirations and coordinator load")
     lt.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
@@ -478,6 +530,31 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--out", default="loadtest-result", help="directory for loadtest.json "
                     "and loadtest.png")
     lt.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``sluice`` parser: one ``_add_*`` builder per command, called in the order the
+    commands are listed in ``--help``."""
+    p = argparse.ArgumentParser(prog="sluice", description="Administer a Sluice cluster.")
+    sub = p.add_subparsers(dest="area", required=True)
+
+    _add_topics(sub)
+    _add_cluster(sub)
+    _add_reassign(sub)
+    _add_users(sub)
+    _add_configs(sub)
+    _add_quorum(sub)
+    _add_elect_leaders(sub)
+    _add_delete_records(sub)
+    _add_groups(sub)
+    _add_acls(sub)
+    _add_consume(sub)
+    _add_produce(sub)
+    _add_zookeeper(sub)
+    _add_secret(sub)
+    _add_certs(sub)
+    _add_metrics_password(sub)
+    _add_loadtest(sub)
     return p
 
 
@@ -1088,6 +1165,70 @@ def run_configs(args: argparse.Namespace, admin: AdminClient, out=sys.stdout) ->
           f"{'' if len(ops) == 1 else 's'}).", file=out)
 
 
+def run_consume(args: argparse.Namespace, out=sys.stdout) -> None:
+    """``sluice consume``: a console consumer group until it stops."""
+    from consumer_client.consumer_config import ConsumerConfig
+    from sluice_tools import console_consumer
+
+    properties = {**_command_properties(args), **dict(args.consumer_property)}
+    # Checked before anything starts: a bad key or value is bad usage (exit 2).
+    ConsumerConfig.from_mapping({"bootstrap.servers": args.bootstrap_server,
+                                 "group.id": args.group, "topics": {args.topic: 1},
+                                 **properties})
+    code = console_consumer.run(
+        bootstrap=args.bootstrap_server, topic=args.topic, group=args.group,
+        members=args.members, from_beginning=args.from_beginning,
+        max_messages=args.max_messages, quiet=args.quiet,
+        session_timeout_ms=args.session_timeout_ms, out=out, properties=properties)
+    if code == 1:
+        raise AdminError(None, "the consumer group stopped with an error")
+    if code:
+        raise _Stopped(code)  # stopped by a signal, after leaving cleanly
+
+
+def run_topics(args: argparse.Namespace, admin: AdminClient, out=sys.stdout) -> None:
+    """``sluice topics ...``: create, list, describe, delete, add partitions."""
+    if args.action == "create":
+        admin.create_topic(args.topic, args.partitions, args.replication_factor,
+                           dict(args.config))
+        print(f'Created topic "{args.topic}".', file=out)
+    elif args.action == "list":
+        for name in admin.list_topics():
+            print(name, file=out)
+    elif args.action == "describe":
+        for t in admin.describe_topics(args.topic):
+            rf = len(t.partitions[0].replicas) if t.partitions else 0
+            configs = ",".join(f"{k}={v}" for k, v in sorted(t.config.items()))
+            flag = "\tMarkedForDeletion: true" if t.marked_for_deletion else ""
+            print(f"Topic: {t.name}\tPartitionCount: {len(t.partitions)}\t"
+                  f"ReplicationFactor: {rf}\tConfigs: {configs}{flag}", file=out)
+            for p in t.partitions:
+                print(f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: "
+                      f"{p.leader if p.leader >= 0 else 'none'}\tEpoch: {p.leader_epoch}\t"
+                      f"Replicas: {','.join(map(str, p.replicas))}\t"
+                      f"Isr: {','.join(map(str, p.isr))}", file=out)
+    elif args.action == "delete":
+        admin.delete_topic(args.topic)
+        print(f'Topic "{args.topic}" is marked for deletion.', file=out)
+    elif args.action == "add-partitions":
+        admin.add_partitions(args.topic, args.partitions)
+        print(f'Topic "{args.topic}" now has {args.partitions} partitions.', file=out)
+
+
+def run_cluster(args: argparse.Namespace, admin: AdminClient, out=sys.stdout) -> None:
+    """``sluice cluster describe``: the controller, its epoch and the brokers."""
+    c = admin.describe_cluster()
+    print(f"Controller: {c.controller_id if c.controller_id is not None else 'none'}",
+          file=out)
+    epoch = c.controller_epoch if c.controller_epoch is not None else \
+        "unknown (use --zookeeper)"
+    print(f"ControllerEpoch: {epoch}", file=out)
+    print(f"Brokers: {len(c.brokers)}", file=out)
+    for b in c.brokers:
+        rack = f"\tRack: {b.rack}" if b.rack else ""
+        print(f"\tBroker: {b.id}\tAddress: {b.host}:{b.port}{rack}", file=out)
+
+
 def run(args: argparse.Namespace, out=sys.stdout) -> None:
     if args.area == "zookeeper":
         run_zookeeper(args, out)
@@ -1117,23 +1258,7 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         run_produce(args)
         return
     if args.area == "consume":
-        from consumer_client.consumer_config import ConsumerConfig
-        from sluice_tools import console_consumer
-
-        properties = {**_command_properties(args), **dict(args.consumer_property)}
-        # Checked before anything starts: a bad key or value is bad usage (exit 2).
-        ConsumerConfig.from_mapping({"bootstrap.servers": args.bootstrap_server,
-                                     "group.id": args.group, "topics": {args.topic: 1},
-                                     **properties})
-        code = console_consumer.run(
-            bootstrap=args.bootstrap_server, topic=args.topic, group=args.group,
-            members=args.members, from_beginning=args.from_beginning,
-            max_messages=args.max_messages, quiet=args.quiet,
-            session_timeout_ms=args.session_timeout_ms, out=out, properties=properties)
-        if code == 1:
-            raise AdminError(None, "the consumer group stopped with an error")
-        if code:
-            raise _Stopped(code)  # stopped by a signal, after leaving cleanly
+        run_consume(args, out)
         return
     admin = _client(args)
     if args.area == "acls":
@@ -1152,42 +1277,9 @@ def run(args: argparse.Namespace, out=sys.stdout) -> None:
         run_configs(args, admin, out)
         return
     if args.area == "topics":
-        if args.action == "create":
-            admin.create_topic(args.topic, args.partitions, args.replication_factor,
-                               dict(args.config))
-            print(f'Created topic "{args.topic}".', file=out)
-        elif args.action == "list":
-            for name in admin.list_topics():
-                print(name, file=out)
-        elif args.action == "describe":
-            for t in admin.describe_topics(args.topic):
-                rf = len(t.partitions[0].replicas) if t.partitions else 0
-                configs = ",".join(f"{k}={v}" for k, v in sorted(t.config.items()))
-                flag = "\tMarkedForDeletion: true" if t.marked_for_deletion else ""
-                print(f"Topic: {t.name}\tPartitionCount: {len(t.partitions)}\t"
-                      f"ReplicationFactor: {rf}\tConfigs: {configs}{flag}", file=out)
-                for p in t.partitions:
-                    print(f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: "
-                          f"{p.leader if p.leader >= 0 else 'none'}\tEpoch: {p.leader_epoch}\t"
-                          f"Replicas: {','.join(map(str, p.replicas))}\t"
-                          f"Isr: {','.join(map(str, p.isr))}", file=out)
-        elif args.action == "delete":
-            admin.delete_topic(args.topic)
-            print(f'Topic "{args.topic}" is marked for deletion.', file=out)
-        elif args.action == "add-partitions":
-            admin.add_partitions(args.topic, args.partitions)
-            print(f'Topic "{args.topic}" now has {args.partitions} partitions.', file=out)
+        run_topics(args, admin, out)
     elif args.area == "cluster":
-        c = admin.describe_cluster()
-        print(f"Controller: {c.controller_id if c.controller_id is not None else 'none'}",
-              file=out)
-        epoch = c.controller_epoch if c.controller_epoch is not None else \
-            "unknown (use --zookeeper)"
-        print(f"ControllerEpoch: {epoch}", file=out)
-        print(f"Brokers: {len(c.brokers)}", file=out)
-        for b in c.brokers:
-            rack = f"\tRack: {b.rack}" if b.rack else ""
-            print(f"\tBroker: {b.id}\tAddress: {b.host}:{b.port}{rack}", file=out)
+        run_cluster(args, admin, out)
 
 
 def _command_parser(parser: argparse.ArgumentParser,

@@ -270,17 +270,7 @@ def parse_listeners(
                               "listeners")
         ports[port] = name
     names = [e[0] for e in entries]
-    quorum_name = None
-    if quorum is not None:
-        quorum_name = _name("quorum.listener.name", quorum[0], quorum[0].strip())
-        if quorum_name in names:
-            raise ConfigError(
-                f"quorum.listener.name {quorum_name} is also in listeners: the quorum listener "
-                "is a port of its own (quorum.listener); give it another name",
-                "quorum.listener.name")
-        if quorum[2] and quorum[2] in ports:
-            raise ConfigError(f"quorum.listener and listener {ports[quorum[2]]} both listen on "
-                              f"port {quorum[2]}", "quorum.listener")
+    quorum_name = _quorum_name(quorum, names, ports)
     # Names the protocol map and the overrides may speak of: the listeners and the quorum's.
     known = names + ([quorum_name] if quorum_name else [])
     for name in explicit or {}:
@@ -315,18 +305,44 @@ def parse_listeners(
             "against)", inter_tls.key_of("ssl.cafile"))
     quorum_lc = None
     if quorum is not None and quorum_name is not None:
-        # Not named in the map: PLAINTEXT, as the quorum port was before it had a name.
-        protocol = (pmap.get(quorum_name) or DEFAULT_PROTOCOL_MAP.get(quorum_name)
-                    or SecurityProtocol.PLAINTEXT)
-        tls = (_tls_files(quorum_name, ssl or {}, by_override.get(quorum_name, {}))
-               if protocol.uses_tls else None)
-        if tls is not None and not tls.cafile:
-            raise ConfigError(
-                f"the quorum listener {quorum_name} uses {protocol.value} and needs ssl.cafile "
-                "(the CA that signs the quorum nodes' certificates, which they verify each "
-                "other against)", tls.key_of("ssl.cafile"))
-        quorum_lc = ListenerConfig(quorum_name, protocol, quorum[1], quorum[2], tls=tls)
+        quorum_lc = _quorum_listener(quorum, quorum_name, pmap, ssl or {},
+                                     by_override.get(quorum_name, {}))
     return Listeners(tuple(built), inter, quorum_lc)
+
+
+def _quorum_name(quorum: tuple[str, str, int] | None, names: list[str],
+                 ports: dict[int, str]) -> str | None:
+    """The quorum listener's checked name (None outside quorum mode): not a listener's name,
+    and not on a listener's port."""
+    quorum_name = None
+    if quorum is not None:
+        quorum_name = _name("quorum.listener.name", quorum[0], quorum[0].strip())
+        if quorum_name in names:
+            raise ConfigError(
+                f"quorum.listener.name {quorum_name} is also in listeners: the quorum listener "
+                "is a port of its own (quorum.listener); give it another name",
+                "quorum.listener.name")
+        if quorum[2] and quorum[2] in ports:
+            raise ConfigError(f"quorum.listener and listener {ports[quorum[2]]} both listen on "
+                              f"port {quorum[2]}", "quorum.listener")
+    return quorum_name
+
+
+def _quorum_listener(quorum: tuple[str, str, int], quorum_name: str,
+                     pmap: Mapping[str, SecurityProtocol], ssl: Mapping[str, str | None],
+                     override: Mapping[str, tuple[str, str]]) -> ListenerConfig:
+    """The quorum listener's model; a TLS one must have ssl.cafile (quorum nodes verify each
+    other)."""
+    # Not named in the map: PLAINTEXT, as the quorum port was before it had a name.
+    protocol = (pmap.get(quorum_name) or DEFAULT_PROTOCOL_MAP.get(quorum_name)
+                or SecurityProtocol.PLAINTEXT)
+    tls = _tls_files(quorum_name, ssl, override) if protocol.uses_tls else None
+    if tls is not None and not tls.cafile:
+        raise ConfigError(
+            f"the quorum listener {quorum_name} uses {protocol.value} and needs ssl.cafile "
+            "(the CA that signs the quorum nodes' certificates, which they verify each "
+            "other against)", tls.key_of("ssl.cafile"))
+    return ListenerConfig(quorum_name, protocol, quorum[1], quorum[2], tls=tls)
 
 
 def _advertised(raw: str | None, names: list[str]) -> dict[str, tuple[str, int]]:

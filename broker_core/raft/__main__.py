@@ -198,7 +198,11 @@ class LoadLoop:
             self._reported = self.committed
 
 
-async def run(reactor: Any, args: argparse.Namespace) -> None:
+def _checked_arguments(args: argparse.Namespace) -> tuple[
+        dict, list, dict, tuple[str, int], ClusterCredential | None, RaftConfig]:
+    """The start arguments, checked before anything is opened: ``(voters, bootstrap
+    servers, peers, listen address, cluster credential, RaftConfig)``. Raises
+    RaftConfigError naming the argument at fault."""
     voters = (parse_configured_voters(args.quorum_voters, "--quorum-voters")
               if args.quorum_voters.strip() else {})
     bootstrap = (parse_bootstrap_servers(args.bootstrap_servers, "--bootstrap-servers")
@@ -227,6 +231,42 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
                         request_timeout_ms=args.request_timeout_ms,
                         retry_backoff_ms=args.retry_backoff_ms,
                         fetch_max_wait_ms=args.fetch_max_wait_ms)
+    return voters, bootstrap, peers, (host, port), credential, config
+
+
+def _watch(node: QuorumNode, events: Events, args: argparse.Namespace) -> None:
+    """Once the node has started: report its role changes and its own LeaderChange
+    committing as events, and drive the --load-in-flight load loop if asked."""
+    driver = node.driver
+    load = (LoadLoop(driver, events, args.load_in_flight, args.load_payload_bytes,
+                     args.print_acks) if args.load_in_flight > 0 else None)
+
+    def on_transition(t: Transition) -> None:
+        events.emit("role", role=t.to_role.value, epoch=t.to_epoch, leader=t.leader_id)
+
+    def on_committed(entries: tuple[LogEntry, ...]) -> None:
+        # Our own LeaderChange of the epoch we lead now. The role is asked of the driver, not
+        # remembered from on_transition: a single voter commits its LeaderChange in the step
+        # that makes it leader, and committed entries are told before transitions. A replay
+        # at start never matches: a restarted node never starts as leader.
+        for e in entries:
+            if (isinstance(e.payload, LeaderChange) and e.payload.leader_id == args.node_id
+                    and driver.role is Role.LEADER
+                    and e.epoch == driver.node.epoch):  # type: ignore[union-attr]
+                events.emit("leader-committed", epoch=e.epoch, offset=e.offset)
+                if load is not None:
+                    load.kick()
+
+    driver.subscribe_transitions(on_transition)
+    driver.subscribe_committed(on_committed)
+    if load is not None:
+        from twisted.internet.task import LoopingCall  # noqa: PLC0415
+
+        LoopingCall(load.report).start(1.0, now=False)
+
+
+async def run(reactor: Any, args: argparse.Namespace) -> None:
+    voters, bootstrap, peers, (host, port), credential, config = _checked_arguments(args)
     from broker_core.raft.storage import DiskRaftLog  # noqa: PLC0415 (after arg checks)
 
     events = Events(args.events, args.node_id)
@@ -289,32 +329,7 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
                  "with --cluster-id {cluster_id}, or with --bootstrap-servers to learn it",
                  node=args.node_id, cluster_id=start.cluster_id)
     events.emit("cluster-id", cluster_id=start.cluster_id, generated=generated)
-    driver = node.driver
-    load = (LoadLoop(driver, events, args.load_in_flight, args.load_payload_bytes,
-                     args.print_acks) if args.load_in_flight > 0 else None)
-
-    def on_transition(t: Transition) -> None:
-        events.emit("role", role=t.to_role.value, epoch=t.to_epoch, leader=t.leader_id)
-
-    def on_committed(entries: tuple[LogEntry, ...]) -> None:
-        # Our own LeaderChange of the epoch we lead now. The role is asked of the driver, not
-        # remembered from on_transition: a single voter commits its LeaderChange in the step
-        # that makes it leader, and committed entries are told before transitions. A replay
-        # at start never matches: a restarted node never starts as leader.
-        for e in entries:
-            if (isinstance(e.payload, LeaderChange) and e.payload.leader_id == args.node_id
-                    and driver.role is Role.LEADER
-                    and e.epoch == driver.node.epoch):  # type: ignore[union-attr]
-                events.emit("leader-committed", epoch=e.epoch, offset=e.offset)
-                if load is not None:
-                    load.kick()
-
-    driver.subscribe_transitions(on_transition)
-    driver.subscribe_committed(on_committed)
-    if load is not None:
-        from twisted.internet.task import LoopingCall  # noqa: PLC0415
-
-        LoopingCall(load.report).start(1.0, now=False)
+    _watch(node, events, args)
     await stopping
 
 

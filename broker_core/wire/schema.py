@@ -689,19 +689,12 @@ def _default_expr(src: _Source, f: Field, indent: int) -> str:
     return src.const(d, "dflt")
 
 
-def _generate(schema: Schema, version: int, flexible: bool) -> _Codec:
+def _generate_decode(schema: Schema, version: int, flexible: bool, present: list[Field],
+                     tagged: list[Field], absent: list[Field], namespace: dict[str, Any]) -> Any:
+    """The source of ``decode(r)`` for one version of ``schema``, compiled: the fields in
+    wire order (runs of fixed-width ones unpacked by one struct call), then the tagged
+    section; a MalformedFrame names the field being read."""
     name = schema.name
-    present = [f for f in schema.fields if f.exists(version) and not f.is_tagged(version)]
-    tagged = sorted((f for f in schema.fields if flexible and f.exists(version)
-                     and f.is_tagged(version)), key=lambda f: f.tag)
-    absent = [f for f in schema.fields if f not in present and f not in tagged]
-    min_size = sum(f.type.min_size(version, flexible) for f in present) + (1 if flexible else 0)
-    namespace = {
-        "MalformedFrame": MalformedFrame, "EncodeError": EncodeError, "Struct": Struct,
-        "struct_error": struct.error, "_new": object.__new__, "_MISSING": MISSING,
-    }
-
-    # -- decode ---------------------------------------------------------------------------------
     src = _Source()
     src.add(0, "def decode(r):")
     src.add(1, f"step = {name!r}")
@@ -758,11 +751,15 @@ def _generate(schema: Schema, version: int, flexible: bool) -> _Codec:
     src.add(1, f"obj = _new({src.const(schema.cls, 'cls')})")
     src.add(1, "obj.__dict__ = d")
     src.add(1, "return obj")
-    decode = _exec(src, namespace, "decode", f"{name} v{version} decode")
+    return _exec(src, namespace, "decode", f"{name} v{version} decode")
 
-    # -- encode ---------------------------------------------------------------------------------
-    src = _Source()
-    present_names = frozenset(f.name for f in present) | {f.name for f in tagged}
+
+def _absent_field_checks(schema: Schema, version: int, present_names: frozenset[str]
+                         ) -> tuple[Callable[[Field, Any], None], Callable[[dict], None]]:
+    """The encoder's checks of what ``version`` cannot carry: ``check_absent(field, value)``
+    refuses a value for a field this version lacks unless Kafka marks it ignorable or it holds
+    the default; ``check_dict_keys(d)`` refuses unknown keys and applies ``check_absent``."""
+    name = schema.name
     field_map = schema.field_map
 
     def check_absent(f: Field, v: Any) -> None:
@@ -781,6 +778,18 @@ def _generate(schema: Schema, version: int, flexible: bool) -> _Codec:
                 raise EncodeError(f"{name} has no field {k!r}")
             check_absent(f, v)
 
+    return check_absent, check_dict_keys
+
+
+def _generate_encode(schema: Schema, version: int, flexible: bool, present: list[Field],
+                     tagged: list[Field], absent: list[Field], namespace: dict[str, Any]) -> Any:
+    """The source of ``encode(w, obj)`` for one version of ``schema``, compiled: a dict or
+    Struct is checked for fields this version cannot carry, then written in wire order; an
+    EncodeError names the field being written."""
+    name = schema.name
+    src = _Source()
+    present_names = frozenset(f.name for f in present) | {f.name for f in tagged}
+    check_absent, check_dict_keys = _absent_field_checks(schema, version, present_names)
     src.add(0, "def encode(w, obj):")
     src.add(1, "if type(obj) is dict:")
     src.add(2, "d = obj")
@@ -837,7 +846,21 @@ def _generate(schema: Schema, version: int, flexible: bool) -> _Codec:
     src.add(2, "raise (e.at(step) if step else e) from None")
     src.add(1, "except (struct_error, TypeError, ValueError, OverflowError, AttributeError) as e:")
     src.add(2, "raise EncodeError(f'bad value: {e}', (step,) if step else ()) from None")
-    encode = _exec(src, namespace, "encode", f"{name} v{version} encode")
+    return _exec(src, namespace, "encode", f"{name} v{version} encode")
+
+
+def _generate(schema: Schema, version: int, flexible: bool) -> _Codec:
+    present = [f for f in schema.fields if f.exists(version) and not f.is_tagged(version)]
+    tagged = sorted((f for f in schema.fields if flexible and f.exists(version)
+                     and f.is_tagged(version)), key=lambda f: f.tag)
+    absent = [f for f in schema.fields if f not in present and f not in tagged]
+    min_size = sum(f.type.min_size(version, flexible) for f in present) + (1 if flexible else 0)
+    namespace = {
+        "MalformedFrame": MalformedFrame, "EncodeError": EncodeError, "Struct": Struct,
+        "struct_error": struct.error, "_new": object.__new__, "_MISSING": MISSING,
+    }
+    decode = _generate_decode(schema, version, flexible, present, tagged, absent, namespace)
+    encode = _generate_encode(schema, version, flexible, present, tagged, absent, namespace)
     return _Codec(decode, encode, min_size)
 
 

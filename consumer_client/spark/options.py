@@ -129,10 +129,9 @@ class ReadOptions:
     security: ClientSecurity = field(default_factory=ClientSecurity)
 
 
-def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
-    """Check ``options`` for a batch (``streaming=False``) or streaming reader."""
-    opts = _lower(options)
-    servers = _servers(opts)
+def _subscription(opts: Mapping[str, str]) -> Subscription:
+    """The topics to read: exactly one of ``subscribe``, ``subscribePattern`` and ``assign``
+    (keys of ``opts`` lower-cased)."""
     given = [name for name in ("subscribe", "subscribePattern", "assign")
              if opts.get(name.lower(), "").strip()]
     if len(given) != 1:
@@ -159,6 +158,37 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
             sub = Subscription(assign=parse_assign("assign", raw))
         except OffsetError as e:
             raise OptionError("assign", str(e)) from None
+    return sub
+
+
+def _check_batch_offsets(starting: OffsetSpec, ending: OffsetSpec) -> None:
+    """Refuse what Spark refuses in a batch query: starting at latest, ending at earliest,
+    or a partition ending before it starts."""
+    if starting.kind == "latest":
+        raise OptionError("startingOffsets", "option 'startingOffsets': 'latest' is not "
+                          "allowed for batch queries")
+    if ending.kind == "earliest":
+        raise OptionError("endingOffsets", "option 'endingOffsets': 'earliest' is not "
+                          "allowed for batch queries")
+    if starting.kind == "specific" and -1 in starting.offsets.values():
+        raise OptionError("startingOffsets", "option 'startingOffsets': -1 (latest) is not "
+                          "allowed for batch queries")
+    if ending.kind == "specific" and -2 in ending.offsets.values():
+        raise OptionError("endingOffsets", "option 'endingOffsets': -2 (earliest) is not "
+                          "allowed for batch queries")
+    if starting.kind == "specific" and ending.kind == "specific":
+        for tp, s in starting.offsets.items():
+            e = ending.offsets.get(tp)
+            if e is not None and s >= 0 and e >= 0 and e < s:
+                raise OptionError("endingOffsets", f"option 'endingOffsets': {tp[0]}-{tp[1]} "
+                                  f"ends at {e}, before its startingOffsets {s}")
+
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    """Check ``options`` for a batch (``streaming=False``) or streaming reader."""
+    opts = _lower(options)
+    servers = _servers(opts)
+    sub = _subscription(opts)
     try:
         starting = parse_offset_spec("startingOffsets", opts["startingoffsets"]) \
             if "startingoffsets" in opts else \
@@ -176,24 +206,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     else:
         ending = OffsetSpec.latest()
     if not streaming:
-        if starting.kind == "latest":
-            raise OptionError("startingOffsets", "option 'startingOffsets': 'latest' is not "
-                              "allowed for batch queries")
-        if ending.kind == "earliest":
-            raise OptionError("endingOffsets", "option 'endingOffsets': 'earliest' is not "
-                              "allowed for batch queries")
-        if starting.kind == "specific" and -1 in starting.offsets.values():
-            raise OptionError("startingOffsets", "option 'startingOffsets': -1 (latest) is not "
-                              "allowed for batch queries")
-        if ending.kind == "specific" and -2 in ending.offsets.values():
-            raise OptionError("endingOffsets", "option 'endingOffsets': -2 (earliest) is not "
-                              "allowed for batch queries")
-        if starting.kind == "specific" and ending.kind == "specific":
-            for tp, s in starting.offsets.items():
-                e = ending.offsets.get(tp)
-                if e is not None and s >= 0 and e >= 0 and e < s:
-                    raise OptionError("endingOffsets", f"option 'endingOffsets': {tp[0]}-{tp[1]} "
-                                      f"ends at {e}, before its startingOffsets {s}")
+        _check_batch_offsets(starting, ending)
     max_trigger = _int(opts, "maxOffsetsPerTrigger", None)
     if max_trigger is not None and not streaming:
         max_trigger = None  # Spark ignores it for batch queries

@@ -328,6 +328,46 @@ def _fetch_body(topic: str, partition: int, offset: int, max_bytes: int,
             "forgotten_topics_data": [], "rack_id": ""}
 
 
+def _fetch_at(cluster: Cluster, leader: int, early: tuple[int, int, Pending] | None,
+              topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int
+              ) -> tuple[Any, Any]:
+    """``(connection, answer)`` of a fetch at ``offset`` from ``leader``: the one sent early if it
+    is that fetch, else a new one (an early fetch of anything else is dropped with its
+    connection, unread). Raises OSError when the connection fails."""
+    conn = cluster.connection(leader)
+    if early is not None and early[:2] == (leader, offset):
+        pending = early[2]
+    else:
+        if early is not None:  # not the fetch wanted now: its answer must not be read
+            cluster.drop(early[0])
+            conn = cluster.connection(leader)
+        pending = conn.send(ApiKey.FETCH, _fetch_body(
+            topic, partition, offset, max_bytes, max_wait_ms))
+    return conn, conn.receive(pending)
+
+
+def _out_of_range(cluster: Cluster, tp: tuple[str, int], where: str, offset: int, end: int,
+                  fail_on_data_loss: bool) -> int | None:
+    """After OFFSET_OUT_OF_RANGE at ``offset``: the offset to read on from (past lost offsets,
+    or ``offset`` again when the log moved between the fetch and the lookup), or None when the
+    log ends before ``end``. Raises DataLossError for lost offsets if ``fail_on_data_loss``."""
+    first = cluster.earliest([tp])[tp]
+    last = cluster.latest([tp])[tp]
+    if offset < first:
+        lost_to = min(first, end)
+        if fail_on_data_loss:
+            raise DataLossError(
+                f"offsets [{offset}, {lost_to}) of {where} are gone: the partition "
+                f"starts at {first} now. {DATA_LOSS_HINT}")
+        log.warning("skipping lost offsets [%d, %d) of %s (failOnDataLoss=false)",
+                    offset, lost_to, where)
+        return lost_to
+    if offset >= last:
+        _past_end(where, offset, end, last, fail_on_data_loss)
+        return None
+    return offset  # the log moved between the fetch and the lookup: try again
+
+
 def _read_chunks(cluster: Cluster, rng: OffsetRange, fail_on_data_loss: bool,
                  max_partition_fetch_bytes: int, poll_timeout_s: float, max_wait_ms: int,
                  ahead: list[tuple[int, int, Pending] | None]
@@ -356,16 +396,8 @@ def _read_chunks(cluster: Cluster, rng: OffsetRange, fail_on_data_loss: bool,
                 continue
         early, ahead[0] = ahead[0], None
         try:
-            conn = cluster.connection(leader)
-            if early is not None and early[:2] == (leader, offset):
-                pending = early[2]
-            else:
-                if early is not None:  # not the fetch wanted now: its answer must not be read
-                    cluster.drop(early[0])
-                    conn = cluster.connection(leader)
-                pending = conn.send(ApiKey.FETCH, _fetch_body(
-                    topic, partition, offset, max_partition_fetch_bytes, max_wait_ms))
-            resp = conn.receive(pending)
+            conn, resp = _fetch_at(cluster, leader, early, topic, partition, offset,
+                                   max_partition_fetch_bytes, max_wait_ms)
         except OSError as e:
             # The leader died or moved away: find the new one and ask it for the same offset.
             cluster.drop(leader)
@@ -382,22 +414,11 @@ def _read_chunks(cluster: Cluster, rng: OffsetRange, fail_on_data_loss: bool,
             _pause_and_refresh(cluster, topic, backoff.next_wait())
             continue
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            first = cluster.earliest([tp])[tp]
-            last = cluster.latest([tp])[tp]
-            if offset < first:
-                lost_to = min(first, end)
-                if fail_on_data_loss:
-                    raise DataLossError(
-                        f"offsets [{offset}, {lost_to}) of {where} are gone: the partition "
-                        f"starts at {first} now. {DATA_LOSS_HINT}")
-                log.warning("skipping lost offsets [%d, %d) of %s (failOnDataLoss=false)",
-                            offset, lost_to, where)
-                offset = lost_to
-                continue
-            if offset >= last:
-                _past_end(where, offset, end, last, fail_on_data_loss)
+            resume = _out_of_range(cluster, tp, where, offset, end, fail_on_data_loss)
+            if resume is None:
                 return
-            continue  # the log moved between the fetch and the lookup: try again
+            offset = resume
+            continue
         if code:
             raise SluiceSourceError(f"fetch of {where} at offset {offset} from broker {leader} "
                                     f"failed: {_error_name(code)}")

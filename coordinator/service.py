@@ -5,7 +5,8 @@
 - election (:mod:`coordinator.elector`); on winning, start-up (``coordinatorStartup``):
   topic listeners, the groups known from ZooKeeper owners (failover), the Ping
   scheduler, the committer, the rebalance handlers;
-- ClusterMetadata (any broker), RegisterConsumer (turns the connection into the coordinator
+- the thin-client requests (:mod:`coordinator.consumer_requests`): ClusterMetadata (any
+  broker), RegisterConsumer (turns the connection into the coordinator
   channel), CommitOffsets, UnregisterConsumer (a member leaving: its final offsets written, the
   member removed at once) and DescribeConsumerGroups (the coordinator only);
 - failure detection: a Ping every session_timeout/3 to each consumer whose previous
@@ -29,7 +30,6 @@ Invariants:
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,29 +43,24 @@ from broker_core.fenced_writer import EpochMoved, write_fenced
 from broker_core.metadata import (
     Create,
     Delete,
-    MetadataStoreError,
     NoNode,
     SetData,
-    TransactionFailed,
 )
 from broker_core.purgatory import Purgatory
 from broker_core.server.channel import ServerChannel
 from broker_core.wire.apis import ApiKey
-from broker_core.wire.errors import ErrorCode
-from coordinator import purgatories, rebalance, topic_count
+from coordinator import purgatories, rebalance
 from coordinator.assignor import IPartitionAssignor, RangeAssignor, TopicPartition
 from coordinator.committer import OffsetCommitter, read_committed_offset
+from coordinator.consumer_requests import ConsumerRequests
 from coordinator.elector import coordinator_election
 from coordinator.group_deletion import GroupDeletion
 from coordinator.heartbeat import HeartbeatScheduler
 from coordinator.kafka_groups import KafkaGroupApis
 from coordinator.listeners import TopicListeners
-from coordinator.registry import ConsumerRegistry, DuplicateConsumer, GroupRegistry, Registries
+from coordinator.registry import ConsumerRegistry, GroupRegistry, Registries
 
 log = Logger(namespace="sluice.coordinator")
-
-OFFSET_RESETS = ("smallest", "earliest", "largest", "latest")
-
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
@@ -98,16 +93,6 @@ class CoordinatorConfig:
             ping_max_failures=cfg.coordinator_ping_max_failures,
             empty_group_retention_ms=cfg.coordinator_empty_group_retention_ms,
         )
-
-
-def _principal_of(proto: Any) -> str:
-    """The principal text of a connection (``User:ANONYMOUS`` when it carries none)."""
-    security = getattr(proto, "security", None)
-    return "User:ANONYMOUS" if security is None else str(security.principal)
-
-
-def _error(code: ErrorCode, message: str) -> dict:
-    return {"error_code": int(code), "error_message": message}
 
 
 class CoordinatorService:
@@ -153,6 +138,8 @@ class CoordinatorService:
         self.kafka = KafkaGroupApis(self)
         #: DeleteGroups and OffsetDelete, for both kinds of group.
         self.deletion = GroupDeletion(self)
+        #: The thin-client requests (RegisterConsumer ... DescribeConsumerGroups).
+        self.requests = ConsumerRequests(self)
         self.term = 0
         if metrics is not None:
             metrics.coordinator_members.set_function(
@@ -281,121 +268,32 @@ class CoordinatorService:
             log.info("group {g} removed after being empty for the grace period", g=gid)
         self.kafka.sweep(now, grace_s)
 
-    # -- requests: any broker ----------------------------------------------------------------------
-
-    def _broker_list(self, listener: str | None) -> list[dict]:
-        """The live brokers as a client of ``listener`` reaches them (a broker without that
-        listener is left out, as Kafka's Metadata does)."""
-        out = []
-        for b in sorted(self.brokers(), key=lambda b: b.id):
-            address = b.address(listener)
-            if address is not None:
-                out.append({"node_id": b.id, "host": address[0], "port": address[1]})
-        return out
+    # -- requests (coordinator.consumer_requests) -------------------------------------------------
 
     def cluster_metadata(self, header: Any, body: Any, listener: str | None = None) -> dict:
-        """The coordinator's id and the brokers' addresses on ``listener`` (the one the
-        request came on; None: the inter-broker addresses)."""
-        cid = self.coordinator_id
-        brokers = self._broker_list(listener)
-        if cid < 0:
-            return {**_error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             "no consumer coordinator is elected yet; retry shortly"),
-                    "coordinator_id": -1, "brokers": brokers}
-        known = {b.id: b for b in self.brokers()}
-        if cid in known and known[cid].address(listener) is None:
-            return {**_error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             f"the coordinator (broker {cid}) has no listener {listener}"),
-                    "coordinator_id": -1, "brokers": brokers}
-        return {"error_code": 0, "error_message": None, "coordinator_id": cid,
-                "brokers": brokers}
-
-    def _not_coordinator(self) -> dict | None:
-        if not self.active:
-            cid = self.elector.leader_id
-            where = f"broker {cid}" if cid >= 0 else "not elected yet"
-            return _error(ErrorCode.NOT_COORDINATOR,
-                          f"broker {self.broker_id} is not the consumer coordinator (the "
-                          f"coordinator is {where}; ask ClusterMetadata)")
-        if self.elector.suspended:
-            return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                          "the coordinator lost its ZooKeeper connection; retry shortly")
-        return None
-
-    # -- RegisterConsumer --------------------------------------------------------------------------
+        return self.requests.cluster_metadata(header, body, listener)
 
     def register_consumer(self, header: Any, body: Any, proto: Any) -> dict:
-        """Check, register, open the channel, ask for a rebalance."""
-        refused = self._not_coordinator()
-        if refused is not None:
-            return refused
-        cfg = self.config
-        try:
-            paths.validate_group_id(body.group_id)
-        except ValueError as e:
-            return _error(ErrorCode.INVALID_GROUP_ID, str(e))
-        if self.kafka.has_members(body.group_id):
-            return _error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                          f"group {body.group_id!r} is a Kafka consumer group (JoinGroup) with "
-                          "members; a group id is of one kind at a time")
-        cid = body.consumer_id
-        if not cid or len(cid) > 249 or any(ord(c) < 0x20 for c in cid):
-            return _error(ErrorCode.INVALID_REQUEST,
-                          "consumer id must be 1 to 249 printable characters")
-        timeout = body.session_timeout_ms
-        if not cfg.min_session_timeout_ms <= timeout <= cfg.max_session_timeout_ms:
-            return _error(ErrorCode.INVALID_SESSION_TIMEOUT,
-                          f"session_timeout_ms {timeout} is outside the broker's range "
-                          f"[{cfg.min_session_timeout_ms}, {cfg.max_session_timeout_ms}] "
-                          "(group.min.session.timeout.ms / group.max.session.timeout.ms)")
-        try:
-            tc = topic_count.parse(body.topic_count)
-        except topic_count.InvalidTopicCount as e:
-            return _error(ErrorCode.INVALID_TOPIC_COUNT, str(e))
-        reset = (body.auto_offset_reset or "").lower()
-        if reset not in OFFSET_RESETS:
-            return _error(ErrorCode.INVALID_REQUEST,
-                          f"auto_offset_reset {body.auto_offset_reset!r} is not one of "
-                          f"{', '.join(OFFSET_RESETS)}")
-        existing = self.registries.member(body.group_id, cid)
-        if existing is not None:
-            return _error(ErrorCode.DUPLICATE_CONSUMER_ID,
-                          f"consumer id {cid!r} is already registered in group "
-                          f"{body.group_id!r}; pick a unique id (or wait until the previous "
-                          "session with this id is detected dead)")
-        now = self.clock.seconds()
-        g_before = self.registries.groups.get(body.group_id)
-        was_empty = g_before is None or not g_before.members
-        # After a failover the group waits for its previous owners (bounded).
-        failover_wait = g_before is not None and bool(g_before.expected)
-        channel = self.channel_factory()
-        c = ConsumerRegistry(body.group_id, cid, tc, body.topic_count, bool(body.auto_commit),
-                             reset, timeout, host=getattr(proto, "peer", "?"), channel=channel,
-                             registered_at=now, session_id=secrets.randbits(63) or 1,
-                             principal=_principal_of(proto))
-        try:
-            g = self.registries.add_member(c, now)
-        except DuplicateConsumer:  # pragma: no cover - checked above on the same thread
-            return _error(ErrorCode.DUPLICATE_CONSUMER_ID, f"consumer id {cid!r} is taken")
-        proto.attach_channel(channel)
-        channel.on_lost(lambda: self.handle_consumer_failure(c, "disconnect"))
-        self.scheduler.add(c.key, c.ping_interval_s)
-        log.info("consumer {c} registered in group {g} from {peer} (session {t} ms, {tc})",
-                 c=cid, g=g.group_id, peer=c.host, t=timeout, tc=body.topic_count)
-        if failover_wait:
-            if not g.expected and g.delayed_call is not None and g.delayed_call.active():
-                # Every previous owner is back: rebalance now instead of waiting out the delay.
-                g.delayed_call.cancel()
-                g.delayed_call = None
-                g.rebalance_initiated = False
-                g.not_before = now
-        elif was_empty:
-            # KIP-134: the first member of an empty group waits for the rest of a starting
-            # group, so N members joining cost one rebalance, not N.
-            g.not_before = now + cfg.initial_rebalance_delay_ms / 1000.0
-        self.request_rebalance(g)
-        # session_id is left out of a v0 answer (ignorable): such a member cannot leave early.
-        return {"error_code": 0, "error_message": None, "session_id": c.session_id}
+        return self.requests.register_consumer(header, body, proto)
+
+    async def commit_offsets(self, header: Any, body: Any, *, principal: str | None = None,
+                             topic_allowed: Callable[[str], bool] | None = None) -> dict:
+        return await self.requests.commit_offsets(header, body, principal=principal,
+                                                  topic_allowed=topic_allowed)
+
+    async def unregister_consumer(self, header: Any, body: Any, *,
+                                  principal: str | None = None,
+                                  topic_allowed: Callable[[str], bool] | None = None) -> dict:
+        return await self.requests.unregister_consumer(header, body, principal=principal,
+                                                       topic_allowed=topic_allowed)
+
+    def describe_consumer_groups(self, header: Any, body: Any) -> dict:
+        return self.requests.describe_consumer_groups(header, body)
+
+    async def _commit_accepted(self, g: GroupRegistry, accepted: set[TopicPartition]
+                               ) -> dict | None:
+        """Write a group's accepted offsets (see ``ConsumerRequests.commit_accepted``)."""
+        return await self.requests.commit_accepted(g, accepted)
 
     # -- failure detection (docs/design.md#failure-detection) ------------------------------------
 
@@ -656,7 +554,7 @@ class CoordinatorService:
             "consumer_id": m.consumer_id, "generation_id": generation & 0x7FFFFFFF,
             "ownership": ownership,
             # Where the consumer fetches from: the brokers on the listener it came on.
-            "brokers": self._broker_list(getattr(m.channel, "listener", None))})
+            "brokers": self.requests.broker_list(getattr(m.channel, "listener", None))})
         req.addCallback(answered)
         return purgatories.watch(self.start_purgatory, m.key, m.response_timeout_s, req)
 
@@ -694,161 +592,3 @@ class CoordinatorService:
             log.warn("coordinator epoch check failed: a newer coordinator exists; resigning")
             self.elector.resign_soon()
             raise rebalance.NotCoordinator() from e
-
-    # -- CommitOffsets (active commit) ----------------------------------------------------------
-
-    async def commit_offsets(self, header: Any, body: Any, *, principal: str | None = None,
-                             topic_allowed: Callable[[str], bool] | None = None) -> dict:
-        """Only the member itself may commit: the request must carry the session id of its
-        current registration (v1; a v0 commit cannot prove it and is refused) and come from
-        the principal that registered. ``topic_allowed`` (the ACL check) refuses partitions of
-        topics the principal may not READ. Any refusal changes nothing."""
-        refused = self._not_coordinator()
-        if refused is not None:
-            return {**refused, "partitions": []}
-        c = self.registries.member(body.group_id, body.consumer_id)
-        if c is None:
-            return {**_error(ErrorCode.UNKNOWN_MEMBER_ID,
-                             f"consumer {body.consumer_id!r} is not a member of group "
-                             f"{body.group_id!r} at this coordinator; register first"),
-                    "partitions": []}
-        if not self._is_own_session(c, getattr(body, "session_id", 0), principal):
-            log.info("refused a commit for consumer {c} of group {g}: not that member's current "
-                     "registration", c=body.consumer_id, g=body.group_id)
-            return {**_error(ErrorCode.UNKNOWN_MEMBER_ID,
-                             f"consumer {body.consumer_id!r} has no registration in group "
-                             f"{body.group_id!r} with this session id (CommitOffsets v1) and "
-                             "principal; a member can only commit for itself"),
-                    "partitions": []}
-        g = self.registries.groups[c.group_id]
-        results, accepted, problems = self._check_offsets(c, g, body.offsets, topic_allowed)
-        g.record_offsets(c, ((o.topic, o.partition, o.offset) for o in body.offsets
-                             if (o.topic, o.partition) in accepted))
-        failed = await self._commit_accepted(g, accepted)
-        if failed is not None:
-            return {**failed, "partitions": []}
-        return {"error_code": 0, "error_message": "; ".join(problems) or None,
-                "partitions": results}
-
-    @staticmethod
-    def _is_own_session(c: ConsumerRegistry, session_id: int, principal: str | None) -> bool:
-        """Whether a request naming member ``c`` proves to be that member's own: the session
-        id of its live registration, from the principal that registered (when known)."""
-        if not c.alive or c.session_id == 0:
-            return False
-        if principal is not None and principal != c.principal:
-            return False
-        return secrets.compare_digest(c.session_id.to_bytes(8, "big"),
-                                      (session_id & (2**64 - 1)).to_bytes(8, "big"))
-
-    def _check_offsets(self, c: ConsumerRegistry, g: GroupRegistry, offsets: Any,
-                       topic_allowed: Callable[[str], bool] | None = None
-                       ) -> tuple[list[dict], set[TopicPartition], list[str]]:
-        """Which of a member's offsets may be committed: only partitions it owns, of topics
-        it may READ, never behind the group's offset. Returns (per-partition results,
-        accepted, problems)."""
-        results = []
-        accepted: set[TopicPartition] = set()
-        problems = []
-        for o in offsets:
-            tp = (o.topic, o.partition)
-            if topic_allowed is not None and not topic_allowed(o.topic):
-                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                problems.append(f"{o.topic}-{o.partition}: READ on the topic is not allowed")
-            elif tp not in c.owned:
-                code = ErrorCode.REBALANCE_IN_PROGRESS if g.state == "rebalancing" else \
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                problems.append(f"{o.topic}-{o.partition} is not owned by {c.consumer_id}")
-            elif o.offset < g.offsets.get(tp, -1):
-                code = ErrorCode.OFFSET_OUT_OF_RANGE
-                problems.append(f"{o.topic}-{o.partition}: {o.offset} is behind the group's "
-                                f"offset {g.offsets[tp]} (committed offsets only move forward)")
-            else:
-                code = ErrorCode.NONE
-                accepted.add(tp)
-            results.append({"topic": o.topic, "partition": o.partition, "error_code": int(code)})
-        return results, accepted, problems
-
-    async def _commit_accepted(self, g: GroupRegistry, accepted: set[TopicPartition]
-                               ) -> dict | None:
-        """Write the group's ``accepted`` offsets in the committer's next multi (fenced,
-        shared with the commits of other requests that arrived meanwhile); None once they are
-        durable, or the error to answer."""
-        try:
-            await self.committer.commit_soon(g, accepted)
-        except rebalance.NotCoordinator:
-            return _error(ErrorCode.NOT_COORDINATOR, "this broker stopped being the "
-                          "coordinator before the offsets were written")
-        except (TransactionFailed, MetadataStoreError) as e:
-            return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                          f"offsets could not be written to ZooKeeper: {e}")
-        return None
-
-    # -- UnregisterConsumer (a member leaves) ------------------------------------------------------
-
-    async def unregister_consumer(self, header: Any, body: Any, *,
-                                  principal: str | None = None,
-                                  topic_allowed: Callable[[str], bool] | None = None) -> dict:
-        """A member leaves: check that the request is the member's own (its consumer id and the
-        session id of its current registration), take and write its final offsets as
-        CommitOffsets does (``topic_allowed`` refuses those of topics the principal may not
-        READ), then remove it at once and rebalance its group. Any refusal changes
-        nothing; when the offsets cannot be written the member stays (it then hands them over
-        on its channel, the way a leave worked before this request existed)."""
-        refused = self._not_coordinator()
-        if refused is not None:
-            return {**refused, "partitions": []}
-        c = self.registries.member(body.group_id, body.consumer_id)
-        if c is None or not self._is_own_session(c, body.session_id, principal):
-            log.info("refused a leave for consumer {c} of group {g}: not that member's current "
-                     "registration", c=body.consumer_id, g=body.group_id)
-            return {**_error(ErrorCode.UNKNOWN_MEMBER_ID,
-                             f"consumer {body.consumer_id!r} has no registration in group "
-                             f"{body.group_id!r} with this session id; a member can only "
-                             "leave itself"), "partitions": []}
-        g = self.registries.groups[c.group_id]
-        results, accepted, problems = self._check_offsets(c, g, body.offsets, topic_allowed)
-        g.record_offsets(c, ((o.topic, o.partition, o.offset) for o in body.offsets
-                             if (o.topic, o.partition) in accepted))
-        failed = await self._commit_accepted(g, accepted)
-        if failed is not None:
-            return {**failed, "partitions": []}
-        # The member may have failed (its channel closed) while the offsets were written:
-        # then it is gone already and counted as such.
-        self._remove_member(c, "leave", left=True)
-        return {"error_code": 0, "error_message": "; ".join(problems) or None,
-                "partitions": results}
-
-    # -- DescribeConsumerGroups --------------------------------------------------------------------
-
-    def describe_consumer_groups(self, header: Any, body: Any) -> dict:
-        refused = self._not_coordinator()
-        if refused is not None:
-            return {**refused, "groups": []}
-        gids = sorted(self.registries.groups) if body.groups is None else list(body.groups)
-        out = []
-        for gid in gids:
-            g = self.registries.groups.get(gid)
-            if g is None:
-                out.append({"group_id": gid, "error_code": int(ErrorCode.GROUP_ID_NOT_FOUND),
-                            "state": "dead", "generation_id": -1, "rebalance_failures": 0,
-                            "members": [], "offsets": []})
-                continue
-            members = []
-            for m in sorted(g.members.values(), key=lambda m: m.consumer_id):
-                threads: dict[str, list[dict]] = {}
-                for tp, thread in sorted(m.owned.items()):
-                    threads.setdefault(thread, []).append(
-                        {"topic": tp[0], "partition": tp[1], "offset": g.offsets.get(tp, -1)})
-                members.append({
-                    "consumer_id": m.consumer_id, "host": m.host,
-                    "topic_count": m.topic_count_text, "session_timeout_ms": m.session_timeout_ms,
-                    "auto_commit": m.auto_commit, "failed_pings": m.failed_pings,
-                    "ownership": [{"consumer_thread_id": t, "partitions": ps}
-                                  for t, ps in sorted(threads.items())]})
-            out.append({"group_id": gid, "error_code": 0, "state": g.state,
-                        "generation_id": g.generation & 0x7FFFFFFF,
-                        "rebalance_failures": g.rebalance_failures, "members": members,
-                        "offsets": [{"topic": t, "partition": p, "offset": v}
-                                    for (t, p), v in sorted(g.offsets.items())]})
-        return {"error_code": 0, "error_message": None, "groups": out}

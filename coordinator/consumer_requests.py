@@ -292,7 +292,7 @@ class ConsumerRequests:
             return {**failed, "partitions": []}
         # The member may have failed (its channel closed) while the offsets were written:
         # then it is gone already and counted as such.
-        self.service._remove_member(c, "leave", left=True)
+        self.service.failures.remove_member(c, "leave", left=True)
         return {"error_code": 0, "error_message": "; ".join(problems) or None,
                 "partitions": results}
 

@@ -3,15 +3,16 @@
 :class:`CoordinatorService` wires the parts together and answers the coordinator's requests:
 
 - election (:mod:`coordinator.elector`); on winning, start-up (``coordinatorStartup``):
-  topic listeners, the groups known from ZooKeeper owners (failover), the Ping
+  topic listeners, the groups known from ZooKeeper owners (:mod:`coordinator.failover`), the Ping
   scheduler, the committer, the rebalance handlers;
 - the thin-client requests (:mod:`coordinator.consumer_requests`): ClusterMetadata (any
   broker), RegisterConsumer (turns the connection into the coordinator
   channel), CommitOffsets, UnregisterConsumer (a member leaving: its final offsets written, the
   member removed at once) and DescribeConsumerGroups (the coordinator only);
-- failure detection: a Ping every session_timeout/3 to each consumer whose previous
-  Ping was answered or expired, expiry after 2/3 of the session timeout, failure past
-  ``coordinator.ping.max.failures`` expired Pings in a row or when the channel closes;
+- failure detection (:mod:`coordinator.failure_detection`): a Ping every session_timeout/3
+  to each consumer whose previous Ping was answered or expired, expiry after 2/3 of the
+  session timeout, failure past ``coordinator.ping.max.failures`` expired Pings in a row or
+  when the channel closes;
 - rebalancing (:mod:`coordinator.rebalance`), for which this class is the context: ZooKeeper
   reads, fenced writes, StopFetcher/StartFetcher sends.
 
@@ -54,6 +55,8 @@ from coordinator.assignor import IPartitionAssignor, RangeAssignor, TopicPartiti
 from coordinator.committer import OffsetCommitter, read_committed_offset
 from coordinator.consumer_requests import ConsumerRequests
 from coordinator.elector import coordinator_election
+from coordinator.failover import load_groups_from_zookeeper
+from coordinator.failure_detection import MemberFailures
 from coordinator.group_deletion import GroupDeletion
 from coordinator.heartbeat import HeartbeatScheduler
 from coordinator.kafka_groups import KafkaGroupApis
@@ -121,7 +124,9 @@ class CoordinatorService:
         self.ping_purgatory = Purgatory("coordinator_ping", clock, metrics=metrics)
         self.stop_purgatory = Purgatory("coordinator_stop_fetcher", clock, metrics=metrics)
         self.start_purgatory = Purgatory("coordinator_start_fetcher", clock, metrics=metrics)
-        self.scheduler = HeartbeatScheduler(clock, self._ping_due)
+        #: Pings and the removal of members that failed or left.
+        self.failures = MemberFailures(self)
+        self.scheduler = HeartbeatScheduler(clock, self.failures.ping_due)
         self.handlers = self._new_handlers()
         #: Held around every write of offsets (the committer's) and by group deletion.
         self._commit_lock = defer.DeferredLock()
@@ -199,40 +204,7 @@ class CoordinatorService:
         self._sweeper.clock = self.clock
         self._sweeper.start(sweep_s, now=False).addErrback(
             lambda f: log.failure("empty-group sweeper stopped", f))
-        await self._load_groups_from_zookeeper()
-
-    async def _load_groups_from_zookeeper(self) -> None:
-        """Failover: groups whose owners are in ZooKeeper wait (bounded by the initial
-        rebalance delay) for their previous members to re-register before they rebalance."""
-        term = self.term
-        try:
-            children = await self.store.get_children(paths.CONSUMERS)
-        except NoNode:
-            return
-        now = self.clock.seconds()
-        delay = self.config.initial_rebalance_delay_ms / 1000.0
-        for gid in sorted(children):
-            if gid in paths.CONSUMERS_RESERVED:
-                continue
-            try:
-                paths.validate_group_id(gid)
-            except ValueError:
-                continue
-            probe = GroupRegistry(gid)
-            owners = await self.read_owners(probe)
-            if term != self.term or not self.active:
-                return
-            if not owners:
-                continue
-            g = self.registries.group(gid)
-            if g.members:
-                continue  # someone registered while we were reading
-            g.expected = {rebalance.thread_owner(t) for t in owners.values()}
-            g.not_before = now + delay
-            g.empty_since = now
-            log.info("group {g} had {n} owners before the failover; waiting up to {d}s for "
-                     "them to re-register", g=gid, n=len(g.expected), d=delay)
-            self.request_rebalance(g)
+        await load_groups_from_zookeeper(self)
 
     async def _on_resigned(self) -> None:
         self.term += 1
@@ -295,101 +267,12 @@ class CoordinatorService:
         """Write a group's accepted offsets (see ``ConsumerRequests.commit_accepted``)."""
         return await self.requests.commit_accepted(g, accepted)
 
-    # -- failure detection (docs/design.md#failure-detection) ------------------------------------
-
-    def _ping_due(self, key: Any) -> None:
-        c = self.registries.member(*key)
-        if c is None or not c.alive:
-            self.scheduler.remove(key)
-            return
-        if not self.can_act() or c.ping_outstanding:
-            return
-        c.ping_outstanding = True
-        c.ping_seq += 1
-        sent = self.clock.seconds()
-        req = c.channel.request(ApiKey.PING, 0, {"consumer_id": c.consumer_id,
-                                                 "num_retries": c.failed_pings})
-        req.addCallback(self._ping_answered, c, sent)
-        d = purgatories.watch(self.ping_purgatory, c.key, c.response_timeout_s, req)
-        d.addCallback(self._ping_outcome, c, c.ping_seq)
-
-    def _ping_answered(self, body: Any, c: ConsumerRegistry, sent: float) -> Any:
-        if not c.alive:
-            return body
-        if self.metrics is not None:
-            self.metrics.coordinator_ping_rtt_seconds.observe(self.clock.seconds() - sent)
-        # Any answer, even a late one, shows the consumer is alive.
-        c.failed_pings = 0
-        if body.error_code == 0 and body.offsets:
-            g = self.registries.groups.get(c.group_id)
-            if g is not None:
-                g.record_offsets(c, ((o.topic, o.partition, o.offset) for o in body.offsets))
-        return body
-
-    def _ping_outcome(self, outcome: purgatories.Outcome, c: ConsumerRegistry, seq: int) -> None:
-        if seq == c.ping_seq:
-            c.ping_outstanding = False
-        if not c.alive or not self.active:
-            return
-        if outcome.kind == purgatories.LOST:
-            self.handle_consumer_failure(c, "disconnect")
-            return
-        if outcome.ok:
-            return
-        if self.elector.suspended:
-            return  # we may be the slow one; do not fail consumers while cut off
-        c.failed_pings += 1
-        if self.metrics is not None:
-            self.metrics.coordinator_failed_pings_total.inc()
-        log.info("ping to consumer {c} of group {g} failed ({n} in a row): {d}",
-                 c=c.consumer_id, g=c.group_id, n=c.failed_pings, d=outcome.detail)
-        if c.failed_pings > self.config.ping_max_failures:
-            self.handle_consumer_failure(c, "ping")
-        else:
-            # Retry at once rather than at the next tick, so a consumer that stopped
-            # answering is failed about (max failures + 1) x 2/3 session timeouts after its
-            # first unanswered Ping, not later.
-            self._ping_due(c.key)
+    # -- failure detection (coordinator.failure_detection) ------------------------------------------
 
     def handle_consumer_failure(self, c: ConsumerRegistry, reason: str) -> None:
         """``handleConsumerFailure``: unschedule, close, remove, fail an ongoing rebalance
         fast, rebalance the rest. Idempotent."""
-        self._remove_member(c, reason, left=False)
-
-    def _remove_member(self, c: ConsumerRegistry, reason: str, *, left: bool) -> None:
-        """Unschedule, close the channel, remove, fail an ongoing rebalance fast, rebalance
-        the rest. ``left``: the member asked to leave (counted apart from failures, so that
-        expirations count only members the coordinator had to give up on). Idempotent: the
-        first removal wins (a channel closing after a leave changes nothing)."""
-        if not c.alive:
-            return
-        c.alive = False
-        self.scheduler.remove(c.key)
-        if c.channel is not None:
-            if left:
-                # The member closes its channel once it has our answer (closing it first
-                # would race the answer, which travels on another connection); one that
-                # does not is closed after the time it had to answer any request.
-                channel = c.channel
-                self.clock.callLater(c.response_timeout_s, channel.close)
-            else:
-                c.channel.close()
-        if not self.active:
-            return
-        g = self.registries.remove_member(c, self.clock.seconds())
-        if g is None:
-            return
-        what = "left" if left else f"failed ({reason})"
-        log.info("consumer {c} of group {g} {w}; {n} members left", c=c.consumer_id,
-                 g=g.group_id, w=what, n=len(g.members))
-        if self.metrics is not None:
-            if left:
-                self.metrics.coordinator_left_members_total.inc()
-            else:
-                self.metrics.coordinator_expired_members_total.labels(reason=reason).inc()
-        if g.rebalancing:
-            g.rebalance_failed = f"member {c.consumer_id} {what}"
-        self.request_rebalance(g)
+        self.failures.handle_consumer_failure(c, reason)
 
     # -- rebalance requests ------------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ async def load_groups_from_zookeeper(service: CoordinatorService) -> None:
         except ValueError:
             continue
         probe = GroupRegistry(gid)
-        owners = await service.read_owners(probe)
+        owners = await service.rebalance_context.read_owners(probe)
         if term != service.term or not service.active:
             return
         if not owners:

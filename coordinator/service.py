@@ -13,8 +13,9 @@
   to each consumer whose previous Ping was answered or expired, expiry after 2/3 of the
   session timeout, failure past ``coordinator.ping.max.failures`` expired Pings in a row or
   when the channel closes;
-- rebalancing (:mod:`coordinator.rebalance`), for which this class is the context: ZooKeeper
-  reads, fenced writes, StopFetcher/StartFetcher sends.
+- rebalancing (:mod:`coordinator.rebalance`): requests coalesced per group and held until
+  ``not_before``, run by the rebalance handlers on :mod:`coordinator.rebalance_context`
+  (ZooKeeper reads, fenced writes, StopFetcher/StartFetcher sends).
 
 Invariants:
 
@@ -31,7 +32,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,16 +42,9 @@ from twisted.logger import Logger
 
 from broker_core import metadata_paths as paths
 from broker_core.fenced_writer import EpochMoved, write_fenced
-from broker_core.metadata import (
-    Create,
-    Delete,
-    NoNode,
-    SetData,
-)
 from broker_core.purgatory import Purgatory
 from broker_core.server.channel import ServerChannel
-from broker_core.wire.apis import ApiKey
-from coordinator import purgatories, rebalance
+from coordinator import rebalance
 from coordinator.assignor import IPartitionAssignor, RangeAssignor, TopicPartition
 from coordinator.committer import OffsetCommitter, read_committed_offset
 from coordinator.consumer_requests import ConsumerRequests
@@ -61,6 +55,7 @@ from coordinator.group_deletion import GroupDeletion
 from coordinator.heartbeat import HeartbeatScheduler
 from coordinator.kafka_groups import KafkaGroupApis
 from coordinator.listeners import TopicListeners
+from coordinator.rebalance_context import CoordinatorRebalanceContext
 from coordinator.registry import ConsumerRegistry, GroupRegistry, Registries
 
 log = Logger(namespace="sluice.coordinator")
@@ -127,6 +122,8 @@ class CoordinatorService:
         #: Pings and the removal of members that failed or left.
         self.failures = MemberFailures(self)
         self.scheduler = HeartbeatScheduler(clock, self.failures.ping_due)
+        #: What a rebalance reads, writes and sends through (coordinator.rebalance_context).
+        self.rebalance_context = CoordinatorRebalanceContext(self)
         self.handlers = self._new_handlers()
         #: Held around every write of offsets (the committer's) and by group deletion.
         self._commit_lock = defer.DeferredLock()
@@ -155,7 +152,7 @@ class CoordinatorService:
     def _new_handlers(self) -> rebalance.RebalanceHandlers:
         return rebalance.RebalanceHandlers(
             self.config.rebalance_handlers, self.registries.groups.get,
-            lambda g: rebalance.rebalance(self, g))
+            lambda g: rebalance.rebalance(self.rebalance_context, g))
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -308,58 +305,7 @@ class CoordinatorService:
             log.info("partitions of {t} changed: rebalancing group {g}", t=topic, g=gid)
             self.request_rebalance(self.registries.groups[gid])
 
-    # -- RebalanceContext --------------------------------------------------------------------------
-
-    def known_topics(self) -> set[str]:
-        return set(self.listeners.topics)
-
-    async def read_partitions(self, topics: set[str]) -> dict[str, list[int]]:
-        names = sorted(topics)
-        if not names:
-            return {}
-        raw = await self.store.get_many([paths.topic(t) for t in names])
-        out = {}
-        for t, r in zip(names, raw, strict=True):
-            if r is None:
-                continue
-            try:
-                out[t] = sorted(paths.TopicAssignment.from_bytes(r[0]).partitions)
-            except ValueError as e:
-                log.warn("unreadable assignment of topic {t}: {e}", t=t, e=e)
-        return out
-
-    async def read_owners(self, group: GroupRegistry) -> dict[TopicPartition, str]:
-        """The owners in ZooKeeper (read once, then as this coordinator wrote them; see
-        ``GroupRegistry.zk_owners``); a read also lifts ``group.generation`` to the one stored
-        with them, so generations keep growing across coordinator failovers."""
-        if group.zk_owners is not None:
-            return dict(group.zk_owners)
-        owners = await self._read_owners(group)
-        group.zk_owners = dict(owners)
-        return owners
-
-    async def _read_owners(self, group: GroupRegistry) -> dict[TopicPartition, str]:
-        gid = group.group_id
-        try:
-            data, _ = await self.store.get(paths.consumer_owners(gid))
-            topics = await self.store.get_children(paths.consumer_owners(gid))
-        except NoNode:
-            return {}
-        stored = paths.parse_offset_value(data)  # a decimal, like an offset
-        if stored is not None and stored > group.generation:
-            group.generation = stored
-        tps: list[TopicPartition] = []
-        for t in sorted(topics):
-            try:
-                children = await self.store.get_children(paths.consumer_owners_topic(gid, t))
-            except NoNode:
-                continue
-            tps.extend((t, int(p)) for p in children if p.isdigit())
-        if not tps:
-            return {}
-        raw = await self.store.get_many([paths.consumer_owner(gid, *tp) for tp in tps])
-        return {tp: r[0].decode("utf-8", "replace") for tp, r in zip(tps, raw, strict=True)
-                if r is not None}
+    # -- offsets -----------------------------------------------------------------------------------
 
     async def load_committed(self, group: GroupRegistry, tps: Sequence[TopicPartition]) -> None:
         """Learn what the store holds for ``tps`` of ``group`` (whether each znode exists
@@ -386,73 +332,6 @@ class CoordinatorService:
 
     async def commit(self, group: GroupRegistry) -> None:
         await self._commit([group])
-
-    async def write_owners(self, group: GroupRegistry, new: Mapping[TopicPartition, str],
-                           old: Mapping[TopicPartition, str]) -> None:
-        gid = group.group_id
-        ops: list[Any] = []
-        parents = set()
-        for tp, thread in sorted(new.items()):
-            path = paths.consumer_owner(gid, *tp)
-            if tp not in old:
-                parents.add(paths.consumer_owners_topic(gid, tp[0]))
-                ops.append(Create(path, thread.encode()))
-            elif old[tp] != thread:
-                ops.append(SetData(path, thread.encode()))
-        for tp in sorted(set(old) - set(new)):
-            ops.append(Delete(paths.consumer_owner(gid, *tp)))
-        # The generation travels with the owners it produced (read back by read_owners).
-        await self.ensure_path(paths.consumer_owners(gid))
-        ops.append(SetData(paths.consumer_owners(gid), str(group.generation).encode()))
-        for parent in sorted(parents):
-            await self.ensure_path(parent)
-        group.zk_owners = None  # unknown until the write is known to have happened
-        await self.fenced(ops)
-        group.zk_owners = dict(new)
-
-    def send_stop(self, m: ConsumerRegistry) -> defer.Deferred:
-        g = self.registries.groups.get(m.group_id)
-
-        def answered(body: Any) -> Any:
-            if body.error_code == 0 and m.alive:
-                if body.offsets and g is not None:
-                    g.record_offsets(m, ((o.topic, o.partition, o.offset) for o in body.offsets))
-                m.owned = {}  # stopped: it owns nothing until its next StartFetcher
-            return body
-
-        req = m.channel.request(ApiKey.STOP_FETCHER, 0, {"consumer_id": m.consumer_id})
-        req.addCallback(answered)
-        return purgatories.watch(self.stop_purgatory, m.key, m.response_timeout_s, req)
-
-    def send_start(self, m: ConsumerRegistry, generation: int,
-                   ownership: list[dict]) -> defer.Deferred:
-        def answered(body: Any) -> Any:
-            if body.error_code == 0 and m.alive:
-                m.owned = {(p["topic"], p["partition"]): t["consumer_thread_id"]
-                           for t in ownership for p in t["partitions"]}
-                m.started = True
-            return body
-
-        req = m.channel.request(ApiKey.START_FETCHER, 0, {
-            "consumer_id": m.consumer_id, "generation_id": generation & 0x7FFFFFFF,
-            "ownership": ownership,
-            # Where the consumer fetches from: the brokers on the listener it came on.
-            "brokers": self.requests.broker_list(getattr(m.channel, "listener", None))})
-        req.addCallback(answered)
-        return purgatories.watch(self.start_purgatory, m.key, m.response_timeout_s, req)
-
-    def rebalance_finished(self, group: GroupRegistry, result: str, seconds: float) -> None:
-        if result == rebalance.COMPLETED:
-            log.info("group {g} rebalanced (generation {gen}) in {s:.3f}s", g=group.group_id,
-                     gen=group.generation, s=seconds)
-        if self.metrics is not None and result != rebalance.ABANDONED:
-            self.metrics.coordinator_rebalances_total.labels(result=result).inc()
-            if result == rebalance.COMPLETED:
-                self.metrics.coordinator_rebalance_duration_seconds.observe(seconds)
-
-    def attempt_failed(self, group: GroupRegistry, reason: str) -> None:
-        if self.metrics is not None:
-            self.metrics.coordinator_rebalance_attempts_failed_total.labels(reason=reason).inc()
 
     # -- ZooKeeper writes --------------------------------------------------------------------------
 

@@ -7,6 +7,12 @@ Kafka's layering (``ReplicaManager.scala``): this class owns the map of local pa
 purgatories; :class:`~broker_core.replica.partition.Partition` owns leader state; the
 :class:`~broker_core.log.Log` owns offsets and bytes.
 
+This class is the facade; the jobs live beside it, each reading and changing this manager's
+state: :mod:`~broker_core.replica.leader_and_isr` (applying LeaderAndIsr),
+:mod:`~broker_core.replica.produce_path` (Produce, DeleteRecords),
+:mod:`~broker_core.replica.fetch_path` (Fetch, the leader's record of its followers' fetches)
+and :mod:`~broker_core.replica.storage_failure` (failed log directories and partitions).
+
 Failed log directories (KIP-112): an ``OSError`` from a partition's log (an append, a follower's
 append or truncation, a read, a flush, a roll, a checkpoint, a leader-epoch file write) takes its
 whole log directory offline (:meth:`ReplicaManager.fail_log_dir`): every partition in it stops
@@ -28,7 +34,7 @@ from typing import Any
 from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
-from broker_core.log import CorruptLogError, Log, LogConfig, LogManager
+from broker_core.log import Log, LogConfig, LogManager
 from broker_core.log.dir_state import DirStatus
 from broker_core.log.leader_epoch import WriteBehind
 from broker_core.metadata_cache import MetadataCache
@@ -40,6 +46,7 @@ from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker_core.replica.leader_and_isr import LeaderAndIsrApplier
 from broker_core.replica.partition import LeaderAndIsrState, Partition, PendingIsrChange
 from broker_core.replica.produce_path import ProducePath, ProduceResult
+from broker_core.replica.storage_failure import StorageFailures
 from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.topic_partition import TopicPartition
@@ -136,6 +143,7 @@ class ReplicaManager:
         self._leader_and_isr = LeaderAndIsrApplier(self)
         self._produce = ProducePath(self)
         self._fetch = FetchPath(self)
+        self._storage = StorageFailures(self)
         self._intervals = (
             (self._checkpoint, checkpoint_interval_s),
             (self._retention, retention_check_interval_s),
@@ -302,71 +310,21 @@ class ReplicaManager:
     def storage_error(self, tp: TopicPartition | None, error: BaseException, what: str) -> None:
         """An I/O error while doing ``what`` to partition ``tp``'s log (``None``: no partition
         known; the directory is found from the file the error names): take its log
-        directory offline. An error that cannot be placed in a directory is only logged."""
-        if tp is not None and isinstance(error, CorruptLogError):
-            # Bad bytes in one log, read back from a disk that otherwise answers: only that
-            # partition stops being served (its leadership moves; a restart's recovery cuts
-            # the log at the damage and the replica refetches), not the whole directory.
-            self.fail_partition(tp, error, what)
-            return
-        log_dir = self.log_manager.dir_of(*tp) if tp is not None else None
-        if log_dir is None:
-            log_dir = self.log_manager.dir_for_error(error)
-        if log_dir is None:
-            self.log.error("{what} failed with an I/O error outside any log directory: {e}",
-                           what=what, e=error)
-            return
-        self.fail_log_dir(log_dir, error, what if tp is None else f"{what} of {tp[0]}-{tp[1]}")
+        directory offline. An error that cannot be placed in a directory is only logged; a
+        :class:`~broker_core.log.CorruptLogError` takes only partition ``tp`` offline."""
+        self._storage.storage_error(tp, error, what)
 
     def fail_log_dir(self, log_dir: Any, error: BaseException | str, what: str) -> None:
         """Take ``log_dir`` offline (see the module docstring); nothing happens if it is
         offline already. Its partitions leave ``partitions`` (so every request for them finds
         KAFKA_STORAGE_ERROR), their fetchers and pending ISR changes stop, and requests waiting
         on them are answered now."""
-        gone = self.log_manager.fail_dir(log_dir, error)
-        if gone is None:
-            return
-        status = self.log_manager.dir_states.status(log_dir)
-        led = self._stop_serving(gone)
-        self.log.critical(
-            "log directory {d} is OFFLINE after an I/O error during {what} ({e}): {n} partitions "
-            "({l} led here) are no longer served and its files are left untouched until the "
-            "broker restarts; online directories: {online}", d=str(log_dir), what=what,
-            e=status.error, n=len(gone), l=led,
-            online=[str(x) for x in self.log_manager.dir_states.online()])
-        if self.on_log_dir_failure is not None:
-            self.on_log_dir_failure(status, gone)
-
-    def _stop_serving(self, tps: list[TopicPartition]) -> int:
-        """Forget partitions whose logs were taken offline: their fetchers and pending ISR
-        changes stop, requests waiting on them are answered now. Returns how many were led."""
-        led = 0
-        for tp in tps:
-            self.fetchers.unfollow([tp])
-            self.alter_isr.forget(tp)
-            self._flushing.discard(tp)
-            p = self.partitions.pop(tp, None)
-            if p is not None:
-                led += p.is_leader
-                p.state = None
-        self.fetchers.shutdown_idle()
-        self._wake_many(tps)
-        return led
+        self._storage.fail_log_dir(log_dir, error, what)
 
     def fail_partition(self, tp: TopicPartition, error: BaseException, what: str) -> None:
         """Take partition ``tp`` offline on this broker after its log failed a check: as for a
         failed directory, but for this partition alone (see :meth:`fail_log_dir`)."""
-        log_dir = self.log_manager.dir_of(*tp)
-        if log_dir is None or not self.log_manager.fail_partition(tp):
-            return
-        self._stop_serving([tp])
-        self.log.critical(
-            "partition {t}-{p} is OFFLINE on this broker after {what}: {e}; it is no longer "
-            "served here (its leadership moves) and its files are left untouched until the "
-            "broker restarts, whose recovery cuts the log at the damage; the other partitions "
-            "of {d} are served", t=tp[0], p=tp[1], what=what, e=error, d=str(log_dir))
-        if self.on_log_dir_failure is not None:
-            self.on_log_dir_failure(self.log_manager.dir_states.status(log_dir), [tp])
+        self._storage.fail_partition(tp, error, what)
 
     def _epoch_write_failed(self, failure: Any) -> None:
         if failure.check(OSError):

@@ -7,6 +7,12 @@ Kafka's layering (``ReplicaManager.scala``): this class owns the map of local pa
 purgatories; :class:`~broker_core.replica.partition.Partition` owns leader state; the
 :class:`~broker_core.log.Log` owns offsets and bytes.
 
+This class is the facade; the jobs live beside it, each reading and changing this manager's
+state: :mod:`~broker_core.replica.leader_and_isr` (applying LeaderAndIsr),
+:mod:`~broker_core.replica.produce_path` (Produce, DeleteRecords),
+:mod:`~broker_core.replica.fetch_path` (Fetch, the leader's record of its followers' fetches)
+and :mod:`~broker_core.replica.storage_failure` (failed log directories and partitions).
+
 Failed log directories (KIP-112): an ``OSError`` from a partition's log (an append, a follower's
 append or truncation, a read, a flush, a roll, a checkpoint, a leader-epoch file write) takes its
 whole log directory offline (:meth:`ReplicaManager.fail_log_dir`): every partition in it stops
@@ -23,35 +29,31 @@ LeaderAndIsr changed, :class:`~broker_core.log.leader_epoch.WriteBehind`), which
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
-from broker_core.log import (
-    CorruptLogError,
-    Log,
-    LogConfig,
-    LogDirOffline,
-    LogManager,
-    OffsetOutOfRange,
-    RecordTooLarge,
-)
+from broker_core.log import Log, LogConfig, LogManager
 from broker_core.log.dir_state import DirStatus
 from broker_core.log.leader_epoch import WriteBehind
-from broker_core.log.producer_state import ProducerStateError
 from broker_core.metadata_cache import MetadataCache
 from broker_core.purgatory import Purgatory
 from broker_core.replica.alter_isr import AlterIsrSender, IsrChange
-from broker_core.replica.delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce
+from broker_core.replica.fetch_path import FetchPath, FetchResult
 from broker_core.replica.fetch_session import FetchSessionCache
 from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcherManager
+from broker_core.replica.leader_and_isr import LeaderAndIsrApplier
 from broker_core.replica.partition import LeaderAndIsrState, Partition, PendingIsrChange
+from broker_core.replica.produce_path import ProducePath, ProduceResult
+from broker_core.replica.storage_failure import StorageFailures
 from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import ClientCredential
-from broker_core.wire.records import InvalidRecordBatch
 from broker_core.wire.topic_partition import TopicPartition
+
+#: Re-exported: callers import the results of :meth:`ReplicaManager.append` and
+#: :meth:`ReplicaManager.read` from here.
+__all__ = ["FetchResult", "ProduceResult", "ReplicaManager"]
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -64,58 +66,6 @@ MAX_TIMESTAMP = -3
 #: move, a preferred election of a few partitions) is written at once as before.
 EPOCH_WRITE_BURST_FILES = 500
 EPOCH_WRITE_BURST_DELAY_S = 2.0
-
-
-class _ApplySummary:
-    """What one LeaderAndIsr changed, for its one log line: per kind of change, how many
-    partitions, the range of leader epochs, and the first few partitions as examples."""
-
-    EXAMPLES = 3
-
-    def __init__(self) -> None:
-        self._kinds: dict[str, list[Any]] = {}
-
-    def add(self, kind: str, tp: TopicPartition, epoch: int | None = None) -> None:
-        entry = self._kinds.setdefault(kind, [0, None, None, []])
-        entry[0] += 1
-        if epoch is not None:
-            entry[1] = epoch if entry[1] is None else min(entry[1], epoch)
-            entry[2] = epoch if entry[2] is None else max(entry[2], epoch)
-        if len(entry[3]) < self.EXAMPLES:
-            entry[3].append(f"{tp[0]}-{tp[1]}")
-
-    def __bool__(self) -> bool:
-        return bool(self._kinds)
-
-    def describe(self) -> str:
-        parts = []
-        for kind, (n, lo, hi, examples) in self._kinds.items():
-            epochs = "" if lo is None else (f" at epoch {lo}" if lo == hi
-                                            else f" at epochs {lo}-{hi}")
-            more = ", ..." if n > len(examples) else ""
-            parts.append(f"{kind} for {n} partitions{epochs} ({', '.join(examples)}{more})")
-        return "; ".join(parts)
-
-
-@dataclass
-class ProduceResult:
-    error: str | None = None  # ErrorCode name, None for success
-    base_offset: int = -1
-    log_start_offset: int = -1
-    message: str | None = None
-    #: The time the leader stamped the batches with (topic message.timestamp.type
-    #: LogAppendTime), else -1.
-    log_append_time_ms: int = -1
-    # (batch_index, message) of the records that made the leader refuse the batch (v8+).
-    record_errors: list[tuple[int, str]] = field(default_factory=list)
-
-
-@dataclass
-class FetchResult:
-    error: str | None = None
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    records: bytes = b""
 
 
 class ReplicaManager:
@@ -189,6 +139,11 @@ class ReplicaManager:
             on_error=self._epoch_write_failed,
             burst_files=EPOCH_WRITE_BURST_FILES, burst_delay_s=EPOCH_WRITE_BURST_DELAY_S)
         self._loops: list[task.LoopingCall] = []
+        # The jobs split out of this class; each reads and changes this manager's state.
+        self._leader_and_isr = LeaderAndIsrApplier(self)
+        self._produce = ProducePath(self)
+        self._fetch = FetchPath(self)
+        self._storage = StorageFailures(self)
         self._intervals = (
             (self._checkpoint, checkpoint_interval_s),
             (self._retention, retention_check_interval_s),
@@ -301,96 +256,13 @@ class ReplicaManager:
         name (STALE_CONTROLLER_EPOCH) when the command comes from a deposed controller.
 
         ``leaders`` maps leader ids to addresses (the request's live leaders); a follower
-        fetches from there, or from the address in the metadata cache."""
-        if controller_epoch < self.controller_epoch:
-            return "STALE_CONTROLLER_EPOCH"
-        self.controller_epoch = max(self.controller_epoch, controller_epoch)
-        now_ms = self._now_ms()
-        touched: list[TopicPartition] = []
-        results: dict[TopicPartition, str | None] = {}
-        named: set[TopicPartition] = set()
-        # One summary line per command, not a line per partition: a failover names thousands.
-        summary = _ApplySummary()
-        for topic, index, state in states:
-            tp = (topic, index)
-            named.add(tp)
-            if self.broker_id not in state.replicas:
-                results[tp] = "UNKNOWN_TOPIC_OR_PARTITION"
-                continue
-            existing = self.partitions.get(tp)
-            if existing is not None and existing.is_stale(state):
-                summary.add("ignored as stale", tp)
-                results[tp] = "STALE_CONTROLLER_EPOCH"
-                continue
-            try:
-                p = self._get_or_create(topic, index)
-            except LogDirOffline as e:
-                summary.add("refused (log directory offline)", tp)
-                self.log.debug("{e}", e=e)
-                results[tp] = "KAFKA_STORAGE_ERROR"
-                continue
-            except OSError as e:
-                self.log.error("cannot create log for {t}-{p}: {e}", t=topic, p=index, e=e)
-                self.storage_error(tp, e, "log creation")
-                results[tp] = "KAFKA_STORAGE_ERROR"
-                continue
-            if state.leader == self.broker_id:
-                self.fetchers.unfollow([tp])
-                old_isr = p.isr if p.is_leader else None
-                new_leadership = p.make_leader(state, now_ms)
-                if old_isr is not None and not new_leadership:
-                    self._isr_changed(p, old_isr)
-                if new_leadership:
-                    summary.add("became leader", tp, state.leader_epoch)
-            else:
-                changed = p.make_follower(state)
-                if changed:
-                    summary.add(f"following broker {state.leader}", tp, state.leader_epoch)
-                if changed or self.fetchers.following(tp) != state.leader:
-                    self._follow(p, state.leader, leaders)
-            if p.pending_isr is None:
-                # The state settled whatever we had asked the controller about this partition
-                # (a state repeating the one a pending change was computed from leaves it be).
-                self.alter_isr.forget(tp)
-            touched.append(tp)
-            results[tp] = None
-        if full:
-            # The INIT flag carries every partition this broker hosts.
-            for tp in list(self.partitions):
-                if tp not in named:
-                    summary.add("deleted (not named by an INIT LeaderAndIsr)", tp)
-                    self._stop_partition(tp, delete=True, wake=False)
-                    touched.append(tp)
-        # Waiting produce and fetch requests see the new states: a follower cannot satisfy them
-        # any more. Woken once for the whole command, not per partition: a follower's delayed
-        # fetch names every partition it follows here, and re-checking it after each of
-        # thousands of partitions would cost quadratic time during a failover.
-        self._wake_many(touched)
-        self.fetchers.shutdown_idle()
-        if summary:
-            self.log.info("LeaderAndIsr (controller epoch {c}{full}, {n} partitions): {what}",
-                          c=controller_epoch, full=", INIT" if full else "", n=len(named),
-                          what=summary.describe())
-        return results
+        fetches from there, or from the address in the metadata cache. See
+        :mod:`broker_core.replica.leader_and_isr`."""
+        return self._leader_and_isr.apply(controller_epoch, states, full=full, leaders=leaders)
 
     def _follow(self, p: Partition, leader: int,
                 leaders: Mapping[int, tuple[str, int]] | None) -> None:
-        tp = (p.topic, p.index)
-        if leader < 0:
-            self.fetchers.unfollow([tp])
-            return
-        address = (leaders or {}).get(leader)
-        if address is None:
-            endpoint = self.metadata_cache.brokers.get(leader)
-            address = None if endpoint is None else (endpoint.host, endpoint.port)
-        if address is None:
-            # Startup from ZooKeeper state before any metadata: the controller's LeaderAndIsr
-            # for this broker at its start carries the address.
-            self.log.info("{t}-{p}: address of leader {l} unknown yet; not fetching",
-                          t=tp[0], p=tp[1], l=leader)
-            self.fetchers.unfollow([tp])
-            return
-        self.fetchers.follow(p, leader, address)
+        self._leader_and_isr.follow(p, leader, leaders)
 
     def apply_stop_replica(
         self, controller_epoch: int, partitions: Iterable[tuple[str, int, bool]]
@@ -438,71 +310,21 @@ class ReplicaManager:
     def storage_error(self, tp: TopicPartition | None, error: BaseException, what: str) -> None:
         """An I/O error while doing ``what`` to partition ``tp``'s log (``None``: no partition
         known; the directory is found from the file the error names): take its log
-        directory offline. An error that cannot be placed in a directory is only logged."""
-        if tp is not None and isinstance(error, CorruptLogError):
-            # Bad bytes in one log, read back from a disk that otherwise answers: only that
-            # partition stops being served (its leadership moves; a restart's recovery cuts
-            # the log at the damage and the replica refetches), not the whole directory.
-            self.fail_partition(tp, error, what)
-            return
-        log_dir = self.log_manager.dir_of(*tp) if tp is not None else None
-        if log_dir is None:
-            log_dir = self.log_manager.dir_for_error(error)
-        if log_dir is None:
-            self.log.error("{what} failed with an I/O error outside any log directory: {e}",
-                           what=what, e=error)
-            return
-        self.fail_log_dir(log_dir, error, what if tp is None else f"{what} of {tp[0]}-{tp[1]}")
+        directory offline. An error that cannot be placed in a directory is only logged; a
+        :class:`~broker_core.log.CorruptLogError` takes only partition ``tp`` offline."""
+        self._storage.storage_error(tp, error, what)
 
     def fail_log_dir(self, log_dir: Any, error: BaseException | str, what: str) -> None:
         """Take ``log_dir`` offline (see the module docstring); nothing happens if it is
         offline already. Its partitions leave ``partitions`` (so every request for them finds
         KAFKA_STORAGE_ERROR), their fetchers and pending ISR changes stop, and requests waiting
         on them are answered now."""
-        gone = self.log_manager.fail_dir(log_dir, error)
-        if gone is None:
-            return
-        status = self.log_manager.dir_states.status(log_dir)
-        led = self._stop_serving(gone)
-        self.log.critical(
-            "log directory {d} is OFFLINE after an I/O error during {what} ({e}): {n} partitions "
-            "({l} led here) are no longer served and its files are left untouched until the "
-            "broker restarts; online directories: {online}", d=str(log_dir), what=what,
-            e=status.error, n=len(gone), l=led,
-            online=[str(x) for x in self.log_manager.dir_states.online()])
-        if self.on_log_dir_failure is not None:
-            self.on_log_dir_failure(status, gone)
-
-    def _stop_serving(self, tps: list[TopicPartition]) -> int:
-        """Forget partitions whose logs were taken offline: their fetchers and pending ISR
-        changes stop, requests waiting on them are answered now. Returns how many were led."""
-        led = 0
-        for tp in tps:
-            self.fetchers.unfollow([tp])
-            self.alter_isr.forget(tp)
-            self._flushing.discard(tp)
-            p = self.partitions.pop(tp, None)
-            if p is not None:
-                led += p.is_leader
-                p.state = None
-        self.fetchers.shutdown_idle()
-        self._wake_many(tps)
-        return led
+        self._storage.fail_log_dir(log_dir, error, what)
 
     def fail_partition(self, tp: TopicPartition, error: BaseException, what: str) -> None:
         """Take partition ``tp`` offline on this broker after its log failed a check: as for a
         failed directory, but for this partition alone (see :meth:`fail_log_dir`)."""
-        log_dir = self.log_manager.dir_of(*tp)
-        if log_dir is None or not self.log_manager.fail_partition(tp):
-            return
-        self._stop_serving([tp])
-        self.log.critical(
-            "partition {t}-{p} is OFFLINE on this broker after {what}: {e}; it is no longer "
-            "served here (its leadership moves) and its files are left untouched until the "
-            "broker restarts, whose recovery cuts the log at the damage; the other partitions "
-            "of {d} are served", t=tp[0], p=tp[1], what=what, e=error, d=str(log_dir))
-        if self.on_log_dir_failure is not None:
-            self.on_log_dir_failure(self.log_manager.dir_states.status(log_dir), [tp])
+        self._storage.fail_partition(tp, error, what)
 
     def _epoch_write_failed(self, failure: Any) -> None:
         if failure.check(OSError):
@@ -522,91 +344,9 @@ class ReplicaManager:
 
         acks 0 and 1 answer at once; acks=-1 waits in the produce purgatory until the high
         watermark passes each appended batch or ``timeout_ms`` passes (REQUEST_TIMED_OUT).
+        See :mod:`broker_core.replica.produce_path`.
         """
-        results: dict[TopicPartition, ProduceResult] = {}
-        waiting: dict[TopicPartition, int] = {}
-        appended: list[TopicPartition] = []
-        hw_moved: list[TopicPartition] = []
-        for topic, index, records in entries:
-            tp = (topic, index)
-            p, error = self.leader_partition(topic, index)
-            if p is None:
-                results[tp] = ProduceResult(error=error)
-                continue
-            if records is None or len(records) == 0:
-                results[tp] = ProduceResult(error="INVALID_RECORD", message="empty record set")
-                continue
-            if acks == -1:
-                min_isr = self.min_insync_replicas(topic)
-                if len(p.isr) < min_isr:
-                    results[tp] = ProduceResult(
-                        error="NOT_ENOUGH_REPLICAS",
-                        message=f"ISR {list(p.isr)} is smaller than min.insync.replicas={min_isr}")
-                    continue
-            try:
-                info = p.log.append_as_leader(records, p.leader_epoch)
-            except InvalidRecordBatch as e:
-                results[tp] = ProduceResult(error=e.error_code_name, message=str(e),
-                                            record_errors=getattr(e, "record_errors", []))
-                continue
-            except RecordTooLarge as e:
-                results[tp] = ProduceResult(error="MESSAGE_TOO_LARGE", message=str(e))
-                continue
-            except ProducerStateError as e:
-                results[tp] = ProduceResult(error=e.error_code_name, message=str(e),
-                                            log_start_offset=p.log.log_start_offset)
-                continue
-            except OSError as e:
-                self.log.error("append to {t}-{p} failed: {e}", t=topic, p=index, e=e)
-                results[tp] = ProduceResult(error="KAFKA_STORAGE_ERROR", message=str(e))
-                self.storage_error(tp, e, "append")
-                continue
-            if self.metrics is not None and not info.duplicate:
-                self.metrics.bytes_in_by_topic(topic).inc(info.size)
-                self.metrics.messages_in_by_topic(topic).inc(info.record_count)
-            stamped = p.log.config.message_timestamp_type == "LogAppendTime"
-            results[tp] = ProduceResult(base_offset=info.first_offset,
-                                        log_start_offset=p.log.log_start_offset,
-                                        log_append_time_ms=info.max_timestamp if stamped
-                                        else -1)
-            if p.maybe_advance_high_watermark():  # only with no follower in the ISR
-                hw_moved.append(tp)
-            self._maybe_flush(p.log)
-            appended.append(tp)
-            if acks == -1:
-                waiting[tp] = info.last_offset + 1
-        # Wake the parked fetches once, after every partition is appended: a follower fetches
-        # all its partitions from us in one request, so it then gets the whole produce
-        # request's data in one answer instead of the first partition alone (and one more
-        # fetch round before the rest can commit).
-        self.fetch_purgatory.check_and_complete_keys(appended)
-        # Waiting acks=all produces complete only when the HW moves, which an append does only
-        # with an ISR of one. Re-trying them on every append cost O(waiting) per request:
-        # quadratic once hundreds of small requests wait (linger.ms=0).
-        if hw_moved:
-            self.produce_purgatory.check_and_complete_keys(hw_moved)
-        if not waiting:
-            return defer.succeed(results)
-
-        d: defer.Deferred = defer.Deferred()
-
-        def hw_of(tp: TopicPartition) -> int | None:
-            part = self.partitions.get(tp)
-            return part.high_watermark if part is not None and part.is_leader else None
-
-        def enough_replicas(tp: TopicPartition) -> bool:
-            part = self.partitions.get(tp)
-            return part is not None and len(part.isr) >= self.min_insync_replicas(tp[0])
-
-        def respond(outcome: dict[TopicPartition, str | None]) -> None:
-            for tp, error in outcome.items():
-                if error is not None:
-                    results[tp] = ProduceResult(error=error)
-            d.callback(results)
-
-        op = DelayedProduce(timeout_ms / 1000.0, waiting, hw_of, respond, enough_replicas)
-        self.produce_purgatory.try_complete_else_watch(op, list(waiting))
-        return d
+        return self._produce.append(acks, timeout_ms, entries)
 
     # -- DeleteRecords (KIP-107) -------------------------------------------------------------------
 
@@ -622,56 +362,11 @@ class ReplicaManager:
         (or negative but -1: OFFSET_OUT_OF_RANGE). An offset at or below the log start moves
         nothing and waits like any other. The segments wholly below a new start go at the next
         retention run (only those: running retention here would apply its limits early)."""
-        results: dict[TopicPartition, tuple[str | None, int]] = {}
-        waiting: dict[TopicPartition, int] = {}
-        for topic, index, offset in requests:
-            tp = (topic, index)
-            p, error = self.leader_partition(topic, index)
-            if p is None:
-                results[tp] = (error, -1)
-                continue
-            log = p.log
-            target = p.high_watermark if offset == -1 else offset
-            if target < 0 or target > p.high_watermark:
-                results[tp] = ("OFFSET_OUT_OF_RANGE", -1)
-                continue
-            try:
-                if log.advance_log_start(target):
-                    self.log.info("DeleteRecords moved the log start of {t}-{p} to {s}",
-                                  t=topic, p=index, s=log.log_start_offset)
-            except OSError as e:
-                self.storage_error(tp, e, "delete records")
-                results[tp] = ("KAFKA_STORAGE_ERROR", -1)
-                continue
-            waiting[tp] = target
-        if not waiting:
-            return defer.succeed(results)
-        d: defer.Deferred = defer.Deferred()
-
-        def low_watermark_of(tp: TopicPartition) -> int | None:
-            part = self.partitions.get(tp)
-            if part is None or not part.is_leader:
-                return None
-            return part.low_watermark(lambda b: b in self.metadata_cache.brokers)
-
-        def respond(outcome: dict[TopicPartition, tuple[str | None, int]]) -> None:
-            results.update(outcome)
-            d.callback(results)
-
-        op = DelayedDeleteRecords(max(timeout_ms, 0) / 1000.0, waiting, low_watermark_of,
-                                  respond)
-        self.delete_records_purgatory.try_complete_else_watch(op, list(waiting))
-        return d
+        return self._produce.delete_records(requests, timeout_ms)
 
     def _record_follower_log_starts(self, replica_id: int,
                                     starts: Sequence[tuple[str, int, int]]) -> None:
-        """The log starts a follower's fetch reported (the partitions it names: in a fetch
-        session, those whose state changed); a change may complete a DeleteRecords."""
-        for topic, index, log_start in starts:
-            p = self.partitions.get((topic, index))
-            if p is not None and p.is_leader and p.record_follower_log_start(replica_id,
-                                                                               log_start):
-                self.delete_records_purgatory.check_and_complete((topic, index))
+        self._produce.record_follower_log_starts(replica_id, starts)
 
     # -- fetch ------------------------------------------------------------------------------------
 
@@ -683,27 +378,8 @@ class ReplicaManager:
         An offset between HW and LEO returns an empty set, past LEO it is
         OFFSET_OUT_OF_RANGE.
         """
-        p, error = self.leader_partition(topic, index, current_leader_epoch)
-        if p is None:
-            return FetchResult(error=error)
-        log = p.log
-        hw = p.high_watermark
-        if (hw <= offset <= log.log_end_offset) if consumer else offset == log.log_end_offset:
-            # Nothing to read (the common case of a parked long poll): skip the log.
-            return FetchResult(high_watermark=hw, log_start_offset=log.log_start_offset)
-        try:
-            res = log.read(offset, max_bytes, max_offset=hw if consumer else None)
-        except OffsetOutOfRange:
-            return FetchResult(error="OFFSET_OUT_OF_RANGE", high_watermark=hw,
-                               log_start_offset=log.log_start_offset)
-        except OSError as e:
-            self.log.error("read from {t}-{p} failed: {e}", t=topic, p=index, e=e)
-            self.storage_error((topic, index), e, "read")
-            return FetchResult(error="KAFKA_STORAGE_ERROR")
-        if self.metrics is not None and res.records:
-            self.metrics.bytes_out_by_topic(topic).inc(len(res.records))
-        return FetchResult(high_watermark=hw, log_start_offset=log.log_start_offset,
-                           records=res.records)
+        return self._fetch.read(topic, index, offset, max_bytes, consumer=consumer,
+                                current_leader_epoch=current_leader_epoch)
 
     def fetch(
         self,
@@ -724,109 +400,18 @@ class ReplicaManager:
         purgatory (long poll) while fewer than ``min_bytes`` are available, no partition has an
         error, and ``max_wait_ms`` has not passed. A follower's fetch offset is its log end: it
         is recorded on arrival (it may advance the HW and admit the follower to the ISR), and
-        the follower reads up to our log end, not the HW.
+        the follower reads up to our log end, not the HW. See
+        :mod:`broker_core.replica.fetch_path`.
         """
-        consumer = replica_id < 0
-        reqs = requests
-        if not consumer:
-            self._record_follower_fetches(replica_id, reqs)
-            if follower_log_starts:
-                self._record_follower_log_starts(replica_id, follower_log_starts)
-
-        def read(topic: str, index: int, offset: int, limit: int, epoch: int) -> FetchResult:
-            return self.read(topic, index, offset, limit, consumer=consumer,
-                             current_leader_epoch=epoch)
-
-        partitions = self.partitions
-        me = self.broker_id
-
-        def collect() -> tuple[list[tuple[str, int, FetchResult]], int, bool]:
-            out = []
-            total = 0
-            errors = False
-            budget = max_bytes
-            for topic, index, offset, part_max, epoch in reqs:
-                if not consumer:
-                    # The common case of a follower's fetch, inlined (what read() decides for
-                    # it): a partition we lead at the epoch it names, and the follower already
-                    # at our log end. A fetch session names every partition a follower
-                    # follows here, thousands after a failover, and most have nothing new.
-                    p = partitions.get((topic, index))
-                    st = None if p is None else p.state
-                    if st is not None and st.leader == me and (
-                            epoch < 0 or epoch == st.leader_epoch):
-                        log = p.log
-                        if offset == log.log_end_offset:
-                            out.append((topic, index, FetchResult(
-                                high_watermark=log.high_watermark,
-                                log_start_offset=log.log_start_offset)))
-                            continue
-                limit = max(0, min(part_max, budget))
-                if limit == 0 and total > 0:
-                    # Response budget spent: later partitions answer with no data this time.
-                    res = self._empty(topic, index)
-                else:
-                    res = read(topic, index, offset, limit, epoch)
-                if res.error is not None:
-                    errors = True
-                out.append((topic, index, res))
-                total += len(res.records)
-                budget -= len(res.records)
-            return out, total, errors
-
-        first, total, errors = collect()
-        if max_wait_ms <= 0 or total >= min_bytes or errors or not requests:
-            return defer.succeed(first)
-
-        d: defer.Deferred = defer.Deferred()
-
-        def available() -> int:
-            n = 0
-            for topic, index, offset, part_max, epoch in reqs:
-                p = partitions.get((topic, index))
-                st = None if p is None else p.state
-                if st is None or st.leader != me or (epoch >= 0 and epoch != st.leader_epoch):
-                    return min_bytes  # leadership moved: answer now with the error
-                end = p.high_watermark if consumer else p.log.log_end_offset
-                if end > offset:
-                    if min_bytes <= 1:
-                        return min_bytes  # any new batch will do: no need to read it twice
-                    n += len(read(topic, index, offset, part_max, epoch).records)
-                    if n >= min_bytes:
-                        return n
-            return n
-
-        def respond() -> None:
-            d.callback(collect()[0])
-
-        # collect() just found too little, in this reactor turn: skip the purgatory's first try.
-        op = DelayedFetch(max_wait_ms / 1000.0, min_bytes, available, respond, just_checked=True)
-        self.fetch_purgatory.try_complete_else_watch(op, [(r[0], r[1]) for r in reqs])
-        return d
+        return self._fetch.fetch(requests, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                                 max_bytes=max_bytes, replica_id=replica_id,
+                                 follower_log_starts=follower_log_starts)
 
     # -- replication: the leader's side ----------------------------------------------------------
 
     def _record_follower_fetches(self, replica_id: int,
                                  reqs: list[tuple[str, int, int, int, int]]) -> None:
-        now_ms = self._now_ms()
-        partitions = self.partitions
-        me = self.broker_id
-        for topic, index, offset, _, epoch in reqs:
-            # leader_partition() inlined: this runs for every partition of every follower fetch.
-            p = partitions.get((topic, index))
-            st = None if p is None else p.state
-            if st is None or st.leader != me or (epoch >= 0 and epoch != st.leader_epoch):
-                continue
-            if p.record_follower_fetch(replica_id, offset, now_ms):
-                self._wake(p.topic_partition)
-            if replica_id in st.isr:
-                continue  # already in sync: isr_expansion() would say None
-            new_isr = p.isr_expansion(replica_id)
-            if new_isr is not None:
-                self.log.info("{t}-{p}: broker {r} caught up (log end {o}); asking the "
-                              "controller to expand the ISR to {isr}", t=topic, p=index,
-                              r=replica_id, o=offset, isr=list(new_isr))
-                self._propose_isr(p, new_isr)
+        self._fetch.record_follower_fetches(replica_id, reqs)
 
     def _propose_isr(self, p: Partition, new_isr: tuple[int, ...]) -> None:
         pending = p.propose_isr(new_isr)
@@ -904,13 +489,6 @@ class ReplicaManager:
 
     def _now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
-
-    def _empty(self, topic: str, index: int) -> FetchResult:
-        p, error = self.leader_partition(topic, index)
-        if p is None:
-            return FetchResult(error=error)
-        return FetchResult(high_watermark=p.high_watermark,
-                           log_start_offset=p.log.log_start_offset)
 
     # -- offsets ----------------------------------------------------------------------------------
 

@@ -121,10 +121,16 @@ def test_rf1_damaged_segment_leaves_a_contiguous_prefix(make_cluster, stop):
 
 
 def isr_of(bootstrap: str, topic: str) -> list[int]:
+    """Partition 0's ISR as the broker asked sees it; empty while that broker does not know
+    the partition yet (just after the topic's creation its metadata may name the topic with
+    no partitions), so a wait on it goes on instead of failing."""
     from confluent_kafka.admin import AdminClient
 
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    return sorted(md.topics[topic].partitions[0].isrs)
+    t = md.topics.get(topic)
+    if t is None or 0 not in t.partitions:
+        return []
+    return sorted(t.partitions[0].isrs)
 
 
 def log_bytes(partition_dir: Path) -> bytes:

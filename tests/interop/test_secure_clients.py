@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.certs import Pki, make_pki
+from tests.support.cli_runs import eventually
 from tests.support.procs import ProcessCluster
 from tests.support.users import add_user
 
@@ -79,14 +80,13 @@ def logs_in(settings: dict[str, str]) -> bool:
 def wait_known_everywhere(secure: SecureCluster, timeout: float = 60.0) -> None:
     """Until every broker accepts alice with both SCRAM mechanisms: each broker's user cache
     is filled by a watch on the store, so the last broker may learn of her a moment later."""
-    deadline = time.monotonic() + timeout
     for b in secure.cluster.brokers.values():
         for listener, mechanism in (("SASL_SSL", "SCRAM-SHA-512"),
                                     ("SASL_PLAINTEXT", "SCRAM-SHA-256")):
             one = {**secure.settings(listener, mechanism),
                    "bootstrap.servers": b.address_of(listener)}
-            while not logs_in(one):
-                assert time.monotonic() < deadline, f"broker {b.broker_id} does not know {USER}"
+            eventually(lambda one=one: logs_in(one), timeout,
+                       f"broker {b.broker_id} to know {USER} ({listener})")
 
 
 @pytest.fixture(scope="module", params=["zookeeper", "quorum"])

@@ -34,6 +34,7 @@ from broker_core.metadata import Delete, MetadataStoreError, NoNode, Transaction
 from broker_core.wire import consumer_protocol
 from broker_core.wire.errors import ErrorCode, MalformedFrame
 from broker_core.wire.messages import offset_delete
+from broker_core.wire.topic_partition import TopicPartition
 from coordinator import rebalance
 from coordinator.classic.group import ClassicGroup, GroupState
 
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 log = Logger(namespace="sluice.coordinator.deletion")
 
 Allowed = Callable[[str], bool]
-TopicPartition = tuple[str, int]
 
 #: Kafka's protocol type of consumer groups: their member metadata is a consumer-protocol
 #: subscription, so which topics the group consumes is known.

@@ -25,6 +25,7 @@ from typing import Any
 from broker_core.wire import consumer_protocol
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode, MalformedFrame
+from broker_core.wire.topic_partition import TopicPartition
 from consumer_client.connection import BrokerConnection, bootstrap
 from consumer_client.security import ClientSecurity
 from sluice_tools import admin
@@ -35,7 +36,6 @@ SLUICE, KAFKA = "sluice", "kafka"
 CONSUMER_PROTOCOL_TYPE = "consumer"
 _DEAD = "Dead"
 
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)

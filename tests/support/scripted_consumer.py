@@ -16,8 +16,7 @@ from twisted.internet import defer, reactor, task
 
 from broker_core.rpc import connect_client
 from broker_core.wire.apis import ApiKey
-
-TopicPartition = tuple[str, int]
+from broker_core.wire.topic_partition import TopicPartition
 
 
 def static(**topics: int) -> str:

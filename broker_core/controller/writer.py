@@ -57,8 +57,10 @@ class ControllerWriter:
         committed and some after it (already sent) may have too; no further window is sent.
         Callers re-read what they meant to write on failure.
 
-        A failed epoch check means a newer controller exists: raise :class:`NotController`.
-        Other failures are raised as :class:`TransactionFailed` for the caller to handle.
+        A failed epoch check means the epoch moved on: resign (vacating ``/controller`` if it
+        still names this broker, so that an election runs even when whoever moved the epoch
+        did not take the seat) and raise :class:`NotController`. Other failures are raised as
+        :class:`TransactionFailed` for the caller to handle.
         """
         if not self.controller.active:
             raise NotController()
@@ -66,6 +68,9 @@ class ControllerWriter:
             await write_fenced(self.controller.store, paths.CONTROLLER_EPOCH,
                                self.controller.epoch_zk_version, ops, window=FENCED_PIPELINE)
         except EpochMoved as e:
+            self.controller.log.warn("controller epoch check failed: the epoch moved on; "
+                                     "resigning")
+            self.controller.election.resign_soon()
             raise NotController() from e
 
     def state_value(self, d: PartitionDecision) -> bytes:

@@ -234,3 +234,34 @@ def test_a_restarted_leader_with_no_other_in_sync_replica_leads_a_new_generation
     assert done.called
     d = ctl.context.states[("t", 2)]
     assert d.leader == 3 and d.leader_epoch == 2 and d.isr == (3,)
+
+
+def test_a_controller_fenced_off_by_a_foreign_epoch_bump_resigns_and_gives_up_its_seat():
+    # Someone moved /controller_epoch on without taking /controller (an operator, a broken
+    # peer): the controller's next fenced write fails. Keeping the seat would leave the
+    # cluster with a controller that can never write again; resigning and vacating it makes
+    # an election run, which this broker (the only candidate) wins with a newer epoch.
+    store = MemoryStore()
+    clock = task.Clock()
+    ctl = Controller(1, store, reactor=clock)
+    ctl._register_watches = lambda: None  # the memory store's watches would re-enter
+    ctl.start()
+    clock.advance(0)
+    assert ctl.active
+    won_epoch, won_version = ctl.epoch, ctl.epoch_zk_version
+    assert paths.ControllerRegistration.from_bytes(store.nodes[paths.CONTROLLER][0]).broker_id == 1
+
+    store.nodes[paths.CONTROLLER_EPOCH] = (b"41", won_version + 1)  # the foreign bump
+    failed = defer.Deferred.fromCoroutine(ctl.writer.fenced([Create("/late", b"")]))
+    errors: list = []
+    failed.addErrback(errors.append)
+    assert len(errors) == 1 and errors[0].check(NotController)
+    assert "/late" not in store.nodes
+    for _ in range(5):
+        clock.advance(0)
+
+    # It resigned, vacated /controller, and won the election that followed past the bump.
+    assert ctl.active and ctl.epoch == 42 and ctl.epoch > won_epoch
+    assert ctl.epoch_zk_version == won_version + 2
+    defer.Deferred.fromCoroutine(ctl.writer.fenced([Create("/after", b"")]))
+    assert "/after" in store.nodes

@@ -175,21 +175,21 @@ class LeaderElection:
             self._watch.cancel()
             self._watch = None
         self.store.remove_state_listener(self.on_session_state)
-        was_active = self.active
-        await self.steps.run(self.resign)
-        if was_active:
-            await self.vacate()
+        # Whether we lead is read inside the step, not here: an election step queued or under
+        # way before this one can still win the seat, and must be vacated too.
+        await self.steps.run(self._step_down)
 
     def resign_soon(self) -> None:
         """Step down because a fenced write failed (the epoch moved on), and vacate the seat
         if it still names this broker so that an election runs."""
-        async def fenced_off() -> None:
-            was_active = self.active
-            await self.resign()
-            if was_active:
-                await self.vacate()
+        self.steps.submit("resign (fenced off)", self._step_down)
 
-        self.steps.submit("resign (fenced off)", fenced_off)
+    async def _step_down(self) -> None:
+        """Resign, and vacate the seat if we held it (a step)."""
+        was_active = self.active
+        await self.resign()
+        if was_active:
+            await self.vacate()
 
     def elect_soon(self) -> None:
         """Stand if the seat is vacant (a step, queued)."""

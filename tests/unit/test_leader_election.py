@@ -314,3 +314,39 @@ def test_a_seat_of_this_broker_it_does_not_hold_is_not_given_up_while_it_leads()
     election._on_seat(holder(1), store.exists(paths.CONTROLLER).result)  # a watch delivery
     assert election.role is Role.LEADER and store.exists(paths.CONTROLLER).result is not None
     assert user.calls == [("elected", 1, 1)]
+
+
+class HeldMultiStore(MemoryStore):
+    """Multis wait until the test releases them (test-only: ``held``, ``release``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[tuple[list, defer.Deferred]] = []
+
+    def multi(self, ops):
+        d: defer.Deferred = defer.Deferred()
+        self.held.append((ops, d))
+        return d
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        for ops, d in held:
+            MemoryStore.multi(self, ops).chainDeferred(d)
+
+
+def test_stop_during_an_election_under_way_vacates_the_seat_that_election_wins():
+    store = HeldMultiStore()
+    store, election, user, _ = make(store)
+    election.start()
+    store.release()  # the epoch node's creation (the memory store creates through multi)
+    assert len(store.held) == 1 and store.held[0][0][0].path == paths.CONTROLLER
+    # The claim of the seat is in flight.
+    stopped = defer.Deferred.fromCoroutine(election.stop())
+    assert not stopped.called  # the stop waits its turn behind the election step
+    store.release()  # the claim lands: the election wins after stop() was called
+    # Then the stop's step resigns and vacates the seat it won (a conditional delete).
+    assert [op.path for ops, _ in store.held for op in ops] == [paths.CONTROLLER]
+    store.release()
+    assert stopped.called
+    assert user.calls == [("elected", 1, 1), ("resigned",)]
+    assert not election.active and paths.CONTROLLER not in store.nodes

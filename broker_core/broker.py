@@ -69,6 +69,7 @@ from broker_core.replica.log_dir_reporter import LogDirFailureReporter
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.published_leadership import adopt_published_leadership
 from broker_core.security.acl import Authorizer
+from broker_core.security.cluster_secret import load_cluster_credential
 from broker_core.security.peer_tls import PeerTls
 from broker_core.security.sasl import SaslSettings
 from broker_core.security.user_store import UserCredentialCache
@@ -81,6 +82,7 @@ from broker_core.server.listener_endpoints import (
     load_peer_tls,
 )
 from broker_core.server.protocol import KafkaServerFactory
+from broker_core.zk.acl_policy import broker_acl_policy
 from broker_core.zk.store import ZooKeeperStore
 from coordinator.service import CoordinatorConfig, CoordinatorService
 
@@ -101,7 +103,7 @@ class BrokerService(service.Service):
         #: The cluster secret (``cluster.secret.file``, required: ConfigError without it),
         #: read once: every listener checks the cluster login against it and every connection
         #: this broker opens to another broker or quorum node logs in with it.
-        self.cluster_credential = config.cluster_credential()
+        self.cluster_credential = load_cluster_credential(config)
         #: The named listeners (broker_core/config/listeners.py).
         self.listener_configs = config.listener_configs()
         #: TLS on this broker's connections to other brokers when the inter-broker listener is
@@ -128,7 +130,7 @@ class BrokerService(service.Service):
             config.zookeeper_connect, reactor=reactor,
             session_timeout=config.zookeeper_session_timeout_ms / 1000.0,
             connect_timeout=config.zookeeper_connection_timeout_ms / 1000.0,
-            acl_policy=config.zookeeper_acl_policy())
+            acl_policy=broker_acl_policy(config))
         self.log_dirs = config.log_dir_paths()
         #: The first log directory (the quorum's data defaults into it).
         self.log_dir = self.log_dirs[0]

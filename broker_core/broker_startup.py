@@ -25,7 +25,7 @@ from broker_core.metrics import metrics_site
 from broker_core.raft.cluster_id import generate_cluster_id
 from broker_core.raft.start_retry import StartAbandoned
 from broker_core.replica.partition import LeaderAndIsrState
-from broker_core.security.basic_auth import BasicAuthUsers
+from broker_core.security.basic_auth import BasicAuthUsers, metrics_password_hashes
 from broker_core.server.listener_endpoints import bind
 from broker_core.zk.store import ZooKeeperStore
 
@@ -282,7 +282,7 @@ async def bind_listeners(broker: BrokerService, tls_options: dict[str, Any]) -> 
                              if b.name == broker.listener_configs.inter_broker)
     if cfg.metrics_listener:
         mep = endpoints.serverFromString(broker.reactor, cfg.metrics_listener)
-        hashes = cfg.metrics_password_hashes()
+        hashes = metrics_password_hashes(cfg)
         users = (BasicAuthUsers(hashes, clock=broker.clock.seconds)
                  if hashes is not None else None)
         broker.metrics_port = await mep.listen(metrics_site(broker.metrics.registry, users))

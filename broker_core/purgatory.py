@@ -34,16 +34,13 @@ purgatory (complete other operations, trigger keys, watch new operations).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable, Iterable
+from typing import Protocol
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from broker_core.timing_wheel import DEFAULT_TICK_S, DEFAULT_WHEEL_SIZE, TimerTask, TimingWheel
-
-if TYPE_CHECKING:
-    from broker_core.metrics import BrokerMetrics
 
 log = Logger(namespace="sluice.purgatory")
 
@@ -129,6 +126,15 @@ class DelayedOperation(TimerTask):
         return f"<{type(self).__name__} timeout={self.timeout_s}s {state}>"
 
 
+class PurgatoryMetrics(Protocol):
+    """What a purgatory needs of the broker's metrics (``broker_core.metrics.BrokerMetrics``
+    is one): somewhere to export its counts, read at scrape time."""
+
+    def track_purgatory(self, name: str, *, size: Callable[[], float],
+                        delayed: Callable[[], float]) -> None:
+        """Export the purgatory ``name``'s ``size`` and ``delayed`` counts."""
+
+
 class Purgatory:
     """Delayed operations watched under keys, completed by triggers or expired by a timing wheel.
 
@@ -136,14 +142,14 @@ class Purgatory:
     once; every operation in the timing wheel is incomplete and watched; ``size`` counts the
     watch-list entries, of which ``_stale_entries`` belong to retired operations not yet purged.
 
-    ``metrics`` (a :class:`~broker_core.metrics.BrokerMetrics`) gets the gauges
+    ``metrics`` (a :class:`PurgatoryMetrics`, the broker's metrics) gets the gauges
     ``sluice_purgatory_size{purgatory=name}`` and
     ``sluice_purgatory_delayed_operations{purgatory=name}``. ``purge_interval`` is Kafka's
     ``*.purgatory.purge.interval.requests``: the watch lists are swept once more than that many
     entries belong to retired operations.
     """
 
-    def __init__(self, name: str, clock: IReactorTime, *, metrics: BrokerMetrics | None = None,
+    def __init__(self, name: str, clock: IReactorTime, *, metrics: PurgatoryMetrics | None = None,
                  purge_interval: int = 1000, tick_s: float = DEFAULT_TICK_S,
                  wheel_size: int = DEFAULT_WHEEL_SIZE) -> None:
         if purge_interval < 1:

@@ -16,6 +16,9 @@ from twisted.python import usage
 
 from broker_core.config.broker_config import BrokerConfig
 from broker_core.config.parsing import ConfigError
+from broker_core.security.basic_auth import metrics_password_hashes
+from broker_core.security.cluster_secret import load_cluster_credential
+from broker_core.zk.acl_policy import broker_acl_policy
 
 #: option name → config key
 OPTION_KEYS = {
@@ -49,6 +52,17 @@ BROKER_GC_THRESHOLDS = (50_000, 20, 100)
 def tune_gc() -> None:
     """Set :data:`BROKER_GC_THRESHOLDS` for this process (a broker process only: it is global)."""
     gc.set_threshold(*BROKER_GC_THRESHOLDS)
+
+
+def check_secret_files(cfg: BrokerConfig) -> None:
+    """Read every secret file ``cfg`` names, as the broker will, so that a missing, open or
+    malformed one refuses the start (ConfigError naming its key) before anything runs: the
+    ZooKeeper credential (ZooKeeper mode), the /metrics users, then the cluster secret, which
+    is required (the message says how to make one)."""
+    if cfg.metadata_store != "quorum":
+        broker_acl_policy(cfg)
+    metrics_password_hashes(cfg)
+    load_cluster_credential(cfg)
 
 
 class Options(usage.Options):
@@ -110,7 +124,7 @@ class Options(usage.Options):
         try:
             self.config = BrokerConfig.from_sources(
                 Path(self["config"]) if self["config"] else None, overrides)
-            self.config.cluster_credential()  # required: say how to make one, before starting
+            check_secret_files(self.config)
         except ConfigError as e:
             raise usage.UsageError(str(e)) from None
         except OSError as e:

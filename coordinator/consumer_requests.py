@@ -197,9 +197,18 @@ class ConsumerRequests:
                              f"{body.group_id!r} with this session id (CommitOffsets v1) and "
                              "principal; a member can only commit for itself"),
                     "partitions": []}
+        return await self._commit_own_offsets(c, body.offsets, topic_allowed)
+
+    async def _commit_own_offsets(self, c: ConsumerRegistry, offsets: Any,
+                                  topic_allowed: Callable[[str], bool] | None) -> dict:
+        """Commit member ``c``'s own ``offsets``, as CommitOffsets and UnregisterConsumer do:
+        check them (:meth:`_check_offsets`), record the accepted ones in its group and write
+        them (:meth:`commit_accepted`). Returns the answer: the write's error with no
+        partitions, or success with the per-partition results and the problems as its
+        message."""
         g = self.service.registries.groups[c.group_id]
-        results, accepted, problems = self._check_offsets(c, g, body.offsets, topic_allowed)
-        g.record_offsets(c, ((o.topic, o.partition, o.offset) for o in body.offsets
+        results, accepted, problems = self._check_offsets(c, g, offsets, topic_allowed)
+        g.record_offsets(c, ((o.topic, o.partition, o.offset) for o in offsets
                              if (o.topic, o.partition) in accepted))
         failed = await self.commit_accepted(g, accepted)
         if failed is not None:
@@ -283,18 +292,13 @@ class ConsumerRequests:
                              f"consumer {body.consumer_id!r} has no registration in group "
                              f"{body.group_id!r} with this session id; a member can only "
                              "leave itself"), "partitions": []}
-        g = self.service.registries.groups[c.group_id]
-        results, accepted, problems = self._check_offsets(c, g, body.offsets, topic_allowed)
-        g.record_offsets(c, ((o.topic, o.partition, o.offset) for o in body.offsets
-                             if (o.topic, o.partition) in accepted))
-        failed = await self.commit_accepted(g, accepted)
-        if failed is not None:
-            return {**failed, "partitions": []}
+        answer = await self._commit_own_offsets(c, body.offsets, topic_allowed)
+        if answer["error_code"] != 0:
+            return answer  # the offsets are not written: the member stays
         # The member may have failed (its channel closed) while the offsets were written:
         # then it is gone already and counted as such.
         self.service.failures.remove_member(c, "leave", left=True)
-        return {"error_code": 0, "error_message": "; ".join(problems) or None,
-                "partitions": results}
+        return answer
 
     # -- DescribeConsumerGroups --------------------------------------------------------------------
 

@@ -64,7 +64,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -1229,57 +1229,40 @@ def run_cluster(args: argparse.Namespace, admin: AdminClient, out=sys.stdout) ->
         print(f"\tBroker: {b.id}\tAddress: {b.host}:{b.port}{rack}", file=out)
 
 
+#: The commands that need no admin client: name -> handler(args, out).
+_COMMANDS: dict[str, Callable[[argparse.Namespace, Any], None]] = {
+    "zookeeper": run_zookeeper,
+    "metrics-password": run_metrics_password,
+    "secret": run_secret,
+    "certs": run_certs,
+    "quorum": run_quorum,
+    "groups": run_groups,
+    "delete-records": run_delete_records,
+    "loadtest": run_loadtest,
+    "produce": lambda args, out: run_produce(args),  # reads stdin, reports on stderr
+    "consume": run_consume,
+}
+
+#: The commands run through the admin client their arguments name (:func:`_client`):
+#: name -> handler(args, admin, out).
+_ADMIN_COMMANDS: dict[str, Callable[[argparse.Namespace, AdminClient, Any], None]] = {
+    "acls": run_acls,
+    "reassign": run_reassign,
+    "elect-leaders": run_elect_leaders,
+    "users": run_users,
+    "configs": run_configs,
+    "topics": run_topics,
+    "cluster": run_cluster,
+}
+
+
 def run(args: argparse.Namespace, out=sys.stdout) -> None:
-    if args.area == "zookeeper":
-        run_zookeeper(args, out)
-        return
-    if args.area == "metrics-password":
-        run_metrics_password(args, out)
-        return
-    if args.area == "secret":
-        run_secret(args, out)
-        return
-    if args.area == "certs":
-        run_certs(args, out)
-        return
-    if args.area == "quorum":
-        run_quorum(args, out)
-        return
-    if args.area == "groups":
-        run_groups(args, out)
-        return
-    if args.area == "delete-records":
-        run_delete_records(args, out)
-        return
-    if args.area == "loadtest":
-        run_loadtest(args, out)
-        return
-    if args.area == "produce":
-        run_produce(args)
-        return
-    if args.area == "consume":
-        run_consume(args, out)
-        return
-    admin = _client(args)
-    if args.area == "acls":
-        run_acls(args, _client(args), out)
-        return
-    if args.area == "reassign":
-        run_reassign(args, admin, out)
-        return
-    if args.area == "elect-leaders":
-        run_elect_leaders(args, admin, out)
-        return
-    if args.area == "users":
-        run_users(args, admin, out)
-        return
-    if args.area == "configs":
-        run_configs(args, admin, out)
-        return
-    if args.area == "topics":
-        run_topics(args, admin, out)
-    elif args.area == "cluster":
-        run_cluster(args, admin, out)
+    """Run the command ``args.area`` names (the parser admits only those of the tables above)."""
+    handler = _COMMANDS.get(args.area)
+    if handler is not None:
+        handler(args, out)
+    else:
+        _ADMIN_COMMANDS[args.area](args, _client(args), out)
 
 
 def _command_parser(parser: argparse.ArgumentParser,

@@ -145,7 +145,8 @@ class BrokerConfig:
     #: Not in BROKER_KEYS (the names are open-ended); checked by :meth:`listener_configs`.
     listener_name_overrides: tuple[tuple[str, str], ...]
     #: A file holding the cluster secret; every broker needs it (checked and read by
-    #: :meth:`cluster_credential`, which refuses a broker without it).
+    #: ``broker_core.security.cluster_secret.load_cluster_credential``, which refuses a broker
+    #: without it).
     cluster_secret_file: str | None
     #: Normalised ``A,B`` text; :meth:`sasl_mechanisms` gives the tuple.
     sasl_enabled_mechanisms: str
@@ -252,9 +253,6 @@ class BrokerConfig:
         cfg.listener_configs()  # the listener keys' agreement (ConfigError)
         if cfg.metadata_store == "quorum":
             cfg.raft_config()  # the quorum keys' agreement (ConfigError)
-        else:
-            cfg.zookeeper_acl_policy()  # zookeeper.auth.file readable and well-formed
-        cfg.metrics_password_hashes()  # metrics.basic.auth.file likewise
         return cfg
 
     @classmethod
@@ -266,59 +264,11 @@ class BrokerConfig:
         values.update(overrides)
         return cls.from_mapping(values)
 
-    # -- ZooKeeper ACLs ------------------------------------------------------------------------
-
-    def zookeeper_acl_policy(self) -> Any:
-        """The ZooKeeper store's ``AclPolicy``: the credential read from
-        ``zookeeper.auth.file`` (checked: private, one ``username:password`` line), proven by
-        ``zookeeper.auth.mechanism``, and ``zookeeper.set.acl``. Reads the file on each call;
-        raises ConfigError naming the key."""
-        from broker_core.zk.acl_policy import AclPolicy, ZkAuthFileError, ZkCredential  # noqa: PLC0415
-
-        if self.zookeeper_auth_file is None:
-            return AclPolicy()
-        try:
-            credential = ZkCredential.from_file(self.zookeeper_auth_file,
-                                                mechanism=self.zookeeper_auth_mechanism)
-        except ZkAuthFileError as e:
-            raise ConfigError(str(e), "zookeeper.auth.file") from None
-        return AclPolicy(credential, set_acl=self.zookeeper_set_acl)
-
-    def metrics_password_hashes(self) -> Any:
-        """The users of ``metrics.basic.auth.file`` (user -> ``PasswordHash``), or None when
-        unset. Reads the file on each call; raises ConfigError naming the key."""
-        from broker_core.security.basic_auth import PasswordFileError, load_password_file  # noqa: PLC0415
-
-        if self.metrics_basic_auth_file is None:
-            return None
-        try:
-            return load_password_file(self.metrics_basic_auth_file)
-        except PasswordFileError as e:
-            raise ConfigError(str(e), "metrics.basic.auth.file") from None
     # -- SASL --------------------------------------------------------------------------------
 
     def sasl_mechanisms(self) -> tuple[str, ...]:
         """``sasl.enabled.mechanisms`` as a tuple, in the order given."""
         return tuple(self.sasl_enabled_mechanisms.split(","))
-
-    def cluster_credential(self) -> Any:
-        """The :class:`~broker_core.security.cluster_secret.ClusterCredential` read from
-        ``cluster.secret.file``, which every broker must have (brokers authenticate each other
-        with it, and the control plane is served to no one else). Reads the file on each call;
-        raises ConfigError naming the key when it is unset (saying how to make one) or the
-        file is missing, open to other users or too short."""
-        from broker_core.security import cluster_secret  # noqa: PLC0415
-
-        if self.cluster_secret_file is None:
-            raise ConfigError(
-                "missing required config key 'cluster.secret.file': every broker of a cluster "
-                "needs the same private secret file to authenticate to the others; make one "
-                "with `sluice secret create FILE` (then copy it to every broker, mode 0600) "
-                "and set cluster.secret.file=FILE", "cluster.secret.file")
-        try:
-            return cluster_secret.ClusterCredential.from_file(self.cluster_secret_file)
-        except cluster_secret.ClusterSecretError as e:
-            raise ConfigError(str(e), "cluster.secret.file") from None
 
     # -- the metadata quorum -------------------------------------------------------------------
 

@@ -21,36 +21,28 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from twisted.logger import Logger
-
 from broker_core import metadata_paths as paths
 from broker_core.controller import log_dir_failure
 from broker_core.controller.batch import PartitionDecision, RequestBatch
 from broker_core.controller.decisions import Decide
 from broker_core.controller.election import NO_LEADER, Election, offline_leader, shrink_isr
+from broker_core.controller.procedure import ControllerProcedure
 from broker_core.wire.topic_partition import TopicPartition
 
 
-class BrokerFailover:
+class BrokerFailover(ControllerProcedure):
     """Broker changes and offline partitions of one controller. ``controller`` supplies
     ``active``, ``events``, ``fencing``, ``channels`` / ``_open_channel``, the leadership rules
     (``_usable_live``, ``_fenced_brokers``, ``_offline_election``), ``_new_batch`` / ``_send`` /
     ``_send_leaders_first``, and its ``context`` and ``writer``."""
 
     def __init__(self, controller: Any) -> None:
-        self.controller = controller
-        self.ctx = controller.context
-        self.writer = controller.writer
+        super().__init__(controller)
         self.retry_due = False  # a broker change is to be judged again
         #: New / restarted brokers a broker change has not finished announcing (see
         #: on_broker_change); emptied on resigning (a new controller sends everyone everything).
         self.owed_new: set[int] = set()
         self.owed_bounced: set[int] = set()
-
-    @property
-    def log(self) -> Logger:
-        """The controller's logger (read when used: tests replace it)."""
-        return self.controller.log
 
     def forget(self) -> None:
         """The controller resigned: nothing is owed, nothing is to be judged again."""

@@ -20,13 +20,13 @@ from dataclasses import replace
 from typing import Any
 
 from twisted.internet import defer
-from twisted.logger import Logger
 
 from broker_core import metadata_paths as paths
 from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.context import gather
 from broker_core.controller.election import judge_isr_change
 from broker_core.controller.event_manager import NotController
+from broker_core.controller.procedure import ControllerProcedure
 from broker_core.metadata import SetData, TransactionFailed
 from broker_core.wire.topic_partition import TopicPartition
 
@@ -42,21 +42,11 @@ AlterIsrResult = tuple[str | None, dict[TopicPartition, Answer]]
 ALTER_ISR_ROUNDS = 3
 
 
-class IsrChanges:
+class IsrChanges(ControllerProcedure):
     """AlterIsr for one controller. ``controller`` supplies ``active``, ``epoch``, ``events``,
     ``fencing``, the waiting callers (``_alter_waiters``, ``_answer``), the leadership rules
     (``_eligible``, ``_fenced_brokers``), ``_new_batch`` / ``_send``, the reassignment agent,
     and its ``context`` and ``writer``."""
-
-    def __init__(self, controller: Any) -> None:
-        self.controller = controller
-        self.ctx = controller.context
-        self.writer = controller.writer
-
-    @property
-    def log(self) -> Logger:
-        """The controller's logger (read when used: tests replace it)."""
-        return self.controller.log
 
     async def alter_isr(self, broker_id: int, broker_epoch: int, items: Sequence[AlterIsrItem]
                         ) -> AlterIsrResult:

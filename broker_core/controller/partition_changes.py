@@ -22,13 +22,12 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from twisted.logger import Logger
-
 from broker_core import metadata_paths as paths
 from broker_core.controller.batch import PartitionDecision, RequestBatch, first_of
 from broker_core.controller.context import gather
 from broker_core.controller.election import init_leader
 from broker_core.controller.event_manager import CONFLICT_RETRY_S, NotController
+from broker_core.controller.procedure import ControllerProcedure
 from broker_core.metadata import Create, Delete, NoNode, SetData, TransactionFailed
 from broker_core.wire.topic_partition import TopicPartition
 
@@ -38,24 +37,17 @@ from broker_core.wire.topic_partition import TopicPartition
 STOP_REPLICA_WAIT_S = 5.0
 
 
-class PartitionChanges:
+class PartitionChanges(ControllerProcedure):
     """New topics and partition changes for one controller. ``controller`` supplies
     ``active``, ``epoch``, ``store``, ``reactor``, ``events``, ``log``, ``_active_only``
     (watches), ``_new_batch`` / ``_send``, topic deletion (a vanished topic is forgotten), and
     its ``context`` and ``writer``."""
 
     def __init__(self, controller: Any) -> None:
-        self.controller = controller
-        self.ctx = controller.context
-        self.writer = controller.writer
+        super().__init__(controller)
         #: Partitions a removal sent StopReplica for whose removal is not written yet.
         self.stopped_for_removal: dict[str, set[int]] = {}
         self.forget_watches()
-
-    @property
-    def log(self) -> Logger:
-        """The controller's logger (read when used: tests replace it)."""
-        return self.controller.log
 
     def forget_watches(self) -> None:
         """Start a new record of the per-topic request watches (the context is reset)."""

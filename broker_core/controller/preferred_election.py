@@ -18,9 +18,6 @@ new leader epoch, like every controller write.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
-
-from twisted.logger import Logger
 
 from broker_core import metadata_paths as paths
 from broker_core.controller.batch import PartitionDecision
@@ -29,23 +26,14 @@ from broker_core.controller.election import (
     preferred_leader,
     unclean_leader_on_request,
 )
+from broker_core.controller.procedure import ControllerProcedure
 from broker_core.metadata import Delete, NoNode, TransactionFailed
 from broker_core.wire.topic_partition import TopicPartition
 
 
-class PreferredElection:
+class PreferredElection(ControllerProcedure):
     """Preferred-leader elections for one controller. ``controller`` supplies ``store``,
     ``log``, ``_eligible``, ``_new_batch`` / ``_send``, and its ``context`` and ``writer``."""
-
-    def __init__(self, controller: Any) -> None:
-        self.controller = controller
-        self.ctx = controller.context
-        self.writer = controller.writer
-
-    @property
-    def log(self) -> Logger:
-        """The controller's logger (read when used: tests replace it)."""
-        return self.controller.log
 
     async def on_preferred_election(self) -> None:
         """Kafka's ``/admin/preferred_replica_election``: give each named partition to its

@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from twisted.logger import Logger
-
 from broker_core import metadata_paths as paths
 from broker_core.controller.batch import PartitionDecision, RequestBatch
 from broker_core.controller.election import (
@@ -32,6 +30,7 @@ from broker_core.controller.election import (
     reassignment_leader,
     reassignment_replicas,
 )
+from broker_core.controller.procedure import ControllerProcedure
 from broker_core.metadata import Delete, NoNode, SetData, TransactionFailed
 from broker_core.wire.topic_partition import TopicPartition
 
@@ -39,22 +38,15 @@ from broker_core.wire.topic_partition import TopicPartition
 REASSIGNMENT_WAKEUP_S = 30.0
 
 
-class Reassignment:
+class Reassignment(ControllerProcedure):
     """The reassignment agent of one controller. ``controller`` supplies ``active``, ``epoch``,
     ``store``, ``reactor``, ``events``, ``log``, ``_eligible``, ``_new_batch`` / ``_send``, and
     its ``context`` and ``writer``."""
 
     def __init__(self, controller: Any) -> None:
-        self.controller = controller
-        self.ctx = controller.context
-        self.writer = controller.writer
+        super().__init__(controller)
         self.wakeup_s = REASSIGNMENT_WAKEUP_S
         self.timer: Any = None  # the next timed wake-up, while there is work
-
-    @property
-    def log(self) -> Logger:
-        """The controller's logger (read when used: tests replace it)."""
-        return self.controller.log
 
     def cancel_timer(self) -> None:
         """No timed wake-up any more (the controller resigns)."""

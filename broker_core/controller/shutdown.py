@@ -33,6 +33,7 @@ from broker_core import metadata_paths as paths
 from broker_core.controller.batch import PartitionDecision
 from broker_core.controller.election import Election, controlled_shutdown_election
 from broker_core.controller.event_manager import NotController
+from broker_core.controller.procedure import ControllerProcedure
 from broker_core.metadata import NoNode, SessionState
 from broker_core.rpc import connect_client
 from broker_core.security.peer_tls import PeerTls
@@ -117,20 +118,10 @@ async def controlled_shutdown(broker_id: int, broker_epoch: int, *, store: Any,
     return False
 
 
-class ControlledShutdownHandler:
+class ControlledShutdownHandler(ControllerProcedure):
     """The controller's side of ControlledShutdown. ``controller`` supplies ``active``,
     ``reactor``, ``events``, ``log``, the waiting callers (``_alter_waiters``, ``_answer``),
     ``_eligible``, ``_new_batch`` / ``_send``, and its ``context`` and ``writer``."""
-
-    def __init__(self, controller: Any) -> None:
-        self.controller = controller
-        self.ctx = controller.context
-        self.writer = controller.writer
-
-    @property
-    def log(self) -> Logger:
-        """The controller's logger (read when used: tests replace it)."""
-        return self.controller.log
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int
                                   ) -> tuple[str | None, list[TopicPartition]]:

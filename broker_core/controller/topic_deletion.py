@@ -13,27 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.logger import Logger
-
 from broker_core import metadata_paths as paths
 from broker_core.controller.batch import RequestBatch
 from broker_core.controller.context import gather
+from broker_core.controller.procedure import ControllerProcedure
 from broker_core.metadata import Delete, TransactionFailed
 
 
-class TopicDeletion:
+class TopicDeletion(ControllerProcedure):
     """Topic deletion for one controller. ``controller`` supplies ``store``, ``log``,
     ``_new_batch`` / ``_send``, and its ``context`` and ``writer``."""
-
-    def __init__(self, controller: Any) -> None:
-        self.controller = controller
-        self.ctx = controller.context
-        self.writer = controller.writer
-
-    @property
-    def log(self) -> Logger:
-        """The controller's logger (read when used: tests replace it)."""
-        return self.controller.log
 
     def forget_topic(self, topic: str, batch: RequestBatch) -> None:
         parts = self.ctx.assignments.pop(topic, {})

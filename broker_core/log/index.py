@@ -50,6 +50,16 @@ def _read_file(path: Path) -> bytes:
         os.close(fd)
 
 
+def pwrite_all(fd: int, data: bytes | bytearray, start: int) -> None:
+    """Write all of ``data`` at byte ``start`` of ``fd`` (``pwrite`` may write less than
+    asked). Raises OSError as ``pwrite`` does, with part of ``data`` possibly written: the
+    caller cuts the file back."""
+    with memoryview(data) as view:
+        done = 0
+        while done < len(data):
+            done += os.pwrite(fd, view[done:], start + done)
+
+
 class _IndexFile:
     """The file behind an index, opened only to be written.
 
@@ -108,18 +118,13 @@ class _IndexFile:
                 self.stale = False
             if self.pending:
                 data = self.pending
-                view = memoryview(data)
-                done = 0
                 try:
-                    while done < len(data):
-                        done += os.pwrite(fd, view[done:], start + done)
+                    pwrite_all(fd, data, start)
                 except OSError:
                     self.stale = True
                     os.ftruncate(fd, start)
                     self.stale = False
                     raise
-                finally:
-                    view.release()
                 self.written += len(data) // self.entry_size
                 self.pending = bytearray()
         except BaseException:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker_core.log.index import OffsetIndex, TimeIndex
+from broker_core.log.index import OffsetIndex, TimeIndex, pwrite_all
 from broker_core.log.open_segments import OpenSegments
 from broker_core.wire.records import (
     HEADER_SIZE,
@@ -436,11 +436,8 @@ class Segment:
         """
         fd = self._file()
         start = self.size
-        view = memoryview(data)
-        done = 0
         try:
-            while done < len(data):
-                done += os.pwrite(fd, view[done:], start + done)
+            pwrite_all(fd, data, start)
         except OSError:
             os.ftruncate(fd, start)
             raise

@@ -31,8 +31,13 @@ import hmac
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from broker_core.config.parsing import ConfigError
 from broker_core.security.secret_file import SecretFileError, read_secret_file
+
+if TYPE_CHECKING:
+    from broker_core.config.broker_config import BrokerConfig
 
 SCHEME = "pbkdf2-sha256"
 #: About 20 ms on a 2020s core: slow for a guesser who stole the file, cheap for one scrape.
@@ -145,6 +150,17 @@ def load_password_file(path: str, what: str = "metrics.basic.auth.file"
     except SecretFileError as e:
         raise PasswordFileError(str(e)) from None
     return parse_password_file(text, f"{what} {path!r}")
+
+
+def metrics_password_hashes(cfg: BrokerConfig) -> dict[str, PasswordHash] | None:
+    """The users of a broker's ``metrics.basic.auth.file`` (user -> ``PasswordHash``), or None
+    when unset. Reads the file on each call; raises ConfigError naming the key."""
+    if cfg.metrics_basic_auth_file is None:
+        return None
+    try:
+        return load_password_file(cfg.metrics_basic_auth_file)
+    except PasswordFileError as e:
+        raise ConfigError(str(e), "metrics.basic.auth.file") from None
 
 
 class Outcome(enum.Enum):

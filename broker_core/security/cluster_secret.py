@@ -19,7 +19,9 @@ import hashlib
 import os
 import secrets
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from broker_core.config.parsing import ConfigError
 from broker_core.security.sasl import (
     CLUSTER_MECHANISM,
     CLUSTER_USER,
@@ -31,6 +33,9 @@ from broker_core.security.sasl import (
 )
 from broker_core.security.scram_credential import ScramCredential
 from broker_core.security.secret_file import SecretFileError, read_secret_file
+
+if TYPE_CHECKING:
+    from broker_core.config.broker_config import BrokerConfig
 
 #: Shortest secret accepted, in characters.
 MIN_SECRET_CHARS = 32
@@ -119,3 +124,20 @@ class ClusterCredential:
         return SaslSettings(mechanisms=mechanisms, lookup=lookup,
                             cluster_credential=cluster_credential(self.secret),
                             decoy_key=decoy_key(self.secret))
+
+
+def load_cluster_credential(cfg: BrokerConfig) -> ClusterCredential:
+    """The :class:`ClusterCredential` read from a broker's ``cluster.secret.file``, which every
+    broker must have (brokers authenticate each other with it, and the control plane is served
+    to no one else). Reads the file on each call; raises ConfigError naming the key when it is
+    unset (saying how to make one) or the file is missing, open to other users or too short."""
+    if cfg.cluster_secret_file is None:
+        raise ConfigError(
+            "missing required config key 'cluster.secret.file': every broker of a cluster "
+            "needs the same private secret file to authenticate to the others; make one "
+            "with `sluice secret create FILE` (then copy it to every broker, mode 0600) "
+            "and set cluster.secret.file=FILE", "cluster.secret.file")
+    try:
+        return ClusterCredential.from_file(cfg.cluster_secret_file)
+    except ClusterSecretError as e:
+        raise ConfigError(str(e), "cluster.secret.file") from None

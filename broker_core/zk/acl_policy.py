@@ -34,10 +34,15 @@ from __future__ import annotations
 import base64
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker_core import metadata_paths as paths
 from broker_core.config.metadata_keys import DIGEST, MECHANISMS, SASL_DIGEST_MD5
+from broker_core.config.parsing import ConfigError
 from broker_core.security.secret_file import SecretFileError, read_secret_file
+
+if TYPE_CHECKING:
+    from broker_core.config.broker_config import BrokerConfig
 
 # ZooKeeper's permission bits (org.apache.zookeeper.ZooDefs.Perms).
 READ = 1
@@ -198,3 +203,18 @@ class AclPolicy:
         if self.set_acl and self.credential is not None:
             return secure_acl(path, self.credential)
         return OPEN_ACL
+
+
+def broker_acl_policy(cfg: BrokerConfig) -> AclPolicy:
+    """A broker's ``AclPolicy`` (ZooKeeper mode): the credential read from
+    ``zookeeper.auth.file`` (checked: private, one ``username:password`` line), proven by
+    ``zookeeper.auth.mechanism``, and ``zookeeper.set.acl``. Reads the file on each call;
+    raises ConfigError naming the key."""
+    if cfg.zookeeper_auth_file is None:
+        return AclPolicy()
+    try:
+        credential = ZkCredential.from_file(cfg.zookeeper_auth_file,
+                                            mechanism=cfg.zookeeper_auth_mechanism)
+    except ZkAuthFileError as e:
+        raise ConfigError(str(e), "zookeeper.auth.file") from None
+    return AclPolicy(credential, set_acl=cfg.zookeeper_set_acl)

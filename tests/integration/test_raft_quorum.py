@@ -29,7 +29,6 @@ CLUSTER = "quorum-it"
 # by itself: the fetch timeout is three long polls.
 CONFIG = RaftConfig(election_timeout_ms=300, fetch_timeout_ms=600, election_backoff_max_ms=300,
                     request_timeout_ms=500, retry_backoff_ms=10, fetch_max_wait_ms=200)
-ELECTION_S = CONFIG.election_timeout_ms / 1000
 
 
 def _epoch_of(message) -> int:
@@ -139,17 +138,15 @@ async def test_quorum_elects_commits_fails_over_and_a_restarted_node_catches_up(
         assert data == payloads, m.node_id
     committed_before = list(first.committed[:hw])
 
-    # The leader is cut off: its listener and connections go, as in a crash.
-    cut_at = time.monotonic()
+    # The leader is cut off: its listener and connections go, as in a crash. What this
+    # proves is that the survivors elect a new leader of a later epoch on their own and that it
+    # commits, keeping every entry committed before; not how fast (the election timing is the
+    # unit tests' business, on a Clock).
     await first.crash()
     survivors = {n: m for n, m in members.items() if m is not first}
     second = await eventually(lambda: leader(survivors), timeout=10,
                               what="a new leader among the survivors")
     offset = await second.driver.propose(b"after-failover")
-    took = time.monotonic() - cut_at
-    # The followers notice by the fetch timeout, then a few election rounds (slack for a
-    # loaded machine: twenty election timeouts).
-    assert took < CONFIG.fetch_timeout_ms / 1000 + 20 * ELECTION_S, took
     assert second.driver.node.epoch > first.driver.node.epoch
     for m in survivors.values():
         await eventually(lambda m=m: m.driver.high_watermark > offset, timeout=10,

@@ -66,3 +66,14 @@ def test_every_command_through_the_admin_client_builds_it_from_its_own_flags(arg
     args = cli.build_parser().parse_args(argv)
     client = cli._client(args)
     assert (client.bootstrap_servers, client.zookeeper) in (("h:9092", None), (None, "h:2181"))
+
+
+def test_every_command_has_exactly_one_handler():
+    import argparse
+
+    from sluice_tools import cli
+
+    subs = next(a for a in cli.build_parser()._actions
+                if isinstance(a, argparse._SubParsersAction))
+    assert not set(cli._COMMANDS) & set(cli._ADMIN_COMMANDS)
+    assert set(cli._COMMANDS) | set(cli._ADMIN_COMMANDS) == set(subs.choices)

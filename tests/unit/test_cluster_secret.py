@@ -86,7 +86,8 @@ def test_config_keys_defaults_and_refusals(tmp_path):
     assert cfg.cluster_secret_file is None
     with pytest.raises(ConfigError, match="missing required config key 'cluster.secret.file'"
                        ".*sluice secret create FILE") as e:
-        cfg.cluster_credential()  # every broker needs one; the message says how to make it
+        # Every broker needs one; the message says how to make it.
+        cluster_secret.load_cluster_credential(cfg)
     assert e.value.key == "cluster.secret.file"
     cfg = BrokerConfig.from_mapping({**BASE, "sasl.enabled.mechanisms": " PLAIN , SCRAM-SHA-512"})
     assert cfg.sasl_mechanisms() == ("PLAIN", "SCRAM-SHA-512")
@@ -100,11 +101,11 @@ def test_config_keys_defaults_and_refusals(tmp_path):
     weak = write(tmp_path / "weak", "short")
     cfg = BrokerConfig.from_mapping({**BASE, "cluster.secret.file": str(weak)})
     with pytest.raises(ConfigError, match="cluster.secret.file .* at least 32") as e:
-        cfg.cluster_credential()
+        cluster_secret.load_cluster_credential(cfg)
     assert e.value.key == "cluster.secret.file"
     good = write(tmp_path / "good", "z" * 40)
-    credential = BrokerConfig.from_mapping(
-        {**BASE, "cluster.secret.file": str(good)}).cluster_credential()
+    credential = cluster_secret.load_cluster_credential(BrokerConfig.from_mapping(
+        {**BASE, "cluster.secret.file": str(good)}))
     assert credential.secret == "z" * 40 and "z" * 40 not in repr(credential)
     assert (credential.login.username, credential.login.password) == (CLUSTER_USER, "z" * 40)
 

@@ -51,3 +51,18 @@ def test_a_broker_without_the_cluster_secret_is_refused_with_how_to_make_one(tmp
     with pytest.raises(usage.UsageError, match="accessible by other users"):
         tap.Options().parseOptions(["--broker-id", "1", "--log-dir", "d", "--zookeeper",
                                     "127.0.0.1:2181", "--cluster-secret-file", str(loose)])
+
+
+def test_a_broker_with_an_open_zookeeper_or_metrics_secret_file_is_refused(tmp_path):
+    # The broker reads its secret files before it starts: an unusable one refuses the start
+    # with the file's own message, naming the key.
+    secret = str(tmp_path / "cluster.secret")
+    cluster_secret.generate(secret)
+    loose = tmp_path / "loose"
+    loose.write_text("sluice:" + "p" * 40)
+    loose.chmod(0o644)
+    argv = ["--broker-id", "1", "--log-dir", "d", "--zookeeper", "127.0.0.1:2181",
+            "--cluster-secret-file", secret]
+    for key in ("zookeeper.auth.file", "metrics.basic.auth.file"):
+        with pytest.raises(usage.UsageError, match=f"{key}.*accessible by other users"):
+            tap.Options().parseOptions([*argv, "--set", f"{key}={loose}"])

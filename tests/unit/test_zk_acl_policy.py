@@ -23,6 +23,7 @@ from broker_core.zk.acl_policy import (
     AclPolicy,
     ZkAuthFileError,
     ZkCredential,
+    broker_acl_policy,
     is_sensitive,
     secure_acl,
 )
@@ -164,7 +165,7 @@ def test_config_defaults_to_no_acls():
     cfg = BrokerConfig.from_mapping(BASE)
     assert cfg.zookeeper_set_acl is False and cfg.zookeeper_auth_file is None
     assert cfg.zookeeper_auth_mechanism == "DIGEST-MD5"
-    assert cfg.zookeeper_acl_policy() == AclPolicy()
+    assert broker_acl_policy(cfg) == AclPolicy()
 
 
 @pytest.mark.parametrize("raw, mechanism", [(None, SASL_DIGEST_MD5), ("DIGEST-MD5", SASL_DIGEST_MD5),
@@ -175,7 +176,7 @@ def test_config_mechanism_chooses_how_the_credential_is_proven(tmp_path, raw, me
     if raw is not None:
         values["zookeeper.auth.mechanism"] = raw
     cfg = BrokerConfig.from_mapping(values)
-    assert cfg.zookeeper_acl_policy() == AclPolicy(ZkCredential("sluice", PASSWORD, mechanism),
+    assert broker_acl_policy(cfg) == AclPolicy(ZkCredential("sluice", PASSWORD, mechanism),
                                                    True)
 
 
@@ -191,17 +192,18 @@ def test_config_set_acl_needs_an_auth_file():
     assert e.value.key == "zookeeper.auth.file"
 
 
-def test_config_reads_and_checks_the_auth_file_at_parse_time(tmp_path):
+def test_the_broker_reads_and_checks_the_auth_file(tmp_path):
     good = auth_file(tmp_path, f"sluice:{PASSWORD}")
     cfg = BrokerConfig.from_mapping({**BASE, "zookeeper.set.acl": "true",
                                      "zookeeper.auth.file": str(good)})
-    assert cfg.zookeeper_acl_policy() == AclPolicy(ZkCredential("sluice", PASSWORD), True)
+    assert broker_acl_policy(cfg) == AclPolicy(ZkCredential("sluice", PASSWORD), True)
     os.chmod(good, 0o644)
     with pytest.raises(ConfigError, match="accessible by other users") as e:
-        BrokerConfig.from_mapping({**BASE, "zookeeper.auth.file": str(good)})
+        broker_acl_policy(BrokerConfig.from_mapping({**BASE, "zookeeper.auth.file": str(good)}))
     assert e.value.key == "zookeeper.auth.file"
     with pytest.raises(ConfigError, match="does not exist"):
-        BrokerConfig.from_mapping({**BASE, "zookeeper.auth.file": str(tmp_path / "missing")})
+        broker_acl_policy(BrokerConfig.from_mapping(
+            {**BASE, "zookeeper.auth.file": str(tmp_path / "missing")}))
 
 
 def test_quorum_mode_ignores_the_zookeeper_acl_keys():

@@ -53,33 +53,28 @@ def encode_record(ts_delta: int, offset_delta: int, key: bytes | None, value: by
         parts.append(_NULL)
     else:
         kl = len(key)
-        parts.append(zz[kl] if kl < n else varint(kl))
-        parts.append(key)
+        parts += (zz[kl] if kl < n else varint(kl), key)
     if value is None:
         parts.append(_NULL)
     else:
         vl = len(value)
-        parts.append(zz[vl] if vl < n else varint(vl))
-        parts.append(value)
+        parts += (zz[vl] if vl < n else varint(vl), value)
     if not headers:
         parts.append(b"\x00")
     else:
-        nh = len(headers)
-        parts.append(zz[nh] if nh < n else varint(nh))
-        for hk, hv in headers:
-            kb = hk.encode()
-            kl = len(kb)
-            parts.append(zz[kl] if kl < n else varint(kl))
-            parts.append(kb)
-            if hv is None:
-                parts.append(_NULL)
-            else:
-                vl = len(hv)
-                parts.append(zz[vl] if vl < n else varint(vl))
-                parts.append(hv)
+        _append_headers(parts, headers)
     body = b"".join(parts)
     bl = len(body)
     return (zz[bl] if bl < n else varint(bl)) + body
+
+
+def _append_headers(parts: list[Any], headers: Sequence[tuple[str, bytes | None]]) -> None:
+    # Out of encode_record's inline path: headers are rare, so a call per header costs little.
+    parts.append(varint(len(headers)))
+    for hk, hv in headers:
+        kb = hk.encode()
+        parts += (varint(len(kb)), kb)
+        parts += (_NULL,) if hv is None else (varint(len(hv)), hv)
 
 
 def seal_batch(records: bytes | bytearray | memoryview, count: int, *, base_timestamp: int,

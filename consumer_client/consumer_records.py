@@ -8,11 +8,13 @@ only batch headers (no record is decoded) to find the next offset to fetch, so t
 which runs on the reactor, never pays for decoding; the reader decodes when it consumes (in its
 own thread, for the blocking API).
 
-Decoding is the consumer's main cost, so the record loop is written for CPython's cost model
-(see :func:`_records`): one struct call and table lookups per record instead of byte indexing
-and bit operations, and Message tuples built in C (``map``/``zip``). :func:`decode_chunk` pauses
-the cyclic garbage collector while it runs (see there). Measured in ``docs/benchmarks.md``
-(Consumer).
+The batch walk (what is skipped, CRC, bounded decompression) and :func:`scan_chunk` are the wire
+codec's decoder core, :mod:`broker_core.wire.record_batches`; this module owns the per-record
+loop. Decoding is the consumer's main cost, so that loop is written for CPython's cost model
+(see :func:`_records`): one struct call and table lookups (the core's varint tables) per record
+instead of byte indexing and bit operations, and Message tuples built in C (``map``/``zip``).
+:func:`decode_chunk` pauses the cyclic garbage collector while it runs (see there). Measured in
+``docs/benchmarks.md`` (Consumer).
 """
 
 from __future__ import annotations
@@ -112,8 +114,10 @@ _PAD = bytes(_HEAD_BYTES)
 
 def _records(raw: bytes, count: int, base: int, base_ts: int, append_ts: int | None,
              topic: str, partition: int, start: int, out: list[Message]) -> None:
-    # Deliberately one long function: this is the consumer's per-record decode loop, and
-    # splitting it would add a Python call per record, the overhead the loop exists to avoid.
+    # Deliberately one long function, kept here rather than in the shared decoder core: this is
+    # the consumer's per-record decode loop, and splitting it (or sharing its varint steps as
+    # calls) would add Python calls per record, the overhead the loop exists to avoid; its
+    # unrolled varint reads repeat for that reason.
     # ``raw`` is the batch's record data followed by _PAD. A record's first bytes come out of
     # one struct call as small ints; its length, timestamp and offset deltas, key length and
     # value length (one- or two-byte varints in the common case, three for offset deltas past

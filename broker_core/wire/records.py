@@ -15,9 +15,14 @@ this module's part of the produce path is O(batches), and compressed batches are
 as the producer sent them. (The records themselves are checked by the log validator,
 :mod:`broker_core.log.validator`.)
 
-The broker only uses :func:`parse_batch`, :func:`iter_batches`, :func:`scan_valid_prefix` and
-:func:`assign_offsets`. :func:`build_batch` and :func:`decode_batch` / :func:`decode_records` are
-for clients, tools and tests.
+This module declares the layout once (:data:`BATCH_HEADER`, :data:`BEFORE_CRC`,
+:data:`AFTER_CRC`, :data:`CRC_START` and the attribute bits); every encoder and decoder of
+batches uses these names. The broker only uses :func:`parse_batch`, :func:`iter_batches`,
+:func:`scan_valid_prefix` and :func:`assign_offsets`. :func:`build_batch` (through the one
+encoder, :mod:`broker_core.wire.record_encoding`) and :func:`decode_batch` /
+:func:`decode_records` are for clients, tools, the Raft log and tests: the latter are the strict
+reference decoder (every batch through :func:`parse_batch`, every field bounds-checked against
+its record); the clients' fast decoders are built on :mod:`broker_core.wire.record_batches`.
 """
 
 from __future__ import annotations

@@ -10,11 +10,12 @@ out of the batch bytes with one mask), building the Arrow arrays from buffers. P
 is one short loop iteration instead of a tuple, two ``bytes`` objects and their conversion to
 Arrow; measured in ``docs/spark.md`` (Performance).
 
-What it accepts and rejects is the consumer decoder's contract: RecordBatch v2 with any codec
-(through :func:`broker_core.wire.compression.decompress`, bounded by ``max_decompressed_bytes``
-per batch), control batches skipped, records before
-the fetch offset skipped, a trailing partial batch ignored, a bad CRC or a record whose fields
-overrun it raising :class:`~broker_core.wire.records.CorruptRecordBatch`. Records with headers,
+What it accepts and rejects is the consumer decoder's contract, because both walk the chunk with
+the wire codec's decoder core (:func:`broker_core.wire.record_batches.fetched_batches`):
+RecordBatch v2 with any codec, bounded by ``max_decompressed_bytes`` per batch, control batches
+skipped, records before the fetch offset skipped, a trailing partial batch ignored, a bad CRC
+or a record whose fields overrun it raising
+:class:`~broker_core.wire.records.CorruptRecordBatch`. Records with headers,
 when headers are asked for, go through the consumer's decoder (headers are rare and nested; the
 row-wise path handles them) so both paths agree by construction.
 
@@ -145,7 +146,7 @@ def _record_ends(buf: bytes, batches: list[tuple]) -> list[int]:
     """Where each record ends in ``buf``. The only per-record Python loop (a record's position
     depends on every length before it), kept to one table lookup and one append per record:
     a record's length is a zig-zag varint of one or two bytes for records under 8 KiB (read
-    with the consumer decoder's tables), longer ones are read generically. Where each record's
+    with the decoder core's tables), longer ones are read generically. Where each record's
     fields start is worked out afterwards, column-wise (:func:`_columns`)."""
     z1 = ZIGZAG1
     z2 = ZIGZAG2

@@ -8,11 +8,13 @@ only batch headers (no record is decoded) to find the next offset to fetch, so t
 which runs on the reactor, never pays for decoding; the reader decodes when it consumes (in its
 own thread, for the blocking API).
 
-Decoding is the consumer's main cost, so the record loop is written for CPython's cost model
-(see :func:`_records`): one struct call and table lookups per record instead of byte indexing
-and bit operations, and Message tuples built in C (``map``/``zip``). :func:`decode_chunk` pauses
-the cyclic garbage collector while it runs (see there). Measured in ``docs/benchmarks.md``
-(Consumer).
+The batch walk (what is skipped, CRC, bounded decompression) and :func:`scan_chunk` are the wire
+codec's decoder core, :mod:`broker_core.wire.record_batches`; this module owns the per-record
+loop. Decoding is the consumer's main cost, so that loop is written for CPython's cost model
+(see :func:`_records`): one struct call and table lookups (the core's varint tables) per record
+instead of byte indexing and bit operations, and Message tuples built in C (``map``/``zip``).
+:func:`decode_chunk` pauses the cyclic garbage collector while it runs (see there). Measured in
+``docs/benchmarks.md`` (Consumer).
 """
 
 from __future__ import annotations
@@ -24,27 +26,19 @@ from itertools import repeat
 from operator import add
 from typing import Any, NamedTuple
 
-import crc32c as _crc32c
-
-from broker_core.wire.compression import CLIENT_MAX_DECOMPRESSED_BYTES, decompress
+from broker_core.wire.compression import CLIENT_MAX_DECOMPRESSED_BYTES
 from broker_core.wire.errors import MalformedFrame
-from broker_core.wire.primitives import read_varint
-from broker_core.wire.records import (
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
-    Compression,
-    CorruptRecordBatch,
-    UnsupportedMagic,
+from broker_core.wire.record_batches import (
+    ZIGZAG1,
+    ZIGZAG2,
+    fetched_batches,
+    read_record_varint,
+    scan_chunk,
 )
+from broker_core.wire.records import CorruptRecordBatch
 
-_header = struct.Struct(">qiibIhiqqqhii")
-_span = struct.Struct(">qi")  # baseOffset, batchLength
-_last_delta = struct.Struct(">i")
-_CRC_START = 21
-_COMPRESSION_MASK = 0x07
-_LOG_APPEND = 0x08
-_CONTROL = 0x20
+__all__ = ["Message", "decode_chunk", "scan_chunk"]
+
 _EMPTY_HEADERS: tuple = ()
 
 
@@ -61,39 +55,6 @@ class Message(NamedTuple):
     timestamp: int
     timestamp_type: int
     headers: tuple[tuple[str, bytes | None], ...]
-
-
-def scan_chunk(data: bytes | memoryview, fetch_offset: int) -> tuple[int, int]:
-    """``(next_offset, complete_bytes)`` for one partition's fetched data: the offset after the
-    last complete batch (``fetch_offset`` when there is none) and how many bytes the complete
-    batches take. Reads 12 bytes per batch plus its last-offset delta; decodes nothing."""
-    pos = 0
-    end = len(data)
-    nxt = fetch_offset
-    while end - pos >= HEADER_SIZE:
-        base, length = _span.unpack_from(data, pos)
-        size = length + LOG_OVERHEAD
-        if pos + size > end:
-            break
-        last = base + _last_delta.unpack_from(data, pos + 23)[0]
-        if last + 1 > nxt:
-            nxt = last + 1
-        pos += size
-    return nxt, pos
-
-
-def _varint(raw: bytes, pos: int) -> tuple[int, int]:
-    """The zig-zag varint at ``pos`` of a batch's record data (padded with :data:`_PAD`).
-    Varints of one and two bytes, the common case, are read here by table for speed (a call to
-    :func:`~broker_core.wire.primitives.read_varint` costs a header-heavy fetch ~10%); longer
-    ones there."""
-    a = raw[pos]
-    if a < 0x80:
-        return _Z1[a], pos + 1
-    b = raw[pos + 1]
-    if b < 0x80:
-        return _Z2[a + 128 * b], pos + 2
-    return read_varint(raw, pos, len(raw), 10, "varint in a record")
 
 
 def decode_chunk(topic: str, partition: int, data: bytes | memoryview, fetch_offset: int,
@@ -124,58 +85,25 @@ def decode_chunk(topic: str, partition: int, data: bytes | memoryview, fetch_off
 
 def _decode(topic: str, partition: int, data: bytes | memoryview, fetch_offset: int,
             check_crcs: bool, max_decompressed_bytes: int) -> list[Message]:
+    # The batch walk (skips, CRC, decompression) is the shared core's; the per-record loop
+    # stays here (:func:`_records`), written for this decoder's cost model.
     out: list[Message] = []
-    pos = 0
-    end = len(data)
-    mv = memoryview(data)
-    while end - pos >= HEADER_SIZE:
-        (base, length, _epoch, magic, crc, attrs, last_delta, base_ts, max_ts, _pid, _pe, _seq,
-         count) = _header.unpack_from(data, pos)
-        size = length + LOG_OVERHEAD
-        if pos + size > end:
-            break  # a partial batch cut off by the fetch size limit
-        if magic != MAGIC:
-            raise UnsupportedMagic(f"record batch magic {magic} at offset {base}")
-        batch_end = pos + size
-        if base + last_delta < fetch_offset or attrs & _CONTROL:
-            pos = batch_end
-            continue
-        if check_crcs and _crc32c.crc32c(mv[pos + _CRC_START:batch_end]) != crc:
-            raise CorruptRecordBatch(f"CRC mismatch in the batch at offset {base} of "
-                                     f"{topic}-{partition}")
-        codec = attrs & _COMPRESSION_MASK
-        if codec == 0:
-            raw = b"".join((mv[pos + HEADER_SIZE:batch_end], _PAD))
-        else:
-            try:
-                raw = decompress(Compression(codec), mv[pos + HEADER_SIZE:batch_end],
-                                 max_bytes=max_decompressed_bytes) + _PAD
-            except CorruptRecordBatch as e:
-                e.args = (f"{e} (the batch at offset {base} of {topic}-{partition})",)
-                raise
+    pad = _PAD
+    for base, count, base_ts, append_ts, records in fetched_batches(
+            data, fetch_offset, check_crcs=check_crcs,
+            max_decompressed_bytes=max_decompressed_bytes, where=f" of {topic}-{partition}"):
         try:
-            _records(raw, count, base, base_ts, max_ts if attrs & _LOG_APPEND else None,
-                     topic, partition, fetch_offset, out)
+            _records(b"".join((records, pad)), count, base, base_ts, append_ts, topic,
+                     partition, fetch_offset, out)
         except (IndexError, struct.error):
             raise CorruptRecordBatch(f"record data overruns the batch at offset {base} of "
                                      f"{topic}-{partition}") from None
         except MalformedFrame as e:  # a varint longer than 10 bytes
             raise CorruptRecordBatch(f"{e} (the batch at offset {base} of "
                                      f"{topic}-{partition})") from None
-        pos = batch_end
     return out
 
 
-def _zigzag(v: int) -> int:
-    return (v >> 1) ^ -(v & 1)
-
-
-#: Zig-zag varints of one byte, by that byte; of two bytes ``a, b`` (``a >= 0x80 > b``), by
-#: ``a + 128 * b``. Tuple indexing and int addition are cheap bytecodes; the shifts and masks
-#: they replace are not (CPython 3.11 does not specialise bitwise operators).
-_Z1 = tuple(_zigzag(v) for v in range(128))
-_Z2 = tuple(_zigzag((i & 0x7F) | ((i >> 7) - 1) << 7) if i >= 0x80 else 0
-            for i in range(0x100 + 0x80 * 0x7F))
 _HEAD_BYTES = 12
 #: A record's first bytes as small ints, in one call: enough for every field up to the
 #: value's length when a null key and no varint longer than the common case come first.
@@ -186,8 +114,10 @@ _PAD = bytes(_HEAD_BYTES)
 
 def _records(raw: bytes, count: int, base: int, base_ts: int, append_ts: int | None,
              topic: str, partition: int, start: int, out: list[Message]) -> None:
-    # Deliberately one long function: this is the consumer's per-record decode loop, and
-    # splitting it would add a Python call per record, the overhead the loop exists to avoid.
+    # Deliberately one long function, kept here rather than in the shared decoder core: this is
+    # the consumer's per-record decode loop, and splitting it (or sharing its varint steps as
+    # calls) would add Python calls per record, the overhead the loop exists to avoid; its
+    # unrolled varint reads repeat for that reason.
     # ``raw`` is the batch's record data followed by _PAD. A record's first bytes come out of
     # one struct call as small ints; its length, timestamp and offset deltas, key length and
     # value length (one- or two-byte varints in the common case, three for offset deltas past
@@ -200,8 +130,8 @@ def _records(raw: bytes, count: int, base: int, base_ts: int, append_ts: int | N
     # shared with the previous record when their deltas match (records of one millisecond).
     # A record whose fields disagree with its length is corrupt.
     head = _head
-    z1 = _Z1
-    z2 = _Z2
+    z1 = ZIGZAG1
+    z2 = ZIGZAG2
     deltas: list[int] = []
     values: list[bytes | None] = []
     stamps: list[int] = []
@@ -351,18 +281,18 @@ def _record(raw: bytes, pos: int, base_ts: int, deltas: list[int], values: list[
             stamps: list[int], extra: dict[int, tuple]) -> int:
     """Decode the record at ``pos`` field by field (any varint length), add it to the
     lists as :func:`_records` does, and return the position after it."""
-    length, p = _varint(raw, pos)
+    length, p = read_record_varint(raw, pos)
     end = p + length
     p += 1  # record attributes (unused in v2)
-    ts_delta, p = _varint(raw, p)
-    delta, p = _varint(raw, p)
-    n, p = _varint(raw, p)
+    ts_delta, p = read_record_varint(raw, p)
+    delta, p = read_record_varint(raw, p)
+    n, p = read_record_varint(raw, p)
     if n < 0:
         key = None
     else:
         key = raw[p:p + n]
         p += n
-    n, p = _varint(raw, p)
+    n, p = read_record_varint(raw, p)
     if n < 0:
         value = None
     else:
@@ -381,17 +311,17 @@ def _record(raw: bytes, pos: int, base_ts: int, deltas: list[int], values: list[
 
 
 def _headers(raw: bytes, pos: int) -> tuple[tuple, int]:
-    nh, pos = _varint(raw, pos)
+    nh, pos = read_record_varint(raw, pos)
     if nh < 0:
         raise CorruptRecordBatch(f"negative header count {nh} in a record")
     out = []
     for _ in range(nh):
-        n, pos = _varint(raw, pos)
+        n, pos = read_record_varint(raw, pos)
         if n < 0:
             raise CorruptRecordBatch("null header key in a record")
         hk = raw[pos:pos + n]
         pos += n
-        n, pos = _varint(raw, pos)
+        n, pos = read_record_varint(raw, pos)
         if n < 0:
             hv = None
         else:

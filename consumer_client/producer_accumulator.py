@@ -26,77 +26,16 @@ Not thread-safe: the blocking producer calls it under its own lock.
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import crc32c as _crc32c
-
-from broker_core.wire.compression import compress as compress_payload
-from broker_core.wire.primitives import zigzag_bytes as varint
-from broker_core.wire.records import Compression
-
-# Batch header fields, as broker_core.wire.records lays them out (its build_batch takes Record
-# objects; the producer encodes records as they arrive instead, so it packs the header itself).
-_BEFORE_CRC = struct.Struct(">qiibI")  # baseOffset, batchLength, leaderEpoch, magic, crc
-_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. recordCount
-_CRC_START = 21
-_LOG_OVERHEAD = 12
-HEADER_SIZE = 61
+from broker_core.wire.record_encoding import encode_record, seal_batch
+from broker_core.wire.records import HEADER_SIZE, Compression
 
 #: Upper bound of a record's bytes beyond its key and value when it has no headers: length,
 #: attributes, timestamp delta, offset delta, key and value lengths, header count (varints).
 RECORD_OVERHEAD = 1 + 5 + 10 + 5 + 5 + 5 + 1
-
-# Precomputed zig-zag varints (``varint`` is wire.primitives' zigzag_bytes) for 0..N-1:
-# lengths, offset deltas and small timestamp deltas hit this table instead of a Python loop
-# (most of the per-record cost otherwise).
-_TABLE_SIZE = 1 << 15
-_ZZ: list[bytes] = [varint(i) for i in range(_TABLE_SIZE)]
-_NULL = varint(-1)
-
-
-def encode_record(ts_delta: int, offset_delta: int, key: bytes | None, value: bytes | None,
-                  headers: Sequence[tuple[str, bytes | None]] | None) -> bytes:
-    """One record of a v2 batch, length prefix included. Raises TypeError for a key, value or
-    header value that is not bytes-like, before anything is written anywhere."""
-    zz = _ZZ
-    n = _TABLE_SIZE
-    parts: list[Any] = [b"\x00",
-                        zz[ts_delta] if 0 <= ts_delta < n else varint(ts_delta),
-                        zz[offset_delta] if offset_delta < n else varint(offset_delta)]
-    if key is None:
-        parts.append(_NULL)
-    else:
-        kl = len(key)
-        parts.append(zz[kl] if kl < n else varint(kl))
-        parts.append(key)
-    if value is None:
-        parts.append(_NULL)
-    else:
-        vl = len(value)
-        parts.append(zz[vl] if vl < n else varint(vl))
-        parts.append(value)
-    if not headers:
-        parts.append(b"\x00")
-    else:
-        nh = len(headers)
-        parts.append(zz[nh] if nh < n else varint(nh))
-        for hk, hv in headers:
-            kb = hk.encode()
-            kl = len(kb)
-            parts.append(zz[kl] if kl < n else varint(kl))
-            parts.append(kb)
-            if hv is None:
-                parts.append(_NULL)
-            else:
-                vl = len(hv)
-                parts.append(zz[vl] if vl < n else varint(vl))
-                parts.append(hv)
-    body = b"".join(parts)
-    bl = len(body)
-    return (zz[bl] if bl < n else varint(bl)) + body
 
 
 class ProducerBatch:
@@ -145,13 +84,11 @@ class ProducerBatch:
     def seal(self, compression: Compression) -> bytes:
         """The batch as RecordBatch v2 bytes (built once; a retry resends the same bytes)."""
         if self.payload is None:
-            records = compress_payload(compression, bytes(self.buf))
-            attributes = int(compression)  # CreateTime; not transactional, not control
-            after = _AFTER_CRC.pack(attributes, self.count - 1, self.base_ts, self.max_ts,
-                                    self.producer_id, self.producer_epoch, self.base_sequence,
-                                    self.count) + records
-            length = len(after) + (_CRC_START - _LOG_OVERHEAD)
-            self.payload = _BEFORE_CRC.pack(0, length, -1, 2, _crc32c.crc32c(after)) + after
+            # CreateTime; not transactional, not control.
+            self.payload = seal_batch(self.buf, self.count, base_timestamp=self.base_ts,
+                                      max_timestamp=self.max_ts, producer_id=self.producer_id,
+                                      producer_epoch=self.producer_epoch,
+                                      base_sequence=self.base_sequence, compression=compression)
             self.buf = bytearray()  # the encoded records now live in payload only
         return self.payload
 

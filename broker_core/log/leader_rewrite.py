@@ -54,10 +54,13 @@ from broker_core.log.config import NEVER
 from broker_core.log.validator import InvalidRecords, largest_timestamp
 from broker_core.wire.compression import compress, decompress
 from broker_core.wire.records import (
+    COMPRESSION_MASK,
+    CRC_START,
     HEADER_SIZE,
     LOG_OVERHEAD,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_TYPE_BIT,
     BatchInfo,
     Compression,
     InvalidRecordBatch,
@@ -66,11 +69,8 @@ from broker_core.wire.records import (
 )
 
 _CRC_POS = 17  # baseOffset(8) + batchLength(4) + partitionLeaderEpoch(4) + magic(1)
-_ATTRIBUTES_POS = 21  # the CRC covers from here to the end of the batch
 _MAX_TIMESTAMP_POS = 35  # attributes(2) + lastOffsetDelta(4) + baseTimestamp(8) after 21
 _LENGTH_POS = 8
-_COMPRESSION_MASK = 0x07
-_LOG_APPEND_TIME_BIT = 0x08
 _int16 = struct.Struct(">h")
 _int32 = struct.Struct(">i")
 _uint32 = struct.Struct(">I")
@@ -138,11 +138,11 @@ def as_create_time(data: bytes | bytearray, infos: list[BatchInfo], *, max_batch
     for info in marked:
         largest = largest_timestamp(data, info, max_decompressed_bytes=max_batch_bytes)
         at = info.position
-        attributes = _int16.unpack_from(out, at + _ATTRIBUTES_POS)[0]
-        _int16.pack_into(out, at + _ATTRIBUTES_POS, attributes & ~_LOG_APPEND_TIME_BIT)
+        attributes = _int16.unpack_from(out, at + CRC_START)[0]
+        _int16.pack_into(out, at + CRC_START, attributes & ~TIMESTAMP_TYPE_BIT)
         _int64.pack_into(out, at + _MAX_TIMESTAMP_POS, largest)
         _uint32.pack_into(out, at + _CRC_POS,
-                          crc32c.crc32c(memoryview(out)[at + _ATTRIBUTES_POS:info.end]))
+                          crc32c.crc32c(memoryview(out)[at + CRC_START:info.end]))
     return out, list(iter_batches(out))
 
 
@@ -208,17 +208,17 @@ def _with_payload(batch: bytes, codec: Compression, payload: bytes) -> bytes:
     out = bytearray(batch[:HEADER_SIZE])
     out += payload
     _int32.pack_into(out, _LENGTH_POS, len(out) - LOG_OVERHEAD)
-    attributes = _int16.unpack_from(out, _ATTRIBUTES_POS)[0]
-    _int16.pack_into(out, _ATTRIBUTES_POS, (attributes & ~_COMPRESSION_MASK) | int(codec))
-    _uint32.pack_into(out, _CRC_POS, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_POS:]))
+    attributes = _int16.unpack_from(out, CRC_START)[0]
+    _int16.pack_into(out, CRC_START, (attributes & ~COMPRESSION_MASK) | int(codec))
+    _uint32.pack_into(out, _CRC_POS, crc32c.crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)
 
 
 def _stamped(batch: bytes, now_ms: int) -> bytes:
     """``batch`` marked LogAppendTime with ``maxTimestamp = now_ms``; CRC recomputed."""
     out = bytearray(batch)
-    attributes = _int16.unpack_from(out, _ATTRIBUTES_POS)[0]
-    _int16.pack_into(out, _ATTRIBUTES_POS, attributes | _LOG_APPEND_TIME_BIT)
+    attributes = _int16.unpack_from(out, CRC_START)[0]
+    _int16.pack_into(out, CRC_START, attributes | TIMESTAMP_TYPE_BIT)
     _int64.pack_into(out, _MAX_TIMESTAMP_POS, now_ms)
-    _uint32.pack_into(out, _CRC_POS, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_POS:]))
+    _uint32.pack_into(out, _CRC_POS, crc32c.crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)

@@ -15,9 +15,14 @@ this module's part of the produce path is O(batches), and compressed batches are
 as the producer sent them. (The records themselves are checked by the log validator,
 :mod:`broker_core.log.validator`.)
 
-The broker only uses :func:`parse_batch`, :func:`iter_batches`, :func:`scan_valid_prefix` and
-:func:`assign_offsets`. :func:`build_batch` and :func:`decode_batch` / :func:`decode_records` are
-for clients, tools and tests.
+This module declares the layout once (:data:`BATCH_HEADER`, :data:`BEFORE_CRC`,
+:data:`AFTER_CRC`, :data:`CRC_START` and the attribute bits); every encoder and decoder of
+batches uses these names. The broker only uses :func:`parse_batch`, :func:`iter_batches`,
+:func:`scan_valid_prefix` and :func:`assign_offsets`. :func:`build_batch` (through the one
+encoder, :mod:`broker_core.wire.record_encoding`) and :func:`decode_batch` /
+:func:`decode_records` are for clients, tools, the Raft log and tests: the latter are the strict
+reference decoder (every batch through :func:`parse_batch`, every field bounds-checked against
+its record); the clients' fast decoders are built on :mod:`broker_core.wire.record_batches`.
 """
 
 from __future__ import annotations
@@ -30,26 +35,30 @@ from enum import IntEnum
 import crc32c as _crc32c
 
 from broker_core.wire.errors import MalformedFrame
-from broker_core.wire.primitives import append_zigzag, read_varint
+from broker_core.wire.primitives import read_varint
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not count
 MAGIC = 2
 _MAGIC_POS = 16
-_CRC_START = 21  # position of attributes: the CRC covers from here to the end of the batch
+CRC_START = 21  # position of attributes: the CRC covers from here to the end of the batch
 _MIN_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # the smallest legal batchLength (no records)
 
-_header = struct.Struct(">qiibIhiqqqhii")
+#: The whole 61-byte header, the fields before the CRC (baseOffset .. crc) and after it
+#: (attributes .. recordCount): the one declaration of the layout every encoder and decoder uses.
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+BEFORE_CRC = struct.Struct(">qiibI")
+AFTER_CRC = struct.Struct(">hiqqqhii")
+LAST_OFFSET_DELTA_POS = 23
 _base_offset = struct.Struct(">q")
 _leader_epoch = struct.Struct(">i")
 _length = struct.Struct(">i")
-_after_crc = struct.Struct(">hiqqqhii")
-_before_crc = struct.Struct(">qiibI")
 
-_COMPRESSION_MASK = 0x07
-_TIMESTAMP_TYPE_BIT = 0x08
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
+#: Attribute bits of a batch.
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
 
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
@@ -115,24 +124,24 @@ class BatchInfo:
     @property
     def compression(self) -> Compression:
         try:
-            return Compression(self.attributes & _COMPRESSION_MASK)
+            return Compression(self.attributes & COMPRESSION_MASK)
         except ValueError:
             raise CorruptRecordBatch(
-                f"unknown compression codec {self.attributes & _COMPRESSION_MASK} in batch at "
+                f"unknown compression codec {self.attributes & COMPRESSION_MASK} in batch at "
                 f"offset {self.base_offset}") from None
 
     @property
     def timestamp_type(self) -> int:
         """0 = CreateTime, 1 = LogAppendTime."""
-        return 1 if self.attributes & _TIMESTAMP_TYPE_BIT else 0
+        return 1 if self.attributes & TIMESTAMP_TYPE_BIT else 0
 
     @property
     def is_transactional(self) -> bool:
-        return bool(self.attributes & _TRANSACTIONAL_BIT)
+        return bool(self.attributes & TRANSACTIONAL_BIT)
 
     @property
     def is_control(self) -> bool:
-        return bool(self.attributes & _CONTROL_BIT)
+        return bool(self.attributes & CONTROL_BIT)
 
     @property
     def end(self) -> int:
@@ -169,7 +178,7 @@ def parse_batch(data: bytes | bytearray | memoryview, position: int = 0, *,
         raise CorruptRecordBatch(f"torn batch header at position {position}: {remaining} of "
                                  f"{HEADER_SIZE} bytes")
     (base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid,
-     pepoch, base_seq, count) = _header.unpack_from(data, position)
+     pepoch, base_seq, count) = BATCH_HEADER.unpack_from(data, position)
     if length < _MIN_LENGTH:
         raise CorruptRecordBatch(f"batch length {length} at position {position} is smaller than "
                                  f"a batch header ({_MIN_LENGTH})")
@@ -181,7 +190,7 @@ def parse_batch(data: bytes | bytearray | memoryview, position: int = 0, *,
         raise CorruptRecordBatch(f"inconsistent record count {count} and last offset delta "
                                  f"{last_delta} at position {position}")
     if verify_crc:
-        actual = _crc32c.crc32c(memoryview(data)[position + _CRC_START:position + size])
+        actual = _crc32c.crc32c(memoryview(data)[position + CRC_START:position + size])
         if actual != crc:
             raise CorruptRecordBatch(f"CRC mismatch in batch at position {position}: stored "
                                      f"{crc:#010x}, computed {actual:#010x}")
@@ -295,44 +304,18 @@ def build_batch(
         raise ValueError("a batch needs at least one record")
     if timestamp_type not in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME):
         raise ValueError(f"timestamp_type must be 0 or 1, got {timestamp_type}")
+    # Imported here: the encoder imports this module's layout (as the codecs do).
+    from broker_core.wire.record_encoding import encode_record, seal_batch
+
     compression = Compression(compression)
     base_ts = records[0].timestamp
-    max_ts = max(r.timestamp for r in records)
-    body = bytearray()
-    rec = bytearray()
-    for i, r in enumerate(records):
-        rec.clear()
-        rec.append(0)  # record attributes: unused in v2
-        append_zigzag(rec, r.timestamp - base_ts)
-        append_zigzag(rec, i)
-        for part in (r.key, r.value):
-            if part is None:
-                append_zigzag(rec, -1)
-            else:
-                append_zigzag(rec, len(part))
-                rec += part
-        append_zigzag(rec, len(r.headers))
-        for hk, hv in r.headers:
-            kb = hk.encode()
-            append_zigzag(rec, len(kb))
-            rec += kb
-            if hv is None:
-                append_zigzag(rec, -1)
-            else:
-                append_zigzag(rec, len(hv))
-                rec += hv
-        append_zigzag(body, len(rec))
-        body += rec
-    from broker_core.wire.compression import compress
-
-    payload = compress(compression, bytes(body))
-    attributes = (int(compression) | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
-                  | (_CONTROL_BIT if control else 0))
-    after_crc = _after_crc.pack(attributes, len(records) - 1, base_ts, max_ts, producer_id,
-                                producer_epoch, base_sequence, len(records)) + payload
-    crc = _crc32c.crc32c(after_crc)
-    length = len(after_crc) + (_CRC_START - LOG_OVERHEAD)
-    return _before_crc.pack(base_offset, length, leader_epoch, MAGIC, crc) + after_crc
+    body = b"".join([encode_record(r.timestamp - base_ts, i, r.key, r.value, r.headers)
+                     for i, r in enumerate(records)])
+    return seal_batch(body, len(records), base_timestamp=base_ts,
+                      max_timestamp=max(r.timestamp for r in records), base_offset=base_offset,
+                      leader_epoch=leader_epoch, producer_id=producer_id,
+                      producer_epoch=producer_epoch, base_sequence=base_sequence,
+                      compression=compression, timestamp_type=timestamp_type, control=control)
 
 
 def _take(raw: bytes, pos: int, n: int, limit: int, what: str) -> tuple[bytes | None, int]:

@@ -10,11 +10,12 @@ out of the batch bytes with one mask), building the Arrow arrays from buffers. P
 is one short loop iteration instead of a tuple, two ``bytes`` objects and their conversion to
 Arrow; measured in ``docs/spark.md`` (Performance).
 
-What it accepts and rejects is the consumer decoder's contract: RecordBatch v2 with any codec
-(through :func:`broker_core.wire.compression.decompress`, bounded by ``max_decompressed_bytes``
-per batch), control batches skipped, records before
-the fetch offset skipped, a trailing partial batch ignored, a bad CRC or a record whose fields
-overrun it raising :class:`~broker_core.wire.records.CorruptRecordBatch`. Records with headers,
+What it accepts and rejects is the consumer decoder's contract, because both walk the chunk with
+the wire codec's decoder core (:func:`broker_core.wire.record_batches.fetched_batches`):
+RecordBatch v2 with any codec, bounded by ``max_decompressed_bytes`` per batch, control batches
+skipped, records before the fetch offset skipped, a trailing partial batch ignored, a bad CRC
+or a record whose fields overrun it raising
+:class:`~broker_core.wire.records.CorruptRecordBatch`. Records with headers,
 when headers are asked for, go through the consumer's decoder (headers are rare and nested; the
 row-wise path handles them) so both paths agree by construction.
 
@@ -28,27 +29,20 @@ import operator
 import struct
 from typing import Any
 
-import crc32c as _crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.wire.compression import CLIENT_MAX_DECOMPRESSED_BYTES, decompress
-from broker_core.wire.records import (
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
-    Compression,
-    CorruptRecordBatch,
-    UnsupportedMagic,
+from broker_core.wire.compression import CLIENT_MAX_DECOMPRESSED_BYTES
+from broker_core.wire.record_batches import (
+    ZIGZAG1,
+    ZIGZAG2,
+    fetched_batches,
+    read_record_varint,
 )
-from consumer_client.consumer_records import _Z1, _Z2, Message, _varint, decode_chunk
+from broker_core.wire.records import CorruptRecordBatch
+from consumer_client.consumer_records import Message, decode_chunk
 
-_header = struct.Struct(">qiibIhiqqqhii")
-_CRC_START = 21
-_COMPRESSION_MASK = 0x07
-_LOG_APPEND = 0x08
-_CONTROL = 0x20
 #: Appended to the record data so that a varint read column-wise (up to 10 bytes past a
 #: field's start) never indexes past the buffer, even in a corrupt record.
 _PAD = bytes(16)
@@ -133,35 +127,17 @@ def _record_data(topic: str, partition: int, data: bytes | memoryview, fetch_off
     decompressed and concatenated (then padded), and per batch ``(count, base_offset,
     base_timestamp, log_append_timestamp or None, data_end)`` with ``data_end`` the position
     in the concatenation where its records end."""
-    mv = memoryview(data)
-    pos = 0
-    size_all = len(data)
     pieces: list[Any] = []
     batches: list[tuple] = []
     at = 0
-    while size_all - pos >= HEADER_SIZE:
-        (base, length, _epoch, magic, crc, attrs, last_delta, base_ts, max_ts, _pid, _pe, _seq,
-         count) = _header.unpack_from(data, pos)
-        batch_end = pos + length + LOG_OVERHEAD
-        if batch_end > size_all:
-            break  # a partial batch cut off by the fetch size limit
-        if magic != MAGIC:
-            raise UnsupportedMagic(f"record batch magic {magic} at offset {base}")
-        if base + last_delta < fetch_offset or base >= end or attrs & _CONTROL or count <= 0:
-            pos = batch_end
+    for base, count, base_ts, append_ts, records in fetched_batches(
+            data, fetch_offset, end_offset=end, check_crcs=check_crcs,
+            max_decompressed_bytes=max_decompressed_bytes, where=f" of {topic}-{partition}"):
+        if count <= 0:
             continue
-        body = mv[pos + _CRC_START:batch_end]
-        if check_crcs and _crc32c.crc32c(body) != crc:
-            raise CorruptRecordBatch(f"CRC mismatch in the batch at offset {base} of "
-                                     f"{topic}-{partition}")
-        codec = attrs & _COMPRESSION_MASK
-        records = mv[pos + HEADER_SIZE:batch_end]
-        if codec:
-            records = decompress(Compression(codec), records, max_bytes=max_decompressed_bytes)
         pieces.append(records)
         at += len(records)
-        batches.append((count, base, base_ts, max_ts if attrs & _LOG_APPEND else None, at))
-        pos = batch_end
+        batches.append((count, base, base_ts, append_ts, at))
     pieces.append(_PAD)
     return b"".join(pieces), batches
 
@@ -170,10 +146,10 @@ def _record_ends(buf: bytes, batches: list[tuple]) -> list[int]:
     """Where each record ends in ``buf``. The only per-record Python loop (a record's position
     depends on every length before it), kept to one table lookup and one append per record:
     a record's length is a zig-zag varint of one or two bytes for records under 8 KiB (read
-    with the consumer decoder's tables), longer ones are read generically. Where each record's
+    with the decoder core's tables), longer ones are read generically. Where each record's
     fields start is worked out afterwards, column-wise (:func:`_columns`)."""
-    z1 = _Z1
-    z2 = _Z2
+    z1 = ZIGZAG1
+    z2 = ZIGZAG2
     ends: list[int] = []
     add_end = ends.append
     pos = 0
@@ -187,7 +163,7 @@ def _record_ends(buf: bytes, batches: list[tuple]) -> list[int]:
                 if b < 0x80:
                     pos += z2[a + 128 * b] + 2
                 else:
-                    size, pos = _varint(buf, pos)
+                    size, pos = read_record_varint(buf, pos)
                     pos += size
             add_end(pos)
         if pos != data_end:

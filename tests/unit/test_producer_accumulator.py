@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from broker_core.wire.primitives import zigzag_bytes as varint
+from broker_core.wire.record_encoding import encode_record
 from broker_core.wire.records import Compression, decode_batch, parse_batch
 from consumer_client.producer_accumulator import (
     BATCH_FULL,
     NEW_BATCH,
     RecordAccumulator,
-    encode_record,
-    varint,
 )
 
 

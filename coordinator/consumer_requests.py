@@ -28,7 +28,7 @@ from twisted.logger import Logger
 from broker_core import metadata_paths as paths
 from broker_core.metadata import MetadataStoreError, TransactionFailed
 from broker_core.wire.errors import ErrorCode
-from coordinator import rebalance, topic_count
+from coordinator import initial_rebalance, rebalance, topic_count
 from coordinator.assignor import TopicPartition
 from coordinator.registry import ConsumerRegistry, DuplicateConsumer, GroupRegistry
 
@@ -164,10 +164,18 @@ class ConsumerRequests:
                 g.delayed_call = None
                 g.rebalance_initiated = False
                 g.not_before = now
-        elif was_empty:
-            # KIP-134: the first member of an empty group waits for the rest of a starting
-            # group, so N members joining cost one rebalance, not N.
-            g.not_before = now + cfg.initial_rebalance_delay_ms / 1000.0
+        else:
+            # KIP-134, shortened: the first member of an empty group waits for the rest of a
+            # starting group (N members joining cost one rebalance, not N), but only until no
+            # one has arrived for the quiet period; the delay bounds the whole wait.
+            quiet_s = initial_rebalance.effective_quiet_s(cfg.initial_rebalance_quiet_ms,
+                                                          cfg.initial_rebalance_delay_ms)
+            if was_empty:
+                g.initial_bound, g.not_before = initial_rebalance.opening(
+                    now, quiet_s, cfg.initial_rebalance_delay_ms / 1000.0)
+            elif g.initial_bound is not None:
+                g.not_before = initial_rebalance.arrival(now, quiet_s, g.initial_bound,
+                                                         g.not_before)
         self.service.request_rebalance(g)
         # session_id is left out of a v0 answer (ignorable): such a member cannot leave early.
         return {"error_code": 0, "error_message": None, "session_id": c.session_id}

@@ -121,6 +121,10 @@ class GroupRegistry:
     #: KIP-134 and failover: no rebalance before this time (initial delay after the group's first
     #: registration, or after election while previous owners re-register).
     not_before: float = 0.0
+    #: While a new group waits for its first rebalance (:mod:`coordinator.initial_rebalance`):
+    #: the latest time it may run (first member + the initial delay); None otherwise. Each
+    #: arrival pushes ``not_before`` by the quiet period, never past this.
+    initial_bound: float | None = None
     #: Consumer ids that owned partitions in ZooKeeper when this coordinator was elected and
     #: have not re-registered yet; the group's first rebalance waits for them (bounded).
     expected: set[str] = field(default_factory=set)

@@ -67,6 +67,7 @@ class CoordinatorConfig:
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1800000
     initial_rebalance_delay_ms: int = 3000
+    initial_rebalance_quiet_ms: int = 200
     max_group_size: int = 1000
     rebalance_backoff_ms: int = 2000
     rebalance_max_retries: int = 4
@@ -82,6 +83,7 @@ class CoordinatorConfig:
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,
             max_session_timeout_ms=cfg.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+            initial_rebalance_quiet_ms=cfg.group_initial_rebalance_quiet_ms,
             max_group_size=cfg.group_max_size,
             rebalance_backoff_ms=cfg.rebalance_backoff_ms,
             rebalance_max_retries=cfg.rebalance_max_retries,
@@ -275,7 +277,8 @@ class CoordinatorService:
 
     def request_rebalance(self, g: GroupRegistry) -> None:
         """Queue a rebalance unless one is already initiated (coalescing); held
-        until ``g.not_before`` (the initial delay)."""
+        until ``g.not_before`` (the initial wait, which arrivals may push while it runs:
+        :mod:`coordinator.initial_rebalance`)."""
         if not self.active or g.rebalance_initiated:
             return
         g.rebalance_initiated = True
@@ -289,7 +292,14 @@ class CoordinatorService:
         g = self.registries.groups.get(gid)
         if g is None or term != self.term or not self.active:
             return
+        remaining = g.not_before - self.clock.seconds()
+        if remaining > 0:
+            # A member arrived meanwhile and pushed the initial quiet deadline: wait on. One
+            # timer per group; arrivals only move ``not_before``, never reschedule it.
+            g.delayed_call = self.clock.callLater(remaining, self._submit, gid, term)
+            return
         g.delayed_call = None
+        g.initial_bound = None
         g.expected.clear()
         self.handlers.submit(g)
 

@@ -211,6 +211,7 @@ class BrokerConfig:
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
     group_initial_rebalance_delay_ms: int
+    group_initial_rebalance_quiet_ms: int
     group_max_size: int
     rebalance_backoff_ms: int
     rebalance_max_retries: int

@@ -16,8 +16,16 @@ COORDINATOR_KEYS: dict[str, ConfigKey] = key_table(
      "The largest session timeout in milliseconds a consumer may register with."),
     ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms",
      integer(0, INT_MAX), "3000",
-     "How long in milliseconds the first member of an empty group waits before the group's "
-     "rebalance, so members starting together cost one."),
+     "The longest, in milliseconds from its first member, that a new group of Sluice's "
+     "thin consumers waits before its first rebalance, so members starting together cost one "
+     "(Kafka-protocol groups: Kafka's meaning)."),
+    ("group.initial.rebalance.quiet.ms", "group_initial_rebalance_quiet_ms",
+     integer(0, INT_MAX), "200",
+     "A new group of Sluice's thin consumers rebalances once no member has registered for "
+     "this long (each arrival restarts it), bounded by group.initial.rebalance.delay.ms; a "
+     "value above that delay is clamped to it. 200 ms: consumers started together register "
+     "within a few round trips of each other, so a storm keeps the window open, while a lone "
+     "member gets its partitions within a fraction of a second."),
     ("group.max.size", "group_max_size", integer(1, INT_MAX), "1000",
      "The most members a classic-protocol consumer group may have; a join beyond it gets "
      "GROUP_MAX_SIZE_REACHED."),

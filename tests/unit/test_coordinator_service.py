@@ -198,7 +198,9 @@ def test_a_closed_channel_during_a_rebalance_fails_it_fast():
 
 
 def test_members_joining_within_the_initial_delay_cost_one_rebalance():
-    clock, store, svc = make(initial_rebalance_delay_ms=3000)
+    # A quiet period as long as the delay is clamped to it: the full delay, as before the
+    # quiet period existed (b arrives 1 s after a, longer than the default quiet period).
+    clock, store, svc = make(initial_rebalance_delay_ms=3000, initial_rebalance_quiet_ms=3000)
     _, a = register(svc, "a")
     clock.advance(1.0)
     _, b = register(svc, "b")
@@ -206,6 +208,90 @@ def test_members_joining_within_the_initial_delay_cost_one_rebalance():
     assert a.pending(ApiKey.STOP_FETCHER) == [] and b.pending(ApiKey.STOP_FETCHER) == []
     clock.advance(0.1)
     assert len(a.pending(ApiKey.STOP_FETCHER)) == 1 and len(b.pending(ApiKey.STOP_FETCHER)) == 1
+
+
+def stop_fetchers_sent(*channels):
+    """How many StopFetcher requests each channel got (answered or not)."""
+    return [sum(1 for key, _b, _d in ch.sent if key == ApiKey.STOP_FETCHER) for ch in channels]
+
+
+def test_a_lone_member_rebalances_after_the_quiet_period_not_the_delay():
+    clock, store, svc = make(initial_rebalance_delay_ms=2000, initial_rebalance_quiet_ms=250)
+    _, a = register(svc, "a")
+    clock.advance(0.125)
+    assert stop_fetchers_sent(a) == [0]
+    clock.advance(0.125)
+    assert stop_fetchers_sent(a) == [1]
+    answer_all(a)
+    answer_all(a)
+    assert set(svc.registries.member("g", "a").owned) == {("t", 0), ("t", 1)}
+    assert svc.registries.groups["g"].initial_bound is None  # the initial wait is over
+
+
+def test_arrivals_within_the_quiet_period_extend_it_up_to_the_delay_bound():
+    clock, store, svc = make(initial_rebalance_delay_ms=2000, initial_rebalance_quiet_ms=250)
+    channels = [register(svc, "m0")[1]]
+    # A member every quiet/2: the quiet period never passes, so only the bound ends the wait.
+    while clock.seconds() < 1.875:
+        clock.advance(0.125)
+        channels.append(register(svc, f"m{len(channels)}")[1])
+        assert stop_fetchers_sent(*channels) == [0] * len(channels)
+    assert len(channels) == 16
+    clock.advance(0.125)  # t = 2.0: the bound, first member + the delay
+    assert stop_fetchers_sent(*channels) == [1] * len(channels)
+
+
+def test_the_quiet_period_restarts_with_each_arrival():
+    clock, store, svc = make(initial_rebalance_delay_ms=2000, initial_rebalance_quiet_ms=250)
+    _, a = register(svc, "a")
+    clock.advance(0.125)
+    _, b = register(svc, "b")  # pushes the deadline from 0.25 to 0.375
+    clock.advance(0.125)
+    assert stop_fetchers_sent(a, b) == [0, 0]
+    clock.advance(0.125)
+    assert stop_fetchers_sent(a, b) == [1, 1]
+
+
+def test_a_join_storm_costs_one_rebalance():
+    clock, store, svc = make(initial_rebalance_delay_ms=3000, initial_rebalance_quiet_ms=200)
+    n = 1000
+    channels = []
+    for i in range(n):
+        channels.append(register(svc, f"m{i:04}")[1])
+        if i % 100 == 99:
+            clock.advance(0.1)  # a burst: 100 registrations per 100 ms, for a second
+    assert stop_fetchers_sent(*channels) == [0] * n
+    clock.advance(0.2)
+    assert stop_fetchers_sent(*channels) == [1] * n
+    for ch in channels:
+        answer_all(ch)  # StopFetcher
+    for ch in channels:
+        answer_all(ch)  # StartFetcher
+    clock.advance(3.0)
+    g = svc.registries.groups["g"]
+    assert g.generation == 1
+    assert stop_fetchers_sent(*channels) == [1] * n
+    assert sorted(tp for m in g.members.values() for tp in m.owned) == [("t", 0), ("t", 1)]
+
+
+def test_a_quiet_period_of_zero_rebalances_a_new_group_at_once():
+    clock, store, svc = make(initial_rebalance_delay_ms=3000, initial_rebalance_quiet_ms=0)
+    _, a = register(svc, "a")
+    clock.advance(0)
+    assert stop_fetchers_sent(a) == [1]
+
+
+def test_a_member_arriving_after_the_initial_rebalance_does_not_touch_the_initial_wait():
+    clock, store, svc = make(initial_rebalance_delay_ms=2000, initial_rebalance_quiet_ms=250)
+    _, a = register(svc, "a")
+    clock.advance(0.25)
+    answer_all(a)
+    answer_all(a)
+    assert svc.registries.groups["g"].generation == 1
+    _, b = register(svc, "b")  # an ordinary rebalance, not held by any initial wait
+    assert svc.registries.groups["g"].initial_bound is None
+    clock.advance(0)
+    assert stop_fetchers_sent(a, b) == [2, 1]
 
 
 def test_while_suspended_nothing_is_pinged_nor_failed():

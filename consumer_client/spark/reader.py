@@ -301,7 +301,9 @@ def read_chunks(cluster: Cluster, rng: OffsetRange, *, fail_on_data_loss: bool =
     The fetch for the next chunk is sent before a chunk is handed over, so the leader reads
     and sends it while the caller decodes (one request ahead, on the same connection; if the
     caller stops early, that connection is closed, since its answer would otherwise be taken
-    for the next request's)."""
+    for the next request's).
+
+    Backoffs and the ``poll_timeout_s`` deadline run on ``cluster.clock``."""
     ahead: list[tuple[int, int, Pending] | None] = [None]  # (leader, offset, request) sent early
     try:
         yield from _read_chunks(cluster, rng, fail_on_data_loss, max_partition_fetch_bytes,

@@ -138,8 +138,10 @@ def _name(address: Address) -> str:
 
 class QuorumAdminClient:
     """See the module docstring. ``connect``, ``sleep`` and ``monotonic`` are injectable for
-    tests. :attr:`directory` is what DiscoverBrokers told the client; :attr:`leader_id` the
-    leader of the latest answer, if any."""
+    tests. Connections are kept per address in the client library's
+    :class:`~consumer_client.connection_cache.ConnectionCache`, logged in as they open.
+    :attr:`directory` is what DiscoverBrokers told the client; :attr:`leader_id` the leader of
+    the latest answer, if any."""
 
     def __init__(self, servers: str, *, timeout_s: float = 30.0,
                  retry_backoff_ms: float = 100.0, max_backoff_ms: float = 1000.0,

@@ -1,9 +1,10 @@
 """The client's view of the cluster, for the consumer and the producer (Twisted).
 
-:class:`ClusterClient` holds the brokers and partition leaders from the last Metadata response,
-one connection per broker (opened on first use, negotiated with ApiVersions, reopened after it
-closed), and sends requests with a timeout. Bootstrap servers are tried round robin (the
-coordinator design's consumer start-up: pick the next broker, keep retrying).
+:class:`ClusterClient` holds the brokers and partition leaders from the last Metadata response
+(a :class:`~consumer_client.cluster_view.ClusterView`, which indexes it), one connection per
+broker (opened on first use, negotiated with ApiVersions, reopened after it closed), and sends
+requests with a timeout. Bootstrap servers are tried round robin (the coordinator design's
+consumer start-up: pick the next broker, keep retrying).
 
 Invariants:
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet import defer
@@ -28,35 +28,14 @@ from twisted.logger import Logger
 from broker_core.rpc import KafkaClientProtocol, RequestTimedOut, request_with_timeout
 from broker_core.wire import apis, framing
 from broker_core.wire.apis import ApiKey, common_versions
-from broker_core.wire.errors import ErrorCode
 from consumer_client import secure_connect
+from consumer_client.cluster_view import ClusterView
 from consumer_client.connection import NoBrokersAvailable, parse_servers
 from consumer_client.security import ClientSecurity
 
 
 class UnsupportedApi(Exception):
     """The broker does not serve an API this client needs at a version it speaks."""
-
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    topic: str
-    partition: int
-    leader: int  # -1 while the partition has no leader
-    leader_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-
-
-@dataclass
-class ClusterView:
-    """One Metadata response, indexed. ``topics`` maps a topic to its partitions by index;
-    ``topic_errors`` holds the error of every topic the broker refused (e.g. unknown)."""
-
-    brokers: dict[int, tuple[str, int]] = field(default_factory=dict)
-    topics: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
-    topic_errors: dict[str, ErrorCode] = field(default_factory=dict)
-    controller_id: int = -1
 
 
 class BrokerLink:
@@ -103,17 +82,14 @@ class ClusterClient:
 
     def leader_for(self, topic: str, partition: int) -> int:
         """The leader's node id from the last metadata, or -1 when unknown or leaderless."""
-        p = self.view.topics.get(topic, {}).get(partition)
-        return -1 if p is None else p.leader
+        return self.view.leader_for(topic, partition)
 
     def partitions_for(self, topic: str) -> list[int] | None:
-        parts = self.view.topics.get(topic)
-        return None if parts is None else sorted(parts)
+        return self.view.partitions_for(topic)
 
     def update_brokers(self, brokers: Iterable[tuple[int, str, int]]) -> None:
         """Learn broker addresses from elsewhere (StartFetcher carries the broker list)."""
-        for node_id, host, port in brokers:
-            self.view.brokers[node_id] = (host, port)
+        self.view.learn_brokers(brokers)
 
     async def refresh(self, topics: Sequence[str] | None = None, *,
                       auto_create: bool = False) -> ClusterView:
@@ -143,21 +119,7 @@ class ClusterClient:
         body = {"topics": None if topics is None else [{"name": t} for t in topics],
                 "allow_auto_topic_creation": auto_create}
         resp = await self.request_any(ApiKey.METADATA, body)
-        view = ClusterView(controller_id=resp.controller_id)
-        view.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
-        if topics is not None:
-            view.topics = {t: p for t, p in self.view.topics.items() if t not in topics}
-        for t in resp.topics:
-            code = ErrorCode(t.error_code)
-            if code != ErrorCode.NONE:
-                view.topic_errors[t.name] = code
-                continue
-            view.topics[t.name] = {
-                p.partition_index: PartitionInfo(
-                    t.name, p.partition_index,
-                    p.leader_id if p.error_code in (0, ErrorCode.REPLICA_NOT_AVAILABLE) else -1,
-                    p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes))
-                for p in t.partitions}
+        view = self.view.updated(resp, topics, self.reactor.seconds())
         self.view = view
         return view
 

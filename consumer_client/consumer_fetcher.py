@@ -19,6 +19,10 @@ Invariants:
   again. OFFSET_OUT_OF_RANGE resets per ``auto.offset.reset``. A partition that keeps failing
   (``fetch.max.partition.failures`` rounds in a row) is reported through ``on_failed``; the
   consumer then reconnects to the coordinator to make it rebalance.
+
+What one partition's answer means is :func:`~consumer_client.fetch_outcome.fetch_outcome`, the
+decision the Spark reader's fetch loop shares; what the consumer does with it (reset per
+``auto.offset.reset``, place again on any error) stays here.
 """
 
 from __future__ import annotations
@@ -36,8 +40,8 @@ from broker_core.wire.errors import ErrorCode
 from consumer_client.cluster import ClusterClient, UnsupportedApi
 from consumer_client.connection import NoBrokersAvailable
 from consumer_client.consumer_config import ConsumerConfig
-from consumer_client.consumer_records import scan_chunk
 from consumer_client.consumer_streams import Chunk, PartitionState
+from consumer_client.fetch_outcome import FetchStep, fetch_outcome
 from consumer_client.security import AUTHENTICATION_ERRORS
 
 #: Failures that send a fetcher's partitions back to placement. A refused login or TLS handshake
@@ -149,31 +153,29 @@ class LeaderFetcher:
 
     def _handle(self, ps: PartitionState, offset: int, p: Any) -> None:
         m = self.manager
-        code = p.error_code
-        if code == 0:
+        out = fetch_outcome(p, offset)
+        if out.step is FetchStep.RECORDS:
             ps.failures = 0
-            records = p.records
-            if records is None or not len(records):
-                return
-            nxt, complete = scan_chunk(records, offset)
-            if complete == 0:
-                # One batch is larger than we asked for (a broker without KIP-74 would send it
-                # cut off): ask for more next time rather than stall on it.
-                ps.max_bytes = 2 * max(ps.max_bytes, m.config.max_partition_fetch_bytes)
-                return
             ps.max_bytes = 0
-            if nxt <= offset:
-                return
-            ps.fetch_offset = nxt
-            ps.stream.put(Chunk(ps, records[:complete], offset, nxt, m.config.check_crcs))
+            ps.fetch_offset = out.next_offset
+            ps.stream.put(Chunk(ps, out.records, offset, out.next_offset, m.config.check_crcs))
             return
-        name = _name(code)
-        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            self.remove(ps)
-            m.reset_offset(ps, why=f"offset {offset} out of range")
+        if out.step is FetchStep.NOTHING:
+            ps.failures = 0
+            return
+        if out.step is FetchStep.TOO_LARGE:
+            # One batch is larger than we asked for (a broker without KIP-74 would send it
+            # cut off): ask for more next time rather than stall on it.
+            ps.failures = 0
+            ps.max_bytes = 2 * max(ps.max_bytes, m.config.max_partition_fetch_bytes)
             return
         self.remove(ps)
-        m.relocate(ps, f"{name} from broker {self.leader}")
+        if out.step is FetchStep.OUT_OF_RANGE:
+            m.reset_offset(ps, why=f"offset {offset} out of range")
+            return
+        # A moved leader and any other error alike: place it again (the failure count gives
+        # up on a partition that keeps failing).
+        m.relocate(ps, f"{_name(out.code)} from broker {self.leader}")
 
 
 class FetcherManager:

@@ -63,6 +63,7 @@ from broker_core.security.sasl import ClientCredential, SaslAuthenticationError,
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from consumer_client.connection import BrokerConnection, parse_servers
+from consumer_client.connection_cache import ConnectionCache
 from consumer_client.security import AUTHENTICATION_ERRORS, ClientSecurity
 
 #: The DiscoverBrokers version the client speaks (the only one defined).
@@ -137,8 +138,10 @@ def _name(address: Address) -> str:
 
 class QuorumAdminClient:
     """See the module docstring. ``connect``, ``sleep`` and ``monotonic`` are injectable for
-    tests. :attr:`directory` is what DiscoverBrokers told the client; :attr:`leader_id` the
-    leader of the latest answer, if any."""
+    tests. Connections are kept per address in the client library's
+    :class:`~consumer_client.connection_cache.ConnectionCache`, logged in as they open.
+    :attr:`directory` is what DiscoverBrokers told the client; :attr:`leader_id` the leader of
+    the latest answer, if any."""
 
     def __init__(self, servers: str, *, timeout_s: float = 30.0,
                  retry_backoff_ms: float = 100.0, max_backoff_ms: float = 1000.0,
@@ -160,14 +163,12 @@ class QuorumAdminClient:
         self._monotonic = monotonic
         self.directory = Directory(ADMIN_GOSSIP.node)
         self._reached: dict[int, Address] = {}  # node id -> where it answered DiscoverBrokers
-        self._conns: dict[Address, BrokerConnection] = {}
+        self._conns: ConnectionCache[Address] = ConnectionCache(self._open)
         self._leader: Address | None = None  # where the latest successful answer came from
         self.leader_id: int | None = None
 
     def close(self) -> None:
-        for conn in self._conns.values():
-            conn.close()
-        self._conns.clear()
+        self._conns.close()
 
     def __enter__(self) -> QuorumAdminClient:
         return self
@@ -321,24 +322,27 @@ class QuorumAdminClient:
         assert isinstance(resp, DescribeQuorumResponse | AlterVotersResponse)
         return resp
 
+    def _open(self, address: Address) -> BrokerConnection:
+        """A connection to ``address``, logged in with the cluster login when there is one
+        (closed again when the login fails)."""
+        read_timeout = self.timeout_s + 5.0  # the leader answers a reassignment before this
+        tls = {} if self.security is None else {"security": self.security}
+        conn = self._connect(*address, timeout=read_timeout, **tls)
+        if self.credential is not None:
+            try:
+                log_in(conn, self.credential)
+            except BaseException:
+                conn.close()
+                raise
+        return conn
+
     def _request(self, address: Address, key: int, body: dict[str, Any], version: int,
                  failures: dict[str, str]) -> Any:
         """One request on the connection to ``address`` (opened if needed); ``None``, with
         the reason in ``failures``, when it could not be reached or answered."""
-        read_timeout = self.timeout_s + 5.0  # the leader answers a reassignment before this
         connecting = address not in self._conns
         try:
             conn = self._conns.get(address)
-            if conn is None:
-                tls = {} if self.security is None else {"security": self.security}
-                conn = self._connect(*address, timeout=read_timeout, **tls)
-                if self.credential is not None:
-                    try:
-                        log_in(conn, self.credential)
-                    except BaseException:
-                        conn.close()
-                        raise
-                self._conns[address] = conn
             answer = conn.request(key, body, version=version)
         except (*AUTHENTICATION_ERRORS, ssl.SSLError) as e:
             if (isinstance(e, ssl.SSLEOFError | ssl.SSLZeroReturnError | ssl.SSLSyscallError)
@@ -346,9 +350,7 @@ class QuorumAdminClient:
                 # Closed mid-handshake (a node stopping, say), or a TLS error on a connection
                 # that was already up: as any lost connection.
                 failures[_name(address)] = str(e) or type(e).__name__
-                dropped = self._conns.pop(address, None)
-                if dropped is not None:
-                    dropped.close()
+                self._conns.drop(address)
                 return None
             # The node's certificate was refused, or ours, or it speaks no TLS: the same
             # settings would be refused again.
@@ -360,9 +362,7 @@ class QuorumAdminClient:
                                    ) from None
         except OSError as e:
             failures[_name(address)] = str(e) or type(e).__name__
-            dropped = self._conns.pop(address, None)
-            if dropped is not None:
-                dropped.close()
+            self._conns.drop(address)
             return None
         failures.pop(_name(address), None)
         return answer

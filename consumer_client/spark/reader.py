@@ -18,21 +18,31 @@ Invariants of :func:`read_range`:
 - a range it cannot read completely ends in :class:`DataLossError` when ``fail_on_data_loss``,
   otherwise it skips what was lost (offsets removed by retention: from the log start on;
   offsets past the log's end: it stops there) and says so in the log.
+
+The cluster's brokers and leaders are a :class:`~consumer_client.cluster_view.ClusterView`
+(the one the consumer and producer use), connections a
+:class:`~consumer_client.connection_cache.ConnectionCache`, and what a Fetch answer means is
+:func:`~consumer_client.fetch_outcome.fetch_outcome`. Every wait and deadline reads the
+:class:`Cluster`'s clock (:class:`~consumer_client.blocking_clock.BlockingClock`, the real one
+unless a test gives another), so no path here needs real time to pass.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from broker_core.backoff import Backoff
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
+from consumer_client.blocking_clock import SYSTEM_CLOCK, BlockingClock
+from consumer_client.cluster_view import ClusterView
 from consumer_client.connection import BrokerConnection, NoBrokersAvailable, Pending, bootstrap
-from consumer_client.consumer_records import Message, decode_chunk, scan_chunk
+from consumer_client.connection_cache import ConnectionCache
+from consumer_client.consumer_records import Message, decode_chunk
+from consumer_client.fetch_outcome import LEADER_ERRORS, FetchStep, fetch_outcome
 from consumer_client.security import ClientSecurity
 from consumer_client.spark.offsets import (
     EARLIEST,
@@ -44,16 +54,6 @@ from consumer_client.spark.offsets import (
 from consumer_client.spark.options import Subscription
 
 log = logging.getLogger("sluice.spark")
-
-# Errors after which the partition's leader is looked up again and the request retried: the
-# leader moved (or is being elected), or the metadata we acted on is older than the broker's.
-LEADER_ERRORS = frozenset({
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
-    ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.OFFSET_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS,
-})
 
 # Waits between retries after a leader error or an unreachable broker: 50 ms doubling to 1 s.
 _RETRY_INITIAL_S = 0.05
@@ -83,57 +83,58 @@ def _error_name(code: int) -> str:
 
 
 class Cluster:
-    """A blocking view of the cluster: partition leaders from Metadata, one cached connection
-    per broker. Not thread-safe; one per task or per driver-side reader.
+    """A blocking view of the cluster: partition leaders from Metadata (:attr:`view`), one
+    cached connection per broker. Not thread-safe; one per task or per driver-side reader.
 
-    A connection that fails is dropped and reopened on next use; metadata is refreshed on
-    request (after a leader error) and, for :meth:`partitions_of`, when older than
-    ``metadata_max_age_s``.
+    A connection that fails is dropped and reopened on next use, and the connections of brokers
+    that left the metadata are closed at each refresh; metadata is refreshed on request (after
+    a leader error) and, for :meth:`partitions_of`, when older than ``metadata_max_age_s`` on
+    ``clock``.
     """
 
     def __init__(self, servers: str, *, request_timeout_s: float = 30.0,
                  metadata_max_age_s: float = 1.0, client_id: str = "sluice-spark",
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None,
+                 clock: BlockingClock = SYSTEM_CLOCK) -> None:
         self.servers = servers
         self.security = security
         self.request_timeout_s = request_timeout_s
         self.metadata_max_age_s = metadata_max_age_s
         self.client_id = client_id
-        self.brokers: dict[int, tuple[str, int]] = {}
-        self.leaders: dict[TopicPartition, int] = {}
-        self.topic_partitions: dict[str, list[int]] = {}
-        self.topic_errors: dict[str, int] = {}
-        self._conns: dict[int, BrokerConnection] = {}
-        self._metadata_at = -1e9
+        self.clock = clock
+        self.view = ClusterView()
+        self._conns: ConnectionCache[int] = ConnectionCache(self._open)
 
     # -- connections ----------------------------------------------------------------------------
 
+    def _open(self, node: int) -> BrokerConnection:
+        host, port = self.view.brokers[node]
+        return BrokerConnection(host, port, client_id=self.client_id,
+                                timeout=self.request_timeout_s, security=self.security)
+
     def connection(self, node: int) -> BrokerConnection:
-        conn = self._conns.get(node)
-        if conn is None:
-            host, port = self.brokers[node]
-            conn = BrokerConnection(host, port, client_id=self.client_id,
-                                    timeout=self.request_timeout_s, security=self.security)
-            self._conns[node] = conn
-        return conn
+        return self._conns.get(node)
 
     def drop(self, node: int) -> None:
-        conn = self._conns.pop(node, None)
-        if conn is not None:
-            conn.close()
+        self._conns.drop(node)
 
     def close(self) -> None:
-        for node in list(self._conns):
-            self.drop(node)
+        self._conns.close()
 
     # -- metadata -------------------------------------------------------------------------------
 
+    def leader(self, tp: TopicPartition) -> int | None:
+        """The partition's leader when the view has one and knows where to reach it."""
+        node = self.view.leader_for(*tp)
+        return node if node in self.view.brokers else None
+
     def refresh(self, topics: Iterable[str] | None = None) -> Any:
         """Metadata for ``topics`` (None: every topic) from a known broker, else bootstrap."""
-        body = {"topics": None if topics is None else [{"name": t} for t in sorted(set(topics))],
+        names = None if topics is None else sorted(set(topics))
+        body = {"topics": None if names is None else [{"name": t} for t in names],
                 "allow_auto_topic_creation": False}
         md = None
-        for node in list(self._conns) + [n for n in self.brokers if n not in self._conns]:
+        for node in self._conns.keys() + [n for n in self.view.brokers if n not in self._conns]:
             try:
                 md = self.connection(node).request(ApiKey.METADATA, body)
                 break
@@ -146,18 +147,10 @@ class Cluster:
                     md = conn.request(ApiKey.METADATA, body)
             except NoBrokersAvailable as e:
                 raise SluiceSourceError(f"option 'bootstrap.servers': {e}") from None
-        self.brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
-        for t in md.topics:
-            self.topic_errors[t.name] = t.error_code
-            if t.error_code:
-                self.topic_partitions.pop(t.name, None)
-                continue
-            self.topic_partitions[t.name] = sorted(p.partition_index for p in t.partitions)
-            for p in t.partitions:
-                self.leaders[(t.name, p.partition_index)] = p.leader_id
-        for node in [n for n in self._conns if n not in self.brokers]:
+        previous = self.view
+        self.view = previous.updated(md, names, self.clock.monotonic())
+        for node in self.view.brokers_gone(previous):
             self.drop(node)
-        self._metadata_at = time.monotonic()
         return md
 
     def partitions_of(self, sub: Subscription, *, max_age_s: float | None = None
@@ -165,26 +158,26 @@ class Cluster:
         """The partitions ``sub`` names now. A subscribed or assigned topic that does not exist,
         or an assigned partition it does not have, raises naming the option."""
         age = self.metadata_max_age_s if max_age_s is None else max_age_s
-        fresh = time.monotonic() - self._metadata_at < age
+        fresh = self.view.is_fresh(self.clock.monotonic(), age)
         if sub.pattern is not None:
             if not fresh:
                 self.refresh(None)
             rx = re.compile(sub.pattern)
-            return sorted((t, p) for t, ps in self.topic_partitions.items()
+            return sorted((t, p) for t, ps in self.view.topics.items()
                           if rx.fullmatch(t) for p in ps)
         topics = list(sub.topics) or list(sub.assign)
-        if not fresh or any(t not in self.topic_partitions for t in topics):
+        if not fresh or any(t not in self.view.topics for t in topics):
             self.refresh(topics)
         out = []
         for t in topics:
-            if t not in self.topic_partitions:
-                code = self.topic_errors.get(t, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            have = self.view.partitions_for(t)
+            if have is None:
+                code = self.view.topic_errors.get(t, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     raise SluiceSourceError(f"option {sub.option!r}: topic {t!r} does not exist "
                                             "(UNKNOWN_TOPIC_OR_PARTITION)")
                 raise SluiceSourceError(f"option {sub.option!r}: topic {t!r} cannot be read: "
                                         f"{_error_name(code)}")
-            have = self.topic_partitions[t]
             if sub.assign:
                 bad = [p for p in sub.assign[t] if p not in have]
                 if bad:
@@ -205,18 +198,18 @@ class Cluster:
         request timeout) and then raise :class:`SluiceSourceError`."""
         want = set(tps)
         out: PartitionOffsets = {}
-        deadline = time.monotonic() + (self.request_timeout_s if deadline_s is None
+        deadline = self.clock.monotonic() + (self.request_timeout_s if deadline_s is None
                                        else deadline_s)
         last_error = ""
         backoff = Backoff(_RETRY_INITIAL_S, _RETRY_MAX_S)
         while want:
-            if any(self.leaders.get(tp, -1) not in self.brokers for tp in want):
+            if any(self.leader(tp) is None for tp in want):
                 self.refresh({t for t, _ in want})
-            by_leader: dict[int, list[TopicPartition]] = {}
+            by_leader: dict[int | None, list[TopicPartition]] = {}
             for tp in want:
-                by_leader.setdefault(self.leaders.get(tp, -1), []).append(tp)
+                by_leader.setdefault(self.leader(tp), []).append(tp)
             for leader, parts in by_leader.items():
-                if leader not in self.brokers:
+                if leader is None:
                     last_error = f"{parts[0][0]}-{parts[0][1]} has no leader"
                     continue
                 topics: dict[str, list[int]] = {}
@@ -246,10 +239,10 @@ class Cluster:
                                 f"ListOffsets for {tp[0]}-{tp[1]} from broker {leader} failed: "
                                 f"{_error_name(p.error_code)}")
             if want:
-                if time.monotonic() > deadline:
+                if self.clock.monotonic() > deadline:
                     raise SluiceSourceError(f"could not look up offsets of "
                                             f"{len(want)} partitions: {last_error}")
-                time.sleep(backoff.next_wait())
+                self.clock.sleep(backoff.next_wait())
                 self.refresh({t for t, _ in want})
         return out
 
@@ -308,7 +301,9 @@ def read_chunks(cluster: Cluster, rng: OffsetRange, *, fail_on_data_loss: bool =
     The fetch for the next chunk is sent before a chunk is handed over, so the leader reads
     and sends it while the caller decodes (one request ahead, on the same connection; if the
     caller stops early, that connection is closed, since its answer would otherwise be taken
-    for the next request's)."""
+    for the next request's).
+
+    Backoffs and the ``poll_timeout_s`` deadline run on ``cluster.clock``."""
     ahead: list[tuple[int, int, Pending] | None] = [None]  # (leader, offset, request) sent early
     try:
         yield from _read_chunks(cluster, rng, fail_on_data_loss, max_partition_fetch_bytes,
@@ -378,21 +373,22 @@ def _read_chunks(cluster: Cluster, rng: OffsetRange, fail_on_data_loss: bool,
     where = f"{topic}-{partition}"
     if offset == EARLIEST:
         offset = cluster.earliest([tp])[tp]
-    deadline = time.monotonic() + poll_timeout_s
+    clock = cluster.clock
+    deadline = clock.monotonic() + poll_timeout_s
     backoff = Backoff(_RETRY_INITIAL_S, _RETRY_MAX_S)
     last_error = "no answer yet"
     while offset < end:
-        if time.monotonic() > deadline:
+        if clock.monotonic() > deadline:
             raise SluiceSourceError(
                 f"reading {where} offsets [{offset}, {end}) made no progress for "
                 f"{poll_timeout_s:.0f}s (kafkaConsumer.pollTimeoutMs): {last_error}")
-        leader = cluster.leaders.get(tp, -1)
-        if leader not in cluster.brokers:
+        leader = cluster.leader(tp)
+        if leader is None:
             cluster.refresh([topic])
-            leader = cluster.leaders.get(tp, -1)
-            if leader not in cluster.brokers:
+            leader = cluster.leader(tp)
+            if leader is None:
                 last_error = f"{where} has no leader"
-                time.sleep(backoff.next_wait())
+                clock.sleep(backoff.next_wait())
                 continue
         early, ahead[0] = ahead[0], None
         try:
@@ -406,52 +402,51 @@ def _read_chunks(cluster: Cluster, rng: OffsetRange, fail_on_data_loss: bool,
             continue
         p = resp.responses[0].partitions[0] if resp.responses and resp.responses[0].partitions \
             else None
-        # No partition in the answer: the broker no longer knows it (a stale leader).
-        code = (resp.error_code or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) if p is None \
-            else p.error_code
-        if code in LEADER_ERRORS:
-            last_error = f"broker {leader} answered {_error_name(code)} for {where}"
+        # The decision is the consumer's too (fetch_outcome); what follows from it differs:
+        # any error but a leader's fails the task, and lost offsets go by failOnDataLoss.
+        out = fetch_outcome(p, offset, resp.error_code)
+        if out.step is FetchStep.LEADER_MOVED:
+            last_error = f"broker {leader} answered {_error_name(out.code)} for {where}"
             _pause_and_refresh(cluster, topic, backoff.next_wait())
             continue
-        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+        if out.step is FetchStep.OUT_OF_RANGE:
             resume = _out_of_range(cluster, tp, where, offset, end, fail_on_data_loss)
             if resume is None:
                 return
             offset = resume
             continue
-        if code:
+        if out.step is FetchStep.FAILED:
             raise SluiceSourceError(f"fetch of {where} at offset {offset} from broker {leader} "
-                                    f"failed: {_error_name(code)}")
-        records = p.records
-        if records is not None and len(records):
-            nxt, complete = scan_chunk(records, offset)
-            if complete:
-                if offset < nxt < end:
-                    try:
-                        ahead[0] = (leader, nxt, conn.send(ApiKey.FETCH, _fetch_body(
-                            topic, partition, nxt, max_partition_fetch_bytes, max_wait_ms)))
-                    except OSError:
-                        cluster.drop(leader)  # the next turn reconnects (or finds a new leader)
-                yield records[:complete], offset, end
-                if nxt > offset:
-                    offset = nxt
-                    deadline = time.monotonic() + poll_timeout_s
-                    backoff.reset()
-                    continue
-            elif len(records) >= max_partition_fetch_bytes:
-                # A single batch larger than asked for: ask for more rather than stall.
-                max_partition_fetch_bytes *= 2
-                continue
+                                    f"failed: {_error_name(out.code)}")
+        if out.step is FetchStep.RECORDS:
+            nxt = out.next_offset
+            if nxt < end:
+                try:
+                    ahead[0] = (leader, nxt, conn.send(ApiKey.FETCH, _fetch_body(
+                        topic, partition, nxt, max_partition_fetch_bytes, max_wait_ms)))
+                except OSError:
+                    cluster.drop(leader)  # the next turn reconnects (or finds a new leader)
+            assert out.records is not None
+            yield out.records, offset, end
+            offset = nxt
+            deadline = clock.monotonic() + poll_timeout_s
+            backoff.reset()
+            continue
+        if out.step is FetchStep.TOO_LARGE and out.size >= max_partition_fetch_bytes:
+            # A single batch larger than asked for: ask for more rather than stall.
+            max_partition_fetch_bytes *= 2
+            continue
         # Nothing at `offset` yet although `end` is past it: a new leader whose high watermark
         # has not caught up, or a log that really ends before `end` (truncated).
-        last_error = f"no records at offset {offset}; high watermark {p.high_watermark}"
-        if p.high_watermark <= offset and time.monotonic() + max_wait_ms / 1000 > deadline:
-            _past_end(where, offset, end, p.high_watermark, fail_on_data_loss)
+        hw = out.high_watermark
+        last_error = f"no records at offset {offset}; high watermark {hw}"
+        if hw <= offset and clock.monotonic() + max_wait_ms / 1000 > deadline:
+            _past_end(where, offset, end, hw, fail_on_data_loss)
             return
 
 
 def _pause_and_refresh(cluster: Cluster, topic: str, delay: float) -> None:
-    time.sleep(delay)
+    cluster.clock.sleep(delay)
     try:
         cluster.refresh([topic])
     except SluiceSourceError:

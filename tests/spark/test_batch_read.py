@@ -113,7 +113,7 @@ def test_leader_change_during_a_batch_read_loses_and_duplicates_nothing(spark, s
     c = Cluster(spark_cluster.bootstrap)
     try:
         c.partitions_of(Subscription(topics=("moving",)), max_age_s=0)
-        leader = c.leaders[("moving", 0)]
+        leader = c.leader(("moving", 0))
     finally:
         c.close()
     victim = spark_cluster.brokers[leader]
@@ -180,7 +180,7 @@ def test_range_reader_fetches_ahead_and_an_early_stop_leaves_no_stray_answer(spa
                     for m in chunk]
         assert [(m.key, m.value) for m in messages] == want
 
-        leader = cluster.leaders[("six", 2)]
+        leader = cluster.leader(("six", 2))
         it = read_range(cluster, rng, max_partition_fetch_bytes=2000)
         next(it)
         assert leader in cluster._conns

@@ -149,7 +149,7 @@ def _has_leader(cluster, tp) -> bool:
     c = Cluster(cluster.bootstrap)
     try:
         c.partitions_of(Subscription(topics=(tp[0],)), max_age_s=0)
-        return c.leaders.get(tp, -1) in c.brokers
+        return c.leader(tp) is not None
     finally:
         c.close()
 

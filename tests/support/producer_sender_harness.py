@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from twisted.internet import defer, task
 
 from broker_core.wire.errors import ErrorCode
-from consumer_client.cluster import ClusterView, PartitionInfo
+from consumer_client.cluster_view import ClusterView, PartitionInfo
 from consumer_client.producer import Producer
 
 

@@ -21,7 +21,7 @@ def create_topic(cluster, name: str, partitions: int, config: dict[str, str] | N
         while True:
             try:
                 tps = c.partitions_of(Subscription(topics=(name,)), max_age_s=0)
-                if len(tps) == partitions and all(c.leaders[tp] in c.brokers for tp in tps):
+                if len(tps) == partitions and all(c.leader(tp) is not None for tp in tps):
                     c.latest(tps)
                     return
             except Exception:  # noqa: BLE001 - not there yet

@@ -33,6 +33,7 @@ from sluice_tools.quorum_admin import (
     format_describe,
     parse_voters,
 )
+from tests.support.scripted_broker import FakeClock
 
 DESCRIBED = DescribeQuorumResponse(
     ErrorCode.NONE, 1, 5, 120,
@@ -116,19 +117,6 @@ def test_json_keeps_every_field():
 
 
 # -- the client's retries, against scripted servers ------------------------------------------
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def sleep(self, s: float) -> None:
-        self.sleeps.append(s)
-        self.now += s
-
-    def monotonic(self) -> float:
-        return self.now
 
 
 class Scripted:

@@ -43,7 +43,8 @@ TWISTED_SHELLS = frozenset({
 })
 
 SANS_IO_PACKAGES = ("broker_core.wire", "broker_core.log", "broker_core.raft")
-SANS_IO_MODULES = ("consumer_client.membership",)
+SANS_IO_MODULES = ("consumer_client.membership", "consumer_client.cluster_view",
+                   "consumer_client.fetch_outcome")
 
 #: Run in a fresh interpreter: imports each named module in turn and prints, as JSON, the
 #: modules after whose import Twisted was loaded.

@@ -122,6 +122,11 @@ class ReplicaManager:
         self.fetch_sessions = FetchSessionCache()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        #: Each topic's min.insync.replicas as ``min_insync_replicas`` last gave it: every
+        #: acks=all produce asks twice per partition, and the answer (a topic override parsed
+        #: and checked) changes only with the topic's or the broker's configs, whose changes
+        #: all pass through :meth:`update_topic_config`, which empties it.
+        self._min_isr_cache: dict[str, int] = {}
         self.min_insync_replicas = min_insync_replicas
         self.fetchers = ReplicaFetcherManager(
             broker_id, reactor=reactor, clock=clock, config=fetcher_config or FetcherConfig(),
@@ -187,6 +192,22 @@ class ReplicaManager:
 
     # -- partitions ------------------------------------------------------------------------------
 
+    @property
+    def min_insync_replicas(self) -> Callable[[str], int]:
+        """The topic's min.insync.replicas, looked up once per config change (cached)."""
+        return self._min_isr
+
+    @min_insync_replicas.setter
+    def min_insync_replicas(self, lookup: Callable[[str], int]) -> None:
+        self._min_isr_lookup = lookup
+        self._min_isr_cache.clear()
+
+    def _min_isr(self, topic: str) -> int:
+        value = self._min_isr_cache.get(topic)
+        if value is None:
+            value = self._min_isr_cache[topic] = self._min_isr_lookup(topic)
+        return value
+
     def get_partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
@@ -215,6 +236,8 @@ class ReplicaManager:
         if p is None:
             log = self.log_manager.get_or_create(topic, index, self.topic_log_config(topic))
             log.leader_epochs.write_behind = self.epoch_writes
+            # A topic re-created under the same name reads its configs afresh.
+            self._min_isr_cache.pop(topic, None)
             p = Partition(topic, index, self.broker_id, log)
             self.partitions[(topic, index)] = p
         return p
@@ -237,6 +260,9 @@ class ReplicaManager:
         return deleted
 
     def update_topic_config(self, topic: str) -> None:
+        # Called for every topic with a partition here when the broker's dynamic configs
+        # change: forget every cached min.insync.replicas, not only this topic's.
+        self._min_isr_cache.clear()
         config = self.topic_log_config(topic)
         for (t, _), p in self.partitions.items():
             if t == topic:

@@ -125,6 +125,9 @@ class InMemoryCluster:
     def pump_all(self) -> None:
         for p in self.pumps:
             p.pump(advanceClock=False)
+        # The end of a reactor turn: what was put off to it runs (the leader wakes the
+        # followers' parked fetches once per turn); no timer is due, time does not move.
+        self.clock.advance(0)
 
 
 def main() -> None:

@@ -102,6 +102,37 @@ def test_the_produces_of_one_reactor_turn_reach_a_parked_follower_in_one_answer(
     assert len(woken) == 1  # nothing appended since: no second wake
 
 
+def test_min_insync_replicas_is_asked_once_per_config_change_and_partition_creation(tmp_path):
+    """The lookup parses the topic's override: cached, but never past a change of the topic's
+    or the broker's configs, nor past the topic's re-creation."""
+    clock, rm = make_leader(tmp_path, partitions=1)
+    try:
+        asked: list[str] = []
+        value = [2]
+        rm.min_insync_replicas = lambda topic: asked.append(topic) or value[0]
+        for _ in range(3):
+            rm.append(-1, 30000, [("t", 0, batch(b"a"))])
+        assert asked == ["t"]
+        # An ISR of two below a new min.insync.replicas of 4: refused once the config says so.
+        rm.apply_leader_and_isr(1, [("t", 0, LeaderAndIsrState(1, 2, (1, 2), REPLICAS, 1, 1))],
+                                full=False)
+        value[0] = 4
+        assert rm.min_insync_replicas("t") == 2  # nothing told the manager yet
+        rm.update_topic_config("t")  # what a topic or dynamic broker config change calls
+        refused = []
+        rm.append(-1, 30000, [("t", 0, batch(b"b"))]).addCallback(refused.append)
+        assert refused[0][("t", 0)].error == "NOT_ENOUGH_REPLICAS"
+        assert asked == ["t", "t"]
+        # The topic deleted and created again under its name: its configs are read afresh.
+        rm.apply_stop_replica(2, [("t", 0, True)])
+        value[0] = 1
+        rm.apply_leader_and_isr(3, [("t", 0, LeaderAndIsrState(1, 1, (1,), (1,), 1, 0))],
+                                full=False)
+        assert rm.min_insync_replicas("t") == 1
+    finally:
+        rm.log_manager.shutdown()
+
+
 def test_an_append_that_cannot_move_the_hw_does_not_retry_waiting_produces(leader):
     """With followers in the ISR only their fetches move the HW: each append used to re-try
     every acks=all produce waiting on the partition (quadratic under many small requests)."""

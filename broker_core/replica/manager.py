@@ -122,6 +122,11 @@ class ReplicaManager:
         self.fetch_sessions = FetchSessionCache()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        #: Each topic's min.insync.replicas as ``min_insync_replicas`` last gave it: every
+        #: acks=all produce asks twice per partition, and the answer (a topic override parsed
+        #: and checked) changes only with the topic's or the broker's configs, whose changes
+        #: all pass through :meth:`update_topic_config`, which empties it.
+        self._min_isr_cache: dict[str, int] = {}
         self.min_insync_replicas = min_insync_replicas
         self.fetchers = ReplicaFetcherManager(
             broker_id, reactor=reactor, clock=clock, config=fetcher_config or FetcherConfig(),
@@ -133,6 +138,10 @@ class ReplicaManager:
             broker_id, broker_epoch, self._controller_address, self._on_isr_result,
             reactor=reactor, clock=clock, connect=connect, credential=credential, tls=tls)
         self._flushing: set[TopicPartition] = set()
+        #: Partitions appended to as leader since the fetch purgatory was last woken for
+        #: appends, and the one ``callLater(0)`` that wakes it (see :meth:`appended`).
+        self._appended: dict[TopicPartition, None] = {}
+        self._appended_wake: Any = None
         self._checkpointing = False
         self.epoch_writes = WriteBehind(
             clock, lambda fn: threads.deferToThreadPool(reactor, io_pool, fn),
@@ -175,6 +184,10 @@ class ReplicaManager:
         return d
 
     async def stop(self) -> None:
+        if self._appended_wake is not None and self._appended_wake.active():
+            self._appended_wake.cancel()
+        self._appended_wake = None
+        self._appended.clear()
         for loop in self._loops:
             if loop.running:
                 loop.stop()
@@ -186,6 +199,22 @@ class ReplicaManager:
         self.delete_records_purgatory.shutdown()
 
     # -- partitions ------------------------------------------------------------------------------
+
+    @property
+    def min_insync_replicas(self) -> Callable[[str], int]:
+        """The topic's min.insync.replicas, looked up once per config change (cached)."""
+        return self._min_isr
+
+    @min_insync_replicas.setter
+    def min_insync_replicas(self, lookup: Callable[[str], int]) -> None:
+        self._min_isr_lookup = lookup
+        self._min_isr_cache.clear()
+
+    def _min_isr(self, topic: str) -> int:
+        value = self._min_isr_cache.get(topic)
+        if value is None:
+            value = self._min_isr_cache[topic] = self._min_isr_lookup(topic)
+        return value
 
     def get_partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
@@ -215,6 +244,8 @@ class ReplicaManager:
         if p is None:
             log = self.log_manager.get_or_create(topic, index, self.topic_log_config(topic))
             log.leader_epochs.write_behind = self.epoch_writes
+            # A topic re-created under the same name reads its configs afresh.
+            self._min_isr_cache.pop(topic, None)
             p = Partition(topic, index, self.broker_id, log)
             self.partitions[(topic, index)] = p
         return p
@@ -237,6 +268,9 @@ class ReplicaManager:
         return deleted
 
     def update_topic_config(self, topic: str) -> None:
+        # Called for every topic with a partition here when the broker's dynamic configs
+        # change: forget every cached min.insync.replicas, not only this topic's.
+        self._min_isr_cache.clear()
         config = self.topic_log_config(topic)
         for (t, _), p in self.partitions.items():
             if t == topic:
@@ -299,6 +333,27 @@ class ReplicaManager:
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
         self.delete_records_purgatory.check_and_complete(tp)
+
+    def appended(self, tps: Iterable[TopicPartition]) -> None:
+        """New data was appended to leader partitions ``tps``: wake the fetches parked on
+        them (followers' long polls) once, at the end of this reactor turn.
+
+        Every produce request read in one turn (from one connection or several) is appended
+        before the parked fetches answer, so each follower gets all of it in one response,
+        instead of the first request's batch now and the rest one fetch round later: under
+        load, when many small requests arrive together, that is one follower round trip per
+        turn instead of one per request. Nothing waits longer than the current turn: the
+        ``callLater(0)`` runs before the reactor polls again."""
+        pending = self._appended
+        for tp in tps:
+            pending[tp] = None
+        if pending and self._appended_wake is None:
+            self._appended_wake = self.clock.callLater(0, self._wake_appended)
+
+    def _wake_appended(self) -> None:
+        self._appended_wake = None
+        tps, self._appended = list(self._appended), {}
+        self.fetch_purgatory.check_and_complete_keys(tps)
 
     def _wake_many(self, tps: list[TopicPartition]) -> None:
         self.produce_purgatory.check_and_complete_keys(tps)

@@ -4,7 +4,8 @@ Owns no state: the partitions and purgatories are the
 :class:`~broker_core.replica.manager.ReplicaManager`'s. Invariants: a refused partition changes
 nothing and answers an error (not the leader, an empty or invalid batch, an ISR below
 min.insync.replicas for acks=-1); an I/O error takes the log directory offline; parked fetches
-are woken once per request, after every partition is appended; acks=-1 and DeleteRecords
+are woken once per reactor turn, after every partition of every request of that turn is
+appended (:meth:`ReplicaManager.appended`); acks=-1 and DeleteRecords
 answer only when the high watermark (the followers' log starts) pass what was written (moved),
 or at their timeout.
 """
@@ -77,11 +78,11 @@ class ProducePath:
             appended.append(tp)
             if acks == -1:
                 waiting[tp] = next_offset
-        # Wake the parked fetches once, after every partition is appended: a follower fetches
-        # all its partitions from us in one request, so it then gets the whole produce
-        # request's data in one answer instead of the first partition alone (and one more
-        # fetch round before the rest can commit).
-        rm.fetch_purgatory.check_and_complete_keys(appended)
+        # Wake the parked fetches once, after every partition is appended (and every other
+        # produce request of this reactor turn): a follower fetches all its partitions from
+        # us in one request, so it then gets all of it in one answer instead of the first
+        # partition alone (and one more fetch round before the rest can commit).
+        rm.appended(appended)
         # Waiting acks=all produces complete only when the HW moves, which an append does only
         # with an ISR of one. Re-trying them on every append cost O(waiting) per request:
         # quadratic once hundreds of small requests wait (linger.ms=0).

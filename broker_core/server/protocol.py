@@ -409,20 +409,36 @@ class KafkaServerProtocol(Protocol):
         try:
             result = self.factory.handler(request, self)
         except Exception:
-            d = defer.fail()
+            self._fill(slot, self._handler_failed(Failure(), request, started))
+            return None
+        if inspect.iscoroutine(result):
+            result = defer.Deferred.fromCoroutine(result)
+        waiting = None
+        if isinstance(result, defer.Deferred):
+            # One callback pair per parked request (an acks=all Produce, a long-polling
+            # Fetch): the answer is encoded and written by whichever of the two runs.
+            result.addCallbacks(self._answer, self._answer_failure,
+                                callbackArgs=(slot, request, started),
+                                errbackArgs=(slot, request, started))
+            waiting = None if result.called else result
         else:
-            if isinstance(result, defer.Deferred):
-                d = result
-            elif inspect.iscoroutine(result):
-                d = defer.Deferred.fromCoroutine(result)
-            else:
-                d = defer.succeed(result)
-        d.addCallback(self._encode, request, started)
-        d.addErrback(self._handler_failed, request, started)
-        d.addCallback(lambda chunks: self._fill(slot, chunks))
+            # Answered at once (most requests): encode and write now, no Deferred.
+            self._answer(result, slot, request, started)
         if len(self._slots) >= self.factory.max_in_flight:
             self._pause("in_flight")
-        return None if d.called else d
+        return waiting
+
+    def _answer(self, body: Any, slot: _Slot, request: Any, started: float) -> None:
+        """Encode the handler's answer into its slot and write what is in order."""
+        try:
+            chunks = self._encode(body, request, started)
+        except Exception:
+            chunks = self._handler_failed(Failure(), request, started)
+        self._fill(slot, chunks)
+
+    def _answer_failure(self, failure: Failure, slot: _Slot, request: Any,
+                        started: float) -> None:
+        self._fill(slot, self._handler_failed(failure, request, started))
 
     def _answer_authentication(self, request: Any, verdict: Verdict) -> None:
         """Answer a request the authentication gate kept from the handler, and close the

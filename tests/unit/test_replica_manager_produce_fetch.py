@@ -14,7 +14,8 @@ from broker_core.log import LogConfig, LogManager
 from broker_core.metadata_cache import MetadataCache
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
-from broker_core.wire.records import Record, build_batch
+from broker_core.wire.records import Record, build_batch, iter_batches
+from tests.support.inline_pool import InlinePool
 
 REPLICAS = (1, 2, 3)
 
@@ -24,7 +25,8 @@ def make_leader(tmp_path: Path, partitions: int = 2) -> tuple[task.Clock, Replic
     caller shuts its purgatories and logs down (the ``leader`` fixture does)."""
     clock = task.Clock()
     logs = LogManager(tmp_path, LogConfig(), time_ms=lambda: int(clock.seconds() * 1000))
-    rm = ReplicaManager(1, logs, clock=clock, io_pool=None, reactor=None,
+    pool = InlinePool()  # the leader-epoch writes run when the clock turns
+    rm = ReplicaManager(1, logs, clock=clock, io_pool=pool, reactor=pool,
                         topic_log_config=lambda topic: LogConfig(),
                         metadata_cache=MetadataCache(), min_insync_replicas=lambda topic: 2)
     rm.apply_leader_and_isr(1, [("t", p, LeaderAndIsrState(1, 1, REPLICAS, REPLICAS, 1, 0))
@@ -56,7 +58,9 @@ def test_acks_all_answers_after_both_followers_fetched_again(leader):
     assert f2 == [] and f3 == []  # parked: nothing to read
     acked: list = []
     rm.append(-1, 30000, [("t", 0, batch(b"a"))]).addCallback(acked.append)
-    # The append answered both parked fetches at once, with the batch.
+    assert f2 == [] and f3 == []  # woken at the end of the reactor turn, not in the append
+    clock.advance(0)
+    # The end of the turn answered both parked fetches at once, with the batch.
     assert f2 and f3
     assert [len(r.records) > 0 for _, _, r in f2[0]] == [True, False]
     assert acked == []
@@ -71,8 +75,62 @@ def test_a_produce_to_several_partitions_reaches_a_parked_follower_in_one_answer
     clock, rm = leader
     f2 = follower_fetch(rm, 2, {0: 0, 1: 0})
     rm.append(-1, 30000, [("t", 0, batch(b"a")), ("t", 1, batch(b"b"))])
+    clock.advance(0)
     assert f2
     assert [(p, len(r.records) > 0) for _, p, r in f2[0]] == [(0, True), (1, True)]
+
+
+def test_the_produces_of_one_reactor_turn_reach_a_parked_follower_in_one_answer(leader):
+    """Small requests that arrive together (linger.ms=0 under load) are appended before the
+    parked fetch answers: one follower round trip for all of them, not one each."""
+    clock, rm = leader
+    f2 = follower_fetch(rm, 2, {0: 0, 1: 0})
+    woken: list = []
+    real = rm.fetch_purgatory.check_and_complete_keys
+    rm.fetch_purgatory.check_and_complete_keys = lambda keys: woken.append(list(keys)) or real(
+        keys)
+    for value in (b"a", b"b", b"c"):
+        rm.append(-1, 30000, [("t", 0, batch(value))])
+    rm.append(-1, 30000, [("t", 1, batch(b"d"))])
+    assert f2 == [] and woken == []
+    clock.advance(0)
+    assert woken == [[("t", 0), ("t", 1)]]  # one wake for the turn's four requests
+    by_partition = {p: r.records for _, p, r in f2[0]}
+    assert len(list(iter_batches(by_partition[0]))) == 3
+    assert len(list(iter_batches(by_partition[1]))) == 1
+    clock.advance(0)
+    assert len(woken) == 1  # nothing appended since: no second wake
+
+
+def test_min_insync_replicas_is_asked_once_per_config_change_and_partition_creation(tmp_path):
+    """The lookup parses the topic's override: cached, but never past a change of the topic's
+    or the broker's configs, nor past the topic's re-creation."""
+    clock, rm = make_leader(tmp_path, partitions=1)
+    try:
+        asked: list[str] = []
+        value = [2]
+        rm.min_insync_replicas = lambda topic: asked.append(topic) or value[0]
+        for _ in range(3):
+            rm.append(-1, 30000, [("t", 0, batch(b"a"))])
+        assert asked == ["t"]
+        # An ISR of two below a new min.insync.replicas of 4: refused once the config says so.
+        rm.apply_leader_and_isr(1, [("t", 0, LeaderAndIsrState(1, 2, (1, 2), REPLICAS, 1, 1))],
+                                full=False)
+        value[0] = 4
+        assert rm.min_insync_replicas("t") == 2  # nothing told the manager yet
+        rm.update_topic_config("t")  # what a topic or dynamic broker config change calls
+        refused = []
+        rm.append(-1, 30000, [("t", 0, batch(b"b"))]).addCallback(refused.append)
+        assert refused[0][("t", 0)].error == "NOT_ENOUGH_REPLICAS"
+        assert asked == ["t", "t"]
+        # The topic deleted and created again under its name: its configs are read afresh.
+        rm.apply_stop_replica(2, [("t", 0, True)])
+        value[0] = 1
+        rm.apply_leader_and_isr(3, [("t", 0, LeaderAndIsrState(1, 1, (1,), (1,), 1, 0))],
+                                full=False)
+        assert rm.min_insync_replicas("t") == 1
+    finally:
+        rm.log_manager.shutdown()
 
 
 def test_an_append_that_cannot_move_the_hw_does_not_retry_waiting_produces(leader):

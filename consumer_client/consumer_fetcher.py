@@ -51,6 +51,9 @@ NETWORK_ERRORS = (ConnectError, ConnectionLost, RequestTimedOut, defer.TimeoutEr
                   NoBrokersAvailable, UnsupportedApi, *AUTHENTICATION_ERRORS)
 EARLIEST, LATEST = -2, -1
 
+#: The largest partition_max_bytes a Fetch request can carry (an int32).
+_MAX_FETCH_BYTES = 2**31 - 1
+
 
 class LeaderFetcher:
     """Fetches the partitions one broker leads; see the module docstring."""
@@ -167,7 +170,9 @@ class LeaderFetcher:
             # One batch is larger than we asked for (a broker without KIP-74 would send it
             # cut off): ask for more next time rather than stall on it.
             ps.failures = 0
-            ps.max_bytes = 2 * max(ps.max_bytes, m.config.max_partition_fetch_bytes)
+            # Capped at the largest size a Fetch request can carry (int32).
+            ps.max_bytes = min(2 * max(ps.max_bytes, m.config.max_partition_fetch_bytes),
+                               _MAX_FETCH_BYTES)
             return
         self.remove(ps)
         if out.step is FetchStep.OUT_OF_RANGE:

@@ -6,7 +6,8 @@ consumer's fetch loop (:mod:`consumer_client.consumer_fetcher`) and the Spark re
 :class:`FetchStep`; what each step leads to stays with the caller, where the two rightly differ:
 
 - ``LEADER_MOVED``: both look the leader up again and fetch the same offset from it;
-- ``FAILED`` (any other error): the consumer places the partition again like ``LEADER_MOVED``
+- ``FAILED`` (any other error, and a first batch whose length no batch can have, reported as
+  ``CORRUPT_MESSAGE``): the consumer places the partition again like ``LEADER_MOVED``
   and gives up after ``fetch.max.partition.failures``; the Spark reader fails the task at once;
 - ``OUT_OF_RANGE``: the consumer resets per ``auto.offset.reset``; the Spark reader skips or
   fails per ``failOnDataLoss``;
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_core.wire.errors import ErrorCode
+from broker_core.wire.records import CorruptRecordBatch
 from consumer_client.consumer_records import scan_chunk
 
 #: Errors after which the partition's leader is looked up again and the request retried: the
@@ -70,7 +72,11 @@ def fetch_outcome(p: Any | None, offset: int, response_error: int = 0) -> FetchO
     records = p.records
     if records is None or not len(records):
         return FetchOutcome(FetchStep.NOTHING, high_watermark=hw)
-    nxt, complete = scan_chunk(records, offset)
+    try:
+        nxt, complete = scan_chunk(records, offset)
+    except CorruptRecordBatch:
+        # A first batch no decoder could read: an error of the partition, not "too large".
+        return _error(ErrorCode.CORRUPT_MESSAGE, hw)
     if complete == 0:
         return FetchOutcome(FetchStep.TOO_LARGE, size=len(records), high_watermark=hw)
     if nxt <= offset:

@@ -102,16 +102,23 @@ class FetchedBatch(NamedTuple):
 def scan_chunk(data: bytes | memoryview, fetch_offset: int) -> tuple[int, int]:
     """``(next_offset, complete_bytes)`` for one partition's fetched data: the offset after the
     last complete batch (``fetch_offset`` when there is none) and how many bytes the complete
-    batches take. Reads one header per batch; decodes nothing, validates nothing (the decoder
-    does, when the records are consumed). A length shorter than a header ends the scan there,
-    as a partial batch would: the decoder refuses that batch."""
+    batches take. Reads one header per batch; decodes nothing else (the decoder validates the
+    records when they are consumed). A length shorter than a header, which no batch can have,
+    ends the scan there after complete batches (they are handed on; the next fetch starts at the
+    bad one) and raises :class:`CorruptRecordBatch` when it is the first batch: treated as a
+    partial batch, it would have the fetcher ask for ever more bytes of it."""
     pos = 0
     end = len(data)
     nxt = fetch_offset
     while end - pos >= HEADER_SIZE:
         base, length = _span(data, pos)
         size = length + LOG_OVERHEAD
-        if size < HEADER_SIZE or pos + size > end:
+        if size < HEADER_SIZE:
+            if pos == 0:
+                raise CorruptRecordBatch(
+                    f"batch length {length} at offset {base} is smaller than a batch header")
+            break
+        if pos + size > end:
             break
         last = base + _last_delta(data, pos + LAST_OFFSET_DELTA_POS)[0]
         if last + 1 > nxt:

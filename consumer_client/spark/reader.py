@@ -434,7 +434,7 @@ def _read_chunks(cluster: Cluster, rng: OffsetRange, fail_on_data_loss: bool,
             continue
         if out.step is FetchStep.TOO_LARGE and out.size >= max_partition_fetch_bytes:
             # A single batch larger than asked for: ask for more rather than stall.
-            max_partition_fetch_bytes *= 2
+            max_partition_fetch_bytes = min(2 * max_partition_fetch_bytes, 2**31 - 1)  # int32
             continue
         # Nothing at `offset` yet although `end` is past it: a new leader whose high watermark
         # has not caught up, or a log that really ends before `end` (truncated).

@@ -3,6 +3,8 @@ consumer's and the Spark reader's fetch loops share. Answers go through the code
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
 from broker_core.wire import apis
@@ -65,3 +67,15 @@ def test_a_response_without_the_partition_is_a_stale_leader_unless_it_says_other
     assert fetch_outcome(None, 0).step is FetchStep.LEADER_MOVED
     out = fetch_outcome(None, 0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     assert out.step is FetchStep.FAILED and out.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_a_first_batch_with_an_impossible_length_fails_the_partition_as_corrupt():
+    # A hostile broker's batch length shorter than a header: treated as cut off, it would
+    # have the fetcher double its fetch size for ever; it is a corrupt batch instead.
+    bad = bytearray(batch(0, 2))
+    struct.pack_into(">i", bad, 8, 10)  # batchLength
+    out = fetch_outcome(partition(records=bytes(bad)), 0)
+    assert out.step is FetchStep.FAILED and out.code == ErrorCode.CORRUPT_MESSAGE
+    # After good batches it is handed on later: the good ones are records now.
+    out = fetch_outcome(partition(records=batch(0, 2) + bytes(bad)), 0)
+    assert out.step is FetchStep.RECORDS and out.next_offset == 2

@@ -116,7 +116,11 @@ def test_a_length_shorter_than_a_header_is_refused_and_never_stalls_the_walk(len
     bad = restamp(build_batch(recs(1)), length=length)
     with pytest.raises(CorruptRecordBatch, match="smaller than a batch header"):
         list(fetched_batches(bad, 0, check_crcs=False))
-    assert scan_chunk(bad, 0) == (0, 0)
+    with pytest.raises(CorruptRecordBatch, match="smaller than a batch header"):
+        scan_chunk(bad, 0)
+    # After complete batches, the scan hands those on and stops at the bad one.
+    good = build_batch(recs(2))
+    assert scan_chunk(good + bad, 0) == (2, len(good))
 
 
 def test_an_unknown_codec_is_a_corrupt_batch_not_a_value_error():

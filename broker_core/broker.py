@@ -378,7 +378,9 @@ class BrokerService(service.Service):
         """The start-up sequence of the module docstring, in order; each step is a function of
         :mod:`broker_core.broker_startup`."""
         cfg = self.config
-        # First, before anything is opened: a TLS listener's files.
+        # First, before anything is opened: the secret files (twistd's option parsing read them
+        # already; a broker built in-process or embedded has not), then a TLS listener's files.
+        broker_startup.check_secret_files(cfg)
         try:
             tls_options = load_all_tls_options(self.listener_configs)
         except TlsFileError as e:

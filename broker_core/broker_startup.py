@@ -19,6 +19,7 @@ from twisted.internet import defer, endpoints
 
 from broker_core import metadata_paths as paths
 from broker_core.broker_topic_settings import load_topic_config
+from broker_core.config.broker_config import BrokerConfig
 from broker_core.log import meta_properties
 from broker_core.metadata import AuthFailed, NodeExists, NoNode, NotAuthorized
 from broker_core.metrics import metrics_site
@@ -26,7 +27,9 @@ from broker_core.raft.cluster_id import generate_cluster_id
 from broker_core.raft.start_retry import StartAbandoned
 from broker_core.replica.partition import LeaderAndIsrState
 from broker_core.security.basic_auth import BasicAuthUsers, metrics_password_hashes
+from broker_core.security.cluster_secret import load_cluster_credential
 from broker_core.server.listener_endpoints import bind
+from broker_core.zk.acl_policy import broker_acl_policy
 from broker_core.zk.store import ZooKeeperStore
 
 if TYPE_CHECKING:
@@ -39,6 +42,17 @@ ACL_FIRST_LOAD_TIMEOUT_S = 60.0
 
 class StartupError(Exception):
     """The broker cannot start; the message says why and what to do."""
+
+
+def check_secret_files(cfg: BrokerConfig) -> None:
+    """Read every secret file ``cfg`` names, as the broker will, so that a missing, open or
+    malformed one refuses the start (ConfigError naming its key) before anything runs: the
+    ZooKeeper credential (ZooKeeper mode), the /metrics users, then the cluster secret, which
+    is required (the message says how to make one)."""
+    if cfg.metadata_store != "quorum":
+        broker_acl_policy(cfg)
+    metrics_password_hashes(cfg)
+    load_cluster_credential(cfg)
 
 
 async def try_register(store: Any, path: str, data: bytes) -> bool:

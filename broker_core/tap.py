@@ -14,11 +14,9 @@ from pathlib import Path
 from twisted.application import service
 from twisted.python import usage
 
+from broker_core.broker_startup import check_secret_files
 from broker_core.config.broker_config import BrokerConfig
 from broker_core.config.parsing import ConfigError
-from broker_core.security.basic_auth import metrics_password_hashes
-from broker_core.security.cluster_secret import load_cluster_credential
-from broker_core.zk.acl_policy import broker_acl_policy
 
 #: option name → config key
 OPTION_KEYS = {
@@ -54,15 +52,6 @@ def tune_gc() -> None:
     gc.set_threshold(*BROKER_GC_THRESHOLDS)
 
 
-def check_secret_files(cfg: BrokerConfig) -> None:
-    """Read every secret file ``cfg`` names, as the broker will, so that a missing, open or
-    malformed one refuses the start (ConfigError naming its key) before anything runs: the
-    ZooKeeper credential (ZooKeeper mode), the /metrics users, then the cluster secret, which
-    is required (the message says how to make one)."""
-    if cfg.metadata_store != "quorum":
-        broker_acl_policy(cfg)
-    metrics_password_hashes(cfg)
-    load_cluster_credential(cfg)
 
 
 class Options(usage.Options):

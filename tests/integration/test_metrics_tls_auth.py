@@ -20,10 +20,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from twisted.internet import threads
+from twisted.internet import reactor, threads
 
+from broker_core.broker import BrokerService
+from broker_core.config.parsing import ConfigError
 from broker_core.security.basic_auth import MIN_ITERATIONS, user_line
-from tests.support.cluster import running_brokers
+from tests.support.cluster import broker_config, running_brokers
 
 
 def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
@@ -117,3 +119,25 @@ async def test_plain_http_gets_no_metrics_from_a_tls_listener(broker, certs):
 
     answer = await threads.deferToThread(plain)
     assert b"sluice_" not in answer and not answer.startswith(b"HTTP/1.1 200")
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_in_process_broker_refuses_an_open_password_file_before_it_opens_anything(
+        zk_hosts, tmp_path):
+    # twistd's option parsing reads the secret files; a broker built in-process (or embedded)
+    # reads them first thing in its start, before it claims its log directory or connects.
+    users = tmp_path / "metrics-users"
+    users.write_text(user_line("prometheus", "scrape-me", iterations=MIN_ITERATIONS) + "\n")
+    os.chmod(users, 0o644)  # readable by others: refused
+    log_dir = tmp_path / "broker-1"
+    svc = BrokerService(broker_config(1, zk_hosts, log_dir,
+                                      metrics_listener="tcp:0:interface=127.0.0.1",
+                                      metrics_basic_auth_file=str(users)), reactor=reactor)
+    try:
+        with pytest.raises(ConfigError) as refused:
+            await svc.startService()
+        assert refused.value.key == "metrics.basic.auth.file"
+        assert not (log_dir / "meta.properties").exists()
+    finally:
+        if svc.running:
+            await svc.stopService()

@@ -406,24 +406,25 @@ class KafkaServerProtocol(Protocol):
         slot = _Slot()
         self._slots.append(slot)
         started = self.factory.clock.seconds()
+        waiting = None
         try:
             result = self.factory.handler(request, self)
         except Exception:
+            # Answered (with the error) like any request; the in-flight check below still runs.
             self._fill(slot, self._handler_failed(Failure(), request, started))
-            return None
-        if inspect.iscoroutine(result):
-            result = defer.Deferred.fromCoroutine(result)
-        waiting = None
-        if isinstance(result, defer.Deferred):
-            # One callback pair per parked request (an acks=all Produce, a long-polling
-            # Fetch): the answer is encoded and written by whichever of the two runs.
-            result.addCallbacks(self._answer, self._answer_failure,
-                                callbackArgs=(slot, request, started),
-                                errbackArgs=(slot, request, started))
-            waiting = None if result.called else result
         else:
-            # Answered at once (most requests): encode and write now, no Deferred.
-            self._answer(result, slot, request, started)
+            if inspect.iscoroutine(result):
+                result = defer.Deferred.fromCoroutine(result)
+            if isinstance(result, defer.Deferred):
+                # One callback pair per parked request (an acks=all Produce, a long-polling
+                # Fetch): the answer is encoded and written by whichever of the two runs.
+                result.addCallbacks(self._answer, self._answer_failure,
+                                    callbackArgs=(slot, request, started),
+                                    errbackArgs=(slot, request, started))
+                waiting = None if result.called else result
+            else:
+                # Answered at once (most requests): encode and write now, no Deferred.
+                self._answer(result, slot, request, started)
         if len(self._slots) >= self.factory.max_in_flight:
             self._pause("in_flight")
         return waiting

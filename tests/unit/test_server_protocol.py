@@ -114,3 +114,24 @@ def test_back_pressure_pauses_reading_when_too_many_requests_wait():
     assert transport.producerState == "paused"
     waiting[0].callback({"error_code": 0, "api_keys": [], "throttle_time_ms": 0})
     assert transport.producerState == "producing"
+
+
+def test_requests_whose_handler_raises_behind_a_parked_one_still_count_in_flight():
+    # A parked request holds the line; the answers of the ones behind it (errors, since their
+    # handler raised) wait in their slots and count against max_in_flight like any others.
+    parked = defer.Deferred()
+
+    def handler(req, proto):
+        if req.header.correlation_id == 1:
+            return parked
+        raise RuntimeError("boom")
+
+    transport, proto, _ = make(handler, max_in_flight=3)
+    proto.dataReceived(request(ApiKey.API_VERSIONS, 3, 1, {}) +
+                       request(ApiKey.API_VERSIONS, 3, 2, {}))
+    assert transport.producerState == "producing"
+    proto.dataReceived(request(ApiKey.API_VERSIONS, 3, 3, {}))
+    assert transport.producerState == "paused"
+    parked.callback({"error_code": 0, "api_keys": [], "throttle_time_ms": 0})
+    assert transport.producerState == "producing"
+    assert [cid for cid, _ in responses(transport, ApiKey.API_VERSIONS, 3)] == [1, 2, 3]

@@ -129,6 +129,7 @@ def test_registration_checks():
 def test_ping_every_third_of_the_session_timeout_and_offsets_only_for_owned_partitions():
     clock, store, svc = make()
     _, ch = register(svc, "a", timeout=3000)
+    clock.advance(0)  # the rebalance the registration asked for starts on the next turn
     answer_all(ch)  # StopFetcher / StartFetcher of the first rebalance
     answer_all(ch)
     c = svc.registries.member("g", "a")
@@ -157,6 +158,7 @@ def test_a_silent_consumer_is_failed_after_its_pings_expire_and_the_rest_rebalan
     clock, store, svc = make()
     _, a = register(svc, "a", timeout=3000)
     _, b = register(svc, "b", timeout=3000)
+    clock.advance(0)
     for _ in range(2):
         answer_all(a)
         answer_all(b)
@@ -294,6 +296,28 @@ def test_a_member_arriving_after_the_initial_rebalance_does_not_touch_the_initia
     assert stop_fetchers_sent(a, b) == [2, 1]
 
 
+def test_a_registration_during_a_running_rebalance_is_answered_before_it_ends():
+    clock, store, svc = make()
+    _, a = register(svc, "a")
+    assert a.sent == []  # answered first: the rebalance it asked for starts on the next turn
+    clock.advance(0)
+    assert len(a.pending(ApiKey.STOP_FETCHER)) == 1  # a holds its answer: the rebalance waits
+    g = svc.registries.groups["g"]
+    assert g.rebalancing
+    resp, b = register(svc, "b")
+    assert resp["error_code"] == 0 and resp["session_id"] > 0
+    assert svc.registries.member("g", "b") is not None
+    # Answered while a's rebalance still runs, and no rebalance work ran inside the answer.
+    assert g.rebalancing and b.sent == [] and len(a.sent) == 1
+    for _ in range(4):
+        clock.advance(0)
+        answer_all(a)
+        answer_all(b)
+    ma, mb = svc.registries.member("g", "a"), svc.registries.member("g", "b")
+    assert g.state == "stable" and ma.owned and mb.owned
+    assert sorted([*ma.owned, *mb.owned]) == [("t", 0), ("t", 1)]
+
+
 def test_while_suspended_nothing_is_pinged_nor_failed():
     clock, store, svc = make()
     _, a = register(svc, "a", timeout=3000)
@@ -336,6 +360,7 @@ def test_fenced_writes_fail_after_the_epoch_moves_and_the_coordinator_steps_down
 def test_the_committer_writes_only_changed_offsets_in_batches():
     clock, store, svc = make(offsets_commit_interval_ms=1000)
     _, a = register(svc, "a")
+    clock.advance(0)
     answer_all(a)
     answer_all(a)
     g = svc.registries.groups["g"]
@@ -442,6 +467,7 @@ def test_a_leave_commits_the_final_offsets_removes_the_member_and_rebalances_at_
     assert svc.registries.consumers == 1
     # b is rebalanced at once (no Ping interval, no session timeout): it gets a's partitions
     # from the offset a handed over.
+    clock.advance(0)
     answer_all(b)
     starts = b.pending(ApiKey.START_FETCHER)
     assert len(starts) == 1

@@ -318,6 +318,109 @@ def test_a_registration_during_a_running_rebalance_is_answered_before_it_ends():
     assert sorted([*ma.owned, *mb.owned]) == [("t", 0), ("t", 1)]
 
 
+def held(channels):
+    """What each consumer may be fetching, as the consumer sees it: the partitions of the last
+    StartFetcher it was sent, from the moment it was sent until it answered a later
+    StopFetcher (a consumer starts on receipt and has stopped only once it answers)."""
+    out = {}
+    for name, ch in channels.items():
+        tps: set = set()
+        for key, body, d in ch.sent:
+            if key == ApiKey.START_FETCHER:
+                tps = {(p["topic"], p["partition"])
+                       for t in body["ownership"] for p in t["partitions"]}
+            elif key == ApiKey.STOP_FETCHER and d.called:
+                tps = set()
+        out[name] = tps
+    return out
+
+
+def assert_no_partition_held_twice(channels):
+    seen: dict = {}
+    for name, tps in held(channels).items():
+        for tp in tps:
+            assert tp not in seen, f"{tp} held by {seen[tp]} and {name}"
+            seen[tp] = name
+
+
+def test_a_superseded_rebalance_stops_at_its_next_phase_boundary_and_the_newest_runs():
+    clock, store, svc = make()
+    channels = {}
+
+    def step(action=None):
+        if action is not None:
+            action()
+        clock.advance(0)
+        assert_no_partition_held_twice(channels)
+
+    for cid in ("a", "b"):
+        channels[cid] = register(svc, cid)[1]
+    for _ in range(3):
+        step(lambda: [answer_all(ch) for ch in channels.values()])
+    g = svc.registries.groups["g"]
+    assert g.generation == 1 and g.state == "stable"
+    a, b = channels["a"], channels["b"]
+    writes = store.multis
+
+    channels["c"] = register(svc, "c")[1]
+    step()  # the rebalance for c starts: StopFetcher to a, b and c
+    assert stop_fetchers_sent(a, b, channels["c"]) == [2, 2, 1]
+    step(lambda: answer_all(a, offsets=[SimpleNamespace(topic="t", partition=0, offset=7)]))
+    channels["d"] = register(svc, "d")[1]  # a newer membership while the STOP phase waits
+    step()
+    step(lambda: answer_all(b))
+    step(lambda: answer_all(channels["c"]))
+    # The STOP phase ended superseded: no COMMIT, no StartFetcher, no owners written, and the
+    # rebalance for a, b, c and d runs now (StopFetcher to all four).
+    assert store.multis == writes
+    assert all(not ch.pending(ApiKey.START_FETCHER) for ch in channels.values())
+    assert sum(1 for k, _b, _d in a.sent if k == ApiKey.START_FETCHER) == 1
+    assert g.generation == 1
+    assert g.offsets[("t", 0)] == 7  # a's reported offset is kept for the next owner
+    assert stop_fetchers_sent(*channels.values()) == [3, 3, 2, 1]
+    for _ in range(3):
+        step(lambda: [answer_all(ch) for ch in channels.values()])
+    assert g.generation == 2 and g.state == "stable"
+    owned = {cid: set(svc.registries.member("g", cid).owned) for cid in channels}
+    assert sorted(tp for tps in owned.values() for tp in tps) == [("t", 0), ("t", 1)]
+    assert held(channels) == owned
+    starts = [body for ch in channels.values() for k, body, _d in ch.sent
+              if k == ApiKey.START_FETCHER and body["generation_id"] == 2]
+    assert len(starts) == 4
+    assert {p["offset"] for s in starts for t in s["ownership"] for p in t["partitions"]
+            if p["partition"] == 0} == {7}
+
+
+def test_a_rebalance_superseded_during_its_reads_sends_nothing():
+    clock, store, svc = make()
+    a = register(svc, "a")[1]
+    clock.advance(0)
+    answer_all(a)
+    answer_all(a)
+    g = svc.registries.groups["g"]
+    assert g.generation == 1
+    reads, get_many = [], store.get_many
+
+    def held_read(paths_):  # the next rebalance's partition read waits for the test
+        d: defer.Deferred = defer.Deferred()
+        reads.append((paths_, d))
+        return d
+
+    store.get_many = held_read
+    b = register(svc, "b")[1]
+    clock.advance(0)
+    assert len(reads) == 1
+    c = register(svc, "c")[1]
+    clock.advance(0)
+    store.get_many = get_many
+    for paths_, d in reads:
+        get_many(paths_).chainDeferred(d)
+    clock.advance(0)
+    # The rebalance for b ends at its first boundary: nothing was sent for it; the one for b
+    # and c runs instead.
+    assert stop_fetchers_sent(a, b, c) == [2, 1, 1]
+
+
 def test_while_suspended_nothing_is_pinged_nor_failed():
     clock, store, svc = make()
     _, a = register(svc, "a", timeout=3000)

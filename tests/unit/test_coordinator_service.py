@@ -5,6 +5,7 @@ fencing and offset commits. No network, no ZooKeeper."""
 from __future__ import annotations
 
 import json
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -419,6 +420,73 @@ def test_a_rebalance_superseded_during_its_reads_sends_nothing():
     # The rebalance for b ends at its first boundary: nothing was sent for it; the one for b
     # and c runs instead.
     assert stop_fetchers_sent(a, b, c) == [2, 1, 1]
+
+
+class CountingMembers(dict):
+    """A group's member dict that counts every walk over it (iteration, keys, values, items)."""
+
+    walks = 0
+
+    def __iter__(self):
+        self.walks += 1
+        return super().__iter__()
+
+    def keys(self):
+        self.walks += 1
+        return super().keys()
+
+    def values(self):
+        self.walks += 1
+        return super().values()
+
+    def items(self):
+        self.walks += 1
+        return super().items()
+
+
+def ping_round_cost(n):
+    """One Ping round over a stable group of ``n`` members, every Ping answered with an offset:
+    returns (pings, walks over the member dict, store writes, Python calls per Ping)."""
+    clock, store, svc = make()
+    channels = [register(svc, f"m{i:04}", timeout=3000)[1] for i in range(n)]
+    clock.advance(0)
+    for _ in range(2):
+        for ch in channels:
+            answer_all(ch)
+    g = svc.registries.groups["g"]
+    assert g.state == "stable"
+    clock.advance(1.0)  # a first round, so that the measured one is a steady-state round
+    for ch in channels:
+        answer_all(ch)
+    g.members = CountingMembers(g.members)
+    writes = store.multis
+    calls = [0]
+
+    def count(frame, event, arg):
+        if event == "call":
+            calls[0] += 1
+
+    pings = 0
+    sys.setprofile(count)
+    try:
+        clock.advance(1.0)
+        for ch in channels:
+            for _body, d in ch.pending(ApiKey.PING):
+                d.callback(SimpleNamespace(error_code=0, offsets=[
+                    SimpleNamespace(topic="t", partition=0, offset=5)]))
+                pings += 1
+    finally:
+        sys.setprofile(None)
+    return pings, g.members.walks, store.multis - writes, calls[0] / max(pings, 1)
+
+
+def test_a_ping_costs_the_same_whatever_the_group_size():
+    small, large = ping_round_cost(5), ping_round_cost(500)
+    assert small[0] == 5 and large[0] == 500
+    # No Ping (sent, answered, its offsets taken) walks the group or writes to the store...
+    assert small[1:3] == (0, 0) and large[1:3] == (0, 0)
+    # ... and the work per Ping, counted as Python calls, does not grow with the group.
+    assert large[3] <= small[3] * 1.1
 
 
 def test_while_suspended_nothing_is_pinged_nor_failed():

@@ -29,14 +29,17 @@ queued one takes over with the current membership.
 
 A rebalance superseded by a newer request (``group.rebalance_initiated`` set again while it
 runs: a member joined or left, a topic changed) stops at its next phase boundary before START:
-after ASSIGN/CHECK, after STOP or after COMMIT (:class:`Superseded`). Its assignment is for a
-membership that no longer exists, so sending it would cost a StartFetcher to every member now
-and a StopFetcher to every member again in the queued rebalance. Stopping there is safe: the
-queued rebalance stops every member before it starts anyone, and the offsets the stopped
-members reported are in the registry (the queued rebalance commits them and starts from
-them). Once StartFetchers are out the attempt finishes (writes the owners), since the members
-already hold that generation. So a join storm costs rebalances that end early while members
-keep arriving, and one that completes once they stop.
+after ASSIGN/CHECK, after STOP or after COMMIT (:class:`Superseded`), for at most
+``supersede_bound_s`` from the first supersession since the group's last completed rebalance.
+Its assignment is for a membership that no longer exists, so sending it would cost a
+StartFetcher to every member now and a StopFetcher to every member again in the queued
+rebalance. Stopping there is safe: the queued rebalance stops every member before it starts
+anyone, and the offsets the stopped members reported are in the registry (the queued
+rebalance commits them and starts from them). Once StartFetchers are out the attempt
+finishes (writes the owners), since the members already hold that generation. So a join storm
+costs rebalances that end early while members keep arriving, and one that completes once they
+pause, or once the bound has passed (a storm that never pauses still gets its members
+started).
 
 The algorithm reaches the world only through a :class:`RebalanceContext` (the coordinator
 service), so it is unit-tested with a fake one and ``task.Clock``.
@@ -91,6 +94,8 @@ class RebalanceContext(Protocol):
     assignor: IPartitionAssignor
     backoff_s: float
     max_retries: int
+    #: How long a group's rebalances may keep being superseded before one runs to the end.
+    supersede_bound_s: float
 
     def can_act(self) -> bool: ...
     def known_topics(self) -> set[str]: ...
@@ -271,13 +276,19 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
 
 def _check(ctx: RebalanceContext, group: GroupRegistry, *, newer_aborts: bool = False) -> None:
     """A phase boundary: stop when the coordinator stepped down or a member failed, and (with
-    ``newer_aborts``, only before START) when a newer request superseded this rebalance."""
+    ``newer_aborts``, only before START) when a newer request superseded this rebalance, unless
+    the group's rebalances have been superseded for ``ctx.supersede_bound_s`` already: then this
+    one runs to the end, so a storm that never pauses still gets assignments out."""
     if not ctx.can_act():
         raise NotCoordinator()
     if group.rebalance_failed is not None:
         raise AttemptFailed("member_failed", group.rebalance_failed)
     if newer_aborts and group.rebalance_initiated:
-        raise Superseded()
+        now = ctx.clock.seconds()
+        if group.superseded_since is None:
+            group.superseded_since = now
+        if now - group.superseded_since < ctx.supersede_bound_s:
+            raise Superseded()
 
 
 async def rebalance(ctx: RebalanceContext, group: GroupRegistry) -> str:
@@ -293,6 +304,7 @@ async def rebalance(ctx: RebalanceContext, group: GroupRegistry) -> str:
             group.rebalancing = True
             try:
                 result = await attempt(ctx, group)
+                group.superseded_since = None  # the membership's assignment is in force
                 return result
             except NotCoordinator:
                 result = ABANDONED

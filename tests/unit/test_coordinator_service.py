@@ -345,7 +345,9 @@ def assert_no_partition_held_twice(channels):
 
 
 def test_a_superseded_rebalance_stops_at_its_next_phase_boundary_and_the_newest_runs():
-    clock, store, svc = make()
+    # No quiet period (the newer rebalance runs as soon as it can); the delay bounds how
+    # long rebalances may be superseded.
+    clock, store, svc = make(initial_rebalance_delay_ms=3000, initial_rebalance_quiet_ms=0)
     channels = {}
 
     def step(action=None):
@@ -393,7 +395,9 @@ def test_a_superseded_rebalance_stops_at_its_next_phase_boundary_and_the_newest_
 
 
 def test_a_rebalance_superseded_during_its_reads_sends_nothing():
-    clock, store, svc = make()
+    # No quiet period (the newer rebalance runs as soon as it can); the delay bounds how
+    # long rebalances may be superseded.
+    clock, store, svc = make(initial_rebalance_delay_ms=3000, initial_rebalance_quiet_ms=0)
     a = register(svc, "a")[1]
     clock.advance(0)
     answer_all(a)
@@ -420,6 +424,44 @@ def test_a_rebalance_superseded_during_its_reads_sends_nothing():
     # The rebalance for b ends at its first boundary: nothing was sent for it; the one for b
     # and c runs instead.
     assert stop_fetchers_sent(a, b, c) == [2, 1, 1]
+
+
+def test_members_arriving_during_a_rebalance_supersede_it_and_the_next_waits_for_a_pause():
+    clock, store, svc = make(initial_rebalance_delay_ms=2000, initial_rebalance_quiet_ms=250)
+    channels = {"a": register(svc, "a")[1]}
+    clock.advance(0.25)  # a's first rebalance: StopFetcher to a, not answered yet
+    assert stop_fetchers_sent(channels["a"]) == [1]
+    channels["b"] = register(svc, "b")[1]  # t = 0.25: the next rebalance waits until 0.5
+    answer_all(channels["a"])  # the STOP phase ends superseded: nothing started
+    clock.advance(0.125)
+    channels["c"] = register(svc, "c")[1]  # t = 0.375: the wait moves to 0.625
+    clock.advance(0.125)
+    assert stop_fetchers_sent(*channels.values()) == [1, 0, 0]
+    assert not any(k == ApiKey.START_FETCHER for ch in channels.values() for k, _b, _d in ch.sent)
+    clock.advance(0.125)  # t = 0.625: one rebalance for a, b and c
+    assert stop_fetchers_sent(*channels.values()) == [2, 1, 1]
+
+
+def test_a_storm_that_never_pauses_still_gets_a_rebalance_through_after_the_bound():
+    clock, store, svc = make(initial_rebalance_delay_ms=1000, initial_rebalance_quiet_ms=250)
+    channels = {}
+    g = None
+    # A member every 0.125 s for 4 s (the quiet period never passes), every request answered
+    # at once: without the bound, every rebalance would be superseded until the storm ends.
+    # Each arrival comes while the running rebalance waits for its StopFetcher answers.
+    channels["m00"] = register(svc, "m00")[1]
+    while clock.seconds() < 4.0:
+        clock.advance(0.125)
+        cid = f"m{len(channels):02}"
+        channels[cid] = register(svc, cid)[1]
+        for ch in channels.values():
+            answer_all(ch)
+        assert_no_partition_held_twice(channels)
+        g = svc.registries.groups["g"]
+        if g.generation:
+            break
+    assert g.generation == 1, "no rebalance completed while members kept arriving"
+    assert clock.seconds() <= 2.5  # the first wait (1 s), then at most the bound (1 s) more
 
 
 class CountingMembers(dict):

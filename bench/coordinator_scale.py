@@ -205,7 +205,10 @@ def main() -> None:
         zk.start()
         cluster, urls = start_cluster(zk, tmp, {
             "group.initial.rebalance.delay.ms": "3000",
-            "zookeeper.session.timeout.ms": "18000"})
+            "zookeeper.session.timeout.ms": "18000",
+            # Every consumer connects from 127.0.0.1: the per-address cap (1,000 by default)
+            # would refuse most of them before the coordinator is measured at all.
+            "max.connections": "100000", "max.connections.per.ip": "100000"})
         if args.scenario == "members":
             result = members_scenario(args, cluster, urls)
         else:

@@ -176,6 +176,12 @@ class ConsumerRequests:
             elif g.initial_bound is not None:
                 g.not_before = initial_rebalance.arrival(now, quiet_s, g.initial_bound,
                                                          g.not_before)
+            elif g.rebalancing or g.rebalance_initiated:
+                # A join storm outlasting that wait: the running rebalance is superseded
+                # (coordinator.rebalance) and the next one waits for arrivals to pause in the
+                # same way, so the storm costs a rebalance per pause, not one per arrival.
+                g.initial_bound, g.not_before = initial_rebalance.opening(
+                    now, quiet_s, cfg.initial_rebalance_delay_ms / 1000.0)
         self.service.request_rebalance(g)
         # session_id is left out of a v0 answer (ignorable): such a member cannot leave early.
         return {"error_code": 0, "error_message": None, "session_id": c.session_id}

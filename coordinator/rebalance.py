@@ -27,6 +27,20 @@ channel, an error answer): the design's fast fail. If a newer rebalance request 
 already queued (a member joined or failed meanwhile), the failed rebalance is not retried: the
 queued one takes over with the current membership.
 
+A rebalance superseded by a newer request (``group.rebalance_initiated`` set again while it
+runs: a member joined or left, a topic changed) stops at its next phase boundary before START:
+after ASSIGN/CHECK, after STOP or after COMMIT (:class:`Superseded`), for at most
+``supersede_bound_s`` from the first supersession since the group's last completed rebalance.
+Its assignment is for a membership that no longer exists, so sending it would cost a
+StartFetcher to every member now and a StopFetcher to every member again in the queued
+rebalance. Stopping there is safe: the queued rebalance stops every member before it starts
+anyone, and the offsets the stopped members reported are in the registry (the queued
+rebalance commits them and starts from them). Once StartFetchers are out the attempt
+finishes (writes the owners), since the members already hold that generation. So a join storm
+costs rebalances that end early while members keep arriving, and one that completes once they
+pause, or once the bound has passed (a storm that never pauses still gets its members
+started).
+
 The algorithm reaches the world only through a :class:`RebalanceContext` (the coordinator
 service), so it is unit-tested with a fake one and ``task.Clock``.
 """
@@ -58,6 +72,11 @@ class NotCoordinator(Exception):
     """This broker is no longer the coordinator (epoch check failed, resigned, stopped)."""
 
 
+class Superseded(Exception):
+    """A newer rebalance request for the group is pending: the attempt stops at a phase
+    boundary and the queued rebalance takes over (not a failure, not retried)."""
+
+
 class AttemptFailed(Exception):
     """One rebalance attempt failed; ``reason`` is a short label for metrics."""
 
@@ -75,6 +94,8 @@ class RebalanceContext(Protocol):
     assignor: IPartitionAssignor
     backoff_s: float
     max_retries: int
+    #: How long a group's rebalances may keep being superseded before one runs to the end.
+    supersede_bound_s: float
 
     def can_act(self) -> bool: ...
     def known_topics(self) -> set[str]: ...
@@ -212,7 +233,7 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
         return UNNECESSARY
     log.info("rebalancing group {g} ({n} members, {p} partitions): {why}", g=group.group_id,
              n=len(members), p=len(assignment), why=reason)
-    _check(ctx, group)
+    _check(ctx, group, newer_aborts=True)
 
     # STOP: nobody owns the group's partitions from the moment a member has answered.
     t_read = clock.seconds()
@@ -220,13 +241,13 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
     for m in members:
         stops.append((m, ctx.send_stop(m)))
     await wait_all(stops, "stop_fetcher")
-    _check(ctx, group)
+    _check(ctx, group, newer_aborts=True)
 
     # COMMIT, and learn the committed offsets of partitions we know nothing of.
     t_stop = clock.seconds()
     await ctx.commit(group)
     await ctx.load_committed(group, [tp for tp in assignment if tp not in group.offsets])
-    _check(ctx, group)
+    _check(ctx, group, newer_aborts=True)
 
     # START
     t_commit = clock.seconds()
@@ -253,11 +274,21 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
     return COMPLETED
 
 
-def _check(ctx: RebalanceContext, group: GroupRegistry) -> None:
+def _check(ctx: RebalanceContext, group: GroupRegistry, *, newer_aborts: bool = False) -> None:
+    """A phase boundary: stop when the coordinator stepped down or a member failed, and (with
+    ``newer_aborts``, only before START) when a newer request superseded this rebalance, unless
+    the group's rebalances have been superseded for ``ctx.supersede_bound_s`` already: then this
+    one runs to the end, so a storm that never pauses still gets assignments out."""
     if not ctx.can_act():
         raise NotCoordinator()
     if group.rebalance_failed is not None:
         raise AttemptFailed("member_failed", group.rebalance_failed)
+    if newer_aborts and group.rebalance_initiated:
+        now = ctx.clock.seconds()
+        if group.superseded_since is None:
+            group.superseded_since = now
+        if now - group.superseded_since < ctx.supersede_bound_s:
+            raise Superseded()
 
 
 async def rebalance(ctx: RebalanceContext, group: GroupRegistry) -> str:
@@ -273,8 +304,14 @@ async def rebalance(ctx: RebalanceContext, group: GroupRegistry) -> str:
             group.rebalancing = True
             try:
                 result = await attempt(ctx, group)
+                group.superseded_since = None  # the membership's assignment is in force
                 return result
             except NotCoordinator:
+                result = ABANDONED
+                return result
+            except Superseded:
+                log.info("rebalance of group {g} superseded by a newer request; it takes over",
+                         g=group.group_id)
                 result = ABANDONED
                 return result
             except AttemptFailed as e:

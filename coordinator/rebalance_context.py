@@ -60,6 +60,11 @@ class CoordinatorRebalanceContext:
     def max_retries(self) -> int:
         return self.service.max_retries
 
+    @property
+    def supersede_bound_s(self) -> float:
+        # The bound of a group's wait for arrivals to pause bounds supersession too.
+        return self.service.config.initial_rebalance_delay_ms / 1000.0
+
     def can_act(self) -> bool:
         return self.service.can_act()
 

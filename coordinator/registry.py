@@ -115,14 +115,19 @@ class GroupRegistry:
     curr_rebalancer: int | None = None
     rebalance_failed: str | None = None
     rebalancing: bool = False
+    #: When a rebalance of this group was first superseded by a newer request since its last
+    #: completed one (None: not since); bounds how long supersession may go on
+    #: (coordinator.rebalance).
+    superseded_since: float | None = None
     generation: int = 0
     rebalance_failures: int = 0
     empty_since: float | None = None
     #: KIP-134 and failover: no rebalance before this time (initial delay after the group's first
     #: registration, or after election while previous owners re-register).
     not_before: float = 0.0
-    #: While a new group waits for its first rebalance (:mod:`coordinator.initial_rebalance`):
-    #: the latest time it may run (first member + the initial delay); None otherwise. Each
+    #: While the group waits for arrivals to pause (:mod:`coordinator.initial_rebalance`: a new
+    #: group's first rebalance, or the next one when members arrive while it rebalances): the
+    #: latest time it may run (first arrival + the initial delay); None otherwise. Each
     #: arrival pushes ``not_before`` by the quiet period, never past this.
     initial_bound: float | None = None
     #: Consumer ids that owned partitions in ZooKeeper when this coordinator was elected and

@@ -276,17 +276,18 @@ class CoordinatorService:
     # -- rebalance requests ------------------------------------------------------------------------
 
     def request_rebalance(self, g: GroupRegistry) -> None:
-        """Queue a rebalance unless one is already initiated (coalescing); held
-        until ``g.not_before`` (the initial wait, which arrivals may push while it runs:
-        :mod:`coordinator.initial_rebalance`)."""
+        """Ask for a rebalance of ``g`` unless one is already initiated (coalescing). It is
+        handed to the rebalance handlers by a timer, never from here: at ``g.not_before`` (the
+        initial wait, which arrivals may push while it runs:
+        :mod:`coordinator.initial_rebalance`), else on the next reactor turn. So the caller (a
+        RegisterConsumer being answered, a failure being handled) returns before any rebalance
+        work runs: a registration's answer never waits for the assignment, the StopFetcher
+        sends or the metadata reads of the rebalance it caused."""
         if not self.active or g.rebalance_initiated:
             return
         g.rebalance_initiated = True
-        delay = g.not_before - self.clock.seconds()
-        if delay > 0:
-            g.delayed_call = self.clock.callLater(delay, self._submit, g.group_id, self.term)
-        else:
-            self.handlers.submit(g)
+        delay = max(0.0, g.not_before - self.clock.seconds())
+        g.delayed_call = self.clock.callLater(delay, self._submit, g.group_id, self.term)
 
     def _submit(self, gid: str, term: int) -> None:
         g = self.registries.groups.get(gid)

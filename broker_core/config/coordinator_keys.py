@@ -17,12 +17,14 @@ COORDINATOR_KEYS: dict[str, ConfigKey] = key_table(
     ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms",
      integer(0, INT_MAX), "3000",
      "The longest, in milliseconds from its first member, that a new group of Sluice's "
-     "thin consumers waits before its first rebalance, so members starting together cost one "
-     "(Kafka-protocol groups: Kafka's meaning)."),
+     "thin consumers waits before its first rebalance, so members starting together cost one; "
+     "also how long members arriving while a group rebalances may hold its next rebalance and "
+     "supersede running ones (Kafka-protocol groups: Kafka's meaning)."),
     ("group.initial.rebalance.quiet.ms", "group_initial_rebalance_quiet_ms",
      integer(0, INT_MAX), "200",
      "A new group of Sluice's thin consumers rebalances once no member has registered for "
-     "this long (each arrival restarts it), bounded by group.initial.rebalance.delay.ms; a "
+     "this long (each arrival restarts it), bounded by group.initial.rebalance.delay.ms; so "
+     "does a group whose members arrive while it rebalances; a "
      "value above that delay is clamped to it. 200 ms: consumers started together register "
      "within a few round trips of each other, so a storm keeps the window open, while a lone "
      "member gets its partitions within a fraction of a second."),

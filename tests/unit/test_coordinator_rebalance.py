@@ -30,6 +30,7 @@ class FakeContext:
         self.assignor = RangeAssignor()
         self.backoff_s = 1.0
         self.max_retries = 3
+        self.supersede_bound_s = 3.0
         self.partitions = {"t": list(range(partitions))}
         self.owners: dict = {}
         self.zk_offsets: dict = {}

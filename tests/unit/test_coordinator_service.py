@@ -5,6 +5,7 @@ fencing and offset commits. No network, no ZooKeeper."""
 from __future__ import annotations
 
 import json
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -129,6 +130,7 @@ def test_registration_checks():
 def test_ping_every_third_of_the_session_timeout_and_offsets_only_for_owned_partitions():
     clock, store, svc = make()
     _, ch = register(svc, "a", timeout=3000)
+    clock.advance(0)  # the rebalance the registration asked for starts on the next turn
     answer_all(ch)  # StopFetcher / StartFetcher of the first rebalance
     answer_all(ch)
     c = svc.registries.member("g", "a")
@@ -157,6 +159,7 @@ def test_a_silent_consumer_is_failed_after_its_pings_expire_and_the_rest_rebalan
     clock, store, svc = make()
     _, a = register(svc, "a", timeout=3000)
     _, b = register(svc, "b", timeout=3000)
+    clock.advance(0)
     for _ in range(2):
         answer_all(a)
         answer_all(b)
@@ -294,6 +297,240 @@ def test_a_member_arriving_after_the_initial_rebalance_does_not_touch_the_initia
     assert stop_fetchers_sent(a, b) == [2, 1]
 
 
+def test_a_registration_during_a_running_rebalance_is_answered_before_it_ends():
+    clock, store, svc = make()
+    _, a = register(svc, "a")
+    assert a.sent == []  # answered first: the rebalance it asked for starts on the next turn
+    clock.advance(0)
+    assert len(a.pending(ApiKey.STOP_FETCHER)) == 1  # a holds its answer: the rebalance waits
+    g = svc.registries.groups["g"]
+    assert g.rebalancing
+    resp, b = register(svc, "b")
+    assert resp["error_code"] == 0 and resp["session_id"] > 0
+    assert svc.registries.member("g", "b") is not None
+    # Answered while a's rebalance still runs, and no rebalance work ran inside the answer.
+    assert g.rebalancing and b.sent == [] and len(a.sent) == 1
+    for _ in range(4):
+        clock.advance(0)
+        answer_all(a)
+        answer_all(b)
+    ma, mb = svc.registries.member("g", "a"), svc.registries.member("g", "b")
+    assert g.state == "stable" and ma.owned and mb.owned
+    assert sorted([*ma.owned, *mb.owned]) == [("t", 0), ("t", 1)]
+
+
+def held(channels):
+    """What each consumer may be fetching, as the consumer sees it: the partitions of the last
+    StartFetcher it was sent, from the moment it was sent until it answered a later
+    StopFetcher (a consumer starts on receipt and has stopped only once it answers)."""
+    out = {}
+    for name, ch in channels.items():
+        tps: set = set()
+        for key, body, d in ch.sent:
+            if key == ApiKey.START_FETCHER:
+                tps = {(p["topic"], p["partition"])
+                       for t in body["ownership"] for p in t["partitions"]}
+            elif key == ApiKey.STOP_FETCHER and d.called:
+                tps = set()
+        out[name] = tps
+    return out
+
+
+def assert_no_partition_held_twice(channels):
+    seen: dict = {}
+    for name, tps in held(channels).items():
+        for tp in tps:
+            assert tp not in seen, f"{tp} held by {seen[tp]} and {name}"
+            seen[tp] = name
+
+
+def test_a_superseded_rebalance_stops_at_its_next_phase_boundary_and_the_newest_runs():
+    # No quiet period (the newer rebalance runs as soon as it can); the delay bounds how
+    # long rebalances may be superseded.
+    clock, store, svc = make(initial_rebalance_delay_ms=3000, initial_rebalance_quiet_ms=0)
+    channels = {}
+
+    def step(action=None):
+        if action is not None:
+            action()
+        clock.advance(0)
+        assert_no_partition_held_twice(channels)
+
+    for cid in ("a", "b"):
+        channels[cid] = register(svc, cid)[1]
+    for _ in range(3):
+        step(lambda: [answer_all(ch) for ch in channels.values()])
+    g = svc.registries.groups["g"]
+    assert g.generation == 1 and g.state == "stable"
+    a, b = channels["a"], channels["b"]
+    writes = store.multis
+
+    channels["c"] = register(svc, "c")[1]
+    step()  # the rebalance for c starts: StopFetcher to a, b and c
+    assert stop_fetchers_sent(a, b, channels["c"]) == [2, 2, 1]
+    step(lambda: answer_all(a, offsets=[SimpleNamespace(topic="t", partition=0, offset=7)]))
+    channels["d"] = register(svc, "d")[1]  # a newer membership while the STOP phase waits
+    step()
+    step(lambda: answer_all(b))
+    step(lambda: answer_all(channels["c"]))
+    # The STOP phase ended superseded: no COMMIT, no StartFetcher, no owners written, and the
+    # rebalance for a, b, c and d runs now (StopFetcher to all four).
+    assert store.multis == writes
+    assert all(not ch.pending(ApiKey.START_FETCHER) for ch in channels.values())
+    assert sum(1 for k, _b, _d in a.sent if k == ApiKey.START_FETCHER) == 1
+    assert g.generation == 1
+    assert g.offsets[("t", 0)] == 7  # a's reported offset is kept for the next owner
+    assert stop_fetchers_sent(*channels.values()) == [3, 3, 2, 1]
+    for _ in range(3):
+        step(lambda: [answer_all(ch) for ch in channels.values()])
+    assert g.generation == 2 and g.state == "stable"
+    owned = {cid: set(svc.registries.member("g", cid).owned) for cid in channels}
+    assert sorted(tp for tps in owned.values() for tp in tps) == [("t", 0), ("t", 1)]
+    assert held(channels) == owned
+    starts = [body for ch in channels.values() for k, body, _d in ch.sent
+              if k == ApiKey.START_FETCHER and body["generation_id"] == 2]
+    assert len(starts) == 4
+    assert {p["offset"] for s in starts for t in s["ownership"] for p in t["partitions"]
+            if p["partition"] == 0} == {7}
+
+
+def test_a_rebalance_superseded_during_its_reads_sends_nothing():
+    # No quiet period (the newer rebalance runs as soon as it can); the delay bounds how
+    # long rebalances may be superseded.
+    clock, store, svc = make(initial_rebalance_delay_ms=3000, initial_rebalance_quiet_ms=0)
+    a = register(svc, "a")[1]
+    clock.advance(0)
+    answer_all(a)
+    answer_all(a)
+    g = svc.registries.groups["g"]
+    assert g.generation == 1
+    reads, get_many = [], store.get_many
+
+    def held_read(paths_):  # the next rebalance's partition read waits for the test
+        d: defer.Deferred = defer.Deferred()
+        reads.append((paths_, d))
+        return d
+
+    store.get_many = held_read
+    b = register(svc, "b")[1]
+    clock.advance(0)
+    assert len(reads) == 1
+    c = register(svc, "c")[1]
+    clock.advance(0)
+    store.get_many = get_many
+    for paths_, d in reads:
+        get_many(paths_).chainDeferred(d)
+    clock.advance(0)
+    # The rebalance for b ends at its first boundary: nothing was sent for it; the one for b
+    # and c runs instead.
+    assert stop_fetchers_sent(a, b, c) == [2, 1, 1]
+
+
+def test_members_arriving_during_a_rebalance_supersede_it_and_the_next_waits_for_a_pause():
+    clock, store, svc = make(initial_rebalance_delay_ms=2000, initial_rebalance_quiet_ms=250)
+    channels = {"a": register(svc, "a")[1]}
+    clock.advance(0.25)  # a's first rebalance: StopFetcher to a, not answered yet
+    assert stop_fetchers_sent(channels["a"]) == [1]
+    channels["b"] = register(svc, "b")[1]  # t = 0.25: the next rebalance waits until 0.5
+    answer_all(channels["a"])  # the STOP phase ends superseded: nothing started
+    clock.advance(0.125)
+    channels["c"] = register(svc, "c")[1]  # t = 0.375: the wait moves to 0.625
+    clock.advance(0.125)
+    assert stop_fetchers_sent(*channels.values()) == [1, 0, 0]
+    assert not any(k == ApiKey.START_FETCHER for ch in channels.values() for k, _b, _d in ch.sent)
+    clock.advance(0.125)  # t = 0.625: one rebalance for a, b and c
+    assert stop_fetchers_sent(*channels.values()) == [2, 1, 1]
+
+
+def test_a_storm_that_never_pauses_still_gets_a_rebalance_through_after_the_bound():
+    clock, store, svc = make(initial_rebalance_delay_ms=1000, initial_rebalance_quiet_ms=250)
+    channels = {}
+    g = None
+    # A member every 0.125 s for 4 s (the quiet period never passes), every request answered
+    # at once: without the bound, every rebalance would be superseded until the storm ends.
+    # Each arrival comes while the running rebalance waits for its StopFetcher answers.
+    channels["m00"] = register(svc, "m00")[1]
+    while clock.seconds() < 4.0:
+        clock.advance(0.125)
+        cid = f"m{len(channels):02}"
+        channels[cid] = register(svc, cid)[1]
+        for ch in channels.values():
+            answer_all(ch)
+        assert_no_partition_held_twice(channels)
+        g = svc.registries.groups["g"]
+        if g.generation:
+            break
+    assert g.generation == 1, "no rebalance completed while members kept arriving"
+    assert clock.seconds() <= 2.5  # the first wait (1 s), then at most the bound (1 s) more
+
+
+class CountingMembers(dict):
+    """A group's member dict that counts every walk over it (iteration, keys, values, items)."""
+
+    walks = 0
+
+    def __iter__(self):
+        self.walks += 1
+        return super().__iter__()
+
+    def keys(self):
+        self.walks += 1
+        return super().keys()
+
+    def values(self):
+        self.walks += 1
+        return super().values()
+
+    def items(self):
+        self.walks += 1
+        return super().items()
+
+
+def ping_round_cost(n):
+    """One Ping round over a stable group of ``n`` members, every Ping answered with an offset:
+    returns (pings, walks over the member dict, store writes, Python calls per Ping)."""
+    clock, store, svc = make()
+    channels = [register(svc, f"m{i:04}", timeout=3000)[1] for i in range(n)]
+    clock.advance(0)
+    for _ in range(2):
+        for ch in channels:
+            answer_all(ch)
+    g = svc.registries.groups["g"]
+    assert g.state == "stable"
+    clock.advance(1.0)  # a first round, so that the measured one is a steady-state round
+    for ch in channels:
+        answer_all(ch)
+    g.members = CountingMembers(g.members)
+    writes = store.multis
+    calls = [0]
+
+    def count(frame, event, arg):
+        if event == "call":
+            calls[0] += 1
+
+    pings = 0
+    sys.setprofile(count)
+    try:
+        clock.advance(1.0)
+        for ch in channels:
+            for _body, d in ch.pending(ApiKey.PING):
+                d.callback(SimpleNamespace(error_code=0, offsets=[
+                    SimpleNamespace(topic="t", partition=0, offset=5)]))
+                pings += 1
+    finally:
+        sys.setprofile(None)
+    return pings, g.members.walks, store.multis - writes, calls[0] / max(pings, 1)
+
+
+def test_a_ping_costs_the_same_whatever_the_group_size():
+    small, large = ping_round_cost(5), ping_round_cost(500)
+    assert small[0] == 5 and large[0] == 500
+    # No Ping (sent, answered, its offsets taken) walks the group or writes to the store...
+    assert small[1:3] == (0, 0) and large[1:3] == (0, 0)
+    # ... and the work per Ping, counted as Python calls, does not grow with the group.
+    assert large[3] <= small[3] * 1.1
+
+
 def test_while_suspended_nothing_is_pinged_nor_failed():
     clock, store, svc = make()
     _, a = register(svc, "a", timeout=3000)
@@ -336,6 +573,7 @@ def test_fenced_writes_fail_after_the_epoch_moves_and_the_coordinator_steps_down
 def test_the_committer_writes_only_changed_offsets_in_batches():
     clock, store, svc = make(offsets_commit_interval_ms=1000)
     _, a = register(svc, "a")
+    clock.advance(0)
     answer_all(a)
     answer_all(a)
     g = svc.registries.groups["g"]
@@ -442,6 +680,7 @@ def test_a_leave_commits_the_final_offsets_removes_the_member_and_rebalances_at_
     assert svc.registries.consumers == 1
     # b is rebalanced at once (no Ping interval, no session timeout): it gets a's partitions
     # from the offset a handed over.
+    clock.advance(0)
     answer_all(b)
     starts = b.pending(ApiKey.START_FETCHER)
     assert len(starts) == 1

@@ -116,6 +116,7 @@ def on_dynamic_broker_config(broker: BrokerService, dynamic: dict[str, str]) -> 
 async def load_topic_config(broker: BrokerService, topic: str) -> None:
     # No node, or an unreadable one (logged): no overrides, the broker defaults apply.
     broker.topic_configs[topic], _ = await read_entity(broker.store, paths.topic_config(topic))
+    broker.replicas.forget_topic_settings(topic)
 
 
 async def ensure_topic_configs(broker: BrokerService, topics: set[str]) -> None:
@@ -139,6 +140,7 @@ async def ensure_topic_configs(broker: BrokerService, topics: set[str]) -> None:
         try:
             broker.topic_configs[t] = {} if got is None else dict(
                 paths.TopicConfig.from_bytes(got[0]).config)
+            broker.replicas.forget_topic_settings(t)
         except ValueError as e:  # unreadable: defaults, as a failed read
             broker.log.warn("the config of topic {t} is unreadable; using the broker "
                           "defaults: {e}", t=t, e=e)
@@ -153,6 +155,7 @@ def on_metadata_update(broker: BrokerService, topics: set[str]) -> None:
     broker.dynamic_configs.forget_topics(gone)
     for t in gone:
         broker.topic_configs.pop(t, None)
+        broker.replicas.forget_topic_settings(t)
     broker.dynamic_configs.watch_topics(topics - gone)
 
 

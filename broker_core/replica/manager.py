@@ -210,6 +210,11 @@ class ReplicaManager:
         self._min_isr_lookup = lookup
         self._min_isr_cache.clear()
 
+    def forget_topic_settings(self, topic: str) -> None:
+        """Drop what is cached of ``topic``'s settings (its ``min.insync.replicas``): its
+        overrides were just read, replaced or removed."""
+        self._min_isr_cache.pop(topic, None)
+
     def _min_isr(self, topic: str) -> int:
         value = self._min_isr_cache.get(topic)
         if value is None:

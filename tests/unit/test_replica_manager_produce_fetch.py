@@ -129,6 +129,13 @@ def test_min_insync_replicas_is_asked_once_per_config_change_and_partition_creat
         rm.apply_leader_and_isr(3, [("t", 0, LeaderAndIsrState(1, 1, (1,), (1,), 1, 0))],
                                 full=False)
         assert rm.min_insync_replicas("t") == 1
+        # Re-created while this replica missed the StopReplica (its partition survived): the
+        # broker reads the new topic's overrides and forgets what was cached.
+        rm.append(-1, 30000, [("t", 0, batch(b"c"))])
+        before = len(asked)
+        rm.forget_topic_settings("t")
+        rm.append(-1, 30000, [("t", 0, batch(b"d"))])
+        assert len(asked) == before + 1
     finally:
         rm.log_manager.shutdown()
 

@@ -71,7 +71,9 @@ class BlockingStream:
     def _refill(self, timeout: float | None) -> bool:
         """Take the next chunk (waiting up to ``timeout``; forever when None). False on
         timeout; raises :class:`StreamClosed` (or the consumer's fatal error) at the end."""
-        chunk: Chunk | None = self._rt.call(self._get_chunk, timeout)
+        return self._take(self._rt.call(self._get_chunk, timeout))
+
+    def _take(self, chunk: Chunk | None) -> bool:
         if chunk is None:
             return False
         self._part = chunk.part
@@ -91,6 +93,36 @@ class BlockingStream:
                 return m
             if not self._refill(timeout) and timeout is not None:
                 return None
+
+    def consume(self, num_messages: int = 10_000, timeout: float | None = None) -> list[Message]:
+        """Up to ``num_messages`` messages, as a list: what is ready now, or, when nothing is,
+        the first chunk that comes within ``timeout`` seconds (None: waiting until one does);
+        ``[]`` on timeout. Raises as :meth:`poll`. The partition positions move past the
+        messages when they are returned; the rest of a chunk stays for the next call. Cheaper
+        per message than :meth:`poll` or the iterator (one position update per run of a
+        chunk), like confluent-kafka's ``consume(num_messages)``."""
+        if num_messages < 1:
+            raise ValueError(f"num_messages must be at least 1, got {num_messages}")
+        out: list[Message] = []
+        while True:
+            msgs, i, part = self._msgs, self._i, self._part
+            if part is not None and i < len(msgs):
+                if not part.active:  # the assignment ended: the rest of the chunk is dropped
+                    self._msgs, self._i = _EMPTY, 0
+                    continue
+                j = min(len(msgs), i + num_messages - len(out))
+                out += msgs[i:j]
+                self._i = j
+                part.consumed = msgs[j - 1].offset + 1
+                if len(out) == num_messages:
+                    return out
+            if out:
+                # With messages in hand it only takes a chunk that is ready, and raises nothing
+                # (an end or a problem is for the next call, which has nothing to lose).
+                if not self._take(self._rt.call(self._source.take_nowait)):
+                    return out
+            elif not self._refill(timeout) and timeout is not None:
+                return out
 
     def __iter__(self) -> Iterator[Message]:
         """Every message until the consumer closes (then the loop ends; a fatal error such
@@ -161,6 +193,12 @@ class BlockingConsumer:
         retrying, and a later ``poll`` returns messages again once the problem is gone.
         Iteration raises the same."""
         return self._all.poll(timeout)
+
+    def consume(self, num_messages: int = 10_000, timeout: float | None = None) -> list[Message]:
+        """Up to ``num_messages`` messages from any stream, as a list, or ``[]`` after
+        ``timeout`` seconds with none (see :meth:`BlockingStream.consume`); raises as
+        :meth:`poll`. The fastest way to read: no per-message bookkeeping."""
+        return self._all.consume(num_messages, timeout)
 
     def streams(self, topic: str | None = None) -> list[BlockingStream]:
         """One blocking iterator per stream of ``topic`` (None: the wildcard streams), as

@@ -71,9 +71,7 @@ class BlockingStream:
     def _refill(self, timeout: float | None) -> bool:
         """Take the next chunk (waiting up to ``timeout``; forever when None). False on
         timeout; raises :class:`StreamClosed` (or the consumer's fatal error) at the end."""
-        return self._take(self._rt.call(self._get_chunk, timeout))
-
-    def _take(self, chunk: Chunk | None) -> bool:
+        chunk: Chunk | None = self._rt.call(self._get_chunk, timeout)
         if chunk is None:
             return False
         self._part = chunk.part
@@ -95,34 +93,26 @@ class BlockingStream:
                 return None
 
     def consume(self, num_messages: int = 10_000, timeout: float | None = None) -> list[Message]:
-        """Up to ``num_messages`` messages, as a list: what is ready now, or, when nothing is,
-        the first chunk that comes within ``timeout`` seconds (None: waiting until one does);
-        ``[]`` on timeout. Raises as :meth:`poll`. The partition positions move past the
-        messages when they are returned; the rest of a chunk stays for the next call. Cheaper
-        per message than :meth:`poll` or the iterator (one position update per run of a
-        chunk), like confluent-kafka's ``consume(num_messages)``."""
+        """Up to ``num_messages`` messages of one chunk, as a list: the rest of the chunk being
+        read, or else the next chunk, waiting for it up to ``timeout`` seconds (None: until one
+        comes); ``[]`` on timeout. Raises as :meth:`poll`. The partition's position moves past
+        the messages when they are returned; the rest of a chunk stays for the next call.
+        Cheaper per message than :meth:`poll` or the iterator (one position update per call),
+        like confluent-kafka's ``consume(num_messages)``."""
         if num_messages < 1:
             raise ValueError(f"num_messages must be at least 1, got {num_messages}")
-        out: list[Message] = []
         while True:
             msgs, i, part = self._msgs, self._i, self._part
             if part is not None and i < len(msgs):
-                if not part.active:  # the assignment ended: the rest of the chunk is dropped
-                    self._msgs, self._i = _EMPTY, 0
-                    continue
-                j = min(len(msgs), i + num_messages - len(out))
-                out += msgs[i:j]
-                self._i = j
-                part.consumed = msgs[j - 1].offset + 1
-                if len(out) == num_messages:
-                    return out
-            if out:
-                # With messages in hand it only takes a chunk that is ready, and raises nothing
-                # (an end or a problem is for the next call, which has nothing to lose).
-                if not self._take(self._rt.call(self._source.take_nowait)):
-                    return out
-            elif not self._refill(timeout) and timeout is not None:
-                return out
+                if part.active:
+                    j = min(len(msgs), i + num_messages)
+                    self._i = j
+                    part.consumed = msgs[j - 1].offset + 1
+                    return msgs[i:j] if i or j < len(msgs) else msgs
+                self._msgs, self._i = _EMPTY, 0  # the assignment ended: the rest is dropped
+            # The rest of one chunk at most, so one hop to the reactor thread per chunk.
+            if not self._refill(timeout) and timeout is not None:
+                return []
 
     def __iter__(self) -> Iterator[Message]:
         """Every message until the consumer closes (then the loop ends; a fatal error such

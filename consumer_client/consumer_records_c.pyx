@@ -38,8 +38,12 @@ cdef extern from *:
     static inline int sluice_add_overflows(long long a, long long b, long long *r) {
         return __builtin_add_overflow(a, b, r);
     }
+    static inline int sluice_sub_overflows(long long a, long long b, long long *r) {
+        return __builtin_sub_overflow(a, b, r);
+    }
     """
     bint sluice_add_overflows(long long a, long long b, long long *r)
+    bint sluice_sub_overflows(long long a, long long b, long long *r)
 
 
 cdef inline Py_ssize_t _varint(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end,
@@ -110,7 +114,7 @@ def decode_records(const unsigned char[::1] raw, Py_ssize_t count, long long bas
     cdef list pairs
     cdef bint create = append_ts is None
     cdef object ttype = 0 if create else 1
-    cdef bint ok = count >= 0 and not sluice_add_overflows(start, -base, &skip)
+    cdef bint ok = count >= 0 and not sluice_sub_overflows(start, base, &skip)
     if not create:
         stamp = append_ts
     for _ in range(count if ok else 0):

@@ -203,6 +203,16 @@ def test_the_compiled_loop_decodes_every_record_shape_as_the_python_one(seed, co
 
 
 @compiled
+def test_the_compiled_loop_leaves_offsets_beyond_64_bits_to_the_python_one():
+    # base offset + delta past 2**63 - 1, and fetch offset - base offset below -2**63
+    data = build_batch(RECORDS[:5], base_offset=2 ** 63 - 3)
+    for start in (0, 2 ** 63 - 1, -(2 ** 63)):
+        got = _outcome(data, start, consumer_records._compiled_records)
+        assert got == _outcome(data, start, None)
+    assert [m.offset for m in got[1]] == [2 ** 63 - 3 + i for i in range(5)]
+
+
+@compiled
 def test_the_compiled_loop_fails_as_the_python_one_on_any_corruption():
     import random
 

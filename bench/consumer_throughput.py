@@ -13,7 +13,8 @@ N/partitions to each partition.
 Each measurement then consumes the whole topic from offset 0 to its end with one client:
 
 - ``sluice-blocking``: ``BlockingConsumer`` iterator (``for message in consumer``);
-- ``sluice-blocking-python``: the same with the pure-Python record loop (what runs when the
+- ``sluice-blocking-consume``: ``BlockingConsumer.consume(10000)`` lists (as confluent's below);
+- ``sluice-blocking-python``: ``sluice-blocking`` with the pure-Python record loop (what runs when the
   compiled one is not built), for comparison in the same run;
 - ``sluice-twisted``: Twisted ``Consumer``, an ``await consumer.get_many()`` loop on the reactor;
 - ``kafka-python``: ``KafkaConsumer`` with ``poll(max_records=10000)``;
@@ -41,8 +42,8 @@ ours relative to theirs.
 
 Usage: python bench/consumer_throughput.py [--messages 1000000] [--size 100] [--partitions 4]
        [--repeat 3]
-       [--clients sluice-blocking,sluice-blocking-python,sluice-twisted,kafka-python,confluent,
-                  confluent-tuned]
+       [--clients sluice-blocking,sluice-blocking-consume,sluice-blocking-python,sluice-twisted,
+                  kafka-python,confluent,confluent-tuned]
        [--fetch-max-bytes 52428800] [--max-partition-fetch-bytes 1048576] [--no-check-crcs]
        python bench/consumer_throughput.py --decode-only [--repeat 5] [--size 100]
 (the latter times the pure-Python and the compiled record loops alone, alternating, no broker)
@@ -122,6 +123,28 @@ def sluice_blocking(s: Setup) -> Run:
                 break
     last, cpu1 = time.perf_counter(), time.process_time()
     consumer.close()
+    return Run(first - start, last - first, count, total, cpu1 - cpu0)
+
+
+def sluice_blocking_consume(s: Setup) -> Run:
+    """``BlockingConsumer.consume(10000)`` lists, read as confluent-kafka's are."""
+    from consumer_client.blocking_consumer import BlockingConsumer
+
+    n, total, count = s.messages, 0, 0
+    start = time.perf_counter()
+    consumer = BlockingConsumer(_ours_config(s))
+    consume = consumer.consume
+    first, cpu0 = None, 0.0
+    while count < n:
+        msgs = consume(10000, 1.0)
+        if first is None:
+            first, cpu0 = time.perf_counter(), time.process_time()
+        for m in msgs:
+            total += len(m.value)
+        count += len(msgs)
+    last, cpu1 = time.perf_counter(), time.process_time()
+    consumer.close()
+    # first is taken after the first chunk was decoded: its messages count from there.
     return Run(first - start, last - first, count, total, cpu1 - cpu0)
 
 
@@ -263,11 +286,13 @@ def confluent_tuned(s: Setup) -> Run:
     return confluent(s, **{"queued.min.messages": 10_000_000, "fetch.queue.backoff.ms": 10})
 
 
-CLIENTS = {"sluice-blocking": sluice_blocking, "sluice-blocking-python": sluice_blocking_python,
+CLIENTS = {"sluice-blocking": sluice_blocking, "sluice-blocking-consume": sluice_blocking_consume,
+           "sluice-blocking-python": sluice_blocking_python,
            "sluice-twisted": sluice_twisted,
            "kafka-python": kafka_python, "confluent": confluent,
            "confluent-tuned": confluent_tuned}
-OURS = ("sluice-blocking", "sluice-blocking-python", "sluice-twisted")
+OURS = ("sluice-blocking", "sluice-blocking-consume", "sluice-blocking-python",
+        "sluice-twisted")
 
 
 def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, size: int,

@@ -13,6 +13,9 @@ N/partitions to each partition.
 Each measurement then consumes the whole topic from offset 0 to its end with one client:
 
 - ``sluice-blocking``: ``BlockingConsumer`` iterator (``for message in consumer``);
+- ``sluice-blocking-consume``: ``BlockingConsumer.consume(10000)`` lists (as confluent's below);
+- ``sluice-blocking-python``: ``sluice-blocking`` with the pure-Python record loop (what runs when the
+  compiled one is not built), for comparison in the same run;
 - ``sluice-twisted``: Twisted ``Consumer``, an ``await consumer.get_many()`` loop on the reactor;
 - ``kafka-python``: ``KafkaConsumer`` with ``poll(max_records=10000)``;
 - ``confluent``: confluent-kafka ``Consumer`` with ``consume(10000)``;
@@ -39,14 +42,18 @@ ours relative to theirs.
 
 Usage: python bench/consumer_throughput.py [--messages 1000000] [--size 100] [--partitions 4]
        [--repeat 3]
-       [--clients sluice-blocking,sluice-twisted,kafka-python,confluent,confluent-tuned]
+       [--clients sluice-blocking,sluice-blocking-consume,sluice-blocking-python,sluice-twisted,
+                  kafka-python,confluent,confluent-tuned]
        [--fetch-max-bytes 52428800] [--max-partition-fetch-bytes 1048576] [--no-check-crcs]
+       python bench/consumer_throughput.py --decode-only [--repeat 5] [--size 100]
+(the latter times the pure-Python and the compiled record loops alone, alternating, no broker)
 Prints figures; asserts nothing beyond every client reading every message.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import shutil
 import statistics
 import subprocess
@@ -117,6 +124,73 @@ def sluice_blocking(s: Setup) -> Run:
     last, cpu1 = time.perf_counter(), time.process_time()
     consumer.close()
     return Run(first - start, last - first, count, total, cpu1 - cpu0)
+
+
+def sluice_blocking_consume(s: Setup) -> Run:
+    """``BlockingConsumer.consume(10000)`` lists, read as confluent-kafka's are."""
+    from consumer_client.blocking_consumer import BlockingConsumer
+
+    n, total, count = s.messages, 0, 0
+    start = time.perf_counter()
+    consumer = BlockingConsumer(_ours_config(s))
+    consume = consumer.consume
+    first, cpu0 = None, 0.0
+    while count < n:
+        msgs = consume(10000, 1.0)
+        if first is None:
+            first, cpu0 = time.perf_counter(), time.process_time()
+        for m in msgs:
+            total += len(m.value)
+        count += len(msgs)
+    last, cpu1 = time.perf_counter(), time.process_time()
+    consumer.close()
+    # first is taken after the first chunk was decoded: its messages count from there.
+    return Run(first - start, last - first, count, total, cpu1 - cpu0)
+
+
+def sluice_blocking_python(s: Setup) -> Run:
+    """``sluice-blocking`` with the pure-Python record loop even where the compiled one is
+    built (what an install without a C compiler runs), for a same-run comparison."""
+    from consumer_client import consumer_records
+
+    compiled = consumer_records._compiled_records
+    consumer_records._compiled_records = None
+    try:
+        return sluice_blocking(s)
+    finally:
+        consumer_records._compiled_records = compiled
+
+
+def decode_only(rounds: int, size: int) -> None:
+    """Decoding alone, in this process: one 1 MB chunk of ``size``-byte values (one batch, as
+    kcat writes them) decoded by the pure-Python record loop and by the compiled one in
+    alternation, ``rounds`` times each; this thread's CPU time per message."""
+    from broker_core.wire.records import Record, build_batch
+    from consumer_client import consumer_records
+
+    n = 1_000_000 // (size + 10)
+    data = build_batch([Record(None, b"m" * size, [], 1_700_000_000_000 + i // 50)
+                        for i in range(n)])
+    loops = {"python": None, "compiled": consumer_records._compiled_records}
+    if loops["compiled"] is None:
+        sys.exit("the compiled record loop is not built (see setup.py)")
+    decode = consumer_records._decode
+    expected = decode("t", 0, data, 0, True, len(data) * 2, None)
+    assert decode("t", 0, data, 0, True, len(data) * 2, loops["compiled"]) == expected
+    per_msg: dict[str, list[float]] = {name: [] for name in loops}
+    for _ in range(rounds):
+        for name, loop in loops.items():
+            t = time.thread_time()
+            for _ in range(20):
+                gc.disable()  # as decode_chunk does
+                decode("t", 0, data, 0, True, len(data) * 2, loop)
+                gc.enable()
+            per_msg[name].append((time.thread_time() - t) / (20 * n) * 1e9)
+    for name, xs in per_msg.items():
+        print(f"{name:9s} decode: median {statistics.median(xs):6.0f} ns/msg "
+              f"(rounds: {', '.join(f'{x:.0f}' for x in xs)})")
+    speedup = statistics.median(per_msg["python"]) / statistics.median(per_msg["compiled"])
+    print(f"compiled / python: {speedup:.2f}x faster")
 
 
 def sluice_twisted(s: Setup) -> Run:
@@ -212,10 +286,13 @@ def confluent_tuned(s: Setup) -> Run:
     return confluent(s, **{"queued.min.messages": 10_000_000, "fetch.queue.backoff.ms": 10})
 
 
-CLIENTS = {"sluice-blocking": sluice_blocking, "sluice-twisted": sluice_twisted,
+CLIENTS = {"sluice-blocking": sluice_blocking, "sluice-blocking-consume": sluice_blocking_consume,
+           "sluice-blocking-python": sluice_blocking_python,
+           "sluice-twisted": sluice_twisted,
            "kafka-python": kafka_python, "confluent": confluent,
            "confluent-tuned": confluent_tuned}
-OURS = ("sluice-blocking", "sluice-twisted")
+OURS = ("sluice-blocking", "sluice-blocking-consume", "sluice-blocking-python",
+        "sluice-twisted")
 
 
 def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, size: int,
@@ -250,7 +327,12 @@ def main() -> None:
     ap.add_argument("--max-partition-fetch-bytes", type=int, default=1_048_576)
     ap.add_argument("--no-check-crcs", action="store_true")
     ap.add_argument("--rebalance-delay-ms", type=int, default=200)
+    ap.add_argument("--decode-only", action="store_true",
+                    help="time the record loops alone (no broker), --repeat rounds of each")
     args = ap.parse_args()
+    if args.decode_only:
+        decode_only(args.repeat, args.size)
+        return
     names = args.clients.split(",")
     for name in names:
         if name not in CLIENTS:

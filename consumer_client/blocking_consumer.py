@@ -92,6 +92,28 @@ class BlockingStream:
             if not self._refill(timeout) and timeout is not None:
                 return None
 
+    def consume(self, num_messages: int = 10_000, timeout: float | None = None) -> list[Message]:
+        """Up to ``num_messages`` messages of one chunk, as a list: the rest of the chunk being
+        read, or else the next chunk, waiting for it up to ``timeout`` seconds (None: until one
+        comes); ``[]`` on timeout. Raises as :meth:`poll`. The partition's position moves past
+        the messages when they are returned; the rest of a chunk stays for the next call.
+        Cheaper per message than :meth:`poll` or the iterator (one position update per call),
+        like confluent-kafka's ``consume(num_messages)``."""
+        if num_messages < 1:
+            raise ValueError(f"num_messages must be at least 1, got {num_messages}")
+        while True:
+            msgs, i, part = self._msgs, self._i, self._part
+            if part is not None and i < len(msgs):
+                if part.active:
+                    j = min(len(msgs), i + num_messages)
+                    self._i = j
+                    part.consumed = msgs[j - 1].offset + 1
+                    return msgs[i:j] if i or j < len(msgs) else msgs
+                self._msgs, self._i = _EMPTY, 0  # the assignment ended: the rest is dropped
+            # The rest of one chunk at most, so one hop to the reactor thread per chunk.
+            if not self._refill(timeout) and timeout is not None:
+                return []
+
     def __iter__(self) -> Iterator[Message]:
         """Every message until the consumer closes (then the loop ends; a fatal error such
         as a rejected registration is raised)."""
@@ -161,6 +183,12 @@ class BlockingConsumer:
         retrying, and a later ``poll`` returns messages again once the problem is gone.
         Iteration raises the same."""
         return self._all.poll(timeout)
+
+    def consume(self, num_messages: int = 10_000, timeout: float | None = None) -> list[Message]:
+        """Up to ``num_messages`` messages from any stream, as a list, or ``[]`` after
+        ``timeout`` seconds with none (see :meth:`BlockingStream.consume`); raises as
+        :meth:`poll`. The fastest way to read: no per-message bookkeeping."""
+        return self._all.consume(num_messages, timeout)
 
     def streams(self, topic: str | None = None) -> list[BlockingStream]:
         """One blocking iterator per stream of ``topic`` (None: the wildcard streams), as

@@ -10,11 +10,15 @@ own thread, for the blocking API).
 
 The batch walk (what is skipped, CRC, bounded decompression) and :func:`scan_chunk` are the wire
 codec's decoder core, :mod:`broker_core.wire.record_batches`; this module owns the per-record
-loop. Decoding is the consumer's main cost, so that loop is written for CPython's cost model
-(see :func:`_records`): one struct call and table lookups (the core's varint tables) per record
-instead of byte indexing and bit operations, and Message tuples built in C (``map``/``zip``).
-:func:`decode_chunk` pauses the cyclic garbage collector while it runs (see there). Measured in
-``docs/benchmarks.md`` (Consumer).
+loop. Decoding is the consumer's main cost, so that loop comes in two forms giving identical
+messages and errors: :mod:`consumer_client.consumer_records_c`, compiled with Cython when the
+package is installed with a C compiler at hand (about five times faster), chosen at import when
+it is there; and :func:`_records`, the pure-Python loop, which runs without it and decodes
+whatever batch the compiled one declines (corrupt or unusual ones). The pure-Python loop is
+written for CPython's cost model: one struct call and table lookups (the core's varint tables)
+per record instead of byte indexing and bit operations, and Message tuples built in C
+(``map``/``zip``). :func:`decode_chunk` pauses the cyclic garbage collector while it runs (see
+there). Measured in ``docs/benchmarks.md`` (Consumer).
 """
 
 from __future__ import annotations
@@ -37,7 +41,15 @@ from broker_core.wire.record_batches import (
 )
 from broker_core.wire.records import CorruptRecordBatch
 
-__all__ = ["Message", "decode_chunk", "scan_chunk"]
+try:
+    from consumer_client.consumer_records_c import decode_records as _compiled_records
+except ImportError:  # not built (no C compiler or Cython at install): the pure-Python loop
+    _compiled_records = None
+
+__all__ = ["COMPILED", "Message", "decode_chunk", "scan_chunk"]
+
+#: Whether the compiled record loop is in use (see the module docstring).
+COMPILED: bool = _compiled_records is not None
 
 _EMPTY_HEADERS: tuple = ()
 
@@ -75,23 +87,30 @@ def decode_chunk(topic: str, partition: int, data: bytes | memoryview, fetch_off
     switch is process-wide: other threads' allocations are not collected for those few
     milliseconds either, and a gc.disable() another thread makes meanwhile is undone."""
     if not gc.isenabled():
-        return _decode(topic, partition, data, fetch_offset, check_crcs, max_decompressed_bytes)
+        return _decode(topic, partition, data, fetch_offset, check_crcs, max_decompressed_bytes,
+                       _compiled_records)
     gc.disable()
     try:
-        return _decode(topic, partition, data, fetch_offset, check_crcs, max_decompressed_bytes)
+        return _decode(topic, partition, data, fetch_offset, check_crcs, max_decompressed_bytes,
+                       _compiled_records)
     finally:
         gc.enable()
 
 
 def _decode(topic: str, partition: int, data: bytes | memoryview, fetch_offset: int,
-            check_crcs: bool, max_decompressed_bytes: int) -> list[Message]:
+            check_crcs: bool, max_decompressed_bytes: int, compiled: Any) -> list[Message]:
     # The batch walk (skips, CRC, decompression) is the shared core's; the per-record loop
-    # stays here (:func:`_records`), written for this decoder's cost model.
+    # stays here: the compiled one when given (None: pure Python only, as the tests compare),
+    # and :func:`_records` for what it declines.
     out: list[Message] = []
     pad = _PAD
     for base, count, base_ts, append_ts, records in fetched_batches(
             data, fetch_offset, check_crcs=check_crcs,
             max_decompressed_bytes=max_decompressed_bytes, where=f" of {topic}-{partition}"):
+        if compiled is not None and compiled(records, count, base, base_ts, append_ts, topic,
+                                             partition, fetch_offset, out, Message,
+                                             _EMPTY_HEADERS):
+            continue
         try:
             _records(b"".join((records, pad)), count, base, base_ts, append_ts, topic,
                      partition, fetch_offset, out)

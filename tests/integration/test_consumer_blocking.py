@@ -84,6 +84,44 @@ async def test_for_message_in_consumer_poll_commit_and_close(brokers, coordinato
 
 
 @pytest_twisted.ensureDeferred
+async def test_consume_hands_out_lists_and_moves_positions_with_them(brokers, coordinator):
+    await ready_topic(brokers, partitions=2)
+    await fill(brokers, "t", 0, 20)
+    await fill(brokers, "t", 1, 20)
+    consumer = await in_thread(lambda: BlockingConsumer(**config(coordinator,
+                                                                 auto_commit_enable=False)))
+    await coordinator.member("b1")
+    await coordinator.start_fetcher("b1", 1, {"b1-0": [("t", 0, 0), ("t", 1, 5)]})
+
+    def read():
+        with pytest.raises(ValueError, match="at least 1"):
+            consumer.consume(0)
+        first = consumer.consume(7, timeout=5)
+        assert 1 <= len(first) <= 7
+        # the position moved with the list: its last message counts as consumed
+        assert consumer.commit()[("t", first[-1].partition)] == first[-1].offset + 1
+        # the rest of that chunk is not lost: poll and consume go on where it stopped
+        got = first + [consumer.poll(timeout=5)]
+        while len(got) < 35:
+            batch = consumer.consume(4, timeout=5)
+            assert 1 <= len(batch) <= 4
+            got += batch
+        assert consumer.consume(timeout=0.2) == []
+        return got, consumer.commit()
+
+    got, committed = await in_thread(read)
+    assert sorted((m.partition, m.offset) for m in got) == (
+        [(0, i) for i in range(20)] + [(1, i) for i in range(5, 20)])
+    for p in (0, 1):
+        offsets = [m.offset for m in got if m.partition == p]
+        assert offsets == sorted(offsets)
+    assert committed == {("t", 0): 20, ("t", 1): 20}
+    await in_thread(consumer.close)
+    with pytest.raises(StreamClosed):
+        await in_thread(consumer.consume, 10, 1)
+
+
+@pytest_twisted.ensureDeferred
 async def test_one_thread_per_stream(brokers, coordinator):
     await ready_topic(brokers, partitions=2)
     await fill(brokers, "t", 0, 15)

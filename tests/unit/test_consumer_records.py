@@ -17,6 +17,7 @@ from broker_core.wire.records import (
     Record,
     build_batch,
 )
+from consumer_client import consumer_records
 from consumer_client.consumer_records import Message, decode_chunk, scan_chunk
 from tests.support.record_samples import RECORDS, varied
 
@@ -166,3 +167,72 @@ def test_a_record_longer_or_shorter_than_its_fields_is_corrupt():
     _struct.pack_into(">I", good, 17, crc32c.crc32c(body))
     with pytest.raises(CorruptRecordBatch):
         decode_chunk("t", 0, bytes(good), 0)
+
+
+# The compiled record loop (consumer_records_c, built when a C compiler is at hand) against
+# the pure-Python one: identical messages and identical errors, whatever the bytes.
+
+compiled = pytest.mark.skipif(not consumer_records.COMPILED,
+                              reason="the compiled record loop is not built")
+
+
+def _outcome(data: bytes, fetch_offset: int, compiled_loop: object) -> tuple:
+    try:
+        return ("ok", consumer_records._decode("t", 1, data, fetch_offset, False, 1 << 24,
+                                               compiled_loop))
+    except CorruptRecordBatch as e:
+        return ("error", type(e), str(e))
+
+
+@compiled
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.ZSTD])
+@pytest.mark.parametrize("timestamp_type", [0, 1])
+def test_the_compiled_loop_decodes_every_record_shape_as_the_python_one(seed, codec,
+                                                                      timestamp_type):
+    records = varied(9000, seed) + [Record(b"", b"", [("\u00e9t\u00e9", None)] * 3, 0)]
+    # the last batch: a timestamp delta of 10 bytes, which the compiled loop declines
+    odd = [Record(None, b"x", [], 0), Record(None, b"y", [], 2 ** 62)]
+    data = (build_batch(records, base_offset=5000, compression=codec,
+                        timestamp_type=timestamp_type)
+            + build_batch(records[:300], base_offset=14001) + build_batch(odd, base_offset=14301))
+    for start in (0, 5000, 13001, 14001, 14150, 14302, 99999):
+        got = _outcome(data, start, consumer_records._compiled_records)
+        assert got == _outcome(data, start, None)
+    assert got == ("ok", [])
+
+
+@compiled
+def test_the_compiled_loop_leaves_offsets_beyond_64_bits_to_the_python_one():
+    # base offset + delta past 2**63 - 1, and fetch offset - base offset below -2**63
+    data = build_batch(RECORDS[:5], base_offset=2 ** 63 - 3)
+    for start in (0, 2 ** 63 - 1, -(2 ** 63)):
+        got = _outcome(data, start, consumer_records._compiled_records)
+        assert got == _outcome(data, start, None)
+    assert [m.offset for m in got[1]] == [2 ** 63 - 3 + i for i in range(5)]
+
+
+@compiled
+def test_the_compiled_loop_fails_as_the_python_one_on_any_corruption():
+    import random
+
+    rng = random.Random(7)
+    good = build_batch(varied(40, 3), base_offset=10)
+    for _ in range(3000):
+        data = bytearray(good)
+        for _ in range(rng.choice([1, 1, 2, 5])):
+            i = rng.randrange(61, len(data))  # record data: the CRC check is off
+            data[i] = rng.choice([0, 1, 0x7F, 0x80, 0xFF, rng.randrange(256)])
+        if rng.random() < 0.2:
+            data = data[:61] + data[61:][:rng.randrange(len(data) - 61)]
+            struct.pack_into(">i", data, 8, len(data) - 12)  # a consistent batch length
+        data = bytes(data)
+        assert (_outcome(data, 12, consumer_records._compiled_records)
+                == _outcome(data, 12, None))
+
+
+def test_the_python_loop_alone_decodes_every_record_shape():
+    # what an install without a C compiler runs
+    records = varied(3000, 5)
+    data = build_batch(records, base_offset=0)
+    assert _outcome(data, 0, None) == ("ok", decode_chunk("t", 1, data, 0))

@@ -101,9 +101,41 @@ class ConsumerRequests:
 
     def register_consumer(self, header: Any, body: Any, proto: Any) -> dict:
         """Check, register, open the channel, ask for a rebalance."""
-        refused = self.not_coordinator()
+        refused = self.not_coordinator() or self._refusal(body)
         if refused is not None:
             return refused
+        cid = body.consumer_id
+        tc = topic_count.parse(body.topic_count)  # checked by _refusal
+        reset = (body.auto_offset_reset or "").lower()
+        now = self.service.clock.seconds()
+        g_before = self.service.registries.groups.get(body.group_id)
+        was_empty = g_before is None or not g_before.members
+        # After a failover the group waits for its previous owners (bounded).
+        failover_wait = g_before is not None and bool(g_before.expected)
+        channel = self.service.channel_factory()
+        c = ConsumerRegistry(body.group_id, cid, tc, body.topic_count, bool(body.auto_commit),
+                             reset, body.session_timeout_ms, host=getattr(proto, "peer", "?"),
+                             channel=channel, registered_at=now,
+                             session_id=secrets.randbits(63) or 1,
+                             principal=_principal_of(proto))
+        try:
+            g = self.service.registries.add_member(c, now)
+        except DuplicateConsumer:  # pragma: no cover - checked above on the same thread
+            return _error(ErrorCode.DUPLICATE_CONSUMER_ID, f"consumer id {cid!r} is taken")
+        proto.attach_channel(channel)
+        channel.on_lost(lambda: self.service.handle_consumer_failure(c, "disconnect"))
+        self.service.scheduler.add(c.key, c.ping_interval_s)
+        log.info("consumer {c} registered in group {g} from {peer} (session {t} ms, {tc})",
+                 c=cid, g=g.group_id, peer=c.host, t=body.session_timeout_ms,
+                 tc=body.topic_count)
+        self._hold_rebalance_for_arrivals(g, now, was_empty, failover_wait)
+        self.service.request_rebalance(g)
+        # session_id is left out of a v0 answer (ignorable): such a member cannot leave early.
+        return {"error_code": 0, "error_message": None, "session_id": c.session_id}
+
+    def _refusal(self, body: Any) -> dict | None:
+        """The error answer to a RegisterConsumer that cannot be taken (nothing changed), or
+        None when it can."""
         cfg = self.service.config
         try:
             paths.validate_group_id(body.group_id)
@@ -124,7 +156,7 @@ class ConsumerRequests:
                           f"[{cfg.min_session_timeout_ms}, {cfg.max_session_timeout_ms}] "
                           "(group.min.session.timeout.ms / group.max.session.timeout.ms)")
         try:
-            tc = topic_count.parse(body.topic_count)
+            topic_count.parse(body.topic_count)
         except topic_count.InvalidTopicCount as e:
             return _error(ErrorCode.INVALID_TOPIC_COUNT, str(e))
         reset = (body.auto_offset_reset or "").lower()
@@ -132,31 +164,17 @@ class ConsumerRequests:
             return _error(ErrorCode.INVALID_REQUEST,
                           f"auto_offset_reset {body.auto_offset_reset!r} is not one of "
                           f"{', '.join(OFFSET_RESETS)}")
-        existing = self.service.registries.member(body.group_id, cid)
-        if existing is not None:
+        if self.service.registries.member(body.group_id, cid) is not None:
             return _error(ErrorCode.DUPLICATE_CONSUMER_ID,
                           f"consumer id {cid!r} is already registered in group "
                           f"{body.group_id!r}; pick a unique id (or wait until the previous "
                           "session with this id is detected dead)")
-        now = self.service.clock.seconds()
-        g_before = self.service.registries.groups.get(body.group_id)
-        was_empty = g_before is None or not g_before.members
-        # After a failover the group waits for its previous owners (bounded).
-        failover_wait = g_before is not None and bool(g_before.expected)
-        channel = self.service.channel_factory()
-        c = ConsumerRegistry(body.group_id, cid, tc, body.topic_count, bool(body.auto_commit),
-                             reset, timeout, host=getattr(proto, "peer", "?"), channel=channel,
-                             registered_at=now, session_id=secrets.randbits(63) or 1,
-                             principal=_principal_of(proto))
-        try:
-            g = self.service.registries.add_member(c, now)
-        except DuplicateConsumer:  # pragma: no cover - checked above on the same thread
-            return _error(ErrorCode.DUPLICATE_CONSUMER_ID, f"consumer id {cid!r} is taken")
-        proto.attach_channel(channel)
-        channel.on_lost(lambda: self.service.handle_consumer_failure(c, "disconnect"))
-        self.service.scheduler.add(c.key, c.ping_interval_s)
-        log.info("consumer {c} registered in group {g} from {peer} (session {t} ms, {tc})",
-                 c=cid, g=g.group_id, peer=c.host, t=timeout, tc=body.topic_count)
+        return None
+
+    def _hold_rebalance_for_arrivals(self, g: Any, now: float, was_empty: bool,
+                                     failover_wait: bool) -> None:
+        """Set when the rebalance a new member asks for may run (``g.not_before``)."""
+        cfg = self.service.config
         if failover_wait:
             if not g.expected and g.delayed_call is not None and g.delayed_call.active():
                 # Every previous owner is back: rebalance now instead of waiting out the delay.
@@ -164,27 +182,24 @@ class ConsumerRequests:
                 g.delayed_call = None
                 g.rebalance_initiated = False
                 g.not_before = now
-        else:
-            # KIP-134, shortened: the first member of an empty group waits for the rest of a
-            # starting group (N members joining cost one rebalance, not N), but only until no
-            # one has arrived for the quiet period; the delay bounds the whole wait.
-            quiet_s = initial_rebalance.effective_quiet_s(cfg.initial_rebalance_quiet_ms,
-                                                          cfg.initial_rebalance_delay_ms)
-            if was_empty:
-                g.initial_bound, g.not_before = initial_rebalance.opening(
-                    now, quiet_s, cfg.initial_rebalance_delay_ms / 1000.0)
-            elif g.initial_bound is not None:
-                g.not_before = initial_rebalance.arrival(now, quiet_s, g.initial_bound,
-                                                         g.not_before)
-            elif g.rebalancing or g.rebalance_initiated:
-                # A join storm outlasting that wait: the running rebalance is superseded
-                # (coordinator.rebalance) and the next one waits for arrivals to pause in the
-                # same way, so the storm costs a rebalance per pause, not one per arrival.
-                g.initial_bound, g.not_before = initial_rebalance.opening(
-                    now, quiet_s, cfg.initial_rebalance_delay_ms / 1000.0)
-        self.service.request_rebalance(g)
-        # session_id is left out of a v0 answer (ignorable): such a member cannot leave early.
-        return {"error_code": 0, "error_message": None, "session_id": c.session_id}
+            return
+        # KIP-134, shortened: the first member of an empty group waits for the rest of a
+        # starting group (N members joining cost one rebalance, not N), but only until no
+        # one has arrived for the quiet period; the delay bounds the whole wait.
+        quiet_s = initial_rebalance.effective_quiet_s(cfg.initial_rebalance_quiet_ms,
+                                                      cfg.initial_rebalance_delay_ms)
+        if was_empty:
+            g.initial_bound, g.not_before = initial_rebalance.opening(
+                now, quiet_s, cfg.initial_rebalance_delay_ms / 1000.0)
+        elif g.initial_bound is not None:
+            g.not_before = initial_rebalance.arrival(now, quiet_s, g.initial_bound,
+                                                     g.not_before)
+        elif g.rebalancing or g.rebalance_initiated:
+            # A join storm outlasting that wait: the running rebalance is superseded
+            # (coordinator.rebalance) and the next one waits for arrivals to pause in the
+            # same way, so the storm costs a rebalance per pause, not one per arrival.
+            g.initial_bound, g.not_before = initial_rebalance.opening(
+                now, quiet_s, cfg.initial_rebalance_delay_ms / 1000.0)
 
     # -- CommitOffsets (active commit) ----------------------------------------------------------
 

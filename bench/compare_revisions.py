@@ -133,7 +133,9 @@ def run_bench(tree: Path, script: str, bench_args: list[str], tag: str) -> tuple
     its exit status. On any interruption the bench is sent SIGTERM (its own cleanup stops
     its brokers and ZooKeeper) and waited for, never killed first."""
     proc = subprocess.Popen([sys.executable, str(tree / script), *bench_args], cwd=tree,
-                            env={**os.environ, "PYTHONPATH": str(tree)}, text=True,
+                            env={**os.environ, "PYTHONPATH": str(tree),
+                                 "PYTHONUNBUFFERED": "1"},  # echoed line by line
+                            text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     lines = []
     try:

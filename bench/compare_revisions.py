@@ -162,20 +162,22 @@ def fmt(value: float | None, unit: str) -> str:
 
 def report(bench: str, rows: list[tuple[int, str, dict[str, float], str]],
            summary: Summary, revs: dict[str, str]) -> None:
+    """One line per figure: every run in order, the medians and new / old; then each run's
+    load average before and after it."""
     figs = FIGURES[bench].figures
+    runs = [f"{side} {rnd}" for rnd, side, _, _ in rows]
     width = max(len(f.name) + len(f.unit) + 3 for f in figs)
     print(f"\n{bench}: old = {revs['old']}, new = {revs['new']}")
-    print(f"{'round':>5}  {'code':4}  " + "  ".join(f"{f'{f.name} ({f.unit})':>{width}}"
-                                                   for f in figs) + "  load before / after")
-    for rnd, side, figures, loads in rows:
-        print(f"{rnd:>5}  {side:4}  " + "  ".join(
-            f"{fmt(figures.get(f.name), f.unit):>{width}}" for f in figs) + f"  {loads}")
-    for label, values in (("median old", summary.old), ("median new", summary.new)):
-        print(f"{label:>11}  " + "  ".join(f"{fmt(values[f.name], f.unit):>{width}}"
-                                           for f in figs))
-    print(f"{'new / old':>11}  " + "  ".join(
-        f"{'-' if summary.ratio[f.name] is None else f'{summary.ratio[f.name]:.2f}':>{width}}"
-        for f in figs))
+    print(f"{'':{width}}" + "".join(f"{r:>11}" for r in runs)
+          + f"{'median old':>12}{'median new':>12}{'new / old':>11}")
+    for f in figs:
+        ratio = summary.ratio[f.name]
+        print(f"{f'{f.name} ({f.unit})':{width}}"
+              + "".join(f"{fmt(figures.get(f.name), f.unit):>11}" for _, _, figures, _ in rows)
+              + f"{fmt(summary.old[f.name], f.unit):>12}{fmt(summary.new[f.name], f.unit):>12}"
+              + f"{'-' if ratio is None else f'{ratio:.2f}':>11}")
+    for (rnd, side, _, loads) in rows:
+        print(f"  load average, {side} {rnd}: {loads}")
 
 
 def main() -> None:

@@ -103,6 +103,8 @@ class Summary:
 
 def summarize(bench: str, old_runs: list[dict[str, float]], new_runs: list[dict[str, float]]
               ) -> Summary:
+    """The medians and ratios of ``bench``'s figures over each revision's finished runs (a
+    figure a run did not print is left out of that side's median, not counted as 0)."""
     out = Summary()
     for fig in FIGURES[bench].figures:
         for side, runs in ((out.old, old_runs), (out.new, new_runs)):
@@ -114,6 +116,7 @@ def summarize(bench: str, old_runs: list[dict[str, float]], new_runs: list[dict[
 
 
 def load() -> str:
+    """The 1-, 5- and 15-minute load averages, as printed."""
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 

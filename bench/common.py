@@ -126,3 +126,14 @@ def log_events(path: Path) -> list[dict[str, Any]]:
             return list(eventsFromJSONLogFile(f))
     except OSError:
         return []
+
+
+def extract_revision(root: Path, rev: str, dest: Path, paths: tuple[str, ...] = ()) -> None:
+    """The files of commit ``rev`` of the repository at ``root`` (only ``paths``, when given)
+    into the existing directory ``dest``: ``git archive | tar -x``, so no worktree or index
+    of ``root`` changes. The caller removes ``dest``."""
+    import subprocess
+
+    archive = subprocess.run(["git", "archive", rev, *paths], cwd=root, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)

@@ -109,11 +109,13 @@ def main() -> None:
     if args.worker is not None:
         print(json.dumps(worker(args.worker, args.mb, args.records, args.size, args.read_kb)))
         return
+    # Not at the top: a worker imports broker_core from its PYTHONPATH tree, not this one.
+    sys.path.insert(0, str(ROOT))
+    from bench.common import extract_revision
+
     old_tree = Path(tempfile.mkdtemp(prefix="log-read-check-old-"))
     try:
-        archive = subprocess.run(["git", "archive", args.old_rev, "broker_core"], cwd=ROOT,
-                                 check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(old_tree)], input=archive, check=True)
+        extract_revision(ROOT, args.old_rev, old_tree, ("broker_core",))
         results: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
         for r in range(args.rounds):
             order = [("old", old_tree), ("new", ROOT)] if r % 2 == 0 else \

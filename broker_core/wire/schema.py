@@ -730,7 +730,8 @@ def _generate_decode(schema: Schema, version: int, flexible: bool, present: list
             if isinstance(f.type, Array) and f.type.element.fixed is not None:
                 _decode_small_fixed_array(src, f.type.element, flexible, local, read)
             elif isinstance(f.type, Array) and isinstance(f.type.element, Schema):
-                _decode_struct_array(src, f.type.element, version, flexible, local, read)
+                _decode_struct_array(src, f.type.element, version, flexible, nullable, local,
+                                     read)
             elif f.type is STRING:
                 _decode_short_string(src, flexible, nullable, local, read)
             elif f.type is RECORDS:
@@ -913,7 +914,7 @@ def _decode_small_fixed_array(src: _Source, element: Type, flexible: bool, local
 
 
 def _decode_struct_array(src: _Source, element: Schema, version: int, flexible: bool,
-                         local: str, read: str) -> None:
+                         nullable: bool, local: str, read: str) -> None:
     # The count read inline when it is one byte (compact) or a non-negative int32 (classic)
     # that the bytes left can hold; the elements by the element's own decode, no array closure.
     # A null, multi-byte or lying count goes through the type's reader, which raises the errors.
@@ -930,6 +931,10 @@ def _decode_struct_array(src: _Source, element: Schema, version: int, flexible: 
     src.add(2, f"if 0 <= n < 127 and n * {min_el} <= r.end - start:")
     src.add(3, "r.pos = start")
     src.add(3, f"{local} = [{read_el}(r)] if n == 1 else [{read_el}(r) for _ in range(n)]")
+    if nullable:  # a null array: a classic int32 -1 or a compact 0 (Fetch's aborted txns)
+        src.add(2, "elif n == -1 and start <= r.end:")
+        src.add(3, f"{local} = None")
+        src.add(3, "r.pos = start")
     src.add(2, "else:")
     src.add(3, f"{local} = {read}(r)")
 
@@ -1024,6 +1029,10 @@ def _encode_struct_array(src: _Source, f: Field, version: int, flexible: bool,
     src.add(5, "i += 1")
     src.add(3, "except EncodeError as e:")
     src.add(4, "raise e.at(f'[{i}]') from None")
+    if f.nullable_in(version):
+        src.add(2, "elif v is None:")
+        null = b"\x00" if flexible else b"\xff\xff\xff\xff"
+        src.add(3, f"w.raw({null!r})")
     src.add(2, "else:")
     src.add(3, f"{write}(w, v)")
 

@@ -941,9 +941,10 @@ def _decode_struct_array(src: _Source, element: Schema, version: int, flexible: 
 
 def _decode_short_string(src: _Source, flexible: bool, nullable: bool, local: str,
                          read: str) -> None:
-    # A string under 127 bytes (a one-byte compact length) or a classic one that fits, read
-    # inline; a null classic or compact nullable one is None inline. Anything else (a longer
-    # or lying length, bad UTF-8) goes through the type's reader, which raises the errors.
+    # A string under 127 bytes whose length (one compact byte or a classic int16) fits in
+    # what is left is read inline, and a null one (where it may be null) is None inline.
+    # Anything else (longer, a lying length, bad UTF-8, a null where none may be) goes through
+    # the type's reader, which raises the errors.
     src.add(2, "pos = r.pos")
     src.add(2, "buf = r.buf")
     if flexible:

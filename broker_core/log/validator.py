@@ -147,13 +147,18 @@ def _walk(raw: bytes, count: int) -> tuple[int, int]:
     (:func:`_run`), which prove each of them parses exactly like the first. A run that fails
     the check proves nothing; the walk then backs off and reads the next records with
     :func:`_plain` (a lean loop for the common forms), and any record that is not of a common
-    form with :func:`_record`, which names what is wrong with a bad one."""
+    form with :func:`_record`, which names what is wrong with a bad one.
+
+    A batch of at most :data:`SMALL_BATCH` records (a ``linger.ms=0`` producer sends one) is
+    read with :func:`_plain` from its first record: a run could prove little there, and
+    parsing the first record field by field for its shape costs more than the lean loop."""
     total = len(raw)
     pos = 0
     largest = None
     i = 0
     attempt = _FIRST_RUN
-    skip = 0  # records to read without trying a run, after a run that failed
+    # Records to read without trying a run: after a run that failed, or all of a small batch.
+    skip = count if count <= SMALL_BATCH else 0
     failures = 0
     while i < count:
         if pos >= total:
@@ -321,6 +326,10 @@ def _plain_headers(raw: bytes, q: int, end: int, count: int) -> int:
 
 # -- runs of same-shaped records ------------------------------------------------------------------
 
+#: Batches of at most this many records skip the runs (see :func:`_walk`). Measured on records
+#: of 100 bytes: the lean loop is faster up to about ten records (one: 2.3 -> 1.6 µs a batch,
+#: five: 5.3 -> 3.4 µs), the runs from sixteen on (sixteen: 5.5 against 8.4 µs).
+SMALL_BATCH = 8
 _FIRST_RUN = 16
 _MAX_SKIP = 64
 #: Offset deltas whose zig-zag varint takes 1, 2 and 3 bytes start at these values; the tables

@@ -30,6 +30,7 @@ from broker_core.wire.errors import (
     UnsupportedVersion,
 )
 from broker_core.wire.header import (
+    REQUEST_IDS,
     RequestHeader,
     read_request_header,
     read_response_header,
@@ -404,16 +405,15 @@ def decode_request(frame: bytes | memoryview, *, defined: bool = False) -> Reque
     r = Reader(frame)
     if r.remaining() < _MIN_HEADER_BYTES:
         raise MalformedFrame(f"a frame of {r.remaining()} bytes is too short for a request header")
-    api_key, api_version = r.int16(), r.int16()
-    correlation_id = r.int32()
+    api_key, api_version, correlation_id = REQUEST_IDS.unpack_from(r.buf, 0)
     spec = _known(api_key, defined)
     if spec is None or not spec.supports(api_version):
+        r.pos = REQUEST_IDS.size
         header = RequestHeader(api_key, api_version, correlation_id, _peek_client_id(r))
         if spec is None:
             raise UnknownApiKey(header)
         raise UnsupportedVersion(header, f"{spec.name} v{api_version} is not supported "
                                          f"(v{spec.min_version}-v{spec.max_version} are)")
-    r.pos = 0
     try:
         header = read_request_header(
             r, request_header_version(api_key, api_version, spec.is_flexible(api_version)))

@@ -28,7 +28,10 @@ from broker_core.wire.primitives import Reader, Writer
 API_VERSIONS_KEY = 18
 CONTROLLED_SHUTDOWN_KEY = 7
 
-_FIXED = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+REQUEST_IDS = struct.Struct(">hhi")
+"""The three fixed fields every request header starts with: api_key, api_version,
+correlation_id."""
+_I16 = struct.Struct(">h")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +61,33 @@ def response_header_version(api_key: int, api_version: int, flexible: bool) -> i
 
 
 def read_request_header(r: Reader, version: int) -> RequestHeader:
-    api_key, api_version, correlation_id = r.fixed(_FIXED)
-    client_id = r.nullable_string() if version >= 1 else None
+    api_key, api_version, correlation_id = r.fixed(REQUEST_IDS)
+    client_id = None
+    if version >= 1:
+        # Every request pays for this: a client id that fits and is UTF-8 is read inline;
+        # anything else (null, a bad length, bad UTF-8) by the reader, which raises the errors.
+        pos = r.pos
+        buf = r.buf
+        n = _I16.unpack_from(buf, pos)[0] if pos + 2 <= r.end else -1
+        if n >= 0 and pos + 2 + n <= r.end:
+            try:
+                client_id = str(buf[pos + 2:pos + 2 + n], "utf-8")
+                r.pos = pos + 2 + n
+            except UnicodeDecodeError:
+                client_id = r.nullable_string()
+        else:
+            client_id = r.nullable_string()
     if version >= 2:
-        r.skip_tagged_fields()
+        pos = r.pos
+        if pos < r.end and r.buf[pos] == 0:  # no tagged fields: the usual case
+            r.pos = pos + 1
+        else:
+            r.skip_tagged_fields()
     return RequestHeader(api_key, api_version, correlation_id, client_id)
 
 
 def write_request_header(w: Writer, header: RequestHeader, version: int) -> None:
-    w.fixed(_FIXED, (header.api_key, header.api_version, header.correlation_id))
+    w.fixed(REQUEST_IDS, (header.api_key, header.api_version, header.correlation_id))
     if version >= 1:
         w.nullable_string(header.client_id)
     if version >= 2:

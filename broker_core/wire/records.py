@@ -165,6 +165,18 @@ def parse_batch(data: bytes | bytearray | memoryview, position: int = 0, *,
     torn batch (the buffer ends inside it), an impossible length, an inconsistent record count or
     a CRC mismatch (when ``verify_crc``).
     """
+    (size, base_offset, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid, pepoch,
+     base_seq, count) = _checked_header(data, position, verify_crc)
+    return BatchInfo(position, size, base_offset, base_offset + last_delta, epoch, magic, crc,
+                     attributes, last_delta, base_ts, max_ts, pid, pepoch, base_seq, count)
+
+
+def _checked_header(data: bytes | bytearray | memoryview, position: int,
+                    verify_crc: bool) -> tuple[int, ...]:
+    """The checks of :func:`parse_batch`; returns the batch's size (log overhead included)
+    and its header fields after the length: ``(size, base_offset, epoch, magic, crc,
+    attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch,
+    base_sequence, record_count)``, for a caller that builds its own :class:`BatchInfo`."""
     remaining = len(data) - position
     if remaining < _MAGIC_POS + 1:
         raise CorruptRecordBatch(f"torn batch at position {position}: only {remaining} bytes")
@@ -194,8 +206,8 @@ def parse_batch(data: bytes | bytearray | memoryview, position: int = 0, *,
         if actual != crc:
             raise CorruptRecordBatch(f"CRC mismatch in batch at position {position}: stored "
                                      f"{crc:#010x}, computed {actual:#010x}")
-    return BatchInfo(position, size, base_offset, base_offset + last_delta, epoch, magic, crc,
-                     attributes, last_delta, base_ts, max_ts, pid, pepoch, base_seq, count)
+    return (size, base_offset, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid,
+            pepoch, base_seq, count)
 
 
 def iter_batches(data: bytes | bytearray | memoryview, *,
@@ -249,24 +261,28 @@ def assign_offsets(data: bytes | bytearray | memoryview, base_offset: int,
     buf = bytearray(data)
     infos: list[BatchInfo] = []
     next_offset = base_offset
-    for info in iter_batches(buf):
-        if info.record_count < 1:
-            raise InvalidRecordCount(f"batch at position {info.position} holds no records")
-        if info.last_offset_delta != info.record_count - 1:
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        # parse_batch's checks, without its BatchInfo: only the stamped one is built.
+        (size, _, _, magic, crc, attributes, last_delta, base_ts, max_ts, pid, pepoch, base_seq,
+         count) = _checked_header(buf, pos, True)
+        if count < 1:
+            raise InvalidRecordCount(f"batch at position {pos} holds no records")
+        if last_delta != count - 1:
             raise InvalidRecordCount(
-                f"batch at position {info.position} declares {info.record_count} records but "
-                f"last offset delta {info.last_offset_delta}")
-        if info.is_control:
-            raise InvalidRecordCount(f"batch at position {info.position} is a control batch; "
+                f"batch at position {pos} declares {count} records but "
+                f"last offset delta {last_delta}")
+        if attributes & CONTROL_BIT:
+            raise InvalidRecordCount(f"batch at position {pos} is a control batch; "
                                      "clients may not produce those")
-        _base_offset.pack_into(buf, info.position, next_offset)
-        _leader_epoch.pack_into(buf, info.position + LOG_OVERHEAD, leader_epoch)
+        _base_offset.pack_into(buf, pos, next_offset)
+        _leader_epoch.pack_into(buf, pos + LOG_OVERHEAD, leader_epoch)
         infos.append(BatchInfo(
-            info.position, info.size, next_offset, next_offset + info.last_offset_delta,
-            leader_epoch, info.magic, info.crc, info.attributes, info.last_offset_delta,
-            info.base_timestamp, info.max_timestamp, info.producer_id, info.producer_epoch,
-            info.base_sequence, info.record_count))
-        next_offset += info.last_offset_delta + 1
+            pos, size, next_offset, next_offset + last_delta, leader_epoch, magic, crc,
+            attributes, last_delta, base_ts, max_ts, pid, pepoch, base_seq, count))
+        next_offset += last_delta + 1
+        pos += size
     return buf, infos
 
 

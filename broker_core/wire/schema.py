@@ -48,8 +48,12 @@ function generated as straight-line Python source (compiled once, when a message
 first used): runs of fixed-width fields become one bounds check and one ``struct`` call, every
 other field one call of its type's reader or writer, a decoded struct one dict display; arrays
 of fixed-width numbers are packed/unpacked in one call, and ``records`` are zero-copy
-``memoryview`` slices (see :mod:`broker_core.wire.primitives`). A codec's functions carry their
-source in ``__source__``. A value many messages repeat unchanged can be encoded once
+``memoryview`` slices (see :mod:`broker_core.wire.primitives`). The shapes a small Produce or
+Fetch is made of are read and written inline too: strings under 127 bytes, arrays of fewer
+than 127 structs (the element's own codec called directly, no array closure) and record data
+under 16 KiB; anything longer, null where it may not be, or malformed falls back to the type's
+reader or writer, so the bytes and the errors are the same either way. A codec's functions
+carry their source in ``__source__``. A value many messages repeat unchanged can be encoded once
 (:meth:`Array.pre_encode`, :class:`Encoded`).
 """
 
@@ -722,8 +726,16 @@ def _generate_decode(schema: Schema, version: int, flexible: bool, present: list
             local = f"v{len(values)}"
             read = src.const(f.type.reader(version, flexible, f.nullable_in(version)), "read")
             src.add(2, f"step = {f.name!r}")
+            nullable = f.nullable_in(version)
             if isinstance(f.type, Array) and f.type.element.fixed is not None:
                 _decode_small_fixed_array(src, f.type.element, flexible, local, read)
+            elif isinstance(f.type, Array) and isinstance(f.type.element, Schema):
+                _decode_struct_array(src, f.type.element, version, flexible, nullable, local,
+                                     read)
+            elif f.type is STRING:
+                _decode_short_string(src, flexible, nullable, local, read)
+            elif f.type is RECORDS:
+                _decode_records(src, flexible, local, read)
             else:
                 src.add(2, f"{local} = {read}(r)")
             values[f.name] = local
@@ -827,6 +839,10 @@ def _generate_encode(schema: Schema, version: int, flexible: bool, present: list
             src.add(2, f"step = {f.name!r}")
             if isinstance(f.type, Array) and f.type.element.fixed is not None:
                 _encode_small_fixed_array(src, f, flexible, write)
+            elif isinstance(f.type, Array) and isinstance(f.type.element, Schema):
+                _encode_struct_array(src, f, version, flexible, write)
+            elif f.type is STRING:
+                _encode_short_string(src, f, flexible, f.nullable_in(version), write)
             else:
                 src.add(2, f"{write}(w, get({f.name!r}, {_enc_default_expr(src, f)}))")
     if flexible:
@@ -897,6 +913,88 @@ def _decode_small_fixed_array(src: _Source, element: Type, flexible: bool, local
     src.add(3, f"{local} = {read}(r)")
 
 
+def _decode_struct_array(src: _Source, element: Schema, version: int, flexible: bool,
+                         nullable: bool, local: str, read: str) -> None:
+    # The count read inline when it is one byte (compact) or a non-negative int32 (classic)
+    # that the bytes left can hold; the elements by the element's own decode, no array closure.
+    # A null, multi-byte or lying count goes through the type's reader, which raises the errors.
+    read_el = src.const(element.codec(version, flexible).decode, "readel")
+    min_el = max(1, element.min_size(version, flexible))
+    src.add(2, "pos = r.pos")
+    if flexible:
+        src.add(2, "n = r.buf[pos] - 1 if pos < r.end else -1")
+        src.add(2, "start = pos + 1")
+    else:
+        src.add(2, f"n = {src.const(_I32_ST, 'i32')}.unpack_from(r.buf, pos)[0] "
+                   "if pos + 4 <= r.end else -1")
+        src.add(2, "start = pos + 4")
+    src.add(2, f"if 0 <= n < 127 and n * {min_el} <= r.end - start:")
+    src.add(3, "r.pos = start")
+    src.add(3, f"{local} = [{read_el}(r)] if n == 1 else [{read_el}(r) for _ in range(n)]")
+    if nullable:  # a null array: a classic int32 -1 or a compact 0 (Fetch's aborted txns)
+        src.add(2, "elif n == -1 and start <= r.end:")
+        src.add(3, f"{local} = None")
+        src.add(3, "r.pos = start")
+    src.add(2, "else:")
+    src.add(3, f"{local} = {read}(r)")
+
+
+def _decode_short_string(src: _Source, flexible: bool, nullable: bool, local: str,
+                         read: str) -> None:
+    # A string under 127 bytes whose length (one compact byte or a classic int16) fits in
+    # what is left is read inline, and a null one (where it may be null) is None inline.
+    # Anything else (longer, a lying length, bad UTF-8, a null where none may be) goes through
+    # the type's reader, which raises the errors.
+    src.add(2, "pos = r.pos")
+    src.add(2, "buf = r.buf")
+    if flexible:
+        src.add(2, "n = buf[pos] - 1 if pos < r.end else 127")
+        src.add(2, "start = pos + 1")
+    else:
+        src.add(2, f"n = {src.const(_I16_ST, 'i16')}.unpack_from(buf, pos)[0] "
+                   "if pos + 2 <= r.end else 127")
+        src.add(2, "start = pos + 2")
+    src.add(2, "if 0 <= n < 127 and start + n <= r.end:")
+    src.add(3, "try:")
+    src.add(4, f"{local} = str(buf[start:start + n], 'utf-8')")
+    src.add(4, "r.pos = start + n")
+    src.add(3, "except UnicodeDecodeError:")
+    src.add(4, f"{local} = {read}(r)")
+    if nullable:
+        src.add(2, "elif n == -1:")
+        src.add(3, f"{local} = None")
+        src.add(3, "r.pos = start")
+    src.add(2, "else:")
+    src.add(3, f"{local} = {read}(r)")
+
+
+def _decode_records(src: _Source, flexible: bool, local: str, read: str) -> None:
+    # Record data of a non-null length that fits (compact: a one- or two-byte uvarint, under
+    # 16 KiB), sliced inline; a null, longer or lying length goes through the type's reader.
+    src.add(2, "pos = r.pos")
+    src.add(2, "buf = r.buf")
+    src.add(2, "end = r.end")
+    if flexible:
+        src.add(2, "n = -1")
+        src.add(2, "if pos + 1 < end:")
+        src.add(3, "b = buf[pos]")
+        src.add(3, "if b < 0x80:")
+        src.add(4, "n = b - 1")
+        src.add(4, "start = pos + 1")
+        src.add(3, "elif buf[pos + 1] < 0x80:")
+        src.add(4, "n = (b & 0x7F | buf[pos + 1] << 7) - 1")
+        src.add(4, "start = pos + 2")
+    else:
+        src.add(2, f"n = {src.const(_I32_ST, 'i32')}.unpack_from(buf, pos)[0] "
+                   "if pos + 4 <= end else -1")
+        src.add(2, "start = pos + 4")
+    src.add(2, "if 0 <= n and start + n <= end:")
+    src.add(3, f"{local} = buf[start:start + n]")
+    src.add(3, "r.pos = start + n")
+    src.add(2, "else:")
+    src.add(3, f"{local} = {read}(r)")
+
+
 def _encode_small_fixed_array(src: _Source, f: Field, flexible: bool, write: str) -> None:
     sts = src.const(_small_array_structs(f.type.element.fixed), "sts")  # type: ignore[attr-defined]
     if flexible:
@@ -910,7 +1008,59 @@ def _encode_small_fixed_array(src: _Source, f: Field, flexible: bool, write: str
     src.add(3, f"{write}(w, v)")
 
 
+#: A one-byte compact length (n + 1) for every length the short paths write inline.
+_COMPACT_PREFIXES = tuple(bytes([n + 1]) for n in range(127))
+
+
+def _encode_struct_array(src: _Source, f: Field, version: int, flexible: bool,
+                         write: str) -> None:
+    # A list of fewer than 127 structs: its length written from a table and each element by
+    # the element's own encode, no array closure; an element's error is named by its index,
+    # as the type's writer names it. Anything else (None, Encoded, longer) goes to that writer.
+    element: Schema = f.type.element  # type: ignore[attr-defined]
+    write_el = src.const(element.codec(version, flexible).encode, "writeel")
+    prefixes = _COMPACT_PREFIXES if flexible else tuple(_I32_ST.pack(n) for n in range(127))
+    src.add(2, f"v = get({f.name!r}, {_enc_default_expr(src, f)})")
+    src.add(2, "if (type(v) is list or type(v) is tuple) and len(v) < 127:")
+    src.add(3, f"w.raw({src.const(prefixes, 'pre')}[len(v)])")
+    src.add(3, "i = 0")
+    src.add(3, "try:")
+    src.add(4, "for item in v:")
+    src.add(5, f"{write_el}(w, item)")
+    src.add(5, "i += 1")
+    src.add(3, "except EncodeError as e:")
+    src.add(4, "raise e.at(f'[{i}]') from None")
+    if f.nullable_in(version):
+        src.add(2, "elif v is None:")
+        null = b"\x00" if flexible else b"\xff\xff\xff\xff"
+        src.add(3, f"w.raw({null!r})")
+    src.add(2, "else:")
+    src.add(3, f"{write}(w, v)")
+
+
+def _encode_short_string(src: _Source, f: Field, flexible: bool, nullable: bool,
+                         write: str) -> None:
+    # A str of fewer than 127 UTF-8 bytes written as one length-prefixed piece, a null one
+    # as its one marker; anything else (long, not a str, null where it may not be) goes to the
+    # type's writer, which raises the errors.
+    if flexible:
+        prefixes = _COMPACT_PREFIXES
+        null = b"\x00"
+    else:
+        prefixes = tuple(_I16_ST.pack(n) for n in range(127))
+        null = b"\xff\xff"
+    src.add(2, f"v = get({f.name!r}, {_enc_default_expr(src, f)})")
+    src.add(2, "if type(v) is str and len(data := v.encode('utf-8')) < 127:")
+    src.add(3, f"w.raw({src.const(prefixes, 'pre')}[len(data)] + data)")
+    if nullable:
+        src.add(2, "elif v is None:")
+        src.add(3, f"w.raw({null!r})")
+    src.add(2, "else:")
+    src.add(3, f"{write}(w, v)")
+
+
 _I32_ST = struct.Struct(">i")
+_I16_ST = struct.Struct(">h")
 
 
 def _enc_default_expr(src: _Source, f: Field) -> str:

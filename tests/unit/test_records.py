@@ -182,6 +182,16 @@ def test_assign_offsets_changes_only_the_two_stamped_fields(codec):
     assert [r.offset for r in decode_records(buf)] == list(range(5_000, 5_012))
 
 
+def test_assign_offsets_infos_are_what_parsing_the_stamped_bytes_gives():
+    # assign_offsets builds its infos itself (no parse_batch): every field must agree with it.
+    data = b"".join([build_batch(records(3), compression=Compression.GZIP),
+                     build_batch(records(1)),
+                     build_batch(records(2), producer_id=77, producer_epoch=3,
+                                 base_sequence=9)])
+    buf, infos = assign_offsets(data, 40, 6)
+    assert infos == list(iter_batches(buf))
+
+
 def test_assign_offsets_rejects_bad_input_without_partial_results():
     good = build_batch(records(2))
     cases = [

@@ -160,3 +160,129 @@ def test_number_arrays_short_and_long_match_the_reference(version, length):
         bad = body([*ids[:-1], 2**40])
         got = _error(msg.to_bytes, bad, version)
         assert got[0] is EncodeError and got == _error(reference_encode, msg, bad, version)
+
+
+# -- the short paths: strings, struct arrays and record data read and written inline ----------
+#
+# Produce and Fetch (every version, classic and flexible) around each limit of the inline paths:
+# one-byte compact lengths (under 127), the two-byte compact record length (under 16 KiB), the
+# classic int16/int32 lengths; the reference gives the bytes, values and errors.
+
+def _produce_and_fetch():
+    from broker_core.wire.messages import fetch, produce
+
+    return [(m, v) for m in (produce.REQUEST, produce.RESPONSE, fetch.REQUEST, fetch.RESPONSE)
+            for v in m.versions()]
+
+
+SHORT_PATHS = _produce_and_fetch()
+SHORT_IDS = [f"{m.name}-v{v}" for m, v in SHORT_PATHS]
+NAMES = ["", "t", "a" * 126, "a" * 127, "a" * 128, "é" * 63, "é" * 64, "ü" * 200, "x" * 300]
+RECORD_SIZES = [0, 1, 126, 127, 128, 16382, 16383, 16384, 20000]
+
+
+def _body(msg, name, records=b"", partitions=1, transactional_id=None):
+    parts = list(range(partitions))
+    if msg.name == "ProduceRequest":
+        return {"transactional_id": transactional_id, "acks": -1, "timeout_ms": 5,
+                "topic_data": [{"name": name, "partition_data": [
+                    {"index": i, "records": records} for i in parts]}]}
+    if msg.name == "ProduceResponse":
+        return {"responses": [{"name": name, "partition_responses": [
+            {"index": i, "base_offset": 7, "error_message": transactional_id}
+            for i in parts]}]}
+    if msg.name == "FetchRequest":
+        return {"topics": [{"topic": name, "partitions": [
+            {"partition": i, "fetch_offset": 3, "partition_max_bytes": 9} for i in parts]}],
+            "rack_id": name}
+    return {"responses": [{"topic": name, "partitions": [
+        {"partition_index": i, "records": records} for i in parts]}]}
+
+
+def _same_everywhere(msg, version, body, cuts=()):
+    data = msg.to_bytes(body, version)
+    assert data == reference_encode(msg, body, version)
+    assert same_struct(msg.from_bytes(data, version), reference_decode(msg, data, version))
+    for cut in cuts:
+        if 0 <= cut < len(data):
+            assert _error(msg.from_bytes, data[:cut], version) == \
+                _error(reference_decode, msg, data[:cut], version), cut
+    return data
+
+
+@pytest.mark.parametrize("msg,version", SHORT_PATHS, ids=SHORT_IDS)
+def test_short_paths_match_the_reference_at_every_limit(msg, version):
+    for name in NAMES:
+        data = _same_everywhere(msg, version, _body(msg, name, transactional_id=name),
+                                cuts=range(0, 48))
+        assert len(data) > 0
+    for size in RECORD_SIZES:
+        records = bytes(range(256)) * (size // 256) + bytes(size % 256)
+        data = _same_everywhere(msg, version, _body(msg, "t", records))
+        cuts = range(len(data) - size - 8, len(data) - size + 4)
+        _same_everywhere(msg, version, _body(msg, "t", records), cuts=cuts)
+        # Followed by more partitions: a misread length would still find bytes to take.
+        _same_everywhere(msg, version, _body(msg, "t", records, partitions=3))
+    for n in (0, 2, 126, 127, 128):
+        _same_everywhere(msg, version, _body(msg, "t", partitions=n), cuts=range(0, 40))
+    _same_everywhere(msg, version, _body(msg, "t", records=None))
+
+
+@pytest.mark.parametrize("msg,version", SHORT_PATHS, ids=SHORT_IDS)
+def test_short_paths_refuse_bad_frames_as_the_reference_does(msg, version):
+    """Bad UTF-8, a null where none may be, lying and non-canonical lengths: the same error
+    (or the same value, for a non-canonical length the reference accepts)."""
+    data = msg.to_bytes(_body(msg, "abc", b"\x01\x02\x03"), version)
+    at = data.index(b"abc")
+    tampered = [
+        data[:at] + b"\xff\xfe\xfd" + data[at + 3:],  # not UTF-8
+        data[:at] + b"ab\xc3" + data[at + 3:],  # cut inside a character
+    ]
+    flexible = msg.is_flexible(version)
+    if flexible:
+        tampered += [
+            data[:at - 1] + b"\x00" + data[at:],  # a null name
+            data[:at - 1] + b"\x84\x00" + data[at:],  # a non-canonical two-byte length (4)
+            data[:at - 1] + b"\x7f" + data[at:],  # a length past the end
+            data[:at - 1] + b"\xff\xff\xff\xff\x0f" + data[at:],  # the largest length
+        ]
+        rec = data.find(b"\x01\x02\x03")
+        tampered += [] if rec < 0 else [
+            data[:rec - 1] + b"\x84\x00" + data[rec:],  # a non-canonical records length
+            data[:rec - 1] + b"\xff\x7f" + data[rec:],  # 16 KiB claimed, 3 bytes there
+            data[:rec - 1] + b"\x00" + data[rec:],  # null records
+        ]
+    else:
+        tampered += [
+            data[:at - 2] + b"\xff\xff" + data[at:],  # a null name
+            data[:at - 2] + b"\xff\xfe" + data[at:],  # a negative length
+            data[:at - 2] + b"\x00\x7f" + data[at:],  # a length past the end
+        ]
+        rec = data.find(b"\x01\x02\x03")
+        tampered += [] if rec < 0 else [
+            data[:rec - 4] + b"\xff\xff\xff\xff" + data[rec:],  # null records
+            data[:rec - 4] + b"\xff\xff\xff\xfe" + data[rec:],  # a negative length
+            data[:rec - 4] + b"\x00\x00\x40\x00" + data[rec:],  # a length past the end
+        ]
+    for bad in tampered:
+        got = _error(msg.from_bytes, bad, version)
+        want = _error(reference_decode, msg, bad, version)
+        assert got == want, bad
+        if got[0] is type(None):
+            assert same_struct(msg.from_bytes(bad, version),
+                               reference_decode(msg, bad, version))
+
+
+@pytest.mark.parametrize("msg,version", SHORT_PATHS, ids=SHORT_IDS)
+def test_short_paths_refuse_bad_values_as_the_reference_does(msg, version):
+    for name in [b"abc", None, "\ud800", 5, "x" * 40000]:
+        body = _body(msg, name)
+        assert _error(msg.to_bytes, body, version) == _error(reference_encode, msg, body,
+                                                             version), name
+    body = _body(msg, "t", partitions=3)
+    top = next(iter(k for k in body if isinstance(body[k], list)))
+    inner = next(k for k in body[top][0] if isinstance(body[top][0][k], list))
+    for bad in [None, "x", {"no_such_field": 1}, object()]:
+        broken = {**body, top: [{**body[top][0], inner: [*body[top][0][inner][:2], bad]}]}
+        got = _error(msg.to_bytes, broken, version)
+        assert got == _error(reference_encode, msg, broken, version), bad

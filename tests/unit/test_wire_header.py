@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from broker_core.wire.errors import MalformedFrame
 from broker_core.wire.header import (
+    REQUEST_IDS,
     RequestHeader,
     read_request_header,
     read_response_header,
@@ -59,3 +61,40 @@ def test_response_header_layouts(version, expected):
     write_response_header(w, 5, version)
     assert w.tobytes() == expected
     assert read_response_header(Reader(expected), version) == 5
+
+
+def _reader_read_header(r: Reader, version: int) -> RequestHeader:
+    """The header read field by field through the Reader: what the inline client id and
+    empty tagged section must agree with, errors included."""
+    api_key, api_version, correlation_id = r.fixed(REQUEST_IDS)
+    client_id = r.nullable_string() if version >= 1 else None
+    if version >= 2:
+        r.skip_tagged_fields()
+    return RequestHeader(api_key, api_version, correlation_id, client_id)
+
+
+def _outcome(read, data: bytes, version: int):
+    r = Reader(data)
+    try:
+        return read(r, version), r.pos
+    except MalformedFrame as e:
+        return type(e), str(e)
+
+
+IDS = b"\x00\x03\x00\x09\x00\x00\x00\x11"
+CLIENT_IDS = [
+    b"\x00\x07rdkafka", b"\x00\x00", b"\xff\xff", b"\xff\xfe", b"\x80\x00", b"\x00\x09rdkafka",
+    b"\x00\x03\xff\xfe\xfd", b"\x00\x02\xc3", b"\x00\x02\xc3\xa9", b"\x00", b"",
+    b"\x00\x03" + "é".encode()[:1] + b"ab",
+]
+TAGS = [b"", b"\x00", b"\x01\x05\x02xy", b"\x01\x05\x09xy", b"\x80", b"\x02\x01\x00\x02\x01z"]
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_request_header_reads_as_the_reader_does_for_every_client_id_and_tag_section(version):
+    for client_id in CLIENT_IDS:
+        for tags in TAGS:
+            data = IDS + client_id + tags + b"body"
+            for cut in range(len(data) + 1):
+                assert _outcome(read_request_header, data[:cut], version) == \
+                    _outcome(_reader_read_header, data[:cut], version), (data, cut)

@@ -152,6 +152,39 @@ def test_an_append_that_cannot_move_the_hw_does_not_retry_waiting_produces(leade
     assert len(acked) == 21
 
 
+def test_a_follower_fetch_moving_many_hws_retries_each_waiting_operation_once(tmp_path):
+    """An acks=all produce and a follower's parked fetch each watch every partition of their
+    request; a fetch that moves all their HWs used to re-try them once per partition
+    (partitions x partitions)."""
+    n = 50
+    clock, rm = make_leader(tmp_path, partitions=n)
+    try:
+        acked: list = []
+        rm.append(-1, 30000, [("t", p, batch(b"%d" % p)) for p in range(n)]
+                  ).addCallback(acked.append)
+        clock.advance(0)
+        follower_fetch(rm, 2, dict.fromkeys(range(n), 1))  # parks: at the log end
+        assert acked == []  # broker 3 has not fetched: no HW moved
+        tries: dict[str, list] = {"produce": [], "fetch": []}
+        for name in tries:
+            purgatory = getattr(rm, f"{name}_purgatory")
+            purgatory._safe_try = (lambda real, seen: lambda op: seen.append(op) or real(op))(
+                purgatory._safe_try, tries[name])
+        follower_fetch(rm, 3, dict.fromkeys(range(n), 1))
+        assert [rm.get_partition("t", p).high_watermark for p in range(n)] == [1] * n
+        assert len(tries["produce"]) == 1  # the produce, tried once and answered
+        assert acked and sorted(acked[0]) == [("t", p) for p in range(n)]
+        assert all(r.error is None for r in acked[0].values())
+        # Broker 2's parked fetch (the first tried: broker 3's own is parked after the wake),
+        # tried once, with nothing new for it.
+        parked = tries["fetch"][0]
+        assert sum(op is parked for op in tries["fetch"]) == 1 and not parked.completed
+    finally:
+        rm.produce_purgatory.shutdown()
+        rm.fetch_purgatory.shutdown()
+        rm.log_manager.shutdown()
+
+
 def test_with_an_isr_of_one_the_append_itself_completes_acks_all(tmp_path):
     clock, rm = make_leader(tmp_path, partitions=1)
     try:

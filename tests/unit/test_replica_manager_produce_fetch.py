@@ -14,6 +14,7 @@ from broker_core.log import LogConfig, LogManager
 from broker_core.metadata_cache import MetadataCache
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
+from broker_core.replica.produce_path import ProduceResult
 from broker_core.wire.records import Record, build_batch, iter_batches
 from tests.support.inline_pool import InlinePool
 
@@ -183,6 +184,22 @@ def test_a_follower_fetch_moving_many_hws_retries_each_waiting_operation_once(tm
         rm.produce_purgatory.shutdown()
         rm.fetch_purgatory.shutdown()
         rm.log_manager.shutdown()
+
+
+def test_an_expired_produce_answers_each_partition_by_its_high_watermark(leader):
+    """A try stops at the first partition still waiting; on expiry a partition whose HW
+    passed behind it answers success and the waiting one REQUEST_TIMED_OUT."""
+    clock, rm = leader
+    answered: list = []
+    rm.append(-1, 1000, [("t", 0, batch(b"a")), ("t", 1, batch(b"b"))]
+              ).addCallback(answered.append)
+    clock.advance(0)
+    for replica in (2, 3):
+        follower_fetch(rm, replica, {0: 0, 1: 1})  # partition 1 replicated, 0 not
+    assert rm.get_partition("t", 1).high_watermark == 1 and answered == []
+    clock.advance(2)
+    assert answered[0] == {("t", 0): ProduceResult(error="REQUEST_TIMED_OUT"),
+                           ("t", 1): ProduceResult(base_offset=0, log_start_offset=0)}
 
 
 def test_with_an_isr_of_one_the_append_itself_completes_acks_all(tmp_path):

@@ -11,6 +11,11 @@ that). This builds the leader and two followers of ``bench/replica_hot_path.py``
 2. the followers' fetches that copy those batches (the leader's reads and answer, the
    followers' appends), pumped until both followers are parked again: *replicate*.
 
+With ``--acks all`` the Produce is acks=all: *produce* is then the whole round (the leader's
+append, both followers' fetches of the batches, the fetches that move the high watermarks and
+the answer), each partition's wait being one operation watched under all the request's
+partitions, as in a cluster fed by a batching producer; *replicate* is then only the check.
+
 Then, on the leader alone, an *idle session fetch*: a follower's incremental fetch in a session
 holding every partition, all at the leader's log end (what the leader does for each fetch of a
 follower with nothing to copy), answered at once (``max_wait_ms`` 0) and parked (500).
@@ -18,7 +23,7 @@ follower with nothing to copy), answered at once (``max_wait_ms`` 0) and parked 
 Figures are process CPU time (``time.process_time``) per partition; ``--profile`` prints where
 the produce step goes (cProfile, own time). Logs live in a temp dir removed afterwards.
 
-Usage: python bench/wide_produce.py [--partitions 3334] [--rounds 5] [--profile]
+Usage: python bench/wide_produce.py [--partitions 3334] [--rounds 5] [--acks 1|all] [--profile]
 Prints figures; asserts only that every produce succeeded.
 """
 
@@ -70,6 +75,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=3334)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--acks", choices=("1", "all"), default="1")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--sort", default="tottime", help="cProfile order: tottime, cumtime, ...")
     args = ap.parse_args()
@@ -82,8 +88,10 @@ def main() -> None:
         producer_pump = cluster.pumps[-1]
         leader = cluster.managers[1]
         followers = [cluster.managers[b] for b in (2, 3)]
-        batch = build_batch([Record(None, b"after-failover", [], int(time.time() * 1000))])
-        body = {"transactional_id": None, "acks": 1, "timeout_ms": 30000, "topic_data": [
+        batch = build_batch([Record(None, b"after-failover", [],
+                                    int(cluster.clock.seconds() * 1000))])
+        acks = -1 if args.acks == "all" else 1
+        body = {"transactional_id": None, "acks": acks, "timeout_ms": 30000, "topic_data": [
             {"name": TOPIC, "partition_data": [{"index": p, "records": batch}
                                                for p in range(args.partitions)]}]}
         profiler = cProfile.Profile() if args.profile else None
@@ -95,8 +103,11 @@ def main() -> None:
                 profiler.enable()
             got: list = []
             producer.request(ApiKey.PRODUCE, PRODUCE_VERSION, body).addBoth(got.append)
-            while not got:  # only the producer's connection: the followers wait
-                producer_pump.pump(advanceClock=False)
+            while not got:
+                if acks == 1:  # only the producer's connection: the followers wait
+                    producer_pump.pump(advanceClock=False)
+                else:  # the answer needs the followers' fetches
+                    cluster.pump_all()
             resp = got[0]
             if profiler is not None:
                 profiler.disable()
@@ -115,8 +126,9 @@ def main() -> None:
             replicate_s.append(time.process_time() - start)
         n = args.partitions
         hws = sum(leader.get_partition(TOPIC, p).high_watermark for p in range(n))
-        print(f"one acks=1 Produce naming {n:,} partitions (one {len(batch)} B batch each), "
-              f"RF 3 in memory, {args.rounds} rounds (leader HW sum {hws:,}):")
+        print(f"one acks={args.acks} Produce naming {n:,} partitions "
+              f"(one {len(batch)} B batch each), RF 3 in memory, {args.rounds} rounds "
+              f"(leader HW sum {hws:,}):")
         print(f"  produce:   best {min(produce_s) * 1e3:7.1f} ms CPU = "
               f"{min(produce_s) / n * 1e6:5.1f} us a partition "
               f"(rounds: {', '.join(f'{s * 1e3:.0f}' for s in produce_s)} ms)")

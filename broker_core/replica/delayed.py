@@ -9,6 +9,7 @@ them after an append (fetch) or a high-watermark move (produce and fetch).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,13 @@ class DelayedProduce(DelayedOperation):
     ``pending`` maps a partition to the offset the HW must reach (last appended offset + 1).
     ``hw_of(tp)`` returns the current HW or ``None`` if this broker no longer leads the partition
     (then the partition completes with NOT_LEADER_OR_FOLLOWER).
+
+    A try settles partitions in request order and stops at the first still short of its
+    offset: the request cannot complete before that one does, and a batching producer's
+    request names hundreds of partitions, re-tried at every follower fetch that moves any of
+    them. Each partition is settled once, so a request costs O(partitions) over all its tries.
+    On expiry the partitions not settled yet are checked once more, so one whose HW passed
+    behind a waiting one answers as it would have if it had been checked.
     """
 
     def __init__(
@@ -40,24 +48,35 @@ class DelayedProduce(DelayedOperation):
         self.respond = respond
         self.enough_replicas = enough_replicas
         self.outcome: dict[TopicPartition, str | None] = {}
+        self._unsettled: deque[tuple[TopicPartition, int]] = deque(pending.items())
+
+    def _settle(self, tp: TopicPartition, needed: int) -> bool:
+        """Record ``tp``'s outcome if it has one now; whether it had."""
+        hw = self.hw_of(tp)
+        if hw is None:
+            self.outcome[tp] = "NOT_LEADER_OR_FOLLOWER"
+        elif hw >= needed:
+            # Kafka's checkEnoughReplicasReachOffset: written everywhere the ISR says, but
+            # the ISR is below min.insync.replicas, so the write is not as durable as asked.
+            self.outcome[tp] = (None if self.enough_replicas(tp)
+                                else "NOT_ENOUGH_REPLICAS_AFTER_APPEND")
+        else:
+            return False
+        return True
 
     def try_complete(self) -> bool:
-        for tp, needed in self.pending.items():
-            if tp in self.outcome:
-                continue
-            hw = self.hw_of(tp)
-            if hw is None:
-                self.outcome[tp] = "NOT_LEADER_OR_FOLLOWER"
-            elif hw >= needed:
-                # Kafka's checkEnoughReplicasReachOffset: written everywhere the ISR says, but
-                # the ISR is below min.insync.replicas, so the write is not as durable as asked.
-                self.outcome[tp] = (None if self.enough_replicas(tp)
-                                    else "NOT_ENOUGH_REPLICAS_AFTER_APPEND")
-        if len(self.outcome) == len(self.pending):
-            return self.force_complete()
-        return False
+        unsettled = self._unsettled
+        while unsettled:
+            tp, needed = unsettled[0]
+            if not self._settle(tp, needed):
+                return False
+            unsettled.popleft()
+        return self.force_complete()
 
     def on_complete(self) -> None:
+        for tp, needed in self._unsettled:  # only on expiry: a completed try settled them all
+            self._settle(tp, needed)
+        self._unsettled.clear()
         result = {tp: self.outcome.get(tp, "REQUEST_TIMED_OUT") for tp in self.pending}
         self.respond(result)
 

@@ -178,12 +178,14 @@ class FetchPath:
 
     def record_follower_fetches(self, replica_id: int, reqs: list[FetchRequest]) -> None:
         """A follower fetched ``reqs``: its fetch offsets are its log ends. Recording them may
-        advance the high watermark (waking waiting requests) and ask the controller to add it
-        to the ISR once it has caught up."""
+        advance the high watermark and ask the controller to add it to the ISR once it has
+        caught up. The requests waiting on the partitions whose HW moved are woken once, after
+        every partition is recorded."""
         rm = self.replicas
         now_ms = rm._now_ms()
         partitions = rm.partitions
         me = rm.broker_id
+        hw_moved = []
         for topic, index, offset, _, epoch in reqs:
             # leader_partition() inlined: this runs for every partition of every follower fetch.
             p = partitions.get((topic, index))
@@ -191,7 +193,7 @@ class FetchPath:
             if st is None or st.leader != me or (epoch >= 0 and epoch != st.leader_epoch):
                 continue
             if p.record_follower_fetch(replica_id, offset, now_ms):
-                rm._wake(p.topic_partition)
+                hw_moved.append(p.topic_partition)
             if replica_id in st.isr:
                 continue  # already in sync: isr_expansion() would say None
             new_isr = p.isr_expansion(replica_id)
@@ -200,3 +202,8 @@ class FetchPath:
                             "controller to expand the ISR to {isr}", t=topic, p=index,
                             r=replica_id, o=offset, isr=list(new_isr))
                 rm._propose_isr(p, new_isr)
+        if hw_moved:
+            # One wake for the whole fetch: a parked operation watches every partition of its
+            # request (a follower's other fetch, an acks=all produce naming hundreds) and each
+            # try walks them all, so waking per partition cost partitions x partitions.
+            rm._wake_many(hw_moved)

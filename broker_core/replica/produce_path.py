@@ -62,13 +62,14 @@ class ProducePath:
         waiting: dict[TopicPartition, int] = {}
         appended: list[TopicPartition] = []
         hw_moved: list[TopicPartition] = []
+        metered: dict[str, list[int]] = {}  # topic -> [bytes, messages] appended
         for topic, index, records in entries:
             tp = (topic, index)
             p, error = rm.leader_partition(topic, index)
             if p is None:
                 results[tp] = ProduceResult(error=error)
                 continue
-            result, next_offset = self._append_one(p, acks, records)
+            result, next_offset = self._append_one(p, acks, records, metered)
             results[tp] = result
             if next_offset is None:
                 continue
@@ -78,6 +79,12 @@ class ProducePath:
             appended.append(tp)
             if acks == -1:
                 waiting[tp] = next_offset
+        if metered and rm.metrics is not None:
+            # Once per topic and request, not per partition: a batching producer names
+            # hundreds of partitions of one topic in a request.
+            for topic, (size, count) in metered.items():
+                rm.metrics.bytes_in_by_topic(topic).inc(size)
+                rm.metrics.messages_in_by_topic(topic).inc(count)
         # Wake the parked fetches once, after every partition is appended (and every other
         # produce request of this reactor turn): a follower fetches all its partitions from
         # us in one request, so it then gets all of it in one answer instead of the first
@@ -92,10 +99,11 @@ class ProducePath:
             return defer.succeed(results)
         return self._wait_for_replicas(timeout_ms, waiting, results)
 
-    def _append_one(self, p: Partition, acks: int, records: Any
-                    ) -> tuple[ProduceResult, int | None]:
+    def _append_one(self, p: Partition, acks: int, records: Any,
+                    metered: dict[str, list[int]]) -> tuple[ProduceResult, int | None]:
         """Append ``records`` to leader partition ``p``: its result, and the offset after the
-        appended batches (None: refused, nothing appended)."""
+        appended batches (None: refused, nothing appended). Adds what it appended to
+        ``metered[topic]`` (``[bytes, messages]``) for the caller to count once."""
         rm = self.replicas
         topic, index = p.topic, p.index
         if records is None or len(records) == 0:
@@ -121,9 +129,13 @@ class ProducePath:
             rm.log.error("append to {t}-{p} failed: {e}", t=topic, p=index, e=e)
             rm.storage_error((topic, index), e, "append")
             return ProduceResult(error="KAFKA_STORAGE_ERROR", message=str(e)), None
-        if rm.metrics is not None and not info.duplicate:
-            rm.metrics.bytes_in_by_topic(topic).inc(info.size)
-            rm.metrics.messages_in_by_topic(topic).inc(info.record_count)
+        if not info.duplicate:
+            counts = metered.get(topic)
+            if counts is None:
+                metered[topic] = [info.size, info.record_count]
+            else:
+                counts[0] += info.size
+                counts[1] += info.record_count
         stamped = p.log.config.message_timestamp_type == "LogAppendTime"
         return ProduceResult(base_offset=info.first_offset,
                              log_start_offset=p.log.log_start_offset,

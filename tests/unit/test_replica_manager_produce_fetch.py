@@ -14,6 +14,7 @@ from broker_core.log import LogConfig, LogManager
 from broker_core.metadata_cache import MetadataCache
 from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState
+from broker_core.replica.produce_path import ProduceResult
 from broker_core.wire.records import Record, build_batch, iter_batches
 from tests.support.inline_pool import InlinePool
 
@@ -157,6 +158,55 @@ def test_an_append_that_cannot_move_the_hw_does_not_retry_waiting_produces(leade
     follower_fetch(rm, 2, {0: 21, 1: 0})
     follower_fetch(rm, 3, {0: 21, 1: 0})
     assert len(acked) == 21
+
+
+def test_a_follower_fetch_moving_many_hws_retries_each_waiting_operation_once(tmp_path):
+    """An acks=all produce and a follower's parked fetch each watch every partition of their
+    request; a fetch that moves all their HWs used to re-try them once per partition
+    (partitions x partitions)."""
+    n = 50
+    clock, rm = make_leader(tmp_path, partitions=n)
+    try:
+        acked: list = []
+        rm.append(-1, 30000, [("t", p, batch(b"%d" % p)) for p in range(n)]
+                  ).addCallback(acked.append)
+        clock.advance(0)
+        follower_fetch(rm, 2, dict.fromkeys(range(n), 1))  # parks: at the log end
+        assert acked == []  # broker 3 has not fetched: no HW moved
+        tries: dict[str, list] = {"produce": [], "fetch": []}
+        for name in tries:
+            purgatory = getattr(rm, f"{name}_purgatory")
+            purgatory._safe_try = (lambda real, seen: lambda op: seen.append(op) or real(op))(
+                purgatory._safe_try, tries[name])
+        follower_fetch(rm, 3, dict.fromkeys(range(n), 1))
+        assert [rm.get_partition("t", p).high_watermark for p in range(n)] == [1] * n
+        assert len(tries["produce"]) == 1  # the produce, tried once and answered
+        assert acked and sorted(acked[0]) == [("t", p) for p in range(n)]
+        assert all(r.error is None for r in acked[0].values())
+        # Broker 2's parked fetch (the first tried: broker 3's own is parked after the wake),
+        # tried once, with nothing new for it.
+        parked = tries["fetch"][0]
+        assert sum(op is parked for op in tries["fetch"]) == 1 and not parked.completed
+    finally:
+        rm.produce_purgatory.shutdown()
+        rm.fetch_purgatory.shutdown()
+        rm.log_manager.shutdown()
+
+
+def test_an_expired_produce_answers_each_partition_by_its_high_watermark(leader):
+    """A try stops at the first partition still waiting; on expiry a partition whose HW
+    passed behind it answers success and the waiting one REQUEST_TIMED_OUT."""
+    clock, rm = leader
+    answered: list = []
+    rm.append(-1, 1000, [("t", 0, batch(b"a")), ("t", 1, batch(b"b"))]
+              ).addCallback(answered.append)
+    clock.advance(0)
+    for replica in (2, 3):
+        follower_fetch(rm, replica, {0: 0, 1: 1})  # partition 1 replicated, 0 not
+    assert rm.get_partition("t", 1).high_watermark == 1 and answered == []
+    clock.advance(2)
+    assert answered[0] == {("t", 0): ProduceResult(error="REQUEST_TIMED_OUT"),
+                           ("t", 1): ProduceResult(base_offset=0, log_start_offset=0)}
 
 
 def test_with_an_isr_of_one_the_append_itself_completes_acks_all(tmp_path):

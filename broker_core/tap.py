@@ -14,6 +14,7 @@ from pathlib import Path
 from twisted.application import service
 from twisted.python import usage
 
+from broker_core import stop_signals
 from broker_core.broker_startup import check_secret_files
 from broker_core.config.broker_config import BrokerConfig
 from broker_core.config.parsing import ConfigError
@@ -127,4 +128,5 @@ def makeService(options: Options) -> service.IService:  # noqa: N802 (Twisted AP
 
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 5000))
     tune_gc()
+    reactor.callWhenRunning(stop_signals.install, reactor)
     return BrokerService(options.config, reactor=reactor, stop_reactor_on_failure=True)

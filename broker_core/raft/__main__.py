@@ -62,6 +62,7 @@ from twisted.logger import (
     textFileLogObserver,
 )
 
+from broker_core import stop_signals
 from broker_core.config.quorum import (
     RaftConfig,
     RaftConfigError,
@@ -358,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
 
         d.addErrback(fail)
 
+    reactor.callWhenRunning(stop_signals.install, reactor)
     reactor.callWhenRunning(start)
     reactor.run()
     return 2 if failed else 0

@@ -26,9 +26,13 @@ from tests.support.cluster import eventually
 
 CLUSTER = "quorum-it"
 # Short, but not so short that a loaded machine (two cores, other test runs) deposes leaders
-# by itself: the fetch timeout is three long polls.
-CONFIG = RaftConfig(election_timeout_ms=300, fetch_timeout_ms=600, election_backoff_max_ms=300,
-                    request_timeout_ms=500, retry_backoff_ms=10, fetch_max_wait_ms=200)
+# by itself: the fetch timeout is fifteen long polls. With 600 ms (three), a follower stalled
+# for that long on a busy machine started an election while the leader took the test's 1,000
+# proposals, and the ones not yet committed were rightly truncated away: the test claims a
+# stable leader commits them all, so no follower may give up on it for a mere stall.
+CONFIG = RaftConfig(election_timeout_ms=1000, fetch_timeout_ms=3000,
+                    election_backoff_max_ms=1000, request_timeout_ms=2000, retry_backoff_ms=10,
+                    fetch_max_wait_ms=200)
 
 
 def _epoch_of(message) -> int:
@@ -124,14 +128,14 @@ def settled_leader(members: dict[int, Member]) -> Member | None:
 @pytest_twisted.ensureDeferred
 async def test_quorum_elects_commits_fails_over_and_a_restarted_node_catches_up(quorum):
     members, voters = quorum
-    first = await eventually(lambda: settled_leader(members), timeout=15,
+    first = await eventually(lambda: settled_leader(members), timeout=45,
                              what="a leader followed by all")
     payloads = [f"entry-{i:04d}".encode().ljust(100, b".") for i in range(1000)]
     offsets = await defer.gatherResults([first.driver.propose(p) for p in payloads])
     assert offsets == sorted(offsets) and len(set(offsets)) == 1000
     hw = first.driver.high_watermark
     await eventually(lambda: all(m.driver.high_watermark >= hw for m in members.values()),
-                     timeout=10, what="every node at the leader's high watermark")
+                     timeout=30, what="every node at the leader's high watermark")
     for m in members.values():
         assert [e.offset for e in m.committed] == list(range(len(m.committed)))
         data = [e.payload for e in m.committed if isinstance(e.payload, bytes)]
@@ -144,12 +148,12 @@ async def test_quorum_elects_commits_fails_over_and_a_restarted_node_catches_up(
     # unit tests' business, on a Clock).
     await first.crash()
     survivors = {n: m for n, m in members.items() if m is not first}
-    second = await eventually(lambda: leader(survivors), timeout=10,
+    second = await eventually(lambda: leader(survivors), timeout=30,
                               what="a new leader among the survivors")
     offset = await second.driver.propose(b"after-failover")
     assert second.driver.node.epoch > first.driver.node.epoch
     for m in survivors.values():
-        await eventually(lambda m=m: m.driver.high_watermark > offset, timeout=10,
+        await eventually(lambda m=m: m.driver.high_watermark > offset, timeout=30,
                          what=f"node {m.node_id} commits the new entry")
         assert m.committed[:hw] == committed_before, "a committed entry was lost"
 
@@ -160,7 +164,7 @@ async def test_quorum_elects_commits_fails_over_and_a_restarted_node_catches_up(
     await restarted.node.listen("127.0.0.1", voters[first.node_id].port)
     restarted.start(voters)
     assert restarted.driver.node.epoch >= first.driver.node.epoch  # from the quorum-state file
-    await eventually(lambda: restarted.driver.high_watermark > offset, timeout=15,
+    await eventually(lambda: restarted.driver.high_watermark > offset, timeout=45,
                      what="the restarted node catches up")
     assert restarted.committed[:hw] == committed_before
     assert restarted.committed[offset].payload == b"after-failover"

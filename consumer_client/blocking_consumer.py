@@ -108,7 +108,12 @@ class BlockingStream:
                     j = min(len(msgs), i + num_messages)
                     self._i = j
                     part.consumed = msgs[j - 1].offset + 1
-                    return msgs[i:j] if i or j < len(msgs) else msgs
+                    if i == 0 and j == len(msgs):
+                        # The whole chunk: hand the list over and forget it here, so that
+                        # what the caller does with it cannot reach this reader's state.
+                        self._msgs, self._i = _EMPTY, 0
+                        return msgs
+                    return msgs[i:j]
                 self._msgs, self._i = _EMPTY, 0  # the assignment ended: the rest is dropped
             # The rest of one chunk at most, so one hop to the reactor thread per chunk.
             if not self._refill(timeout) and timeout is not None:

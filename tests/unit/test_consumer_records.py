@@ -5,6 +5,7 @@ partial and control batches, and the header-only scan the fetcher uses."""
 from __future__ import annotations
 
 import struct
+import sys
 
 import cramjam
 import crc32c
@@ -175,6 +176,9 @@ def test_a_record_longer_or_shorter_than_its_fields_is_corrupt():
 def test_the_compiled_record_loop_is_built():
     # The install builds it (setup.py, scripts/bootstrap.sh); the tests below compare it with
     # the pure-Python loop, so a build that silently left it out must fail here, not skip.
+    if sys.version_info >= (3, 14):  # left out there by setup.py (it says why)
+        assert not consumer_records.COMPILED
+        return
     assert consumer_records.COMPILED, (
         "the compiled record loop (consumer_client/consumer_records_c.pyx) is not built: run "
         "scripts/bootstrap.sh, or .venv/bin/python setup.py build_ext --inplace")

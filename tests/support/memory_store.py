@@ -277,3 +277,22 @@ class MemoryStore:
         for watch in list(self.watches):
             if watch in self.watches:  # an earlier callback may have cancelled it
                 self._deliver(watch)
+
+
+class HeldMultiStore(MemoryStore):
+    """A :class:`MemoryStore` whose multis wait until the test releases them, in order (to
+    hold a write in flight while something else happens: ``held``, ``release``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[tuple[list, defer.Deferred]] = []
+
+    def multi(self, ops):
+        d: defer.Deferred = defer.Deferred()
+        self.held.append((ops, d))
+        return d
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        for ops, d in held:
+            MemoryStore.multi(self, ops).chainDeferred(d)

@@ -19,7 +19,7 @@ from broker_core.metadata import Create, SetData
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.messages import leader_and_isr
 from tests.support.controller_harness import make
-from tests.support.memory_store import MemoryStore
+from tests.support.memory_store import HeldMultiStore, MemoryStore
 
 
 def test_new_leaders_go_out_before_the_isr_shrinks():
@@ -89,24 +89,6 @@ def test_controller_failover_elects_for_dead_leaders_before_sending_the_full_sta
                 if key == ApiKey.LEADER_AND_ISR][1] == 1
     clock.advance(LEADERS_FIRST_WAIT_S)
     assert done.called
-
-
-class HeldMultiStore(MemoryStore):
-    """Multis are applied when the test releases them (test-only: ``held``, ``release``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.held: list[tuple[list, defer.Deferred]] = []
-
-    def multi(self, ops):
-        d: defer.Deferred = defer.Deferred()
-        self.held.append((ops, d))
-        return d
-
-    def release(self) -> None:
-        held, self.held = self.held, []
-        for ops, d in held:
-            MemoryStore.multi(self, ops).chainDeferred(d)
 
 
 def test_fenced_multis_are_pipelined_and_still_fenced():

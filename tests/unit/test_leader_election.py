@@ -17,7 +17,7 @@ from broker_core.leader_election import (
 )
 from broker_core.metadata import ConnectionLost, SessionState
 from coordinator.elector import coordinator_election
-from tests.support.memory_store import MemoryStore
+from tests.support.memory_store import HeldMultiStore, MemoryStore
 
 SEAT = Seat(title="controller", path=paths.CONTROLLER, epoch_path=paths.CONTROLLER_EPOCH,
             registration=paths.ControllerRegistration,
@@ -314,24 +314,6 @@ def test_a_seat_of_this_broker_it_does_not_hold_is_not_given_up_while_it_leads()
     election._on_seat(holder(1), store.exists(paths.CONTROLLER).result)  # a watch delivery
     assert election.role is Role.LEADER and store.exists(paths.CONTROLLER).result is not None
     assert user.calls == [("elected", 1, 1)]
-
-
-class HeldMultiStore(MemoryStore):
-    """Multis wait until the test releases them (test-only: ``held``, ``release``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.held: list[tuple[list, defer.Deferred]] = []
-
-    def multi(self, ops):
-        d: defer.Deferred = defer.Deferred()
-        self.held.append((ops, d))
-        return d
-
-    def release(self) -> None:
-        held, self.held = self.held, []
-        for ops, d in held:
-            MemoryStore.multi(self, ops).chainDeferred(d)
 
 
 def test_stop_during_an_election_under_way_vacates_the_seat_that_election_wins():

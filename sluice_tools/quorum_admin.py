@@ -45,7 +45,6 @@ sleeps without :func:`~broker_core.raft.admin.next_action` (or the redirect boun
 from __future__ import annotations
 
 import ssl
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,6 +61,7 @@ from broker_core.raft.messages import (
 from broker_core.security.sasl import ClientCredential, SaslAuthenticationError, SaslLogin
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
+from consumer_client.blocking_clock import SYSTEM_CLOCK, BlockingClock
 from consumer_client.connection import BrokerConnection, parse_servers
 from consumer_client.connection_cache import ConnectionCache
 from consumer_client.security import AUTHENTICATION_ERRORS, ClientSecurity
@@ -137,7 +137,8 @@ def _name(address: Address) -> str:
 
 
 class QuorumAdminClient:
-    """See the module docstring. ``connect``, ``sleep`` and ``monotonic`` are injectable for
+    """See the module docstring. ``connect`` and ``clock`` (time and waits, the blocking
+    clients' :class:`~consumer_client.blocking_clock.BlockingClock`) are injectable for
     tests. Connections are kept per address in the client library's
     :class:`~consumer_client.connection_cache.ConnectionCache`, logged in as they open.
     :attr:`directory` is what DiscoverBrokers told the client; :attr:`leader_id` the leader of
@@ -146,8 +147,7 @@ class QuorumAdminClient:
     def __init__(self, servers: str, *, timeout_s: float = 30.0,
                  retry_backoff_ms: float = 100.0, max_backoff_ms: float = 1000.0,
                  connect: Callable[..., BrokerConnection] = BrokerConnection,
-                 sleep: Callable[[float], None] = time.sleep,
-                 monotonic: Callable[[], float] = time.monotonic,
+                 clock: BlockingClock = SYSTEM_CLOCK,
                  credential: ClientCredential | None = None,
                  security: ClientSecurity | None = None) -> None:
         self.servers: list[Address] = parse_servers(servers)
@@ -159,8 +159,7 @@ class QuorumAdminClient:
         self.retry_backoff_ms = retry_backoff_ms
         self.max_backoff_ms = max_backoff_ms
         self._connect = connect
-        self._sleep = sleep
-        self._monotonic = monotonic
+        self.clock = clock
         self.directory = Directory(ADMIN_GOSSIP.node)
         self._reached: dict[int, Address] = {}  # node id -> where it answered DiscoverBrokers
         self._conns: ConnectionCache[Address] = ConnectionCache(self._open)
@@ -196,18 +195,18 @@ class QuorumAdminClient:
     def wait_for(self, target: Sequence[int], poll_s: float = 0.2) -> DescribeQuorumResponse:
         """Poll DescribeQuorum until the voters are exactly ``target`` with no reassignment
         running; QuorumAdminError(REQUEST_TIMED_OUT) after the timeout."""
-        deadline = self._monotonic() + self.timeout_s
+        deadline = self.clock.monotonic() + self.timeout_s
         wanted = sorted(target)
         while True:
             d = self.describe()
             if d.target_voters is None and sorted(r.replica_id for r in d.current_voters) == wanted:
                 return d
-            if self._monotonic() + poll_s >= deadline:
+            if self.clock.monotonic() + poll_s >= deadline:
                 voters = ",".join(str(r.replica_id) for r in d.current_voters)
                 raise QuorumAdminError(ErrorCode.REQUEST_TIMED_OUT,
                                        f"the voters are still {voters}, not "
                                        f"{','.join(map(str, wanted))}, after {self.timeout_s} s")
-            self._sleep(poll_s)
+            self.clock.sleep(poll_s)
 
     # -- finding the leader ---------------------------------------------------------------------
 
@@ -265,7 +264,7 @@ class QuorumAdminClient:
     def _call(self, message: DescribeQuorumRequest | AlterVotersRequest
               ) -> DescribeQuorumResponse | AlterVotersResponse:
         key = wire.api_key_of(message)
-        start = self._monotonic()
+        start = self.clock.monotonic()
         attempt = 1
         redirects = 0  # NOT_LEADER_OR_FOLLOWER redirects since the last backoff
         failures: dict[str, str] = {}
@@ -276,7 +275,7 @@ class QuorumAdminClient:
                 target = self.discover(failures, named)
                 named = None
             resp = None if target is None else self._send(target, key, message, failures)
-            elapsed_ms = (self._monotonic() - start) * 1000
+            elapsed_ms = (self.clock.monotonic() - start) * 1000
             action = next_action(resp, attempt=attempt, elapsed_ms=elapsed_ms,
                                  timeout_ms=self.timeout_s * 1000,
                                  retry_backoff_ms=self.retry_backoff_ms,
@@ -309,7 +308,7 @@ class QuorumAdminClient:
                 redirects = 0
                 if elapsed_ms + delay_ms >= self.timeout_s * 1000:
                     raise self._failure(ErrorCode.REQUEST_TIMED_OUT, failures)
-                self._sleep(delay_ms / 1000)
+                self.clock.sleep(delay_ms / 1000)
 
     def _send(self, address: Address, key: int, message: Any, failures: dict[str, str]
               ) -> DescribeQuorumResponse | AlterVotersResponse | None:

@@ -186,7 +186,7 @@ def gossip(responder: int, leader: int, nodes: dict[int, int] | None = None, *,
 def client(script: Scripted, clock: FakeClock, servers: str = "a:1",
            timeout_s: float = 10.0) -> QuorumAdminClient:
     return QuorumAdminClient(servers, timeout_s=timeout_s, connect=script.connect,
-                             sleep=clock.sleep, monotonic=clock.monotonic)
+                             clock=clock)
 
 
 def not_leader(leader: int = NO_LEADER) -> DescribeQuorumResponse:

@@ -140,11 +140,12 @@ def main() -> None:
         return
     if shutil.which("kcat") is None:
         sys.exit("kcat is not installed (scripts/bootstrap.sh installs it)")
+    sys.path.insert(0, str(ROOT))
+    from bench.common import extract_revision
+
     old_tree = Path(tempfile.mkdtemp(prefix="first-message-old-"))
     try:
-        archive = subprocess.run(["git", "archive", args.old_rev], cwd=ROOT, check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(old_tree)], input=archive, check=True)
+        extract_revision(ROOT, args.old_rev, old_tree)
         results: dict[str, dict[str, list]] = {"old": {"blocking": [], "steps": []},
                                                "new": {"blocking": [], "steps": []}}
         for r in range(args.rounds):

@@ -22,7 +22,8 @@ Which figures (``FIGURES``, each a regular expression with one group on the benc
   controller kill, the time from the victim's session expiry until Metadata shows a live
   leader for every moved partition and until every moved partition accepted a produce, and
   the controller event loop's busy time; and for the controller kill, the time until a new
-  controller registered.
+  controller registered. Also the partitions each kill moved, and the two times per 1,000
+  moved partitions: the victim leads a different share from run to run.
 
 Prints the figures of every round (with the load average before and after each run), the
 median per revision and the ratio new / old of the medians. A run that fails is reported with
@@ -51,11 +52,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class Figure:
-    """One number a bench prints: ``pattern``'s first group (thousands commas allowed)."""
+    """One number a bench prints: ``pattern``'s first group (thousands commas allowed); or,
+    with ``per``, one derived from two others: ``per[0]`` / ``per[1]`` x 1,000."""
 
     name: str
     pattern: str
     unit: str
+    per: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -65,18 +68,27 @@ class Bench:
 
 
 _F = r"([\d.]+)"
+_KILLS = (("follower", "follower broker"), ("controller", "controller"))
 FIGURES: dict[str, Bench] = {
     "replicated-produce": Bench("bench/replicated_produce.py", (
         Figure("kcat acks=all", r"^\(a\) throughput: .* = ([\d,]+) msg/s", "msg/s"),
     )),
     "failover": Bench("bench/failover.py", tuple(
         Figure(f"{who} kill: {what}", rf"^\s*kill {label}\s.*{pattern}", "s")
-        for who, label in (("follower", "follower broker"), ("controller", "controller"))
+        for who, label in _KILLS
         for what, pattern in (("leaders in Metadata", rf"leaders in Metadata\s+{_F} s"),
                               ("all accepted", rf"all accepted a produce \(probe\)\s+{_F} s"),
                               ("controller busy", rf"controller busy\s+{_F} s"))
     ) + (Figure("controller kill: new controller", rf"^new controller registered {_F} s "
-                "after expiry", "s"),)),
+                "after expiry", "s"),)
+      # The victim leads a different number of partitions from run to run (3,300 to 6,700 of
+      # 10,000): the times per 1,000 moved partitions compare runs that moved different counts.
+      + tuple(Figure(f"{who} kill: partitions moved",
+                     rf"^\s*kill {label}\s+([\d,]+) partitions moved", "partitions")
+              for who, label in _KILLS)
+      + tuple(Figure(f"{who} kill: {what} per 1,000 moved", "", "s/1k",
+                     per=(f"{who} kill: {what}", f"{who} kill: partitions moved"))
+              for who, _ in _KILLS for what in ("leaders in Metadata", "all accepted"))),
 }
 
 
@@ -85,6 +97,11 @@ def parse_figures(bench: str, output: str) -> dict[str, float]:
     figure the output lacks (a failed or partial run) is absent."""
     found = {}
     for fig in FIGURES[bench].figures:
+        if fig.per is not None:
+            value, divisor = (found.get(name) for name in fig.per)
+            if value is not None and divisor:
+                found[fig.name] = value / divisor * 1000
+            continue
         m = re.search(fig.pattern, output, re.MULTILINE)
         if m:
             found[fig.name] = float(m.group(1).replace(",", ""))
@@ -160,7 +177,9 @@ def run_bench(tree: Path, script: str, bench_args: list[str], tag: str) -> tuple
 def fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
-    return f"{value:,.0f}" if unit == "msg/s" else f"{value:.2f}"
+    if unit in ("msg/s", "partitions"):
+        return f"{value:,.0f}"
+    return f"{value:.3f}" if unit == "s/1k" else f"{value:.2f}"
 
 
 def report(bench: str, rows: list[tuple[int, str, dict[str, float], str]],

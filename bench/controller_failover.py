@@ -35,7 +35,7 @@ from twisted.internet import defer, task  # noqa: E402
 from broker_core import metadata_paths as paths  # noqa: E402
 from broker_core.controller.controller import Controller  # noqa: E402
 from broker_core.tap import BROKER_GC_THRESHOLDS  # noqa: E402
-from broker_core.wire.apis import ApiKey  # noqa: E402
+from broker_core.wire.apis import ApiKey, encode_request  # noqa: E402
 from broker_core.wire.messages import leader_and_isr, stop_replica, update_metadata  # noqa: E402
 from tests.unit.test_coordinator_service import MemoryStore  # noqa: E402
 
@@ -45,10 +45,13 @@ _MESSAGES = {ApiKey.LEADER_AND_ISR: leader_and_isr.REQUEST,
 
 
 class EncodingChannel:
-    """A channel that encodes each request as the real one does and answers it at once."""
+    """A channel that encodes each request as the real one does and answers it at once. With
+    ``keep``, it also keeps each request as the broker would receive it: ``(api_key, frame)``,
+    the frame being header plus body (without the size prefix), in the order sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = False) -> None:
         self.sent_bytes = 0
+        self.frames: list[tuple[int, bytes]] | None = [] if keep else None
 
     def start(self) -> None:
         pass
@@ -57,45 +60,76 @@ class EncodingChannel:
         pass
 
     def send(self, api_key: int, version: int, body: Any) -> defer.Deferred:
+        if self.frames is not None:
+            frame = b"".join(encode_request(api_key, version, len(self.frames), "controller",
+                                            body))
+            self.frames.append((api_key, frame))
         self.sent_bytes += len(_MESSAGES[api_key].to_bytes(body, version))
         return defer.succeed(None)
 
 
-def cluster(partitions: int, topics: int) -> MemoryStore:
-    """Brokers 1 and 2 registered (3 is gone), ``topics`` topics of equal size on all three,
-    every ISR full, preferred leaders round-robin."""
+def cluster(partitions: int, topics: int, alive: tuple[int, ...] = (1, 2),
+            controller_epoch: int = 6, *, as_registered: bool = False,
+            spread_followers: bool = False) -> MemoryStore:
+    """Brokers ``alive`` registered (by default 1 and 2: 3 is gone), ``topics`` topics of equal
+    size on brokers 1-3, every ISR full, preferred leaders round-robin, leaderAndISR values
+    written by controller epoch 5.
+
+    ``as_registered``: each value names its leader's registration (the czxid of
+    ``/brokers/ids/N``), as in a cluster; otherwise it names epoch 0, which the in-memory store
+    gives no registration, so the controller's broker change sees every live leader as
+    restarted unseen and gives each of their partitions a new generation (LeaderAndIsr and
+    UpdateMetadata for all of them). ``spread_followers``: the two followers of every other
+    partition swap places (as Kafka's assignment shifts them), so the successors of a dead
+    leader are both other brokers in turn; otherwise the next broker round-robin always."""
     store = MemoryStore()
     store.ensure_path(paths.BROKER_IDS)
     store.ensure_path(paths.TOPICS)
-    for b in (1, 2):
+    registered: dict[int, int] = {}
+    for b in alive:
         store.create(paths.broker(b), paths.BrokerRegistration(b, "h", 9000 + b).to_bytes())
-    store.create(paths.CONTROLLER_EPOCH, b"6")
+        store.get(paths.broker(b)).addCallback(
+            lambda got, b=b: registered.__setitem__(b, got[1].czxid))
+    store.create(paths.CONTROLLER_EPOCH, str(controller_epoch).encode())
     per_topic = partitions // topics
     for t in range(topics):
         name = f"t{t}"
         replicas = {p: [1 + (p + t + i) % 3 for i in range(3)] for p in range(per_topic)}
+        if spread_followers:
+            for p, rs in replicas.items():
+                if (p // 3) % 2:
+                    rs[1], rs[2] = rs[2], rs[1]
         store.create(paths.topic(name), paths.TopicAssignment(replicas).to_bytes())
         for p, rs in replicas.items():
             store.create(paths.partition(name, p))
             store.create(paths.leader_and_isr(name, p),
-                         # The memory store gives every znode czxid 0: leaders elected
-                         # under their current registration.
-                         paths.LeaderAndIsr(rs[0], 1, rs, 5, 0).to_bytes())
+                         paths.LeaderAndIsr(rs[0], 1, rs, 5,
+                                            registered.get(rs[0], 0) if as_registered else 0
+                                            ).to_bytes())
     return store
 
 
 def one_failover(partitions: int, topics: int, profile: cProfile.Profile | None = None
                  ) -> tuple[float, int]:
     """CPU seconds of one controller failover (store set-up excluded) and the bytes sent."""
-    store = cluster(partitions, topics)
+    cpu, channels = run_failover(cluster(partitions, topics), 1, 6, profile=profile)
+    return cpu, sum(c.sent_bytes for c in channels.values())
+
+
+def run_failover(store: MemoryStore, controller_id: int, epoch: int, *,
+                 profile: cProfile.Profile | None = None, keep: bool = False
+                 ) -> tuple[float, dict[int, EncodingChannel]]:
+    """Broker ``controller_id`` becomes controller of ``epoch`` over ``store`` and runs its
+    failover: the CPU seconds it took and each live broker's channel (``keep``: with the
+    requests it was sent)."""
     channels: dict[int, EncodingChannel] = {}
 
     def channel(b: Any) -> EncodingChannel:
-        channels[b.id] = EncodingChannel()
+        channels[b.id] = EncodingChannel(keep)
         return channels[b.id]
 
-    ctl = Controller(1, store, reactor=task.Clock(), channel_factory=channel)
-    ctl.active, ctl.epoch, ctl.epoch_zk_version = True, 6, 0
+    ctl = Controller(controller_id, store, reactor=task.Clock(), channel_factory=channel)
+    ctl.active, ctl.epoch, ctl.epoch_zk_version = True, epoch, 0
     gc.collect()
     if profile is not None:
         profile.enable()
@@ -106,10 +140,10 @@ def one_failover(partitions: int, topics: int, profile: cProfile.Profile | None 
         profile.disable()
     if not done.called:
         raise RuntimeError("the failover waited for something: the bench's channels answer at once")
-    moved = sum(1 for d in ctl.context.states.values() if d.leader == 3)
+    moved = sum(1 for d in ctl.context.states.values() if d.leader not in channels)
     if moved:
-        raise RuntimeError(f"{moved} partitions still led by the dead broker")
-    return cpu, sum(c.sent_bytes for c in channels.values())
+        raise RuntimeError(f"{moved} partitions still led by a dead broker")
+    return cpu, channels
 
 
 def main() -> None:

@@ -135,7 +135,11 @@ class Bench:
                         if bid != exclude and b.proc is not None and b.proc.poll() is None)
 
     def admin(self, exclude: int | None = None) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.bootstrap(exclude), "log_level": 2})
+        # CreateTopics of 10,000 partitions x 3 replicas is answered once every broker has
+        # created its logs: 17-56 s on this machine's disk. librdkafka's socket timeout (60 s
+        # by default) cut a third of the runs short; the request timeout below bounds it.
+        return AdminClient({"bootstrap.servers": self.bootstrap(exclude), "log_level": 2,
+                            "socket.timeout.ms": 300_000})
 
     def create_topics(self) -> None:
         n, k = self.args.partitions, self.args.topics

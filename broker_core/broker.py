@@ -16,7 +16,7 @@ Start-up, in order (docs/design.md#broker-start-up):
    crash;
 5. read the assignment and leader state of every partition assigned here, become leader or
    follower, delete local partitions no longer assigned;
-6. stand for controller election, and for consumer-coordinator election.
+6. stand for controller election, and for the coordinator shards this broker should own.
 
 (Between 2 and 3, the user store's cache reads every user's SCRAM credentials and keeps
 watching them.)
@@ -84,7 +84,8 @@ from broker_core.server.listener_endpoints import (
 from broker_core.server.protocol import KafkaServerFactory
 from broker_core.zk.acl_policy import broker_acl_policy
 from broker_core.zk.store import ZooKeeperStore
-from coordinator.service import CoordinatorConfig, CoordinatorService
+from coordinator.service import CoordinatorConfig
+from coordinator.shards import CoordinatorShards
 
 #: In the quorum data directory: the metadata session a stop could not close (the quorum had
 #: gone), which the next start closes before it registers (see
@@ -218,9 +219,10 @@ class BrokerService(service.Service):
             adopt=lambda: defer.Deferred.fromCoroutine(adopt_published_leadership(
                 self.broker_id, self.store, self.replicas, self.cache)),
             metrics=self.metrics, credential=self.cluster_credential.login, tls=self.peer_tls)
-        self.coordinator = CoordinatorService(
+        self.coordinator = CoordinatorShards(
             self.broker_id, self.store, clock=self.clock,
             config=CoordinatorConfig.from_broker_config(config),
+            configured_shards=config.group_coordinator_shards,
             brokers=lambda: self.cache.brokers.values(), metrics=self.metrics)
 
     def _build_serving(self, config: BrokerConfig) -> None:

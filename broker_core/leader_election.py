@@ -14,8 +14,8 @@ The recipe (the controller's, KAFKA-6082; the coordinator's is the same):
   this broker standing, it stands. A ``BadVersion`` on the epoch (someone stood between our read
   and our write) re-reads and tries again, up to :data:`ELECTION_ATTEMPTS` times; ``NodeExists``
   on the seat means another broker won, and the watch tells us who. A missing epoch node is
-  created at 0 first. A user may decline to stand (``may_stand``: the controller's isolation
-  abstention).
+  created at 0 first, a missing parent of the seat before standing again. A user may decline
+  to stand (``may_stand``: the controller's isolation abstention).
 - **Deposed.** The watch shows the seat naming another broker while we lead: resign.
 - **Held but not led.** The watch shows the seat naming this broker while it does not lead (a
   claim the store applied whose answer was lost, or a crashed incarnation's seat): vacate it,
@@ -278,6 +278,11 @@ class LeaderElection:
             except TransactionFailed as e:
                 if isinstance(e.first_error, BadVersion):
                     continue  # someone bumped the epoch between our read and write; re-read
+                if isinstance(e.first_error, NoNode):
+                    # The seat's parent is missing (never created, or deleted by hand): the
+                    # ephemeral seat cannot be created without it.
+                    await self.store.ensure_path(seat.path.rsplit("/", 1)[0] or "/")
+                    continue
                 return  # NodeExists: another broker holds the seat; its watch tells us
             self.epoch, self.epoch_version = epoch + 1, version + 1
             break

@@ -48,13 +48,30 @@ CONSUMERS = "/consumers"
 #: the first broker of the cluster; every broker reports it and stamps its log directory
 #: with it (``meta.properties``).
 CLUSTER_ID = "/cluster/id"
-CONSUMERS_COORDINATOR = "/consumers/coordinator"
-#: The consumer coordinator's epoch (persistent, decimal), bumped by every election in the same
-#: multi that creates ``/consumers/coordinator``; every offset/owner write of the coordinator
-#: checks its version, so a deposed coordinator cannot write (as ``/controller_epoch``).
-CONSUMERS_COORDINATOR_EPOCH = "/consumers/coordinator_epoch"
-#: Children of ``/consumers`` that are not consumer groups (so these group ids are refused).
+#: The consumer coordinator's shards (coordinator.shards): ``count`` (persistent, decimal, the
+#: number of shards the cluster's groups are hashed over, created once by the first broker),
+#: ``seats/[k]`` (ephemeral :class:`CoordinatorRegistration` of shard k's elected coordinator)
+#: and ``epochs/[k]`` (persistent, decimal: shard k's epoch, bumped by every election of shard k
+#: in the same multi that creates its seat; every offset/owner write of shard k's coordinator
+#: checks its version, so a deposed coordinator cannot write, as ``/controller_epoch``) and
+#: ``brokers/[id]`` (ephemeral, empty: broker id is ready to coordinate: it agreed the count
+#: and follows the seats; shards are placed over these brokers only, never over a broker that
+#: is registered but still starting, failed to start coordination, or predates the shards).
+COORDINATOR_SHARDS = "/coordinator_shards"
+COORDINATOR_SHARD_COUNT = "/coordinator_shards/count"
+COORDINATOR_SHARD_SEATS = "/coordinator_shards/seats"
+COORDINATOR_SHARD_EPOCHS = "/coordinator_shards/epochs"
+COORDINATOR_SHARD_BROKERS = "/coordinator_shards/brokers"
+#: Children of ``/consumers`` that are not consumer groups (so these group ids are refused):
+#: the single coordinator's seat and epoch of releases before the coordinator was sharded,
+#: which an upgraded cluster may still hold.
 CONSUMERS_RESERVED = frozenset({"coordinator", "coordinator_epoch"})
+#: The legacy seat: the single coordinator of releases before the sharded coordinator elects
+#: itself here (ephemeral, same shape as ``/controller``) and fences on
+#: ``LEGACY_COORDINATOR_EPOCH``. While it exists no broker stands for a shard, so an older
+#: coordinator and a shard's coordinator never both write a group (a rolling upgrade).
+LEGACY_COORDINATOR = "/consumers/coordinator"
+LEGACY_COORDINATOR_EPOCH = "/consumers/coordinator_epoch"
 
 #: Kafka's log-directory failure notifications: a broker whose log directory went offline
 #: creates a sequential child ``log_dir_event_<seq>`` (:class:`LogDirEventNotification`); the
@@ -94,16 +111,29 @@ def acl_resource(resource_type: str, pattern_type: str, name: str) -> str:
 #: cluster has no chroot and the root is shared with other applications).
 TOP_LEVEL_PATHS = (CONTROLLER, CONTROLLER_EPOCH, CONTROLLER_UNREACHABLE, BROKERS, CONFIG, ADMIN,
                    CONSUMERS, "/cluster", LOG_DIR_EVENT_NOTIFICATION, ACLS,
-                   LATEST_PRODUCER_ID_BLOCK)
+                   LATEST_PRODUCER_ID_BLOCK, COORDINATOR_SHARDS)
 
 #: Persistent paths every broker ensures at start (watches need their parents to exist).
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, PARTITIONS_REASSIGNED,
                     PARTITIONS_ADD, PARTITIONS_REMOVE, CONSUMERS, LOG_DIR_EVENT_NOTIFICATION,
-                    OFFLINE_REPLICAS, USER_CONFIGS, BROKER_CONFIGS)
+                    OFFLINE_REPLICAS, USER_CONFIGS, BROKER_CONFIGS, COORDINATOR_SHARD_SEATS,
+                    COORDINATOR_SHARD_EPOCHS, COORDINATOR_SHARD_BROKERS)
 
 
 def broker(broker_id: int) -> str:
     return f"{BROKER_IDS}/{broker_id}"
+
+
+def coordinator_shard_seat(shard: int) -> str:
+    return f"{COORDINATOR_SHARD_SEATS}/{shard}"
+
+
+def coordinator_shard_epoch(shard: int) -> str:
+    return f"{COORDINATOR_SHARD_EPOCHS}/{shard}"
+
+
+def coordinator_shard_broker(broker_id: int) -> str:
+    return f"{COORDINATOR_SHARD_BROKERS}/{broker_id}"
 
 
 def offline_replicas(broker_id: int) -> str:
@@ -439,8 +469,8 @@ class ControllerRegistration:
 
 @dataclass(frozen=True)
 class CoordinatorRegistration:
-    """``/consumers/coordinator`` (ephemeral, written by the elected consumer coordinator);
-    same shape as ``/controller``."""
+    """``/coordinator_shards/seats/[k]`` (ephemeral, written by shard k's elected
+    coordinator); same shape as ``/controller``."""
 
     broker_id: int
     timestamp_ms: int = 0

@@ -292,18 +292,24 @@ class BrokerMetrics:
 
         # Consumer coordinator (docs/coordinator.md). Never labelled by group or
         # member: thousands of groups would be thousands of series.
+        # Coordinator shards (docs/coordinator.md#sharding): the gauges are summed over the
+        # shards this broker is active for; only the epoch is labelled by shard (bounded by
+        # the shard count, at most 1024).
         self.active_coordinator = Gauge(
-            "active_coordinator", "1 while this broker is the active consumer coordinator, "
-            "else 0", namespace=ns, registry=r)
+            "active_coordinator", "1 while this broker is the active coordinator of at least "
+            "one coordinator shard, else 0", namespace=ns, registry=r)
+        self.coordinator_shards_active = Gauge(
+            "coordinator_shards_active", "Coordinator shards this broker is the active "
+            "coordinator of", namespace=ns, registry=r)
         self.coordinator_epoch = Gauge(
-            "coordinator_epoch", "Consumer-coordinator epoch this broker last won",
-            namespace=ns, registry=r)
+            "coordinator_epoch", "Epoch of each coordinator shard this broker last won",
+            ["shard"], namespace=ns, registry=r)
         self.coordinator_members = Gauge(
-            "coordinator_members", "Consumers registered with this coordinator",
-            namespace=ns, registry=r)
+            "coordinator_members", "Consumers registered with this broker's active coordinator "
+            "shards", namespace=ns, registry=r)
         self.coordinator_groups = Gauge(
-            "coordinator_groups", "Consumer groups this coordinator holds (empty ones included "
-            "until their grace period ends)", namespace=ns, registry=r)
+            "coordinator_groups", "Consumer groups this broker's active coordinator shards hold "
+            "(empty ones included until their grace period ends)", namespace=ns, registry=r)
         self.coordinator_rebalances_total = Counter(
             "coordinator_rebalances", "Group rebalances finished, by result: completed, "
             "unnecessary (assignment already in force), failed (gave up after the retries)",
@@ -315,6 +321,10 @@ class BrokerMetrics:
             "coordinator_rebalance_duration_seconds", "Time from a rebalance's start to its "
             "owners being written, retries included", buckets=REBALANCE_BUCKETS,
             namespace=ns, registry=r)
+        self.coordinator_rebalance_queue_seconds = Histogram(
+            "coordinator_rebalance_queue_seconds", "Time a group's requested rebalance waited "
+            "for a free rebalance handler", buckets=REBALANCE_BUCKETS, namespace=ns,
+            registry=r)
         self.coordinator_ping_rtt_seconds = Histogram(
             "coordinator_ping_rtt_seconds", "Round trip of a Ping on the coordinator channel",
             buckets=REQUEST_BUCKETS, namespace=ns, registry=r)

@@ -146,6 +146,10 @@ class Consumer:
         #: broker closed the connection on v1 (a broker older than the leave does that to a
         #: version it does not serve); back to 1 after a registration at 0.
         self._register_version = 1
+        #: Addresses whose next ClusterMetadata is v0: each closed the connection on v1 (a
+        #: broker older than v1 does that). One attempt only: a connection also drops when a
+        #: broker stops mid-request, and on a sharded cluster v0 never names a coordinator.
+        self._metadata_v0_once: set[tuple[str, int]] = set()
         self._discover_timer: Any = None
         self._attempt = 0
         self._was_member = False  # registered at least once (see _still_our_old_session)
@@ -410,16 +414,24 @@ class Consumer:
     async def _discover(self) -> None:
         # ClusterMetadata to the configured brokers, round robin; the consumer keeps
         # trying until it is shut down.
+        # v1 names the group: the answer is the coordinator of the group's shard (a broker
+        # that answers v0 only coordinates every group with one coordinator).
         servers = self.cluster.bootstrap
         address = servers[next(self._rr) % len(servers)]
+        version = 0 if address in self._metadata_v0_once else 1
+        self._metadata_v0_once.discard(address)
         try:
-            resp = await self.cluster.request_address(address, ApiKey.CLUSTER_METADATA, {},
-                                                      version=0)
+            resp = await self.cluster.request_address(
+                address, ApiKey.CLUSTER_METADATA,
+                {"group_id": self.config.group_id} if version >= 1 else {}, version=version)
         except AUTHENTICATION_ERRORS as e:
             self.cluster.disconnect_address(address)
             self._authentication_failed(e)
             return
         except Exception as e:  # noqa: BLE001 - any failure means "ask the next one later"
+            if version == 1 and isinstance(e, ConnectionClosed):
+                # Maybe a broker without ClusterMetadata v1: the next attempt to it is v0.
+                self._metadata_v0_once.add(address)
             self.cluster.disconnect_address(address)
             self._discovery_failed(f"ClusterMetadata from {address[0]}:{address[1]} failed: {e}",
                                    f"metadata:{type(e).__name__}")
@@ -428,7 +440,10 @@ class Consumer:
             return
         brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
         if resp.error_code or resp.coordinator_id not in brokers:
-            code = ErrorCode(resp.error_code).name if resp.error_code else "coordinator unknown"
+            # A code this client does not know (a hostile or newer broker) is shown as a number.
+            known = known_code(resp.error_code)
+            code = (getattr(known, "name", str(known)) if resp.error_code
+                    else "coordinator unknown")
             self._discovery_failed(f"no coordinator from {address[0]}:{address[1]}: {code}",
                                    f"coordinator:{code}")
             return

@@ -1,9 +1,9 @@
 """The consumer's fetchers: one fetch loop per partition leader (StartFetcher).
 
 :class:`FetcherManager` owns the current assignment's :class:`PartitionState` s. It finds each
-partition's leader (Metadata), resolves a start offset of -1 with ListOffsets per
-``auto.offset.reset``, and hands the partition to the :class:`LeaderFetcher` of that leader,
-which fetches every partition it holds in one Fetch request, like the broker's replica fetchers.
+partition's leader, resolves a start offset of -1 with ListOffsets per ``auto.offset.reset``,
+and hands the partition to the :class:`LeaderFetcher` of that leader, which fetches every
+partition it holds in one Fetch request, like the broker's replica fetchers.
 
 Invariants:
 
@@ -14,6 +14,11 @@ Invariants:
   chunk from the stream wakes the fetchers;
 - the next Fetch is sent as soon as a response is queued (pipelining): the application
   consumes one chunk while the next is on its way;
+- leaders come from the cluster view (shared by every consumer on the ClusterClient): a
+  placement asks for Metadata only when the view names no leader for a partition to place, or
+  after any failure since the last refresh. A new assignment whose leaders the view knows (a
+  rebalance of a running group) is placed without a request; a leader that moved since shows
+  up as an error of the first Fetch, which refreshes;
 - NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION and friends, or a
   lost connection, send the partition back to homeless: metadata is refreshed and it is placed
   again. OFFSET_OUT_OF_RANGE resets per ``auto.offset.reset``. A partition that keeps failing
@@ -200,6 +205,9 @@ class FetcherManager:
         self._placing = False
         self._place_timer: Any = None
         self._epoch = 0
+        #: A failure happened since the last metadata refresh: the view's leaders are in doubt,
+        #: the next placement refreshes even if the view names a leader for every partition.
+        self._view_in_doubt = False
 
     # -- assignment -----------------------------------------------------------------------------
 
@@ -268,6 +276,7 @@ class FetcherManager:
         self._schedule_placement(0.0)
 
     def _count_failure(self, ps: PartitionState, why: str) -> None:
+        self._view_in_doubt = True
         ps.failures += 1
         if ps.failures >= self.config.fetch_max_partition_failures:
             self.log.warn("{t}-{p} failed {n} times in a row ({why}); giving up on it",
@@ -306,16 +315,19 @@ class FetcherManager:
 
     async def _place(self, epoch: int) -> None:
         homeless = list(self.homeless.values())
-        topics = sorted({ps.topic for ps in homeless})
-        try:
-            await self.cluster.refresh(topics)
-        except NETWORK_ERRORS as e:
-            if epoch == self._epoch:
-                for ps in homeless:
-                    self._count_failure(ps, f"metadata refresh failed: {e}")
-            return
-        if epoch != self._epoch:
-            return
+        if self._view_in_doubt or any(self.cluster.leader_for(ps.topic, ps.partition) < 0
+                                      for ps in homeless):
+            topics = sorted({ps.topic for ps in homeless})
+            self._view_in_doubt = False  # failures from here on count against the new view
+            try:
+                await self.cluster.refresh(topics)
+            except NETWORK_ERRORS as e:
+                if epoch == self._epoch:
+                    for ps in homeless:
+                        self._count_failure(ps, f"metadata refresh failed: {e}")
+                return
+            if epoch != self._epoch:
+                return
         unresolved: dict[int, list[PartitionState]] = {}
         for ps in homeless:
             if not ps.active or self.homeless.get(ps.tp) is not ps:

@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.endpoints import HostnameEndpoint, connectProtocol, wrapClientTLS
+from twisted.internet.endpoints import connectProtocol, wrapClientTLS
 from twisted.internet.error import ConnectionLost
 from twisted.internet.interfaces import IHandshakeListener
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from broker_core.rpc import KafkaClientProtocol
+from broker_core.rpc import KafkaClientProtocol, client_endpoint
 from consumer_client.security import ClientSecurity, TlsHandshakeFailed
 
 
@@ -72,7 +72,7 @@ async def connect(reactor: Any, host: str, port: int, client_id: str, *,
     :class:`~consumer_client.security.TlsHandshakeFailed` or
     :class:`~broker_core.security.sasl.SaslAuthenticationError` (not retriable: the same
     settings fail the same way). Nothing stays open after a failure."""
-    endpoint: Any = HostnameEndpoint(reactor, host, port, timeout=timeout_s)
+    endpoint: Any = client_endpoint(reactor, host, port, timeout_s)
     creator = security.tls_creator(host)
     if creator is None:
         proto = await connectProtocol(endpoint, KafkaClientProtocol(client_id))

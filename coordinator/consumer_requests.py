@@ -1,7 +1,8 @@
-"""The thin-client requests the consumer coordinator answers (docs/coordinator.md):
-ClusterMetadata (any broker), RegisterConsumer (turns the connection into the coordinator
-channel), CommitOffsets, UnregisterConsumer (a member leaving: its final offsets written, the
-member removed at once) and DescribeConsumerGroups (the coordinator only).
+"""The thin-client requests a coordinator shard answers (docs/coordinator.md):
+ClusterMetadata (any broker: :func:`cluster_metadata_answer`), RegisterConsumer (turns the
+connection into the coordinator channel), CommitOffsets, UnregisterConsumer (a member leaving:
+its final offsets written, the member removed at once) and DescribeConsumerGroups (the
+coordinator only).
 
 :class:`ConsumerRequests` checks each request and acts through its
 :class:`~coordinator.service.CoordinatorService` (registries, scheduler, committer, rebalance
@@ -9,8 +10,9 @@ requests); it keeps no state of its own.
 
 Invariants:
 
-- only the active, unsuspended coordinator changes anything: any other broker answers
-  NOT_COORDINATOR, a suspended one COORDINATOR_NOT_AVAILABLE (:meth:`not_coordinator`);
+- only the active, unsuspended coordinator of the group's shard changes anything: any other
+  broker answers NOT_COORDINATOR naming the shard and its known owner, a suspended one
+  COORDINATOR_NOT_AVAILABLE (:meth:`not_coordinator`);
 - every refusal changes nothing: a request is checked whole before anything is stored;
 - only a member itself may commit or leave: the session id of its live registration, from
   the principal that registered (:meth:`ConsumerRequests._is_own_session`);
@@ -20,7 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
@@ -50,48 +52,58 @@ def _error(code: ErrorCode, message: str) -> dict:
     return {"error_code": int(code), "error_message": message}
 
 
+def not_coordinator_error(broker_id: int, shard: int, owner: int) -> dict:
+    """NOT_COORDINATOR from ``broker_id`` for a group of ``shard`` whose known owner is
+    ``owner`` (-1: none known)."""
+    where = f"broker {owner}" if owner >= 0 else "not elected yet"
+    return _error(ErrorCode.NOT_COORDINATOR,
+                  f"broker {broker_id} is not the coordinator of the group's shard {shard} "
+                  f"(its coordinator is {where}; ask ClusterMetadata v1 with the group id)")
+
+
+def broker_list(brokers: Iterable[Any], listener: str | None) -> list[dict]:
+    """The live ``brokers`` as a client of ``listener`` reaches them (a broker without that
+    listener is left out, as Kafka's Metadata does)."""
+    out = []
+    for b in sorted(brokers, key=lambda b: b.id):
+        address = b.address(listener)
+        if address is not None:
+            out.append({"node_id": b.id, "host": address[0], "port": address[1]})
+    return out
+
+
+def cluster_metadata_answer(coordinator_id: int, brokers: Iterable[Any],
+                            listener: str | None, *, unknown: str) -> dict:
+    """ClusterMetadata's answer naming ``coordinator_id`` (-1: none; ``unknown`` says why) and
+    the live ``brokers``' addresses on ``listener`` (the one the request came on; None: the
+    inter-broker addresses)."""
+    brokers = list(brokers)
+    listed = broker_list(brokers, listener)
+    if coordinator_id < 0:
+        return {**_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, unknown),
+                "coordinator_id": -1, "brokers": listed}
+    known = {b.id: b for b in brokers}
+    if coordinator_id in known and known[coordinator_id].address(listener) is None:
+        return {**_error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                         f"the coordinator (broker {coordinator_id}) has no listener "
+                         f"{listener}"),
+                "coordinator_id": -1, "brokers": listed}
+    return {"error_code": 0, "error_message": None, "coordinator_id": coordinator_id,
+            "brokers": listed}
+
+
 class ConsumerRequests:
     """See the module docstring; ``service`` is the coordinator these requests act on."""
 
     def __init__(self, service: CoordinatorService) -> None:
         self.service = service
 
-    # -- requests: any broker ----------------------------------------------------------------------
-
-    def broker_list(self, listener: str | None) -> list[dict]:
-        """The live brokers as a client of ``listener`` reaches them (a broker without that
-        listener is left out, as Kafka's Metadata does)."""
-        out = []
-        for b in sorted(self.service.brokers(), key=lambda b: b.id):
-            address = b.address(listener)
-            if address is not None:
-                out.append({"node_id": b.id, "host": address[0], "port": address[1]})
-        return out
-
-    def cluster_metadata(self, header: Any, body: Any, listener: str | None = None) -> dict:
-        """The coordinator's id and the brokers' addresses on ``listener`` (the one the
-        request came on; None: the inter-broker addresses)."""
-        cid = self.service.coordinator_id
-        brokers = self.broker_list(listener)
-        if cid < 0:
-            return {**_error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             "no consumer coordinator is elected yet; retry shortly"),
-                    "coordinator_id": -1, "brokers": brokers}
-        known = {b.id: b for b in self.service.brokers()}
-        if cid in known and known[cid].address(listener) is None:
-            return {**_error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             f"the coordinator (broker {cid}) has no listener {listener}"),
-                    "coordinator_id": -1, "brokers": brokers}
-        return {"error_code": 0, "error_message": None, "coordinator_id": cid,
-                "brokers": brokers}
+    # -- the refusal every coordinator-only request starts with ------------------------------------
 
     def not_coordinator(self) -> dict | None:
         if not self.service.active:
-            cid = self.service.elector.leader_id
-            where = f"broker {cid}" if cid >= 0 else "not elected yet"
-            return _error(ErrorCode.NOT_COORDINATOR,
-                          f"broker {self.service.broker_id} is not the consumer coordinator "
-                          f"(the coordinator is {where}; ask ClusterMetadata)")
+            return not_coordinator_error(self.service.broker_id, self.service.shard,
+                                         self.service.elector.leader_id)
         if self.service.elector.suspended:
             return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                           "the coordinator lost its ZooKeeper connection; retry shortly")

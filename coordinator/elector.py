@@ -1,8 +1,10 @@
-"""The consumer coordinator's election: the shared recipe (:mod:`broker_core.leader_election`)
-for the seat ``/consumers/coordinator`` fenced by ``/consumers/coordinator_epoch``
-(docs/design.md#coordinator-failover).
+"""The election of one coordinator shard: the shared recipe (:mod:`broker_core.leader_election`)
+for the seat ``/coordinator_shards/seats/[k]`` fenced by ``/coordinator_shards/epochs/[k]``
+(docs/design.md#coordinator-failover, docs/coordinator.md#sharding).
 
-Every broker stands. What is the coordinator's own:
+The brokers that stand for shard k are those :mod:`coordinator.shard_placement` wants as its
+owner (:mod:`coordinator.shards` starts and stops the candidacies). What is the coordinator's
+own:
 
 - steps run through a lock (:class:`~broker_core.leader_election.SerialSteps`): the coordinator
   has no event queue; its requests check ``suspended`` and ``active`` themselves;
@@ -25,19 +27,33 @@ from broker_core.leader_election import LeaderElection, Seat, SerialSteps
 
 log = Logger(namespace="sluice.coordinator.elector")
 
-#: The coordinator's seat and epoch.
-COORDINATOR_SEAT = Seat(
-    title="consumer coordinator", path=paths.CONSUMERS_COORDINATOR,
-    epoch_path=paths.CONSUMERS_COORDINATOR_EPOCH, registration=paths.CoordinatorRegistration,
-    owner_of=lambda data: paths.CoordinatorRegistration.from_bytes(data).broker_id)
+#: The highest broker id (Kafka's are int32): a seat naming another id is hostile.
+MAX_BROKER_ID = (1 << 31) - 1
 
 
-def coordinator_election(broker_id: int, store: Any, *,
+def owner_of(data: bytes) -> int:
+    """The broker id a shard's (or the legacy) seat names: ``ValueError`` when unreadable or
+    outside 0..2**31-1, so a hostile value is never reported to clients as a coordinator."""
+    broker_id = paths.CoordinatorRegistration.from_bytes(data).broker_id
+    if not 0 <= broker_id <= MAX_BROKER_ID:
+        raise ValueError(f"consumer coordinator: broker id {broker_id} out of range")
+    return broker_id
+
+
+def shard_seat(shard: int) -> Seat:
+    """Shard ``shard``'s seat and epoch."""
+    return Seat(title=f"coordinator of shard {shard}", path=paths.coordinator_shard_seat(shard),
+                epoch_path=paths.coordinator_shard_epoch(shard),
+                registration=paths.CoordinatorRegistration, owner_of=owner_of)
+
+
+def coordinator_election(broker_id: int, store: Any, shard: int, *,
                          on_elected: Callable[[int, int], Awaitable[None]],
                          on_resigned: Callable[[], Awaitable[None]],
                          on_suspended: Callable[[bool], None] = lambda paused: None,
                          clock: IReactorTime | None = None) -> LeaderElection:
-    """The coordinator's candidacy; ``on_elected(epoch, epoch_version)`` is its start-up."""
+    """The candidacy for shard ``shard``; ``on_elected(epoch, epoch_version)`` is its
+    start-up."""
     election: LeaderElection
 
     async def start_up(epoch: int, epoch_version: int) -> None:
@@ -48,7 +64,7 @@ def coordinator_election(broker_id: int, store: Any, *,
             await election.resign()
             await election.vacate()
 
-    election = LeaderElection(broker_id, store, COORDINATOR_SEAT, SerialSteps(log),
+    election = LeaderElection(broker_id, store, shard_seat(shard), SerialSteps(log),
                               on_elected=start_up, on_resigned=on_resigned,
                               on_suspended=on_suspended, clock=clock, log=log)
     return election

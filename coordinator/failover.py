@@ -1,9 +1,10 @@
-"""Coordinator failover (docs/design.md#coordinator-failover): on winning the election, the
-groups whose partition owners are in ZooKeeper are recreated empty and wait, bounded by the
+"""Coordinator failover (docs/design.md#coordinator-failover): on winning a shard's election,
+the shard's groups whose partition owners are in ZooKeeper are recreated empty and wait, bounded by the
 initial rebalance delay, for their previous members to re-register before they rebalance.
 
 Invariants:
 
+- only groups of the service's shard (:func:`coordinator.shard_hash.shard_of`) are loaded;
 - only reads: nothing is written here (the rebalance that follows writes, fenced);
 - a load abandons itself as soon as the term it started in ends, or the coordinator stops
   being active;
@@ -21,6 +22,7 @@ from broker_core import metadata_paths as paths
 from broker_core.metadata import NoNode
 from coordinator import rebalance
 from coordinator.registry import GroupRegistry
+from coordinator.shard_hash import shard_of
 
 if TYPE_CHECKING:
     from coordinator.service import CoordinatorService
@@ -29,7 +31,7 @@ log = Logger(namespace="sluice.coordinator")
 
 
 async def load_groups_from_zookeeper(service: CoordinatorService) -> None:
-    """Failover: groups whose owners are in ZooKeeper wait (bounded by the initial
+    """Failover: the shard's groups whose owners are in ZooKeeper wait (bounded by the initial
     rebalance delay) for their previous members to re-register before they rebalance."""
     term = service.term
     try:
@@ -39,7 +41,7 @@ async def load_groups_from_zookeeper(service: CoordinatorService) -> None:
     now = service.clock.seconds()
     delay = service.config.initial_rebalance_delay_ms / 1000.0
     for gid in sorted(children):
-        if gid in paths.CONSUMERS_RESERVED:
+        if gid in paths.CONSUMERS_RESERVED or shard_of(gid, service.shard_count) != service.shard:
             continue
         try:
             paths.validate_group_id(gid)

@@ -13,9 +13,10 @@ callables from it.
 
 Invariants:
 
-- only the active coordinator serves group requests; any other broker answers
+- only the active coordinator of a group's shard serves its requests; any other broker answers
   NOT_COORDINATOR (COORDINATOR_NOT_AVAILABLE while its ZooKeeper session is suspended), and
-  ListGroups an empty list, as a Kafka broker that coordinates none of the groups;
+  ListGroups lists only the groups of its active shards, as a Kafka broker lists the groups it
+  coordinates (:mod:`coordinator.shards` routes each group to its shard);
 - a group id is of one kind at a time: a JoinGroup for a group with thin-client members, or a
   RegisterConsumer for a classic group with members, is refused with
   INCONSISTENT_GROUP_PROTOCOL; the offsets of an id are shared (one set of znodes);
@@ -38,11 +39,11 @@ from broker_core.purgatory import Purgatory
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.messages import (
     describe_groups,
-    find_coordinator,
     leave_group,
     offset_commit,
     offset_fetch,
 )
+from broker_core.wire.messages import find_coordinator as find_coordinator_message
 from coordinator.classic.group import GroupState
 from coordinator.classic.groups import ClassicGroups
 from coordinator.classic.interface import ClassicGroupConfig, JoinResult, SyncResult
@@ -68,16 +69,54 @@ def _allow_all(_: str) -> bool:
     return True
 
 
+def find_coordinator(version: int, body: Any, locate: Callable[[str], tuple[int, str]],
+                     brokers: Iterable[dict], allowed: Allowed = _allow_all) -> dict:
+    """FindCoordinator: for every key (a group id) the principal may DESCRIBE, the address of
+    its shard's coordinator. ``locate(group_id)`` is that group's coordinator id and why there
+    is none when it is -1 (:meth:`coordinator.shards.CoordinatorShards.coordinator_of`);
+    ``brokers`` the live brokers as the request's listener reaches them, built once per
+    request. COORDINATOR_NOT_AVAILABLE while none is elected or when the coordinator is not
+    on the listener. v4's batched keys are answered each by its own group's shard."""
+    addresses = {b["node_id"]: (b["host"], b["port"]) for b in brokers}
+
+    def answer(key: str) -> dict:
+        if body.key_type != find_coordinator_message.KEY_TYPE_GROUP:
+            return {"key": key, "node_id": -1, "host": "", "port": -1,
+                    "error_code": int(ErrorCode.INVALID_REQUEST),
+                    "error_message": f"key type {body.key_type} is not served: Sluice "
+                                     "coordinates groups (key type 0) only"}
+        if not allowed(key):
+            return {"key": key, "node_id": -1, "host": "", "port": -1,
+                    "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+                    "error_message": f"DESCRIBE on group {key} is not allowed"}
+        coordinator, unknown = locate(key)
+        address = addresses.get(coordinator) if coordinator >= 0 else None
+        if address is None:
+            return {"key": key, "node_id": -1, "host": "", "port": -1,
+                    "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    "error_message": unknown if coordinator < 0
+                    else "the coordinator is not reachable on this listener"}
+        return {"key": key, "node_id": coordinator, "host": address[0],
+                "port": address[1], "error_code": 0, "error_message": None}
+
+    keys = find_coordinator_message.keys_of(version, body)
+    if version >= 4:
+        return {"throttle_time_ms": 0, "coordinators": [answer(k) for k in keys]}
+    one = answer(keys[0])
+    return {"throttle_time_ms": 0, "error_code": one["error_code"],
+            "error_message": one["error_message"], "node_id": one["node_id"],
+            "host": one["host"], "port": one["port"]}
+
+
 class KafkaGroupApis:
     """See the module docstring. ``service`` is the coordinator this serves on."""
 
     def __init__(self, service: CoordinatorService) -> None:
         self.service = service
         cfg = service.config
-        self.heartbeat_purgatory = Purgatory("classic_group_heartbeat", service.clock,
-                                             metrics=service.metrics)
-        self.rebalance_purgatory = Purgatory("classic_group_rebalance", service.clock,
-                                             metrics=service.metrics)
+        # Their gauges are exported summed over the broker's shards (coordinator.shards).
+        self.heartbeat_purgatory = Purgatory("classic_group_heartbeat", service.clock)
+        self.rebalance_purgatory = Purgatory("classic_group_rebalance", service.clock)
         self.groups = ClassicGroups(
             ClassicGroupConfig(min_session_timeout_ms=cfg.min_session_timeout_ms,
                                max_session_timeout_ms=cfg.max_session_timeout_ms,
@@ -140,42 +179,6 @@ class KafkaGroupApis:
                      api=api, g=group_id, i=instance_id[:300])
             return True
         return False
-
-    # -- FindCoordinator ----------------------------------------------------------------------------
-
-    def find_coordinator(self, version: int, body: Any, listener: str | None,
-                         allowed: Allowed = _allow_all) -> dict:
-        """The coordinator's address on ``listener`` for every key (a group id) the
-        principal may DESCRIBE; COORDINATOR_NOT_AVAILABLE while none is elected."""
-        meta = self.service.cluster_metadata(None, body, listener=listener)
-        address = next(((b["host"], b["port"]) for b in meta["brokers"]
-                        if b["node_id"] == meta["coordinator_id"]), None)
-
-        def answer(key: str) -> dict:
-            if body.key_type != find_coordinator.KEY_TYPE_GROUP:
-                return {"key": key, "node_id": -1, "host": "", "port": -1,
-                        "error_code": int(ErrorCode.INVALID_REQUEST),
-                        "error_message": f"key type {body.key_type} is not served: Sluice "
-                                         "coordinates groups (key type 0) only"}
-            if not allowed(key):
-                return {"key": key, "node_id": -1, "host": "", "port": -1,
-                        "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
-                        "error_message": f"DESCRIBE on group {key} is not allowed"}
-            if address is None:
-                return {"key": key, "node_id": -1, "host": "", "port": -1,
-                        "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                        "error_message": meta.get("error_message")
-                        or "the coordinator is not reachable on this listener"}
-            return {"key": key, "node_id": meta["coordinator_id"], "host": address[0],
-                    "port": address[1], "error_code": 0, "error_message": None}
-
-        keys = find_coordinator.keys_of(version, body)
-        if version >= 4:
-            return {"throttle_time_ms": 0, "coordinators": [answer(k) for k in keys]}
-        one = answer(keys[0])
-        return {"throttle_time_ms": 0, "error_code": one["error_code"],
-                "error_message": one["error_message"], "node_id": one["node_id"],
-                "host": one["host"], "port": one["port"]}
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ---------------------------------------------
 

@@ -231,8 +231,9 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
     reason = rebalance_reason(assignment, zk_owners, members)
     if reason is None:
         return UNNECESSARY
-    log.info("rebalancing group {g} ({n} members, {p} partitions): {why}", g=group.group_id,
-             n=len(members), p=len(assignment), why=reason)
+    log.info("rebalancing group {g} ({n} members, {p} partitions, queued {q:.3f}s): {why}",
+             g=group.group_id, n=len(members), p=len(assignment), q=group.queue_wait_s,
+             why=reason)
     _check(ctx, group, newer_aborts=True)
 
     # STOP: nobody owns the group's partitions from the moment a member has answered.
@@ -321,6 +322,7 @@ async def rebalance(ctx: RebalanceContext, group: GroupRegistry) -> str:
                 reason, detail = "error", str(e)
             finally:
                 group.rebalancing = False
+                group.queue_wait_s = 0.0  # a retry waits on the backoff, not in the queue
             ctx.attempt_failed(group, reason)
             log.warn("rebalance attempt {n}/{max} of group {g} failed: {detail}", n=n,
                      max=ctx.max_retries, g=group.group_id, detail=detail)
@@ -363,12 +365,19 @@ class RebalanceHandlers:
     """
 
     def __init__(self, count: int, lookup: Callable[[str], GroupRegistry | None],
-                 run: Callable[[GroupRegistry], Awaitable[Any]]) -> None:
+                 run: Callable[[GroupRegistry], Awaitable[Any]], *,
+                 clock: IReactorTime | None = None,
+                 waited: Callable[[float], None] | None = None) -> None:
+        """``clock`` times each group's wait in the queue (``GroupRegistry.queue_wait_s``),
+        reported to ``waited`` as it is dequeued: with every handler busy, a group that asked
+        for a rebalance waits for one to finish, which is part of its members' join time."""
         if count < 1:
             raise ValueError(f"need at least one rebalance handler, got {count}")
         self.handlers = [_Handler(i, deque()) for i in range(count)]
         self.lookup = lookup
         self.run = run
+        self.clock = clock
+        self.waited = waited
         self._next = 0
         self._stopped = False
 
@@ -384,6 +393,8 @@ class RebalanceHandlers:
         h = self.handlers[group.curr_rebalancer]
         if group.group_id not in h.queue:
             h.queue.append(group.group_id)
+            if self.clock is not None:
+                group.queued_at = self.clock.seconds()
         self._kick(h)
         return h.index
 
@@ -407,6 +418,11 @@ class RebalanceHandlers:
                 if group is None:
                     continue
                 group.rebalance_initiated = False  # cleared when dequeued
+                if self.clock is not None and group.queued_at is not None:
+                    group.queue_wait_s = self.clock.seconds() - group.queued_at
+                    if self.waited is not None:
+                        self.waited(group.queue_wait_s)
+                group.queued_at = None
                 try:
                     await self.run(group)
                 except Exception:

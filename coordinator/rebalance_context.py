@@ -30,6 +30,7 @@ from broker_core.metadata import Create, Delete, NoNode, SetData
 from broker_core.wire.apis import ApiKey
 from coordinator import purgatories, rebalance
 from coordinator.assignor import IPartitionAssignor, TopicPartition
+from coordinator.consumer_requests import broker_list
 from coordinator.registry import ConsumerRegistry, GroupRegistry
 
 if TYPE_CHECKING:
@@ -175,7 +176,8 @@ class CoordinatorRebalanceContext:
             "consumer_id": m.consumer_id, "generation_id": generation & 0x7FFFFFFF,
             "ownership": ownership,
             # Where the consumer fetches from: the brokers on the listener it came on.
-            "brokers": self.service.requests.broker_list(getattr(m.channel, "listener", None))})
+            "brokers": broker_list(self.service.brokers(),
+                                   getattr(m.channel, "listener", None))})
         req.addCallback(answered)
         return purgatories.watch(self.service.start_purgatory, m.key, m.response_timeout_s, req)
 

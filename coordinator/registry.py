@@ -119,6 +119,10 @@ class GroupRegistry:
     #: completed one (None: not since); bounds how long supersession may go on
     #: (coordinator.rebalance).
     superseded_since: float | None = None
+    #: When this group's pending rebalance entered a handler's queue (None: not queued), and how
+    #: long the last one dequeued had waited there (coordinator.rebalance.RebalanceHandlers).
+    queued_at: float | None = None
+    queue_wait_s: float = 0.0
     generation: int = 0
     rebalance_failures: int = 0
     empty_since: float | None = None

@@ -1,12 +1,17 @@
-"""The consumer coordinator (docs/design.md): hosted by every broker, active on the elected one.
+"""The consumer coordinator of one shard (docs/design.md, docs/coordinator.md#sharding): hosted
+by the brokers that stand for the shard, active on the elected one. The groups of the shard
+are those :func:`coordinator.shard_hash.shard_of` maps to it; :mod:`coordinator.shards` routes
+each request naming a group to its shard's service.
 
 :class:`CoordinatorService` wires the parts together and answers the coordinator's requests:
 
-- election (:mod:`coordinator.elector`); on winning, start-up (``coordinatorStartup``):
-  topic listeners, the groups known from ZooKeeper owners (:mod:`coordinator.failover`), the Ping
+- election of its shard (:mod:`coordinator.elector`); on winning, start-up (``coordinatorStartup``):
+  topic listeners, the shard's groups known from ZooKeeper owners (:mod:`coordinator.failover`),
+  the Ping
   scheduler, the committer, the rebalance handlers;
-- the thin-client requests (:mod:`coordinator.consumer_requests`): ClusterMetadata (any
-  broker), RegisterConsumer (turns the connection into the coordinator
+- the thin-client requests (:mod:`coordinator.consumer_requests`; ClusterMetadata is
+  answered for the group's shard by :mod:`coordinator.shards`): RegisterConsumer (turns the
+  connection into the coordinator
   channel), CommitOffsets, UnregisterConsumer (a member leaving: its final offsets written, the
   member removed at once) and DescribeConsumerGroups (the coordinator only);
 - failure detection (:mod:`coordinator.failure_detection`): a Ping every session_timeout/3
@@ -20,9 +25,11 @@
 Invariants:
 
 - everything runs on the reactor thread;
-- every ZooKeeper write of the coordinator is a multi that starts with a ``check`` of
-  ``/consumers/coordinator_epoch`` at the version this term set (:meth:`fenced`); a failed check
-  resigns;
+- every ZooKeeper write of the coordinator is a multi that starts with a ``check`` of its
+  shard's epoch ``/coordinator_shards/epochs/[k]`` at the version this term set
+  (:meth:`fenced`); a failed check resigns;
+- it only ever holds groups of its own shard (the router sends it no other; failover loads no
+  other);
 - while not active (or SUSPENDED) the coordinator neither pings, nor rebalances, nor writes;
   resigning forgets every group and closes every channel (consumers then re-register with
   whoever is elected);
@@ -97,14 +104,22 @@ class CoordinatorConfig:
 
 class CoordinatorService:
     """See the module docstring. ``brokers()`` returns the live brokers (objects with ``id``,
-    ``host``, ``port``) for ClusterMetadata and StartFetcher."""
+    ``host``, ``port``) for ClusterMetadata and StartFetcher. ``shard`` is the shard this
+    service coordinates, of ``shard_count``.
+
+    Of ``metrics`` it updates the counters, histograms and its shard's
+    ``coordinator_epoch``; the gauges over every shard of the broker (active, members, groups,
+    purgatory sizes) are :class:`coordinator.shards.CoordinatorShards`'s to export."""
 
     def __init__(self, broker_id: int, store: Any, *, clock: IReactorTime,
+                 shard: int = 0, shard_count: int = 1,
                  config: CoordinatorConfig | None = None,
                  brokers: Callable[[], Iterable[Any]] = lambda: (),
                  metrics: Any = None, assignor: IPartitionAssignor | None = None,
                  channel_factory: Callable[[], Any] = ServerChannel) -> None:
         self.broker_id = broker_id
+        self.shard = shard
+        self.shard_count = shard_count
         self.channel_factory = channel_factory
         self.store = store
         self.clock = clock
@@ -114,13 +129,13 @@ class CoordinatorService:
         self.assignor: IPartitionAssignor = assignor or RangeAssignor()
         self.backoff_s = self.config.rebalance_backoff_ms / 1000.0
         self.max_retries = self.config.rebalance_max_retries
-        self.elector = coordinator_election(broker_id, store, on_elected=self._on_elected,
+        self.elector = coordinator_election(broker_id, store, shard, on_elected=self._on_elected,
                                             on_resigned=self._on_resigned,
                                             on_suspended=self._on_suspended, clock=clock)
         self.registries = Registries()
-        self.ping_purgatory = Purgatory("coordinator_ping", clock, metrics=metrics)
-        self.stop_purgatory = Purgatory("coordinator_stop_fetcher", clock, metrics=metrics)
-        self.start_purgatory = Purgatory("coordinator_start_fetcher", clock, metrics=metrics)
+        self.ping_purgatory = Purgatory("coordinator_ping", clock)
+        self.stop_purgatory = Purgatory("coordinator_stop_fetcher", clock)
+        self.start_purgatory = Purgatory("coordinator_start_fetcher", clock)
         #: Pings and the removal of members that failed or left.
         self.failures = MemberFailures(self)
         self.scheduler = HeartbeatScheduler(clock, self.failures.ping_due)
@@ -145,16 +160,14 @@ class CoordinatorService:
         #: The thin-client requests (RegisterConsumer ... DescribeConsumerGroups).
         self.requests = ConsumerRequests(self)
         self.term = 0
-        if metrics is not None:
-            metrics.coordinator_members.set_function(
-                lambda: self.registries.consumers if self.active else 0)
-            metrics.coordinator_groups.set_function(
-                lambda: len(self.registries.groups) if self.active else 0)
 
     def _new_handlers(self) -> rebalance.RebalanceHandlers:
+        metrics = self.metrics
         return rebalance.RebalanceHandlers(
             self.config.rebalance_handlers, self.registries.groups.get,
-            lambda g: rebalance.rebalance(self.rebalance_context, g))
+            lambda g: rebalance.rebalance(self.rebalance_context, g), clock=self.clock,
+            waited=(None if metrics is None
+                    else metrics.coordinator_rebalance_queue_seconds.observe))
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -164,15 +177,25 @@ class CoordinatorService:
 
     @property
     def coordinator_id(self) -> int:
-        """The elected coordinator as this broker knows it (-1: none)."""
+        """The shard's elected coordinator as this broker knows it (-1: none)."""
         return self.broker_id if self.active else self.elector.leader_id
+
+    @property
+    def members(self) -> int:
+        """Consumers registered here (0 unless active)."""
+        return self.registries.consumers if self.active else 0
+
+    @property
+    def group_count(self) -> int:
+        """Groups in this shard's registry (0 unless active)."""
+        return len(self.registries.groups) if self.active else 0
 
     def start(self) -> None:
         """Stand for election (call after the broker registered itself)."""
         self.elector.start()
 
     async def stop(self) -> None:
-        """Write pending offsets, resign (deleting ``/consumers/coordinator``), close channels."""
+        """Write pending offsets, resign (deleting the shard's seat), close channels."""
         if self.active and not self.elector.suspended:
             try:
                 await self._commit(list(self.registries.groups.values()))
@@ -193,8 +216,7 @@ class CoordinatorService:
         self.handlers = self._new_handlers()
         self._ensured = set()
         if self.metrics is not None:
-            self.metrics.active_coordinator.set(1)
-            self.metrics.coordinator_epoch.set(epoch)
+            self.metrics.coordinator_epoch.labels(shard=str(self.shard)).set(epoch)
         self.listeners.start()
         self.scheduler.stop()
         self.committer.start()
@@ -207,8 +229,6 @@ class CoordinatorService:
 
     async def _on_resigned(self) -> None:
         self.term += 1
-        if self.metrics is not None:
-            self.metrics.active_coordinator.set(0)
         self.listeners.stop()
         self.committer.stop()
         self.handlers.stop()
@@ -240,9 +260,6 @@ class CoordinatorService:
         self.kafka.sweep(now, grace_s)
 
     # -- requests (coordinator.consumer_requests) -------------------------------------------------
-
-    def cluster_metadata(self, header: Any, body: Any, listener: str | None = None) -> dict:
-        return self.requests.cluster_metadata(header, body, listener)
 
     def register_consumer(self, header: Any, body: Any, proto: Any) -> dict:
         return self.requests.register_consumer(header, body, proto)
@@ -347,7 +364,10 @@ class CoordinatorService:
     # -- ZooKeeper writes --------------------------------------------------------------------------
 
     async def ensure_path(self, path: str) -> None:
-        if path in self._ensured:
+        """Create a parent znode a fenced write needs. The creation itself is not fenced (an
+        empty persistent parent is harmless), but a service that cannot act (not elected,
+        suspended, stopped) creates nothing: the fenced write that follows is refused."""
+        if path in self._ensured or not self.can_act():
             return
         await self.store.ensure_path(path)
         self._ensured.add(path)
@@ -359,9 +379,10 @@ class CoordinatorService:
         if not self.can_act():
             raise rebalance.NotCoordinator()
         try:
-            await write_fenced(self.store, paths.CONSUMERS_COORDINATOR_EPOCH,
+            await write_fenced(self.store, paths.coordinator_shard_epoch(self.shard),
                                self.elector.epoch_version, ops)
         except EpochMoved as e:
-            log.warn("coordinator epoch check failed: a newer coordinator exists; resigning")
+            log.warn("coordinator epoch check of shard {k} failed: a newer coordinator of the "
+                     "shard exists; resigning", k=self.shard)
             self.elector.resign_soon()
             raise rebalance.NotCoordinator() from e

@@ -7,7 +7,7 @@ process); bootstrap mode is a plain blocking connection.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from broker_core.wire.messages.describe_user_scram_credentials import (
     MECHANISM_CODES,
     MECHANISM_TYPES,
 )
+from broker_core.wire.messages.find_coordinator import KEY_TYPE_GROUP
 from consumer_client.connection import BrokerConnection, UnsupportedVersionError, bootstrap
 from consumer_client.security import ClientSecurity
 
@@ -752,36 +753,123 @@ class GroupDescription:
     partitions: list[GroupPartition]
 
 
-def _coordinator(conn: BrokerConnection) -> tuple[int, str, int]:
-    resp = conn.request(ApiKey.CLUSTER_METADATA, {})
-    if resp.error_code:
-        raise AdminError(resp.error_code, resp.error_message or "no consumer coordinator")
-    for b in resp.brokers:
-        if b.node_id == resp.coordinator_id:
-            return b.node_id, b.host, b.port
-    raise AdminError(int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                     f"coordinator {resp.coordinator_id} is not among the live brokers")
+#: A broker as the tools address it: ``(broker id, host, port)``.
+Broker = tuple[int, str, int]
 
 
-def find_coordinator(servers: str, timeout: float = 30.0,
-                     security: ClientSecurity | None = None) -> tuple[int, str, int]:
-    """``(broker id, host, port)`` of the consumer coordinator, asked of any of ``servers``
-    (ClusterMetadata); :class:`AdminError` while none is elected, ``OSError`` when no broker
-    answers."""
+def find_coordinators(servers: str, groups: Sequence[str], timeout: float = 30.0,
+                      security: ClientSecurity | None = None) -> dict[str, Broker]:
+    """The coordinator of each of ``groups`` (FindCoordinator, key type group), asked of any
+    of ``servers``: one request for all of them where the broker speaks v4, one per group
+    before. Every group has a coordinator of its own (the cluster may spread groups over
+    several); :class:`AdminError` for a group that has none right now or that the principal
+    may not describe, ``OSError`` when no broker answers."""
+    out: dict[str, Broker] = {}
+    wanted = list(dict.fromkeys(groups))
+    if not wanted:
+        return out
     with bootstrap(servers, timeout=timeout, security=security) as conn:
-        return _coordinator(conn)
+        if conn.version_of(ApiKey.FIND_COORDINATOR) >= 4:
+            resp = conn.request(ApiKey.FIND_COORDINATOR,
+                                {"key_type": KEY_TYPE_GROUP, "coordinator_keys": wanted})
+            answers = [(c.key, c.error_code, c.node_id, c.host, c.port)
+                       for c in resp.coordinators]
+        else:
+            answers = []
+            for g in wanted:
+                r = conn.request(ApiKey.FIND_COORDINATOR, {"key": g, "key_type": KEY_TYPE_GROUP})
+                answers.append((g, r.error_code, r.node_id, r.host, r.port))
+    for key, code, node_id, host, port in answers:
+        if key not in wanted:
+            continue  # a key the broker added: nothing this call asked about
+        if code:
+            raise AdminError(code, f"finding the coordinator of group {key!r}")
+        out[key] = (node_id, host, port)
+    missing = [g for g in wanted if g not in out]
+    if missing:
+        raise AdminError(int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                         f"no coordinator was named for group {missing[0]!r}")
+    return out
 
 
-def _describe_groups_at_coordinator(servers: str, names: Sequence[str] | None,
-                                    timeout: float, security: ClientSecurity | None
-                                    ) -> tuple[int, Any]:
-    node_id, host, port = find_coordinator(servers, timeout, security)
-    with BrokerConnection(host, port, timeout=timeout, security=security) as coord:
-        resp = coord.request(ApiKey.DESCRIBE_CONSUMER_GROUPS,
-                             {"groups": None if names is None else list(names)})
+def find_coordinator(servers: str, group: str, timeout: float = 30.0,
+                     security: ClientSecurity | None = None) -> Broker:
+    """``(broker id, host, port)`` of ``group``'s coordinator (:func:`find_coordinators`)."""
+    return find_coordinators(servers, [group], timeout, security)[group]
+
+
+def by_coordinator(coordinators: Mapping[str, Broker]) -> list[tuple[Broker, list[str]]]:
+    """The groups of ``coordinators`` (group -> its coordinator) batched per coordinator:
+    one ``(coordinator, groups)`` per broker, brokers in the order their first group comes,
+    each broker's groups in their order (so one connection and one request per broker serve
+    every group it coordinates)."""
+    batches: dict[Broker, list[str]] = {}
+    for group, broker in coordinators.items():
+        batches.setdefault(broker, []).append(group)
+    return list(batches.items())
+
+
+def live_brokers(servers: str, timeout: float = 30.0,
+                 security: ClientSecurity | None = None) -> list[Broker]:
+    """Every live broker (Metadata), by id."""
+    with bootstrap(servers, timeout=timeout, security=security) as conn:
+        md = AdminClient._metadata_on(conn, [])
+    return sorted((b.node_id, b.host, b.port) for b in md.brokers)
+
+
+def at_coordinators(servers: str, names: Sequence[str] | None, timeout: float,
+                    security: ClientSecurity | None
+                    ) -> Iterator[tuple[int, BrokerConnection, list[str] | None]]:
+    """A connection to each broker that has to be asked about ``names``, with the names it
+    coordinates: for named groups, their coordinators (batched); for every group (None),
+    every live broker with None, for it to list the groups it coordinates."""
+    if names is None:
+        targets: list[tuple[Broker, list[str] | None]] = [
+            (b, None) for b in live_brokers(servers, timeout, security)]
+    else:
+        targets = list(by_coordinator(find_coordinators(servers, names, timeout, security)))
+    for (node_id, host, port), batch in targets:
+        with BrokerConnection(host, port, timeout=timeout, security=security) as conn:
+            yield node_id, conn, batch
+
+
+def thin_groups_on(conn: BrokerConnection, names: Sequence[str] | None) -> list[Any] | None:
+    """DescribeConsumerGroups of ``names`` on a broker (None: every group it coordinates),
+    without the unknown ones; None when asked for every group by a broker that coordinates
+    none (it answers NOT_COORDINATOR); another error (GROUP_AUTHORIZATION_FAILED) raises."""
+    resp = conn.request(ApiKey.DESCRIBE_CONSUMER_GROUPS,
+                        {"groups": None if names is None else list(names)})
+    if names is None and resp.error_code == ErrorCode.NOT_COORDINATOR:
+        return None
     if resp.error_code:
         raise AdminError(resp.error_code, resp.error_message or "describing groups failed")
-    return node_id, resp
+    for g in resp.groups:
+        if g.error_code not in (0, ErrorCode.GROUP_ID_NOT_FOUND):
+            raise AdminError(g.error_code, f"group {g.group_id!r}")
+    return [g for g in resp.groups if g.error_code == 0]
+
+
+def _thin_groups(servers: str, names: Sequence[str] | None, timeout: float,
+                 security: ClientSecurity | None) -> list[tuple[int, Any]]:
+    """``(coordinator id, group)`` of each thin group found, each once (a group listed by two
+    brokers while it moves between them counts where it was first seen)."""
+    out: dict[str, tuple[int, Any]] = {}
+    coordinating = 0
+    for node_id, conn, batch in at_coordinators(servers, names, timeout, security):
+        found = thin_groups_on(conn, batch)
+        coordinating += found is not None
+        for g in found or []:
+            out.setdefault(g.group_id, (node_id, g))
+    if names is None and not coordinating:
+        raise no_coordinating_broker()
+    return list(out.values())
+
+
+def no_coordinating_broker() -> AdminError:
+    """Every live broker said it coordinates no group: none is elected right now (an empty
+    list would claim the cluster has no groups)."""
+    return AdminError(int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                      "no live broker coordinates groups right now (an election is under way?)")
 
 
 def _high_watermarks(servers: str, tps: set[tuple[str, int]], timeout: float,
@@ -832,20 +920,24 @@ def partition_offsets(servers: str, tps: set[tuple[str, int]], timestamp: int,
 
 def list_groups(servers: str, timeout: float = 30.0, security: ClientSecurity | None = None
                 ) -> list[tuple[str, str, int]]:
-    """``(group, state, members)`` of every group the coordinator knows."""
-    _, resp = _describe_groups_at_coordinator(servers, None, timeout, security)
-    return sorted((g.group_id, g.state, len(g.members)) for g in resp.groups)
+    """``(group, state, members)`` of every thin group, asked of every live broker."""
+    return sorted((g.group_id, g.state, len(g.members))
+                  for _, g in _thin_groups(servers, None, timeout, security))
 
 
 def describe_groups(servers: str, names: Sequence[str] | None, timeout: float = 30.0,
                     security: ClientSecurity | None = None) -> list[GroupDescription]:
-    """Members, ownership, offsets and lag of ``names`` (None: every group)."""
-    coordinator_id, resp = _describe_groups_at_coordinator(servers, names, timeout, security)
-    for g in resp.groups:
-        if g.error_code:
-            raise AdminError(g.error_code, f"group {g.group_id!r}")
-    hws = _high_watermarks(servers, thin_group_partitions(resp.groups), timeout, security)
-    return thin_group_descriptions(coordinator_id, resp.groups, hws)
+    """Members, ownership, offsets and lag of ``names`` (None: every group), each asked of
+    its own coordinator; a name of no group raises GROUP_ID_NOT_FOUND."""
+    found = {g.group_id: (node_id, g)
+             for node_id, g in _thin_groups(servers, names, timeout, security)}
+    wanted = sorted(found) if names is None else list(names)
+    for name in wanted:
+        if name not in found:
+            raise AdminError(int(ErrorCode.GROUP_ID_NOT_FOUND), f"group {name!r}")
+    hws = _high_watermarks(servers, thin_group_partitions([found[n][1] for n in wanted]),
+                           timeout, security)
+    return [d for n in wanted for d in thin_group_descriptions(found[n][0], [found[n][1]], hws)]
 
 
 def thin_group_partitions(groups: Sequence[Any]) -> set[tuple[str, int]]:

@@ -332,7 +332,8 @@ def _add_groups(sub: argparse._SubParsersAction) -> None:
     groups = sub.add_parser("groups", help="consumer groups, Sluice's and Kafka's "
                             "(kafka-consumer-groups)")
     gsub = groups.add_subparsers(dest="action", required=True)
-    gl = gsub.add_parser("list", help="groups the coordinator knows, with kind, state and size")
+    gl = gsub.add_parser("list", help="every group (asked of every broker), with kind, state and "
+                         "size")
     gl.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
     _command_config(gl)
     gd = gsub.add_parser("describe", help="members, assignments, offsets and lag")
@@ -500,7 +501,8 @@ def _add_metrics_password(sub: argparse._SubParsersAction) -> None:
 def _add_loadtest(sub: argparse._SubParsersAction) -> None:
     """The ``loadtest`` command and its arguments."""
     lt = sub.add_parser("loadtest", help="run many consumers in several processes and report "
-                        "join times, rebalances, heartbeats, expirations and coordinator load")
+                        "join times, rebalances, heartbeats, expirations and each broker's "
+                        "coordinator load")
     lt.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
     _command_config(lt)
     lt.add_argument("--topic", required=True, help="topic to consume (created if missing)")
@@ -513,6 +515,9 @@ def _add_loadtest(sub: argparse._SubParsersAction) -> None:
     lt.add_argument("--group-prefix", default="loadtest")
     lt.add_argument("--session-timeout-ms", type=_positive("--session-timeout-ms"),
                     default=30000)
+    lt.add_argument("--fetch-max-wait-ms", type=int, default=500,
+                    help="each consumer's fetch.max.wait.ms (default 500): the load test's "
+                    "topic stays empty, so each consumer sends a Fetch this often")
     lt.add_argument("--duration", type=float, default=60.0, help="seconds (default 60)")
     lt.add_argument("--ramp", type=float, default=0.0,
                     help="seconds over which each process starts its consumers (default 0)")
@@ -525,7 +530,7 @@ def _add_loadtest(sub: argparse._SubParsersAction) -> None:
     lt.add_argument("--pause-for", type=float, default=0.0, help="seconds paused")
     lt.add_argument("--metrics-url", action="append", default=[], metavar="ID=URL",
                     help="a broker's /metrics, e.g. 1=http://127.0.0.1:9404/metrics "
-                    "(repeatable; the coordinator's is scraped)")
+                    "(repeatable; every one given is scraped)")
     lt.add_argument("--scrape-interval", type=float, default=5.0)
     lt.add_argument("--out", default="loadtest-result", help="directory for loadtest.json "
                     "and loadtest.png")
@@ -678,7 +683,8 @@ def run_loadtest(args: argparse.Namespace, out=sys.stdout) -> None:
         bootstrap_servers=args.bootstrap_server, topic=args.topic, consumers=args.consumers,
         processes=args.processes, groups=args.groups, partitions=args.partitions,
         replication_factor=args.replication_factor, session_timeout_ms=args.session_timeout_ms,
-        duration_s=args.duration, kill_share=args.kill_share, kill_at_s=args.kill_at,
+        fetch_max_wait_ms=args.fetch_max_wait_ms, duration_s=args.duration,
+        kill_share=args.kill_share, kill_at_s=args.kill_at,
         pause_share=args.pause_share, pause_at_s=args.pause_at, pause_for_s=args.pause_for,
         group_prefix=args.group_prefix, ramp_s=args.ramp,
         metrics_urls=_metrics_urls(args.metrics_url), scrape_interval_s=args.scrape_interval,
@@ -704,26 +710,45 @@ def loadtest_summary(result: dict, consumers: int, out_dir: Path) -> list[str]:
     def count(v: float | None) -> str:
         return "-" if v is None else f"{v:.0f}"
 
+    from sluice_tools.loadtest.brokers import shards_label
+
+    def mib(v: float | None) -> str:
+        return "-" if v is None else f"{v / 2**20:.0f} MiB"
+
     join = result["join_time_s"]
     reb = result["rebalances"]["duration_s"]
+    per_group = result["rebalances"].get("per_group") or {}
     lines = [
         f"consumers joined: {result['consumers_joined']}/{consumers}  "
-        f"join time p50 {sec(join['p50'])}  p99 {sec(join['p99'])}",
+        f"join time p50 {sec(join['p50'])}  p99 {sec(join['p99'])}  max "
+        f"{sec(join.get('max'))}",
         f"rebalances seen by members: {reb['count']}  p50 {sec(reb['p50'])}  "
         f"max {sec(reb['max'])}",
+        f"rebalances per group: p50 {count(per_group.get('p50'))}  "
+        f"p99 {count(per_group.get('p99'))}  max {count(per_group.get('max'))}",
         f"memberships lost: {result['memberships_lost']}  false expirations: "
         f"{result['false_expirations']}"]
-    coord = result.get("coordinator")
+    coord = result.get("coordination")
     if coord:
         rtt = coord["ping_round_trip_s"] or {}
-        rss = coord["rss_bytes_max"]
         lines.append(
-            f"coordinator {coord['broker_id']}: cpu mean {pct(coord['cpu_percent_mean'])}  "
-            f"max {pct(coord['cpu_percent_max'])}  rss max "
-            f"{'-' if rss is None else f'{rss / 2**20:.0f} MiB'}  "
-            f"expirations {count(coord['expirations'])}  leaves {count(coord.get('leaves'))}  "
-            f"ping p50 {ms(rtt.get('p50'))}  "
-            f"p99 {ms(rtt.get('p99'))}")
+            f"coordination: expirations {count(coord['expirations'])}  leaves "
+            f"{count(coord['leaves'])}  failed pings {count(coord['failed_pings'])}  "
+            f"ping p50 {ms(rtt.get('p50'))}  p99 {ms(rtt.get('p99'))}")
+    for bid, b in sorted((result.get("brokers") or {}).items(), key=lambda kv: int(kv[0])):
+        hot = b["cpu_hot_longest_s"]
+        lines.append(
+            f"broker {bid} ({shards_label(b)}): cpu mean {pct(b['cpu_percent_mean'])}  "
+            f"max {pct(b['cpu_percent_max'])}  above 90% for {hot:.0f} s at most"
+            f"{' (over 10 s)' if b['cpu_hot_over_limit'] else ''}  rss max "
+            f"{mib(b['rss_bytes_max'])}  members max {count(b['members_max'])}")
+    workers = result.get("workers") or {}
+    if workers:
+        lines.append(
+            f"workers: {workers['workers']}  rss max {mib(workers['rss_bytes_max'])} "
+            f"({count((workers['rss_bytes_per_consumer'] or 0) / 1024)} KiB per consumer)  "
+            f"timers per consumer {workers['timers_per_consumer']}  reactor late max "
+            f"{sec(workers['reactor_late_s_max'])}")
     lines.append(f"result: {out_dir / 'loadtest.json'}")
     if result.get("plot"):
         lines.append(f"plot: {result['plot']}")

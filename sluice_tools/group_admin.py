@@ -3,10 +3,12 @@ groups (DescribeConsumerGroups) and Kafka's classic groups (ListGroups, Describe
 OffsetFetch), listed and described side by side, deleted (DeleteGroups), and their committed
 offsets reset as ``kafka-consumer-groups --reset-offsets`` does.
 
-Every group of either kind has one coordinator, the cluster's elected one, so every request
-goes to it (found with ClusterMetadata). A group id is of one kind at a time; a Kafka group
-that committed offsets also has an (empty) registry on the coordinator's thin side, which is
-shown only as the Kafka group.
+Every group of either kind has one coordinator, and different groups may have different ones,
+so every request about a group goes to its own coordinator (found with FindCoordinator); the
+requests about several groups are batched per coordinator, and listing every group asks every
+live broker for the groups it coordinates and merges the answers. A group id is of one kind at
+a time; a Kafka group that committed offsets also has an (empty) registry on the coordinator's
+thin side, which is shown only as the Kafka group.
 
 Resetting offsets writes them with OffsetCommit at generation -1 and no member id, which the
 coordinator accepts for a group of either kind only while it has no members (a thin group's
@@ -72,24 +74,12 @@ class KafkaGroupDescription:
 
 
 @contextlib.contextmanager
-def _coordinator(servers: str, timeout: float, security: ClientSecurity | None
-                 ) -> Iterator[tuple[int, BrokerConnection]]:
-    node_id, host, port = admin.find_coordinator(servers, timeout, security)
+def _coordinator(servers: str, group: str, timeout: float, security: ClientSecurity | None
+                 ) -> Iterator[BrokerConnection]:
+    """A connection to ``group``'s coordinator."""
+    _, host, port = admin.find_coordinator(servers, group, timeout, security)
     with BrokerConnection(host, port, timeout=timeout, security=security) as conn:
-        yield node_id, conn
-
-
-def _thin_groups(conn: BrokerConnection, names: Sequence[str] | None) -> list[Any]:
-    """DescribeConsumerGroups of ``names`` (None: every group), without the unknown ones; an
-    error other than that (GROUP_AUTHORIZATION_FAILED) raises."""
-    resp = conn.request(ApiKey.DESCRIBE_CONSUMER_GROUPS,
-                        {"groups": None if names is None else list(names)})
-    if resp.error_code:
-        raise AdminError(resp.error_code, resp.error_message or "describing groups failed")
-    for g in resp.groups:
-        if g.error_code not in (0, ErrorCode.GROUP_ID_NOT_FOUND):
-            raise AdminError(g.error_code, f"group {g.group_id!r}")
-    return [g for g in resp.groups if g.error_code == 0]
+        yield conn
 
 
 def _kafka_groups(conn: BrokerConnection, names: Sequence[str] | None) -> list[Any]:
@@ -143,15 +133,25 @@ def _assignment(protocol_type: str, raw: bytes) -> list[TopicPartition] | None:
 
 def list_groups(servers: str, timeout: float = 30.0, security: ClientSecurity | None = None
                 ) -> list[GroupListing]:
-    """Every group of either kind the coordinator knows, by id."""
-    with _coordinator(servers, timeout, security) as (_, conn):
-        kafka = _kafka_groups(conn, None)
-        thin = _thin_groups(conn, None)
-    ids = {g.group_id for g in kafka}
+    """Every group of either kind, asked of every live broker (each lists the groups it
+    coordinates; a group seen on two, while it moves, is listed once), by id."""
+    kafka: dict[str, Any] = {}
+    thin: dict[str, Any] = {}
+    coordinating = 0
+    for _, conn, _ in admin.at_coordinators(servers, None, timeout, security):
+        for g in _kafka_groups(conn, None):
+            kafka.setdefault(g.group_id, g)
+        found = admin.thin_groups_on(conn, None)
+        coordinating += found is not None
+        for g in found or []:
+            thin.setdefault(g.group_id, g)
+    if not coordinating:
+        raise admin.no_coordinating_broker()
+    ids = set(kafka)
     rows = [GroupListing(g.group_id, KAFKA, g.group_state, len(g.members), g.protocol_type)
-            for g in kafka]
-    rows += [GroupListing(g.group_id, SLUICE, g.state, len(g.members), "") for g in thin
-             if not (g.group_id in ids and not g.members)]
+            for g in kafka.values()]
+    rows += [GroupListing(g.group_id, SLUICE, g.state, len(g.members), "")
+             for g in thin.values() if not (g.group_id in ids and not g.members)]
     return sorted(rows, key=lambda r: (r.group_id, r.kind))
 
 
@@ -160,15 +160,31 @@ def describe_groups(servers: str, names: Sequence[str] | None, timeout: float = 
                     ) -> list[GroupDescription | KafkaGroupDescription]:
     """Members, assignments, committed offsets and lag of ``names`` (None: every group), each
     of the kind it is; a name of no group raises GROUP_ID_NOT_FOUND."""
-    with _coordinator(servers, timeout, security) as (node_id, conn):
-        kafka = {g.group_id: g for g in _kafka_groups(conn, names)}
-        thin = {g.group_id: g for g in _thin_groups(conn, names)
-                if not (g.group_id in kafka and not g.members)}
-        wanted = sorted(set(kafka) | set(thin)) if names is None else list(names)
-        for name in wanted:
-            if name not in kafka and name not in thin:
-                raise AdminError(int(ErrorCode.GROUP_ID_NOT_FOUND), f"group {name!r}")
-        committed = {gid: _committed(conn, gid) for gid in wanted if gid in kafka}
+    kafka: dict[str, Any] = {}
+    thin: dict[str, Any] = {}
+    node_of: dict[str, int] = {}
+    committed: dict[str, dict[TopicPartition, int]] = {}
+    coordinating = 0
+    for node_id, conn, batch in admin.at_coordinators(servers, names, timeout, security):
+        here_kafka = {g.group_id: g for g in _kafka_groups(conn, batch)
+                      if g.group_id not in node_of}
+        found = admin.thin_groups_on(conn, batch)
+        coordinating += found is not None
+        here_thin = {g.group_id: g for g in found or []
+                     if g.group_id not in node_of
+                     and not (g.group_id in here_kafka and not g.members)}
+        for gid in here_kafka:
+            committed[gid] = _committed(conn, gid)
+        for gid in (*here_kafka, *here_thin):
+            node_of[gid] = node_id
+        kafka.update(here_kafka)
+        thin.update(here_thin)
+    if names is None and not coordinating:
+        raise admin.no_coordinating_broker()
+    wanted = sorted(node_of) if names is None else list(names)
+    for name in wanted:
+        if name not in node_of:
+            raise AdminError(int(ErrorCode.GROUP_ID_NOT_FOUND), f"group {name!r}")
     members = {gid: [KafkaMember(m.member_id, m.client_id, m.client_host,
                                  _assignment(g.protocol_type, m.member_assignment))
                      for m in g.members] for gid, g in kafka.items()}
@@ -180,10 +196,10 @@ def describe_groups(servers: str, names: Sequence[str] | None, timeout: float = 
     out: list[GroupDescription | KafkaGroupDescription] = []
     for name in wanted:
         if name in kafka:
-            out.append(_kafka_description(node_id, kafka[name], members[name],
+            out.append(_kafka_description(node_of[name], kafka[name], members[name],
                                           committed[name], hws))
         else:
-            out.extend(admin.thin_group_descriptions(node_id, [thin[name]], hws))
+            out.extend(admin.thin_group_descriptions(node_of[name], [thin[name]], hws))
     return out
 
 
@@ -207,10 +223,14 @@ def _kafka_description(node_id: int, g: Any, members: list[KafkaMember],
 
 def delete_groups(servers: str, names: Sequence[str], timeout: float = 30.0,
                   security: ClientSecurity | None = None) -> list[tuple[str, int]]:
-    """DeleteGroups: ``(group, error code)`` per name, in order (0: deleted)."""
-    with _coordinator(servers, timeout, security) as (_, conn):
-        resp = conn.request(ApiKey.DELETE_GROUPS, {"groups_names": list(names)}, version=2)
-    return [(r.group_id, r.error_code) for r in resp.results]
+    """DeleteGroups: ``(group, error code)`` per name, in order (0: deleted), each asked of
+    its coordinator (one request per coordinator for the groups it coordinates)."""
+    codes: dict[str, int] = {}
+    for _, conn, batch in admin.at_coordinators(servers, names, timeout, security):
+        resp = conn.request(ApiKey.DELETE_GROUPS, {"groups_names": batch}, version=2)
+        codes.update((r.group_id, r.error_code) for r in resp.results if r.group_id in batch)
+    return [(n, codes.get(n, int(ErrorCode.UNKNOWN_SERVER_ERROR)))
+            for n in dict.fromkeys(names)]
 
 
 # -- reset offsets ----------------------------------------------------------------------------
@@ -275,7 +295,7 @@ def _active_members(conn: BrokerConnection, group_id: str) -> tuple[str, int] | 
     kafka = _kafka_groups(conn, [group_id])
     if kafka and kafka[0].members:
         return KAFKA, len(kafka[0].members)
-    thin = _thin_groups(conn, [group_id])
+    thin = admin.thin_groups_on(conn, [group_id]) or []
     if thin and thin[0].members:
         return SLUICE, len(thin[0].members)
     return None
@@ -306,7 +326,7 @@ def reset_offsets(servers: str, group_id: str, topics: list[tuple[str, list[int]
     """The new offset of every partition named (clamped to the partition's log start and
     high watermark, as Kafka's tool does); written (OffsetCommit, generation -1) only when
     ``execute``. Refused while the group has members."""
-    with _coordinator(servers, timeout, security) as (_, conn):
+    with _coordinator(servers, group_id, timeout, security) as conn:
         active = _active_members(conn, group_id)
         if active is not None:
             kind, n = active
@@ -357,7 +377,7 @@ def _commit(servers: str, group_id: str, plan: list[PlannedReset], timeout: floa
         topics.setdefault(r.topic, []).append(
             {"partition_index": r.partition, "committed_offset": r.new_offset,
              "committed_leader_epoch": -1, "committed_metadata": None})
-    with _coordinator(servers, timeout, security) as (_, conn):
+    with _coordinator(servers, group_id, timeout, security) as conn:
         resp = conn.request(ApiKey.OFFSET_COMMIT, {
             "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
             "group_instance_id": None, "retention_time_ms": -1,

@@ -220,6 +220,7 @@ class BrokerConfig:
     coordinator_rebalance_handlers: int
     coordinator_ping_max_failures: int
     coordinator_empty_group_retention_ms: int
+    group_coordinator_shards: int
 
     # -- construction ------------------------------------------------------------------------
 

@@ -50,4 +50,7 @@ COORDINATOR_KEYS: dict[str, ConfigKey] = key_table(
      integer(0, INT_MAX), "600000",
      "How long in milliseconds an empty group stays in the coordinator's registry before it is "
      "removed (its offsets stay)."),
+    ("group.coordinator.shards", "group_coordinator_shards", integer(1, 1024), "12",
+     "How many coordinator shards a new cluster spreads its groups over (1 to 1024); the "
+     "first broker to start stores it and every broker uses the stored count."),
 )

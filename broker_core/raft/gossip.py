@@ -25,13 +25,12 @@ from typing import Any
 
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet import defer
-from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from broker_core.raft import discovery
 from broker_core.raft.discovery import Gossip
-from broker_core.rpc import KafkaClientFactory, logged_in
+from broker_core.rpc import KafkaClientFactory, client_endpoint, logged_in
 from broker_core.security.peer_tls import PeerTls, peer_endpoint
 from broker_core.security.sasl import ClientCredential
 from broker_core.wire.apis import ApiKey
@@ -84,8 +83,8 @@ class GossipClient:
         if server in self._services:
             return
         service = ClientService(
-            peer_endpoint(HostnameEndpoint(self.reactor, server[0], server[1],
-                                           timeout=self.timeout_s), server[0], self.tls),
+            peer_endpoint(client_endpoint(self.reactor, server[0], server[1], self.timeout_s),
+                          server[0], self.tls),
             KafkaClientFactory(f"sluice-quorum-gossip-{self.node_id}",
                                credential=self.credential,
                                peer_name=f"quorum server {server[0]}:{server[1]}"),

@@ -34,7 +34,6 @@ from typing import Any
 
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet import defer
-from twisted.internet.endpoints import HostnameEndpoint
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -44,7 +43,13 @@ from broker_core.raft import wire
 from broker_core.raft.driver import IRaftTransport
 from broker_core.raft.listener import InboundRequests
 from broker_core.raft.messages import Envelope
-from broker_core.rpc import KafkaClientFactory, KafkaClientProtocol, RequestTimedOut, logged_in
+from broker_core.rpc import (
+    KafkaClientFactory,
+    KafkaClientProtocol,
+    RequestTimedOut,
+    client_endpoint,
+    logged_in,
+)
 from broker_core.security.peer_tls import PeerTls, peer_endpoint
 from broker_core.security.sasl import ClientCredential
 
@@ -77,8 +82,8 @@ class PeerConnection:
         self._decode_kw = ({} if records_to_entries is None
                            else {"records_to_entries": records_to_entries})
         self._service = ClientService(
-            peer_endpoint(HostnameEndpoint(reactor, peer.host, peer.port, timeout=timeout_s),
-                          peer.host, tls),
+            peer_endpoint(client_endpoint(reactor, peer.host, peer.port, timeout_s), peer.host,
+                          tls),
             KafkaClientFactory(f"sluice-quorum-{node_id}", credential=credential,
                                peer_name=f"quorum node {peer.node_id}"),
             retryPolicy=backoffPolicy(initialDelay=RECONNECT_INITIAL_S,

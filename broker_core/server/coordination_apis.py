@@ -1,6 +1,7 @@
 """Sluice's consumer-coordination APIs on a broker (docs/coordinator.md): ClusterMetadata,
 RegisterConsumer, CommitOffsets, UnregisterConsumer, DescribeConsumerGroups, answered by the
-broker's consumer coordinator (:class:`coordinator.service.CoordinatorService`), and Ping,
+broker's coordinator shards (:class:`coordinator.shards.CoordinatorShards`, which route each
+group to its shard's coordinator), and Ping,
 StopFetcher, StartFetcher, which travel the other way and are refused.
 
 A broker without a coordinator (handlers built alone in tests) answers each with
@@ -25,7 +26,7 @@ from broker_core.wire.errors import ErrorCode
 
 class CoordinationApis:
     """The APIs of the module docstring for one broker; :class:`RequestHandler` delegates to
-    it. ``coordinator`` is the broker's coordinator service (or None); ``brokers_on`` gives the
+    it. ``coordinator`` is the broker's coordinator shards (or None); ``brokers_on`` gives the
     live brokers that have a listener, with their address there (Metadata's list)."""
 
     log = Logger(namespace="sluice.server")

@@ -1,8 +1,9 @@
 """The broker's side of Kafka's group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups,
 OffsetDelete): the per-resource ACL
-questions Kafka's ``KafkaApis`` asks, then the coordinator
-(:class:`coordinator.kafka_groups.KafkaGroupApis`).
+questions Kafka's ``KafkaApis`` asks, then the coordinator shards' routing to each group's
+shard (:class:`coordinator.shards.ShardedKafkaGroups`, over
+:class:`coordinator.kafka_groups.KafkaGroupApis`).
 
 Whole-request checks (READ on the request's group for JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup and OffsetCommit; DELETE on the request's group for OffsetDelete) are made by the
@@ -38,7 +39,7 @@ GROUP_APIS = frozenset({
 
 class GroupApis:
     """See the module docstring. ``coordinator`` is the broker's
-    :class:`~coordinator.service.CoordinatorService` (or None); ``cache`` its metadata cache
+    :class:`~coordinator.shards.CoordinatorShards` (or None); ``cache`` its metadata cache
     (an OffsetCommit names partitions that exist)."""
 
     def __init__(self, coordinator: Any, cache: Any) -> None:

@@ -58,6 +58,17 @@ class Histogram:
         return Histogram(tuple((le, c - before.get(le, 0.0)) for le, c in self.buckets),
                          self.total - earlier.total, self.count - earlier.count)
 
+    def plus(self, other: Histogram | None) -> Histogram:
+        """This histogram and ``other`` (another broker's, with the same buckets) as one."""
+        if other is None:
+            return self
+        theirs: Mapping[float, float] = dict(other.buckets)
+        if set(theirs) != {le for le, _ in self.buckets}:
+            # cumulative counts of other bounds cannot be added bucket by bucket
+            raise ValueError("histograms with different buckets cannot be added")
+        return Histogram(tuple((le, c + theirs[le]) for le, c in self.buckets),
+                         self.total + other.total, self.count + other.count)
+
     def quantile(self, q: float) -> float | None:
         """The ``q`` quantile (0..1), or None without observations. Inside the bucket holding
         the rank the value is interpolated linearly; in the ``+Inf`` bucket it is the largest
@@ -79,6 +90,14 @@ class Histogram:
     @property
     def mean(self) -> float | None:
         return self.total / self.count if self.count > 0 else None
+
+
+def label_values(samples: Samples, name: str, label: str) -> list[str]:
+    """The values ``label`` takes in the samples of ``name`` (e.g. the shards a per-shard
+    gauge reports), sorted as numbers where they are numbers."""
+    found = {dict(lbls)[label] for (n, lbls), _ in samples.items()
+             if n == name and label in dict(lbls)}
+    return sorted(found, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v))
 
 
 def histogram(samples: Samples, name: str, **labels: str) -> Histogram | None:

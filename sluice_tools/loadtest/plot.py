@@ -1,12 +1,14 @@
-"""The load driver's PNG: four panels over the run's time line.
+"""The load driver's PNG: five panels over the run's time line.
 
 1. members registered and owning partitions (from the workers' events) and members the
-   coordinator expired and that left (its counters, from 0 at the run's start), with
+   coordinators expired and that left (their counters summed, from 0 at the run's start), with
    kills/pauses marked;
 2. every rebalance as a point (end time, duration as the members saw it);
-3. ping round trip p50/p99 per scrape interval (the coordinator's histogram), and how many
+3. ping round trip p50/p99 per scrape interval (every broker's histogram summed), and how many
    pings the interval had;
-4. coordinator CPU (% of one core) and resident memory.
+4. CPU (% of one core) per broker, each labelled by the coordinator shards it holds, with the
+   90% line and the end of the ramp;
+5. resident memory per broker (solid) and the members it coordinates (dashed).
 
 Every panel spans the whole run from 0 s, and values are drawn as points joined by lines: a
 scrape interval without pings has no round trip, and a lone value between two such intervals
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from sluice_tools.loadtest.brokers import HOT_CPU_PERCENT, shards_label
 
 
 def available() -> bool:
@@ -39,7 +43,7 @@ def render(result: dict[str, Any], path: Path) -> None:
 
     timeline = result["timeline"]
     t = [p["t"] for p in timeline]
-    fig, axes = plt.subplots(4, 1, figsize=(10, 12), sharex=True)
+    fig, axes = plt.subplots(5, 1, figsize=(10, 15), sharex=True)
     cfg = result["config"]
     fig.suptitle(f"sluice loadtest: {cfg['consumers']} consumers, {cfg['groups']} groups, "
                  f"{cfg['partitions']} partitions, session {cfg['session_timeout_ms']} ms")
@@ -74,19 +78,47 @@ def render(result: dict[str, Any], path: Path) -> None:
             width=0.8 * _step(t))
     ax3.set_ylabel("pings per interval")
 
+    brokers = _per_broker(timeline)
+    labels = {bid: f"broker {bid} ({shards_label(result.get('brokers', {}).get(bid, {}))})"
+              for bid in brokers}
     ax = axes[3]
-    ax.plot(t, [p.get("cpu_percent") for p in timeline], color="tab:orange", label="CPU %",
-            marker=".")
-    ax.set_ylabel("coordinator CPU (%)")
+    for bid, points in brokers.items():
+        ax.plot([p[0] for p in points], [p[1].get("cpu_percent") for p in points],
+                label=labels[bid], marker=".")
+    ax.axhline(HOT_CPU_PERCENT, color="red", linestyle=":", linewidth=0.8)
+    if cfg.get("ramp_s"):
+        ax.axvline(cfg["ramp_s"], color="gray", linestyle="--", linewidth=0.8)
+    ax.set_ylabel("CPU (% of one core)")
+    if brokers:
+        ax.legend(loc="upper left", fontsize=8)
+
+    ax = axes[4]
     ax2 = ax.twinx()
-    ax2.plot(t, [(p.get("rss_bytes") or 0) / 2**20 for p in timeline], color="tab:green",
-             label="RSS")
-    ax2.set_ylabel("coordinator RSS (MiB)")
+    for i, (bid, points) in enumerate(brokers.items()):
+        colour = f"C{i % 10}"
+        ts = [p[0] for p in points]
+        ax.plot(ts, [(p[1].get("rss_bytes") or 0) / 2**20 for p in points], color=colour,
+                label=labels[bid])
+        ax2.plot(ts, [p[1].get("members") for p in points], color=colour, linestyle="--")
+    ax.set_ylabel("RSS (MiB, solid)")
+    ax2.set_ylabel("members coordinated (dashed)")
+    if brokers:
+        ax.legend(loc="upper left", fontsize=8)
     ax.set_xlabel("seconds since start")
 
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _per_broker(timeline: list[dict[str, Any]]) -> dict[int, list[tuple[float, dict]]]:
+    """Each broker's ``(t, figures)`` points, by broker id (a JSON-loaded result has its ids
+    as strings)."""
+    out: dict[int, list[tuple[float, dict]]] = {}
+    for p in timeline:
+        for bid, figures in (p.get("brokers") or {}).items():
+            out.setdefault(int(bid), []).append((p["t"], figures))
+    return dict(sorted(out.items()))
 
 
 def _step(t: list[float]) -> float:

@@ -29,7 +29,14 @@ from broker_core.server.authorization import CONTROL_PLANE, RULES, UNCHECKED
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from broker_core.wire.records import Record, build_batch
-from tests.support.cluster import call, connect, eventually, running_brokers
+from tests.support.cluster import (
+    call,
+    connect,
+    coordinates,
+    eventually,
+    running_brokers,
+    shard_service,
+)
 
 Op, RT = AclOperation, ResourceType
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -389,7 +396,7 @@ async def test_cluster_admin_apis_need_cluster_or_topic_acls(broker):
 
 @pytest_twisted.ensureDeferred
 async def test_coordinator_apis_need_group_acls(broker):
-    await eventually(lambda: broker.coordinator.active, what="the coordinator elected")
+    await eventually(lambda: coordinates(broker, "g"), what="the coordinator of g elected")
     await create_topic(broker, "t")
     await grant(broker, "User:member", (RT.GROUP, "g", Op.READ), (RT.TOPIC, "t", Op.READ))
     await grant(broker, "User:viewer", (RT.GROUP, "g", Op.DESCRIBE))
@@ -399,13 +406,13 @@ async def test_coordinator_apis_need_group_acls(broker):
                 "session_timeout_ms": 30000}
     resp = await call_as(broker, "User:mallory", ApiKey.REGISTER_CONSUMER, 1, register)
     assert resp.error_code == GROUP_DENIED
-    assert "g" not in broker.coordinator.registries.groups
+    assert "g" not in shard_service(broker).registries.groups
     member = await connect_as(broker, "User:member")
     try:
         resp = await member.request(ApiKey.REGISTER_CONSUMER, 1, register)
         assert resp.error_code == 0
         session_id = resp.session_id
-        assert "c1" in broker.coordinator.registries.groups["g"].members
+        assert "c1" in shard_service(broker).registries.groups["g"].members
 
         # CommitOffsets: GROUP READ first; then only the member itself, on its session.
         commit = {"group_id": "g", "consumer_id": "c1", "session_id": session_id,
@@ -437,14 +444,14 @@ async def test_coordinator_apis_need_group_acls(broker):
         assert resp.error_code == GROUP_DENIED
         resp = await call_as(broker, "User:other", ApiKey.UNREGISTER_CONSUMER, 0, leave)
         assert resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID
-        assert "c1" in broker.coordinator.registries.groups["g"].members
+        assert "c1" in shard_service(broker).registries.groups["g"].members
         # The member's own leave: each final offset needs READ on its topic, as a commit's
         # (no READ on "u": refused as such, before asking whether the member owns it).
         leave["offsets"] = [{"topic": "u", "partition": 0, "offset": 5}]
         resp = await call_as(broker, "User:member", ApiKey.UNREGISTER_CONSUMER, 0, leave)
         assert resp.error_code == 0
         assert [(p.topic, p.error_code) for p in resp.partitions] == [("u", TOPIC_DENIED)]
-        assert ("u", 0) not in broker.coordinator.registries.groups["g"].offsets
+        assert ("u", 0) not in shard_service(broker).registries.groups["g"].offsets
     finally:
         member.transport.loseConnection()
 
@@ -454,12 +461,12 @@ async def test_kafka_group_apis_need_group_acls(broker):
     """Kafka's group protocol: READ on the group to take part (OffsetCommit also READ on each
     topic), DESCRIBE on the group to find its coordinator, fetch its offsets (and DESCRIBE on
     each topic), describe or list it. Refusals change nothing."""
-    await eventually(lambda: broker.coordinator.active, what="the coordinator elected")
+    await eventually(lambda: coordinates(broker, "kg"), what="the coordinator of kg elected")
     await create_topic(broker, "t")
     await grant(broker, "User:member", (RT.GROUP, "kg", Op.READ), (RT.TOPIC, "t", Op.READ))
     await grant(broker, "User:viewer", (RT.GROUP, "kg", Op.DESCRIBE),
                 (RT.TOPIC, "t", Op.DESCRIBE))
-    mallory, groups = "User:mallory", broker.coordinator.kafka.groups
+    mallory, groups = "User:mallory", shard_service(broker, "kg").kafka.groups
 
     find = {"key_type": 0, "coordinator_keys": ["kg"]}
     resp = await call_as(broker, mallory, ApiKey.FIND_COORDINATOR, 4, find)
@@ -497,7 +504,7 @@ async def test_kafka_group_apis_need_group_acls(broker):
                              {"name": "u", "partitions": part}]}
         resp = await call_as(broker, mallory, ApiKey.OFFSET_COMMIT, 8, commit)
         assert [p.error_code for t in resp.topics for p in t.partitions] == [GROUP_DENIED] * 2
-        assert "kg" not in broker.coordinator.registries.groups  # nothing written
+        assert "kg" not in shard_service(broker, "kg").registries.groups  # nothing written
         resp = await member.request(ApiKey.OFFSET_COMMIT, 8, commit)
         assert [(t.name, t.partitions[0].error_code) for t in resp.topics] == [
             ("t", 0), ("u", TOPIC_DENIED)]
@@ -536,7 +543,7 @@ async def test_kafka_group_apis_need_group_acls(broker):
 async def test_group_deletion_apis_need_delete_on_the_group(broker):
     """DeleteGroups needs DELETE on each group; OffsetDelete DELETE on its group and READ on
     each topic. Refusals change nothing."""
-    await eventually(lambda: broker.coordinator.active, what="the coordinator elected")
+    await eventually(lambda: coordinates(broker, "g"), what="the coordinator of g elected")
     await create_topic(broker, "t")
     await grant(broker, "User:deleter", (RT.GROUP, "dg", Op.DELETE), (RT.TOPIC, "t", Op.READ))
     await grant(broker, "User:halfway", (RT.GROUP, "dg", Op.DELETE))
@@ -570,13 +577,13 @@ async def test_group_deletion_apis_need_delete_on_the_group(broker):
 
 @pytest_twisted.ensureDeferred
 async def test_unchecked_apis_answer_anyone(broker):
-    await eventually(lambda: broker.coordinator.active, what="the coordinator elected")
+    await eventually(lambda: coordinates(broker, "g"), what="the coordinator of g elected")
     resp = await call_as(broker, "User:mallory", ApiKey.API_VERSIONS, 3,
                          {"client_software_name": "t", "client_software_version": "1"})
     keys = {k.api_key for k in resp.api_keys}
     assert resp.error_code == 0 and ApiKey.METADATA in keys
     assert not keys & {4, 5, 6, 7, 56, 63}  # the control plane is not shown to clients
-    resp = await call_as(broker, "User:mallory", ApiKey.CLUSTER_METADATA, 0, {})
+    resp = await call_as(broker, "User:mallory", ApiKey.CLUSTER_METADATA, 1, {"group_id": "g"})
     assert resp.error_code == 0
     resp = await call_as(broker, "User:mallory", ApiKey.PING, 0,
                          {"consumer_id": "x", "num_retries": 0})
@@ -595,7 +602,7 @@ async def test_authorized_operations_are_exactly_the_granted_ones(broker):
     """DescribeGroups v3+, DescribeCluster and Metadata v8+ answer, when asked, the
     operations the principal may do (bit n: operation code n); implied operations count
     (WRITE implies DESCRIBE); the cluster's are 0 to who may not DESCRIBE it."""
-    await eventually(lambda: broker.coordinator.active, what="the coordinator elected")
+    await eventually(lambda: coordinates(broker, "og"), what="the coordinator of og elected")
     await create_topic(broker, "ops")
     await grant(broker, "User:ops", (RT.TOPIC, "ops", Op.WRITE),
                 (RT.TOPIC, "ops", Op.DESCRIBE_CONFIGS), (RT.GROUP, "og", Op.DESCRIBE),

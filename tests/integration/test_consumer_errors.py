@@ -18,7 +18,7 @@ from consumer_client.consumer import (
     State,
     TopicNotFound,
 )
-from tests.support.cluster import eventually, free_port, running_brokers
+from tests.support.cluster import eventually, free_port, known_coordinator, running_brokers
 from tests.support.consumer_harness import fill, ready_topic, take
 
 
@@ -119,6 +119,9 @@ def brokers(zk_hosts, tmp_path):
 async def test_a_missing_topic_is_warned_raised_after_the_bound_and_consumed_once_created(
         brokers, logged):
     bootstrap = ",".join(f"127.0.0.1:{b.port.getHost().port}" for b in brokers)
+    # The group's coordinator elected first: the only problem here is the missing topic.
+    await eventually(lambda: all(known_coordinator(b, "g") >= 0 for b in brokers),
+                     what="the coordinator of g's shard elected and known")
     c = Consumer(ConsumerConfig.create(
         bootstrap_servers=bootstrap, group_id="g", consumer_id="m1", topics={"t": 1},
         session_timeout_ms=6000, fetch_max_wait_ms=100, auto_offset_reset="smallest",

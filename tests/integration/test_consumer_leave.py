@@ -26,7 +26,14 @@ from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from consumer_client.blocking_consumer import BlockingConsumer
 from consumer_client.consumer import Consumer, ConsumerConfig, State
-from tests.support.cluster import ROOT, call, eventually, running_brokers
+from tests.support.cluster import (
+    ROOT,
+    call,
+    coordinates,
+    eventually,
+    running_brokers,
+    shard_service,
+)
 from tests.support.consumer_harness import fill, ready_topic, take
 
 SESSION_MS = 30000
@@ -62,7 +69,8 @@ def member(brokers, cid):
 
 
 def coordinator_of(brokers):
-    return next(b for b in brokers if b.coordinator.active).coordinator
+    """The service coordinating group "g" (its shard's, on the broker elected for it)."""
+    return next(shard_service(b) for b in brokers if coordinates(b))
 
 
 def left(brokers):
@@ -164,7 +172,7 @@ async def test_a_forged_leave_is_refused_and_changes_nothing(brokers):
     try:
         await split_between(brokers, a, b, 2)
         coordinator = coordinator_of(brokers)
-        broker = next(x for x in brokers if x.coordinator is coordinator)
+        broker = next(x for x in brokers if shard_service(x) is coordinator)
         g = coordinator.registries.groups["g"]
         generation = g.generation
         (tp_a,) = a.member.assignment

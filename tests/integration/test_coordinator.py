@@ -16,14 +16,20 @@ from tests.support.cluster import (
     GROUP_TIMINGS,
     call,
     connect,
+    coordinates,
     create_topic,
     eventually,
+    known_coordinator,
     running_brokers,
+    shard_service,
 )
 from tests.support.scripted_consumer import ScriptedConsumer, static, wildcard
 
-#: The shared small group timings, fewer retries and handlers.
-FAST = {**GROUP_TIMINGS, "rebalance_max_retries": "3", "coordinator_rebalance_handlers": "2"}
+#: The shared small group timings, fewer retries and handlers; one coordinator shard, since
+#: these tests are about what one coordinator does (test_coordinator_shards.py spreads groups
+#: over several).
+FAST = {**GROUP_TIMINGS, "rebalance_max_retries": "3", "coordinator_rebalance_handlers": "2",
+        "group_coordinator_shards": "1"}
 
 
 @pytest.fixture
@@ -32,7 +38,7 @@ def brokers(zk_hosts, tmp_path):
 
 
 def coordinator_of(brokers):
-    active = [b for b in brokers if b.running and b.coordinator.active]
+    active = [b for b in brokers if b.running and coordinates(b)]
     return active[0] if len(active) == 1 else None
 
 
@@ -81,9 +87,9 @@ async def close_all(consumers):
 @pytest_twisted.ensureDeferred
 async def test_one_coordinator_is_elected_and_every_broker_names_it(brokers, store):
     coord = await the_coordinator(brokers)
-    data, _ = await store.get(paths.CONSUMERS_COORDINATOR)
+    data, _ = await store.get(paths.coordinator_shard_seat(0))
     assert paths.CoordinatorRegistration.from_bytes(data).broker_id == coord.broker_id
-    epoch, _ = await store.get(paths.CONSUMERS_COORDINATOR_EPOCH)
+    epoch, _ = await store.get(paths.coordinator_shard_epoch(0))
     assert int(epoch) >= 1
     for b in brokers:
         md = await eventually(lambda b=b: _metadata_with_brokers(b, len(brokers)),
@@ -101,11 +107,11 @@ async def _metadata_with_brokers(broker, n):
 @pytest_twisted.ensureDeferred
 async def test_re_election_when_the_coordinator_broker_stops(brokers, store):
     coord = await the_coordinator(brokers)
-    old_epoch = coord.coordinator.elector.epoch
+    old_epoch = shard_service(coord).elector.epoch
     await coord.stopService()
     other = next(b for b in brokers if b is not coord)
-    await eventually(lambda: other.coordinator.active, what="the other broker elected")
-    assert other.coordinator.elector.epoch > old_epoch
+    await eventually(lambda: coordinates(other), what="the other broker elected")
+    assert shard_service(other).elector.epoch > old_epoch
     md = await call(other, ApiKey.CLUSTER_METADATA, 0, {})
     assert md.coordinator_id == other.broker_id
 
@@ -129,7 +135,7 @@ async def _register(broker, **fields):
 async def test_registration_errors_are_clear_and_disturb_nothing(brokers):
     coord = await the_coordinator(brokers)
     other = next(b for b in brokers if b is not coord)
-    await eventually(lambda: other.coordinator.coordinator_id == coord.broker_id,
+    await eventually(lambda: known_coordinator(other) == coord.broker_id,
                      what="the other broker sees the coordinator")
     member = ScriptedConsumer("g", "c1", static(t=1))
     assert (await member.register_at(coord)).error_code == 0
@@ -173,7 +179,7 @@ async def test_registration_errors_are_clear_and_disturb_nothing(brokers):
             "group_id": "g", "consumer_id": "nobody", "offsets": []})
         assert resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID
         # Nothing else in the group was disturbed: the one member is still registered.
-        group = coord.coordinator.registries.groups["g"]
+        group = shard_service(coord).registries.groups["g"]
         assert list(group.members) == ["c1"]
         assert member.connected
     finally:
@@ -291,7 +297,7 @@ async def test_a_member_that_stops_answering_is_failed_and_the_rest_rebalanced(b
         metrics = coord.metrics
         await eventually(lambda: len(a.owned) == 4 and a.generation == 2, timeout=20,
                          what="a owns everything after b is failed")
-        assert "b" not in coord.coordinator.registries.groups["g2"].members
+        assert "b" not in shard_service(coord).registries.groups["g2"].members
         assert metrics.coordinator_expired_members_total.labels(reason="ping")._value.get() == 1
         assert metrics.coordinator_failed_pings_total._value.get() >= 2
         # a starts b's old partition from b's committed offset.
@@ -375,7 +381,7 @@ async def test_failover_rebalances_the_group_once_on_the_new_coordinator(brokers
 
         await coord.stopService()
         other = next(b for b in brokers if b is not coord)
-        await eventually(lambda: other.coordinator.active, what="a new coordinator")
+        await eventually(lambda: coordinates(other), what="a new coordinator")
         for c in consumers:
             await eventually(lambda c=c: not c.connected, what="channel closed")
             await c.rejoin(brokers)
@@ -396,19 +402,19 @@ async def test_failover_rebalances_the_group_once_on_the_new_coordinator(brokers
 @pytest_twisted.ensureDeferred
 async def test_a_deposed_coordinator_cannot_write(brokers, store):
     coord = await the_coordinator(brokers)
-    svc = coord.coordinator
+    svc = shard_service(coord)
     path = paths.consumer_offset("g6", "t", 0)
     await store.ensure_path(path)
     await store.set(path, b"10")
     epoch_before = svc.elector.epoch
     # Someone else moves the epoch on (a newer coordinator's election).
-    data, stat = await store.get(paths.CONSUMERS_COORDINATOR_EPOCH)
-    await store.set(paths.CONSUMERS_COORDINATOR_EPOCH, str(int(data) + 1).encode(), stat.version)
+    data, stat = await store.get(paths.coordinator_shard_epoch(0))
+    await store.set(paths.coordinator_shard_epoch(0), str(int(data) + 1).encode(), stat.version)
     with pytest.raises(rebalance.NotCoordinator):
         await svc.fenced([SetData(path, b"99")])
     assert (await store.get(path))[0] == b"10"
     # It stepped down and freed the seat; an election follows with a newer epoch.
     new = await eventually(lambda: coordinator_of(brokers) if coordinator_of(brokers) and
-                           coordinator_of(brokers).coordinator.elector.epoch > epoch_before + 1
+                           shard_service(coordinator_of(brokers)).elector.epoch > epoch_before + 1
                            else None, what="a re-election")
-    assert new.coordinator.elector.epoch == epoch_before + 2
+    assert shard_service(new).elector.epoch == epoch_before + 2

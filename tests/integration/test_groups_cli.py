@@ -13,13 +13,16 @@ from twisted.internet import reactor, threads
 
 from consumer_client.consumer import Consumer, ConsumerConfig, State
 from sluice_tools import cli
-from tests.support.cluster import eventually, running_brokers
+from tests.support.cluster import coordinates, eventually, running_brokers, shard_service
 from tests.support.consumer_harness import fill, ready_topic, take
 
 
 @pytest.fixture
 def brokers(zk_hosts, tmp_path):
+    # One coordinator shard: the groups CLI finds the coordinator with ClusterMetadata v0,
+    # which names one only when the cluster has a single shard.
     yield from running_brokers(zk_hosts, tmp_path, 2, group_initial_rebalance_delay_ms="200",
+                               group_coordinator_shards="1",
                                group_min_session_timeout_ms="1000",
                                rebalance_backoff_ms="200", offsets_commit_interval_ms="200")
 
@@ -81,7 +84,8 @@ async def test_groups_list_and_describe_show_members_offsets_and_lag(brokers, ca
 
     # The member gone (and the rebalance that follows done), the offsets can be reset:
     # a dry run first, then the same plan written.
-    coordinator = next(b.coordinator for b in brokers if b.coordinator.active)
+    coordinator = next(shard_service(b, "billing") for b in brokers
+                       if coordinates(b, "billing"))
     await eventually(lambda: (g := coordinator.registries.groups.get("billing")) is not None
                      and not g.members and g.curr_rebalancer is None
                      and not g.rebalance_initiated, timeout=15, what="billing empty and idle")

@@ -9,7 +9,16 @@ import pytest_twisted
 from broker_core import metadata_paths as paths
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
-from tests.support.cluster import call, connect, create_topic, eventually, running_brokers
+from tests.support.cluster import (
+    call,
+    connect,
+    coordinates,
+    create_topic,
+    eventually,
+    known_coordinator,
+    running_brokers,
+    shard_service,
+)
 
 E = ErrorCode
 REGISTER = {"group_id": "thin", "consumer_id": "c1",
@@ -19,14 +28,17 @@ REGISTER = {"group_id": "thin", "consumer_id": "c1",
 
 @pytest.fixture
 def brokers(zk_hosts, tmp_path):
-    yield from running_brokers(zk_hosts, tmp_path, 2, group_initial_rebalance_delay_ms="100")
+    # One coordinator shard: these tests are about who answers when one broker coordinates
+    # every group (test_coordinator_shards.py spreads groups over several).
+    yield from running_brokers(zk_hosts, tmp_path, 2, group_initial_rebalance_delay_ms="100",
+                               group_coordinator_shards="1")
 
 
 async def roles(brokers):
-    await eventually(lambda: any(b.coordinator.active for b in brokers)
-                     and all(b.coordinator.coordinator_id >= 0 for b in brokers),
+    await eventually(lambda: any(coordinates(b) for b in brokers)
+                     and all(known_coordinator(b) >= 0 for b in brokers),
                      what="a coordinator elected and known")
-    coordinator = next(b for b in brokers if b.coordinator.active)
+    coordinator = next(b for b in brokers if coordinates(b))
     other = next(b for b in brokers if b is not coordinator)
     return coordinator, other
 
@@ -89,13 +101,13 @@ async def test_only_the_coordinator_serves_group_requests(brokers):
     # ListGroups: a broker that coordinates nothing lists nothing (admin clients ask all).
     resp = await call(other, ApiKey.LIST_GROUPS, 4, {"states_filter": []})
     assert (resp.error_code, resp.groups) == (0, [])
-    assert other.coordinator.kafka.groups.groups == {}
+    assert all(not s.kafka.groups.groups for s in other.coordinator.services.values())
 
 
 @pytest_twisted.ensureDeferred
 async def test_join_refusals_change_nothing(brokers):
     coordinator, _ = await roles(brokers)
-    groups = coordinator.coordinator.kafka.groups
+    groups = shard_service(coordinator).kafka.groups
     for group, extra, code in [
             ("", {}, E.INVALID_GROUP_ID),
             ("a/b", {}, E.INVALID_GROUP_ID),
@@ -128,7 +140,7 @@ async def test_a_group_id_is_of_one_kind(brokers):
         # A Kafka client cannot join (or commit to) a group with thin members.
         resp = await call(coordinator, ApiKey.JOIN_GROUP, 5, join_body("thin"))
         assert resp.error_code == E.INCONSISTENT_GROUP_PROTOCOL
-        assert coordinator.coordinator.kafka.groups.get("thin") is None
+        assert shard_service(coordinator).kafka.groups.get("thin") is None
         resp = await call(coordinator, ApiKey.OFFSET_COMMIT, 8, commit_body("thin"))
         assert codes(resp) == [E.UNKNOWN_MEMBER_ID]
         # Nor delete it, nor the offsets of a topic its members consume.
@@ -137,7 +149,7 @@ async def test_a_group_id_is_of_one_kind(brokers):
         resp = await call(coordinator, ApiKey.OFFSET_DELETE, 0, {"group_id": "thin", "topics": [
             {"name": "t", "partitions": [{"partition_index": 0}]}]})
         assert (resp.error_code, codes(resp)) == (0, [E.GROUP_SUBSCRIBED_TO_TOPIC])
-        assert "thin" in coordinator.coordinator.registries.groups
+        assert "thin" in shard_service(coordinator).registries.groups
     finally:
         thin.transport.loseConnection()
     # And a thin client cannot register in a Kafka group with members.
@@ -145,7 +157,7 @@ async def test_a_group_id_is_of_one_kind(brokers):
     assert first.error_code == E.MEMBER_ID_REQUIRED  # KIP-394: the id is now pending
     resp = await call(coordinator, ApiKey.REGISTER_CONSUMER, 1, {**REGISTER, "group_id": "kafka"})
     assert resp.error_code == E.INCONSISTENT_GROUP_PROTOCOL
-    assert "kafka" not in coordinator.coordinator.registries.groups
+    assert "kafka" not in shard_service(coordinator).registries.groups
 
 
 @pytest_twisted.ensureDeferred
@@ -218,7 +230,7 @@ async def test_commit_metadata_and_leader_epoch_are_kept_across_failover(brokers
         (5, "state-0")]
     # The next coordinator reads them from the store.
     await coordinator.stopService()
-    await eventually(lambda: other.coordinator.active, what="the other broker elected")
+    await eventually(lambda: coordinates(other), what="the other broker elected")
     resp = await call(other, ApiKey.OFFSET_FETCH, 8, {"groups": [
         {"group_id": "meta", "topics": None}]})
     assert [fetched(g) for g in resp.groups] == [want]
@@ -242,7 +254,7 @@ async def test_a_damaged_stored_offset_reads_as_none(brokers):
     # coordinator (this one forgets what it held) must not trust it.
     await store.set(paths.consumer_offset("hurt", "t", 0),
                     b'{"version":1,"offset":"5","leader_epoch":1,"metadata":"m"}')
-    coordinator.coordinator.registries.groups.pop("hurt")
+    shard_service(coordinator).registries.groups.pop("hurt")
     resp = await call(coordinator, ApiKey.OFFSET_FETCH, 7, {"group_id": "hurt", "topics": None})
     assert fetched(resp) == [("t", 0, -1, -1, ""), ("t", 1, 6, -1, "")]
     # A commit replaces the damaged value.
@@ -289,7 +301,7 @@ async def test_member_commits_need_the_current_generation(brokers):
     assert resp.error_code == E.UNKNOWN_MEMBER_ID
     resp = await call(coordinator, ApiKey.LEAVE_GROUP, 1, {"group_id": "g", "member_id": mid})
     assert resp.error_code == 0
-    assert coordinator.coordinator.kafka.groups.get("g").state.value == "Empty"
+    assert shard_service(coordinator).kafka.groups.get("g").state.value == "Empty"
 
 
 @pytest_twisted.ensureDeferred
@@ -328,4 +340,4 @@ async def test_a_static_member_over_the_wire(brokers):
         {"member_id": "", "group_instance_id": "nobody"},
         {"member_id": "", "group_instance_id": "i1"}]})
     assert [m.error_code for m in resp.members] == [E.UNKNOWN_MEMBER_ID, 0]
-    assert coordinator.coordinator.kafka.groups.get("s").state.value == "Empty"
+    assert shard_service(coordinator).kafka.groups.get("s").state.value == "Empty"

@@ -119,8 +119,11 @@ async def test_replication_goes_through_the_inter_broker_listener(named):
     await eventually(lambda: controller_of(named), what="controller")
     await create_topic(named[0], "rf2", rf=2, configs=[("min.insync.replicas", "2")])
     leader = await eventually(lambda: leader_of(named, "rf2", 0), what="leader")
-    follower = next(b for b in named if b is not leader
-                    and b.replicas.get_partition("rf2", 0) is not None)
+    # The follower learns of its replica from the controller on its own time: wait for it.
+    follower = await eventually(
+        lambda: next((b for b in named if b is not leader
+                      and b.replicas.get_partition("rf2", 0) is not None), None),
+        what="follower replica")
     await eventually(lambda: len(leader.replicas.get_partition("rf2", 0).isr) == 2, what="ISR 2")
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports(named, "CLIENT").values())
     producer = Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)

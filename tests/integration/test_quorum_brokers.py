@@ -28,6 +28,7 @@ from tests.support.cluster import (
     broker_config,
     call,
     controller_of,
+    coordinates,
     create_topic,
     eventually,
     free_port,
@@ -90,8 +91,8 @@ async def test_topics_replication_and_a_group_on_the_network_quorum(brokers):
 
     # A consumer group on the coordinator: two members, then one leaves and the other takes
     # every partition.
-    coord = await eventually(lambda: next((b for b in brokers if b.coordinator.active), None),
-                             what="an active coordinator")
+    coord = await eventually(lambda: next((b for b in brokers if coordinates(b, "g1")), None),
+                             what="an active coordinator of g1's shard")
     await create_topic(coord, "events", partitions=4)
     a = ScriptedConsumer("g1", "a", static(events=1))
     b = ScriptedConsumer("g1", "b", static(events=1))

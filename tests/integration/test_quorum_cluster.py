@@ -21,6 +21,7 @@ from tests.support.cluster import (
     broker_config,
     call,
     controller_of,
+    coordinates,
     create_topic,
     eventually,
     leader_of,
@@ -98,10 +99,10 @@ async def test_controller_failover_on_the_quorum(quorum_brokers):
 @pytest_twisted.ensureDeferred
 async def test_the_coordinator_balances_a_group_with_its_state_in_the_quorum(quorum_brokers):
     quorum, brokers = quorum_brokers
-    coord = await eventually(lambda: next((b for b in brokers if b.coordinator.active), None),
-                             what="an active coordinator")
-    reg = paths.CoordinatorRegistration.from_bytes(
-        quorum.tree.get(paths.CONSUMERS_COORDINATOR)[0])
+    coord = await eventually(lambda: next((b for b in brokers if coordinates(b, "g1")), None),
+                             what="an active coordinator of g1's shard")
+    reg = paths.CoordinatorRegistration.from_bytes(quorum.tree.get(
+        paths.coordinator_shard_seat(coord.coordinator.shard_of("g1")))[0])
     assert reg.broker_id == coord.broker_id
     await create_topic(coord, "events", partitions=4)
     consumers = [ScriptedConsumer("g1", "a", static(events=1)),

@@ -392,3 +392,20 @@ class BrokerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def shard_service(broker: Any, group: str = "g") -> Any:
+    """``broker``'s coordinator service of ``group``'s shard (None: it does not stand for it)."""
+    return broker.coordinator.for_group(group)
+
+
+def coordinates(broker: Any, group: str = "g") -> bool:
+    """Whether ``broker`` is the active coordinator of ``group``'s shard."""
+    svc = shard_service(broker, group)
+    return svc is not None and svc.active
+
+
+def known_coordinator(broker: Any, group: str = "g") -> int:
+    """The coordinator of ``group``'s shard as ``broker`` knows it (-1: none)."""
+    shards = broker.coordinator
+    return -1 if shards.count is None else shards.owner(shards.shard_of(group))

@@ -58,6 +58,50 @@ def _parent(path: str) -> str:
     return path.rsplit("/", 1)[0] or "/"
 
 
+class _NodeTable(dict):
+    """``path -> (data, version)`` that also keeps each path's children, so a child list or a
+    stat costs the node's children, not a walk over every node. Writes made directly by a test
+    (``store.nodes[path] = ...``, ``del store.nodes[path]``) keep the index too."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__()
+        self.children: dict[str, set[str]] = {}
+        for path, value in dict(*args).items():
+            self[path] = value
+
+    def __setitem__(self, path: str, value: tuple[bytes, int]) -> None:
+        if path != "/" and path not in self:
+            parent, name = path.rsplit("/", 1)
+            self.children.setdefault(parent or "/", set()).add(name)
+        super().__setitem__(path, value)
+
+    def __delitem__(self, path: str) -> None:
+        super().__delitem__(path)
+        if path != "/":
+            parent, name = path.rsplit("/", 1)
+            self.children.get(parent or "/", set()).discard(name)
+
+    def pop(self, path: str, *default: Any) -> Any:
+        if path in self:
+            value = self[path]
+            del self[path]
+            return value
+        return super().pop(path, *default)
+
+    def clear(self) -> None:
+        super().clear()
+        self.children.clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for path, value in dict(*args, **kwargs).items():
+            self[path] = value
+
+    def setdefault(self, path: str, default: Any = None) -> Any:
+        if path not in self:
+            self[path] = default
+        return self[path]
+
+
 class MemoryStore:
     """Nodes in a dict, one session (:attr:`session_id`), watches called synchronously.
 
@@ -68,11 +112,13 @@ class MemoryStore:
     session_id = 1
 
     def __init__(self) -> None:
-        self.nodes: dict[str, tuple[bytes, int]] = {"/": (b"", 0)}
+        self.nodes: dict[str, tuple[bytes, int]] = _NodeTable({"/": (b"", 0)})
         self.multis = 0
         self.watches: list[SimpleNamespace] = []
         self._meta: dict[str, _Meta] = {"/": _Meta(0, 0)}
         self._zxid = 0
+        #: The undo log of the multi being applied (path -> node and meta before it).
+        self._undo: dict[str, tuple[tuple[bytes, int] | None, _Meta | None]] = {}
         self._listeners: list[Callable[[SessionState], None]] = []
 
     # -- lifecycle and sessions ----------------------------------------------------------------
@@ -106,9 +152,7 @@ class MemoryStore:
                     num_children=len(self._children(path)), cversion=meta.cversion)
 
     def _children(self, path: str) -> list[str]:
-        prefix = path.rstrip("/") + "/"
-        return sorted({p[len(prefix):].split("/")[0] for p in self.nodes
-                       if p.startswith(prefix) and p != path})
+        return sorted(self.nodes.children.get(path.rstrip("/") or "/", ()))
 
     def _read(self, path: str) -> tuple[bytes, Stat] | None:
         if path not in self.nodes:
@@ -175,20 +219,41 @@ class MemoryStore:
         """Apply every operation or none; a failure is :class:`TransactionFailed` with the error
         at the failing index and :class:`RolledBack` elsewhere."""
         self.multis += 1
-        saved = dict(self.nodes), {p: _Meta(**vars(m)) for p, m in self._meta.items()}
+        # An undo log of the paths this multi touches, not a copy of the whole tree: a
+        # rollback restores them, and a write costs the same however many nodes exist.
+        self._undo = {}
         self._zxid += 1
         results: list[Any] = []
         for i, op in enumerate(ops):
             try:
                 results.append(self._apply(op))
             except (NoNode, NodeExists, BadVersion, NotEmpty) as error:
-                self.nodes, self._meta = saved
+                self._roll_back()
                 self._zxid -= 1
                 return defer.fail(TransactionFailed(
                     [RolledBack() for _ in ops[:i]] + [error]
                     + [RolledBack() for _ in ops[i + 1:]]))
         self._notify()
         return defer.succeed(results)
+
+    def _touch(self, path: str) -> None:
+        """Remember ``path``'s node and meta as they were before this multi changed them."""
+        if path not in self._undo:
+            meta = self._meta.get(path)
+            self._undo[path] = (self.nodes.get(path),
+                                None if meta is None else _Meta(**vars(meta)))
+
+    def _roll_back(self) -> None:
+        for path, (node, meta) in self._undo.items():
+            if node is None:
+                self.nodes.pop(path, None)
+            else:
+                self.nodes[path] = node
+            if meta is None:
+                self._meta.pop(path, None)
+            else:
+                self._meta[path] = meta
+        self._undo = {}
 
     def _existing(self, path: str, version: int) -> None:
         if path not in self.nodes:
@@ -204,12 +269,14 @@ class MemoryStore:
             return self._create(op)
         if isinstance(op, SetData):
             self._existing(op.path, op.version)
+            self._touch(op.path)
             self.nodes[op.path] = (op.value, self.nodes[op.path][1] + 1)
             self._meta.setdefault(op.path, _Meta(0, 0)).mzxid = self._zxid
             return self._stat(op.path)
         self._existing(op.path, op.version)
         if self._children(op.path):
             raise NotEmpty(op.path)
+        self._touch(op.path)
         del self.nodes[op.path]
         self._meta.pop(op.path, None)
         self._child_changed(_parent(op.path), created=False)
@@ -224,6 +291,7 @@ class MemoryStore:
             path += f"{self._meta.setdefault(parent, _Meta(0, 0)).created_children:010d}"
         if path in self.nodes:
             raise NodeExists(path)
+        self._touch(path)
         self.nodes[path] = (op.value, 0)
         self._meta[path] = _Meta(self._zxid, self._zxid,
                                  ephemeral_owner=self.session_id if op.ephemeral else 0)
@@ -231,6 +299,7 @@ class MemoryStore:
         return path
 
     def _child_changed(self, parent: str, created: bool) -> None:
+        self._touch(parent)
         meta = self._meta.setdefault(parent, _Meta(0, 0))
         meta.cversion += 1
         if created:

@@ -357,12 +357,15 @@ def test_control_plane_attacks_are_refused_and_change_nothing(attacked):
     # one): the leader stops, the next replica takes over and acks=all still works.
     old_leader = attacked.cluster.brokers[rf3.leader_id]
     old_leader.stop()
-    wait_for(lambda: (p := partition(attacked, RF3, follower)).leader_id not in
-             (-1, rf3.leader_id) and rf3.leader_id not in p.isr_nodes, 60,
-             "a new leader of the RF-3 partition")
-    write(attacked, RF3, [b"after-leader-change"])
-    old_leader.start()
-    old_leader.wait_listening()
+    try:
+        wait_for(lambda: (p := partition(attacked, RF3, follower)).leader_id not in
+                 (-1, rf3.leader_id) and rf3.leader_id not in p.isr_nodes, 60,
+                 "a new leader of the RF-3 partition")
+        write(attacked, RF3, [b"after-leader-change"])
+    finally:
+        # The module's other tests need every broker, whatever happened here.
+        old_leader.start()
+        old_leader.wait_listening()
     settled(attacked)
     reads_back(attacked, RF3)
 
@@ -438,8 +441,9 @@ def test_commit_offsets_with_a_described_member_id_is_refused(attacked, tmp_path
 
 
 def _coordinator(attacked: Attacked) -> int:
+    """The coordinator of GROUP (its shard's owner: ClusterMetadata v1 names the group)."""
     with attacked.connect(1, "anonymous") as c:
-        resp = c.request(ApiKey.CLUSTER_METADATA, {})
+        resp = c.request(ApiKey.CLUSTER_METADATA, {"group_id": GROUP}, version=1)
     assert resp.error_code == 0 and resp.coordinator_id > 0, resp
     return resp.coordinator_id
 

@@ -46,12 +46,13 @@ TOPIC = "events"
 
 
 
-def coordinator_id(bootstrap: str) -> int:
-    """The coordinator's broker id, -1 while none is elected among the live brokers."""
+def coordinator_id(bootstrap: str, group: str) -> int:
+    """The broker id of ``group``'s coordinator, -1 while none is elected among the live
+    brokers."""
     from sluice_tools.admin import AdminError, find_coordinator
 
     try:
-        return find_coordinator(bootstrap, timeout=5)[0]
+        return find_coordinator(bootstrap, group, timeout=5)[0]
     except AdminError:
         return -1
 
@@ -188,11 +189,12 @@ def _exercise(cluster, admin, bootstrap, consumers, producer, produced, watcher)
     assert not [e for e in after[lost_at:reassigned] if e["ev"] == "msg"], \
         "consumed between losing its membership and its new assignment"
 
-    # 5. kill -9 the coordinator's broker: another broker takes over, members re-register
-    old = coordinator_id(bootstrap)
+    # 5. kill -9 the group's coordinator's broker: another broker takes over, members
+    # re-register
+    old = coordinator_id(bootstrap, "g")
     cluster.brokers[old].kill(signal.SIGKILL)
     survivors = ",".join(b.address for i, b in cluster.brokers.items() if i != old)
-    wait_for(lambda: coordinator_id(survivors) not in (old, -1), 60, "a new coordinator")
+    wait_for(lambda: coordinator_id(survivors, "g") not in (old, -1), 60, "a new coordinator")
     wait_for(lambda: stable(survivors, "g", 9, 13), 60, "group re-formed")
     cluster.brokers[old].start()
     cluster.brokers[old].wait_listening()

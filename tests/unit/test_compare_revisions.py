@@ -42,6 +42,13 @@ def test_the_failover_figures_come_from_its_summary_and_the_new_controller_line(
         "controller kill: all accepted": 1.60,
         "controller kill: controller busy": 11.92,
         "controller kill: new controller": 0.06,
+        "follower kill: partitions moved": 3_334,
+        "controller kill: partitions moved": 3_333,
+        # the times per 1,000 partitions moved: runs that moved different counts compare
+        "follower kill: leaders in Metadata per 1,000 moved": pytest.approx(0.04 / 3.334),
+        "follower kill: all accepted per 1,000 moved": pytest.approx(0.11 / 3.334),
+        "controller kill: leaders in Metadata per 1,000 moved": pytest.approx(1.23 / 3.333),
+        "controller kill: all accepted per 1,000 moved": pytest.approx(1.60 / 3.333),
     }
     assert set(parse_figures("failover", FAILOVER)) == {f.name for f in
                                                         FIGURES["failover"].figures}
@@ -51,6 +58,9 @@ def test_a_run_that_stopped_early_yields_only_what_it_printed():
     # Only the first failover ran (no summary yet, no controller kill): nothing is guessed.
     partial = FAILOVER.split("summary")[0].replace("new controller registered", "new leader")
     assert parse_figures("failover", partial) == {}
+    # No count moved, no time per partition moved: a derived figure needs both of its parts.
+    no_counts = FAILOVER.replace("partitions moved: leaders", "moved: leaders")
+    assert not any("moved" in name for name in parse_figures("failover", no_counts))
     assert parse_figures("replicated-produce", "kcat: timed out\n") == {}
 
 

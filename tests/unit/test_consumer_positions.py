@@ -210,10 +210,64 @@ def test_not_leader_moves_the_partition_after_a_refresh():
     cluster.leaders[("t", 0)] = 2
     d.callback(fetch_response([("t", 0, ErrorCode.NOT_LEADER_OR_FOLLOWER, None)]))
     clock.advance(0)
-    assert cluster.refreshes == 2
+    assert cluster.refreshes == 1  # the view knew the first leader: only the move refreshes
     node, _, body, _ = cluster.requests.pop()
     assert node == 2 and body["topics"][0]["partitions"][0]["fetch_offset"] == 5
     assert mgr.placed == {("t", 0): 2}
+
+
+def test_a_new_assignment_is_placed_from_the_view_when_it_knows_every_leader():
+    # A rebalance of a running group: the shared view already names the leaders, so the
+    # 1,000 members of a group do not each ask for the metadata of the whole topic.
+    clock, cluster, mgr, _ = setup({("t", 0): 1, ("t", 1): 2})
+    s = MessageStream(("t", "c-0"), 4, mgr.wake)
+    mgr.start([PartitionState("t", 0, s, 0)])
+    clock.advance(0)
+    assert cluster.refreshes == 0 and [n for n, *_ in cluster.requests] == [1]
+    mgr.stop()
+    mgr.start([PartitionState("t", 0, s, 0), PartitionState("t", 1, s, 0)])
+    clock.advance(0)
+    assert cluster.refreshes == 0 and mgr.placed == {("t", 0): 1, ("t", 1): 2}
+
+
+def test_a_partition_the_view_has_no_leader_for_refreshes_first():
+    clock, cluster, mgr, _ = setup({("t", 0): 1})
+    s = MessageStream(("t", "c-0"), 4, mgr.wake)
+    ps = [PartitionState("t", 0, s, 0), PartitionState("t", 1, s, 0)]  # t-1: added since
+
+    async def refresh(topics=None):
+        cluster.refreshes += 1
+        cluster.leaders[("t", 1)] = 3
+
+    cluster.refresh = refresh
+    mgr.start(ps)
+    clock.advance(0)
+    assert cluster.refreshes == 1 and mgr.placed == {("t", 0): 1, ("t", 1): 3}
+
+
+def test_after_a_failure_the_next_placement_refreshes_even_if_the_view_names_a_leader():
+    # A ListOffsets refused by a stale leader: placing again from the same view would ask the
+    # same broker until the partition gives up; the failure puts the view in doubt.
+    clock, cluster, mgr, failed = setup({("t", 0): 1}, retry_backoff_ms=100)
+
+    async def refresh(topics=None):  # the leader moved to broker 2
+        cluster.refreshes += 1
+        cluster.leaders[("t", 0)] = 2
+
+    cluster.refresh = refresh
+    s = MessageStream(("t", "c-0"), 4, mgr.wake)
+    mgr.start([PartitionState("t", 0, s, -1)])
+    clock.advance(0)
+    assert cluster.refreshes == 0
+    node, api, _, d = cluster.requests.pop()
+    assert (node, api) == (1, 2)
+    d.callback(SimpleNamespace(topics=[SimpleNamespace(name="t", partitions=[
+        SimpleNamespace(partition_index=0, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                        offset=-1)])]))
+    clock.advance(0.1)
+    assert cluster.refreshes == 1
+    node, api, _, d = cluster.requests.pop()
+    assert (node, api) == (2, 2) and not failed
 
 
 def test_out_of_range_resets_with_list_offsets():

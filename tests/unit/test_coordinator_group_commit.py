@@ -95,7 +95,7 @@ def test_commits_that_arrive_during_a_write_share_the_next_multi_and_wait_for_it
     store.complete()
     assert first == [None] and not any(queued)
     (ops, _), = store.held  # one multi for all three, behind the epoch check
-    assert isinstance(ops[0], Check) and ops[0].path == paths.CONSUMERS_COORDINATOR_EPOCH
+    assert isinstance(ops[0], Check) and ops[0].path == paths.coordinator_shard_epoch(0)
     assert written(ops) == [paths.consumer_offset("a", "t", 1), paths.consumer_offset("b", "t", 0),
                             paths.consumer_offset("c", "t", 0), paths.consumer_offset("c", "t", 1)]
     assert not any(queued)
@@ -234,8 +234,8 @@ def test_losing_the_fence_fails_the_write_and_everything_queued_with_not_coordin
     first = commit(svc, "a", {("t", 0): 1})
     queued = [commit(svc, "b", {("t", 0): 2}), commit(svc, "c", {("t", 0): 3})]
     # A newer coordinator bumped the epoch: this one's check fails.
-    data, version = store.inner.nodes[paths.CONSUMERS_COORDINATOR_EPOCH]
-    store.inner.nodes[paths.CONSUMERS_COORDINATOR_EPOCH] = (data, version + 1)
+    data, version = store.inner.nodes[paths.coordinator_shard_epoch(0)]
+    store.inner.nodes[paths.coordinator_shard_epoch(0)] = (data, version + 1)
     store.complete()
     assert isinstance(first[0], rebalance.NotCoordinator)
     assert not svc.can_act()
@@ -252,8 +252,8 @@ def test_a_commit_offsets_request_is_answered_not_coordinator_when_its_write_is_
     g.set_offset(("t", 0), 1)
     out: list[Any] = []
     defer.ensureDeferred(svc._commit_accepted(g, {("t", 0)})).addCallback(out.append)
-    data, version = store.inner.nodes[paths.CONSUMERS_COORDINATOR_EPOCH]
-    store.inner.nodes[paths.CONSUMERS_COORDINATOR_EPOCH] = (data, version + 1)
+    data, version = store.inner.nodes[paths.coordinator_shard_epoch(0)]
+    store.inner.nodes[paths.coordinator_shard_epoch(0)] = (data, version + 1)
     ops = store.complete()
     assert isinstance(ops[1], Create)
     assert out[0]["error_code"] == 16  # NOT_COORDINATOR

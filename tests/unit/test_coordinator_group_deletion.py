@@ -200,8 +200,8 @@ def test_delete_groups_is_fenced_and_not_served_by_a_standby():
     clock, store, svc = make()
     commit(svc, "g", {("t", 0): 5})
     before = subtree(store, "g")
-    data, version = store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH]
-    store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH] = (b"99", version + 1)
+    data, version = store.nodes[paths.coordinator_shard_epoch(0)]
+    store.nodes[paths.coordinator_shard_epoch(0)] = (b"99", version + 1)
     assert delete(svc, "g") == [("g", E.NOT_COORDINATOR)]
     assert subtree(store, "g") == before
     svc.elector.role = Role.FOLLOWER  # a broker that is not the coordinator

@@ -158,10 +158,12 @@ def test_stop_fetcher_offsets_are_committed_before_start_fetcher():
 def test_expired_stop_fetcher_fails_the_attempt_and_it_is_retried_after_the_backoff():
     ctx, g, (a, b) = setup()
     ctx.mute.add("c1")
+    g.queue_wait_s = 4.0  # it waited for a handler before its first attempt
     d = run(ctx, g)
     ctx.clock.advance(2.0)  # 2/3 of the 3 s session timeout: b's StopFetcher expires
     assert not d.called
     assert ctx.failures == ["stop_fetcher_expired"]
+    assert g.queue_wait_s == 0.0  # the retry waits on the backoff, not in the queue
     ctx.mute.clear()
     ctx.clock.advance(0.99)
     assert not d.called  # still backing off
@@ -271,3 +273,33 @@ def test_handlers_pin_a_busy_group_and_spread_the_others():
     gates["g2"][0].callback(None)
     assert g1.curr_rebalancer is None and g2.curr_rebalancer is None
     assert not any(x.queue for x in h.handlers)
+
+
+def test_handlers_time_each_groups_wait_in_the_queue():
+    r = Registries()
+    for gid in ("g1", "g2"):
+        r.add_member(member(gid, "a"), 0.0)
+    clock = task.Clock()
+    gates: dict[str, defer.Deferred] = {}
+    waits: list[float] = []
+
+    async def run_one(group):
+        gates[group.group_id] = d = defer.Deferred()
+        await d
+
+    h = rebalance.RebalanceHandlers(1, r.groups.get, run_one, clock=clock, waited=waits.append)
+    g1, g2 = r.groups["g1"], r.groups["g2"]
+    for g in (g1, g2):
+        g.rebalance_initiated = True
+        h.submit(g)
+    assert waits == [0.0] and g1.queue_wait_s == 0.0  # a free handler: no wait
+    assert g2.queued_at == 0.0
+    clock.advance(2.5)  # g1's rebalance takes 2.5 s; g2 waits behind it on the one handler
+    gates["g1"].callback(None)
+    assert waits == [0.0, 2.5] and g2.queue_wait_s == 2.5 and g2.queued_at is None
+    gates["g2"].callback(None)
+    # without a clock nothing is timed
+    untimed = rebalance.RebalanceHandlers(1, r.groups.get, run_one)
+    g1.rebalance_initiated = True
+    untimed.submit(g1)
+    assert g1.queued_at is None

@@ -22,47 +22,11 @@ from broker_core.metrics import BrokerMetrics
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
 from coordinator import rebalance
+from coordinator.consumer_requests import cluster_metadata_answer
 from coordinator.registry import GroupRegistry
 from coordinator.service import CoordinatorConfig, CoordinatorService
+from tests.support.coordinator_channels import FakeChannel, FakeProto
 from tests.support.memory_store import MemoryStore
-
-
-class FakeChannel:
-    """Records requests; the test answers them (or not)."""
-
-    def __init__(self):
-        self.sent: list[tuple[int, dict, defer.Deferred]] = []
-        self.closed = False
-        self._lost: list = []
-
-    def request(self, api_key, version, body):
-        if self.closed:
-            return defer.fail(ConnectionError("closed"))
-        d: defer.Deferred = defer.Deferred()
-        self.sent.append((api_key, body, d))
-        return d
-
-    def on_lost(self, cb):
-        self._lost.append(cb)
-
-    def close(self):
-        if not self.closed:
-            self.closed = True
-            for _, _, d in self.sent:
-                if not d.called:
-                    d.errback(ConnectionError("closed"))
-            for cb in self._lost:
-                cb()
-
-    def pending(self, api_key):
-        return [(b, d) for k, b, d in self.sent if k == api_key and not d.called]
-
-
-class FakeProto:
-    peer = "127.0.0.1:5555"
-
-    def attach_channel(self, ch):
-        self.channel = ch
 
 
 def make(**overrides):
@@ -559,15 +523,15 @@ def test_session_loss_clears_everything_and_closes_channels():
 
 def test_fenced_writes_fail_after_the_epoch_moves_and_the_coordinator_steps_down():
     clock, store, svc = make()
-    data, version = store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH]
-    store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH] = (b"99", version + 1)
+    data, version = store.nodes[paths.coordinator_shard_epoch(0)]
+    store.nodes[paths.coordinator_shard_epoch(0)] = (b"99", version + 1)
     d = defer.Deferred.fromCoroutine(svc.fenced([Create("/consumers/x", b"1")]))
     f = d.result
     d.addErrback(lambda _: None)
     assert isinstance(f.value, rebalance.NotCoordinator)
     assert "/consumers/x" not in store.nodes
     # It resigned, deleted its seat, and won a fresh election at once (synchronous store).
-    assert svc.active and int(store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH][0]) == 100
+    assert svc.active and int(store.nodes[paths.coordinator_shard_epoch(0)][0]) == 100
 
 
 def test_the_committer_writes_only_changed_offsets_in_batches():
@@ -617,7 +581,7 @@ def test_the_committer_writes_commit_extras_and_reads_them_back():
 def test_describe_and_cluster_metadata():
     clock, store, svc = make()
     _, a = register(svc, "a")
-    md = svc.cluster_metadata(None, None)
+    md = cluster_metadata_answer(svc.coordinator_id, svc.brokers(), None, unknown="none")
     assert md["coordinator_id"] == 1 and md["brokers"] == [{"node_id": 1, "host": "h", "port": 9}]
     out = svc.describe_consumer_groups(None, SimpleNamespace(groups=None))
     (g,) = out["groups"]
@@ -776,8 +740,8 @@ def test_a_leave_whose_offsets_cannot_be_written_leaves_the_member_in_place():
     resp_a, a, resp_b, b = two_members(svc)
     tp = sorted(svc.registries.member("g", "a").owned)[0]
     svc.elector.resign_soon = lambda: None
-    store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH] = (
-        store.nodes[paths.CONSUMERS_COORDINATOR_EPOCH][0], 99)  # another coordinator's epoch
+    store.nodes[paths.coordinator_shard_epoch(0)] = (
+        store.nodes[paths.coordinator_shard_epoch(0)][0], 99)  # another coordinator's epoch
     resp = leave(svc, "a", resp_a["session_id"], [(tp[0], tp[1], 5)])
     assert resp["error_code"] == ErrorCode.NOT_COORDINATOR
     # still a member: it hands its offsets over on its channel instead (the slow path)

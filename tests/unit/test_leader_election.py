@@ -274,7 +274,7 @@ def test_the_coordinators_failed_start_up_resigns_and_vacates_the_seat():
     async def resigned() -> None:
         calls.append("resigned")
 
-    election = coordinator_election(1, store, on_elected=start_up, on_resigned=resigned)
+    election = coordinator_election(1, store, 0, on_elected=start_up, on_resigned=resigned)
     election.start()
     # The failed start-up gave the seat up; its vacancy made the broker stand again at once.
     assert calls == ["resigned", "started 2"] and election.active

@@ -381,10 +381,11 @@ ADVERTISED = [(0, 3, 9), (1, 4, 12), (2, 1, 7), (3, 1, 12), (4, 5, 5), (5, 3, 3)
               (63, 0, 0)]
 #: What a client (any connection but a broker's) is shown: no control-plane API.
 ADVERTISED_TO_CLIENTS = [e for e in ADVERTISED if e[0] not in (4, 5, 6, 7, 56, 63)]
-# RegisterConsumer (1001) is served at v0-v1 (v1: the session id the leave needs) and
+# ClusterMetadata (1000) is served at v0-v1 (v1: the group whose shard's coordinator is asked
+# for), RegisterConsumer (1001) at v0-v1 (v1: the session id the leave needs) and
 # CommitOffsets (1005) too (v1: the session id that proves the commit is the member's own);
 # 1007 is the quorum's own DiscoverBrokers; UnregisterConsumer (1008) is a consumer's leave.
-SLUICE_OWN = [(k, 0, 1 if k in (1001, 1005) else 0) for k in range(1000, 1007)] + [(1008, 0, 0)]
+SLUICE_OWN = [(k, 0, 1 if k in (1000, 1001, 1005) else 0) for k in range(1000, 1007)] + [(1008, 0, 0)]
 
 
 def test_quorum_apis_are_defined_at_kip_595_versions():

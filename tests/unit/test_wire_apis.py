@@ -57,7 +57,7 @@ def test_served_versions():
         "LEADER_AND_ISR": (5, 5, 5), "STOP_REPLICA": (3, 3, 3), "UPDATE_METADATA": (7, 7, 7),
         "OFFSET_FOR_LEADER_EPOCH": (3, 3, None), "CONTROLLED_SHUTDOWN": (3, 3, 3),
         "ALTER_PARTITION": (0, 1, 0), "BROKER_HEARTBEAT": (0, 0, 0),
-        "CLUSTER_METADATA": (0, 0, 0), "REGISTER_CONSUMER": (0, 1, 0), "PING": (0, 0, 0),
+        "CLUSTER_METADATA": (0, 1, 0), "REGISTER_CONSUMER": (0, 1, 0), "PING": (0, 0, 0),
         "STOP_FETCHER": (0, 0, 0), "START_FETCHER": (0, 0, 0), "COMMIT_OFFSETS": (0, 1, 0),
         "DESCRIBE_CONSUMER_GROUPS": (0, 0, 0), "UNREGISTER_CONSUMER": (0, 0, 0),
         "DESCRIBE_USER_SCRAM_CREDENTIALS": (0, 0, 0), "ALTER_USER_SCRAM_CREDENTIALS": (0, 0, 0),

@@ -1,5 +1,6 @@
 """The broker's shut-down sequence, each step awaited (``MultiService`` would not wait between
-children): a controlled shutdown bounded by the metadata session, then stop listening, write the
+children): a controlled shutdown bounded by the metadata session (no follower fetch starts
+during it, and all stop after it), then stop listening, write the
 coordinator's pending offsets and resign as coordinator, resign as controller, close the
 metadata session (the registration goes), stop the replica manager, flush and checkpoint the
 logs and mark the shutdown clean, stop the pools. Functions of the
@@ -80,8 +81,12 @@ async def stop(broker: BrokerService) -> None:
         broker.quorum.begin_shutdown()
     if broker.config.controlled_shutdown_enable and broker.registration_epoch >= 0:
         # Before the listener closes: the controller's LeaderAndIsr that makes this broker
-        # a follower arrives through it.
+        # a follower arrives through it. Meanwhile no new follower fetch starts, and once it
+        # is over (out of every ISR, or no controller could be asked) none goes on: a leaving
+        # broker that fetched would be asked back into ISRs (ReplicaFetcherManager.begin_leaving).
+        broker.replicas.fetchers.begin_leaving()
         await broker._controlled_shutdown()
+        await broker.replicas.fetchers.stop()
     for bound in broker.listeners:
         await bound.port.stopListening()
     # Before the connections close: the coordinator writes its pending offsets and resigns

@@ -437,14 +437,17 @@ class ReplicaFetcherManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._where: dict[TopicPartition, int] = {}
         self._stopped = False
+        self._leaving = False
 
     def follow(self, partition: Partition, leader_id: int, address: tuple[str, int]) -> None:
         """Fetch ``partition`` from ``leader_id`` (after truncating), leaving any other fetcher.
         Ignored once stopped: a LeaderAndIsr that arrives while the broker shuts down must not
-        start fetching again."""
+        start fetching again. Once :meth:`begin_leaving` was called, only a partition already
+        fetched from ``leader_id`` goes on being fetched."""
         tp = (partition.topic, partition.index)
+        kept = self._where.get(tp) == leader_id
         self.unfollow([tp])
-        if self._stopped:
+        if self._stopped or (self._leaving and not kept):
             return
         fetcher = self.fetchers.get(leader_id)
         if fetcher is not None:
@@ -478,9 +481,21 @@ class ReplicaFetcherManager:
                 del self.fetchers[leader]
                 defer.Deferred.fromCoroutine(f.stop())
 
+    def begin_leaving(self) -> None:
+        """The broker is shutting down: its controlled shutdown takes it out of every ISR and
+        hands its leaderships to others, which makes it their follower. Fetching those would
+        only make their new leaders ask the controller to take it back into the ISR. While
+        that request is pending, a leader counts the broker in the ISR its high watermark
+        waits for, so acks=all writes wait for a broker about to exit (until a new controller
+        answers, if the controller was the leaving broker). So start no new fetch from here
+        on; the partitions fetched now go on until :meth:`stop` (acks=all writes to them wait
+        for this broker until the controller took it out of their ISR)."""
+        self._leaving = True
+
     def start(self) -> None:
-        """Accept partitions again after :meth:`stop`."""
+        """Accept partitions again after :meth:`stop` (or :meth:`begin_leaving`)."""
         self._stopped = False
+        self._leaving = False
 
     async def stop(self) -> None:
         self._stopped = True

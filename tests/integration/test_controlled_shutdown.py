@@ -26,6 +26,34 @@ TOPIC = "cs"
 ASSIGNMENT = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
 
 
+def spy_on_isr_proposals(broker, proposed: list[tuple[int, ...]]) -> None:
+    """Record every ISR that ``broker``'s leaders propose to the controller (and propose it)."""
+    propose = broker.replicas._propose_isr
+
+    def recording(p, new_isr):
+        proposed.append(tuple(new_isr))
+        propose(p, new_isr)
+
+    broker.replicas._propose_isr = recording
+
+
+def spy_on_fetch_starts(broker) -> list[tuple[str, int, int]]:
+    """``(topic, partition, leader)`` of every follower fetch ``broker`` starts from now on."""
+    fetchers = broker.replicas.fetchers
+    follow = fetchers.follow
+    started: list[tuple[str, int, int]] = []
+
+    def recording(partition, leader_id, address):
+        tp = (partition.topic, partition.index)
+        was = fetchers.following(tp)
+        follow(partition, leader_id, address)
+        if fetchers.following(tp) == leader_id != was:
+            started.append((*tp, leader_id))
+
+    fetchers.follow = recording
+    return started
+
+
 @pytest.fixture
 def brokers(zk_hosts, tmp_path):
     yield from running_brokers(zk_hosts, tmp_path, 3, **FAST)
@@ -50,7 +78,18 @@ async def test_leaders_move_away_before_the_broker_stops(brokers, stop_controlle
             assert (await produce(leader_of(brokers, TOPIC, p), TOPIC, p, [v])).error_code == 0
             acked[p].append(v)
 
+    # What the others' leaders ask the controller from here on: none may ask to take the
+    # leaving broker back into an ISR (a pending expansion holds the high watermark until the
+    # controller answers, and the controller may be the one leaving).
+    proposed: list[tuple[int, ...]] = []
+    for b in brokers:
+        if b is not victim:
+            spy_on_isr_proposals(b, proposed)
+    fetched = spy_on_fetch_starts(victim)
     await victim.stopService()
+    assert not [isr for isr in proposed if vid in isr], proposed
+    # The leaving broker follows the partitions it led, but fetches none of them.
+    assert fetched == []
     # Leadership was handed over while the broker still ran: it was told it follows.
     for p in led:
         part = victim.replicas.get_partition(TOPIC, p)

@@ -1,5 +1,6 @@
 """``ReplicaFetcher`` on a ``task.Clock`` against a scripted leader: truncation before fetching,
-appending what the leader sends, back-off after errors, and partitions moved mid-request."""
+appending what the leader sends, back-off after errors, and partitions moved mid-request; and
+what ``ReplicaFetcherManager`` fetches while its broker shuts down."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from twisted.internet import defer, task
 from twisted.internet.error import ConnectionLost as TxConnectionLost
 
 from broker_core.log import Log, LogConfig
-from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcher
+from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcher, ReplicaFetcherManager
 from broker_core.replica.partition import LeaderAndIsrState, Partition
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -205,3 +206,41 @@ def test_fetch_session_starts_over_after_a_lost_request(follower):
     assert len(leader.requests) > n
     assert fetch_shape(leader) == (0, 0, [(0, 5)])
     fetcher.remove([("t", 0)])
+
+
+def test_a_leaving_broker_goes_on_with_its_fetches_but_starts_none(follower, tmp_path):
+    clock, leader = task.Clock(), FakeLeader()
+    fetchers = ReplicaFetcherManager(2, reactor=None, clock=clock,
+                                     config=FetcherConfig(backoff_ms=1000),
+                                     on_appended=lambda p: None, connect=leader.connect)
+    address = ("127.0.0.1", 9092)
+    fetchers.follow(follower, 1, address)
+    led_log = Log.open(tmp_path / "led-0", LogConfig(), time_ms=ManualTime())
+    led = Partition("led", 0, 2, led_log)
+    led.make_follower(LeaderAndIsrState(3, 2, (2, 3), (3,), 2, 1))
+
+    fetchers.begin_leaving()
+    # t-0 is fetched from broker 1 already: a LeaderAndIsr that keeps its leader keeps it.
+    fetchers.follow(follower, 1, address)
+    assert fetchers.following(("t", 0)) == 1
+    # The controlled shutdown handed "led" to broker 3: followed, but not fetched.
+    fetchers.follow(led, 3, address)
+    assert fetchers.following(("led", 0)) is None
+    assert 3 not in fetchers.fetchers
+    # Nor is a partition fetched once its leader changed.
+    fetchers.follow(follower, 3, address)
+    assert fetchers.following(("t", 0)) is None
+
+    fetchers.follow(follower, 1, address)  # not fetched now, so not started either
+    assert fetchers.following(("t", 0)) is None
+    # stop() drops every fetcher at once (its loops end when their requests do).
+    defer.Deferred.fromCoroutine(fetchers.stop())
+    assert fetchers.fetchers == {}
+    fetchers.follow(led, 3, address)
+    assert fetchers.following(("led", 0)) is None
+    # A manager started again fetches as before.
+    fetchers.start()
+    fetchers.follow(led, 3, address)
+    assert fetchers.following(("led", 0)) == 3
+    fetchers.unfollow([("led", 0)])
+    led_log.close()

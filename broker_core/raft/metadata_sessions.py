@@ -25,7 +25,7 @@ leader uses what it last knew:
   ``max(heard + timeout, now + grace)``: what the old leader would have given it, but never
   less than ``grace`` (half its timeout, :data:`LEADER_CHANGE_GRACE`) from the takeover, so a
   client that is alive has that long to find the new leader and heartbeat it, which it does at
-  once when its node learns of the new leader (the quorum client's prompt heartbeat), and
+  once when its node learns of the new leader (the store's heartbeat on a new leader), and
   within a heartbeat interval (a third of the timeout) even without it. A session not in the
   view (opened after it, or no view at all) gets a full timeout from the takeover, as before.
 

@@ -111,6 +111,13 @@ class IQuorumClient(Interface):
     def remove_apply_listener(callback):
         """Stop calling ``callback``."""
 
+    def add_leader_listener(callback):
+        """``callback()`` each time the local node learns of a new leader: another node, or
+        itself when it wins an election (the store heartbeats it at once)."""
+
+    def remove_leader_listener(callback):
+        """Stop calling ``callback``."""
+
 
 class _Watch:
     """A live watch; ``cancel()`` stops further callbacks."""
@@ -179,6 +186,8 @@ class QuorumMetadataStore:
         self._listeners = SessionStateListeners()
         self._watches: dict[tuple[str, str], list[_Watch]] = {}
         self._heartbeat_call: Any = None
+        self._heartbeat_in_flight = False
+        self._heartbeat_soon = False  # a new leader came while a heartbeat was in flight
         self._renewing = False
         self._running = False
 
@@ -228,10 +237,12 @@ class QuorumMetadataStore:
         """Open a session; raises :class:`ConnectionLost` naming the voters if the quorum does
         not commit it within ``connect_timeout``."""
         self.client.add_apply_listener(self._on_apply)
+        self.client.add_leader_listener(self._on_new_leader)
         try:
             self.session_id = await self._open_session()
         except BaseException:
             self.client.remove_apply_listener(self._on_apply)
+            self.client.remove_leader_listener(self._on_new_leader)
             raise
         self._running = True
         self._set_state(SessionState.CONNECTED)
@@ -322,6 +333,7 @@ class QuorumMetadataStore:
                 if timer.active():
                     timer.cancel()
         self.client.remove_apply_listener(self._on_apply)
+        self.client.remove_leader_listener(self._on_new_leader)
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -463,10 +475,25 @@ class QuorumMetadataStore:
                       state=state.name)
         self._listeners.notify(state, self.log)
 
-    def _schedule_heartbeat(self) -> None:
+    def _schedule_heartbeat(self, delay: float | None = None) -> None:
         if self._running:
-            self._heartbeat_call = self.reactor.callLater(self.session_timeout / 3,
-                                                          self._heartbeat)
+            self._heartbeat_call = self.reactor.callLater(
+                self.session_timeout / 3 if delay is None else delay, self._heartbeat)
+
+    def _on_new_leader(self) -> None:
+        """A new leader is known: heartbeat it now, not at the next heartbeat (up to a third of
+        the timeout away). A session SUSPENDED by the leader change is CONNECTED again as soon
+        as the new leader answers; until then its controller and coordinators stay paused, and
+        a coordinator that sends no Ping for a consumer's session timeout makes its consumers
+        leave (every group then rebalances for an election it could have ridden out)."""
+        if not self._running:
+            return
+        if self._heartbeat_in_flight:
+            self._heartbeat_soon = True  # it may hang on the old leader: the next goes at once
+            return
+        if self._heartbeat_call is not None and self._heartbeat_call.active():
+            self._heartbeat_call.cancel()
+        self._heartbeat()
 
     def _heartbeat(self) -> None:
         """One heartbeat; the next is scheduled once it is answered or has timed out (a third
@@ -478,6 +505,7 @@ class QuorumMetadataStore:
             self._schedule_heartbeat()
             return
         sid = self.session_id
+        self._heartbeat_in_flight = True
         d = self.client.heartbeat(sid)
         timer = self.reactor.callLater(self.session_timeout / 3, d.cancel)
 
@@ -498,7 +526,9 @@ class QuorumMetadataStore:
         def done(_: Any) -> None:
             if timer.active():
                 timer.cancel()
-            self._schedule_heartbeat()
+            self._heartbeat_in_flight = False
+            soon, self._heartbeat_soon = self._heartbeat_soon, False
+            self._schedule_heartbeat(0.0 if soon else None)
 
         d.addCallbacks(ok, failed)
         d.addBoth(done)

@@ -16,9 +16,9 @@ The client sits on a :class:`~broker_core.raft.driver.RaftDriver` (voter or obse
   leader's liveness table, which the follower keeps as its view for when it leads itself (a
   new leader then expires a dead session about when the old one would have, instead of a
   whole timeout after its takeover: :mod:`broker_core.raft.metadata_sessions`). When the node
-  learns of a new leader it heartbeats its own sessions to it at once (and, becoming leader,
-  refreshes them itself), so a live client is heard by a new leader well within the grace it
-  is given.
+  learns of a new leader it tells its leader listeners (the store, which heartbeats it at once;
+  becoming leader, the node first refreshes its own sessions itself), so a live client is heard
+  by a new leader well within the grace it is given.
 
 Retries, and why a write is never resent once it may have been proposed. A write is retried
 (until ``submit_timeout_s``) only when it certainly was **not** proposed: no leader known yet,
@@ -156,11 +156,12 @@ class NetworkQuorumClient:
         self.sessions = SessionTracker()
         self.driver: RaftDriver | None = None
         self._listeners: list[Callable[[int, ApplyResult], None]] = []
+        self._leader_listeners: list[Callable[[], None]] = []
         self._results: OrderedDict[int, ApplyResult] = OrderedDict()
         self._waiters: dict[int, list[defer.Deferred]] = {}
         self._expiry_call: Any = None
         # Sessions heartbeated through this node (its own broker's): alive while this process
-        # runs, so they are heartbeated to a new leader as soon as it is known.
+        # runs, so a node that takes over as leader counts them as heard at its takeover.
         self._own_sessions: set[int] = set()
         self._stopped = False
         self._leader_seen = False  # see leader_seen
@@ -404,22 +405,22 @@ class NetworkQuorumClient:
             for sid in sorted(self._own_sessions):  # this process runs: they are alive
                 self.sessions.heartbeat(sid, now)
             self._arm_expiry()
+            self._new_leader()
             return
         if t.from_role is Role.LEADER:
             self.sessions.stop_leading()
         if t.leader_id >= 0 and t.leader_id != self.node_id and (
                 t.to_epoch != t.from_epoch or t.from_role is not t.to_role):
-            self._heartbeat_new_leader()
+            self._new_leader()
 
-    def _heartbeat_new_leader(self) -> None:
-        """A new leader is known: heartbeat this node's sessions to it now rather than at the
-        store's next heartbeat (up to a third of the timeout away, more if the last one hung on
-        the old leader). Best effort; the store's own heartbeats report the outcome."""
-        for sid in sorted(self._own_sessions):
-            d = self.heartbeat(sid)
-            d.addErrback(lambda f, sid=sid: self.log.debug(
-                "heartbeat of session {s} to the new leader failed: {e}", s=sid,
-                e=f.getErrorMessage()))
+    def _new_leader(self) -> None:
+        """Tell the leader listeners (the store, which heartbeats the new leader at once
+        rather than at its next heartbeat, up to a third of the timeout away)."""
+        for callback in list(self._leader_listeners):
+            try:
+                callback()
+            except Exception:
+                self.log.failure("leader listener {c} failed", c=callback)
 
     def _arm_expiry(self) -> None:
         if self._stopped:
@@ -452,6 +453,13 @@ class NetworkQuorumClient:
     def remove_apply_listener(self, callback: Callable[[int, ApplyResult], None]) -> None:
         if callback in self._listeners:
             self._listeners.remove(callback)
+
+    def add_leader_listener(self, callback: Callable[[], None]) -> None:
+        self._leader_listeners.append(callback)
+
+    def remove_leader_listener(self, callback: Callable[[], None]) -> None:
+        if callback in self._leader_listeners:
+            self._leader_listeners.remove(callback)
 
     def submit(self, command: bytes) -> defer.Deferred:
         try:

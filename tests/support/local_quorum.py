@@ -81,6 +81,8 @@ class QuorumMember:
                              random.Random(seed * 1000 + node_id), self._now())
         self._pending: dict[int, tuple[int, defer.Deferred]] = {}
         self._listeners: list[Callable[[int, ApplyResult], None]] = []
+        self._leader_listeners: list[Callable[[], None]] = []
+        self._leader_known = False  # a transition named a new leader: tell the listeners
         self._timer: Any = None
         self._applying = False
         self._stopped = False
@@ -133,11 +135,17 @@ class QuorumMember:
                 self.sessions.lead(self.tree.sessions, self._now())
             elif t.from_role is Role.LEADER:
                 self.sessions.stop_leading()
+            if t.leader_id >= 0 and (t.to_epoch != t.from_epoch or t.from_role is not t.to_role):
+                self._leader_known = True
         if fx.truncated_to is not None:
             for offset in sorted(o for o in self._pending if o >= fx.truncated_to):
                 _, d = self._pending.pop(offset)
                 d.errback(ConnectionLost(f"entry {offset} was truncated by a leader change"))
         self._apply_committed()
+        if self._leader_known:  # after the node's state is settled, as the network client
+            self._leader_known = False
+            for callback in list(self._leader_listeners):
+                callback()
 
     def _apply_committed(self) -> None:
         """Apply every committed entry not applied yet, in order. Re-entrant calls (a callback
@@ -229,6 +237,13 @@ class QuorumMember:
     def remove_apply_listener(self, callback: Callable[[int, ApplyResult], None]) -> None:
         if callback in self._listeners:
             self._listeners.remove(callback)
+
+    def add_leader_listener(self, callback: Callable[[], None]) -> None:
+        self._leader_listeners.append(callback)
+
+    def remove_leader_listener(self, callback: Callable[[], None]) -> None:
+        if callback in self._leader_listeners:
+            self._leader_listeners.remove(callback)
 
     # -- test controls ---------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The session side of NetworkQuorumClient on an injected clock: a follower keeps the leader's
 liveness table from its heartbeat answers as its view, the leader puts its table in the
-answers, a node that learns of a new leader heartbeats its own sessions to it at once, and a
+answers, a node that learns of a new leader tells its leader listeners (the store, which
+heartbeats it at once), and a
 node that becomes leader refreshes its own sessions and keeps the deadlines of its view (so a
 session whose client died with the old leader is expired about when the old leader would have,
 not a whole timeout after the takeover)."""
@@ -99,19 +100,26 @@ def test_a_follower_keeps_the_leaders_table_and_uses_it_when_it_leads():
     assert ages == {1: 3500, 3: 3500}
 
 
-def test_a_node_heartbeats_its_sessions_to_a_new_leader_at_once():
+def test_a_node_tells_its_leader_listeners_of_each_new_leader():
+    """The store listens, and heartbeats a new leader at once (tests/unit/test_quorum_store.py)."""
     clock = Clock()
     driver = FakeDriver(Role.FOLLOWER, leader_id=2)
-    requests = Requests(table=[])
-    client = client_on(driver, clock, requests)
-    client.heartbeat(7)  # this node's broker's session
-    requests.sent.clear()
+    client = client_on(driver, clock, Requests(table=[]))
+    told: list[int] = []
+    client.add_leader_listener(lambda: told.append(driver.leader_id))
     driver.role, driver.leader_id = Role.UNATTACHED, -1
     driver.transition(Transition(Role.FOLLOWER, 1, Role.UNATTACHED, 2, -1))
-    assert requests.sent == []  # no leader to tell
+    assert told == []  # no leader to tell of
     driver.role, driver.leader_id = Role.FOLLOWER, 3
     driver.transition(Transition(Role.UNATTACHED, 2, Role.FOLLOWER, 2, 3))
-    assert requests.sent == [(3, ApiKey.SESSION_HEARTBEAT, {"node_id": 1, "session_id": 7})]
+    assert told == [3]
+    driver.role, driver.leader_id = Role.LEADER, 1
+    driver.transition(Transition(Role.CANDIDATE, 2, Role.LEADER, 3, 1))  # this node won
+    assert told == [3, 1]
+    client.remove_leader_listener(client._leader_listeners[0])
+    driver.role, driver.leader_id = Role.FOLLOWER, 2
+    driver.transition(Transition(Role.LEADER, 3, Role.FOLLOWER, 4, 2))
+    assert told == [3, 1]
 
 
 def test_the_leader_answers_a_heartbeat_with_its_table():

@@ -13,7 +13,13 @@ from twisted.internet import reactor, threads
 
 from consumer_client.consumer import Consumer, ConsumerConfig, State
 from sluice_tools import cli
-from tests.support.cluster import coordinates, eventually, running_brokers, shard_service
+from tests.support.cluster import (
+    coordinates,
+    eventually,
+    known_coordinator,
+    running_brokers,
+    shard_service,
+)
 from tests.support.consumer_harness import fill, ready_topic, take
 
 
@@ -194,6 +200,10 @@ async def test_console_consumer_of_a_missing_topic_exits_non_zero_naming_it(brok
     import subprocess
 
     bootstrap = ",".join(f"127.0.0.1:{b.port.getHost().port}" for b in brokers)
+    # The group's coordinator elected first (shards are placed once the new brokers have been
+    # quiet for a second): the only problem here is the missing topic.
+    await eventually(lambda: all(known_coordinator(b, "lost") >= 0 for b in brokers),
+                     what="the coordinator of lost's shard elected and known")
     argv = _consume("--bootstrap-server", bootstrap, "--topic", "missing", "--group", "lost",
                     "--session-timeout-ms", "1500",
                     "--consumer-property", "default.api.timeout.ms=1000")

@@ -488,9 +488,17 @@ class ReplicaFetcherManager:
         that request is pending, a leader counts the broker in the ISR its high watermark
         waits for, so acks=all writes wait for a broker about to exit (until a new controller
         answers, if the controller was the leaving broker). So start no new fetch from here
-        on; the partitions fetched now go on until :meth:`stop` (acks=all writes to them wait
-        for this broker until the controller took it out of their ISR)."""
+        on; the partitions fetched now go on until :meth:`stop`, or until a LeaderAndIsr
+        leaves this broker out of their ISR (acks=all writes to them wait for this broker until
+        the controller took it out of their ISR)."""
         self._leaving = True
+
+    @property
+    def leaving(self) -> bool:
+        """Whether :meth:`begin_leaving` was called (and no :meth:`start` since). A partition
+        whose ISR no longer holds a leaving broker is then fetched no more either
+        (``LeaderAndIsrApplier``)."""
+        return self._leaving
 
     def start(self) -> None:
         """Accept partitions again after :meth:`stop` (or :meth:`begin_leaving`)."""

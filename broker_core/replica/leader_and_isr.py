@@ -139,7 +139,12 @@ class LeaderAndIsrApplier:
             changed = p.make_follower(state)
             if changed:
                 summary.add(f"following broker {state.leader}", tp, state.leader_epoch)
-            if changed or rm.fetchers.following(tp) != state.leader:
+            if rm.fetchers.leaving and rm.broker_id not in state.isr:
+                # Its own controlled shutdown took this broker out of the ISR: one more fetch
+                # would only make the leader ask to take it back (ReplicaFetcherManager.
+                # begin_leaving says why that stalls acks=all writes).
+                rm.fetchers.unfollow([tp])
+            elif changed or rm.fetchers.following(tp) != state.leader:
                 self.follow(p, state.leader, leaders)
         if p.pending_isr is None:
             # The state settled whatever we had asked the controller about this partition

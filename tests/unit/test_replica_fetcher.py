@@ -10,8 +10,10 @@ import pytest
 from twisted.internet import defer, task
 from twisted.internet.error import ConnectionLost as TxConnectionLost
 
-from broker_core.log import Log, LogConfig
+from broker_core.log import Log, LogConfig, LogManager
+from broker_core.metadata_cache import MetadataCache
 from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcher, ReplicaFetcherManager
+from broker_core.replica.manager import ReplicaManager
 from broker_core.replica.partition import LeaderAndIsrState, Partition
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.errors import ErrorCode
@@ -244,3 +246,40 @@ def test_a_leaving_broker_goes_on_with_its_fetches_but_starts_none(follower, tmp
     assert fetchers.following(("led", 0)) == 3
     fetchers.unfollow([("led", 0)])
     led_log.close()
+
+
+def test_a_leaving_broker_stops_fetching_a_partition_once_out_of_its_isr(tmp_path):
+    """Its controlled shutdown takes it out of the ISR of a partition it fetches already: it
+    fetches that one no more (its leader would ask to take it back). Another partition whose
+    ISR still holds it goes on."""
+    clock = task.Clock()
+    logs = LogManager(tmp_path, LogConfig(), time_ms=lambda: int(clock.seconds() * 1000))
+    logs.load()
+    rm = ReplicaManager(2, logs, clock=clock, io_pool=None, reactor=None,
+                        topic_log_config=lambda topic: LogConfig(),
+                        metadata_cache=MetadataCache(), min_insync_replicas=lambda topic: 1,
+                        connect=lambda host, port: defer.Deferred())  # never answers
+    leaders = {1: ("127.0.0.1", 1)}
+    try:
+        rm.apply_leader_and_isr(1, [(t, 0, LeaderAndIsrState(1, 1, (1, 2), (1, 2), 1, 0))
+                                    for t in ("a", "b")], full=False, leaders=leaders)
+        assert rm.fetchers.following(("a", 0)) == rm.fetchers.following(("b", 0)) == 1
+        # Not leaving: a shrunk ISR changes nothing about fetching (it fetches to rejoin).
+        rm.apply_leader_and_isr(1, [("a", 0, LeaderAndIsrState(1, 1, (1,), (1, 2), 1, 1))],
+                                full=False, leaders=leaders)
+        assert rm.fetchers.following(("a", 0)) == 1
+
+        rm.fetchers.begin_leaving()
+        rm.apply_leader_and_isr(1, [("b", 0, LeaderAndIsrState(1, 1, (1,), (1, 2), 1, 1))],
+                                full=False, leaders=leaders)
+        assert rm.fetchers.following(("b", 0)) is None
+        # "a" is out of the ISR as well by now: the next LeaderAndIsr for it ends its fetch.
+        assert rm.fetchers.following(("a", 0)) == 1
+        rm.apply_leader_and_isr(1, [("a", 0, LeaderAndIsrState(1, 1, (1,), (1, 2), 1, 1))],
+                                full=False, leaders=leaders)
+        assert rm.fetchers.following(("a", 0)) is None
+    finally:
+        defer.Deferred.fromCoroutine(rm.fetchers.stop())
+        rm.produce_purgatory.shutdown()
+        rm.fetch_purgatory.shutdown()
+        logs.shutdown()

@@ -408,13 +408,19 @@ class ClientConnection:
         self._connect = connect
         self._proto: KafkaClientProtocol | None = None
         self._address: tuple[str, int] | None = None
+        self._connecting: set[defer.Deferred] = set()  # connects in progress (for close())
 
     async def to(self, host: str, port: int) -> KafkaClientProtocol:
         proto = self._proto
         if proto is not None and not proto.closed and self._address == (host, port):
             return proto
         self.drop()
-        self._proto = await self._connect(host, port)
+        connecting = self._connect(host, port)
+        self._connecting.add(connecting)
+        try:
+            self._proto = await connecting
+        finally:
+            self._connecting.discard(connecting)
         self._address = (host, port)
         return self._proto
 
@@ -423,6 +429,14 @@ class ClientConnection:
         proto, self._proto, self._address = self._proto, None, None
         if proto is not None and proto.transport is not None:
             proto.transport.loseConnection()
+
+    def close(self) -> None:
+        """:meth:`drop`, and cancel every connect still in progress (its :meth:`to` fails with
+        CancelledError): for the owner's stop, which a connect to a peer that never answers
+        (stopped, or cut off) would otherwise hold for the whole connect timeout."""
+        for connecting in list(self._connecting):
+            connecting.cancel()
+        self.drop()
 
 
 class KafkaClientFactory(Factory):

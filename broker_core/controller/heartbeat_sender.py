@@ -169,7 +169,7 @@ class ControllerHeartbeatSender:
             self._watch.cancel()
             self._watch = None
             self.store.remove_state_listener(self._on_session_state)
-        self._conn.drop()
+        self._conn.close()
 
     def _on_session_state(self, state: SessionState) -> None:
         self._store_connected = state is SessionState.CONNECTED

@@ -268,7 +268,7 @@ class NetworkQuorumClient:
         self._expiry_call = None
         if self._shutdown_call is not None and self._shutdown_call.active():
             self._shutdown_call.cancel()
-        self._conn.drop()
+        self._conn.close()
         self._fail_waiting("the quorum client stopped")
 
     def _fail_waiting(self, why: str) -> None:

@@ -137,7 +137,7 @@ class AlterIsrSender:
         self._scheduled = None
         self._queued.clear()
         self._stop_following()
-        self._conn.drop()
+        self._conn.close()
 
     # -- sending -----------------------------------------------------------------------------------
 

@@ -174,7 +174,7 @@ class ReplicaFetcher:
         self._wake()
         if self._sleep is not None and not self._sleep.called:
             self._sleep.cancel()
-        self._conn.drop()
+        self._conn.close()
         if self._loop is not None:
             try:
                 await self._loop

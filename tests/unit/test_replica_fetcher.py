@@ -210,6 +210,28 @@ def test_fetch_session_starts_over_after_a_lost_request(follower):
     fetcher.remove([("t", 0)])
 
 
+def test_stop_cancels_a_connect_the_leader_never_answers(follower):
+    """The leader is stopped or cut off: the connect would wait for its whole timeout, and the
+    broker's shutdown with it. stop() cancels it, and no fetch is sent after."""
+    clock, connects = task.Clock(), []
+
+    def connect(host, port):
+        connects.append(defer.Deferred())
+        return connects[-1]
+
+    fetcher = ReplicaFetcher(2, 1, ("127.0.0.1", 9092), reactor=None, clock=clock,
+                             config=FetcherConfig(backoff_ms=1000), on_appended=lambda p: None,
+                             connect=connect)
+    fetcher.add(follower)
+    fetcher.start()
+    assert len(connects) == 1 and not connects[0].called
+    stopped = defer.Deferred.fromCoroutine(fetcher.stop())
+    assert stopped.called  # not held by the connect
+    assert connects[0].called  # cancelled
+    clock.advance(10)
+    assert len(connects) == 1  # the loop ended: no new attempt
+
+
 def test_a_leaving_broker_goes_on_with_its_fetches_but_starts_none(follower, tmp_path):
     clock, leader = task.Clock(), FakeLeader()
     fetchers = ReplicaFetcherManager(2, reactor=None, clock=clock,

@@ -103,11 +103,20 @@ async def fired_before_deadline(d: defer.Deferred) -> str:
     return outcome
 
 
+def group_stable(brokers) -> bool:
+    """The coordinator has finished its rebalance of "g" (members are told to fetch before the
+    coordinator bumps the generation and writes the owners, so FETCHING alone is too early)."""
+    service = next((shard_service(b) for b in brokers if coordinates(b)), None)
+    g = service.registries.groups.get("g") if service is not None else None
+    return g is not None and g.state == "stable"
+
+
 async def split_between(brokers, a, b, partitions):
     await eventually(lambda: a.state is State.FETCHING and b.state is State.FETCHING
                      and len(a.member.assignment) + len(b.member.assignment) == partitions
-                     and not set(a.member.assignment) & set(b.member.assignment),
-                     timeout=30, what="both members fetching a split of the topic")
+                     and not set(a.member.assignment) & set(b.member.assignment)
+                     and group_stable(brokers),
+                     timeout=30, what="both members fetching a split of the topic, the group stable")
 
 
 @pytest_twisted.ensureDeferred

@@ -89,7 +89,8 @@ def start_cluster(zk: ZooKeeperServer, tmp: Path, extra: dict[str, str]
     return cluster, urls
 
 
-PHASES = re.compile(r"group (\S+) generation \d+: read\+assign ([\d.]+)s, stop ([\d.]+)s, "
+PHASES = re.compile(r"group \S+ generation \d+ \((\d+) of (\d+) members moved\): "
+                    r"read\+assign ([\d.]+)s, stop ([\d.]+)s, "
                     r"commit ([\d.]+)s, start ([\d.]+)s, owners ([\d.]+)s")
 QUEUED = re.compile(r"rebalancing group \S+ \(\d+ members, \d+ partitions, queued ([\d.]+)s\)")
 IDS = re.compile(r"\d")  # a word with a digit in it names a member, a group or a count
@@ -100,15 +101,19 @@ def rebalance_log_summary(cluster: ProcessCluster) -> list[str]:
     """Where the rebalances' time went, from every broker's log: how many completed, were
     superseded or had an attempt fail (by the first words of the reason), how long the
     attempts waited for a free rebalance handler, and the phase times of the completed ones
-    (p50 / p99 / max)."""
+    and how many members each stopped and started (p50 / p99 / max)."""
     completed: list[tuple[float, ...]] = []
+    moved: list[float] = []
+    moved_share: list[float] = []
     queued: list[float] = []
     superseded = 0
     failed: dict[str, int] = {}
     for b in cluster.brokers.values():
         for line in b.log_text().splitlines():
             if m := PHASES.search(line):
-                completed.append(tuple(float(x) for x in m.groups()[1:]))
+                completed.append(tuple(float(x) for x in m.groups()[2:]))
+                moved.append(float(m.group(1)))
+                moved_share.append(float(m.group(1)) / max(1, int(m.group(2))))
             elif m := QUEUED.search(line):
                 queued.append(float(m.group(1)))
             elif "superseded by a newer request" in line:
@@ -130,6 +135,11 @@ def rebalance_log_summary(cluster: ProcessCluster) -> list[str]:
             p = percentiles(values)
             lines.append(f"  {name:12s} p50 {p['p50']:.3f} s  p99 {p['p99']:.3f} s  "
                          f"max {p['max']:.3f} s")
+    if moved:
+        p, q = percentiles(moved), percentiles(moved_share)
+        lines.append(f"  members moved per completed rebalance p50 {p['p50']:.0f}  p99 "
+                     f"{p['p99']:.0f}  max {p['max']:.0f} (share of the group p50 "
+                     f"{q['p50']:.0%}  p99 {q['p99']:.0%})")
     return lines
 
 

@@ -15,12 +15,20 @@ state                 does                                                   nex
 ASSIGN                topics, partitions (ZooKeeper), threads, assignment    CHECK
 CHECK                 is a rebalance necessary (owners in ZooKeeper, what    STOP or done
                       each member acknowledged)?
-STOP                  StopFetcher to every member, wait for all              COMMIT or failed
-COMMIT                write the group's offsets (fenced)                     START
-START                 StartFetcher (partitions, offsets, brokers) to all,    OWNERS or failed
+STOP                  StopFetcher to every member whose partitions change,   COMMIT or failed
                       wait for all
+COMMIT                write the group's offsets (fenced)                     START
+START                 StartFetcher (partitions, offsets, brokers) to the     OWNERS or failed
+                      same members, wait for all
 OWNERS                write the owners (fenced)                              done
 ====================  =====================================================  =================
+
+Only the members whose partitions change take part (:func:`members_to_move`): with the
+coordinator's sticky assignor (coordinator.assignor) a member joining a group of ``n`` takes
+its share from a few others, so a join storm's rebalances stop and start a few members each
+instead of every member every time (docs/coordinator.md, "Incremental rebalances"). The
+others keep fetching their partitions throughout; a partition that moves has no owner from
+its old owner's StopFetcher answer to its new owner's StartFetcher.
 
 A wait ends at the first failure (expiry after 2/3 of the member's session timeout, a closed
 channel, an error answer): the design's fast fail. If a newer rebalance request for the group is
@@ -32,10 +40,11 @@ runs: a member joined or left, a topic changed) stops at its next phase boundary
 after ASSIGN/CHECK, after STOP or after COMMIT (:class:`Superseded`), for at most
 ``supersede_bound_s`` from the first supersession since the group's last completed rebalance.
 Its assignment is for a membership that no longer exists, so sending it would cost a
-StartFetcher to every member now and a StopFetcher to every member again in the queued
-rebalance. Stopping there is safe: the queued rebalance stops every member before it starts
-anyone, and the offsets the stopped members reported are in the registry (the queued
-rebalance commits them and starts from them). Once StartFetchers are out the attempt
+StartFetcher to its members now and a StopFetcher to them again in the queued rebalance.
+Stopping there is safe: a member stopped here owns nothing, so the queued rebalance counts it
+among those whose partitions change and stops every one of them before it starts anyone; and
+the offsets the stopped members reported are in the registry (the queued rebalance commits
+them and starts from them). Once StartFetchers are out the attempt
 finishes (writes the owners), since the members already hold that generation. So a join storm
 costs rebalances that end early while members keep arriving, and one that completes once they
 pause, or once the bound has passed (a storm that never pauses still gets its members
@@ -123,14 +132,26 @@ def thread_owner(thread_id: str) -> str:
 
 def compute_assignment(assignor: IPartitionAssignor, members: Sequence[ConsumerRegistry],
                        partitions: Mapping[str, Sequence[int]]) -> dict[TopicPartition, str]:
-    """Rebalance step 1: threads per topic from the members' topic counts, then the assignor."""
+    """Rebalance step 1: threads per topic from the members' topic counts, then the assignor,
+    told what each member owns now (what it acknowledged: ``ConsumerRegistry.owned``)."""
     threads: dict[str, list[str]] = {}
     for topic in partitions:
         ids: list[str] = []
         for m in members:
             ids.extend(m.topic_count.thread_ids(m.consumer_id, topic))
         threads[topic] = ids
-    return assignor.assign(partitions, threads)
+    previous = {tp: thread for m in members for tp, thread in m.owned.items()}
+    return assignor.assign(partitions, threads, previous)
+
+
+def members_to_move(members: Sequence[ConsumerRegistry],
+                    shares: Mapping[str, Mapping[TopicPartition, str]]) -> list[ConsumerRegistry]:
+    """The members a rebalance stops and starts: those whose partitions change (a partition
+    they lose, one they gain, or a thread of theirs that changes), and any this coordinator
+    has not started yet. The others own exactly their share already and go on fetching:
+    every partition that moves is given up by a member in this list and taken by one."""
+    return [m for m in members
+            if not m.started or m.owned != shares.get(m.consumer_id, {})]
 
 
 def rebalance_reason(assignment: Mapping[TopicPartition, str],
@@ -236,10 +257,13 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
              why=reason)
     _check(ctx, group, newer_aborts=True)
 
-    # STOP: nobody owns the group's partitions from the moment a member has answered.
+    # STOP the members whose partitions change: nobody owns a partition that moves from the
+    # moment its old owner has answered. The others keep their partitions and go on fetching.
     t_read = clock.seconds()
+    shares = by_member(assignment)
+    moving = members_to_move(members, shares)
     stops = []
-    for m in members:
+    for m in moving:
         stops.append((m, ctx.send_stop(m)))
     await wait_all(stops, "stop_fetcher")
     _check(ctx, group, newer_aborts=True)
@@ -254,8 +278,7 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
     t_commit = clock.seconds()
     generation = group.generation + 1
     starts = []
-    shares = by_member(assignment)
-    for m in members:
+    for m in moving:
         ownership = ownership_for(m, shares.get(m.consumer_id, {}), group.start_offset)
         starts.append((m, ctx.send_start(m, generation, ownership)))
     await wait_all(starts, "start_fetcher")
@@ -268,10 +291,10 @@ async def attempt(ctx: RebalanceContext, group: GroupRegistry) -> str:
     await ctx.write_owners(group, assignment, zk_owners)
     t_end = clock.seconds()
     # Where a rebalance's time goes, for operators tuning big groups.
-    log.info("group {g} generation {gen}: read+assign {a:.3f}s, stop {b:.3f}s, commit "
-             "{c:.3f}s, start {d:.3f}s, owners {e:.3f}s", g=group.group_id, gen=generation,
-             a=t_read - t0, b=t_stop - t_read, c=t_commit - t_stop, d=t_start - t_commit,
-             e=t_end - t_start)
+    log.info("group {g} generation {gen} ({m} of {n} members moved): read+assign {a:.3f}s, "
+             "stop {b:.3f}s, commit {c:.3f}s, start {d:.3f}s, owners {e:.3f}s",
+             g=group.group_id, gen=generation, m=len(moving), n=len(members), a=t_read - t0,
+             b=t_stop - t_read, c=t_commit - t_stop, d=t_start - t_commit, e=t_end - t_start)
     return COMPLETED
 
 

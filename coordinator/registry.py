@@ -40,8 +40,9 @@ class ConsumerRegistry:
     """One registered consumer.
 
     Invariants: ``owned`` holds exactly the partitions of the last StartFetcher this consumer
-    acknowledged in the current rebalance generation, and is emptied when a StopFetcher is
-    sent (between StopFetcher and StartFetcher nobody owns the group's partitions);
+    acknowledged, and is emptied when a StopFetcher is sent (between its old owner's
+    StopFetcher and its new owner's StartFetcher nobody owns a partition that moves; a member
+    whose partitions do not change in a rebalance gets neither, and keeps ``owned``);
     ``started`` is False until this coordinator's first acknowledged StartFetcher (a thin
     consumer stops fetching when it registers, so it needs one).
     """

@@ -52,7 +52,7 @@ from broker_core.fenced_writer import EpochMoved, write_fenced
 from broker_core.purgatory import Purgatory
 from broker_core.server.channel import ServerChannel
 from coordinator import rebalance
-from coordinator.assignor import IPartitionAssignor, RangeAssignor, TopicPartition
+from coordinator.assignor import IPartitionAssignor, StickyAssignor, TopicPartition
 from coordinator.committer import OffsetCommitter, read_committed_offset
 from coordinator.consumer_requests import ConsumerRequests
 from coordinator.elector import coordinator_election
@@ -126,7 +126,7 @@ class CoordinatorService:
         self.config = config or CoordinatorConfig()
         self.brokers = brokers
         self.metrics = metrics
-        self.assignor: IPartitionAssignor = assignor or RangeAssignor()
+        self.assignor: IPartitionAssignor = assignor or StickyAssignor()
         self.backoff_s = self.config.rebalance_backoff_ms / 1000.0
         self.max_retries = self.config.rebalance_max_retries
         self.elector = coordinator_election(broker_id, store, shard, on_elected=self._on_elected,

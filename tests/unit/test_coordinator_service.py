@@ -29,12 +29,13 @@ from tests.support.coordinator_channels import FakeChannel, FakeProto
 from tests.support.memory_store import MemoryStore
 
 
-def make(**overrides):
+def make(partitions=2, **overrides):
     clock = task.Clock()
     store = MemoryStore()
     store.ensure_path(paths.CONSUMERS)
     store.ensure_path(paths.TOPICS)
-    store.nodes[paths.topic("t")] = (paths.TopicAssignment({0: [1], 1: [1]}).to_bytes(), 0)
+    store.nodes[paths.topic("t")] = (
+        paths.TopicAssignment({p: [1] for p in range(partitions)}).to_bytes(), 0)
     cfg = CoordinatorConfig(**{"min_session_timeout_ms": 300, "initial_rebalance_delay_ms": 0,
                                "rebalance_backoff_ms": 100, **overrides})
     metrics = BrokerMetrics(CollectorRegistry())
@@ -311,7 +312,8 @@ def assert_no_partition_held_twice(channels):
 def test_a_superseded_rebalance_stops_at_its_next_phase_boundary_and_the_newest_runs():
     # No quiet period (the newer rebalance runs as soon as it can); the delay bounds how
     # long rebalances may be superseded.
-    clock, store, svc = make(initial_rebalance_delay_ms=3000, initial_rebalance_quiet_ms=0)
+    clock, store, svc = make(partitions=4, initial_rebalance_delay_ms=3000,
+                             initial_rebalance_quiet_ms=0)
     channels = {}
 
     def step(action=None):
@@ -327,35 +329,70 @@ def test_a_superseded_rebalance_stops_at_its_next_phase_boundary_and_the_newest_
     g = svc.registries.groups["g"]
     assert g.generation == 1 and g.state == "stable"
     a, b = channels["a"], channels["b"]
+    assert held(channels) == {"a": {("t", 0), ("t", 1)}, "b": {("t", 2), ("t", 3)}}
     writes = store.multis
 
     channels["c"] = register(svc, "c")[1]
-    step()  # the rebalance for c starts: StopFetcher to a, b and c
-    assert stop_fetchers_sent(a, b, channels["c"]) == [2, 2, 1]
-    step(lambda: answer_all(a, offsets=[SimpleNamespace(topic="t", partition=0, offset=7)]))
+    step()  # the rebalance for c starts: b gives t-3 to c, so StopFetcher to b and c; a keeps
+    assert stop_fetchers_sent(a, b, channels["c"]) == [1, 2, 1]
+    step(lambda: answer_all(b, offsets=[SimpleNamespace(topic="t", partition=3, offset=7)]))
     channels["d"] = register(svc, "d")[1]  # a newer membership while the STOP phase waits
     step()
-    step(lambda: answer_all(b))
     step(lambda: answer_all(channels["c"]))
     # The STOP phase ended superseded: no COMMIT, no StartFetcher, no owners written, and the
-    # rebalance for a, b, c and d runs now (StopFetcher to all four).
+    # rebalance for a, b, c and d runs now: a gives up t-1, and b and c (stopped, owning
+    # nothing) and d take one each, so StopFetcher to all four.
     assert store.multis == writes
     assert all(not ch.pending(ApiKey.START_FETCHER) for ch in channels.values())
     assert sum(1 for k, _b, _d in a.sent if k == ApiKey.START_FETCHER) == 1
     assert g.generation == 1
-    assert g.offsets[("t", 0)] == 7  # a's reported offset is kept for the next owner
-    assert stop_fetchers_sent(*channels.values()) == [3, 3, 2, 1]
+    assert g.offsets[("t", 3)] == 7  # b's reported offset is kept for the next owner
+    assert stop_fetchers_sent(*channels.values()) == [2, 3, 2, 1]
     for _ in range(3):
         step(lambda: [answer_all(ch) for ch in channels.values()])
     assert g.generation == 2 and g.state == "stable"
     owned = {cid: set(svc.registries.member("g", cid).owned) for cid in channels}
-    assert sorted(tp for tps in owned.values() for tp in tps) == [("t", 0), ("t", 1)]
+    assert owned == {"a": {("t", 0)}, "b": {("t", 1)}, "c": {("t", 2)}, "d": {("t", 3)}}
     assert held(channels) == owned
     starts = [body for ch in channels.values() for k, body, _d in ch.sent
               if k == ApiKey.START_FETCHER and body["generation_id"] == 2]
     assert len(starts) == 4
     assert {p["offset"] for s in starts for t in s["ownership"] for p in t["partitions"]
-            if p["partition"] == 0} == {7}
+            if p["partition"] == 3} == {7}
+
+
+def test_a_member_whose_partitions_do_not_move_is_neither_stopped_nor_started():
+    """Incremental rebalances: c joins a group of a and b over two partitions; the sticky
+    assignment leaves both with theirs and c with none, so only c is stopped and started. When
+    a leaves, its partition goes to c, and b is left alone again."""
+    clock, store, svc = make()
+    channels = {cid: register(svc, cid)[1] for cid in ("a", "b")}
+    for _ in range(3):
+        [answer_all(ch) for ch in channels.values()]
+        clock.advance(0)
+    g = svc.registries.groups["g"]
+    assert g.generation == 1 and held(channels) == {"a": {("t", 0)}, "b": {("t", 1)}}
+    a, b = channels["a"], channels["b"]
+    sent_a, sent_b = len(a.sent), len(b.sent)
+
+    channels["c"] = register(svc, "c")[1]
+    for _ in range(3):
+        clock.advance(0)
+        answer_all(channels["c"])
+    assert g.generation == 2 and g.state == "stable"
+    assert held(channels) == {"a": {("t", 0)}, "b": {("t", 1)}, "c": set()}
+    keys = {ApiKey.STOP_FETCHER, ApiKey.START_FETCHER}
+    assert [k for k, _b, _d in a.sent[sent_a:] if k in keys] == []
+    assert [k for k, _b, _d in b.sent[sent_b:] if k in keys] == []
+    assert svc.registries.member("g", "c").started
+
+    leave(svc, "a", svc.registries.member("g", "a").session_id)
+    for _ in range(3):
+        clock.advance(0)
+        answer_all(channels["c"])
+    assert g.generation == 3
+    assert held({"b": b, "c": channels["c"]}) == {"b": {("t", 1)}, "c": {("t", 0)}}
+    assert [k for k, _b, _d in b.sent[sent_b:] if k in keys] == []
 
 
 def test_a_rebalance_superseded_during_its_reads_sends_nothing():

@@ -135,7 +135,11 @@ class QuorumMember:
                 self.sessions.lead(self.tree.sessions, self._now())
             elif t.from_role is Role.LEADER:
                 self.sessions.stop_leading()
-            if t.leader_id >= 0 and (t.to_epoch != t.from_epoch or t.from_role is not t.to_role):
+            # The network client's rule: this node became leader, or it learnt of another
+            # node's leadership (a leader stepping down to nobody tells no one).
+            if t.to_role is Role.LEADER or (
+                    t.leader_id >= 0 and t.leader_id != self.node.node_id
+                    and (t.to_epoch != t.from_epoch or t.from_role is not t.to_role)):
                 self._leader_known = True
         if fx.truncated_to is not None:
             for offset in sorted(o for o in self._pending if o >= fx.truncated_to):
@@ -145,7 +149,10 @@ class QuorumMember:
         if self._leader_known:  # after the node's state is settled, as the network client
             self._leader_known = False
             for callback in list(self._leader_listeners):
-                callback()
+                try:
+                    callback()
+                except Exception:
+                    self.log.failure("leader listener {c} failed", c=callback)
 
     def _apply_committed(self) -> None:
         """Apply every committed entry not applied yet, in order. Re-entrant calls (a callback

@@ -227,3 +227,22 @@ def test_a_new_leader_known_during_a_hung_heartbeat_is_heartbeated_as_soon_as_it
     clock.advance(0)
     assert sent[1:] == [clock.seconds()]  # at once, not a third of the timeout later
     assert store.state is SessionState.CONNECTED
+
+
+def test_the_local_quorum_tells_its_leader_listeners_as_the_network_client_does(clock, quorum):
+    # The network client tells its listeners when the node leads or learns of another leader,
+    # never when a leader steps down to nobody, and logs a listener's failure: the in-process
+    # double must do the same, or the store tests above would test a different store.
+    told: list[bool] = []
+
+    def broken() -> None:
+        raise RuntimeError("a listener's bug")
+
+    quorum.add_leader_listener(broken)
+    quorum.add_leader_listener(lambda: told.append(quorum.leading))
+    run(clock, quorum.wait_for_leader())
+    assert told == [True]  # the first election, despite the broken listener before it
+    quorum.resign()
+    assert not quorum.leading and told == [True]  # stepping down to nobody is not news
+    run(clock, quorum.wait_for_leader())
+    assert told == [True, True]

@@ -186,7 +186,7 @@ class QuorumMetadataStore:
         self._listeners = SessionStateListeners()
         self._watches: dict[tuple[str, str], list[_Watch]] = {}
         self._heartbeat_call: Any = None
-        self._heartbeat_in_flight = False
+        self._heartbeat_in_flight: defer.Deferred | None = None
         self._heartbeat_soon = False  # a new leader came while a heartbeat was in flight
         self._renewing = False
         self._running = False
@@ -488,8 +488,11 @@ class QuorumMetadataStore:
         leave (every group then rebalances for an election it could have ridden out)."""
         if not self._running:
             return
-        if self._heartbeat_in_flight:
-            self._heartbeat_soon = True  # it may hang on the old leader: the next goes at once
+        if self._heartbeat_in_flight is not None:
+            # It went to the old leader and may hang there until its timeout: abandon it (its
+            # end, not a failure of the session, schedules the next heartbeat at once).
+            self._heartbeat_soon = True
+            self._heartbeat_in_flight.cancel()
             return
         if self._heartbeat_call is not None and self._heartbeat_call.active():
             self._heartbeat_call.cancel()
@@ -505,8 +508,8 @@ class QuorumMetadataStore:
             self._schedule_heartbeat()
             return
         sid = self.session_id
-        self._heartbeat_in_flight = True
         d = self.client.heartbeat(sid)
+        self._heartbeat_in_flight = d
         timer = self.reactor.callLater(self.session_timeout / 3, d.cancel)
 
         def ok(_: Any) -> None:
@@ -516,6 +519,8 @@ class QuorumMetadataStore:
         def failed(f: Failure) -> None:
             if sid != self.session_id:
                 return
+            if f.check(defer.CancelledError) and self._heartbeat_soon:
+                return  # abandoned for a new leader, which is heartbeated next: no verdict
             if f.check(SessionExpired):
                 self._session_lost(f"the leader expired session {sid}")
             elif f.check(ConnectionLost, defer.CancelledError):
@@ -526,7 +531,7 @@ class QuorumMetadataStore:
         def done(_: Any) -> None:
             if timer.active():
                 timer.cancel()
-            self._heartbeat_in_flight = False
+            self._heartbeat_in_flight = None
             soon, self._heartbeat_soon = self._heartbeat_soon, False
             self._schedule_heartbeat(0.0 if soon else None)
 

@@ -39,7 +39,8 @@ class IPartitionAssignor(Interface):
         """Given each topic's partitions and the consumer thread ids subscribed to it, return
         the owner thread of every partition. Every partition of a topic with at least one
         thread gets exactly one owner; a topic without threads gets none. ``previous`` is the
-        owner thread each partition has now (an assignor may keep it there). Deterministic:
+        owner thread each partition has now (an assignor may keep it there); the coordinator
+        always passes it, so an assignor that ignores it must still accept it. Deterministic:
         the same inputs give the same answer whatever their order."""
 
 

@@ -41,10 +41,11 @@ after ASSIGN/CHECK, after STOP or after COMMIT (:class:`Superseded`), for at mos
 ``supersede_bound_s`` from the first supersession since the group's last completed rebalance.
 Its assignment is for a membership that no longer exists, so sending it would cost a
 StartFetcher to its members now and a StopFetcher to them again in the queued rebalance.
-Stopping there is safe: a member stopped here owns nothing, so the queued rebalance counts it
-among those whose partitions change and stops every one of them before it starts anyone; and
-the offsets the stopped members reported are in the registry (the queued rebalance commits
-them and starts from them). Once StartFetchers are out the attempt
+Stopping there is safe: a member sent a StopFetcher here is unsettled
+(``ConsumerRegistry.started`` turns False when the request goes out, answered or not), so the
+queued rebalance counts it among the members it stops and starts, and it stops every one of
+them before it starts anyone; and the offsets the stopped members reported are in the registry
+(the queued rebalance commits them and starts from them). Once StartFetchers are out the attempt
 finishes (writes the owners), since the members already hold that generation. So a join storm
 costs rebalances that end early while members keep arriving, and one that completes once they
 pause, or once the bound has passed (a storm that never pauses still gets its members
@@ -147,9 +148,12 @@ def compute_assignment(assignor: IPartitionAssignor, members: Sequence[ConsumerR
 def members_to_move(members: Sequence[ConsumerRegistry],
                     shares: Mapping[str, Mapping[TopicPartition, str]]) -> list[ConsumerRegistry]:
     """The members a rebalance stops and starts: those whose partitions change (a partition
-    they lose, one they gain, or a thread of theirs that changes), and any this coordinator
-    has not started yet. The others own exactly their share already and go on fetching:
-    every partition that moves is given up by a member in this list and taken by one."""
+    they lose, one they gain, or a thread of theirs that changes), and every member that is
+    not settled (``ConsumerRegistry.started`` False: never started by this coordinator, or a
+    StopFetcher or StartFetcher sent to it since its last acknowledged StartFetcher, whose
+    answer may not have come). The others fetch exactly their share already and go on
+    fetching: every partition that moves is given up by a member in this list and taken by
+    one, and a member whose state is unknown is stopped before anyone is started."""
     return [m for m in members
             if not m.started or m.owned != shares.get(m.consumer_id, {})]
 
@@ -161,7 +165,8 @@ def rebalance_reason(assignment: Mapping[TopicPartition, str],
     the assignment is already in force everywhere."""
     for m in members:
         if not m.started:
-            return f"member {m.consumer_id} has not been started by this coordinator"
+            return (f"member {m.consumer_id} has not been started by this coordinator "
+                    "since its last StopFetcher or StartFetcher was sent")
     if assignment and not zk_owners:
         return "no owners registered in ZooKeeper"
     for tp in assignment:

@@ -151,12 +151,14 @@ class CoordinatorRebalanceContext:
 
     def send_stop(self, m: ConsumerRegistry) -> defer.Deferred:
         g = self.service.registries.groups.get(m.group_id)
+        self._sending(m)
 
         def answered(body: Any) -> Any:
             if body.error_code == 0 and m.alive:
                 if body.offsets and g is not None:
                     g.record_offsets(m, ((o.topic, o.partition, o.offset) for o in body.offsets))
                 m.owned = {}  # stopped: it owns nothing until its next StartFetcher
+            self._after_answer(g, m)
             return body
 
         req = m.channel.request(ApiKey.STOP_FETCHER, 0, {"consumer_id": m.consumer_id})
@@ -165,11 +167,18 @@ class CoordinatorRebalanceContext:
 
     def send_start(self, m: ConsumerRegistry, generation: int,
                    ownership: list[dict]) -> defer.Deferred:
+        g = self.service.registries.groups.get(m.group_id)
+        sent = self._sending(m)
+
         def answered(body: Any) -> Any:
             if body.error_code == 0 and m.alive:
+                # Answers come in the order the requests went out on the channel, so this is
+                # what the consumer fetches now, even when the answer is late; it is settled
+                # only if nothing was sent to it after this StartFetcher.
                 m.owned = {(p["topic"], p["partition"]): t["consumer_thread_id"]
                            for t in ownership for p in t["partitions"]}
-                m.started = True
+                m.started = sent == m.fetcher_requests
+            self._after_answer(g, m)
             return body
 
         req = m.channel.request(ApiKey.START_FETCHER, 0, {
@@ -180,6 +189,26 @@ class CoordinatorRebalanceContext:
                                    getattr(m.channel, "listener", None))})
         req.addCallback(answered)
         return purgatories.watch(self.service.start_purgatory, m.key, m.response_timeout_s, req)
+
+    @staticmethod
+    def _sending(m: ConsumerRegistry) -> int:
+        """A StopFetcher or StartFetcher is about to go to ``m``: until a StartFetcher is
+        acknowledged it is not settled (what it fetches is unknown, or nothing), so every
+        later rebalance stops and starts it. Returns the request's number."""
+        m.started = False
+        m.fetcher_requests += 1
+        return m.fetcher_requests
+
+    def _after_answer(self, g: GroupRegistry | None, m: ConsumerRegistry) -> None:
+        """An answer came after its rebalance ended (it expired, or the attempt failed on
+        another member and was not retried): what the member fetches changed with no rebalance
+        to act on it, so one is asked for. While a rebalance is queued or running it sees the
+        member's new state itself."""
+        if (g is not None and m.alive and g.members.get(m.consumer_id) is m
+                and g.curr_rebalancer is None and not g.rebalance_initiated):
+            log.info("late fetcher answer from {c} of group {g}: rebalancing again",
+                     c=m.consumer_id, g=g.group_id)
+            self.service.request_rebalance(g)
 
     def rebalance_finished(self, group: GroupRegistry, result: str, seconds: float) -> None:
         if result == rebalance.COMPLETED:

@@ -39,12 +39,18 @@ class DuplicateConsumer(Exception):
 class ConsumerRegistry:
     """One registered consumer.
 
-    Invariants: ``owned`` holds exactly the partitions of the last StartFetcher this consumer
-    acknowledged, and is emptied when a StopFetcher is sent (between its old owner's
-    StopFetcher and its new owner's StartFetcher nobody owns a partition that moves; a member
-    whose partitions do not change in a rebalance gets neither, and keeps ``owned``);
-    ``started`` is False until this coordinator's first acknowledged StartFetcher (a thin
-    consumer stops fetching when it registers, so it needs one).
+    Invariants: ``owned`` is what the consumer last told this coordinator it fetches: the
+    partitions of the last StartFetcher it acknowledged, emptied when it acknowledges a
+    StopFetcher (between its old owner's StopFetcher answer and its new owner's StartFetcher
+    nobody owns a partition that moves; a member whose partitions do not change in a rebalance
+    gets neither, and keeps ``owned``). ``started`` ("settled") is True only while the last
+    StopFetcher or StartFetcher sent to this consumer was a StartFetcher it acknowledged: it
+    turns False when either is *sent*, so a member with a request unanswered, expired or
+    refused, or one stopped and not started again, is never taken to fetch exactly ``owned``,
+    and the next rebalance stops and starts it (coordinator.rebalance.members_to_move). It is
+    False until this coordinator's first acknowledged StartFetcher (a thin consumer stops
+    fetching when it registers, so it needs one). ``fetcher_requests`` counts the
+    StopFetcher/StartFetcher requests sent, so an answer can tell whether it is the last one.
     """
 
     group_id: str
@@ -68,6 +74,7 @@ class ConsumerRegistry:
     ping_outstanding: bool = False
     ping_seq: int = 0
     started: bool = False
+    fetcher_requests: int = 0
     alive: bool = True
     owned: dict[TopicPartition, str] = field(default_factory=dict)
 

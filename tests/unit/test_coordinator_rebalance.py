@@ -79,13 +79,15 @@ class FakeContext:
     def send_stop(self, m):
         offsets = [SimpleNamespace(topic=t, partition=p, offset=100 + p)
                    for (t, p) in sorted(m.owned)]
-        if m.consumer_id not in self.mute:  # what the service does with the answer
+        m.started = False  # what the service does on sending, and with the answer
+        if m.consumer_id not in self.mute:
             self.group.record_offsets(m, [(o.topic, o.partition, o.offset) for o in offsets])
             m.owned = {}
         return self._send("stop", m, SimpleNamespace(error_code=0, offsets=offsets))
 
     def send_start(self, m, generation, ownership):
         self.events.append(("start_body", m.consumer_id, generation, ownership))
+        m.started = False
         d = self._send("start", m, SimpleNamespace(error_code=0))
         if m.consumer_id not in self.mute:
             m.owned = {(p["topic"], p["partition"]): t["consumer_thread_id"]

@@ -395,6 +395,121 @@ def test_a_member_whose_partitions_do_not_move_is_neither_stopped_nor_started():
     assert [k for k, _b, _d in b.sent[sent_b:] if k in keys] == []
 
 
+def no_partition_held_twice(channels):
+    seen: dict = {}
+    for name, tps in held(channels).items():
+        for tp in tps:
+            assert tp not in seen, f"{tp} held by {seen[tp]} and {name}"
+            seen[tp] = name
+    return True
+
+
+def answer_fetcher_requests(ch, kind):
+    """Answer ``ch``'s pending requests of ``kind`` in the order they were sent (a consumer
+    answers its channel's requests in order)."""
+    for key, _body, d in list(ch.sent):
+        if key == kind and not d.called:
+            d.callback(SimpleNamespace(error_code=0, offsets=None))
+
+
+def settle(clock, channels, turns=4):
+    for _ in range(turns):
+        clock.advance(0)
+        [answer_all(ch) for ch in channels.values()]
+        no_partition_held_twice(channels)
+
+
+def test_a_member_whose_start_fetcher_expired_is_stopped_before_its_partition_moves():
+    """c is sent t1 in a rebalance, but its answer comes only after the wait expired; a newer
+    rebalance must not take c for idle (it may be fetching t1) and give t1 to b2: c is stopped
+    first, and from its late answer on the group converges."""
+    clock, store, svc = make()
+    channels = {cid: register(svc, cid)[1] for cid in ("a", "b")}
+    settle(clock, channels)
+    channels["c"] = register(svc, "c")[1]
+    settle(clock, channels)
+    g = svc.registries.groups["g"]
+    assert held(channels) == {"a": {("t", 0)}, "b": {("t", 1)}, "c": set()}
+    assert g.state == "stable"
+
+    c = channels["c"]
+    leave(svc, "b", svc.registries.member("g", "b").session_id)
+    channels.pop("b")
+    clock.advance(0)
+    answer_fetcher_requests(c, ApiKey.STOP_FETCHER)
+    clock.advance(0)
+    start = c.pending(ApiKey.START_FETCHER)
+    assert len(start) == 1 and held(channels)["c"] == {("t", 1)}  # c has it, the answer waits
+    assert g.state == "rebalancing"
+    channels["b2"] = register(svc, "b2")[1]  # a newer rebalance is queued meanwhile
+    stops_before = len([k for k, _b, _d in c.sent if k == ApiKey.STOP_FETCHER])
+    clock.advance(2.0)  # c's StartFetcher expires: the attempt fails, the queued one runs
+    for _ in range(4):
+        clock.advance(0)
+        answer_all(channels["a"])
+        answer_all(channels["b2"])
+        no_partition_held_twice(channels)
+    stops_after = len([k for k, _b, _d in c.sent if k == ApiKey.STOP_FETCHER])
+    assert stops_after == stops_before + 1, "c must be stopped: its state is unknown"
+    assert held(channels)["b2"] == set(), "t1 may move only once c has stopped"
+    answer_all(c)  # the late StartFetcher answer, then the StopFetcher, in order
+    settle(clock, channels)
+    assert g.state == "stable"
+    owned = {cid: set(m.owned) for cid, m in g.members.items()}
+    assert owned == {cid: tps for cid, tps in held(channels).items()}
+    assert set().union(*owned.values()) == {("t", 0), ("t", 1)}
+
+
+def test_a_member_whose_stop_fetcher_expired_is_started_again():
+    """b is stopped in a rebalance but its answer is late (it did stop: it owns nothing); the
+    attempt fails and c, the member it was for, crashes. The membership is back to a and b
+    with the old owners in ZooKeeper, yet b's partitions must not be left unconsumed: b is not
+    settled, so the next rebalance starts it again."""
+    clock, store, svc = make(partitions=4)
+    channels = {cid: register(svc, cid)[1] for cid in ("a", "b")}
+    settle(clock, channels)
+    g = svc.registries.groups["g"]
+    assert held(channels) == {"a": {("t", 0), ("t", 1)}, "b": {("t", 2), ("t", 3)}}
+
+    channels["c"] = register(svc, "c")[1]
+    clock.advance(0)
+    answer_all(channels["c"])
+    a, b = channels["a"], channels["b"]
+    assert b.pending(ApiKey.STOP_FETCHER) and not a.pending(ApiKey.STOP_FETCHER)
+    clock.advance(2.0)  # b's StopFetcher expires (b got it: it stops, its answer is slow)
+    channels.pop("c").close()  # c crashes
+    clock.advance(0.1)  # the failed attempt's backoff: the rebalance of a and b runs
+    settle(clock, channels)  # b's answers come, in order
+    assert held(channels) == {"a": {("t", 0), ("t", 1)}, "b": {("t", 2), ("t", 3)}}
+    assert g.state == "stable"
+    assert {cid: set(m.owned) for cid, m in g.members.items()} == held(channels)
+
+
+def test_a_late_fetcher_answer_after_the_rebalance_gave_up_asks_for_another():
+    """A StartFetcher answered after its rebalance ran out of attempts: what the member fetches
+    changed with no rebalance left to act on it, so the coordinator asks for one."""
+    clock, store, svc = make(rebalance_max_retries=1)
+    _, a = register(svc, "a")
+    clock.advance(0)
+    answer_all(a)
+    clock.advance(0)
+    assert a.pending(ApiKey.START_FETCHER)
+    clock.advance(2.0)  # expired: the only attempt failed
+    g = svc.registries.groups["g"]
+    assert g.curr_rebalancer is None and g.rebalance_failures == 1 and g.state == "rebalancing"
+    answer_all(a)  # the late answer (and a Ping)
+    clock.advance(0)
+    answer_all(a)
+    clock.advance(0)
+    answer_all(a)
+    # The rebalance it asked for finds a fetching what it was sent, so it only writes owners.
+    assert g.state == "stable" and g.generation == 1
+    assert set(svc.registries.member("g", "a").owned) == {("t", 0), ("t", 1)}
+    assert {p: store.nodes[paths.consumer_owner("g", "t", p)][0] for p in (0, 1)} == {
+        0: b"a-0", 1: b"a-0"}
+    assert len([k for k, _b, _d in a.sent if k == ApiKey.START_FETCHER]) == 1
+
+
 def test_a_rebalance_superseded_during_its_reads_sends_nothing():
     # No quiet period (the newer rebalance runs as soon as it can); the delay bounds how
     # long rebalances may be superseded.

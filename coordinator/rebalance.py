@@ -107,7 +107,10 @@ class RebalanceContext(Protocol):
     #: How long a group's rebalances may keep being superseded before one runs to the end.
     supersede_bound_s: float
 
-    def can_act(self) -> bool: ...
+    def can_act(self, group: GroupRegistry) -> bool:
+        """The coordinator may act for ``group``: it is active, not suspended, and ``group``
+        is its registry of this term (a rebalance of an earlier term, waiting out a backoff
+        across a resignation and re-election, must not write under the new epoch)."""
     def known_topics(self) -> set[str]: ...
     def read_partitions(self, topics: set[str]) -> Awaitable[dict[str, list[int]]]: ...
     def read_owners(self, group: GroupRegistry) -> Awaitable[dict[TopicPartition, str]]: ...
@@ -308,7 +311,7 @@ def _check(ctx: RebalanceContext, group: GroupRegistry, *, newer_aborts: bool = 
     ``newer_aborts``, only before START) when a newer request superseded this rebalance, unless
     the group's rebalances have been superseded for ``ctx.supersede_bound_s`` already: then this
     one runs to the end, so a storm that never pauses still gets assignments out."""
-    if not ctx.can_act():
+    if not ctx.can_act(group):
         raise NotCoordinator()
     if group.rebalance_failed is not None:
         raise AttemptFailed("member_failed", group.rebalance_failed)
@@ -326,7 +329,7 @@ async def rebalance(ctx: RebalanceContext, group: GroupRegistry) -> str:
     result = FAILED
     try:
         for n in range(1, ctx.max_retries + 1):
-            if not ctx.can_act():
+            if not ctx.can_act(group):
                 result = ABANDONED
                 return result
             group.rebalance_failed = None

@@ -66,8 +66,9 @@ class CoordinatorRebalanceContext:
         # The bound of a group's wait for arrivals to pause bounds supersession too.
         return self.service.config.initial_rebalance_delay_ms / 1000.0
 
-    def can_act(self) -> bool:
-        return self.service.can_act()
+    def can_act(self, group: GroupRegistry) -> bool:
+        return (self.service.can_act()
+                and self.service.registries.groups.get(group.group_id) is group)
 
     def known_topics(self) -> set[str]:
         return set(self.service.listeners.topics)
@@ -158,7 +159,6 @@ class CoordinatorRebalanceContext:
                 if body.offsets and g is not None:
                     g.record_offsets(m, ((o.topic, o.partition, o.offset) for o in body.offsets))
                 m.owned = {}  # stopped: it owns nothing until its next StartFetcher
-            self._after_answer(g, m)
             return body
 
         req = m.channel.request(ApiKey.STOP_FETCHER, 0, {"consumer_id": m.consumer_id})
@@ -167,7 +167,6 @@ class CoordinatorRebalanceContext:
 
     def send_start(self, m: ConsumerRegistry, generation: int,
                    ownership: list[dict]) -> defer.Deferred:
-        g = self.service.registries.groups.get(m.group_id)
         sent = self._sending(m)
 
         def answered(body: Any) -> Any:
@@ -178,7 +177,6 @@ class CoordinatorRebalanceContext:
                 m.owned = {(p["topic"], p["partition"]): t["consumer_thread_id"]
                            for t in ownership for p in t["partitions"]}
                 m.started = sent == m.fetcher_requests
-            self._after_answer(g, m)
             return body
 
         req = m.channel.request(ApiKey.START_FETCHER, 0, {
@@ -199,17 +197,6 @@ class CoordinatorRebalanceContext:
         m.fetcher_requests += 1
         return m.fetcher_requests
 
-    def _after_answer(self, g: GroupRegistry | None, m: ConsumerRegistry) -> None:
-        """An answer came after its rebalance ended (it expired, or the attempt failed on
-        another member and was not retried): what the member fetches changed with no rebalance
-        to act on it, so one is asked for. While a rebalance is queued or running it sees the
-        member's new state itself."""
-        if (g is not None and m.alive and g.members.get(m.consumer_id) is m
-                and g.curr_rebalancer is None and not g.rebalance_initiated):
-            log.info("late fetcher answer from {c} of group {g}: rebalancing again",
-                     c=m.consumer_id, g=g.group_id)
-            self.service.request_rebalance(g)
-
     def rebalance_finished(self, group: GroupRegistry, result: str, seconds: float) -> None:
         if result == rebalance.COMPLETED:
             log.info("group {g} rebalanced (generation {gen}) in {s:.3f}s", g=group.group_id,
@@ -218,6 +205,13 @@ class CoordinatorRebalanceContext:
             self.service.metrics.coordinator_rebalances_total.labels(result=result).inc()
             if result == rebalance.COMPLETED:
                 self.service.metrics.coordinator_rebalance_duration_seconds.observe(seconds)
+        if (result == rebalance.FAILED and self.can_act(group)
+                and any(not m.started for m in group.members.values())):
+            # Members were stopped, or their state is unknown (a refused or unanswered
+            # request), and no event may come to rebalance them again: the group would sit
+            # unconsumed. Try again after the backoff, for as long as this goes on.
+            group.not_before = max(group.not_before, self.clock.seconds() + self.backoff_s)
+            self.service.request_rebalance(group)
 
     def attempt_failed(self, group: GroupRegistry, reason: str) -> None:
         if self.service.metrics is not None:

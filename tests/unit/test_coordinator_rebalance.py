@@ -41,7 +41,7 @@ class FakeContext:
         self.finished: list = []
         self.failures: list = []
 
-    def can_act(self):
+    def can_act(self, group):
         return self.active
 
     def known_topics(self):

@@ -485,9 +485,10 @@ def test_a_member_whose_stop_fetcher_expired_is_started_again():
     assert {cid: set(m.owned) for cid, m in g.members.items()} == held(channels)
 
 
-def test_a_late_fetcher_answer_after_the_rebalance_gave_up_asks_for_another():
-    """A StartFetcher answered after its rebalance ran out of attempts: what the member fetches
-    changed with no rebalance left to act on it, so the coordinator asks for one."""
+def test_a_rebalance_that_gave_up_is_tried_again_and_takes_a_late_answer_for_the_truth():
+    """A StartFetcher answered after its rebalance ran out of attempts: the member is not
+    settled, so the coordinator tries again after the backoff; by then the late answer says
+    what the member fetches, and the new attempt only writes the owners."""
     clock, store, svc = make(rebalance_max_retries=1)
     _, a = register(svc, "a")
     clock.advance(0)
@@ -496,18 +497,74 @@ def test_a_late_fetcher_answer_after_the_rebalance_gave_up_asks_for_another():
     assert a.pending(ApiKey.START_FETCHER)
     clock.advance(2.0)  # expired: the only attempt failed
     g = svc.registries.groups["g"]
-    assert g.curr_rebalancer is None and g.rebalance_failures == 1 and g.state == "rebalancing"
+    assert g.rebalance_failures == 1 and g.rebalance_initiated and g.state == "rebalancing"
     answer_all(a)  # the late answer (and a Ping)
-    clock.advance(0)
+    clock.advance(0.1)  # rebalance.backoff.ms
     answer_all(a)
     clock.advance(0)
-    answer_all(a)
-    # The rebalance it asked for finds a fetching what it was sent, so it only writes owners.
+    # The new rebalance finds a fetching what it was sent, so it only writes owners.
     assert g.state == "stable" and g.generation == 1
     assert set(svc.registries.member("g", "a").owned) == {("t", 0), ("t", 1)}
     assert {p: store.nodes[paths.consumer_owner("g", "t", p)][0] for p in (0, 1)} == {
         0: b"a-0", 1: b"a-0"}
     assert len([k for k, _b, _d in a.sent if k == ApiKey.START_FETCHER]) == 1
+
+
+def test_a_refusal_that_ends_the_last_attempt_is_tried_again_after_the_backoff():
+    """b refuses its StopFetcher on the last attempt after a has stopped: no membership change
+    will come to restart a, so the coordinator asks for another rebalance after the backoff
+    and the group is consumed again."""
+    clock, store, svc = make(partitions=2, rebalance_max_retries=1)
+    channels = {"a": register(svc, "a")[1]}
+    settle(clock, channels)
+    g = svc.registries.groups["g"]
+    channels["b"] = register(svc, "b")[1]
+    clock.advance(0)
+    a, b = channels["a"], channels["b"]
+    answer_fetcher_requests(a, ApiKey.STOP_FETCHER)
+    b.pending(ApiKey.STOP_FETCHER)[0][1].callback(SimpleNamespace(error_code=1, offsets=None))
+    clock.advance(0)
+    assert g.rebalance_failures == 1 and held(channels) == {"a": set(), "b": set()}
+    clock.advance(0.1)  # rebalance.backoff.ms
+    settle(clock, channels)
+    assert g.state == "stable"
+    assert held(channels) == {"a": {("t", 0)}, "b": {("t", 1)}}
+
+
+def test_a_rebalance_of_an_earlier_term_does_not_act_after_re_election():
+    """A rebalance waiting out its backoff when the coordinator resigns and is elected again
+    must not run its next attempt on the old term's registry (it would rewrite owners, and
+    offsets, under the new epoch)."""
+    clock, store, svc = make(partitions=2, rebalance_backoff_ms=1000)
+    channels = {"a": register(svc, "a")[1]}
+    settle(clock, channels)
+    ctx = svc.rebalance_context
+    real, calls = ctx.write_owners, []
+
+    async def failing_once(group, new, old):
+        calls.append(dict(new))
+        if len(calls) == 1:
+            raise RuntimeError("transient store error")
+        return await real(group, new, old)
+
+    ctx.write_owners = failing_once
+    channels["b"] = register(svc, "b")[1]
+    settle(clock, channels, turns=3)
+    assert len(calls) == 1  # the attempt failed at OWNERS: its retry waits 1 s
+    term = svc.term
+    store.state(SessionState.LOST)
+    store.nodes.pop(paths.coordinator_shard_seat(0), None)  # the ephemeral seat went with it
+    store.state(SessionState.CONNECTED)
+    clock.advance(0)
+    assert svc.active and svc.term > term
+    again = {"a": register(svc, "a")[1]}  # only a comes back
+    settle(clock, again)
+    owners = {p: store.nodes[paths.consumer_owner("g", "t", p)][0] for p in (0, 1)}
+    assert owners == {0: b"a-0", 1: b"a-0"}
+    clock.advance(1.0)  # the old term's backoff ends
+    clock.advance(0)
+    assert {p: store.nodes[paths.consumer_owner("g", "t", p)][0] for p in (0, 1)} == owners
+    assert all("b-0" not in c.values() for c in calls[1:])  # the new term's writes only
 
 
 def test_a_rebalance_superseded_during_its_reads_sends_nothing():

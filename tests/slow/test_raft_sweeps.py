@@ -15,8 +15,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_many_longer_random_runs():
-    # About 1-3 minutes on a 2-core machine.
-    for seed in range(10_000, 13_000):
+    # About 35 s on a 2-core machine: 1,000 seeds keep the whole suite well under its time
+    # budget; a change to the Raft core runs scripts/raft_sim_sweep.py's wider sweep too.
+    for seed in range(10_000, 11_000):
         run_chaos_then_heal(chaotic_simulation(seed), chaos_ms=4000.0)
 
 

@@ -9,7 +9,8 @@ own:
 - steps run through a lock (:class:`~broker_core.leader_election.SerialSteps`): the coordinator
   has no event queue; its requests check ``suspended`` and ``active`` themselves;
 - SUSPENDED pauses the coordinator (``on_suspended(True)``; it neither pings, rebalances nor
-  writes) until CONNECTED; LOST resigns, which clears its state;
+  writes) until CONNECTED; LOST resigns, which clears its state, and ``on_lost`` keeps it from
+  acting until that resignation has run;
 - a start-up (``on_elected``) that fails resigns and vacates the seat, so that an election runs
   again rather than leaving a coordinator that holds the seat and serves nothing.
 """
@@ -51,6 +52,7 @@ def coordinator_election(broker_id: int, store: Any, shard: int, *,
                          on_elected: Callable[[int, int], Awaitable[None]],
                          on_resigned: Callable[[], Awaitable[None]],
                          on_suspended: Callable[[bool], None] = lambda paused: None,
+                         on_lost: Callable[[], None] = lambda: None,
                          clock: IReactorTime | None = None) -> LeaderElection:
     """The candidacy for shard ``shard``; ``on_elected(epoch, epoch_version)`` is its
     start-up."""
@@ -66,5 +68,5 @@ def coordinator_election(broker_id: int, store: Any, shard: int, *,
 
     election = LeaderElection(broker_id, store, shard_seat(shard), SerialSteps(log),
                               on_elected=start_up, on_resigned=on_resigned,
-                              on_suspended=on_suspended, clock=clock, log=log)
+                              on_suspended=on_suspended, on_lost=on_lost, clock=clock, log=log)
     return election

@@ -131,7 +131,12 @@ class CoordinatorService:
         self.max_retries = self.config.rebalance_max_retries
         self.elector = coordinator_election(broker_id, store, shard, on_elected=self._on_elected,
                                             on_resigned=self._on_resigned,
-                                            on_suspended=self._on_suspended, clock=clock)
+                                            on_suspended=self._on_suspended,
+                                            on_lost=self._on_session_lost, clock=clock)
+        #: The session ended and the resignation it calls for has not run yet (it is a step,
+        #: and may wait behind one in progress): the shard may already have a new coordinator,
+        #: so nothing is sent or written meanwhile, though the session is no longer suspended.
+        self._session_lost = False
         self.registries = Registries()
         self.ping_purgatory = Purgatory("coordinator_ping", clock)
         self.stop_purgatory = Purgatory("coordinator_stop_fetcher", clock)
@@ -196,7 +201,7 @@ class CoordinatorService:
 
     async def stop(self) -> None:
         """Write pending offsets, resign (deleting the shard's seat), close channels."""
-        if self.active and not self.elector.suspended:
+        if self.can_act():
             try:
                 await self._commit(list(self.registries.groups.values()))
             except Exception as e:
@@ -207,11 +212,15 @@ class CoordinatorService:
         self.kafka.stop()
 
     def can_act(self) -> bool:
-        return self.active and not self.elector.suspended
+        return self.active and not self.elector.suspended and not self._session_lost
+
+    def _on_session_lost(self) -> None:
+        self._session_lost = True
 
     async def _on_elected(self, epoch: int, epoch_version: int) -> None:
         """``coordinatorStartup`` and failover (docs/design.md#coordinator-failover)."""
         self.term += 1
+        self._session_lost = False
         self.registries = Registries()
         self.handlers = self._new_handlers()
         self._ensured = set()
@@ -229,6 +238,7 @@ class CoordinatorService:
 
     async def _on_resigned(self) -> None:
         self.term += 1
+        self._session_lost = False
         self.listeners.stop()
         self.committer.stop()
         self.handlers.stop()
@@ -246,7 +256,7 @@ class CoordinatorService:
 
     def _on_suspended(self, suspended: bool) -> None:
         self.scheduler.paused = suspended
-        if not suspended and self.active:
+        if not suspended and self.can_act():
             # Rebalances abandoned while suspended are asked for again.
             for g in list(self.registries.groups.values()):
                 if g.state != "stable" and not g.rebalance_initiated:

@@ -567,6 +567,37 @@ def test_a_rebalance_of_an_earlier_term_does_not_act_after_re_election():
     assert all("b-0" not in c.values() for c in calls[1:])  # the new term's writes only
 
 
+def test_a_coordinator_whose_session_ended_sends_nothing_before_it_has_resigned():
+    """The session is lost while an election step holds the steps' lock, so the resignation
+    waits behind it; meanwhile the session is no longer suspended, but the shard may have a
+    new coordinator already: the running rebalance must not send its StartFetchers."""
+    clock, store, svc = make(partitions=2)
+    channels = {"a": register(svc, "a")[1]}
+    settle(clock, channels)
+    channels["b"] = register(svc, "b")[1]
+    clock.advance(0)
+    a, b = channels["a"], channels["b"]
+    assert a.pending(ApiKey.STOP_FETCHER) and b.pending(ApiKey.STOP_FETCHER)
+    store.state(SessionState.SUSPENDED)
+    lock = svc.elector.steps._lock  # an election step in progress
+    lock.acquire()
+    try:
+        path = paths.coordinator_shard_epoch(0)
+        data, version = store.nodes[path]
+        store.nodes[path] = (b"99", version + 1)  # another broker won the shard
+        store.state(SessionState.LOST)
+        assert svc.active and not svc.elector.suspended and not svc.can_act()
+        starts = len(b.sent)
+        answer_fetcher_requests(a, ApiKey.STOP_FETCHER)
+        answer_fetcher_requests(b, ApiKey.STOP_FETCHER)
+        clock.advance(0)
+        assert [k for k, _b, _d in b.sent[starts:] if k == ApiKey.START_FETCHER] == []
+    finally:
+        lock.release()
+    clock.advance(0)
+    assert not svc.active and b.closed
+
+
 def test_a_rebalance_superseded_during_its_reads_sends_nothing():
     # No quiet period (the newer rebalance runs as soon as it can); the delay bounds how
     # long rebalances may be superseded.

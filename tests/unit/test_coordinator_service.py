@@ -395,15 +395,6 @@ def test_a_member_whose_partitions_do_not_move_is_neither_stopped_nor_started():
     assert [k for k, _b, _d in b.sent[sent_b:] if k in keys] == []
 
 
-def no_partition_held_twice(channels):
-    seen: dict = {}
-    for name, tps in held(channels).items():
-        for tp in tps:
-            assert tp not in seen, f"{tp} held by {seen[tp]} and {name}"
-            seen[tp] = name
-    return True
-
-
 def answer_fetcher_requests(ch, kind):
     """Answer ``ch``'s pending requests of ``kind`` in the order they were sent (a consumer
     answers its channel's requests in order)."""
@@ -416,7 +407,7 @@ def settle(clock, channels, turns=4):
     for _ in range(turns):
         clock.advance(0)
         [answer_all(ch) for ch in channels.values()]
-        no_partition_held_twice(channels)
+        assert_no_partition_held_twice(channels)
 
 
 def test_a_member_whose_start_fetcher_expired_is_stopped_before_its_partition_moves():
@@ -448,7 +439,7 @@ def test_a_member_whose_start_fetcher_expired_is_stopped_before_its_partition_mo
         clock.advance(0)
         answer_all(channels["a"])
         answer_all(channels["b2"])
-        no_partition_held_twice(channels)
+        assert_no_partition_held_twice(channels)
     stops_after = len([k for k, _b, _d in c.sent if k == ApiKey.STOP_FETCHER])
     assert stops_after == stops_before + 1, "c must be stopped: its state is unknown"
     assert held(channels)["b2"] == set(), "t1 may move only once c has stopped"

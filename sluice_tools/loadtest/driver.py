@@ -336,6 +336,77 @@ def _ensure_topic(cfg: LoadTestConfig) -> None:
             raise
 
 
+class _Disturbances:
+    """The run's scheduled disturbances, each done once when its time comes: ``kill -9`` of the
+    last ``kill_share`` of the workers at ``kill_at_s``, SIGSTOP of the first ``pause_share`` at
+    ``pause_at_s`` and SIGCONT ``pause_for_s`` later (the last workers are killed so that a
+    pause, which takes the first, hits others). Each is logged in ``actions``."""
+
+    def __init__(self, cfg: LoadTestConfig, workers: list[_Worker], tracker: _Tracker,
+                 actions: list[dict[str, Any]]) -> None:
+        self.cfg = cfg
+        self.workers = workers
+        self.tracker = tracker
+        self.actions = actions
+        self.killed = self.paused = self.resumed = False
+        #: Workers stopped by SIGSTOP (continued at the end even if the run ends first).
+        self.paused_workers: list[_Worker] = []
+
+    def _share(self, share: float) -> int:
+        return max(1, round(share * len(self.workers)))
+
+    def _log(self, now: float, what: str) -> None:
+        self.actions.append({"t": round(now, 3), "what": what})
+
+    def due(self, now: float) -> None:
+        """Do every disturbance whose time has come by ``now`` (seconds into the run)."""
+        cfg = self.cfg
+        if cfg.kill_share > 0 and not self.killed and now >= cfg.kill_at_s:
+            self.killed = True
+            victims = self.workers[-self._share(cfg.kill_share):]
+            for w in victims:
+                w.signal(signal.SIGKILL)
+                for c, _ in w.members:
+                    self.tracker.feed({"ev": "killed", "c": c, "t": time.time()})
+            self._log(now, f"kill -9 {len(victims)} workers "
+                      f"({sum(len(w.members) for w in victims)} consumers)")
+        if cfg.pause_share > 0 and not self.paused and now >= cfg.pause_at_s:
+            self.paused = True
+            self.paused_workers = self.workers[:self._share(cfg.pause_share)]
+            for w in self.paused_workers:
+                w.signal(signal.SIGSTOP)
+                self.tracker.disturbed.update(c for c, _ in w.members)
+            self._log(now, f"SIGSTOP {len(self.paused_workers)} workers "
+                      f"({sum(len(w.members) for w in self.paused_workers)} consumers)")
+        if self.paused and not self.resumed and now >= cfg.pause_at_s + cfg.pause_for_s:
+            self.resumed = True
+            for w in self.paused_workers:
+                w.signal(signal.SIGCONT)
+            self._log(now, "SIGCONT")
+
+
+def _stop_workers(cfg: LoadTestConfig, workers: list[_Worker], paused: list[_Worker],
+                  events: queue.Queue, tracker: _Tracker) -> None:
+    """End the run's workers and take their last events."""
+    # Members stopped at the end leave with UnregisterConsumer: the coordinator counts them
+    # as leaves, not expirations, so the figures go on to the final scrape.
+    for w in paused:
+        w.signal(signal.SIGCONT)
+    # Every worker closes its consumers at once: one after the other, the last ones would
+    # go on pinging for as long as the others take to close.
+    for w in workers:
+        w.stop()
+    # a worker gives up on closing after a session timeout and 5 s (worker.stop)
+    deadline = time.monotonic() + cfg.session_timeout_ms / 1000 + 10.0
+    for w in workers:
+        w.wait(deadline)
+    try:
+        while True:
+            tracker.feed(events.get_nowait())
+    except queue.Empty:
+        pass
+
+
 def run(cfg: LoadTestConfig, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Run one load test; returns the result (also written to ``out_dir``)."""
     cfg.check()
@@ -351,64 +422,22 @@ def run(cfg: LoadTestConfig, out: TextIO = sys.stderr) -> dict[str, Any]:
     timeline.append(_sample(cfg, tracker, scrapes, time.time() - t0))
     plan = plan_workers(cfg)
     workers = [_Worker(i, members, cfg, events) for i, members in enumerate(plan)]
-    killed = paused = resumed = False
-    paused_workers: list[_Worker] = []
+    disturbances = _Disturbances(cfg, workers, tracker, actions)
     next_scrape = time.time() - t0 + cfg.scrape_interval_s
     try:
         while True:
             drain(events, tracker, 0.2)
             now = time.time() - t0
-            if cfg.kill_share > 0 and not killed and now >= cfg.kill_at_s:
-                killed = True
-                # the last workers, so a pause (which takes the first) hits others
-                n = max(1, round(cfg.kill_share * len(workers)))
-                for w in workers[-n:]:
-                    w.signal(signal.SIGKILL)
-                    for c, _ in w.members:
-                        tracker.feed({"ev": "killed", "c": c, "t": time.time()})
-                actions.append({"t": round(now, 3), "what": f"kill -9 {n} workers "
-                                f"({sum(len(w.members) for w in workers[-n:])} consumers)"})
-            if cfg.pause_share > 0 and not paused and now >= cfg.pause_at_s:
-                paused = True
-                n = max(1, round(cfg.pause_share * len(workers)))
-                paused_workers = workers[:n]
-                for w in paused_workers:
-                    w.signal(signal.SIGSTOP)
-                    tracker.disturbed.update(c for c, _ in w.members)
-                actions.append({"t": round(now, 3), "what": f"SIGSTOP {n} workers "
-                                f"({sum(len(w.members) for w in paused_workers)} consumers)"})
-            if paused and not resumed and now >= cfg.pause_at_s + cfg.pause_for_s:
-                resumed = True
-                for w in paused_workers:
-                    w.signal(signal.SIGCONT)
-                actions.append({"t": round(now, 3), "what": "SIGCONT"})
+            disturbances.due(now)
             if now >= next_scrape:
                 next_scrape = now + cfg.scrape_interval_s
                 timeline.append(_sample(cfg, tracker, scrapes, now))
                 if cfg.progress:
                     _progress(out, cfg, tracker, now, timeline[-1])
-            if now >= cfg.duration_s:
-                break
-            if len(tracker.exited) == len(workers):
+            if now >= cfg.duration_s or len(tracker.exited) == len(workers):
                 break
     finally:
-        # Members stopped at the end leave with UnregisterConsumer: the coordinator counts them
-        # as leaves, not expirations, so the figures go on to the final scrape.
-        for w in paused_workers:
-            w.signal(signal.SIGCONT)
-        # Every worker closes its consumers at once: one after the other, the last ones would
-        # go on pinging for as long as the others take to close.
-        for w in workers:
-            w.stop()
-        # a worker gives up on closing after a session timeout and 5 s (worker.stop)
-        deadline = time.monotonic() + cfg.session_timeout_ms / 1000 + 10.0
-        for w in workers:
-            w.wait(deadline)
-        try:
-            while True:
-                tracker.feed(events.get_nowait())
-        except queue.Empty:
-            pass
+        _stop_workers(cfg, workers, disturbances.paused_workers, events, tracker)
     if cfg.progress:
         out.write("\n")
     timeline.append(_sample(cfg, tracker, scrapes, time.time() - t0))

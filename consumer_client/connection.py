@@ -158,14 +158,21 @@ class BrokerConnection:
 
 
 def parse_servers(servers: str) -> list[tuple[str, int]]:
+    """``host:port`` pairs of a comma-separated list; an IPv6 address is written in brackets
+    (``[::1]:9092``, as Kafka clients take it) and returned without them. ``ValueError`` names
+    the first entry that is not ``host:port`` with a port from 1 to 65535."""
     out = []
     for item in servers.split(","):
         item = item.strip()
         if not item:
             continue
         host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"bad bootstrap server {item!r}: expected host:port")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if (not sep or not host or "[" in host or "]" in host or not port.isdigit()
+                or not 1 <= int(port) <= 65535):
+            raise ValueError(f"bad bootstrap server {item!r}: expected host:port "
+                             "(an IPv6 address in brackets) with a port from 1 to 65535")
         out.append((host, int(port)))
     if not out:
         raise ValueError("no bootstrap servers given")

@@ -1,5 +1,6 @@
 """The blocking connection's framing: responses are read whole however the bytes arrive, and a
-bad size or a closed connection is a clear error (consumer_client/connection.py)."""
+bad size or a closed connection is a clear error; and the bootstrap list's parsing
+(consumer_client/connection.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from broker_core.wire import apis, framing
 from broker_core.wire.apis import ApiKey
-from consumer_client.connection import BrokerConnection, ConnectionError_
+from consumer_client.connection import BrokerConnection, ConnectionError_, parse_servers
 
 
 def _serve(script):
@@ -94,3 +95,15 @@ def test_a_connection_closed_mid_frame_is_an_error():
             pytest.raises(ConnectionError_, match="closed the connection"):
         c.request(ApiKey.METADATA, {"topics": None})
     t.join(5)
+
+
+def test_bootstrap_servers_take_bracketed_ipv6_addresses():
+    assert parse_servers(" a:1, [::1]:9092 ,,10.0.0.1:65535") == [
+        ("a", 1), ("::1", 9092), ("10.0.0.1", 65535)]
+
+
+@pytest.mark.parametrize("raw", ["a", "a:", ":9092", "[]:9092", "a:0", "a:65536", "a:x",
+                                 "[::1:9092", "::1]:9092", "a:-1", ""])
+def test_a_bad_bootstrap_server_is_refused_by_name(raw):
+    with pytest.raises(ValueError, match="bootstrap server|no bootstrap servers"):
+        parse_servers(raw)

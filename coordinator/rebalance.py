@@ -1,10 +1,11 @@
 """Rebalancing (docs/design.md): the handlers that run rebalances and the algorithm they run.
 
 Handlers ("rebalance handler threads", docs/design.md#shared-decisions): N workers on the
-reactor, each with its own queue of group ids. A group is pinned to the handler in its
-``curr_rebalancer`` while it has work queued or running, so one group is never rebalanced by
-two handlers at once; otherwise groups go to handlers round robin. Handlers run concurrently
-(each is a coroutine awaiting ZooKeeper and consumers).
+reactor sharing one queue of group ids, oldest request first. A free handler takes the oldest
+group that no other handler is running (its ``curr_rebalancer``), so one group is never
+rebalanced by two handlers at once, and a group never waits behind a slow rebalance while
+another handler is free. Handlers run concurrently (each is a coroutine awaiting ZooKeeper and
+consumers).
 
 One rebalance of a group (:func:`rebalance`) is up to ``rebalance.max.retries`` attempts, with
 ``rebalance.backoff.ms`` between them. One attempt (:func:`attempt`) walks these states:
@@ -383,16 +384,17 @@ async def rebalance(ctx: RebalanceContext, group: GroupRegistry) -> str:
 @dataclass
 class _Handler:
     index: int
-    queue: deque[str]
     running: bool = False
 
 
 class RebalanceHandlers:
-    """N rebalance workers, each with its own queue; see the module docstring.
+    """N rebalance workers sharing one queue of group ids; see the module docstring.
 
-    Invariant: a group id is in at most one handler's queue, the one named by the group's
-    ``curr_rebalancer``, which stays set until that handler has finished the group's last
-    queued request.
+    Invariants: a group id is in the queue at most once; a group is run by at most one handler
+    at a time, the one named by its ``curr_rebalancer`` (set from when a handler takes the group
+    until that run ends, None otherwise); a handler takes the oldest queued group that no
+    handler is running. So no handler is idle while the queue holds a group it could run: a
+    group waits only while every handler is busy, or while its own previous rebalance runs.
     """
 
     def __init__(self, count: int, lookup: Callable[[str], GroupRegistry | None],
@@ -404,50 +406,63 @@ class RebalanceHandlers:
         for a rebalance waits for one to finish, which is part of its members' join time."""
         if count < 1:
             raise ValueError(f"need at least one rebalance handler, got {count}")
-        self.handlers = [_Handler(i, deque()) for i in range(count)]
+        self.handlers = [_Handler(i) for i in range(count)]
+        #: Group ids waiting for a handler, oldest request first.
+        self.queue: deque[str] = deque()
         self.lookup = lookup
         self.run = run
         self.clock = clock
         self.waited = waited
-        self._next = 0
         self._stopped = False
 
     def queued(self) -> int:
-        return sum(len(h.queue) for h in self.handlers)
+        return len(self.queue)
 
-    def submit(self, group: GroupRegistry) -> int:
-        """Queue a rebalance of ``group`` (the caller set ``rebalance_initiated``); returns the
-        handler index it went to."""
-        if group.curr_rebalancer is None:
-            group.curr_rebalancer = self._next
-            self._next = (self._next + 1) % len(self.handlers)
-        h = self.handlers[group.curr_rebalancer]
-        if group.group_id not in h.queue:
-            h.queue.append(group.group_id)
+    def submit(self, group: GroupRegistry) -> None:
+        """Queue a rebalance of ``group`` (the caller set ``rebalance_initiated``); an idle
+        handler takes it at once unless the group's previous rebalance is still running."""
+        if self._stopped:
+            return
+        if group.group_id not in self.queue:
+            self.queue.append(group.group_id)
             if self.clock is not None:
                 group.queued_at = self.clock.seconds()
-        self._kick(h)
-        return h.index
+        if group.curr_rebalancer is None:
+            idle = next((h for h in self.handlers if not h.running), None)
+            if idle is not None:
+                idle.running = True
+                d = defer.Deferred.fromCoroutine(self._work(idle))
+                d.addErrback(lambda f: log.failure("rebalance handler {i} failed", f,
+                                                   i=idle.index))
 
     def stop(self) -> None:
         self._stopped = True
-        for h in self.handlers:
-            h.queue.clear()
+        self.queue.clear()
 
-    def _kick(self, h: _Handler) -> None:
-        if h.running or self._stopped:
-            return
-        h.running = True
-        d = defer.Deferred.fromCoroutine(self._work(h))
-        d.addErrback(lambda f: log.failure("rebalance handler {i} failed", f, i=h.index))
+    def _take(self) -> GroupRegistry | None:
+        """Dequeue the oldest group no handler is running (dropping groups that are gone)."""
+        i = 0
+        while i < len(self.queue):
+            gid = self.queue[i]
+            group = self.lookup(gid)
+            if group is None:
+                del self.queue[i]
+                continue
+            if group.curr_rebalancer is None:
+                del self.queue[i]
+                return group
+            i += 1
+        return None
 
     async def _work(self, h: _Handler) -> None:
+        # A loop rather than one task per group: a run that ends without waiting (a group with
+        # nothing to do) must not recurse into the next one.
         try:
-            while h.queue and not self._stopped:
-                gid = h.queue.popleft()
-                group = self.lookup(gid)
+            while not self._stopped:
+                group = self._take()
                 if group is None:
-                    continue
+                    break
+                group.curr_rebalancer = h.index
                 group.rebalance_initiated = False  # cleared when dequeued
                 if self.clock is not None and group.queued_at is not None:
                     group.queue_wait_s = self.clock.seconds() - group.queued_at
@@ -457,9 +472,8 @@ class RebalanceHandlers:
                 try:
                     await self.run(group)
                 except Exception:
-                    log.failure("rebalance of group {g} failed", g=gid)
+                    log.failure("rebalance of group {g} failed", g=group.group_id)
                 finally:
-                    if not group.rebalance_initiated and gid not in h.queue:
-                        group.curr_rebalancer = None
+                    group.curr_rebalancer = None
         finally:
             h.running = False

@@ -243,9 +243,11 @@ def test_thread_owner_and_ownership_for():
                        {"topic": "t", "partition": 1, "offset": 10}]}]
 
 
-def test_handlers_pin_a_busy_group_and_spread_the_others():
+def _gated_handlers(count: int, *gids: str):
+    """``count`` handlers over groups ``gids`` whose every rebalance waits on a Deferred of
+    ``gates[gid]`` (one per run, in order); ``order`` lists the runs as they start."""
     r = Registries()
-    for gid in ("g1", "g2", "g3"):
+    for gid in gids:
         r.add_member(member(gid, "a"), 0.0)
     gates: dict[str, list[defer.Deferred]] = {}
     order: list[str] = []
@@ -256,25 +258,57 @@ def test_handlers_pin_a_busy_group_and_spread_the_others():
         gates.setdefault(group.group_id, []).append(d)
         await d
 
-    h = rebalance.RebalanceHandlers(2, r.groups.get, run_one)
-    g1, g2, g3 = (r.groups[x] for x in ("g1", "g2", "g3"))
-    for g in (g1, g2, g3):
+    h = rebalance.RebalanceHandlers(count, r.groups.get, run_one)
+    return h, [r.groups[g] for g in gids], gates, order
+
+
+def _request(h, *groups) -> None:
+    for g in groups:
         g.rebalance_initiated = True
         h.submit(g)
-    assert (g1.curr_rebalancer, g2.curr_rebalancer, g3.curr_rebalancer) == (0, 1, 0)
-    assert order == ["g1", "g2"]  # two handlers run concurrently; g3 waits behind g1
-    # A new request for g1 while it runs goes to the same handler, after g3.
-    g1.rebalance_initiated = True
-    assert h.submit(g1) == 0
-    gates["g1"][0].callback(None)
-    assert order == ["g1", "g2", "g3"]
-    assert g1.curr_rebalancer == 0  # still pinned: work queued
-    gates["g3"][0].callback(None)
-    assert order == ["g1", "g2", "g3", "g1"]
+
+
+def test_handlers_never_run_one_group_twice_at_once():
+    h, (g1, g2, g3), gates, order = _gated_handlers(2, "g1", "g2", "g3")
+    _request(h, g1, g2, g3)
+    assert order == ["g1", "g2"]  # two handlers run concurrently; g3 waits for a free one
+    assert (g1.curr_rebalancer, g2.curr_rebalancer, g3.curr_rebalancer) == (0, 1, None)
+    # A new request for g1 while it runs waits for that run to end, behind g3.
+    _request(h, g1)
+    assert list(h.queue) == ["g3", "g1"] and g1.rebalance_initiated  # cleared when taken
+    gates["g2"][0].callback(None)  # handler 1 is free: g3 is the oldest it may run
+    assert order == ["g1", "g2", "g3"] and g3.curr_rebalancer == 1
+    assert list(h.queue) == ["g1"]  # g1 still running on handler 0: not taken twice
+    gates["g3"][0].callback(None)  # handler 1 free again, g1 still running: it idles
+    assert order == ["g1", "g2", "g3"] and not h.handlers[1].running
+    gates["g1"][0].callback(None)  # the run ends; its handler takes the queued request
+    assert order == ["g1", "g2", "g3", "g1"] and g1.curr_rebalancer == 0
     gates["g1"][1].callback(None)
+    assert all(g.curr_rebalancer is None for g in (g1, g2, g3))
+    assert not h.queue and not any(x.running for x in h.handlers)
+
+
+def test_a_group_does_not_wait_behind_a_slow_rebalance_while_a_handler_is_free():
+    # Before the shared queue, groups went to handlers round robin and queued behind the
+    # handler's current run: here g3 would have waited for g1 while handler 1 sat idle.
+    h, (g1, g2, g3), gates, order = _gated_handlers(2, "g1", "g2", "g3")
+    _request(h, g1, g2)
+    gates["g2"][0].callback(None)  # g2 is quick; g1 goes on
+    _request(h, g3)
+    assert order == ["g1", "g2", "g3"] and g3.curr_rebalancer == 1
+    gates["g3"][0].callback(None)
+    gates["g1"][0].callback(None)
+    assert not h.queue and not any(x.running for x in h.handlers)
+
+
+def test_handlers_take_the_oldest_request_first_and_drop_groups_that_are_gone():
+    h, (g1, g2, g3), gates, order = _gated_handlers(1, "g1", "g2", "g3")
+    _request(h, g1, g3, g2)
+    h.lookup = lambda gid, groups={g.group_id: g for g in (g1, g2)}: groups.get(gid)
+    gates["g1"][0].callback(None)  # g3 was deleted meanwhile: skipped, g2 runs
+    assert order == ["g1", "g2"] and not h.queue
     gates["g2"][0].callback(None)
-    assert g1.curr_rebalancer is None and g2.curr_rebalancer is None
-    assert not any(x.queue for x in h.handlers)
+    assert not h.handlers[0].running
 
 
 def test_handlers_time_each_groups_wait_in_the_queue():

@@ -15,6 +15,7 @@ import ssl
 import struct
 from typing import Any, NamedTuple
 
+from broker_core.config.parsing import split_host_port
 from broker_core.wire import apis, framing
 from broker_core.wire.apis import ApiKey
 from broker_core.wire.schema import Struct
@@ -166,14 +167,11 @@ def parse_servers(servers: str) -> list[tuple[str, int]]:
         item = item.strip()
         if not item:
             continue
-        host, sep, port = item.rpartition(":")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        if (not sep or not host or "[" in host or "]" in host or not port.isdigit()
-                or not 1 <= int(port) <= 65535):
+        host_port = split_host_port(item)
+        if host_port is None:
             raise ValueError(f"bad bootstrap server {item!r}: expected host:port "
                              "(an IPv6 address in brackets) with a port from 1 to 65535")
-        out.append((host, int(port)))
+        out.append(host_port)
     if not out:
         raise ValueError("no bootstrap servers given")
     return out

@@ -156,6 +156,20 @@ def optional_endpoint(key: str, raw: str) -> str | None:
     return endpoint(key, raw) if raw.strip() else None
 
 
+def split_host_port(text: str) -> tuple[str, int] | None:
+    """``host:port`` as ``(host, port)``, an IPv6 host written in brackets (``[::1]:9092``)
+    returned without them; None unless the host is not empty (and has no stray bracket) and
+    the port is an ASCII number from 1 to 65535. The one reading of a server address that the
+    quorum's lists and the clients' bootstrap lists share; each caller names its own error."""
+    host, colon, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if (not colon or not host or "[" in host or "]" in host or not port.isdigit()
+            or not port.isascii() or not 1 <= int(port) <= 65535):
+        return None
+    return host, int(port)
+
+
 def host_port(key: str, raw: str) -> str | None:
     """``host:port`` (``PLAINTEXT://host:port`` also accepted), or None when empty."""
     value = raw.strip()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker_core.config.parsing import split_host_port
+
 
 class RaftConfigError(ValueError):
     """A bad setting; the message names the key."""
@@ -117,18 +119,16 @@ def parse_quorum_voters(raw: str, key: str = "quorum.voters") -> dict[int, Voter
         if not at or not node.isdigit() or not node.isascii():
             raise RaftConfigError(f"invalid entry {entry!r} in {key!r}: expected id@host:port "
                                   "with a non-negative integer id")
-        host, colon, port = address.rpartition(":")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        if (not colon or not host or not port.isdigit() or not port.isascii()
-                or not 1 <= int(port) <= 65535):
+        host_port = split_host_port(address)
+        if host_port is None:
             raise RaftConfigError(f"invalid entry {entry!r} in {key!r}: expected id@host:port "
                                   "with a port from 1 to 65535")
+        host, port = host_port
         node_id = int(node)
         if node_id in voters:
             raise RaftConfigError(f"invalid value {raw!r} for {key!r}: voter {node_id} is "
                                   "listed twice")
-        voters[node_id] = VoterAddress(node_id, host, int(port))
+        voters[node_id] = VoterAddress(node_id, host, port)
     return voters
 
 

@@ -36,6 +36,7 @@ workers inherit it) and a run larger than it says so before it starts. Asserts n
 Usage: python bench/coordinator_scale.py members [--consumers 10000] [--processes N]
            [--groups 10] [--partitions 100] [--session-timeout-ms 30000] [--ramp 60] [--hold 300]
            [--shards N] [--fetch-max-wait-ms 500] [--rebalance-handlers N]
+           [--initial-rebalance-delay-ms 3000] [--initial-rebalance-quiet-ms N]
        python bench/coordinator_scale.py rebalance [--consumers 1000] [--partitions 1000]
 
 ``--processes`` defaults to one worker per :data:`CONSUMERS_PER_WORKER` consumers (at least 4);
@@ -261,6 +262,11 @@ def main() -> None:
     ap.add_argument("--rebalance-handlers", type=int, help="coordinator.rebalance.handlers of "
                     "the brokers: rebalances each coordinator runs at once (passed only when "
                     "given)")
+    ap.add_argument("--initial-rebalance-delay-ms", type=int, default=3000,
+                    help="group.initial.rebalance.delay.ms of the brokers (default 3000, the "
+                    "brokers' default): the longest a group's wait for arrivals to pause")
+    ap.add_argument("--initial-rebalance-quiet-ms", type=int, help="group.initial.rebalance."
+                    "quiet.ms of the brokers (passed only when given)")
     ap.add_argument("--out", type=Path, default=Path("coordinator-scale-result"))
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
@@ -288,7 +294,7 @@ def main() -> None:
     print(f"load average at start: {_loadavg()}  ({os.cpu_count()} cores; open-files limit "
           f"{hard})")
     extra = {
-        "group.initial.rebalance.delay.ms": "3000",
+        "group.initial.rebalance.delay.ms": str(args.initial_rebalance_delay_ms),
         "zookeeper.session.timeout.ms": "18000",
         # Every consumer connects from 127.0.0.1: the per-address cap (1,000 by default)
         # would refuse most of them before the coordinator is measured at all.
@@ -297,6 +303,8 @@ def main() -> None:
         extra["group.coordinator.shards"] = str(args.shards)
     if args.rebalance_handlers is not None:
         extra["coordinator.rebalance.handlers"] = str(args.rebalance_handlers)
+    if args.initial_rebalance_quiet_ms is not None:
+        extra["group.initial.rebalance.quiet.ms"] = str(args.initial_rebalance_quiet_ms)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # run the cleanup
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-coordinator-"))
     zk = ZooKeeperServer()

@@ -55,7 +55,13 @@ class FrameDecoder:
         self._head_admitted = False
         self.waiting = False
         self.frames_admitted = 0
-        self._buf = bytearray()
+        #: Received bytes not yet part of a returned frame, in arrival order: at most the
+        #: rest of one read once a feed has parsed what it could, then whole reads appended.
+        self._chunks: list[bytes | memoryview] = []
+        self._have = 0
+        #: Bytes ``_chunks`` must hold before parsing can return a frame: the whole of an
+        #: admitted frame whose size is known (0: parse at every feed).
+        self._need = 0
         self._failed: Exception | None = None
 
     def admitted(self) -> None:
@@ -75,19 +81,41 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         """Bytes received that are not yet part of a returned frame."""
-        return len(self._buf)
+        return self._have
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        """Add received bytes; return every frame they complete, in order."""
+        """Add received bytes; return every frame they complete, in order.
+
+        Each byte is copied at most twice: once if the reads that carry a frame are joined,
+        once out of the stream into the frame's own ``bytes`` (a frame that arrives in one
+        read is copied once). While an admitted frame is incomplete the reads are only kept,
+        not parsed or joined, so a frame of many reads costs one join instead of one growth
+        of a buffer per read.
+        """
         if self._failed is not None:
             raise self._failed
-        buf = self._buf
-        buf += data
+        # A caller's buffer may be reused after this returns: keep a copy of anything that
+        # is not immutable.
+        if type(data) is not bytes:
+            data = bytes(data)
+        chunks = self._chunks
+        if chunks:
+            if data:
+                chunks.append(data)
+                self._have += len(data)
+                if self._have < self._need:
+                    return []
+            stream = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        elif data:
+            stream = data  # the common case: nothing pending, parse the read itself
+        else:
+            return []
         frames: list[bytes] = []
         pos = 0
-        n = len(buf)
+        n = len(stream)
+        need = 0
         limit = self.max_frame_bytes
-        with memoryview(buf) as view:  # released before ``buf`` is resized below
+        with memoryview(stream) as view:
             while n - pos >= SIZE_PREFIX_BYTES:
                 size = _SIZE.unpack_from(view, pos)[0]
                 if size < 0 or size > limit:
@@ -104,18 +132,27 @@ class FrameDecoder:
                     self._head_admitted = True
                     self.frames_admitted += 1
                 if n - start < size:
+                    need = start + size - pos  # the rest of this frame, prefix included
                     break
-                # The one copy a frame costs: out of the stream buffer into its own bytes.
+                # The one copy a frame costs out of the stream: into its own bytes.
                 frames.append(bytes(view[start:start + size]))
                 self._head_admitted = False
                 pos = start + size
         if self._failed is not None:
             # Raise now rather than after handing out earlier frames: the peer may send nothing
             # more, and the connection is going to be closed anyway.
-            buf.clear()
+            self._chunks = []
+            self._have = self._need = 0
             raise self._failed
-        if pos:
-            del buf[:pos]
+        if pos == n:
+            if chunks:
+                self._chunks = []
+            self._have = 0
+        else:
+            # A view, not a copy: the rest of the read waits for the reads after it.
+            self._chunks = [memoryview(stream)[pos:] if pos else stream]
+            self._have = n - pos
+        self._need = need
         return frames
 
 

@@ -108,3 +108,45 @@ def test_bytes_past_a_waiting_frames_prefix_are_bounded():
         d.feed(b"x")
     with pytest.raises(BufferLimitExceeded):  # failed for good, like the other errors
         d.feed(b"")
+
+
+def test_a_frame_over_many_reads_is_kept_unparsed_until_it_is_whole():
+    # Once an admitted frame's size is known its reads are only kept: the admission check is
+    # not asked again, and the frame comes out whole with the frame after it.
+    asked = []
+    d = FrameDecoder(admit=lambda size: asked.append(size) or True)
+    body = bytes(range(256)) * 40
+    raw = stream([body, b"next"])
+    pieces = [raw[i:i + 100] for i in range(0, len(raw), 100)]
+    out = []
+    for i, piece in enumerate(pieces):
+        out.extend(d.feed(piece))
+        if out == []:
+            assert d.reading_frame and d.buffered == min(100 * (i + 1), len(raw))
+    assert out == [body, b"next"]
+    assert asked == [len(body), 4]
+    assert d.buffered == 0 and not d.reading_frame
+
+
+def test_a_callers_buffer_reused_after_feed_does_not_change_the_frame():
+    d = FrameDecoder()
+    raw = bytearray(stream([b"abcdef"]))
+    assert d.feed(raw[:7]) == []
+    reused = bytearray(raw[7:])
+    view = memoryview(reused)
+    out = d.feed(view)
+    reused[:] = b"\0" * len(reused)
+    assert out == [b"abcdef"]
+    partial = bytearray(raw[:5])
+    assert d.feed(partial) == []
+    partial[:] = b"\xff" * 5  # would be a negative size if it were still referenced
+    assert d.feed(raw[5:]) == [b"abcdef"]
+
+
+def test_a_waiting_frames_later_reads_still_count_against_the_bound():
+    # The frame's size is known but it is not admitted: every read is checked again.
+    d = FrameDecoder(admit=lambda size: False, max_unadmitted=8)
+    assert d.feed(struct.pack(">i", 100)) == []
+    assert d.feed(b"x" * 8) == []
+    with pytest.raises(BufferLimitExceeded):
+        d.feed(b"x")

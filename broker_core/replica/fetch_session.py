@@ -95,7 +95,10 @@ class FetchContext:
 
     ``error`` is a session-level error name (the request is answered with it and no
     partitions); otherwise ``entries`` are the partitions to read and ``session_id`` goes in
-    the response. :meth:`select` picks what the response carries.
+    the response. :meth:`select` picks what the response carries. In an incremental fetch
+    ``named`` are the partitions the request itself names (their fetch state changed); the
+    others are the session's, at the state last asked for, and :meth:`quiet` tells the
+    reader which of those it may leave unread.
     """
 
     error: str | None
@@ -103,6 +106,22 @@ class FetchContext:
     entries: list[FetchEntry]
     session: FetchSession | None = None
     incremental: bool = False
+    named: frozenset[TopicPartition] = frozenset()
+
+    def quiet(self, tp: TopicPartition, log_end_offset: int, high_watermark: int,
+              log_start_offset: int) -> bool:
+        """Whether partition ``tp`` of an incremental fetch, found on the leader with these
+        offsets, has nothing for this request: not named by it, its fetch offset already at
+        the log end, and the high watermark and log start offset as last answered. Reading
+        it would give a row :meth:`select` leaves out (no records, no error, nothing
+        changed), so the reader may skip it; whatever else it checks (leadership, the
+        follower's own state) is the reader's to check."""
+        if not self.incremental or tp in self.named:
+            return False
+        c = self.session.partitions.get(tp)  # type: ignore[union-attr]
+        return (c is not None and c.fetch_offset == log_end_offset
+                and c.high_watermark == high_watermark
+                and c.log_start_offset == log_start_offset)
 
     def select(self, results: list[tuple[str, int, Any]]) -> list[tuple[str, int, Any]]:
         """The ``(topic, partition, FetchResult)`` rows the response carries, remembering what
@@ -178,15 +197,18 @@ class FetchSessionCache:
         cached = session.partitions
         for tp in forgotten:
             cached.pop(tp, None)
+        named = set()
         for topic, index, offset, max_bytes, leader_epoch in entries:
             c = cached.get((topic, index))
             if c is None:
                 cached[(topic, index)] = _CachedPartition(offset, max_bytes, leader_epoch)
             else:
                 c.fetch_offset, c.max_bytes, c.leader_epoch = offset, max_bytes, leader_epoch
+            named.add((topic, index))
         full = [(topic, index, c.fetch_offset, c.max_bytes, c.leader_epoch)
                 for (topic, index), c in cached.items()]
-        return FetchContext(None, session.id, full, session, incremental=True)
+        return FetchContext(None, session.id, full, session, incremental=True,
+                            named=frozenset(named))
 
     def _open(self, replica_id: int) -> FetchSession:
         # One fetcher per leader on a follower: its new session supersedes the old one.

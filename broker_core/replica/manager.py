@@ -41,7 +41,7 @@ from broker_core.metadata_cache import MetadataCache
 from broker_core.purgatory import Purgatory
 from broker_core.replica.alter_isr import AlterIsrSender, IsrChange
 from broker_core.replica.fetch_path import FetchPath, FetchResult
-from broker_core.replica.fetch_session import FetchSessionCache
+from broker_core.replica.fetch_session import FetchContext, FetchSessionCache
 from broker_core.replica.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker_core.replica.leader_and_isr import LeaderAndIsrApplier
 from broker_core.replica.min_isr_cache import MinIsrCache
@@ -442,11 +442,14 @@ class ReplicaManager:
         max_bytes: int,
         replica_id: int = -1,
         follower_log_starts: Sequence[tuple[str, int, int]] = (),
+        session: FetchContext | None = None,
     ) -> defer.Deferred:
         """Consumer or follower fetch: ``requests`` are ``(topic, partition, offset,
         partition_max_bytes, current_leader_epoch)`` (epoch -1: unchecked); ``replica_id`` >= 0
         is a follower, and ``follower_log_starts`` the ``(topic, partition, log start)`` its
-        request reported (for DeleteRecords' low watermark).
+        request reported (for DeleteRecords' low watermark). ``session``, the request's
+        fetch session context: in an incremental follower fetch, partitions with nothing new
+        for it are not read (their rows would be left out of the answer).
 
         Fires with ``[(topic, partition, FetchResult)]`` in request order. Waits in the fetch
         purgatory (long poll) while fewer than ``min_bytes`` are available, no partition has an
@@ -457,7 +460,7 @@ class ReplicaManager:
         """
         return self._fetch.fetch(requests, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                                  max_bytes=max_bytes, replica_id=replica_id,
-                                 follower_log_starts=follower_log_starts)
+                                 follower_log_starts=follower_log_starts, session=session)
 
     # -- replication: the leader's side ----------------------------------------------------------
 

@@ -95,7 +95,8 @@ class DataApis:
             for p in t.partitions if p.log_start_offset >= 0]
         d = self.replicas.fetch(entries, max_wait_ms=body.max_wait_ms,
                                 min_bytes=body.min_bytes, max_bytes=body.max_bytes,
-                                replica_id=body.replica_id, follower_log_starts=starts)
+                                replica_id=body.replica_id, follower_log_starts=starts,
+                                session=ctx)
         if denied:
             refused = [(e[0], e[1], FetchResult(error=TOPIC_DENIED)) for e in ctx.entries
                        if e[0] in denied]

@@ -95,10 +95,11 @@ class FetchPath:
         if max_wait_ms <= 0 or total >= min_bytes or errors or not requests:
             return defer.succeed(first)
         # Parked over every partition: news on any of them answers the fetch.
-        return self._long_poll(requests, consumer, max_wait_ms, min_bytes, max_bytes)
+        return self._long_poll(requests, consumer, max_wait_ms, min_bytes, max_bytes,
+                               replica_id, session)
 
-    def _with_news(self, replica_id: int, reqs: list[FetchRequest], session: FetchContext
-                   ) -> list[FetchRequest]:
+    def _with_news(self, replica_id: int, reqs: list[FetchRequest], session: FetchContext,
+                   *, record: bool = True) -> list[FetchRequest]:
         """The partitions of a follower's incremental session fetch that are worth reading now.
 
         A session names every partition the follower follows here (hundreds), and in a round
@@ -107,7 +108,9 @@ class FetchPath:
         (:meth:`FetchContext.quiet`), is left out: its fetch is recorded here as the full path
         would record it (caught up now; it cannot move the HW) and reading it would give a row
         the response leaves out. Everything else, including every partition with an error to
-        report, goes through the full path. One pass, no allocation per quiet partition."""
+        report, goes through the full path. One pass, no allocation per quiet partition.
+        ``record=False`` (a parked fetch answering later: its fetch was recorded on arrival)
+        only picks the partitions."""
         rm = self.replicas
         partitions = rm.partitions
         me = rm.broker_id
@@ -125,7 +128,8 @@ class FetchPath:
                 if quiet((topic, index), leo, log.high_watermark, log.log_start_offset):
                     r = p.remotes.get(replica_id)
                     if r is not None and r.log_end_offset == leo:
-                        p.record_follower_fetch(replica_id, leo, now_ms)
+                        if record:
+                            p.record_follower_fetch(replica_id, leo, now_ms)
                         continue
             out.append(req)
         return out
@@ -172,7 +176,8 @@ class FetchPath:
         return out, total, errors
 
     def _long_poll(self, reqs: list[FetchRequest], consumer: bool, max_wait_ms: int,
-                   min_bytes: int, max_bytes: int) -> defer.Deferred:
+                   min_bytes: int, max_bytes: int, replica_id: int = -1,
+                   session: FetchContext | None = None) -> defer.Deferred:
         """Park a fetch that found too little in the fetch purgatory; it answers (reading
         again) once ``min_bytes`` are available, a leadership moves, or ``max_wait_ms``
         passes."""
@@ -199,7 +204,10 @@ class FetchPath:
             return n
 
         def respond() -> None:
-            d.callback(self._collect(reqs, consumer, max_bytes)[0])
+            now = reqs
+            if session is not None and session.incremental and not consumer:
+                now = self._with_news(replica_id, reqs, session, record=False)
+            d.callback(self._collect(now, consumer, max_bytes)[0])
 
         # _collect() just found too little, in this reactor turn: skip the purgatory's first try.
         op = DelayedFetch(max_wait_ms / 1000.0, min_bytes, available, respond, just_checked=True)

@@ -48,7 +48,7 @@ class Leader:
             for p in partitions], full=False)
 
     def fetch(self, replica: int, named: dict[int, int], *, epoch: int = 1,
-              full: bool = False) -> list:
+              full: bool = False, wait_ms: int = 0) -> list:
         """Follower ``replica`` fetches, naming ``named`` (partition: offset); follower 2
         keeps a session (opened by a full fetch), follower 3 fetches in full each time."""
         entries = [("t", p, o, 1 << 20, epoch) for p, o in named.items()]
@@ -61,11 +61,18 @@ class Leader:
         else:
             ctx = self.rm.fetch_sessions.context(replica, 0, -1, entries)
         got: list = []
-        self.rm.fetch(ctx.entries, max_wait_ms=0, min_bytes=1, max_bytes=10 << 20,
+        self.rm.fetch(ctx.entries, max_wait_ms=wait_ms, min_bytes=1, max_bytes=10 << 20,
                       replica_id=replica, session=ctx if self.skip_quiet else None
                       ).addCallback(lambda rows: got.append(ctx.select(rows)))
+        self.answers = got
+        return self.rows()
+
+    def rows(self) -> list | None:
+        """The last fetch's answer, None while it is parked."""
+        if not self.answers:
+            return None
         return [(t, p, r.error, r.high_watermark, r.log_start_offset, r.records)
-                for t, p, r in got[0]]
+                for t, p, r in self.answers[0]]
 
     def produce(self, partition: int, value: bytes) -> None:
         self.rm.append(-1, 30000, [("t", partition, build_batch([Record(None, value)]))])
@@ -155,3 +162,17 @@ def test_a_follower_outside_the_isr_is_read_in_full_and_let_back_in(pair):
     # Caught up (it asked for the log end) but outside the ISR: each fetch proposes it back.
     assert leaders[0].proposed
     assert {tp for tp, _ in leaders[0].proposed} == {("t", p) for p in range(PARTITIONS)}
+
+
+def test_a_parked_fetch_answers_with_the_partitions_that_have_news(pair):
+    clock, leaders = pair
+    same(leaders, lambda leader: leader.lead((1, 2, 3)))
+    same(leaders, lambda leader: leader.fetch(2, dict.fromkeys(range(4), 0), full=True))
+    assert same(leaders, lambda leader: leader.fetch(2, {}, wait_ms=500)) is None  # parked
+    same(leaders, lambda leader: leader.produce(2, b"b"))  # the end of the turn answers it
+    rows = same(leaders, lambda leader: leader.rows())
+    assert [(p, len(r) > 0) for _, p, _, _, _, r in rows] == [(2, True)]
+    # Parked again with nothing new: the wait runs out and the answer is empty.
+    assert same(leaders, lambda leader: leader.fetch(2, {2: 1}, wait_ms=500)) is None
+    clock.advance(0.5)
+    assert same(leaders, lambda leader: leader.rows()) == []

@@ -86,11 +86,12 @@ class FrameDecoder:
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Add received bytes; return every frame they complete, in order.
 
-        Each byte is copied at most twice: once if the reads that carry a frame are joined,
-        once out of the stream into the frame's own ``bytes`` (a frame that arrives in one
-        read is copied once). While an admitted frame is incomplete the reads are only kept,
-        not parsed or joined, so a frame of many reads costs one join instead of one growth
-        of a buffer per read.
+        Each frame is copied once, into its own ``bytes``: out of the read that carries it, or,
+        for a frame over several reads, by joining them. While an admitted frame is
+        incomplete its reads are only kept, not parsed or joined, so a frame of many reads
+        costs one join instead of one growth of a buffer per read. (A frame whose size prefix
+        came split over reads, or one that waited for admission, is joined with its reads
+        and then copied out: twice.)
         """
         if self._failed is not None:
             raise self._failed
@@ -99,18 +100,26 @@ class FrameDecoder:
         if type(data) is not bytes:
             data = bytes(data)
         chunks = self._chunks
+        frames: list[bytes] = []
+        stream: bytes | memoryview
         if chunks:
             if data:
                 chunks.append(data)
                 self._have += len(data)
-                if self._have < self._need:
-                    return []
-            stream = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            if self._have < self._need:
+                return []
+            if self._need and len(chunks) > 1:
+                # The reads of an admitted frame, whole at last: joined straight into the
+                # frame's bytes (its one copy), then what came after it is parsed as usual.
+                frame, stream = _split_pending(chunks, self._need)
+                frames.append(frame)
+                self._head_admitted = False
+            else:
+                stream = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         elif data:
             stream = data  # the common case: nothing pending, parse the read itself
         else:
             return []
-        frames: list[bytes] = []
         pos = 0
         n = len(stream)
         need = 0
@@ -154,6 +163,29 @@ class FrameDecoder:
             self._have = n - pos
         self._need = need
         return frames
+
+
+def _split_pending(chunks: list[bytes | memoryview], need: int
+                   ) -> tuple[bytes, memoryview]:
+    """``chunks`` start with a frame's size prefix and hold at least its ``need`` bytes (prefix
+    included): the frame's body as one ``bytes``, and a view of what follows it."""
+    parts: list[bytes | memoryview] = []
+    left = need
+    for i, c in enumerate(chunks):
+        if left >= len(c):
+            parts.append(c)
+            left -= len(c)
+            continue
+        view = memoryview(c)
+        parts.append(view[:left])
+        rest = view[left:]
+        if i + 1 < len(chunks):  # cannot happen: a feed stops at the read that completes it
+            rest = memoryview(b"".join([rest, *chunks[i + 1:]]))
+        break
+    else:
+        rest = memoryview(b"")
+    parts[0] = memoryview(parts[0])[SIZE_PREFIX_BYTES:]
+    return b"".join(parts), rest
 
 
 def frame(payload_chunks: Sequence[bytes]) -> list[bytes]:

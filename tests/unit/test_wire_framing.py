@@ -124,6 +124,7 @@ def test_a_frame_over_many_reads_is_kept_unparsed_until_it_is_whole():
         if out == []:
             assert d.reading_frame and d.buffered == min(100 * (i + 1), len(raw))
     assert out == [body, b"next"]
+    assert [type(f) for f in out] == [bytes, bytes]  # never a view into the reads
     assert asked == [len(body), 4]
     assert d.buffered == 0 and not d.reading_frame
 

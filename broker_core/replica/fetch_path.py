@@ -24,6 +24,7 @@ from broker_core.replica.delayed import DelayedFetch
 if TYPE_CHECKING:
     from broker_core.replica.fetch_session import FetchContext
     from broker_core.replica.manager import ReplicaManager
+    from broker_core.replica.partition import Partition
 
 #: ``(topic, partition, offset, partition_max_bytes, current_leader_epoch)``
 FetchRequest = tuple[str, int, int, int, int]
@@ -85,9 +86,7 @@ class FetchPath:
         consumer = replica_id < 0
         now = requests
         if not consumer:
-            if session is not None and session.incremental:
-                now = self._with_news(replica_id, requests, session)
-            self.record_follower_fetches(replica_id, now)
+            now = self.record_follower_fetches(replica_id, requests, session)
             if follower_log_starts:
                 rm._record_follower_log_starts(replica_id, follower_log_starts)
 
@@ -98,39 +97,40 @@ class FetchPath:
         return self._long_poll(requests, consumer, max_wait_ms, min_bytes, max_bytes,
                                replica_id, session)
 
-    def _with_news(self, replica_id: int, reqs: list[FetchRequest], session: FetchContext,
-                   *, record: bool = True) -> list[FetchRequest]:
-        """The partitions of a follower's incremental session fetch that are worth reading now.
+    def _quiet(self, replica_id: int, p: Partition, req: FetchRequest,
+               session: FetchContext) -> bool:
+        """Whether ``req``, a partition of a follower's incremental session fetch that we lead
+        at the epoch it names (``p``), is *quiet*: the request does not name it, the follower
+        is in its ISR and at our log end, and there is nothing new to answer
+        (:meth:`FetchContext.quiet`). Reading it would give a row the answer leaves out, and
+        recording its fetch can only say the follower is caught up now.
 
-        A session names every partition the follower follows here (hundreds), and in a round
-        only a few have news. A partition the request does not name, that we lead at the epoch
-        it names, with the follower in its ISR at our log end and nothing new to answer
-        (:meth:`FetchContext.quiet`), is left out: its fetch is recorded here as the full path
-        would record it (caught up now; it cannot move the HW) and reading it would give a row
-        the response leaves out. Everything else, including every partition with an error to
-        report, goes through the full path. One pass, no allocation per quiet partition.
-        ``record=False`` (a parked fetch answering later: its fetch was recorded on arrival)
-        only picks the partitions."""
-        rm = self.replicas
-        partitions = rm.partitions
-        me = rm.broker_id
-        now_ms = rm._now_ms()
-        quiet = session.quiet
+        A session names every partition the follower follows here (hundreds), and in a
+        round only a few have news: skipping the quiet ones is what keeps a fetch's cost with
+        the partitions that changed."""
+        if replica_id not in p.state.isr:
+            return False
+        log = p.log
+        leo = log.log_end_offset
+        if req[2] != leo or not session.quiet((req[0], req[1]), leo, log.high_watermark,
+                                               log.log_start_offset):
+            return False
+        r = p.remotes.get(replica_id)
+        return r is not None and r.log_end_offset == leo
+
+    def _news(self, replica_id: int, reqs: list[FetchRequest], session: FetchContext
+              ) -> list[FetchRequest]:
+        """The partitions of a parked incremental session fetch worth reading as it answers:
+        all but the quiet ones (its fetch was recorded on arrival)."""
+        partitions = self.replicas.partitions
+        me = self.replicas.broker_id
         out = []
         for req in reqs:
-            topic, index, _, _, epoch = req
-            p = partitions.get((topic, index))
+            p = partitions.get((req[0], req[1]))
             st = None if p is None else p.state
-            if (st is not None and st.leader == me and (epoch < 0 or epoch == st.leader_epoch)
-                    and replica_id in st.isr):
-                log = p.log
-                leo = log.log_end_offset
-                if quiet((topic, index), leo, log.high_watermark, log.log_start_offset):
-                    r = p.remotes.get(replica_id)
-                    if r is not None and r.log_end_offset == leo:
-                        if record:
-                            p.record_follower_fetch(replica_id, leo, now_ms)
-                        continue
+            if (st is not None and st.leader == me and (req[4] < 0 or req[4] == st.leader_epoch)
+                    and self._quiet(replica_id, p, req, session)):
+                continue
             out.append(req)
         return out
 
@@ -206,7 +206,7 @@ class FetchPath:
         def respond() -> None:
             now = reqs
             if session is not None and session.incremental and not consumer:
-                now = self._with_news(replica_id, reqs, session, record=False)
+                now = self._news(replica_id, reqs, session)
             d.callback(self._collect(now, consumer, max_bytes)[0])
 
         # _collect() just found too little, in this reactor turn: skip the purgatory's first try.
@@ -223,22 +223,37 @@ class FetchPath:
 
     # -- replication: the leader's side ----------------------------------------------------------
 
-    def record_follower_fetches(self, replica_id: int, reqs: list[FetchRequest]) -> None:
+    def record_follower_fetches(self, replica_id: int, reqs: list[FetchRequest],
+                                session: FetchContext | None = None) -> list[FetchRequest]:
         """A follower fetched ``reqs``: its fetch offsets are its log ends. Recording them may
         advance the high watermark and ask the controller to add it to the ISR once it has
         caught up. The requests waiting on the partitions whose HW moved are woken once, after
-        every partition is recorded."""
+        every partition is recorded.
+
+        Returns the partitions worth reading: all of ``reqs``, or, for an incremental
+        ``session`` fetch, all but the quiet ones (:meth:`_quiet`), whose fetch is recorded
+        here as any other and which are then left unread. One walk over the session."""
         rm = self.replicas
         now_ms = rm._now_ms()
         partitions = rm.partitions
         me = rm.broker_id
+        pick = session is not None and session.incremental
+        out = [] if pick else reqs
         hw_moved = []
-        for topic, index, offset, _, epoch in reqs:
+        for req in reqs:
+            topic, index, offset, _, epoch = req
             # leader_partition() inlined: this runs for every partition of every follower fetch.
             p = partitions.get((topic, index))
             st = None if p is None else p.state
             if st is None or st.leader != me or (epoch >= 0 and epoch != st.leader_epoch):
+                if pick:
+                    out.append(req)  # read: its answer is the error
                 continue
+            if pick:
+                if self._quiet(replica_id, p, req, session):  # type: ignore[arg-type]
+                    p.record_follower_fetch(replica_id, offset, now_ms)  # cannot move the HW
+                    continue
+                out.append(req)
             if p.record_follower_fetch(replica_id, offset, now_ms):
                 hw_moved.append(p.topic_partition)
             if replica_id in st.isr:
@@ -254,3 +269,4 @@ class FetchPath:
             # request (a follower's other fetch, an acks=all produce naming hundreds) and each
             # try walks them all, so waking per partition cost partitions x partitions.
             rm._wake_many(hw_moved)
+        return out

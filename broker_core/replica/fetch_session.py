@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +107,7 @@ class FetchContext:
     entries: list[FetchEntry]
     session: FetchSession | None = None
     incremental: bool = False
-    named: frozenset[TopicPartition] = frozenset()
+    named: AbstractSet[TopicPartition] = frozenset()
 
     def quiet(self, tp: TopicPartition, log_end_offset: int, high_watermark: int,
               log_start_offset: int) -> bool:
@@ -197,7 +198,7 @@ class FetchSessionCache:
         cached = session.partitions
         for tp in forgotten:
             cached.pop(tp, None)
-        named = set()
+        named: set[TopicPartition] = set()
         for topic, index, offset, max_bytes, leader_epoch in entries:
             c = cached.get((topic, index))
             if c is None:
@@ -207,8 +208,7 @@ class FetchSessionCache:
             named.add((topic, index))
         full = [(topic, index, c.fetch_offset, c.max_bytes, c.leader_epoch)
                 for (topic, index), c in cached.items()]
-        return FetchContext(None, session.id, full, session, incremental=True,
-                            named=frozenset(named))
+        return FetchContext(None, session.id, full, session, incremental=True, named=named)
 
     def _open(self, replica_id: int) -> FetchSession:
         # One fetcher per leader on a follower: its new session supersedes the old one.

@@ -167,25 +167,15 @@ class FrameDecoder:
 
 def _split_pending(chunks: list[bytes | memoryview], need: int
                    ) -> tuple[bytes, memoryview]:
-    """``chunks`` start with a frame's size prefix and hold at least its ``need`` bytes (prefix
-    included): the frame's body as one ``bytes``, and a view of what follows it."""
-    parts: list[bytes | memoryview] = []
-    left = need
-    for i, c in enumerate(chunks):
-        if left >= len(c):
-            parts.append(c)
-            left -= len(c)
-            continue
-        view = memoryview(c)
-        parts.append(view[:left])
-        rest = view[left:]
-        if i + 1 < len(chunks):  # cannot happen: a feed stops at the read that completes it
-            rest = memoryview(b"".join([rest, *chunks[i + 1:]]))
-        break
-    else:
-        rest = memoryview(b"")
-    parts[0] = memoryview(parts[0])[SIZE_PREFIX_BYTES:]
-    return b"".join(parts), rest
+    """``chunks`` start with a frame's size prefix and end with the read that completed its
+    ``need`` bytes (prefix included; a feed parses as soon as a read completes the frame, so
+    every read before the last lies wholly inside it): the frame's body as one ``bytes``, and
+    a view of what follows it in the last read."""
+    *inside, last = chunks
+    left = need - sum(len(c) for c in inside)  # 1 to len(last): the last read completed it
+    view = memoryview(last)
+    return (b"".join([memoryview(inside[0])[SIZE_PREFIX_BYTES:], *inside[1:], view[:left]]),
+            view[left:])
 
 
 def frame(payload_chunks: Sequence[bytes]) -> list[bytes]:

@@ -128,7 +128,13 @@ async def test_secure_an_open_cluster_then_revert(open_brokers, zk_hosts, tmp_pa
         leader = await eventually(lambda: leader_of(brokers, TOPIC, 0), what="leader")
         assert await read_all(leader, TOPIC, 0) == [b"a", b"b"]
 
-        # --unsecure opens everything again (brokers keep creating secured nodes).
+        # Going back as documented: roll the brokers off zookeeper.set.acl (keeping their
+        # credential), then --unsecure opens everything. Before the roll, nodes the brokers
+        # create after the tool ran (ISR changes, notifications) would be secured again.
+        for i, b in enumerate(list(brokers)):
+            await b.stopService()
+            b.config = dataclasses.replace(b.config, zookeeper_set_acl=False)
+            brokers[i] = await restart(b)
         r = await sluice(*tool, "--unsecure")
         assert r.returncode == 0, r.stderr
         assert all(acl == set(OPEN_ACL) for acl in (await acls(owner)).values())

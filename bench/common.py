@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -114,6 +115,13 @@ def process_cpu(pids: list[int]) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / tick
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds used so far by this process's waited-for children (a
+    ``subprocess.run`` client such as kcat counts once it has exited)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def log_events(path: Path) -> list[dict[str, Any]]:

@@ -44,6 +44,7 @@ Everything runs in a temp dir that is removed afterwards. Prints figures; assert
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import subprocess
@@ -59,7 +60,13 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from bench.common import high_watermarks, wait_full_isr, write_kcat_payload  # noqa: E402
+from bench.common import (  # noqa: E402
+    children_cpu,
+    high_watermarks,
+    process_cpu,
+    wait_full_isr,
+    write_kcat_payload,
+)
 from tests.support.procs import ProcessCluster  # noqa: E402
 from tests.support.zookeeper import ZooKeeperServer  # noqa: E402
 
@@ -71,18 +78,24 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[i]
 
 
-def throughput(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
+def throughput(args: argparse.Namespace, bootstrap: str, tmp: Path, pids: list[int]) -> None:
     payload = tmp / "messages.txt"
     n, mb = write_kcat_payload(payload, args.messages, args.size)
+    broker0, kcat0 = process_cpu(pids), children_cpu()
     start = time.perf_counter()
     subprocess.run(["kcat", "-b", bootstrap, "-P", "-t", "throughput", "-X", "acks=all",
                     "-X", "linger.ms=10", "-X", "batch.num.messages=10000",
                     "-X", "queue.buffering.max.messages=1000000", "-l", str(payload)],
                    check=True)
     elapsed = time.perf_counter() - start
+    broker_cpu, kcat_cpu = process_cpu(pids) - broker0, children_cpu() - kcat0
     payload.unlink()
     print(f"(a) throughput: {n:,} x {args.size} B, acks=all, RF 3, {args.partitions} partitions "
           f"in {elapsed:.2f} s = {n / elapsed:,.0f} msg/s ({mb / elapsed:.1f} MB/s), kcat -P")
+    # Where the time went: on two shared cores the brokers and kcat take turns, so a slower
+    # run is explained by whichever side's CPU per message grew.
+    print(f"    CPU per message: brokers {broker_cpu / n * 1e6:.2f} us, kcat "
+          f"{kcat_cpu / n * 1e6:.2f} us; load average {os.getloadavg()[0]:.2f}")
     try:
         hw = high_watermarks(bootstrap, "throughput", args.partitions)
         print(f"    sum of high watermarks: {hw:,}" + ("" if hw == n else
@@ -203,7 +216,8 @@ def main() -> None:
             f.result()
         wait_full_isr(cluster, topics)
         if not args.skip_throughput:
-            throughput(args, bootstrap, tmp)
+            pids = [b.proc.pid for b in cluster.brokers.values() if b.proc is not None]
+            throughput(args, bootstrap, tmp, pids)
         if not args.skip_latency:
             for linger_ms in (int(v) for v in args.linger_ms.split(",")):
                 latency(args, bootstrap, linger_ms)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import signal
 import statistics
@@ -57,6 +56,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.common import (  # noqa: E402
+    children_cpu,
     high_watermarks,
     process_cpu,
     wait_full_isr,
@@ -107,11 +107,6 @@ def client_config(protocol: str, cafile: Path) -> dict[str, str]:
 
 def kcat_args(config: dict[str, str]) -> list[str]:
     return [a for k, v in config.items() for a in ("-X", f"{k}={v}")]
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def timed(argv: list[str], pids: list[int], expect: int | None = None) -> Run:

@@ -274,7 +274,12 @@ class FetchSessionHandler:
                                     list(partitions), [])
         sent = self._sent
         to_send = [tp for tp, state in partitions.items() if sent.get(tp) != state]
-        forgotten = [tp for tp in sent if tp not in partitions]
+        # Nothing is forgotten when every sent partition is still here, which the counts tell
+        # without a second walk: the partitions here that were sent number len(sent) exactly
+        # when none was dropped.
+        new = sum(1 for tp in to_send if tp not in sent)
+        forgotten = ([] if len(partitions) - new == len(sent)
+                     else [tp for tp in sent if tp not in partitions])
         return FetchRequestData(self.session_id, self.next_epoch, partitions, to_send, forgotten)
 
     def handle_response(self, request: FetchRequestData, error_code: int, session_id: int

@@ -209,10 +209,10 @@ class ReplicaFetcher:
                     # A new connection may reach a restarted leader: open a new session.
                     self._session.reset()
                     self._session_proto = proto
-                truncating = self._due(truncating=True)
+                truncating, ready = self._due()
                 if truncating:
                     await self._truncate(proto, truncating)
-                ready = self._due(truncating=False)
+                    ready = self._due()[1]  # truncation may have finished some
                 if ready:
                     await self._fetch(proto, ready)
                 elif not truncating and self.partitions:
@@ -231,11 +231,18 @@ class ReplicaFetcher:
                 await self._pause(self.config.backoff_ms / 1000.0)
         self._conn.drop()
 
-    def _due(self, *, truncating: bool) -> list[tuple[TopicPartition, FetchState]]:
-        """Partitions in the given state that are not backing off."""
+    def _due(self) -> tuple[list[tuple[TopicPartition, FetchState]],
+                            list[tuple[TopicPartition, FetchState]]]:
+        """The partitions not backing off: those to truncate, and those to fetch. One walk:
+        it runs for every request, over every partition followed from this leader."""
         now = self.clock.seconds()
-        return [(tp, s) for tp, s in self.partitions.items()
-                if s.truncating == truncating and s.delayed_until <= now]
+        truncating: list[tuple[TopicPartition, FetchState]] = []
+        ready: list[tuple[TopicPartition, FetchState]] = []
+        for item in self.partitions.items():
+            s = item[1]
+            if s.delayed_until <= now:
+                (truncating if s.truncating else ready).append(item)
+        return truncating, ready
 
     def _tcp_connect(self, host: str, port: int) -> defer.Deferred:
         return connect_client(self.reactor, host, port, f"sluice-replica-{self.broker_id}",
@@ -295,14 +302,12 @@ class ReplicaFetcher:
 
     async def _fetch(self, proto: KafkaClientProtocol,
                      ready: list[tuple[TopicPartition, FetchState]]) -> None:
-        sent: dict[TopicPartition, tuple[FetchState, int]] = {}
+        sent = dict(ready)
         states: dict[TopicPartition, PartitionFetchState] = {}
         max_bytes = self.config.max_bytes
         for tp, s in ready:
             log = s.partition.log
-            offset = log.log_end_offset
-            sent[tp] = (s, offset)
-            states[tp] = (offset, log.log_start_offset, max_bytes, s.leader_epoch)
+            states[tp] = (log.log_end_offset, log.log_start_offset, max_bytes, s.leader_epoch)
         # KIP-227: once the leader granted a session, name only partitions whose fetch state
         # changed; the leader answers only partitions with news.
         req = self._session.build(states)
@@ -335,13 +340,12 @@ class ReplicaFetcher:
         for t in resp.responses:
             for p in t.partitions:
                 tp = (t.topic, p.partition_index)
-                entry = sent.get(tp)
-                if entry is None:
+                s = sent.get(tp)
+                if s is None:
                     continue
-                s, offset = entry
                 if self.partitions.get(tp) is not s:
                     continue  # a LeaderAndIsr moved it while the fetch was in flight
-                self._handle_partition(tp, s, offset, p)
+                self._handle_partition(tp, s, states[tp][0], p)
 
     def _handle_partition(self, tp: TopicPartition, s: FetchState, offset: int, p: Any) -> None:
         part = s.partition

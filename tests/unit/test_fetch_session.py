@@ -164,6 +164,8 @@ def test_both_halves_agree_over_a_run_of_requests():
         {A: (4, 0, 1000, 3)},
         {A: (4, 0, 1000, 3), C: (9, 0, 1000, 3)},
         {A: (8, 0, 1000, 3), C: (9, 0, 1000, 3)},
+        {A: (8, 0, 1000, 3), B: (0, 0, 1000, 3)},  # as many partitions, one swapped
+        {A: (8, 0, 1000, 3), B: (0, 0, 1000, 3)},  # nothing changed: nothing named
     ]
     for state in states:
         req = h.build(state)

@@ -12,6 +12,16 @@ replication factor 3 and ``min.insync.replicas=2``, waits for full ISRs, then:
     passed it, so this measures the leader append + two follower fetches + the acks=all
     purgatory. The sum of the partitions' high watermarks is checked afterwards.
 
+    Unless ``--fresh``, one message first goes to every partition (not timed): a partition's
+    first write starts its leader epoch (a small file, written by an IO thread) and its first
+    segment's pages, and librdkafka's sticky partitioner sends each batch of unkeyed messages
+    to one partition, so with hundreds of partitions a fresh topic's run is mostly *first*
+    writes (2,000,000 messages come in a few hundred batches). The figures printed after the
+    throughput say where the time went: the brokers' and kcat's CPU per message (on two
+    shared cores they take turns), and the produce requests the brokers answered, which on
+    this path is the number of batches (their size varies between runs with librdkafka's
+    timing, and the brokers' cost per message with it).
+
 (b) **latency**, confluent-kafka (librdkafka under a thin Python loop): ``--rate`` (default
     10,000) messages a second for ``--seconds`` (default 10) to a second topic, ``acks=all``,
     ``linger.ms`` = each value of ``--linger-ms`` (default 0; ``0,1,5`` makes three runs on
@@ -37,7 +47,7 @@ omission correction): read the schedule lag next to the percentiles.
 
 Usage: python bench/replicated_produce.py [--messages 1000000] [--size 100] [--partitions 6]
        [--rate 10000] [--seconds 10] [--linger-ms 0[,1,5]] [--client-nagle]
-       [--skip-throughput] [--skip-latency]
+       [--fresh] [--skip-throughput] [--skip-latency]
 Everything runs in a temp dir that is removed afterwards. Prints figures; asserts nothing.
 """
 
@@ -78,9 +88,28 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[i]
 
 
-def throughput(args: argparse.Namespace, bootstrap: str, tmp: Path, pids: list[int]) -> None:
+def warm_up(bootstrap: str, topic: str, partitions: int) -> None:
+    """One acknowledged message to each partition of ``topic``."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 2})
+    for partition in range(partitions):
+        p.produce(topic, b"warm-up", partition=partition)
+    if p.flush(60):
+        raise RuntimeError(f"the warm-up of {topic} was not acknowledged within 60 s")
+
+
+def produce_requests(cluster: ProcessCluster) -> float:
+    return sum(b.metric("sluice_requests_total", api="PRODUCE") for b in cluster.brokers.values())
+
+
+def throughput(args: argparse.Namespace, cluster: ProcessCluster, tmp: Path) -> None:
+    bootstrap = cluster.bootstrap
+    pids = [b.proc.pid for b in cluster.brokers.values() if b.proc is not None]
+    warm = 0 if args.fresh else args.partitions
+    if warm:
+        warm_up(bootstrap, "throughput", args.partitions)
     payload = tmp / "messages.txt"
     n, mb = write_kcat_payload(payload, args.messages, args.size)
+    requests0 = produce_requests(cluster)
     broker0, kcat0 = process_cpu(pids), children_cpu()
     start = time.perf_counter()
     subprocess.run(["kcat", "-b", bootstrap, "-P", "-t", "throughput", "-X", "acks=all",
@@ -89,15 +118,16 @@ def throughput(args: argparse.Namespace, bootstrap: str, tmp: Path, pids: list[i
                    check=True)
     elapsed = time.perf_counter() - start
     broker_cpu, kcat_cpu = process_cpu(pids) - broker0, children_cpu() - kcat0
+    requests = produce_requests(cluster) - requests0
     payload.unlink()
     print(f"(a) throughput: {n:,} x {args.size} B, acks=all, RF 3, {args.partitions} partitions "
-          f"in {elapsed:.2f} s = {n / elapsed:,.0f} msg/s ({mb / elapsed:.1f} MB/s), kcat -P")
-    # Where the time went: on two shared cores the brokers and kcat take turns, so a slower
-    # run is explained by whichever side's CPU per message grew.
+          f"in {elapsed:.2f} s = {n / elapsed:,.0f} msg/s ({mb / elapsed:.1f} MB/s), kcat -P"
+          + ("" if warm else ", fresh partitions"))
     print(f"    CPU per message: brokers {broker_cpu / n * 1e6:.2f} us, kcat "
-          f"{kcat_cpu / n * 1e6:.2f} us; load average {os.getloadavg()[0]:.2f}")
+          f"{kcat_cpu / n * 1e6:.2f} us; {requests:,.0f} produce requests "
+          f"({n / max(requests, 1):,.0f} messages each); load average {os.getloadavg()[0]:.2f}")
     try:
-        hw = high_watermarks(bootstrap, "throughput", args.partitions)
+        hw = high_watermarks(bootstrap, "throughput", args.partitions) - warm
         print(f"    sum of high watermarks: {hw:,}" + ("" if hw == n else
                                                        f"  (WARNING: produced {n:,})"))
     except Exception as e:  # a figure, not a test: report and go on
@@ -192,6 +222,8 @@ def main() -> None:
                     help="comma-separated: one latency run per value, e.g. 0,1,5")
     ap.add_argument("--client-nagle", action="store_true",
                     help="leave librdkafka's default socket.nagle.disable=false in (b)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="time (a) on partitions never written (no warm-up message to each)")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
     args = ap.parse_args()
@@ -203,7 +235,7 @@ def main() -> None:
     cluster = None
     try:
         zk.start()
-        cluster = ProcessCluster(zk.hosts, tmp, 3)
+        cluster = ProcessCluster(zk.hosts, tmp, 3, metrics=True)
         cluster.start()
         cluster.wait_registered()
         bootstrap = cluster.bootstrap
@@ -216,8 +248,7 @@ def main() -> None:
             f.result()
         wait_full_isr(cluster, topics)
         if not args.skip_throughput:
-            pids = [b.proc.pid for b in cluster.brokers.values() if b.proc is not None]
-            throughput(args, bootstrap, tmp, pids)
+            throughput(args, cluster, tmp)
         if not args.skip_latency:
             for linger_ms in (int(v) for v in args.linger_ms.split(",")):
                 latency(args, bootstrap, linger_ms)

@@ -13,10 +13,11 @@ replication factor 3 and ``min.insync.replicas=2``, waits for full ISRs, then:
     purgatory. The sum of the partitions' high watermarks is checked afterwards.
 
     Unless ``--fresh``, one message first goes to every partition (not timed): a partition's
-    first write starts its leader epoch (a small file, written by an IO thread) and its first
-    segment's pages, and librdkafka's sticky partitioner sends each batch of unkeyed messages
-    to one partition, so with hundreds of partitions a fresh topic's run is mostly *first*
-    writes (2,000,000 messages come in a few hundred batches). The figures printed after the
+    first batch fills its segments' first pages and, on each follower, starts the leader's
+    epoch there (a small file, written by an IO thread), and librdkafka's sticky partitioner
+    sends each batch of unkeyed messages to one partition, so with hundreds of partitions a
+    fresh topic's run is mostly *first* writes (2,000,000 messages come in a few hundred
+    batches). The figures printed after the
     throughput say where the time went: the brokers' and kcat's CPU per message (on two
     shared cores they take turns), and the produce requests the brokers answered, which on
     this path is the number of batches (their size varies between runs with librdkafka's

@@ -131,7 +131,8 @@ class Consumer:
             for tid in cfg.thread_ids():
                 self._make_stream((None, tid))
         self.messages = AllStreams(list(self.streams.values()))
-        self.fetchers = FetcherManager(self.cluster, cfg, self.clock, self._partition_failed)
+        self.fetchers = FetcherManager(self.cluster, cfg, self.clock, self._partition_failed,
+                                       before_handling=self.check_silence)
         self.parts: dict[tuple[str, int], PartitionState] = {}
         self.coordinator: tuple[int, str, int] | None = None
         self.last_error: str | None = None
@@ -574,6 +575,21 @@ class Consumer:
             self._silence.reset(timeout)
         else:
             self._silence = self.clock.callLater(timeout, self._silent)
+
+    def check_silence(self) -> bool:
+        """Act on the silence timer now if it is overdue; True if it was.
+
+        After the process was paused (SIGSTOP, a stalled VM, a long collection) the reactor
+        reads what arrived meanwhile before it runs the timers that came due, so a fetch
+        answer could hand out records after the coordinator had already given this member's
+        partitions away. The fetchers call this before handling an answer: a member whose
+        session ran out stops fetching (and drops that answer) first."""
+        s = self._silence
+        if s is None or not s.active() or s.getTime() > self.clock.seconds():
+            return False
+        s.cancel()
+        self._silent()
+        return True
 
     def _silent(self) -> None:
         self._silence = None

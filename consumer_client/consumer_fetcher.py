@@ -149,6 +149,9 @@ class LeaderFetcher:
                 return
             if not self.running:
                 return
+            m.before_handling()
+            if not self.running:
+                return
             for t in resp.responses:
                 for p in t.partitions:
                     entry = sent.get((t.topic, p.partition_index))
@@ -194,11 +197,16 @@ class FetcherManager:
     log = Logger(namespace="sluice.consumer.fetcher")
 
     def __init__(self, cluster: ClusterClient, config: ConsumerConfig, clock: Any,
-                 on_failed: Callable[[PartitionState, str], None]) -> None:
+                 on_failed: Callable[[PartitionState, str], None], *,
+                 before_handling: Callable[[], Any] = lambda: None) -> None:
         self.cluster = cluster
         self.config = config
         self.clock = clock
         self.on_failed = on_failed
+        #: Called when a fetch answer arrives, before it is handled; it may stop the fetchers
+        #: (the consumer acts on an overdue session timer there), and then the answer is
+        #: dropped.
+        self.before_handling = before_handling
         self.fetchers: dict[int, LeaderFetcher] = {}
         self.parts: dict[tuple[str, int], PartitionState] = {}
         self.homeless: dict[tuple[str, int], PartitionState] = {}

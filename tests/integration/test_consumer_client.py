@@ -46,13 +46,14 @@ def coordinator(brokers):
     pytest_twisted.blockon(defer.Deferred.fromCoroutine(fake.stop()))
 
 
-def make_consumer(coordinator, consumer_id="c1", listener=None, **overrides):
+def make_consumer(coordinator, consumer_id="c1", listener=None, clock=None, **overrides):
     values = {"bootstrap_servers": coordinator.address, "group_id": "g",
               "consumer_id": consumer_id, "topics": {"t": 1}, "session_timeout_ms": 6000,
               "fetch_max_wait_ms": 100, "auto_offset_reset": "smallest",
               "retry_backoff_ms": 50, "reconnect_backoff_max_ms": 200}
     values.update(overrides)
-    c = Consumer(ConsumerConfig.create(**values), reactor=reactor, listener=listener)
+    c = Consumer(ConsumerConfig.create(**values), reactor=reactor, listener=listener,
+                 clock=clock)
     c.start()
     return c
 
@@ -195,6 +196,46 @@ async def test_silent_coordinator_makes_the_consumer_register_again(brokers, coo
     finally:
         coordinator.stop_pinging()
         await c.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_consumer_paused_past_its_session_hands_out_nothing_fetched_meanwhile(
+        brokers, coordinator):
+    """A pause (SIGSTOP, a stalled VM) is the consumer's clock jumping past the silence
+    deadline with the timer not run yet: the reactor then reads the fetch answer that came in
+    meanwhile before it runs overdue timers. The consumer's timers run on an injected clock
+    that is moved without running them; the fetch answers come over real sockets."""
+    await ready_topic(brokers, partitions=1)
+    await fill(brokers, "t", 0, 5)
+    clock = task.Clock()
+    pump = task.LoopingCall(clock.advance, 0)  # run what is due, never move time
+    pump.clock = reactor
+    pump.start(0.01)
+    c = make_consumer(coordinator, clock=clock)
+    delivered: list[tuple[int, State]] = []
+    c.consume(lambda m: delivered.append((m.offset, c.state)))
+    try:
+        await coordinator.member("c1")
+        await coordinator.start_fetcher("c1", 1, {"c1-0": [("t", 0, 0)]})
+        await eventually(lambda: len(delivered) == 5, what="the first 5 messages")
+        pump.stop()
+        clock.rightNow += 7.0  # the pause: past the 6 s session, no timer has run
+        await fill(brokers, "t", 0, 3, start=5)  # answers the fetch that is waiting
+        await eventually(lambda: len(delivered) > 5 or c.state is not State.FETCHING,
+                         what="the fetch answer handled")
+        assert [o for o, _ in delivered[5:]] == []
+        assert c.state in (State.DISCOVERING, State.REGISTERING), c.state
+        assert "no request from the coordinator" in c.last_error
+    finally:
+        if pump.running:
+            pump.stop()
+        clock.advance(0)
+        d = c.close()
+        pump.start(0.01)
+        try:
+            await d
+        finally:
+            pump.stop()
 
 
 @pytest_twisted.ensureDeferred

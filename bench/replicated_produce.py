@@ -17,11 +17,11 @@ replication factor 3 and ``min.insync.replicas=2``, waits for full ISRs, then:
     epoch there (a small file, written by an IO thread), and librdkafka's sticky partitioner
     sends each batch of unkeyed messages to one partition, so with hundreds of partitions a
     fresh topic's run is mostly *first* writes (2,000,000 messages come in a few hundred
-    batches). The figures printed after the
-    throughput say where the time went: the brokers' and kcat's CPU per message (on two
-    shared cores they take turns), and the produce requests the brokers answered, which on
-    this path is the number of batches (their size varies between runs with librdkafka's
-    timing, and the brokers' cost per message with it).
+    batches). The figures printed after the throughput say where the time went: the
+    brokers' and kcat's CPU per message (on two shared cores they take turns), and the
+    produce requests the brokers answered, which on this path is the number of batches
+    (their size varies between runs with librdkafka's timing, and the brokers' cost per
+    message with it).
 
 (b) **latency**, confluent-kafka (librdkafka under a thin Python loop): ``--rate`` (default
     10,000) messages a second for ``--seconds`` (default 10) to a second topic, ``acks=all``,

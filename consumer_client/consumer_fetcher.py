@@ -147,8 +147,6 @@ class LeaderFetcher:
                 m.cluster.disconnect(self.leader)
                 m.leader_failed(self, f"fetch from broker {self.leader} failed: {e}")
                 return
-            if not self.running:
-                return
             m.before_handling()
             if not self.running:
                 return

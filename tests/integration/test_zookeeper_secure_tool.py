@@ -75,12 +75,8 @@ async def test_secure_an_open_cluster_then_revert(open_brokers, zk_hosts, tmp_pa
     assert (await produce(leader, TOPIC, 0, [b"a"])).error_code == 0
 
     # Roll every broker onto zookeeper.set.acl=true, one at a time.
-    for i, b in enumerate(list(brokers)):
-        await b.stopService()
-        b.config = dataclasses.replace(b.config, zookeeper_set_acl=True,
-                                       zookeeper_auth_file=str(auth),
-                                       zookeeper_auth_mechanism=zk_auth_mechanism)
-        brokers[i] = await restart(b)
+    await roll_brokers(brokers, zookeeper_set_acl=True, zookeeper_auth_file=str(auth),
+                       zookeeper_auth_mechanism=zk_auth_mechanism)
     store = brokers[0].store
     await eventually(lambda: _all_in_isr(store), timeout=30, what="full ISR")
 
@@ -131,16 +127,22 @@ async def test_secure_an_open_cluster_then_revert(open_brokers, zk_hosts, tmp_pa
         # Going back as documented: roll the brokers off zookeeper.set.acl (keeping their
         # credential), then --unsecure opens everything. Before the roll, nodes the brokers
         # create after the tool ran (ISR changes, notifications) would be secured again.
-        for i, b in enumerate(list(brokers)):
-            await b.stopService()
-            b.config = dataclasses.replace(b.config, zookeeper_set_acl=False)
-            brokers[i] = await restart(b)
+        await roll_brokers(brokers, zookeeper_set_acl=False)
         r = await sluice(*tool, "--unsecure")
         assert r.returncode == 0, r.stderr
         assert all(acl == set(OPEN_ACL) for acl in (await acls(owner)).values())
     finally:
         await owner.stop()
         await stop_brokers([b for b in brokers if b.running])
+
+
+async def roll_brokers(brokers: list, **changes) -> None:
+    """A rolling restart: each broker in turn stopped, its config changed by ``changes``, and
+    started again (its new incarnation replaces it in ``brokers``)."""
+    for i, b in enumerate(list(brokers)):
+        await b.stopService()
+        b.config = dataclasses.replace(b.config, **changes)
+        brokers[i] = await restart(b)
 
 
 async def _all_in_isr(store) -> bool:
@@ -298,10 +300,7 @@ async def test_a_cluster_secured_with_digest_moves_to_sasl(sasl_zookeeper_server
             await old_owner.stop()
 
         async def roll(**changes) -> None:
-            for i, b in enumerate(list(brokers)):
-                await b.stopService()
-                b.config = dataclasses.replace(b.config, **changes)
-                brokers[i] = await restart(b)
+            await roll_brokers(brokers, **changes)
             await eventually(lambda: _all_in_isr(brokers[0].store), timeout=30,
                              what="full ISR")
 
